@@ -1,0 +1,80 @@
+"""The traceview exception hierarchy; the only place exit codes are defined.
+
+Exit codes: 0 ok, 1 a ``check`` assertion failed, 2 bad input or usage, 3 a missing
+optional dependency. ``cli.main`` turns any :class:`TraceviewError` into one line
+``Error: <message>`` on stderr and exits with its ``exit_code``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_MISSING_DEPENDENCY = 3
+
+
+class TraceviewError(Exception):
+    """Base class of every error traceview raises on purpose."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class TraceFormatError(TraceviewError):
+    """The input is not a readable trace: bad JSON, truncated gzip, malformed event.
+
+    Attributes:
+        path: the file that was being read.
+        index: position of the offending event in ``traceEvents`` (None when not known).
+        event: a short description of the offending event (None when not known).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        problem: str,
+        *,
+        index: int | None = None,
+        event: str | None = None,
+    ) -> None:
+        self.path = path
+        self.problem = problem
+        self.index = index
+        self.event = event
+        where = path
+        if index is not None:
+            where += f": event #{index}"
+            if event:
+                where += f" ({event})"
+        super().__init__(f"{where}: {problem}")
+
+
+class UnsupportedTraceError(TraceviewError):
+    """The trace is well-formed but holds nothing traceview can analyse."""
+
+
+class QueryError(TraceviewError):
+    """A SQL query failed or is not allowed."""
+
+
+class CaptureError(TraceviewError):
+    """Capturing a trace from a live engine failed."""
+
+
+class MissingDependencyError(TraceviewError):
+    """An optional dependency is not installed."""
+
+    exit_code = EXIT_MISSING_DEPENDENCY
+
+
+class TraceviewWarning(UserWarning):
+    """A recoverable anomaly in the input (skipped events, duplicates, ...)."""
+
+
+def describe_event(ph: Any, name: Any) -> str:
+    """Short ``ph='X', name='…'`` description of an event for error messages."""
+    text = str(name) if name is not None else ""
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"ph={ph!r}, name={text!r}"

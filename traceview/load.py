@@ -1,0 +1,813 @@
+"""Chrome/Kineto trace JSON (optionally gzipped) -> :class:`~traceview.model.Trace`.
+
+This is the only module that reads raw JSON. The document is streamed: decompressed text is
+cut into blocks of about 8 MB at event boundaries, each block is decoded with a typed
+msgspec decoder that only materialises the fields traceview uses, and its columns are
+appended to per-kind polars frames. Peak memory stays near the size of the final frames,
+never a copy of the whole document.
+
+Time conversion (the one place it happens): ``ts_ns = round(ts_us * 1000)``, computed as
+``floor(ts_us) * 1000 + round(frac(ts_us) * 1000)`` so that the float's representation
+error never reaches a whole nanosecond. Guarantee: a timestamp written with at most three
+decimals converts to its exact nanosecond value while ``|ts_us| < 2**43`` (about 8.8e12 µs,
+i.e. any relative or ``baseTimeNanoseconds``-based Kineto clock); integer-microsecond
+timestamps are exact up to 2**53 µs. Durations are converted the same way and are never
+negative.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import json
+import math
+import os
+import re
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import msgspec
+import polars as pl
+
+from traceview.errors import TraceFormatError, TraceviewWarning, describe_event
+from traceview.model import (
+    COUNTER_SCHEMA,
+    EVENT_SCHEMA,
+    FLOW_SCHEMA,
+    KERNEL_SCHEMA,
+    METADATA_SCHEMA,
+    Trace,
+    TraceMeta,
+    empty_frame,
+)
+
+Progress = Callable[[int, int], None]
+"""``progress(bytes_read, total_bytes)``, called as the (compressed) file is consumed."""
+
+_BLOCK = 8 << 20  # bytes of JSON text decoded at a time (larger blocks were slower)
+_MAX_HEADER = 64 << 20  # look this far for the "traceEvents" key before reading it whole
+_MAX_PIECE = 512 << 20  # a single event larger than this is treated as malformed
+_TS_LIMIT_US = 9.2e15  # beyond this, microseconds no longer fit Int64 nanoseconds
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_CUT = re.compile(rb"\}\s*,\s*\{")
+_BYTE_POS = re.compile(r"\(byte (\d+)\)")
+
+_KNOWN_PH = frozenset("XiIBEstfCM")
+_DEVICE_CATS = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+}
+_EVENT_CATS = {
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "driver",
+    "user_annotation": "user_annotation",
+    "gpu_user_annotation": "gpu_user_annotation",
+    "python_function": "python_function",
+    "cpu_instant_event": "instant",
+    "cuda_sync": "sync",
+}
+
+
+# --- typed decoding: only the fields traceview uses are materialised -------------------
+
+
+class _Args(msgspec.Struct, frozen=True):
+    device: int | None = None
+    stream: int | None = None
+    correlation: int | None = None
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    name: str | None = None  # ph M: process_name / thread_name
+    labels: str | None = None  # ph M: process_labels
+    sort_index: int | None = None  # ph M: *_sort_index
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct):
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    id: int | str | None = None
+    args: _Args = _NO_ARGS
+
+
+_DECODER = msgspec.json.Decoder(list[_Event])
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """Options of :func:`load`.
+
+    Attributes:
+        block_bytes: JSON text decoded per block (memory/speed trade-off).
+        progress: optional ``progress(bytes_read, total_bytes)`` callback.
+    """
+
+    block_bytes: int = _BLOCK
+    progress: Progress | None = None
+
+
+def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) -> Trace:
+    """Load a Chrome/Kineto trace (``.json`` or gzipped, detected by magic bytes).
+
+    Accepts the object form (``{"traceEvents": [...], ...}``) and the bare array form,
+    including an array whose closing ``]`` is missing. Events that cannot be used are
+    counted in ``trace.meta.skipped_events`` and reported with a
+    :class:`~traceview.errors.TraceviewWarning`; device activity that cannot be placed in
+    time is an error, since every figure would be wrong without it.
+
+    Args:
+        path: the trace file.
+        options: :class:`LoadOptions`.
+
+    Returns:
+        The :class:`~traceview.model.Trace`.
+
+    Raises:
+        TraceFormatError: the file is missing, not JSON, a truncated gzip, not a trace, or
+            holds a kernel with a missing or invalid ``ts``/``dur``.
+    """
+    opts = options or LoadOptions()
+    name = os.fspath(path)
+    if not os.path.exists(name):
+        raise TraceFormatError(name, "no such file")
+    if os.path.isdir(name):
+        raise TraceFormatError(name, "is a directory, not a trace file")
+    total = os.path.getsize(name)
+    if total == 0:
+        raise TraceFormatError(name, "empty file")
+
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the cyclic GC costs several times the parse on millions of objects
+    try:
+        with _open_text(name, total, opts.progress) as stream:
+            return _Loader(name, opts.block_bytes).run(stream)
+    except EOFError as exc:
+        raise TraceFormatError(name, f"truncated gzip file ({exc})") from None
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, TraceFormatError):
+            raise
+        raise TraceFormatError(name, f"cannot read: {exc}") from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+class _CountingReader(io.RawIOBase):
+    """A raw file that reports how many bytes have been read from it."""
+
+    def __init__(self, raw: BinaryIO, total: int, progress: Progress | None) -> None:
+        self._raw = raw
+        self._total = total
+        self._progress = progress
+        self.done = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self._raw.readinto(buffer)  # type: ignore[attr-defined]
+        self.done += n or 0
+        if self._progress is not None:
+            self._progress(self.done, self._total)
+        return int(n or 0)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def _open_text(path: str, total: int, progress: Progress | None) -> BinaryIO:
+    raw = open(path, "rb")  # noqa: SIM115 - closed by the returned stream
+    magic = raw.read(4)
+    raw.seek(0)
+    counting = _CountingReader(raw, total, progress)
+    if magic[:2] == _GZIP_MAGIC:
+        from isal import igzip_threaded
+
+        # Decompression runs in a background thread (ISA-L releases the GIL), overlapping
+        # with JSON decoding in this one.
+        stream: BinaryIO = igzip_threaded.open(counting, "rb", threads=1)
+        return stream
+    if magic == _ZSTD_MAGIC:
+        counting.close()
+        raise TraceFormatError(path, "zstd-compressed traces are not supported; run zstd -d")
+    return io.BufferedReader(counting, buffer_size=1 << 20)  # type: ignore[return-value]
+
+
+# --- per-block columns -------------------------------------------------------------------
+
+
+@dataclass
+class _Block:
+    """Columns of one block of events, as Python lists (one entry per event)."""
+
+    base: int
+    ph: list[Any] = field(default_factory=list)
+    cat: list[Any] = field(default_factory=list)
+    name: list[Any] = field(default_factory=list)
+    pid: list[Any] = field(default_factory=list)
+    tid: list[Any] = field(default_factory=list)
+    ts: list[Any] = field(default_factory=list)
+    dur: list[Any] = field(default_factory=list)
+    id: list[Any] = field(default_factory=list)
+    device: list[Any] = field(default_factory=list)
+    stream: list[Any] = field(default_factory=list)
+    correlation: list[Any] = field(default_factory=list)
+    external_id: list[Any] = field(default_factory=list)
+    meta_value: list[Any] = field(default_factory=list)
+    counters: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+
+    @classmethod
+    def from_structs(cls, events: list[_Event], base: int) -> _Block:
+        args = [e.args for e in events]
+        return cls(
+            base=base,
+            ph=[e.ph for e in events],
+            cat=[e.cat for e in events],
+            name=[e.name for e in events],
+            pid=[e.pid for e in events],
+            tid=[e.tid for e in events],
+            ts=[e.ts for e in events],
+            dur=[e.dur for e in events],
+            id=[e.id for e in events],
+            device=[a.device for a in args],
+            stream=[a.stream for a in args],
+            correlation=[a.correlation for a in args],
+            external_id=[a.external_id for a in args],
+            meta_value=[_meta_value(a.name, a.labels, a.sort_index) for a in args],
+        )
+
+    @classmethod
+    def from_dicts(cls, events: list[Any], base: int) -> _Block:
+        """The careful path: any JSON value in any field, coerced or nulled."""
+        block = cls(base=base)
+        for i, e in enumerate(events):
+            if not isinstance(e, dict):
+                e = {"ph": None, "name": f"<{type(e).__name__}>"}
+            args = e.get("args")
+            if not isinstance(args, dict):
+                args = {}
+            ph = e.get("ph")
+            block.ph.append(ph if isinstance(ph, str) else None)
+            block.cat.append(_text(e.get("cat")))
+            block.name.append(_text(e.get("name")))
+            block.pid.append(_ident(e.get("pid")))
+            block.tid.append(_ident(e.get("tid")))
+            block.ts.append(_number(e.get("ts")))
+            block.dur.append(_number(e.get("dur")))
+            block.id.append(_ident(e.get("id")))
+            block.device.append(_integer(args.get("device")))
+            block.stream.append(_integer(args.get("stream")))
+            block.correlation.append(_integer(args.get("correlation")))
+            block.external_id.append(_integer(args.get("External id")))
+            block.meta_value.append(
+                _meta_value(args.get("name"), args.get("labels"), args.get("sort_index"))
+            )
+            if ph == "C":
+                block.counters.append((i, args))
+        return block
+
+    def frame(self) -> pl.DataFrame:
+        n = len(self.ph)
+        return pl.DataFrame(
+            {
+                "idx": pl.int_range(self.base, self.base + n, eager=True, dtype=pl.Int64),
+                "ph": pl.Series(self.ph, dtype=pl.String),
+                "cat": pl.Series(self.cat, dtype=pl.String),
+                "name": pl.Series(self.name, dtype=pl.String),
+                "pid": pl.Series(self.pid, dtype=pl.Int64, strict=False),
+                "tid": pl.Series(self.tid, dtype=pl.Int64, strict=False),
+                "ts": pl.Series(self.ts, dtype=pl.Float64, strict=False),
+                "dur": pl.Series(self.dur, dtype=pl.Float64, strict=False),
+                "id": pl.Series(self.id, dtype=pl.Int64, strict=False),
+                "device": pl.Series(self.device, dtype=pl.Int64, strict=False),
+                "stream": pl.Series(self.stream, dtype=pl.Int64, strict=False),
+                "correlation": pl.Series(self.correlation, dtype=pl.Int64, strict=False),
+                "external_id": pl.Series(self.external_id, dtype=pl.Int64, strict=False),
+                "meta_value": pl.Series(self.meta_value, dtype=pl.String),
+            }
+        )
+
+
+def _meta_value(name: Any, labels: Any, sort_index: Any) -> str | None:
+    for v in (name, labels, sort_index):
+        if v is not None:
+            return str(v)
+    return None
+
+
+def _text(v: Any) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    return str(v)
+
+
+def _number(v: Any) -> float | None:
+    """A JSON number, or a string holding one; anything else is None (invalid)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
+
+
+def _integer(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
+def _ident(v: Any) -> Any:
+    """pid/tid/id: ints stay ints; numeric strings become ints; other strings stay (→ null)."""
+    if isinstance(v, str):
+        try:
+            return int(v, 0)
+        except ValueError:
+            return v
+    return _integer(v) if not isinstance(v, int) else v
+
+
+def _to_ns(col: str) -> pl.Expr:
+    whole = pl.col(col).floor()
+    frac_ns = ((pl.col(col) - whole) * 1000.0 + 0.5).floor()
+    return whole.cast(pl.Int64) * 1000 + frac_ns.cast(pl.Int64)
+
+
+def _finite(col: str) -> pl.Expr:
+    c = pl.col(col)
+    return c.is_not_null() & c.is_finite() & (c.abs() < _TS_LIMIT_US)
+
+
+# --- the loader ----------------------------------------------------------------------------
+
+
+class _Loader:
+    def __init__(self, path: str, block_bytes: int) -> None:
+        self.path = path
+        self.block_bytes = block_bytes
+        self.total_events = 0
+        self.skipped: Counter[str] = Counter()
+        self.parts: dict[str, list[pl.DataFrame]] = {
+            "kernels": [],
+            "events": [],
+            "flows": [],
+            "counters": [],
+            "metadata": [],
+            "begin_end": [],
+        }
+        self.consumed = 0  # bytes of JSON text before the current buffer
+
+    # - document structure -
+
+    def run(self, stream: BinaryIO) -> Trace:
+        data = stream.read(self.block_bytes)
+        data = data.lstrip()
+        if data.startswith(b"\xef\xbb\xbf"):
+            data = data[3:].lstrip()
+        if not data:
+            raise TraceFormatError(self.path, "empty file (only whitespace)")
+        header: dict[str, Any] = {}
+        if data[:1] == b"[":
+            self._stream_events(stream, data[1:], header_text=None)
+        elif data[:1] == b"{":
+            match = _EVENTS_KEY.search(data)
+            while match is None and len(data) < _MAX_HEADER:
+                more = stream.read(self.block_bytes)
+                if not more:
+                    break
+                data += more
+                match = _EVENTS_KEY.search(data)
+            header_text = data[: match.end()] if match else None
+            if header_text is not None and not self._header_ok(header_text):
+                header_text = None
+            if header_text is None:
+                return self._whole_document(data + stream.read())
+            self.consumed = len(header_text)
+            header = self._stream_events(stream, data[len(header_text) :], header_text)
+        else:
+            raise TraceFormatError(
+                self.path, "not JSON: a trace starts with '{' or '[' (is this a trace file?)"
+            )
+        return self._finish(header)
+
+    @staticmethod
+    def _header_ok(header_text: bytes) -> bool:
+        try:
+            return isinstance(msgspec.json.decode(header_text + b"]}"), dict)
+        except msgspec.DecodeError:
+            return False
+
+    def _whole_document(self, text: bytes) -> Trace:
+        doc = self._parse_lenient(text, base=0, where="the document")
+        if isinstance(doc, dict):
+            events = doc.pop("traceEvents", None)
+            if not isinstance(events, list):
+                raise TraceFormatError(
+                    self.path,
+                    "JSON is not a trace: no 'traceEvents' array "
+                    f"(top-level keys: {', '.join(sorted(map(str, doc))[:6]) or 'none'})",
+                )
+            header = doc
+        elif isinstance(doc, list):
+            events, header = doc, {}
+        else:
+            raise TraceFormatError(self.path, f"JSON is not a trace: a {type(doc).__name__}")
+        step = 200_000
+        for start in range(0, len(events), step):
+            self._add_events(events[start : start + step])
+        return self._finish(header)
+
+    def _stream_events(
+        self, stream: BinaryIO, buf: bytes, header_text: bytes | None
+    ) -> dict[str, Any]:
+        """Decode the events array from ``buf`` + the rest of ``stream``; return trailer keys."""
+        eof = False
+        while not eof:
+            chunk = stream.read(self.block_bytes)
+            if chunk:
+                buf += chunk
+            else:
+                eof = True
+            if len(buf) < self.block_bytes and not eof:
+                continue
+            if eof:
+                break
+            cut = _last_cut(buf)
+            if cut < 0:
+                if len(buf) > _MAX_PIECE:
+                    self._raise_json_error(buf, f"no event boundary in {len(buf)} bytes")
+                continue
+            events = self._decode_piece(buf[:cut], final=False)
+            if events is None:  # the cut was not between two events: read on
+                continue
+            self._add_events(events)
+            rest = buf[cut:].lstrip()
+            self.consumed += len(buf) - len(rest) + 1
+            buf = rest[1:]  # drop the ','
+        return self._tail(buf, header_text)
+
+    def _tail(self, buf: bytes, header_text: bytes | None) -> dict[str, Any]:
+        """The last events, the closing ``]`` and (object form) the keys after it."""
+        text = buf.rstrip()
+        end = _array_end(text)
+        if end is None:
+            if header_text is not None:
+                self._raise_json_error(b"[" + text, "file ends inside 'traceEvents' (truncated?)")
+            body, trailer = text, b""  # bare array: Chrome accepts a missing ']'
+        else:
+            body, trailer = text[:end].rstrip()[:-1], text[end:]
+        body = body.rstrip()
+        if body.endswith(b","):
+            body = body[:-1]
+        self._add_events(self._decode_piece(body, final=True) or [])
+        if header_text is None:
+            if trailer.strip():
+                raise TraceFormatError(self.path, "unexpected text after the events array")
+            return {}
+        if not trailer.strip():
+            raise TraceFormatError(self.path, "file ends before the closing '}' (truncated?)")
+        doc = self._parse_lenient(header_text + b"]" + trailer, base=None, where="the header")
+        if not isinstance(doc, dict):
+            raise TraceFormatError(self.path, "JSON is not a trace object")
+        doc.pop("traceEvents", None)
+        return doc
+
+    def _decode_piece(self, piece: bytes, *, final: bool) -> list[Any] | None:
+        """Decode ``[piece]``. None when the piece does not end between events."""
+        doc = b"[" + piece + b"]"
+        try:
+            return _DECODER.decode(doc)
+        except msgspec.ValidationError:
+            pass  # some field has an unexpected type: take the careful path below
+        except msgspec.DecodeError as exc:
+            pos = _error_byte(exc)
+            ends_early = pos is None or pos >= len(doc) - 1
+            if ends_early and not final:
+                return None
+        parsed = self._parse_lenient(doc, self.total_events, "events")
+        return list(parsed)
+
+    def _parse_lenient(self, doc: bytes, base: int | None, where: str) -> Any:
+        """orjson, else Python's json (which also reads NaN/Infinity), else a clear error."""
+        import orjson
+
+        try:
+            return orjson.loads(doc)
+        except orjson.JSONDecodeError:
+            pass
+        try:
+            return json.loads(doc)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            pos = getattr(exc, "pos", None)
+            after = f" (after event #{base - 1})" if base else ""
+            at = f" at byte {self.consumed + pos}" if pos is not None else ""
+            msg = getattr(exc, "msg", str(exc))
+            raise TraceFormatError(self.path, f"invalid JSON in {where}{at}{after}: {msg}") from None
+
+    def _raise_json_error(self, text: bytes, problem: str) -> None:
+        self._parse_lenient(text, self.total_events, "events")
+        raise TraceFormatError(self.path, problem)
+
+    # - converting events -
+
+    def _add_events(self, events: list[Any]) -> None:
+        if not events:
+            return
+        base = self.total_events
+        self.total_events += len(events)
+        if all(isinstance(e, _Event) for e in events):
+            block = _Block.from_structs(events, base)
+            if "C" in block.ph:
+                # counters carry arbitrary args: read those few events again, generically
+                block.counters = _Block.from_dicts([msgspec.to_builtins(e) for e in events], 0).counters
+        else:
+            block = _Block.from_dicts(list(events), base)
+        self._add_frame(block.frame(), block.counters, base)
+
+    def _add_frame(
+        self, df: pl.DataFrame, counters: list[tuple[int, dict[str, Any]]], base: int
+    ) -> None:
+        df = self._validate(df)
+        cat = pl.col("cat").str.to_lowercase().fill_null("")
+        complete = pl.col("ph") == "X"
+        device = complete & cat.is_in(list(_DEVICE_CATS))
+        instant = pl.col("ph").is_in(["i", "I"])
+
+        kernels = df.filter(device).select(
+            _to_ns("ts").alias("ts_ns"),
+            _to_ns("dur").alias("dur_ns"),
+            pl.col("name").fill_null(""),
+            pl.col("cat"),
+            cat.replace_strict(_DEVICE_CATS, default="kernel").alias("kind"),
+            "pid",
+            "tid",
+            pl.coalesce("device", "pid").alias("device"),
+            pl.coalesce("stream", "tid").alias("stream"),
+            "correlation",
+            "external_id",
+        )
+        events = df.filter((complete & ~device) | instant).select(
+            _to_ns("ts").alias("ts_ns"),
+            pl.when(instant).then(0).otherwise(_to_ns("dur")).alias("dur_ns"),
+            pl.col("name").fill_null(""),
+            pl.col("cat").fill_null(""),
+            pl.when(instant)
+            .then(pl.lit("instant"))
+            .otherwise(cat.replace_strict(_EVENT_CATS, default="other"))
+            .alias("kind"),
+            "pid",
+            "tid",
+            "correlation",
+            "external_id",
+        )
+        flows = df.filter(pl.col("ph").is_in(["s", "t", "f"])).select(
+            _to_ns("ts").alias("ts_ns"),
+            "id",
+            pl.col("ph").alias("phase"),
+            pl.col("cat").fill_null(""),
+            "pid",
+            "tid",
+        )
+        meta = df.filter(pl.col("ph") == "M").select(
+            pl.col("name").fill_null(""), "pid", "tid", pl.col("meta_value").alias("value")
+        )
+        for key, frame, schema in (
+            ("kernels", kernels, KERNEL_SCHEMA),
+            ("events", events, EVENT_SCHEMA),
+            ("flows", flows, FLOW_SCHEMA),
+            ("metadata", meta, METADATA_SCHEMA),
+        ):
+            if frame.height:
+                self.parts[key].append(frame.cast(schema))  # type: ignore[arg-type]
+        begin_end = df.filter(pl.col("ph").is_in(["B", "E"]))
+        if begin_end.height:
+            self.parts["begin_end"].append(begin_end)
+        if counters:
+            self._add_counters(df, counters, base)
+
+    def _validate(self, df: pl.DataFrame) -> pl.DataFrame:
+        """Drop (and count) unusable events; raise for unusable device activity."""
+        ph = pl.col("ph")
+        known = ph.is_in(list(_KNOWN_PH))
+        needs_ts = known & (ph != "M")
+        ts_ok = _finite("ts")
+        dur_ok = _finite("dur") & (pl.col("dur") >= 0)
+        complete_ok = (ph != "X") | dur_ok
+        good = known & (~needs_ts | ts_ok) & complete_ok
+        if df.select(good.all()).item():
+            return df
+        checked = df.with_columns(
+            good.alias("_good"),
+            pl.when(~known)
+            .then(pl.lit("unsupported ph"))
+            .when(needs_ts & ~ts_ok)
+            .then(pl.lit("'ts' missing or not a finite number"))
+            .when(pl.col("dur").is_not_null() & pl.col("dur").is_finite() & (pl.col("dur") < 0))
+            .then(pl.lit("negative 'dur'"))
+            .otherwise(pl.lit("'dur' missing or not a finite number"))
+            .alias("_why"),
+        )
+        bad = checked.filter(~pl.col("_good"))
+        is_device = (ph == "X") & pl.col("cat").str.to_lowercase().is_in(list(_DEVICE_CATS))
+        fatal = bad.filter(is_device)
+        if fatal.height:
+            row = fatal.row(0, named=True)
+            raise TraceFormatError(
+                self.path,
+                f"{row['_why']} on device activity ({row['cat']}); cannot place it in time",
+                index=row["idx"],
+                event=describe_event(row["ph"], row["name"]),
+            )
+        for why, ph_value, count in (
+            bad.group_by("_why", "ph").len().sort("_why", "ph", nulls_last=True).iter_rows()
+        ):
+            label = f"{why} {ph_value!r}" if why == "unsupported ph" else why
+            self.skipped[label] += count
+        return checked.filter(pl.col("_good")).drop("_good", "_why")
+
+    def _add_counters(
+        self, df: pl.DataFrame, counters: list[tuple[int, dict[str, Any]]], base: int
+    ) -> None:
+        rows: list[tuple[float, str, str, float, int | None]] = []
+        good = df.filter(pl.col("ph") == "C").select("idx", "ts", "name", "pid")
+        lookup = {idx: (ts, name, pid) for idx, ts, name, pid in good.iter_rows()}
+        for i, args in counters:
+            found = lookup.get(base + i)
+            if found is None:
+                continue
+            ts, name, pid = found
+            for key, value in args.items():
+                number = _number(value)
+                if number is not None and math.isfinite(number):
+                    rows.append((ts, name or "", str(key), number, pid))
+        if rows:
+            frame = pl.DataFrame(
+                rows, schema=["ts", "name", "series", "value", "pid"], orient="row"
+            ).select(_to_ns("ts").alias("ts_ns"), "name", "series", "value", "pid")
+            self.parts["counters"].append(frame.cast(COUNTER_SCHEMA))  # type: ignore[arg-type]
+
+    def _pair_begin_end(self) -> None:
+        """Turn ``B``/``E`` pairs into complete events (matched per pid/tid, as nested)."""
+        parts = self.parts.pop("begin_end")
+        if not parts:
+            return
+        rows = pl.concat(parts).sort("idx")
+        stacks: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+        complete: list[dict[str, Any]] = []
+        for row in rows.iter_rows(named=True):
+            key = (row["pid"], row["tid"])
+            if row["ph"] == "B":
+                stacks.setdefault(key, []).append(row)
+            elif stacks.get(key):
+                begin = stacks[key].pop()
+                complete.append({**begin, "ph": "X", "dur": row["ts"] - begin["ts"]})
+            else:
+                self.skipped["'E' without a matching 'B'"] += 1
+        unmatched = sum(len(s) for s in stacks.values())
+        if unmatched:
+            self.skipped["'B' without a matching 'E'"] += unmatched
+        if complete:
+            self._add_frame(pl.DataFrame(complete, schema=rows.schema), [], 0)
+
+    def _finish(self, header: dict[str, Any]) -> Trace:
+        self._pair_begin_end()
+        frames: dict[str, pl.DataFrame] = {}
+        schemas = {
+            "kernels": KERNEL_SCHEMA,
+            "events": EVENT_SCHEMA,
+            "flows": FLOW_SCHEMA,
+            "counters": COUNTER_SCHEMA,
+            "metadata": METADATA_SCHEMA,
+        }
+        for key, schema in schemas.items():
+            parts = self.parts.pop(key)
+            frame = pl.concat(parts, rechunk=True) if parts else empty_frame(schema)
+            del parts
+            if "ts_ns" in frame.columns:
+                frame = frame.sort("ts_ns", maintain_order=True)
+            frames[key] = frame
+
+        kernels = frames["kernels"]
+        unique = kernels.unique(maintain_order=True)
+        duplicates = kernels.height - unique.height
+        if duplicates:
+            self.skipped["duplicated device events (identical copies dropped)"] += duplicates
+            frames["kernels"] = unique
+
+        warnings_list = tuple(
+            f"{count} event{'s' if count != 1 else ''} skipped: {why}"
+            for why, count in sorted(self.skipped.items())
+        )
+        for line in warnings_list:
+            warnings.warn(TraceviewWarning(f"{self.path}: {line}"), stacklevel=3)
+        meta = _meta(self.path, header, self.total_events, self.skipped, warnings_list)
+        return Trace(meta=meta, **frames)
+
+
+def _meta(
+    path: str,
+    header: dict[str, Any],
+    events: int,
+    skipped: Counter[str],
+    warnings_list: tuple[str, ...],
+) -> TraceMeta:
+    props_raw = header.pop("deviceProperties", None)
+    props = tuple(p for p in props_raw if isinstance(p, dict)) if isinstance(props_raw, list) else ()
+    gpu = next((str(p["name"]) for p in props if p.get("name")), None)
+    schema = header.pop("schemaVersion", None)
+    base = header.pop("baseTimeNanoseconds", None)
+    is_kineto = schema is not None or props_raw is not None or "distributedInfo" in header
+    return TraceMeta(
+        path=path,
+        format="kineto" if is_kineto else "chrome",
+        schema_version=schema if isinstance(schema, int) else None,
+        base_time_ns=base if isinstance(base, int) else None,
+        device_properties=props,
+        gpu_name=gpu,
+        events=events,
+        skipped_events=sum(skipped.values()),
+        warnings=warnings_list,
+        extra=header,
+    )
+
+
+def _last_cut(buf: bytes) -> int:
+    """Offset just after the last ``}`` that is followed by ``, {`` (a likely event boundary).
+
+    The candidate is only likely: the decoder validates it (a cut inside a string or a
+    nested object cannot decode, since raw JSON strings cannot hold an unescaped quote).
+    """
+    start = max(0, len(buf) - (1 << 20))
+    while True:
+        last = -1
+        for match in _CUT.finditer(buf, start):
+            last = match.start() + 1
+        if last >= 0 or start == 0:
+            return last
+        start = max(0, start - (4 << 20))
+
+
+def _array_end(text: bytes) -> int | None:
+    """Offset in ``text`` just past the ``]`` that closes the events array (None: no ``]``).
+
+    ``text`` is what follows the array's opening ``[``.
+    """
+    doc = b"[" + text
+    try:
+        _DECODER.decode(doc)
+        return len(text)
+    except msgspec.ValidationError:
+        pass
+    except msgspec.DecodeError as exc:
+        pos = _error_byte(exc)
+        if pos is not None and "trailing characters" in str(exc):
+            return pos - 2
+    try:  # Python's decoder tolerates NaN and stops at the array's end
+        s = doc.decode("utf-8", errors="replace")
+        _, end = json.JSONDecoder().raw_decode(s)
+        return len(s[:end].encode("utf-8")) - 1
+    except ValueError:
+        return None
+
+
+def _error_byte(exc: Exception) -> int | None:
+    """msgspec's ``(byte N)``: N is one past the offending byte's offset."""
+    match = _BYTE_POS.search(str(exc))
+    return int(match.group(1)) if match else None
+
+
+def iter_trace_files(root: str | os.PathLike[str]) -> Iterator[str]:
+    """Trace files (``*.json``, ``*.json.gz``) under a folder, sorted."""
+    for dirpath, _dirs, files in sorted(os.walk(root)):
+        for f in sorted(files):
+            if f.endswith((".json", ".json.gz")):
+                yield os.path.join(dirpath, f)

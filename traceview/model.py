@@ -1,0 +1,205 @@
+"""The event model: one immutable :class:`Trace` of polars frames.
+
+All times are ``Int64`` nanoseconds. The loader converts Kineto's float microseconds
+once (``ts_ns = round(ts_us * 1000)``, computed exactly as integer + fraction); nothing
+downstream sees floats or microseconds. An event's end is ``ts_ns + dur_ns`` and is
+never stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import polars as pl
+
+# Normalised event kinds. Device activity is the first three.
+DEVICE_KINDS = ("kernel", "memcpy", "memset")
+EVENT_KINDS = (
+    *DEVICE_KINDS,
+    "cpu_op",
+    "runtime",
+    "driver",
+    "user_annotation",
+    "gpu_user_annotation",
+    "python_function",
+    "instant",
+    "sync",
+    "other",
+)
+Kind = pl.Enum(list(EVENT_KINDS))
+FlowPhase = pl.Enum(["s", "t", "f"])
+
+KERNEL_SCHEMA: dict[str, pl.DataType] = {
+    "ts_ns": pl.Int64(),
+    "dur_ns": pl.Int64(),
+    "name": pl.Categorical(),
+    "cat": pl.Categorical(),
+    "kind": Kind,
+    "pid": pl.Int64(),
+    "tid": pl.Int64(),
+    "device": pl.Int64(),
+    "stream": pl.Int64(),
+    "correlation": pl.Int64(),
+    "external_id": pl.Int64(),
+}
+"""Columns of :attr:`Trace.kernels` (device activity: kernels, memcpy, memset).
+
+- ``ts_ns`` (Int64, ns): start time, on the trace's own clock.
+- ``dur_ns`` (Int64, ns): duration, never negative.
+- ``name`` (Categorical): kernel name as written by the profiler.
+- ``cat`` (Categorical): the category as written (``kernel``, ``gpu_memcpy``, ``Kernel``...).
+- ``kind`` (Enum): ``kernel`` | ``memcpy`` | ``memset``.
+- ``pid``, ``tid`` (Int64): the event's pid/tid (GPU events: pid = device, tid = stream);
+  null where the trace wrote a string.
+- ``device`` (Int64): ``args.device``, else pid.
+- ``stream`` (Int64): ``args.stream``, else tid.
+- ``correlation`` (Int64, nullable): ``args.correlation``, links a kernel to its launch.
+- ``external_id`` (Int64, nullable): ``args["External id"]``, links to the CPU op.
+"""
+
+EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "ts_ns": pl.Int64(),
+    "dur_ns": pl.Int64(),
+    "name": pl.Categorical(),
+    "cat": pl.Categorical(),
+    "kind": Kind,
+    "pid": pl.Int64(),
+    "tid": pl.Int64(),
+    "correlation": pl.Int64(),
+    "external_id": pl.Int64(),
+}
+"""Columns of :attr:`Trace.events` (every complete or instant event that is not device
+activity: cpu_op, cuda_runtime, annotations, python_function, instants with ``dur_ns`` 0).
+Same meaning as in :data:`KERNEL_SCHEMA`."""
+
+FLOW_SCHEMA: dict[str, pl.DataType] = {
+    "ts_ns": pl.Int64(),
+    "id": pl.Int64(),
+    "phase": FlowPhase,
+    "cat": pl.Categorical(),
+    "pid": pl.Int64(),
+    "tid": pl.Int64(),
+}
+"""Columns of :attr:`Trace.flows`: one row per flow event (``ph`` s/t/f). ``id`` is the
+flow id (Kineto: the correlation id for ``ac2g``); ``phase`` is s (start), t (step), f
+(finish)."""
+
+COUNTER_SCHEMA: dict[str, pl.DataType] = {
+    "ts_ns": pl.Int64(),
+    "name": pl.Categorical(),
+    "series": pl.String(),
+    "value": pl.Float64(),
+    "pid": pl.Int64(),
+}
+"""Columns of :attr:`Trace.counters`: one row per counter value (``ph: "C"``, one row per
+key of its ``args``). ``value`` is a float in the counter's own unit."""
+
+METADATA_SCHEMA: dict[str, pl.DataType] = {
+    "name": pl.String(),
+    "pid": pl.Int64(),
+    "tid": pl.Int64(),
+    "value": pl.String(),
+}
+"""Columns of :attr:`Trace.metadata`: ``ph: "M"`` events (``process_name``,
+``thread_name``, ``process_labels``, sort indices) with their value as a string."""
+
+
+def empty_frame(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """An empty frame with the given schema."""
+    return pl.DataFrame(schema=schema)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceMeta:
+    """What the trace says about itself.
+
+    Attributes:
+        path: the file it was loaded from.
+        format: ``"kineto"`` (a torch profiler trace) or ``"chrome"`` (any other Chrome JSON).
+        schema_version: Kineto's ``schemaVersion`` (None when absent).
+        base_time_ns: Kineto's ``baseTimeNanoseconds`` (None when absent).
+        device_properties: the ``deviceProperties`` list as written (GPU name, SMs, memory).
+        gpu_name: the first GPU's name, or None.
+        events: number of entries in ``traceEvents``, all kinds, skipped ones included.
+        skipped_events: entries that could not be used (counted, never silently dropped).
+        warnings: one line per kind of recoverable anomaly found while loading.
+        extra: every other top-level key of the document (distributedInfo, versions, ...).
+    """
+
+    path: str
+    format: str = "chrome"
+    schema_version: int | None = None
+    base_time_ns: int | None = None
+    device_properties: tuple[dict[str, Any], ...] = ()
+    gpu_name: str | None = None
+    events: int = 0
+    skipped_events: int = 0
+    warnings: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """An immutable trace: metadata plus polars frames.
+
+    Attributes:
+        meta: :class:`TraceMeta`.
+        kernels: device activity, sorted by ``ts_ns``; columns in :data:`KERNEL_SCHEMA`.
+        events: all other complete/instant events, sorted by ``ts_ns``; :data:`EVENT_SCHEMA`.
+        flows: flow events; :data:`FLOW_SCHEMA`.
+        counters: counter values; :data:`COUNTER_SCHEMA`.
+        metadata: ``ph: "M"`` events; :data:`METADATA_SCHEMA`.
+
+    Transformations (:meth:`window`, :meth:`device`) return new traces.
+    """
+
+    meta: TraceMeta
+    kernels: pl.DataFrame
+    events: pl.DataFrame
+    flows: pl.DataFrame
+    counters: pl.DataFrame
+    metadata: pl.DataFrame
+
+    @property
+    def devices(self) -> list[int]:
+        """Devices that ran at least one kernel, ascending."""
+        return sorted(self.kernels["device"].drop_nulls().unique().to_list())
+
+    @property
+    def streams(self) -> list[tuple[int, int]]:
+        """``(device, stream)`` pairs that carry device activity, ascending."""
+        pairs = self.kernels.select("device", "stream").unique().drop_nulls()
+        return sorted(pairs.iter_rows())
+
+    def span_ns(self) -> tuple[int, int] | None:
+        """``(first start, last end)`` over device activity, else over all events."""
+        for frame in (self.kernels, self.events):
+            if frame.height:
+                row = frame.select(
+                    pl.col("ts_ns").min().alias("a"),
+                    (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("b"),
+                ).row(0)
+                return int(row[0]), int(row[1])
+        return None
+
+    def window(self, t0_ns: int, t1_ns: int) -> Trace:
+        """The events that start in ``[t0_ns, t1_ns)`` (ns, the trace's own clock).
+
+        Events are kept whole (not clipped); flows and counters are filtered the same way.
+        """
+
+        def keep(frame: pl.DataFrame) -> pl.DataFrame:
+            return frame.filter((pl.col("ts_ns") >= t0_ns) & (pl.col("ts_ns") < t1_ns))
+
+        return replace(
+            self,
+            kernels=keep(self.kernels),
+            events=keep(self.events),
+            flows=keep(self.flows),
+            counters=keep(self.counters),
+        )
+
+    def device(self, device: int) -> Trace:
+        """The trace restricted to one device's activity (host events are kept)."""
+        return replace(self, kernels=self.kernels.filter(pl.col("device") == device))
