@@ -206,12 +206,14 @@ def _open_text(path: str, total: int, progress: Progress | None) -> BinaryIO:
 
         # Decompression runs in a background thread (ISA-L releases the GIL), overlapping
         # with JSON decoding in this one.
-        stream: BinaryIO = igzip_threaded.open(counting, "rb", threads=1)
+        stream: BinaryIO = igzip_threaded.open(  # type: ignore[no-untyped-call]
+            counting, "rb", threads=1
+        )
         return stream
     if magic == _ZSTD_MAGIC:
         counting.close()
         raise TraceFormatError(path, "zstd-compressed traces are not supported; run zstd -d")
-    return io.BufferedReader(counting, buffer_size=1 << 20)  # type: ignore[return-value]
+    return io.BufferedReader(counting, buffer_size=1 << 20)
 
 
 # --- per-block columns -------------------------------------------------------------------
@@ -263,7 +265,7 @@ class _Block:
         block = cls(base=base)
         for i, e in enumerate(events):
             if not isinstance(e, dict):
-                e = {"ph": None, "name": f"<{type(e).__name__}>"}
+                e = {"ph": "<not an object>", "name": f"<{type(e).__name__}>"}
             args = e.get("args")
             if not isinstance(args, dict):
                 args = {}
@@ -415,7 +417,7 @@ class _Loader:
             header = self._stream_events(stream, data[len(header_text) :], header_text)
         else:
             raise TraceFormatError(
-                self.path, "not JSON: a trace starts with '{' or '[' (is this a trace file?)"
+                self.path, "not a trace file: a JSON trace starts with '{' or '['"
             )
         return self._finish(header)
 
@@ -466,10 +468,8 @@ class _Loader:
                 if len(buf) > _MAX_PIECE:
                     self._raise_json_error(buf, f"no event boundary in {len(buf)} bytes")
                 continue
-            events = self._decode_piece(buf[:cut], final=False)
-            if events is None:  # the cut was not between two events: read on
-                continue
-            self._add_events(events)
+            if not self._consume_piece(buf[:cut], final=False):
+                continue  # the cut was not between two events: read on
             rest = buf[cut:].lstrip()
             self.consumed += len(buf) - len(rest) + 1
             buf = rest[1:]  # drop the ','
@@ -488,7 +488,7 @@ class _Loader:
         body = body.rstrip()
         if body.endswith(b","):
             body = body[:-1]
-        self._add_events(self._decode_piece(body, final=True) or [])
+        self._consume_piece(body, final=True)
         if header_text is None:
             if trailer.strip():
                 raise TraceFormatError(self.path, "unexpected text after the events array")
@@ -501,20 +501,26 @@ class _Loader:
         doc.pop("traceEvents", None)
         return doc
 
-    def _decode_piece(self, piece: bytes, *, final: bool) -> list[Any] | None:
-        """Decode ``[piece]``. None when the piece does not end between events."""
+    def _consume_piece(self, piece: bytes, *, final: bool) -> bool:
+        """Decode ``[piece]`` and add its events; False when it does not end between events."""
         doc = b"[" + piece + b"]"
         try:
-            return _DECODER.decode(doc)
+            events = _DECODER.decode(doc)
         except msgspec.ValidationError:
             pass  # some field has an unexpected type: take the careful path below
         except msgspec.DecodeError as exc:
             pos = _error_byte(exc)
             ends_early = pos is None or pos >= len(doc) - 1
             if ends_early and not final:
-                return None
-        parsed = self._parse_lenient(doc, self.total_events, "events")
-        return list(parsed)
+                return False
+        else:
+            counters = None
+            if any(e.ph == "C" for e in events):  # counters carry arbitrary args
+                counters = self._parse_lenient(doc, self.total_events, "events")
+            self._add_events(events, counters)
+            return True
+        self._add_events(list(self._parse_lenient(doc, self.total_events, "events")))
+        return True
 
     def _parse_lenient(self, doc: bytes, base: int | None, where: str) -> Any:
         """orjson, else Python's json (which also reads NaN/Infinity), else a clear error."""
@@ -531,7 +537,8 @@ class _Loader:
             after = f" (after event #{base - 1})" if base else ""
             at = f" at byte {self.consumed + pos}" if pos is not None else ""
             msg = getattr(exc, "msg", str(exc))
-            raise TraceFormatError(self.path, f"invalid JSON in {where}{at}{after}: {msg}") from None
+            problem = f"invalid JSON in {where}{at}{after}: {msg}"
+            raise TraceFormatError(self.path, problem) from None
 
     def _raise_json_error(self, text: bytes, problem: str) -> None:
         self._parse_lenient(text, self.total_events, "events")
@@ -539,16 +546,20 @@ class _Loader:
 
     # - converting events -
 
-    def _add_events(self, events: list[Any]) -> None:
+    def _add_events(self, events: list[Any], generic: list[Any] | None = None) -> None:
+        """Add decoded events (typed structs or plain JSON values) to the frames.
+
+        ``generic`` is the same events decoded as plain JSON, given when typed events
+        include counters, whose args the typed decoder does not keep.
+        """
         if not events:
             return
         base = self.total_events
         self.total_events += len(events)
         if all(isinstance(e, _Event) for e in events):
             block = _Block.from_structs(events, base)
-            if "C" in block.ph:
-                # counters carry arbitrary args: read those few events again, generically
-                block.counters = _Block.from_dicts([msgspec.to_builtins(e) for e in events], 0).counters
+            if generic is not None:
+                block.counters = _Block.from_dicts(generic, 0).counters
         else:
             block = _Block.from_dicts(list(events), base)
         self._add_frame(block.frame(), block.counters, base)
@@ -700,6 +711,12 @@ class _Loader:
 
     def _finish(self, header: dict[str, Any]) -> Trace:
         self._pair_begin_end()
+        if self.total_events and sum(self.skipped.values()) >= self.total_events:
+            reasons = "; ".join(f"{n} {why}" for why, n in sorted(self.skipped.items()))
+            raise TraceFormatError(
+                self.path,
+                f"not a trace: none of its {self.total_events} events is usable ({reasons})",
+            )
         frames: dict[str, pl.DataFrame] = {}
         schemas = {
             "kernels": KERNEL_SCHEMA,
@@ -741,7 +758,8 @@ def _meta(
     warnings_list: tuple[str, ...],
 ) -> TraceMeta:
     props_raw = header.pop("deviceProperties", None)
-    props = tuple(p for p in props_raw if isinstance(p, dict)) if isinstance(props_raw, list) else ()
+    listed = props_raw if isinstance(props_raw, list) else []
+    props = tuple(p for p in listed if isinstance(p, dict))
     gpu = next((str(p["name"]) for p in props if p.get("name")), None)
     schema = header.pop("schemaVersion", None)
     base = header.pop("baseTimeNanoseconds", None)

@@ -1,1 +1,56 @@
-def main() -> None: ...
+"""The ``traceview`` command: a click group over the library; errors become one line."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import Any
+
+import click
+
+from traceview.errors import TraceviewError, TraceviewWarning
+
+
+class _Group(click.Group):
+    """Turns a TraceviewError into ``Error: <message>`` on stderr and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            with warnings.catch_warnings():
+                # commands print trace.meta.warnings themselves, once, in a summary line
+                warnings.simplefilter("ignore", TraceviewWarning)
+                return super().invoke(ctx)
+        except TraceviewError as exc:
+            if ctx.params.get("debug"):
+                raise
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="traceview")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def cli(debug: bool) -> None:
+    """Analyse GPU profiler traces of LLM inference engines.
+
+    Exit codes: 0 ok, 1 a check failed, 2 bad input or usage, 3 missing optional dependency.
+    """
+
+
+def _register() -> None:
+    from traceview.cli import info
+
+    for command in (info.info,):
+        cli.add_command(command)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point."""
+    try:
+        cli.main(args=argv, prog_name="traceview")
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)

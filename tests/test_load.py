@@ -1,0 +1,212 @@
+"""The loader against planted truth, and its format handling."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import GENERATED, truth
+
+import traceview as tv
+from fixtures.build import TraceBuilder, us
+from traceview.load import LoadOptions
+from traceview.model import KERNEL_SCHEMA
+
+
+def test_fixture_counts_and_times_match_truth(scenario: str) -> None:
+    t = truth(scenario)
+    trace = tv.load(GENERATED / f"{scenario}.json.gz")
+    assert trace.meta.events == t["events"]
+    assert trace.meta.skipped_events == 0
+    assert trace.kernels.height == t["kernels"]
+    assert trace.span_ns() == (t["start_ns"], t["end_ns"])
+    assert sorted({s for _, s in trace.streams}) == t["streams"]
+    assert trace.kernels["dur_ns"].sum() == sum(f["total_ns"] for f in t["families"].values())
+    memory = t["families"].get("memory", {"count": 0})["count"]
+    assert trace.kernels.filter(pl.col("kind") != "kernel").height == memory
+    # every planted step start and anchor is a kernel start, to the nanosecond
+    starts = set(trace.kernels["ts_ns"].to_list())
+    for step in t["steps"]:
+        assert step["start_ns"] in starts and step["anchor_ns"] in starts
+    assert trace.meta.gpu_name == "NVIDIA H200"
+    assert trace.kernels["ts_ns"].is_sorted()
+
+
+def test_schema_and_dtypes() -> None:
+    trace = tv.load(GENERATED / "hybrid_chunked.json.gz")
+    assert dict(trace.kernels.schema) == KERNEL_SCHEMA
+    assert trace.meta.base_time_ns == 1_767_189_312_000_000_000
+    assert trace.meta.schema_version == 1
+    assert trace.meta.format == "kineto"
+    assert trace.events.filter(pl.col("kind") == "runtime").height == trace.kernels.height
+    assert trace.flows.filter(pl.col("phase") == "s").height == trace.kernels.height
+
+
+@pytest.mark.parametrize("block", [2_048, 65_536], ids=["2KB", "64KB"])
+def test_block_size_does_not_change_result(block: int) -> None:
+    path = GENERATED / "hybrid_tight.json.gz"
+    whole = tv.load(path)
+    cut = tv.load(path, options=LoadOptions(block_bytes=block))
+    for name in ("kernels", "events", "flows", "metadata"):
+        assert getattr(cut, name).equals(getattr(whole, name)), name
+
+
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [
+        ("5117567635320.360", 5_117_567_635_320_360),
+        ("5117567635320.361", 5_117_567_635_320_361),
+        ("5117567635320.999", 5_117_567_635_320_999),
+        ("8796093022207.001", 8_796_093_022_207_001),
+        ("1683564902133354", 1_683_564_902_133_354_000),
+        ("0.001", 1),
+        ("-12.250", -12_250),
+        ("87412.863", 87_412_863),
+    ],
+)
+def test_microseconds_become_exact_nanoseconds(tmp_path: Path, text: str, ns: int) -> None:
+    doc = (
+        '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, '
+        f'"ts": {text}, "dur": 1.001}}]}}'
+    )
+    (tmp_path / "t.json").write_text(doc)
+    k = tv.load(tmp_path / "t.json").kernels
+    assert k["ts_ns"].to_list() == [ns]
+    assert k["dur_ns"].to_list() == [1_001]
+
+
+def test_every_3_decimal_timestamp_in_a_range_is_exact(tmp_path: Path) -> None:
+    base = 5_117_567_635_000_000
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0, "dur": 0}] * 0
+    lines = [
+        f'{{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":{us(base + i)},'
+        f'"dur":{us(i % 997)}}}'
+        for i in range(20_000)
+    ]
+    (tmp_path / "t.json").write_text("[" + ",\n".join(lines) + "]")
+    k = tv.load(tmp_path / "t.json").kernels
+    assert events == []
+    assert k["ts_ns"].to_list() == [base + i for i in range(20_000)]
+    assert k["dur_ns"].to_list() == [i % 997 for i in range(20_000)]
+
+
+def _small(tmp_path: Path) -> TraceBuilder:
+    tb = TraceBuilder()
+    tb.kernel("gemm_a", 1_000_000, 5_000)
+    tb.kernel("void f<{lambda()#1}, {lambda()#2}>(int)},\n{", 1_010_000, 2_000, stream=9)
+    tb.kernel("Memset (Device)", 1_020_000, 1_000, cat="gpu_memset")
+    tb.cpu_op("aten::mm", 999_000, 3_000)
+    return tb
+
+
+def test_gzip_detected_by_magic_not_name(tmp_path: Path) -> None:
+    tb = _small(tmp_path)
+    plain = tb.write(tmp_path / "a.json")
+    zipped = tmp_path / "b.json"  # gzip content under a .json name
+    zipped.write_bytes(gzip.compress(plain.read_bytes()))
+    unzipped = tmp_path / "c.json.gz"  # plain content under a .gz name
+    unzipped.write_bytes(plain.read_bytes())
+    frames = [tv.load(p).kernels for p in (plain, zipped, unzipped)]
+    assert frames[0].height == 3
+    assert frames[0].equals(frames[1]) and frames[0].equals(frames[2])
+
+
+def test_names_with_json_punctuation_survive(tmp_path: Path) -> None:
+    trace = tv.load(
+        _small(tmp_path).write(tmp_path / "a.json"), options=LoadOptions(block_bytes=64)
+    )
+    assert "void f<{lambda()#1}, {lambda()#2}>(int)},\n{" in trace.kernels["name"].to_list()
+
+
+def _events_json(n: int) -> list[str]:
+    return [
+        json.dumps(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": f"k{i}",
+                "pid": 0,
+                "tid": 7,
+                "ts": 10 + i,
+                "dur": 0.5,
+            }
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" + ",".join(_events_json(3)) + "]",
+        "[" + ",\n".join(_events_json(3)) + "\n",  # Chrome accepts a missing ']'
+        "[" + ",\n".join(_events_json(3)) + ",\n",  # ... and a trailing comma before it
+        '{"traceEvents": [' + ", ".join(_events_json(3)) + '], "displayTimeUnit": "ns"}',
+        '{"otherData": {"traceEvents": 1}, "traceEvents": [' + ",".join(_events_json(3)) + "]}",
+        '{"displayTimeUnit": "ns", "traceEvents": [' + ",".join(_events_json(3)) + "]}\n\n",
+    ],
+    ids=[
+        "array",
+        "array-no-bracket",
+        "array-trailing-comma",
+        "object",
+        "object-nested-key",
+        "object-key-first",
+    ],
+)
+def test_document_forms(tmp_path: Path, text: str) -> None:
+    (tmp_path / "t.json").write_text(text)
+    trace = tv.load(tmp_path / "t.json")
+    assert trace.kernels["name"].cast(pl.String).to_list() == ["k0", "k1", "k2"]
+    assert trace.kernels["ts_ns"].to_list() == [10_000, 11_000, 12_000]
+    assert trace.meta.skipped_events == 0
+
+
+def test_begin_end_pairs_become_complete_events(tmp_path: Path) -> None:
+    events = [
+        {"ph": "B", "name": "outer", "cat": "user_annotation", "pid": 1, "tid": 1, "ts": 10},
+        {"ph": "B", "name": "inner", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 12},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 15},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 20},
+    ]
+    (tmp_path / "t.json").write_text(json.dumps(events))
+    ev = tv.load(tmp_path / "t.json").events.sort("ts_ns")
+    assert ev.select("name", "ts_ns", "dur_ns").rows() == [
+        ("outer", 10_000, 10_000),
+        ("inner", 12_000, 3_000),
+    ]
+
+
+def test_counters_and_metadata(tmp_path: Path) -> None:
+    events = [
+        {"ph": "C", "name": "Memory", "pid": 0, "ts": 5, "args": {"Total Allocated": 1024}},
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7"}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1},
+    ]
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": events}))
+    trace = tv.load(tmp_path / "t.json")
+    assert trace.counters.select("ts_ns", "series", "value").rows() == [
+        (5_000, "Total Allocated", 1024.0)
+    ]
+    assert trace.metadata.rows() == [("thread_name", 0, 7, "stream 7")]
+
+
+def test_window_and_device(tmp_path: Path) -> None:
+    trace = tv.load(GENERATED / "dense_sglang.json.gz")
+    t = truth("dense_sglang")
+    s5, s6 = t["steps"][5]["start_ns"], t["steps"][6]["start_ns"]
+    w = trace.window(s5, s6)
+    assert w.kernels.height == t["steps"][5]["kernels"]
+    assert w.kernels["ts_ns"].min() == s5
+    assert trace.device(0).kernels.height == trace.kernels.height
+    assert trace.device(1).kernels.height == 0
+    assert trace.kernels.height == t["kernels"]  # the original is unchanged
+
+
+def test_old_kineto_categories_are_device_activity() -> None:
+    trace = tv.load(GENERATED / "hybrid_tight.json.gz")
+    assert set(trace.kernels["cat"].cast(pl.String).unique()) == {"Kernel", "Memcpy"}
+    assert trace.kernels.height == truth("hybrid_tight")["kernels"]

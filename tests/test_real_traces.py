@@ -1,0 +1,99 @@
+"""Every real trace in ../shared/traces loads, and its counts match an independent count."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from conftest import real_traces
+
+import traceview as tv
+from traceview.cli import cli
+
+TRACES = real_traces()
+pytestmark = pytest.mark.skipif(not TRACES, reason="../shared/traces is not present")
+
+DEVICE = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+
+
+def raw_counts(path: Path) -> dict[str, int]:
+    """Counts straight from the JSON with Python's own json module (no traceview code)."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    c: Counter[str] = Counter()
+    for e in events:
+        ph, cat = e.get("ph"), str(e.get("cat", "")).lower()
+        if ph == "X" and cat in DEVICE:
+            c["kernels"] += 1
+            c["kernel_dur_ns"] += round(e["dur"] * 1000)
+            c[f"stream:{e['args'].get('stream', e['tid'])}"] += 1
+        elif ph in ("X", "i", "I"):
+            c["events"] += 1
+        elif ph in ("s", "t", "f"):
+            c["flows"] += 1
+        elif ph == "M":
+            c["metadata"] += 1
+    c["total"] = len(events)
+    first = min(
+        (e["ts"] for e in events if e.get("ph") == "X" and str(e.get("cat", "")).lower() in DEVICE),
+        default=None,
+    )
+    c["first_kernel_ns"] = (
+        math.floor(first) * 1000 + round((first - math.floor(first)) * 1000)
+        if first is not None
+        else -1
+    )
+    return c
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
+def test_real_trace_loads_with_exact_counts(path: Path) -> None:
+    raw = raw_counts(path)
+    trace = tv.load(path)
+    assert trace.meta.events == raw["total"]
+    assert trace.meta.skipped_events == 0
+    assert trace.kernels.height == raw["kernels"]
+    assert trace.events.height == raw["events"]
+    assert trace.flows.height == raw["flows"]
+    assert trace.metadata.height == raw["metadata"]
+    assert trace.kernels["dur_ns"].sum() == raw["kernel_dur_ns"]
+    streams = trace.kernels.group_by("stream").len()
+    assert {f"stream:{s}": n for s, n in streams.iter_rows()} == {
+        k: v for k, v in raw.items() if k.startswith("stream:")
+    }
+    if trace.kernels.height:
+        assert trace.kernels["ts_ns"].min() == raw["first_kernel_ns"]
+        assert trace.kernels.filter(pl.col("dur_ns") < 0).height == 0
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
+def test_real_trace_info_command(path: Path) -> None:
+    result = CliRunner().invoke(cli, ["info", str(path), "--json"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["events"] == sum(row["count"] for row in doc["categories"])
+
+
+def test_cuda_sync_events_are_not_device_activity() -> None:
+    path = next((p for p in TRACES if p.name == "a100_alexnet_benchmark.json.gz"), None)
+    if path is None:
+        pytest.skip("alexnet trace absent")
+    trace = tv.load(path)
+    sync = trace.events.filter(pl.col("kind") == "sync")
+    assert sync.height == 41
+    assert 4294967295 not in trace.kernels["stream"].to_list()
+
+
+def test_rocm_trace_device_and_stream() -> None:
+    path = next((p for p in TRACES if p.name == "rocm-mi-sglang-qwen3-8b-decode.json.gz"), None)
+    if path is None:
+        pytest.skip("ROCm trace absent")
+    trace = tv.load(path)
+    assert trace.devices == [9]
+    assert trace.meta.gpu_name == "AMD Instinct MI300X"

@@ -1,0 +1,1 @@
+"""Pure analyses: Trace -> polars DataFrame / plain data. They never print or plot."""

@@ -1,0 +1,22 @@
+"""``traceview info TRACE``: what the trace holds."""
+
+from __future__ import annotations
+
+import click
+import orjson
+
+from traceview.analysis.info import info as info_doc
+from traceview.cli._options import json_option, load_trace, trace_argument
+from traceview.render.table import render_info
+
+
+@click.command()
+@trace_argument
+@json_option
+def info(trace: str, as_json: bool) -> None:
+    """Show what TRACE holds: events by category, kernels, devices, streams, span, GPU."""
+    doc = info_doc(load_trace(trace))
+    if as_json:
+        click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+    else:
+        render_info(doc)

@@ -1,0 +1,1 @@
+"""Renderers: turn analysis results into terminal tables, files and charts."""
