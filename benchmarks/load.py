@@ -1,0 +1,298 @@
+"""Loading speed and memory: traceview.load against the obvious approach and its floor.
+
+    python benchmarks/load.py                    # 1M kernels (~4.4M events, ~1.4 GB JSON)
+    python benchmarks/load.py --kernels 200000   # smaller
+    python benchmarks/load.py --stages           # also time each stage (gzip, JSON decode)
+
+Generates (once, cached in benchmarks/out/) a Kineto-shaped trace: per kernel a
+cudaLaunchKernel, an ac2g flow pair, and every third kernel a cpu_op; every 20th kernel a
+memcpy with its launch. Each approach then runs in a fresh process, so its peak RSS is its
+own, and every approach runs in the same invocation, so the ratios compare like with like
+on a shared, noisy machine:
+
+- ``import``      the interpreter with polars/numpy/orjson imported (the RSS baseline)
+- ``floor``       stdlib gzip + ``orjson.loads`` of the whole document, no frames
+- ``obvious``     the obvious loader: stdlib gzip + ``orjson.loads`` + polars frames of
+                  kernels and other events with ns times (what traceview replaces)
+- ``traceview``   ``traceview.load`` (all frames built)
+- ``hta``         HolisticTraceAnalysis's parser, when it is installed
+
+Repeats each measurement (``--repeat``, default 2) and reports the fastest run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OUT = Path(__file__).parent / "out"
+
+KERNEL = (
+    '  {{\n    "ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": 7,\n'
+    '    "ts": {ts}, "dur": {dur},\n    "args": {{\n'
+    '      "External id": {c}, "queued": 0, "device": 0, "context": 1, "stream": 7, '
+    '"correlation": {c}, "registers per thread": 128, "shared memory": 32768, '
+    '"blocks per SM": 1.0, "warps per SM": 4.0, "grid": [132, 1, 1], "block": [128, 1, 1], '
+    '"est. achieved occupancy %": 6\n    }}\n  }}'
+)
+MEMCPY = (
+    '  {{\n    "ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", '
+    '"pid": 0, "tid": 2,\n    "ts": {ts}, "dur": {dur},\n    "args": {{\n'
+    '      "External id": {c}, "device": 0, "context": 1, "stream": 2, "correlation": {c}, '
+    '"bytes": 4096, "memory bandwidth (GB/s)": 2.5\n    }}\n  }}'
+)
+LAUNCH = (
+    '  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "{name}", "pid": 4242, '
+    '"tid": 4242,\n    "ts": {ts}, "dur": 4.250,\n    "args": {{\n'
+    '      "External id": {c}, "cbid": 211, "correlation": {c}\n    }}\n  }}'
+)
+FLOW_S = ('  {{\n    "ph": "s", "id": {c}, "pid": 4242, "tid": 4242, "ts": {ts},\n'
+          '    "cat": "ac2g", "name": "ac2g"\n  }}')
+FLOW_F = ('  {{\n    "ph": "f", "id": {c}, "pid": 0, "tid": {tid}, "ts": {ts},\n'
+          '    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }}')
+CPU_OP = (
+    '  {{\n    "ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 4242, "tid": 4242,\n'
+    '    "ts": {ts}, "dur": 12.500,\n    "args": {{\n      "External id": {c}, '
+    '"Record function id": 0, "Sequence number": {c}, "Fwd thread id": 0, "Ev Idx": {c}\n'
+    '    }}\n  }}'
+)
+NAMES = [
+    "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, "
+    "false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 4, cutlass::bfloat16_t> >"
+    ", false, true, false, false, true, true, false, false>(flash::Flash_fwd_params)",
+    "nvjet_tst_128x64_64x8_2x1_v_bz_TNT",
+    "void vllm::rms_norm_kernel<c10::BFloat16, 8, 4>(c10::BFloat16*, c10::BFloat16 const*, "
+    "c10::BFloat16 const*, float, int, int)",
+    "fused_recurrent_gated_delta_rule_fwd_kernel",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+    "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+]
+
+
+def us(ns: int) -> str:
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+def generate(kernels: int) -> Path:
+    """Write (once) a Kineto-shaped trace with ``kernels`` kernels; return its path."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"bench_{kernels}.pt.trace.json.gz"
+    if path.exists():
+        return path
+    from isal import igzip_threaded
+
+    tmp = path.with_suffix(".tmp")
+    t = 5_117_567_635_320_360
+    with igzip_threaded.open(tmp, "wb", compresslevel=1, threads=2) as f:
+        f.write(b'{\n  "schemaVersion": 1,\n  "deviceProperties": [{"id": 0, "name": '
+                b'"NVIDIA H200", "numSms": 132}],\n  "traceEvents": [\n')
+        batch: list[str] = []
+        first = True
+        for i in range(kernels):
+            c = 10_000 + i
+            t += 2_500
+            if i % 20 == 0:  # a memcpy with its own launch
+                batch.append(LAUNCH.format(name="cudaMemcpyAsync", ts=us(t - 90_000), c=c + 900_000_000))
+                batch.append(MEMCPY.format(ts=us(t), dur="2.112", c=c + 900_000_000))
+            if i % 3 == 0:
+                batch.append(CPU_OP.format(ts=us(t - 95_000), c=c))
+            batch.append(LAUNCH.format(name="cudaLaunchKernel", ts=us(t - 90_000), c=c))
+            batch.append(FLOW_S.format(c=c, ts=us(t - 90_000)))
+            dur = 1_000 + (i * 7919) % 40_000
+            batch.append(KERNEL.format(name=NAMES[i % len(NAMES)], ts=us(t), dur=us(dur), c=c))
+            batch.append(FLOW_F.format(c=c, tid=7, ts=us(t)))
+            t += dur
+            if len(batch) > 20_000:
+                f.write(((",\n" if not first else "") + ",\n".join(batch)).encode())
+                first, batch = False, []
+        if batch:
+            f.write(((",\n" if not first else "") + ",\n".join(batch)).encode())
+        f.write(b'\n  ],\n  "traceName": "bench",\n  "displayTimeUnit": "ms",\n'
+                b'  "baseTimeNanoseconds": 1767189312000000000\n}\n')
+    tmp.rename(path)
+    return path
+
+
+# --- the approaches, each run in its own process -----------------------------------------
+
+
+def run_import(path: Path) -> dict[str, int]:
+    import numpy  # noqa: F401
+    import orjson  # noqa: F401
+    import polars  # noqa: F401
+
+    return {"events": 0, "kernels": 0}
+
+
+def run_floor(path: Path) -> dict[str, int]:
+    import orjson
+
+    with gzip.open(path, "rb") as f:
+        doc = orjson.loads(f.read())
+    return {"events": len(doc["traceEvents"]), "kernels": 0}
+
+
+def run_obvious(path: Path) -> dict[str, int]:
+    import orjson
+    import polars as pl
+
+    with gzip.open(path, "rb") as f:
+        doc = orjson.loads(f.read())
+    events = doc["traceEvents"]
+    device = {"kernel", "gpu_memcpy", "gpu_memset"}
+    rows = [e for e in events if e.get("ph") == "X"]
+    kern = [e for e in rows if e.get("cat", "").lower() in device]
+    other = [e for e in rows if e.get("cat", "").lower() not in device]
+
+    def frame(evs: list[dict]) -> pl.DataFrame:
+        return pl.DataFrame({
+            "ts_ns": pl.Series([round(e["ts"] * 1000) for e in evs], dtype=pl.Int64),
+            "dur_ns": pl.Series([round(e["dur"] * 1000) for e in evs], dtype=pl.Int64),
+            "name": pl.Series([e["name"] for e in evs], dtype=pl.Categorical),
+            "pid": [e.get("pid") for e in evs],
+            "tid": [e.get("tid") for e in evs],
+            "correlation": [e.get("args", {}).get("correlation") for e in evs],
+        })
+
+    k, o = frame(kern), frame(other)
+    flows = pl.DataFrame({"id": [e.get("id") for e in events if e.get("ph") in ("s", "f")]})
+    return {"events": len(events), "kernels": k.height + 0 * (o.height + flows.height)}
+
+
+def run_traceview(path: Path) -> dict[str, int]:
+    import traceview as tv
+
+    trace = tv.load(path)
+    return {"events": trace.meta.events, "kernels": trace.kernels.height}
+
+
+def run_hta(path: Path) -> dict[str, int]:
+    from hta.common.trace_parser import parse_trace_dataframe  # type: ignore[import-not-found]
+
+    _meta, df, _symbols = parse_trace_dataframe(str(path))
+    return {"events": len(df), "kernels": int((df["stream"] >= 0).sum())}
+
+
+APPROACHES = {"import": run_import, "floor": run_floor, "obvious": run_obvious,
+              "traceview": run_traceview, "hta": run_hta}
+
+
+def child(approach: str, path: Path) -> None:
+    t0 = time.perf_counter()
+    counts = APPROACHES[approach](path)
+    wall = time.perf_counter() - t0
+    rss = peak_rss()
+    print(json.dumps({"approach": approach, "wall_s": wall, "peak_rss": rss, **counts}))
+
+
+def peak_rss() -> int:
+    """This process's peak resident set (VmHWM, bytes). Unlike ru_maxrss it is not
+    inherited from the parent across fork+exec."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def measure(approach: str, path: Path, repeat: int) -> dict | None:
+    best = None
+    for _ in range(repeat):
+        proc = subprocess.run([sys.executable, __file__, "--child", approach, str(path)],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+            print(f"  {approach}: skipped ({last})", file=sys.stderr)
+            return None
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        if best is None or r["wall_s"] < best["wall_s"]:
+            best = r
+    return best
+
+
+def stages(path: Path) -> None:
+    """Justify the dependencies: each stage timed with and without them."""
+    import msgspec
+    import orjson
+    from isal import igzip_threaded
+
+    def timed(fn):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        out = fn()
+        return time.perf_counter() - t0, out
+
+    def drain(f) -> bytes:  # type: ignore[no-untyped-def]
+        first = f.read(64 << 20)  # keep the first 64 MB for the decode stage
+        while f.read(8 << 20):  # read as the loader does, in 8 MB blocks
+            pass
+        return first
+
+    t_std, data = timed(lambda: drain(gzip.open(path, "rb")))
+    t_isal, _ = timed(lambda: drain(igzip_threaded.open(path, "rb", threads=1)))
+    cut = data.rfind(b"},\n  {") + 1
+    piece = b"[" + data[data.index(b"[", data.index(b'"traceEvents"')) + 1: cut] + b"]"
+    del data
+    from traceview.load import _DECODER
+
+    t_orjson, a = timed(lambda: orjson.loads(piece))
+    t_msgspec, b = timed(lambda: _DECODER.decode(piece))
+    assert len(a) == len(b)
+    print(f"stages: gzip decompress stdlib {t_std:.2f} s, isal {t_isal:.2f} s "
+          f"(isal/stdlib {t_isal / t_std:.2f}); decode {len(piece) >> 20} MB of events: "
+          f"orjson generic {t_orjson:.2f} s, msgspec typed {t_msgspec:.2f} s "
+          f"(typed/generic {t_msgspec / t_orjson:.2f})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernels", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--only", nargs="*", default=list(APPROACHES))
+    parser.add_argument("--stages", action="store_true")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], Path(args.child[1]))
+        return
+
+    t0 = time.perf_counter()
+    path = generate(args.kernels)
+    with gzip.open(path, "rb") as f:
+        json_bytes = sum(len(chunk) for chunk in iter(lambda: f.read(64 << 20), b""))
+    print(f"trace: {path} ({args.kernels:,} kernels, {path.stat().st_size / 1e6:.0f} MB gz, "
+          f"{json_bytes / 1e9:.2f} GB JSON; ready in {time.perf_counter() - t0:.0f} s)")
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores")
+    results = {}
+    for name in args.only:
+        r = measure(name, path, 1 if name == "hta" else args.repeat)
+        if r:
+            results[name] = r
+    base = results.get("obvious")
+    floor = results.get("floor")
+    print(f"\n{'approach':<10} {'wall s':>8} {'events/s':>12} {'peak RSS':>10} "
+          f"{'RSS/JSON':>9} {'vs obvious':>11} {'vs floor':>9}")
+    for name, r in results.items():
+        eps = r["events"] / r["wall_s"] if r["events"] else 0
+        vs_obv = f"{r['wall_s'] / base['wall_s']:.2f}x" if base else "-"
+        vs_floor = f"{r['wall_s'] / floor['wall_s']:.2f}x" if floor else "-"
+        print(f"{name:<10} {r['wall_s']:>8.2f} {eps:>12,.0f} {r['peak_rss'] / 1e9:>8.2f}GB "
+              f"{r['peak_rss'] / json_bytes:>9.2f} {vs_obv:>11} {vs_floor:>9}")
+    if args.stages:
+        stages(path)
+    tv_r = results.get("traceview")
+    if tv_r and "hta" in results:
+        print(f"\nHTA / traceview wall: {results['hta']['wall_s'] / tv_r['wall_s']:.1f}x")
+    if tv_r:
+        print(f"traceview: {tv_r['wall_s'] / args.kernels * 1e6:.2f} µs per kernel")
+
+
+if __name__ == "__main__":
+    main()
