@@ -1,0 +1,235 @@
+"""Kernel -> layer family, by ordered regex rules (first match wins), and the role patterns.
+
+The built-in preset is ``traceview/presets/default.toml``; a user rules file has the same
+shape, and its rules are tried before the preset's. Patterns are Python regular
+expressions, searched case-insensitively in the kernel name. Classification runs once per
+distinct name (a trace has hundreds, not millions), then maps onto the frame.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from traceview.errors import TraceviewError
+from traceview.model import Trace
+
+OTHER = "other"
+
+
+class RulesError(TraceviewError):
+    """A rules file or preset is unreadable or malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    family: str
+    patterns: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """A classification: ordered rules plus the role patterns.
+
+    Attributes:
+        name: where the rules came from (preset name, plus the rules file).
+        rules: ordered rules; the first that matches names the family.
+        step_marker: families whose kernels are step markers.
+        decode_marker: patterns of the per-layer recurrent decode kernel.
+        full_attention_decode: patterns tried in order when no decode marker is present.
+        prefill_family: families whose kernels mean prompt work (mixed steps).
+        prefill: patterns of full-attention prefill variants (mixed steps).
+    """
+
+    name: str
+    rules: tuple[Rule, ...]
+    step_marker: tuple[str, ...] = ("full_attention",)
+    decode_marker: tuple[str, ...] = ()
+    full_attention_decode: tuple[str, ...] = ()
+    prefill_family: tuple[str, ...] = ()
+    prefill: tuple[str, ...] = ()
+    _compiled: dict[str, re.Pattern[str]] = field(default_factory=dict, compare=False)
+
+    def regex(self, pattern: str) -> re.Pattern[str]:
+        if pattern not in self._compiled:
+            self._compiled[pattern] = re.compile(pattern, re.IGNORECASE)
+        return self._compiled[pattern]
+
+    def family_of(self, name: str, cat: str = "") -> str:
+        """The family of one kernel name (and its category)."""
+        lower_cat = cat.lower()
+        for rule in self.rules:
+            if lower_cat and lower_cat in rule.categories:
+                return rule.family
+            if any(self.regex(p).search(name) for p in rule.patterns):
+                return rule.family
+        return OTHER
+
+    def matches_any(self, name: str, patterns: tuple[str, ...]) -> bool:
+        return any(self.regex(p).search(name) for p in patterns)
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RulesError(f"{where}: expected a string or a list of strings")
+    return tuple(value)
+
+
+def _parse(doc: dict[str, Any], source: str) -> tuple[list[Rule], dict[str, tuple[str, ...]]]:
+    rules = []
+    raw_rules = doc.get("rule", [])
+    if not isinstance(raw_rules, list):
+        raise RulesError(f"{source}: 'rule' must be an array of tables ([[rule]])")
+    for i, raw in enumerate(raw_rules):
+        where = f"{source}: rule #{i + 1}"
+        if not isinstance(raw, dict) or not isinstance(raw.get("family"), str):
+            raise RulesError(f"{where}: needs a 'family' string")
+        patterns = _strings(raw.get("patterns", raw.get("pattern")), f"{where} patterns")
+        categories = tuple(c.lower() for c in _strings(raw.get("categories"), where))
+        if not patterns and not categories:
+            raise RulesError(f"{where}: needs 'patterns' or 'categories'")
+        for p in patterns:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise RulesError(f"{where}: bad pattern {p!r}: {exc}") from None
+        rules.append(Rule(raw["family"], patterns, categories))
+    roles_raw = doc.get("roles", {})
+    if not isinstance(roles_raw, dict):
+        raise RulesError(f"{source}: [roles] must be a table")
+    roles = {k: _strings(v, f"{source}: roles.{k}") for k, v in roles_raw.items()}
+    known = {"step_marker", "decode_marker", "full_attention_decode", "prefill_family",
+             "prefill"}
+    unknown = set(roles) - known
+    if unknown:
+        raise RulesError(f"{source}: unknown role(s) {', '.join(sorted(unknown))}")
+    return rules, roles
+
+
+def _read_toml(text: str, source: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RulesError(f"{source}: not valid TOML: {exc}") from None
+
+
+def presets() -> list[str]:
+    """Names of the built-in presets."""
+    folder = resources.files("traceview") / "presets"
+    return sorted(p.name.removesuffix(".toml") for p in folder.iterdir()
+                  if p.name.endswith(".toml"))
+
+
+def load_rules(preset: str = "default", rules_file: str | Path | None = None) -> Rules:
+    """The classification rules: a built-in preset, optionally preceded by a user file.
+
+    Raises:
+        RulesError: unknown preset, unreadable or malformed rules file.
+    """
+    if preset not in presets():
+        raise RulesError(f"unknown preset {preset!r} (built-in: {', '.join(presets())})")
+    text = (resources.files("traceview") / "presets" / f"{preset}.toml").read_text()
+    rules, roles = _parse(_read_toml(text, f"preset {preset}"), f"preset {preset}")
+    name = preset
+    if rules_file is not None:
+        path = Path(rules_file)
+        try:
+            user_text = path.read_text()
+        except OSError as exc:
+            raise RulesError(f"{path}: cannot read rules file: {exc.strerror}") from None
+        user_rules, user_roles = _parse(_read_toml(user_text, str(path)), str(path))
+        rules = user_rules + rules
+        roles = {**roles, **user_roles}
+        name = f"{preset} + {path}"
+    return Rules(name=name, rules=tuple(rules), **roles)
+
+
+def family_map(kernels: pl.DataFrame, rules: Rules) -> pl.DataFrame:
+    """One row per distinct (name, cat): ``name``, ``cat``, ``family`` (String)."""
+    pairs = kernels.select(pl.col("name").cast(pl.String), pl.col("cat").cast(pl.String))
+    pairs = pairs.unique()
+    fams = [rules.family_of(n, c or "") for n, c in pairs.iter_rows()]
+    return pairs.with_columns(pl.Series("family", fams, dtype=pl.String))
+
+
+def classify(kernels: pl.DataFrame, rules: Rules) -> pl.DataFrame:
+    """``kernels`` with a ``family`` column (String) added."""
+    if kernels.height == 0:
+        return kernels.with_columns(pl.lit(None, dtype=pl.String).alias("family"))
+    mapping = family_map(kernels, rules)
+    keyed = kernels.with_columns(
+        pl.col("name").cast(pl.String).alias("_n"), pl.col("cat").cast(pl.String).alias("_c")
+    )
+    out = keyed.join(mapping.rename({"name": "_n", "cat": "_c"}), on=["_n", "_c"],
+                     how="left", maintain_order="left", nulls_equal=True)
+    return out.drop("_n", "_c")
+
+
+def rollup(family: str) -> str:
+    """``linear_attention.decode`` -> ``linear_attention``."""
+    return family.split(".", 1)[0]
+
+
+def families(trace: Trace, rules: Rules | None = None, *, roll_up: bool = False,
+             device: int | None = None) -> pl.DataFrame:
+    """Kernel time per layer family.
+
+    Args:
+        trace: the trace.
+        rules: classification (default: the built-in preset).
+        roll_up: report top-level families (``linear_attention``) instead of leaves.
+        device: restrict to one device (default: all devices).
+
+    Returns:
+        DataFrame sorted by ``total_ns`` descending: ``family`` (String), ``count``
+        (Int64, kernels), ``total_ns`` (Int64, ns of kernel time), ``mean_ns`` (Float64,
+        ns), ``share`` (Float64, fraction of all kernel time, 0..1).
+    """
+    kernels = trace.kernels if device is None else trace.device(device).kernels
+    k = classify(kernels, rules or load_rules())
+    if roll_up:
+        k = k.with_columns(pl.col("family").str.split(".").list.first())
+    total = k["dur_ns"].sum() if k.height else 0
+    return (
+        k.group_by("family")
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
+        .with_columns(
+            (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
+            (pl.col("total_ns") / total if total else pl.lit(0.0)).alias("share"),
+        )
+        .sort(["total_ns", "family"], descending=[True, False])
+    )
+
+
+def kernels(trace: Trace, rules: Rules | None = None, *, device: int | None = None
+            ) -> pl.DataFrame:
+    """Kernel time per kernel name, with its family.
+
+    Returns:
+        DataFrame sorted by ``total_ns`` descending: ``name`` (String), ``family`` (String),
+        ``count`` (Int64), ``total_ns`` (Int64, ns), ``mean_ns`` (Float64, ns),
+        ``share`` (Float64, fraction of all kernel time).
+    """
+    ks = trace.kernels if device is None else trace.device(device).kernels
+    k = classify(ks, rules or load_rules())
+    total = k["dur_ns"].sum() if k.height else 0
+    return (
+        k.group_by(pl.col("name").cast(pl.String), "family")
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
+        .with_columns(
+            (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
+            (pl.col("total_ns") / total if total else pl.lit(0.0)).alias("share"),
+        )
+        .sort(["total_ns", "name"], descending=[True, False])
+    )
