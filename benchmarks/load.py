@@ -53,15 +53,19 @@ LAUNCH = (
     '"tid": 4242,\n    "ts": {ts}, "dur": 4.250,\n    "args": {{\n'
     '      "External id": {c}, "cbid": 211, "correlation": {c}\n    }}\n  }}'
 )
-FLOW_S = ('  {{\n    "ph": "s", "id": {c}, "pid": 4242, "tid": 4242, "ts": {ts},\n'
-          '    "cat": "ac2g", "name": "ac2g"\n  }}')
-FLOW_F = ('  {{\n    "ph": "f", "id": {c}, "pid": 0, "tid": {tid}, "ts": {ts},\n'
-          '    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }}')
+FLOW_S = (
+    '  {{\n    "ph": "s", "id": {c}, "pid": 4242, "tid": 4242, "ts": {ts},\n'
+    '    "cat": "ac2g", "name": "ac2g"\n  }}'
+)
+FLOW_F = (
+    '  {{\n    "ph": "f", "id": {c}, "pid": 0, "tid": {tid}, "ts": {ts},\n'
+    '    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }}'
+)
 CPU_OP = (
     '  {{\n    "ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 4242, "tid": 4242,\n'
     '    "ts": {ts}, "dur": 12.500,\n    "args": {{\n      "External id": {c}, '
     '"Record function id": 0, "Sequence number": {c}, "Fwd thread id": 0, "Ev Idx": {c}\n'
-    '    }}\n  }}'
+    "    }}\n  }}"
 )
 NAMES = [
     "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, "
@@ -91,15 +95,19 @@ def generate(kernels: int) -> Path:
     tmp = path.with_suffix(".tmp")
     t = 5_117_567_635_320_360
     with igzip_threaded.open(tmp, "wb", compresslevel=1, threads=2) as f:
-        f.write(b'{\n  "schemaVersion": 1,\n  "deviceProperties": [{"id": 0, "name": '
-                b'"NVIDIA H200", "numSms": 132}],\n  "traceEvents": [\n')
+        f.write(
+            b'{\n  "schemaVersion": 1,\n  "deviceProperties": [{"id": 0, "name": '
+            b'"NVIDIA H200", "numSms": 132}],\n  "traceEvents": [\n'
+        )
         batch: list[str] = []
         first = True
         for i in range(kernels):
             c = 10_000 + i
             t += 2_500
             if i % 20 == 0:  # a memcpy with its own launch
-                batch.append(LAUNCH.format(name="cudaMemcpyAsync", ts=us(t - 90_000), c=c + 900_000_000))
+                batch.append(
+                    LAUNCH.format(name="cudaMemcpyAsync", ts=us(t - 90_000), c=c + 900_000_000)
+                )
                 batch.append(MEMCPY.format(ts=us(t), dur="2.112", c=c + 900_000_000))
             if i % 3 == 0:
                 batch.append(CPU_OP.format(ts=us(t - 95_000), c=c))
@@ -114,8 +122,10 @@ def generate(kernels: int) -> Path:
                 first, batch = False, []
         if batch:
             f.write(((",\n" if not first else "") + ",\n".join(batch)).encode())
-        f.write(b'\n  ],\n  "traceName": "bench",\n  "displayTimeUnit": "ms",\n'
-                b'  "baseTimeNanoseconds": 1767189312000000000\n}\n')
+        f.write(
+            b'\n  ],\n  "traceName": "bench",\n  "displayTimeUnit": "ms",\n'
+            b'  "baseTimeNanoseconds": 1767189312000000000\n}\n'
+        )
     tmp.rename(path)
     return path
 
@@ -152,14 +162,16 @@ def run_obvious(path: Path) -> dict[str, int]:
     other = [e for e in rows if e.get("cat", "").lower() not in device]
 
     def frame(evs: list[dict]) -> pl.DataFrame:
-        return pl.DataFrame({
-            "ts_ns": pl.Series([round(e["ts"] * 1000) for e in evs], dtype=pl.Int64),
-            "dur_ns": pl.Series([round(e["dur"] * 1000) for e in evs], dtype=pl.Int64),
-            "name": pl.Series([e["name"] for e in evs], dtype=pl.Categorical),
-            "pid": [e.get("pid") for e in evs],
-            "tid": [e.get("tid") for e in evs],
-            "correlation": [e.get("args", {}).get("correlation") for e in evs],
-        })
+        return pl.DataFrame(
+            {
+                "ts_ns": pl.Series([round(e["ts"] * 1000) for e in evs], dtype=pl.Int64),
+                "dur_ns": pl.Series([round(e["dur"] * 1000) for e in evs], dtype=pl.Int64),
+                "name": pl.Series([e["name"] for e in evs], dtype=pl.Categorical),
+                "pid": [e.get("pid") for e in evs],
+                "tid": [e.get("tid") for e in evs],
+                "correlation": [e.get("args", {}).get("correlation") for e in evs],
+            }
+        )
 
     k, o = frame(kern), frame(other)
     flows = pl.DataFrame({"id": [e.get("id") for e in events if e.get("ph") in ("s", "f")]})
@@ -180,8 +192,13 @@ def run_hta(path: Path) -> dict[str, int]:
     return {"events": len(df), "kernels": int((df["stream"] >= 0).sum())}
 
 
-APPROACHES = {"import": run_import, "floor": run_floor, "obvious": run_obvious,
-              "traceview": run_traceview, "hta": run_hta}
+APPROACHES = {
+    "import": run_import,
+    "floor": run_floor,
+    "obvious": run_obvious,
+    "traceview": run_traceview,
+    "hta": run_hta,
+}
 
 
 def child(approach: str, path: Path) -> None:
@@ -205,8 +222,12 @@ def peak_rss() -> int:
 def measure(approach: str, path: Path, repeat: int) -> dict | None:
     best = None
     for _ in range(repeat):
-        proc = subprocess.run([sys.executable, __file__, "--child", approach, str(path)],
-                              capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", approach, str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
             print(f"  {approach}: skipped ({last})", file=sys.stderr)
@@ -237,22 +258,25 @@ def stages(path: Path) -> None:
     t_std, data = timed(lambda: drain(gzip.open(path, "rb")))
     t_isal, _ = timed(lambda: drain(igzip_threaded.open(path, "rb", threads=1)))
     cut = data.rfind(b"},\n  {") + 1
-    piece = b"[" + data[data.index(b"[", data.index(b'"traceEvents"')) + 1: cut] + b"]"
+    piece = b"[" + data[data.index(b"[", data.index(b'"traceEvents"')) + 1 : cut] + b"]"
     del data
     from traceview.load import _DECODER
 
     t_orjson, a = timed(lambda: orjson.loads(piece))
     t_msgspec, b = timed(lambda: _DECODER.decode(piece))
     assert len(a) == len(b)
-    print(f"stages: gzip decompress stdlib {t_std:.2f} s, isal {t_isal:.2f} s "
-          f"(isal/stdlib {t_isal / t_std:.2f}); decode {len(piece) >> 20} MB of events: "
-          f"orjson generic {t_orjson:.2f} s, msgspec typed {t_msgspec:.2f} s "
-          f"(typed/generic {t_msgspec / t_orjson:.2f})")
+    print(
+        f"stages: gzip decompress stdlib {t_std:.2f} s, isal {t_isal:.2f} s "
+        f"(isal/stdlib {t_isal / t_std:.2f}); decode {len(piece) >> 20} MB of events: "
+        f"orjson generic {t_orjson:.2f} s, msgspec typed {t_msgspec:.2f} s "
+        f"(typed/generic {t_msgspec / t_orjson:.2f})"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--kernels", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--only", nargs="*", default=list(APPROACHES))
@@ -267,8 +291,10 @@ def main() -> None:
     path = generate(args.kernels)
     with gzip.open(path, "rb") as f:
         json_bytes = sum(len(chunk) for chunk in iter(lambda: f.read(64 << 20), b""))
-    print(f"trace: {path} ({args.kernels:,} kernels, {path.stat().st_size / 1e6:.0f} MB gz, "
-          f"{json_bytes / 1e9:.2f} GB JSON; ready in {time.perf_counter() - t0:.0f} s)")
+    print(
+        f"trace: {path} ({args.kernels:,} kernels, {path.stat().st_size / 1e6:.0f} MB gz, "
+        f"{json_bytes / 1e9:.2f} GB JSON; ready in {time.perf_counter() - t0:.0f} s)"
+    )
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores")
     results = {}
     for name in args.only:
@@ -277,14 +303,18 @@ def main() -> None:
             results[name] = r
     base = results.get("obvious")
     floor = results.get("floor")
-    print(f"\n{'approach':<10} {'wall s':>8} {'events/s':>12} {'peak RSS':>10} "
-          f"{'RSS/JSON':>9} {'vs obvious':>11} {'vs floor':>9}")
+    print(
+        f"\n{'approach':<10} {'wall s':>8} {'events/s':>12} {'peak RSS':>10} "
+        f"{'RSS/JSON':>9} {'vs obvious':>11} {'vs floor':>9}"
+    )
     for name, r in results.items():
         eps = r["events"] / r["wall_s"] if r["events"] else 0
         vs_obv = f"{r['wall_s'] / base['wall_s']:.2f}x" if base else "-"
         vs_floor = f"{r['wall_s'] / floor['wall_s']:.2f}x" if floor else "-"
-        print(f"{name:<10} {r['wall_s']:>8.2f} {eps:>12,.0f} {r['peak_rss'] / 1e9:>8.2f}GB "
-              f"{r['peak_rss'] / json_bytes:>9.2f} {vs_obv:>11} {vs_floor:>9}")
+        print(
+            f"{name:<10} {r['wall_s']:>8.2f} {eps:>12,.0f} {r['peak_rss'] / 1e9:>8.2f}GB "
+            f"{r['peak_rss'] / json_bytes:>9.2f} {vs_obv:>11} {vs_floor:>9}"
+        )
     if args.stages:
         stages(path)
     tv_r = results.get("traceview")

@@ -709,6 +709,20 @@ class _Loader:
         if complete:
             self._add_frame(pl.DataFrame(complete, schema=rows.schema), [], 0)
 
+    def _drop_duplicates(self, kernels: pl.DataFrame) -> pl.DataFrame:
+        """Drop identical copies of a device event (counted). Copies share ``ts_ns``, so
+        only the rows of tied start times are compared, not the whole frame."""
+        ts = pl.col("ts_ns")
+        tied = kernels.with_row_index("_row").filter((ts == ts.shift(1)) | (ts == ts.shift(-1)))
+        if tied.height == 0:
+            return kernels
+        copies = tied.filter(~pl.struct(pl.exclude("_row")).is_first_distinct())["_row"]
+        if copies.len() == 0:
+            return kernels
+        self.skipped["duplicated device events (identical copies dropped)"] += copies.len()
+        keep = ~pl.int_range(pl.len(), dtype=pl.UInt32).is_in(copies.implode())
+        return kernels.filter(keep)
+
     def _finish(self, header: dict[str, Any]) -> Trace:
         self._pair_begin_end()
         if self.total_events and sum(self.skipped.values()) >= self.total_events:
@@ -727,18 +741,16 @@ class _Loader:
         }
         for key, schema in schemas.items():
             parts = self.parts.pop(key)
-            frame = pl.concat(parts, rechunk=True) if parts else empty_frame(schema)
+            # no rechunk: copying the parts into one buffer would double the peak memory
+            frame = pl.concat(parts, rechunk=False) if parts else empty_frame(schema)
             del parts
-            if "ts_ns" in frame.columns:
+            # Only device activity is sorted: the analyses need it in time order, and sorting
+            # the (larger, rarely needed in order) host-side frames would raise peak memory
+            # by about their size. Events, flows and counters stay in file order.
+            if key == "kernels" and not frame["ts_ns"].is_sorted():
                 frame = frame.sort("ts_ns", maintain_order=True)
             frames[key] = frame
-
-        kernels = frames["kernels"]
-        unique = kernels.unique(maintain_order=True)
-        duplicates = kernels.height - unique.height
-        if duplicates:
-            self.skipped["duplicated device events (identical copies dropped)"] += duplicates
-            frames["kernels"] = unique
+        frames["kernels"] = self._drop_duplicates(frames["kernels"])
 
         warnings_list = tuple(
             f"{count} event{'s' if count != 1 else ''} skipped: {why}"

@@ -145,10 +145,10 @@ class Trace:
 
     Attributes:
         meta: :class:`TraceMeta`.
-        kernels: device activity, sorted by ``ts_ns``; columns in :data:`KERNEL_SCHEMA`.
-        events: all other complete/instant events, sorted by ``ts_ns``; :data:`EVENT_SCHEMA`.
-        flows: flow events; :data:`FLOW_SCHEMA`.
-        counters: counter values; :data:`COUNTER_SCHEMA`.
+        kernels: device activity, sorted by ``ts_ns`` (stable); :data:`KERNEL_SCHEMA`.
+        events: all other complete/instant events, in file order; :data:`EVENT_SCHEMA`.
+        flows: flow events, in file order; :data:`FLOW_SCHEMA`.
+        counters: counter values, in file order; :data:`COUNTER_SCHEMA`.
         metadata: ``ph: "M"`` events; :data:`METADATA_SCHEMA`.
 
     Transformations (:meth:`window`, :meth:`device`) return new traces.

@@ -109,8 +109,7 @@ def _parse(doc: dict[str, Any], source: str) -> tuple[list[Rule], dict[str, tupl
     if not isinstance(roles_raw, dict):
         raise RulesError(f"{source}: [roles] must be a table")
     roles = {k: _strings(v, f"{source}: roles.{k}") for k, v in roles_raw.items()}
-    known = {"step_marker", "decode_marker", "full_attention_decode", "prefill_family",
-             "prefill"}
+    known = {"step_marker", "decode_marker", "full_attention_decode", "prefill_family", "prefill"}
     unknown = set(roles) - known
     if unknown:
         raise RulesError(f"{source}: unknown role(s) {', '.join(sorted(unknown))}")
@@ -127,8 +126,9 @@ def _read_toml(text: str, source: str) -> dict[str, Any]:
 def presets() -> list[str]:
     """Names of the built-in presets."""
     folder = resources.files("traceview") / "presets"
-    return sorted(p.name.removesuffix(".toml") for p in folder.iterdir()
-                  if p.name.endswith(".toml"))
+    return sorted(
+        p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")
+    )
 
 
 def load_rules(preset: str = "default", rules_file: str | Path | None = None) -> Rules:
@@ -171,8 +171,13 @@ def classify(kernels: pl.DataFrame, rules: Rules) -> pl.DataFrame:
     keyed = kernels.with_columns(
         pl.col("name").cast(pl.String).alias("_n"), pl.col("cat").cast(pl.String).alias("_c")
     )
-    out = keyed.join(mapping.rename({"name": "_n", "cat": "_c"}), on=["_n", "_c"],
-                     how="left", maintain_order="left", nulls_equal=True)
+    out = keyed.join(
+        mapping.rename({"name": "_n", "cat": "_c"}),
+        on=["_n", "_c"],
+        how="left",
+        maintain_order="left",
+        nulls_equal=True,
+    )
     return out.drop("_n", "_c")
 
 
@@ -181,8 +186,9 @@ def rollup(family: str) -> str:
     return family.split(".", 1)[0]
 
 
-def families(trace: Trace, rules: Rules | None = None, *, roll_up: bool = False,
-             device: int | None = None) -> pl.DataFrame:
+def families(
+    trace: Trace, rules: Rules | None = None, *, roll_up: bool = False, device: int | None = None
+) -> pl.DataFrame:
     """Kernel time per layer family.
 
     Args:
@@ -212,8 +218,7 @@ def families(trace: Trace, rules: Rules | None = None, *, roll_up: bool = False,
     )
 
 
-def kernels(trace: Trace, rules: Rules | None = None, *, device: int | None = None
-            ) -> pl.DataFrame:
+def kernels(trace: Trace, rules: Rules | None = None, *, device: int | None = None) -> pl.DataFrame:
     """Kernel time per kernel name, with its family.
 
     Returns:
