@@ -1,0 +1,184 @@
+"""The summary document (``traceview.summary/1``, DESIGN.md) built from the analyses."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+import polars as pl
+
+from traceview.analysis.busy import busy_document
+from traceview.analysis.families import Rules, families, load_rules
+from traceview.analysis.gaps import gap_table, summarize_gaps
+from traceview.analysis.stats import percentiles
+from traceview.analysis.steps import StepOptions, StepResult, describe, find_steps
+from traceview.model import Trace
+
+SCHEMA = "traceview.summary/1"
+SMALL_N = 100  # below this, a p99 is close to the maximum: say so
+
+
+def cpu_activity(trace: Trace) -> Trace:
+    """For a trace with no device activity: leaf ``cpu_op`` events stand in for kernels
+    (an op is a leaf when no other op on its thread starts inside it)."""
+    ops = trace.events.filter(pl.col("kind") == "cpu_op").sort(["pid", "tid", "ts_ns"])
+    end = pl.col("ts_ns") + pl.col("dur_ns")
+    nxt = pl.col("ts_ns").shift(-1).over(["pid", "tid"])
+    leaves = ops.filter(nxt.is_null() | (nxt >= end))
+    kernels = leaves.select(
+        "ts_ns", "dur_ns", "name", "cat", pl.lit("kernel").cast(trace.kernels["kind"].dtype)
+        .alias("kind"), "pid", "tid", pl.col("pid").alias("device"),
+        pl.col("tid").alias("stream"), "correlation", "external_id",
+    ).sort("ts_ns", maintain_order=True)
+    return replace(trace, kernels=kernels.cast(dict(trace.kernels.schema)))  # type: ignore[arg-type]
+
+
+def _ms(ns: int | None) -> str:
+    return "—" if ns is None else f"{ns / 1e6:.2f} ms"
+
+
+@dataclass
+class Summary:
+    """The summary of one trace: ``to_dict()`` is the ``traceview.summary/1`` document.
+
+    Attributes:
+        document: the summary document (plain JSON-able data).
+        steps: the step table (see :func:`traceview.steps`).
+        families: the family table (see :func:`traceview.families`).
+        warnings: what a reader should know before trusting a figure.
+    """
+
+    document: dict[str, Any]
+    steps: pl.DataFrame
+    families: pl.DataFrame
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.document
+
+    def to_json(self, indent: bool = True) -> str:
+        option = orjson.OPT_INDENT_2 if indent else 0
+        return orjson.dumps(self.document, option=option).decode()
+
+    def _repr_html_(self) -> str:
+        d = self.document
+        t, s = d["trace"], d["steps"]
+        rows = "".join(
+            f"<tr><td>{html.escape(f['family'])}</td><td>{f['count']:,}</td>"
+            f"<td>{f['total_ns'] / 1e6:,.3f} ms</td><td>{f['share']:.1%}</td></tr>"
+            for f in d["families"][:12])
+        phases = "".join(
+            f"<tr><td>{p['kind']}</td><td>{p['steps']}</td><td>{_ms(p['cadence_p50_ns'])}"
+            "</td></tr>" for p in s["phases"])
+        gaps = "".join(
+            f"<tr><td>{g['population']}</td><td>{g['n']}</td><td>"
+            + "</td><td>".join("—" if g[k] is None else f"{g[k] / 1e3:,.1f} µs"
+                               for k in ("p50_ns", "p90_ns", "p99_ns")) + "</td></tr>"
+            for g in d["decode_gaps"])
+        warn = "".join(f"<li>{html.escape(w)}</li>" for w in self.warnings)
+        busy = d["busy"]["fraction"]
+        busy_text = "—" if busy is None else f"{busy:.1%}"
+        return (
+            f"<div><b>{html.escape(str(t['path']))}</b> — {t['kernels']:,} kernels, "
+            f"{s['count']} steps ({s['method']}), GPU busy {busy_text}"
+            f"<table><tr><th>family</th><th>kernels</th><th>time</th><th>share</th></tr>"
+            f"{rows}</table><table><tr><th>phase</th><th>steps</th><th>cadence p50</th></tr>"
+            f"{phases}</table><table><tr><th>decode gaps</th><th>n</th><th>p50</th>"
+            f"<th>p90</th><th>p99</th></tr>{gaps}</table>"
+            + (f"<ul>{warn}</ul>" if warn else "") + "</div>")
+
+
+def summarize(trace: Trace, rules: Rules | None = None, *, steps: str = "auto",
+              layers: int | None = None, step_gap_ns: int | None = None,
+              device: int | None = None) -> Summary:
+    """Everything traceview knows about a trace, as the ``traceview.summary/1`` document.
+
+    Args:
+        trace: the trace.
+        rules: classification (default: the built-in preset).
+        steps: step method: ``auto``, ``bursts`` or ``annotations``.
+        layers: step-marker bursts per step (default: found from the trace).
+        step_gap_ns: cut steps at device-idle gaps at least this long instead.
+        device: device to analyse (default: the one with the most kernel time).
+
+    Raises:
+        UnsupportedTraceError: the trace has no device activity and no CPU ops.
+    """
+    rules = rules or load_rules()
+    activity = "kernel"
+    if trace.kernels.height == 0 and trace.events.filter(pl.col("kind") == "cpu_op").height:
+        trace, activity = cpu_activity(trace), "cpu_op"
+    result = find_steps(trace, rules, StepOptions(steps, layers, step_gap_ns, device))
+    return build(trace, rules, result, activity)
+
+
+def build(trace: Trace, rules: Rules, result: StepResult, activity: str) -> Summary:
+    warnings = list(result.warnings)
+    if activity == "cpu_op":
+        warnings.insert(0, "no device activity in this trace: leaf cpu_op events stand in "
+                           "for kernels")
+    k = result.kernels
+    fam = families(trace, rules, device=result.device)
+    rolled = families(trace, rules, device=result.device, roll_up=True)
+    table = result.table
+    intervals = table["interval_ns"].drop_nulls().to_numpy()
+    cadence = percentiles(intervals)
+    phases = []
+    for row in result.phases.iter_rows(named=True):
+        members = table.filter(pl.col("phase") == row["phase"])
+        within = members["interval_ns"].to_numpy()[1:]  # the crossing interval is excluded
+        stats = percentiles(within)
+        phases.append({
+            "kind": row["kind"], "first_step": row["first_step"],
+            "last_step": row["last_step"], "steps": row["steps"],
+            "start_ns": row["start_ns"], "end_ns": row["end_ns"],
+            "cadence_p50_ns": stats["p50_ns"],
+            "cadence": stats,
+        })
+    gaps, used, gap_family = gap_table(result, rules)
+    gap_stats = summarize_gaps(gaps, gap_family)
+    if used is None:
+        warnings.append("no decode-marker kernels: decode gaps are not available")
+    for g in gap_stats:
+        if 0 < g["n"] < SMALL_N:
+            warnings.append(f"decode gaps ({g['population']}): p99 rests on n={g['n']} "
+                            f"samples (< {SMALL_N}); it is close to the maximum")
+    if 0 < cadence["n"] < SMALL_N:
+        warnings.append(f"cadence: p99 rests on n={cadence['n']} intervals (< {SMALL_N})")
+    p99_all = gap_stats[0]["p99_ns"]
+    assert result.union is not None
+    streams = sorted(k["stream"].drop_nulls().unique().to_list())
+    doc = {
+        "schema": SCHEMA,
+        "trace": {
+            "path": trace.meta.path,
+            "format": trace.meta.format,
+            "gpu": trace.meta.gpu_name,
+            "events": trace.meta.events,
+            "kernels": k.height,
+            "skipped_events": trace.meta.skipped_events,
+            "devices": trace.devices,
+            "device": result.device,
+            "streams": streams,
+            "start_ns": int(k["ts_ns"].min()),  # type: ignore[arg-type]
+            "end_ns": int((k["ts_ns"] + k["dur_ns"]).max()),  # type: ignore[arg-type]
+            "span_ns": int((k["ts_ns"] + k["dur_ns"]).max() - k["ts_ns"].min()),  # type: ignore[operator]
+            "activity": activity,
+        },
+        "classification": rules.name,
+        "families": fam.to_dicts(),
+        "families_rollup": rolled.to_dicts(),
+        "steps": {
+            **describe(result),
+            "count": table.height,
+            "cadence": cadence,
+            "phases": phases,
+        },
+        "decode_gaps": gap_stats,
+        "decode_marker": used,
+        "busy": busy_document(result.union, result.device, gaps, p99_all),
+        "warnings": warnings,
+    }
+    return Summary(document=doc, steps=table, families=fam, warnings=warnings)
