@@ -21,17 +21,23 @@ def busy_fraction(u: Union, lo: np.ndarray, hi: np.ndarray) -> float | None:
     return covered / total
 
 
-def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None
-                  ) -> dict[str, Any]:
+def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None) -> dict[str, Any]:
     """The summary's ``busy`` section (window: first kernel start to last kernel end)."""
     if u.starts.size == 0:
-        return {"device": device, "fraction": None, "window_start_ns": None,
-                "window_end_ns": None, "in_gaps": None, "in_widest_gaps": None}
+        return {
+            "device": device,
+            "fraction": None,
+            "window_start_ns": None,
+            "window_end_ns": None,
+            "in_gaps": None,
+            "in_widest_gaps": None,
+        }
     w0, w1 = int(u.starts[0]), int(u.ends[-1])
     open_gaps = gaps.filter(~pl.col("overlap"))
     lo, hi = open_gaps["start_ns"].to_numpy(), open_gaps["end_ns"].to_numpy()
-    widest = open_gaps.filter(pl.col("gap_ns") >= p99_ns) if p99_ns is not None else \
-        open_gaps.clear()
+    widest = (
+        open_gaps.filter(pl.col("gap_ns") >= p99_ns) if p99_ns is not None else open_gaps.clear()
+    )
     return {
         "device": device,
         "fraction": u.length() / (w1 - w0) if w1 > w0 else None,
@@ -39,13 +45,15 @@ def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None
         "window_end_ns": w1,
         "busy_ns": u.length(),
         "in_gaps": busy_fraction(u, lo, hi),
-        "in_widest_gaps": busy_fraction(u, widest["start_ns"].to_numpy(),
-                                        widest["end_ns"].to_numpy()),
+        "in_widest_gaps": busy_fraction(
+            u, widest["start_ns"].to_numpy(), widest["end_ns"].to_numpy()
+        ),
     }
 
 
-def busy(trace: Trace, t0_ns: int | None = None, t1_ns: int | None = None, *,
-         device: int | None = None) -> pl.DataFrame:
+def busy(
+    trace: Trace, t0_ns: int | None = None, t1_ns: int | None = None, *, device: int | None = None
+) -> pl.DataFrame:
     """GPU-busy fraction per device over a window (default: each device's first kernel
     start to last kernel end).
 
@@ -65,8 +73,22 @@ def busy(trace: Trace, t0_ns: int | None = None, t1_ns: int | None = None, *,
         lo = int(u.starts[0]) if t0_ns is None else t0_ns
         hi = int(u.ends[-1]) if t1_ns is None else t1_ns
         covered = int(u.clipped_lengths(np.array([lo]), np.array([hi]))[0])
-        rows.append({"device": d, "window_start_ns": lo, "window_end_ns": hi,
-                     "busy_ns": covered, "fraction": covered / (hi - lo) if hi > lo else None})
-    return pl.DataFrame(rows, schema={"device": pl.Int64, "window_start_ns": pl.Int64,
-                                      "window_end_ns": pl.Int64, "busy_ns": pl.Int64,
-                                      "fraction": pl.Float64})
+        rows.append(
+            {
+                "device": d,
+                "window_start_ns": lo,
+                "window_end_ns": hi,
+                "busy_ns": covered,
+                "fraction": covered / (hi - lo) if hi > lo else None,
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "device": pl.Int64,
+            "window_start_ns": pl.Int64,
+            "window_end_ns": pl.Int64,
+            "busy_ns": pl.Int64,
+            "fraction": pl.Float64,
+        },
+    )

@@ -49,9 +49,16 @@ def gap_table(result: StepResult, rules: Rules) -> tuple[pl.DataFrame, str | Non
     if markers.height:
         family = Counter(markers["family"].to_list()).most_common(1)[0][0]
     if markers.height < 2:
-        empty = pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64,
-                                     "gap_ns": pl.Int64, "overlap": pl.Boolean,
-                                     "phase": pl.Int64, "population": pl.String})
+        empty = pl.DataFrame(
+            schema={
+                "start_ns": pl.Int64,
+                "end_ns": pl.Int64,
+                "gap_ns": pl.Int64,
+                "overlap": pl.Boolean,
+                "phase": pl.Int64,
+                "population": pl.String,
+            }
+        )
         return empty, used, family
     m = markers.sort("ts_ns", maintain_order=True)
     prev_end = (m["ts_ns"] + m["dur_ns"]).to_numpy()[:-1]
@@ -60,14 +67,16 @@ def gap_table(result: StepResult, rules: Rules) -> tuple[pl.DataFrame, str | Non
     phases = result.phases
     p_start = phases["start_ns"].to_numpy()
     idx = np.clip(np.searchsorted(p_start, prev_end, side="right") - 1, 0, len(p_start) - 1)
-    table = pl.DataFrame({
-        "start_ns": prev_end.astype(np.int64),
-        "end_ns": next_start.astype(np.int64),
-        "gap_ns": np.maximum(raw, 0).astype(np.int64),
-        "overlap": raw < 0,
-        "phase": phases["phase"].to_numpy()[idx].astype(np.int64),
-        "population": phases["kind"].to_numpy()[idx],
-    })
+    table = pl.DataFrame(
+        {
+            "start_ns": prev_end.astype(np.int64),
+            "end_ns": next_start.astype(np.int64),
+            "gap_ns": np.maximum(raw, 0).astype(np.int64),
+            "overlap": raw < 0,
+            "phase": phases["phase"].to_numpy()[idx].astype(np.int64),
+            "population": phases["kind"].to_numpy()[idx],
+        }
+    )
     return table, used, family
 
 
@@ -75,17 +84,23 @@ def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[dict[str, An
     """Per population (all, decode, mixed): n, overlaps, p50/p90/p99/max (ns)."""
     out = []
     for population in ("all", "decode", "mixed"):
-        sel = table if population == "all" else table.filter(
-            pl.col("population") == population)
+        sel = table if population == "all" else table.filter(pl.col("population") == population)
         stats = percentiles(sel["gap_ns"].to_numpy())
-        out.append({"population": population, "family": family, "n": stats["n"],
-                    "overlaps": int(sel["overlap"].sum()),
-                    **{k: v for k, v in stats.items() if k != "n"}})
+        out.append(
+            {
+                "population": population,
+                "family": family,
+                "n": stats["n"],
+                "overlaps": int(sel["overlap"].sum()),
+                **{k: v for k, v in stats.items() if k != "n"},
+            }
+        )
     return out
 
 
-def decode_gaps(trace: Trace, rules: Rules | None = None, *,
-                options: StepOptions | None = None) -> pl.DataFrame:
+def decode_gaps(
+    trace: Trace, rules: Rules | None = None, *, options: StepOptions | None = None
+) -> pl.DataFrame:
     """The decode gaps of one device, one row per gap.
 
     Returns:

@@ -20,5 +20,10 @@ def percentiles(values: Sequence[int] | np.ndarray, prefix: str = "") -> dict[st
     if a.size == 0:
         return {"n": 0, **dict.fromkeys(keys)}
     p = np.percentile(a, [50, 90, 99])
-    return {"n": int(a.size), keys[0]: int(np.rint(p[0])), keys[1]: int(np.rint(p[1])),
-            keys[2]: int(np.rint(p[2])), keys[3]: int(a.max())}
+    return {
+        "n": int(a.size),
+        keys[0]: int(np.rint(p[0])),
+        keys[1]: int(np.rint(p[1])),
+        keys[2]: int(np.rint(p[2])),
+        keys[3]: int(a.max()),
+    }

@@ -31,11 +31,14 @@ from traceview.errors import UnsupportedTraceError
 from traceview.model import Trace
 
 STEP_ANNOTATION = re.compile(
-    r"^(execute_(\d+_)?context_\d+\(\d+\)_generation_\d+\(\d+\)"  # vLLM
-    r"|step\[[A-Z_]*[ \]]"  # SGLang: step[DECODE bs=…], step[EXTEND …], step[MIXED …]
-    r"|ProfilerStep#\d+)"  # torch.profiler's own steps
+    # vLLM: execute_context_1(888)_generation_6(6), execute_32_context_0(sq0sk0…)_generation_…
+    r"^(execute_(\d+_)?context_\d+\(.*\)_generation_\d+\(.*\)"
+    r"|step\[[A-Z_]+[ \]]"  # SGLang: step[DECODE bs=…], step[EXTEND …], step[MIXED …]
+    r"|ProfilerStep#\d+$)"  # torch.profiler's own iterations
 )
 PERIODIC_MIN_SCORE = 0.8  # share of chosen boundaries that must beat their neighbourhood
+PERIODIC_MARGIN = 1.15  # ... by at least this factor (a tie or a drift is not a pause)
+PERIODIC_MIN_STEPS = 3  # chosen boundaries needed before a period is believed
 MAX_LAYERS = 256
 
 
@@ -79,15 +82,19 @@ def pick_device(trace: Trace, device: int | None) -> int:
     """The device to analyse: the one asked for, else the one with the most kernel time."""
     if trace.kernels.height == 0:
         raise UnsupportedTraceError(f"{trace.meta.path}: no device activity (no kernels)")
-    per = trace.kernels.group_by("device").agg(pl.col("dur_ns").sum()).sort(
-        ["dur_ns", "device"], descending=[True, False])
+    per = (
+        trace.kernels.group_by("device")
+        .agg(pl.col("dur_ns").sum())
+        .sort(["dur_ns", "device"], descending=[True, False])
+    )
     devices = per["device"].to_list()
     if device is None:
         return int(devices[0])
     if device not in devices:
         raise UnsupportedTraceError(
             f"{trace.meta.path}: device {device} has no kernels "
-            f"(devices: {', '.join(map(str, sorted(d for d in devices if d is not None)))})")
+            f"(devices: {', '.join(map(str, sorted(d for d in devices if d is not None)))})"
+        )
     return device
 
 
@@ -105,8 +112,9 @@ def _bursts(k: pl.DataFrame) -> pl.DataFrame:
     """Runs of consecutive step-marker kernels on one stream: start, end, last marker start."""
     per_stream = k.with_row_index("_i").sort(["stream", "ts_ns"], maintain_order=True)
     marker = pl.col("_marker")
-    new_run = marker & ~(marker.shift(1).fill_null(False)
-                         & (pl.col("stream") == pl.col("stream").shift(1)))
+    new_run = marker & ~(
+        marker.shift(1).fill_null(False) & (pl.col("stream") == pl.col("stream").shift(1))
+    )
     runs = (
         per_stream.with_columns(new_run.cum_sum().alias("_run"))
         .filter(marker)
@@ -143,9 +151,16 @@ def _periodic_score(idle: I64, period: int) -> tuple[float, int]:
     s = pl.Series(idle.astype(np.float64))
     w = period - 1
     left = s.shift(1).rolling_max(window_size=w, min_samples=1).fill_null(-1.0).to_numpy()
-    right = (s.reverse().shift(1).rolling_max(window_size=w, min_samples=1)
-             .fill_null(-1.0).reverse().to_numpy())
-    wins = (idle > left) & (idle > right) & (idle > 0)
+    right = (
+        s.reverse()
+        .shift(1)
+        .rolling_max(window_size=w, min_samples=1)
+        .fill_null(-1.0)
+        .reverse()
+        .to_numpy()
+    )
+    neighbours = np.maximum(left, right)
+    wins = (idle > PERIODIC_MARGIN * neighbours) & (idle > 0)
     pos = np.arange(n) % period
     total = np.bincount(pos, minlength=period)
     won = np.bincount(pos, weights=wins, minlength=period)
@@ -182,16 +197,22 @@ def _choose_boundaries(idle: I64, opts: StepOptions) -> tuple[np.ndarray, int | 
         mask = (np.arange(n) % period) == phase
         return mask, period, f"--layers {period} (boundary score {score:.2f})"
     best: tuple[float, int, int] | None = None
-    for period in range(2, min(MAX_LAYERS, n // 2) + 1):
+    for period in range(2, min(MAX_LAYERS, n // PERIODIC_MIN_STEPS) + 1):
         score, phase = _periodic_score(idle, period)
         if best is None or score > best[0] + 1e-9:
             best = (score, period, phase)
     if best is not None and best[0] >= PERIODIC_MIN_SCORE:
         score, period, phase = best
         mask = (np.arange(n) % period) == phase
-        return mask, period, (f"every {period} step-marker bursts: the between-step idle gap "
-                              f"beats every gap within {period - 1} bursts at {score:.0%} of "
-                              "boundaries")
+        return (
+            mask,
+            period,
+            (
+                f"every {period} step-marker bursts: the between-step idle gap "
+                f"beats every gap within {period - 1} bursts at {score:.0%} of "
+                "boundaries"
+            ),
+        )
     threshold = _natural_break(idle)
     if threshold is not None:
         mask = idle >= threshold
@@ -199,13 +220,32 @@ def _choose_boundaries(idle: I64, opts: StepOptions) -> tuple[np.ndarray, int | 
         if counts.size > 2:
             inner = counts[1:-1]
             if (inner == np.bincount(inner).argmax()).mean() >= PERIODIC_MIN_SCORE:
-                return mask, int(np.bincount(inner).argmax()), (
-                    f"idle gaps ≥ {threshold} ns (a natural break in the gap distribution)")
-    return np.ones(n, dtype=bool), 1, ("no step structure found: each step-marker burst is "
-                                       "taken as one step (set --layers or --step-gap)")
+                return (
+                    mask,
+                    int(np.bincount(inner).argmax()),
+                    (f"idle gaps ≥ {threshold} ns (a natural break in the gap distribution)"),
+                )
+    return (
+        np.zeros(n, dtype=bool),
+        None,
+        (
+            "no step structure found in the step-marker bursts (no between-step pause stands "
+            "out, no period): all of them are taken as one step; set --layers or --step-gap"
+        ),
+    )
 
 
 # --- annotations --------------------------------------------------------------------------
+
+
+def _outermost(spans: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Drop step annotations nested inside another one on the same track (vLLM's
+    ``execute_…`` around SGLang's ``step[…]`` describe one step)."""
+    spans = spans.sort([*by, "a0"])
+    enclosing_end = (
+        pl.col("a1").cum_max().shift(1).over(by) if by else pl.col("a1").cum_max().shift(1)
+    )
+    return spans.filter(enclosing_end.is_null() | (pl.col("a1") > enclosing_end)).sort("a0")
 
 
 def _annotation_groups(trace: Trace, k: pl.DataFrame, device: int) -> pl.DataFrame | None:
@@ -222,28 +262,56 @@ def _annotation_groups(trace: Trace, k: pl.DataFrame, device: int) -> pl.DataFra
     ki = k.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("_k"), "ts_ns", "correlation")
     gpu = ann.filter((pl.col("kind") == "gpu_user_annotation") & (pl.col("pid") == device))
     if gpu.height:
-        spans = gpu.sort("ts_ns").select(
-            pl.col("name").cast(pl.String), pl.col("ts_ns").alias("a0"),
-            (pl.col("ts_ns") + pl.col("dur_ns")).alias("a1"))
-        joined = ki.sort("ts_ns").join_asof(spans, left_on="ts_ns", right_on="a0",
-                                            strategy="backward")
+        spans = _outermost(
+            gpu.select(
+                pl.col("name").cast(pl.String),
+                pl.col("ts_ns").alias("a0"),
+                (pl.col("ts_ns") + pl.col("dur_ns")).alias("a1"),
+            ),
+            [],
+        )
+        joined = ki.sort("ts_ns").join_asof(
+            spans, left_on="ts_ns", right_on="a0", strategy="backward"
+        )
         joined = joined.filter(pl.col("ts_ns") < pl.col("a1"))
-        return joined.group_by("a0", "name").agg(pl.col("_k")).sort("a0").select(
-            "name", pl.col("_k").alias("kernels"))
-    cpu = ann.filter(pl.col("kind") == "user_annotation").sort("ts_ns").select(
-        pl.col("name").cast(pl.String), "pid", "tid", pl.col("ts_ns").alias("a0"),
-        (pl.col("ts_ns") + pl.col("dur_ns")).alias("a1"))
+        return (
+            joined.group_by("a0", "name")
+            .agg(pl.col("_k"))
+            .sort("a0")
+            .select("name", pl.col("_k").alias("kernels"))
+        )
+    cpu = _outermost(
+        ann.filter(pl.col("kind") == "user_annotation").select(
+            pl.col("name").cast(pl.String),
+            "pid",
+            "tid",
+            pl.col("ts_ns").alias("a0"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).alias("a1"),
+        ),
+        ["pid", "tid"],
+    )
     runtime = ev.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
     runtime = runtime.select("pid", "tid", "ts_ns", "correlation").sort("ts_ns")
-    # the innermost enclosing step annotation on the same thread (they do not overlap)
-    linked = runtime.join_asof(cpu, left_on="ts_ns", right_on="a0", by=["pid", "tid"],
-                               strategy="backward", check_sortedness=False).filter(pl.col("ts_ns") < pl.col("a1"))
+    # the enclosing step annotation on the same thread (nested ones were dropped above)
+    linked = runtime.join_asof(
+        cpu,
+        left_on="ts_ns",
+        right_on="a0",
+        by=["pid", "tid"],
+        strategy="backward",
+        check_sortedness=False,
+    ).filter(pl.col("ts_ns") < pl.col("a1"))
     hits = ki.filter(pl.col("correlation").is_not_null()).join(
-        linked.select("correlation", "a0", "name").unique("correlation"), on="correlation")
+        linked.select("correlation", "a0", "name").unique("correlation"), on="correlation"
+    )
     if hits.height == 0:
         return None
-    return hits.group_by("a0", "name").agg(pl.col("_k").sort()).sort("a0").select(
-        "name", pl.col("_k").alias("kernels"))
+    return (
+        hits.group_by("a0", "name")
+        .agg(pl.col("_k").sort())
+        .sort("a0")
+        .select("name", pl.col("_k").alias("kernels"))
+    )
 
 
 # --- assembling steps -----------------------------------------------------------------------
@@ -272,8 +340,14 @@ def _step_starts(u: Union, first_kernel: int, anchors: I64, prev_last_marker: I6
     return starts
 
 
-def _assemble(k: pl.DataFrame, u: Union, anchors: I64, last_markers: I64,
-              names: list[str | None], rules: Rules) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _assemble(
+    k: pl.DataFrame,
+    u: Union,
+    anchors: I64,
+    last_markers: I64,
+    names: list[str | None],
+    rules: Rules,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     ts = k["ts_ns"].to_numpy()
     end_all = int((k["ts_ns"] + k["dur_ns"]).max())
     prev_last = np.concatenate(([ts[0]], last_markers[:-1])).astype(np.int64)
@@ -283,7 +357,8 @@ def _assemble(k: pl.DataFrame, u: Union, anchors: I64, last_markers: I64,
     prefill = _is_family(pl.col("family"), rules.prefill_family)
     if rules.prefill:
         prefill = prefill | pl.col("name").cast(pl.String).str.contains(
-            "(?i)" + "|".join(f"(?:{p})" for p in rules.prefill))
+            "(?i)" + "|".join(f"(?:{p})" for p in rules.prefill)
+        )
     prefill_ts = k.filter(prefill)["ts_ns"].to_numpy()
     step_of_prefill = np.searchsorted(starts, prefill_ts, side="right") - 1
     mixed = np.zeros(starts.size, dtype=bool)
@@ -293,7 +368,8 @@ def _assemble(k: pl.DataFrame, u: Union, anchors: I64, last_markers: I64,
     per_step = (
         k.with_columns(pl.Series("step", step_of_kernel, dtype=pl.Int64))
         .filter(pl.col("step") >= 0)
-        .group_by("step", "family").agg(pl.col("dur_ns").sum())
+        .group_by("step", "family")
+        .agg(pl.col("dur_ns").sum())
         .pivot(on="family", index="step", values="dur_ns", sort_columns=True)
     )
     counts = np.bincount(step_of_kernel[step_of_kernel >= 0], minlength=starts.size)
@@ -302,20 +378,31 @@ def _assemble(k: pl.DataFrame, u: Union, anchors: I64, last_markers: I64,
     kind = np.where(mixed, "mixed", "decode")
     phase = np.concatenate(([0], np.cumsum(kind[1:] != kind[:-1]))).astype(np.int64)
 
-    table = pl.DataFrame({
-        "index": np.arange(starts.size, dtype=np.int64),
-        "start_ns": starts, "anchor_ns": anchors.astype(np.int64), "end_ns": ends,
-        "kind": kind, "phase": phase,
-        "kernels": counts.astype(np.int64),
-        "busy_fraction": np.where(span > 0, busy / np.maximum(span, 1), 0.0),
-        "annotation": pl.Series(names, dtype=pl.String),
-    })
+    table = pl.DataFrame(
+        {
+            "index": np.arange(starts.size, dtype=np.int64),
+            "start_ns": starts,
+            "anchor_ns": anchors.astype(np.int64),
+            "end_ns": ends,
+            "kind": kind,
+            "phase": phase,
+            "kernels": counts.astype(np.int64),
+            "busy_fraction": np.where(span > 0, busy / np.maximum(span, 1), 0.0),
+            "annotation": pl.Series(names, dtype=pl.String),
+        }
+    )
     table = table.with_columns(pl.col("anchor_ns").diff().alias("interval_ns")).select(
-        "index", "start_ns", "anchor_ns", "end_ns", "interval_ns", pl.exclude(
-            "index", "start_ns", "anchor_ns", "end_ns", "interval_ns"))
+        "index",
+        "start_ns",
+        "anchor_ns",
+        "end_ns",
+        "interval_ns",
+        pl.exclude("index", "start_ns", "anchor_ns", "end_ns", "interval_ns"),
+    )
     fam_cols = per_step.rename({c: f"ns_{c}" for c in per_step.columns if c != "step"})
     table = table.join(fam_cols, left_on="index", right_on="step", how="left").with_columns(
-        pl.col(f"^ns_.*$").fill_null(0))
+        pl.col(f"^ns_.*$").fill_null(0)
+    )
     phases = (
         table.group_by("phase", maintain_order=True)
         .agg(
@@ -331,8 +418,9 @@ def _assemble(k: pl.DataFrame, u: Union, anchors: I64, last_markers: I64,
     return table, phases
 
 
-def find_steps(trace: Trace, rules: Rules | None = None,
-               options: StepOptions | None = None) -> StepResult:
+def find_steps(
+    trace: Trace, rules: Rules | None = None, options: StepOptions | None = None
+) -> StepResult:
     """Find the engine steps of one device (see the module docstring for the method).
 
     Raises:
@@ -350,6 +438,7 @@ def find_steps(trace: Trace, rules: Rules | None = None,
     k = k.with_columns(_is_family(pl.col("family"), rules.step_marker).alias("_marker"))
     warnings: list[str] = []
 
+    burst_confident = False
     burst_anchor: I64 | None = None
     burst_last: I64 | None = None
     layers: int | None = None
@@ -364,8 +453,7 @@ def find_steps(trace: Trace, rules: Rules | None = None,
         first_burst = np.concatenate(([0], np.flatnonzero(mask) + 1))
         last_burst = np.append(first_burst[1:] - 1, bs.size - 1)
         burst_anchor, burst_last = bs[first_burst], bl[last_burst]
-        if layers == 1 and not (opts.layers == 1):
-            warnings.append(detail)
+        burst_confident = not detail.startswith("no step structure")
 
     groups = _annotation_groups(trace, k, device) if opts.method != "bursts" else None
     ann_anchor: I64 | None = None
@@ -390,26 +478,38 @@ def find_steps(trace: Trace, rules: Rules | None = None,
     use_annotations = ann_anchor is not None and (
         opts.method == "annotations"
         or burst_anchor is None
-        or (opts.method == "auto" and disagreements == 0))
+        or (opts.method == "auto" and (disagreements == 0 or not burst_confident))
+    )
     if opts.method == "annotations" and ann_anchor is None:
         raise UnsupportedTraceError(
             f"{trace.meta.path}: no per-step annotations (vLLM execute_context_…, SGLang "
-            "step[…], ProfilerStep#…) linked to device kernels; use --steps bursts")
+            "step[…], ProfilerStep#…) linked to device kernels; use --steps bursts"
+        )
     if use_annotations:
         assert ann_anchor is not None
         method = "annotations"
         anchors, lasts, names = ann_anchor, ann_last, ann_names
+        if disagreements:
+            warnings.append(
+                f"per-step annotations and step-marker bursts disagree on {disagreements} "
+                f"step(s) ({ann_anchor.size} annotated vs {burst_anchor.size if burst_anchor is not None else 0} "
+                "found from kernels); using the annotations"
+                + ("" if burst_confident else " (no step structure in the bursts)")
+            )
         detail = "the engine's per-step annotations"
     elif burst_anchor is not None:
         assert burst_last is not None
         method = "bursts"
+        if not burst_confident:
+            warnings.append(detail)
         anchors, lasts = burst_anchor, burst_last
         names = [None] * anchors.size
         if ann_anchor is not None and disagreements:
             warnings.append(
                 f"per-step annotations and step-marker bursts disagree on {disagreements} "
                 f"step(s) ({ann_anchor.size} annotated vs {anchors.size} found from kernels); "
-                "using the bursts")
+                "using the bursts"
+            )
         if ann_anchor is not None and not disagreements:
             lookup = dict(zip(ann_anchor.tolist(), ann_names, strict=True))
             names = [lookup.get(int(x)) for x in anchors]
@@ -423,21 +523,37 @@ def find_steps(trace: Trace, rules: Rules | None = None,
         anchors = np.concatenate(([ts[0]], cut)).astype(np.int64) if ts.size else cut
         lasts = anchors.copy()
         names = [None] * anchors.size
-        detail = ("no step-marker kernels: steps are bursts of device activity separated by "
-                  + (f"idle gaps ≥ {threshold} ns" if threshold else "nothing (one step)"))
+        detail = "no step-marker kernels: steps are bursts of device activity separated by " + (
+            f"idle gaps ≥ {threshold} ns" if threshold else "nothing (one step)"
+        )
         warnings.append(f"no step-marker kernels ({', '.join(rules.step_marker)}); {detail}")
 
     table, phases = _assemble(k, u, anchors, lasts, names, rules)
     return StepResult(
-        device=device, kernels=k.drop("_marker"), table=table, phases=phases, method=method,
-        marker=", ".join(rules.step_marker) if method != "idle" else None, layers=layers,
-        detail=detail, annotation_steps=0 if ann_anchor is None else int(ann_anchor.size),
-        disagreements=disagreements, warnings=warnings, union=u)
+        device=device,
+        kernels=k.drop("_marker"),
+        table=table,
+        phases=phases,
+        method=method,
+        marker=", ".join(rules.step_marker) if method != "idle" else None,
+        layers=layers,
+        detail=detail,
+        annotation_steps=0 if ann_anchor is None else int(ann_anchor.size),
+        disagreements=disagreements,
+        warnings=warnings,
+        union=u,
+    )
 
 
-def steps(trace: Trace, rules: Rules | None = None, *, method: str = "auto",
-          layers: int | None = None, step_gap_ns: int | None = None,
-          device: int | None = None) -> pl.DataFrame:
+def steps(
+    trace: Trace,
+    rules: Rules | None = None,
+    *,
+    method: str = "auto",
+    layers: int | None = None,
+    step_gap_ns: int | None = None,
+    device: int | None = None,
+) -> pl.DataFrame:
     """The engine steps of one device, one row per step.
 
     Returns:
@@ -457,6 +573,11 @@ def steps(trace: Trace, rules: Rules | None = None, *, method: str = "auto",
 
 def describe(result: StepResult) -> dict[str, Any]:
     """Plain facts about how the steps were found (for the summary document)."""
-    return {"method": result.method, "marker": result.marker, "layers": result.layers,
-            "detail": result.detail, "annotation_steps": result.annotation_steps,
-            "disagreements": result.disagreements}
+    return {
+        "method": result.method,
+        "marker": result.marker,
+        "layers": result.layers,
+        "detail": result.detail,
+        "annotation_steps": result.annotation_steps,
+        "disagreements": result.disagreements,
+    }

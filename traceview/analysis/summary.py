@@ -28,9 +28,17 @@ def cpu_activity(trace: Trace) -> Trace:
     nxt = pl.col("ts_ns").shift(-1).over(["pid", "tid"])
     leaves = ops.filter(nxt.is_null() | (nxt >= end))
     kernels = leaves.select(
-        "ts_ns", "dur_ns", "name", "cat", pl.lit("kernel").cast(trace.kernels["kind"].dtype)
-        .alias("kind"), "pid", "tid", pl.col("pid").alias("device"),
-        pl.col("tid").alias("stream"), "correlation", "external_id",
+        "ts_ns",
+        "dur_ns",
+        "name",
+        "cat",
+        pl.lit("kernel").cast(trace.kernels["kind"].dtype).alias("kind"),
+        "pid",
+        "tid",
+        pl.col("pid").alias("device"),
+        pl.col("tid").alias("stream"),
+        "correlation",
+        "external_id",
     ).sort("ts_ns", maintain_order=True)
     return replace(trace, kernels=kernels.cast(dict(trace.kernels.schema)))  # type: ignore[arg-type]
 
@@ -68,15 +76,21 @@ class Summary:
         rows = "".join(
             f"<tr><td>{html.escape(f['family'])}</td><td>{f['count']:,}</td>"
             f"<td>{f['total_ns'] / 1e6:,.3f} ms</td><td>{f['share']:.1%}</td></tr>"
-            for f in d["families"][:12])
+            for f in d["families"][:12]
+        )
         phases = "".join(
-            f"<tr><td>{p['kind']}</td><td>{p['steps']}</td><td>{_ms(p['cadence_p50_ns'])}"
-            "</td></tr>" for p in s["phases"])
+            f"<tr><td>{p['kind']}</td><td>{p['steps']}</td><td>{_ms(p['cadence_p50_ns'])}</td></tr>"
+            for p in s["phases"]
+        )
         gaps = "".join(
             f"<tr><td>{g['population']}</td><td>{g['n']}</td><td>"
-            + "</td><td>".join("—" if g[k] is None else f"{g[k] / 1e3:,.1f} µs"
-                               for k in ("p50_ns", "p90_ns", "p99_ns")) + "</td></tr>"
-            for g in d["decode_gaps"])
+            + "</td><td>".join(
+                "—" if g[k] is None else f"{g[k] / 1e3:,.1f} µs"
+                for k in ("p50_ns", "p90_ns", "p99_ns")
+            )
+            + "</td></tr>"
+            for g in d["decode_gaps"]
+        )
         warn = "".join(f"<li>{html.escape(w)}</li>" for w in self.warnings)
         busy = d["busy"]["fraction"]
         busy_text = "—" if busy is None else f"{busy:.1%}"
@@ -87,12 +101,20 @@ class Summary:
             f"{rows}</table><table><tr><th>phase</th><th>steps</th><th>cadence p50</th></tr>"
             f"{phases}</table><table><tr><th>decode gaps</th><th>n</th><th>p50</th>"
             f"<th>p90</th><th>p99</th></tr>{gaps}</table>"
-            + (f"<ul>{warn}</ul>" if warn else "") + "</div>")
+            + (f"<ul>{warn}</ul>" if warn else "")
+            + "</div>"
+        )
 
 
-def summarize(trace: Trace, rules: Rules | None = None, *, steps: str = "auto",
-              layers: int | None = None, step_gap_ns: int | None = None,
-              device: int | None = None) -> Summary:
+def summarize(
+    trace: Trace,
+    rules: Rules | None = None,
+    *,
+    steps: str = "auto",
+    layers: int | None = None,
+    step_gap_ns: int | None = None,
+    device: int | None = None,
+) -> Summary:
     """Everything traceview knows about a trace, as the ``traceview.summary/1`` document.
 
     Args:
@@ -117,8 +139,9 @@ def summarize(trace: Trace, rules: Rules | None = None, *, steps: str = "auto",
 def build(trace: Trace, rules: Rules, result: StepResult, activity: str) -> Summary:
     warnings = list(result.warnings)
     if activity == "cpu_op":
-        warnings.insert(0, "no device activity in this trace: leaf cpu_op events stand in "
-                           "for kernels")
+        warnings.insert(
+            0, "no device activity in this trace: leaf cpu_op events stand in for kernels"
+        )
     k = result.kernels
     fam = families(trace, rules, device=result.device)
     rolled = families(trace, rules, device=result.device, roll_up=True)
@@ -130,21 +153,28 @@ def build(trace: Trace, rules: Rules, result: StepResult, activity: str) -> Summ
         members = table.filter(pl.col("phase") == row["phase"])
         within = members["interval_ns"].to_numpy()[1:]  # the crossing interval is excluded
         stats = percentiles(within)
-        phases.append({
-            "kind": row["kind"], "first_step": row["first_step"],
-            "last_step": row["last_step"], "steps": row["steps"],
-            "start_ns": row["start_ns"], "end_ns": row["end_ns"],
-            "cadence_p50_ns": stats["p50_ns"],
-            "cadence": stats,
-        })
+        phases.append(
+            {
+                "kind": row["kind"],
+                "first_step": row["first_step"],
+                "last_step": row["last_step"],
+                "steps": row["steps"],
+                "start_ns": row["start_ns"],
+                "end_ns": row["end_ns"],
+                "cadence_p50_ns": stats["p50_ns"],
+                "cadence": stats,
+            }
+        )
     gaps, used, gap_family = gap_table(result, rules)
     gap_stats = summarize_gaps(gaps, gap_family)
     if used is None:
         warnings.append("no decode-marker kernels: decode gaps are not available")
     for g in gap_stats:
         if 0 < g["n"] < SMALL_N:
-            warnings.append(f"decode gaps ({g['population']}): p99 rests on n={g['n']} "
-                            f"samples (< {SMALL_N}); it is close to the maximum")
+            warnings.append(
+                f"decode gaps ({g['population']}): p99 rests on n={g['n']} "
+                f"samples (< {SMALL_N}); it is close to the maximum"
+            )
     if 0 < cadence["n"] < SMALL_N:
         warnings.append(f"cadence: p99 rests on n={cadence['n']} intervals (< {SMALL_N})")
     p99_all = gap_stats[0]["p99_ns"]

@@ -38,9 +38,9 @@ def cli(debug: bool) -> None:
 
 
 def _register() -> None:
-    from traceview.cli import info
+    from traceview.cli import info, summarize
 
-    for command in (info.info,):
+    for command in (info.info, summarize.summarize, summarize.steps):
         cli.add_command(command)
 
 

@@ -63,3 +63,74 @@ def load_trace(path: str) -> Trace:
     for line in trace.meta.warnings:
         stderr.print(f"[yellow]Warning:[/] {path}: {line}")
     return trace
+
+
+def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--format``, ``-o/--output`` and ``--force`` (S output_options)."""
+    func = click.option("--force", is_flag=True, help="Overwrite an existing output file.")(func)
+    func = click.option(
+        "-o",
+        "--output",
+        type=click.Path(dir_okay=False),
+        help="Write to this file (format from its suffix).",
+    )(func)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "csv", "json", "parquet"]),
+        help="Output format (default: from -o's suffix, else table).",
+    )(func)
+
+
+def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Classification and step options shared by the analysis commands."""
+    opts = [
+        click.option("--device", type=int, help="Device to analyse (default: most kernel time)."),
+        click.option(
+            "--step-gap",
+            "step_gap",
+            type=str,
+            help="Cut steps at device-idle gaps at least this long (e.g. 50us).",
+        ),
+        click.option(
+            "--layers",
+            type=click.IntRange(min=1),
+            help="Step-marker bursts per step (full-attention layers).",
+        ),
+        click.option(
+            "--steps",
+            "steps_method",
+            type=click.Choice(["auto", "bursts", "annotations"]),
+            default="auto",
+            show_default=True,
+            help="How to find engine steps.",
+        ),
+        click.option(
+            "--rules",
+            type=click.Path(dir_okay=False),
+            help="TOML rules file, tried before the preset's rules.",
+        ),
+        click.option(
+            "--preset", default="default", show_default=True, help="Built-in classification preset."
+        ),
+    ]
+    for opt in opts:
+        func = opt(func)
+    return func
+
+
+_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+def parse_duration(text: str | None, what: str = "duration") -> int | None:
+    """``50us`` -> 50000 (ns). Plain numbers are ns."""
+    if text is None:
+        return None
+    import re
+
+    from traceview.errors import TraceviewError
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s)?\s*", text)
+    if not m:
+        raise TraceviewError(f"{what}: cannot read {text!r} (try 50us, 2.5ms, 1200ns)")
+    return round(float(m.group(1)) * _UNITS[m.group(2) or "ns"])

@@ -14,11 +14,11 @@ def fmt_ns(ns: int | float | None) -> str:
         return "—"
     a = abs(ns)
     if a >= 1e9:
-        return f"{ns / 1e9:.3f} s"
+        return f"{ns / 1e9:.3g} s" if a < 1e11 else f"{ns / 1e9:,.0f} s"
     if a >= 1e6:
-        return f"{ns / 1e6:.3f} ms"
+        return f"{ns / 1e6:.2f} ms"
     if a >= 1e3:
-        return f"{ns / 1e3:.3f} µs"
+        return f"{ns / 1e3:.1f} µs"
     return f"{ns:.0f} ns"
 
 
@@ -57,3 +57,91 @@ def render_info(doc: dict[str, Any], console: Console | None = None) -> None:
     for row in doc["categories"]:
         cats.add_row(row["frame"], row["cat"] or "—", f"{row['count']:,}")
     out.print(cats)
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{v:.1%}"
+
+
+def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
+    """The ``summarize`` screen: facts, families, phases with cadence, gaps, busy."""
+    out = console or Console(highlight=False)
+    t, s, b = doc["trace"], doc["steps"], doc["busy"]
+    facts = Table(show_header=False, box=None, title="trace", title_justify="left")
+    facts.add_column(style="bold")
+    facts.add_column()
+    facts.add_row("path", str(t["path"]))
+    facts.add_row("GPU", f"{t['gpu'] or '—'} (device {t['device']} of {t['devices']})")
+    facts.add_row(
+        "activity",
+        f"{t['kernels']:,} {t['activity']}s on streams " + ", ".join(map(str, t["streams"])),
+    )
+    facts.add_row("span", fmt_ns(t["span_ns"]))
+    facts.add_row("events", f"{t['events']:,} ({t['skipped_events']:,} skipped)")
+    facts.add_row("steps", f"{s['count']:,} by {s['method']}: {s['detail']}")
+    if s.get("disagreements"):
+        facts.add_row("", f"annotations and bursts disagree on {s['disagreements']} step(s)")
+    facts.add_row(
+        "GPU busy",
+        f"{_pct(b['fraction'])} of the window; "
+        f"{_pct(b['in_gaps'])} inside decode gaps; "
+        f"{_pct(b['in_widest_gaps'])} inside the widest (≥ p99)",
+    )
+    out.print(facts)
+
+    fam = Table(title=f"layer families ({doc['classification']})", title_justify="left")
+    for col in ("family", "kernels", "time", "mean", "share"):
+        fam.add_column(col, justify="left" if col == "family" else "right")
+    for f in doc["families"]:
+        fam.add_row(
+            f["family"],
+            f"{f['count']:,}",
+            fmt_ns(f["total_ns"]),
+            fmt_ns(f["mean_ns"]),
+            _pct(f["share"]),
+        )
+    out.print(fam)
+
+    ph = Table(title="steps and cadence by phase (anchor-to-anchor interval)", title_justify="left")
+    for col in ("phase", "steps", "n", "p50", "p90", "p99", "max"):
+        ph.add_column(col, justify="left" if col in ("phase", "steps") else "right")
+    c = s["cadence"]
+    ph.add_row(
+        "all",
+        f"0–{max(s['count'] - 1, 0)}",
+        str(c["n"]),
+        fmt_ns(c["p50_ns"]),
+        fmt_ns(c["p90_ns"]),
+        fmt_ns(c["p99_ns"]),
+        fmt_ns(c["max_ns"]),
+        end_section=True,
+    )
+    for p in s["phases"]:
+        pc = p["cadence"]
+        ph.add_row(
+            p["kind"],
+            f"{p['first_step']}–{p['last_step']}",
+            str(pc["n"]),
+            fmt_ns(pc["p50_ns"]),
+            fmt_ns(pc["p90_ns"]),
+            fmt_ns(pc["p99_ns"]),
+            fmt_ns(pc["max_ns"]),
+        )
+    out.print(ph)
+
+    gaps = Table(
+        title=f"decode gaps ({doc['decode_marker'] or 'no decode marker'})", title_justify="left"
+    )
+    for col in ("population", "n", "overlaps", "p50", "p90", "p99", "max"):
+        gaps.add_column(col, justify="left" if col == "population" else "right")
+    for g in doc["decode_gaps"]:
+        gaps.add_row(
+            g["population"],
+            f"{g['n']:,}",
+            f"{g['overlaps']:,}",
+            fmt_ns(g["p50_ns"]),
+            fmt_ns(g["p90_ns"]),
+            fmt_ns(g["p99_ns"]),
+            fmt_ns(g["max_ns"]),
+        )
+    out.print(gaps)

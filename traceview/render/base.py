@@ -1,0 +1,105 @@
+"""Renderers for tables: one per output format, chosen by name or by the output suffix."""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Protocol
+
+import polars as pl
+
+from traceview.errors import TraceviewError
+
+
+class Renderer(Protocol):
+    extension: str
+    binary: bool
+
+    def render(self, df: pl.DataFrame, out: IO[bytes]) -> None: ...
+
+
+class CsvRenderer:
+    extension, binary = ".csv", False
+
+    def render(self, df: pl.DataFrame, out: IO[bytes]) -> None:
+        df.write_csv(out)
+
+
+class JsonRenderer:
+    extension, binary = ".json", False
+
+    def render(self, df: pl.DataFrame, out: IO[bytes]) -> None:
+        df.write_json(out)
+        out.write(b"\n")
+
+
+class ParquetRenderer:
+    extension, binary = ".parquet", True
+
+    def render(self, df: pl.DataFrame, out: IO[bytes]) -> None:
+        df.write_parquet(out)
+
+
+class TableRenderer:
+    extension, binary = ".txt", False
+
+    def render(self, df: pl.DataFrame, out: IO[bytes]) -> None:
+        with pl.Config(
+            tbl_rows=-1,
+            tbl_cols=-1,
+            tbl_width_chars=200,
+            tbl_hide_dataframe_shape=True,
+            fmt_str_lengths=60,
+        ):
+            out.write((str(df) + "\n").encode())
+
+
+RENDERERS: dict[str, type[Renderer]] = {
+    "table": TableRenderer,
+    "csv": CsvRenderer,
+    "json": JsonRenderer,
+    "parquet": ParquetRenderer,
+}
+
+
+def guess_format(output: str | None, given: str | None) -> str:
+    """The format asked for, else the one the output suffix names, else ``table``."""
+    if given:
+        return given
+    if output:
+        suffix = Path(output).suffix.lower()
+        for name, cls in RENDERERS.items():
+            if cls.extension == suffix:
+                return name
+    return "table"
+
+
+def write_output(
+    df: pl.DataFrame, fmt: str, output: str | None, *, force: bool, stdout: IO[bytes]
+) -> None:
+    """Render ``df`` to ``output`` (atomically; refuses to overwrite without ``force``)
+    or to ``stdout``."""
+    renderer = RENDERERS[fmt]()
+    if output is None:
+        if renderer.binary:
+            raise TraceviewError(f"--format {fmt} is binary: give an output file with -o")
+        buf = io.BytesIO()
+        renderer.render(df, buf)
+        stdout.write(buf.getvalue())
+        return
+    path = Path(output)
+    if path.exists() and not force:
+        raise TraceviewError(f"{path}: already exists (use --force to overwrite)")
+    if path.parent and not path.parent.is_dir():
+        raise TraceviewError(f"{path}: no such directory {path.parent}")
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            renderer.render(df, f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
