@@ -240,7 +240,6 @@ def measure(approach: str, path: Path, repeat: int) -> dict | None:
 
 def stages(path: Path) -> None:
     """Justify the dependencies: each stage timed with and without them."""
-    import msgspec
     import orjson
     from isal import igzip_threaded
 
@@ -249,14 +248,15 @@ def stages(path: Path) -> None:
         out = fn()
         return time.perf_counter() - t0, out
 
-    def drain(f) -> bytes:  # type: ignore[no-untyped-def]
-        first = f.read(64 << 20)  # keep the first 64 MB for the decode stage
-        while f.read(8 << 20):  # read as the loader does, in 8 MB blocks
-            pass
+    def drain(opener) -> bytes:  # type: ignore[no-untyped-def]
+        with opener() as f:
+            first = f.read(64 << 20)  # keep the first 64 MB for the decode stage
+            while f.read(8 << 20):  # read as the loader does, in 8 MB blocks
+                pass
         return first
 
-    t_std, data = timed(lambda: drain(gzip.open(path, "rb")))
-    t_isal, _ = timed(lambda: drain(igzip_threaded.open(path, "rb", threads=1)))
+    t_std, data = timed(lambda: drain(lambda: gzip.open(path, "rb")))  # noqa: SIM115
+    t_isal, _ = timed(lambda: drain(lambda: igzip_threaded.open(path, "rb", threads=1)))
     cut = data.rfind(b"},\n  {") + 1
     piece = b"[" + data[data.index(b"[", data.index(b'"traceEvents"')) + 1 : cut] + b"]"
     del data

@@ -1,5 +1,10 @@
 """traceview: answers from GPU profiler traces of LLM inference engines."""
 
+from traceview.analysis.busy import busy
+from traceview.analysis.families import families, kernels, load_rules
+from traceview.analysis.gaps import decode_gaps
+from traceview.analysis.steps import steps
+from traceview.analysis.summary import Summary, summarize
 from traceview.errors import (
     CaptureError,
     MissingDependencyError,
@@ -15,6 +20,14 @@ from traceview.model import Trace, TraceMeta
 __version__ = "0.1.0"
 
 __all__ = [
+    "Summary",
+    "busy",
+    "decode_gaps",
+    "families",
+    "kernels",
+    "load_rules",
+    "steps",
+    "summarize",
     "CaptureError",
     "LoadOptions",
     "MissingDependencyError",

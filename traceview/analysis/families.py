@@ -152,7 +152,15 @@ def load_rules(preset: str = "default", rules_file: str | Path | None = None) ->
         rules = user_rules + rules
         roles = {**roles, **user_roles}
         name = f"{preset} + {path}"
-    return Rules(name=name, rules=tuple(rules), **roles)
+    return Rules(
+        name=name,
+        rules=tuple(rules),
+        step_marker=roles.get("step_marker", ("full_attention",)),
+        decode_marker=roles.get("decode_marker", ()),
+        full_attention_decode=roles.get("full_attention_decode", ()),
+        prefill_family=roles.get("prefill_family", ()),
+        prefill=roles.get("prefill", ()),
+    )
 
 
 def family_map(kernels: pl.DataFrame, rules: Rules) -> pl.DataFrame:

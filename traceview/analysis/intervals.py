@@ -71,8 +71,8 @@ def _covered(us: I64, ue: I64, lo: I64, hi: I64) -> I64:
         partial = np.where(inside, np.clip(t - us[idx], 0, ue[idx] - us[idx]), 0)
         return (full + partial).astype(np.int64)
 
-    out = covered_before(hi) - covered_before(lo)
-    return np.maximum(out, 0).astype(np.int64)
+    out: I64 = np.maximum(covered_before(hi) - covered_before(lo), 0).astype(np.int64)
+    return out
 
 
 def merge_windows(lo: I64, hi: I64) -> Union:

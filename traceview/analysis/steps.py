@@ -36,8 +36,11 @@ STEP_ANNOTATION = re.compile(
     r"|step\[[A-Z_]+[ \]]"  # SGLang: step[DECODE bs=…], step[EXTEND …], step[MIXED …]
     r"|ProfilerStep#\d+$)"  # torch.profiler's own iterations
 )
+# annotations of steps that carry prompt tokens: vLLM context_N with N > 0, SGLang EXTEND/MIXED
+PROMPT_ANNOTATION = re.compile(r"^execute_(\d+_)?context_[1-9]|^step\[(EXTEND|MIXED|PREFILL)")
 PERIODIC_MIN_SCORE = 0.8  # share of chosen boundaries that must beat their neighbourhood
 PERIODIC_MARGIN = 1.15  # ... by at least this factor (a tie or a drift is not a pause)
+ANNOTATION_COVERAGE = 0.9  # share of kernels annotations must hold to beat a weak guess
 PERIODIC_MIN_STEPS = 3  # chosen boundaries needed before a period is believed
 MAX_LAYERS = 256
 
@@ -98,6 +101,11 @@ def pick_device(trace: Trace, device: int | None) -> int:
     return device
 
 
+def ends_of(kernels: pl.DataFrame) -> np.ndarray:
+    """``ts_ns + dur_ns`` as an int64 array."""
+    return (kernels["ts_ns"] + kernels["dur_ns"]).to_numpy().astype(np.int64)
+
+
 def _is_family(col: pl.Expr, families: tuple[str, ...]) -> pl.Expr:
     expr = pl.lit(False)
     for f in families:
@@ -130,18 +138,30 @@ def _bursts(k: pl.DataFrame) -> pl.DataFrame:
     return runs
 
 
-def _boundary_idle(u: Union, last_marker: I64, next_start: I64) -> I64:
-    """For each boundary j: the longest idle gap ending in (last_marker[j], next_start[j]]."""
+def _boundary_idle(u: Union, last_marker: I64, next_start: I64) -> tuple[I64, I64]:
+    """For each boundary j: the longest idle gap ending in (last_marker[j], next_start[j]].
+
+    Returns that length per boundary (0 where there is none) and the lengths of every other
+    idle gap of the device (the gaps that are not a boundary's longest).
+    """
     best = np.zeros(last_marker.size, dtype=np.int64)
-    if u.gap_ends.size == 0 or last_marker.size == 0:
-        return best
     gap_len = u.gap_ends - u.gap_starts
+    if gap_len.size == 0 or last_marker.size == 0:
+        return best, gap_len
     # the windows are disjoint and ordered: find each gap's window by its end
     w = np.searchsorted(last_marker, u.gap_ends, side="left") - 1
     ok = (w >= 0) & (w < last_marker.size)
     ok[ok] &= u.gap_ends[ok] <= next_start[w[ok]]
-    np.maximum.at(best, w[ok], gap_len[ok])
-    return best
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return best, gap_len
+    order = idx[np.lexsort((-gap_len[idx], w[idx]))]  # per window, longest first
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = w[order][1:] != w[order][:-1]
+    winners = order[first]
+    best[w[winners]] = gap_len[winners]
+    others = np.delete(gap_len, winners)
+    return best, others
 
 
 def _periodic_score(idle: I64, period: int) -> tuple[float, int]:
@@ -182,20 +202,28 @@ def _natural_break(values: I64) -> int | None:
     return int(np.ceil(np.sqrt(v[i] * v[i + 1])))
 
 
-def _choose_boundaries(idle: I64, opts: StepOptions) -> tuple[np.ndarray, int | None, str]:
-    """Boolean mask over burst boundaries: which are step boundaries; L; how, in words."""
+def _choose_boundaries(
+    idle: I64, others: I64, opts: StepOptions
+) -> tuple[np.ndarray, int | None, str, bool]:
+    """Which burst boundaries are step boundaries (mask); L; how, in words; and whether the
+    evidence is strong (a period, or the user's own option) rather than a weaker guess.
+
+    ``others`` are the device's idle gaps that are no boundary's longest: when (nearly)
+    every boundary's gap stands out above them, every burst is a step (one full-attention
+    layer per step).
+    """
     n = idle.size
     if n == 0:
-        return np.zeros(0, dtype=bool), 1, "a single burst"
+        return np.zeros(0, dtype=bool), 1, "a single burst", False
     if opts.step_gap_ns is not None:
-        return idle >= opts.step_gap_ns, None, f"--step-gap {opts.step_gap_ns} ns"
+        return idle >= opts.step_gap_ns, None, f"--step-gap {opts.step_gap_ns} ns", True
     if opts.layers is not None:
         period = max(1, opts.layers)
         if period == 1:
-            return np.ones(n, dtype=bool), 1, "--layers 1"
+            return np.ones(n, dtype=bool), 1, "--layers 1", True
         score, phase = _periodic_score(idle, period)
         mask = (np.arange(n) % period) == phase
-        return mask, period, f"--layers {period} (boundary score {score:.2f})"
+        return mask, period, f"--layers {period} (boundary score {score:.2f})", True
     best: tuple[float, int, int] | None = None
     for period in range(2, min(MAX_LAYERS, n // PERIODIC_MIN_STEPS) + 1):
         score, phase = _periodic_score(idle, period)
@@ -212,6 +240,22 @@ def _choose_boundaries(idle: I64, opts: StepOptions) -> tuple[np.ndarray, int | 
                 f"beats every gap within {period - 1} bursts at {score:.0%} of "
                 "boundaries"
             ),
+            True,
+        )
+    if others.size:
+        typical = float(np.quantile(others, 0.99))
+        standing_out = float((idle > PERIODIC_MARGIN * typical).mean())
+    else:
+        standing_out = float((idle > 0).mean())
+    if standing_out >= PERIODIC_MIN_SCORE:
+        return (
+            np.ones(n, dtype=bool),
+            1,
+            (
+                f"every step-marker burst: {standing_out:.0%} of the idle gaps between bursts "
+                "stand out above the device's other idle gaps"
+            ),
+            False,
         )
     threshold = _natural_break(idle)
     if threshold is not None:
@@ -224,6 +268,7 @@ def _choose_boundaries(idle: I64, opts: StepOptions) -> tuple[np.ndarray, int | 
                     mask,
                     int(np.bincount(inner).argmax()),
                     (f"idle gaps ≥ {threshold} ns (a natural break in the gap distribution)"),
+                    False,
                 )
     return (
         np.zeros(n, dtype=bool),
@@ -232,6 +277,7 @@ def _choose_boundaries(idle: I64, opts: StepOptions) -> tuple[np.ndarray, int | 
             "no step structure found in the step-marker bursts (no between-step pause stands "
             "out, no period): all of them are taken as one step; set --layers or --step-gap"
         ),
+        False,
     )
 
 
@@ -349,7 +395,7 @@ def _assemble(
     rules: Rules,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     ts = k["ts_ns"].to_numpy()
-    end_all = int((k["ts_ns"] + k["dur_ns"]).max())
+    end_all = int(ends_of(k).max())
     prev_last = np.concatenate(([ts[0]], last_markers[:-1])).astype(np.int64)
     starts = _step_starts(u, int(ts[0]), anchors, prev_last)
     ends = np.append(starts[1:], end_all).astype(np.int64)
@@ -375,6 +421,8 @@ def _assemble(
     counts = np.bincount(step_of_kernel[step_of_kernel >= 0], minlength=starts.size)
     busy = u.clipped_lengths(starts, ends)
     span = ends - starts
+    # the engine's own annotation can say so too (one attention kernel may serve both)
+    mixed |= np.array([bool(n and PROMPT_ANNOTATION.search(n)) for n in names], dtype=bool)
     kind = np.where(mixed, "mixed", "decode")
     phase = np.concatenate(([0], np.cumsum(kind[1:] != kind[:-1]))).astype(np.int64)
 
@@ -401,7 +449,7 @@ def _assemble(
     )
     fam_cols = per_step.rename({c: f"ns_{c}" for c in per_step.columns if c != "step"})
     table = table.join(fam_cols, left_on="index", right_on="step", how="left").with_columns(
-        pl.col(f"^ns_.*$").fill_null(0)
+        pl.col("^ns_.*$").fill_null(0)
     )
     phases = (
         table.group_by("phase", maintain_order=True)
@@ -433,7 +481,7 @@ def find_steps(
     device = pick_device(trace, opts.device)
     k = classify(trace.kernels.filter(pl.col("device") == device), rules)
     ts = k["ts_ns"].to_numpy().astype(np.int64)
-    ends = (k["ts_ns"] + k["dur_ns"]).to_numpy().astype(np.int64)
+    ends = ends_of(k)
     u = union(ts, ends)
     k = k.with_columns(_is_family(pl.col("family"), rules.step_marker).alias("_marker"))
     warnings: list[str] = []
@@ -448,16 +496,16 @@ def find_steps(
         b = _bursts(k)
         bs = b["start"].to_numpy().astype(np.int64)
         bl = b["last_marker"].to_numpy().astype(np.int64)
-        idle = _boundary_idle(u, bl[:-1], bs[1:])
-        mask, layers, detail = _choose_boundaries(idle, opts)
+        idle, others = _boundary_idle(u, bl[:-1], bs[1:])
+        mask, layers, detail, burst_confident = _choose_boundaries(idle, others, opts)
         first_burst = np.concatenate(([0], np.flatnonzero(mask) + 1))
         last_burst = np.append(first_burst[1:] - 1, bs.size - 1)
         burst_anchor, burst_last = bs[first_burst], bl[last_burst]
-        burst_confident = not detail.startswith("no step structure")
 
     groups = _annotation_groups(trace, k, device) if opts.method != "bursts" else None
     ann_anchor: I64 | None = None
     ann_names: list[str | None] = []
+    covered = 0.0
     if groups is not None and groups.height:
         marker_idx = set(np.flatnonzero(k["_marker"].to_numpy()).tolist())
         rows = []
@@ -469,6 +517,7 @@ def find_steps(
         ann_anchor = np.array([r[0] for r in rows], dtype=np.int64)
         ann_last = np.array([r[1] for r in rows], dtype=np.int64)
         ann_names = [r[2] for r in rows]
+        covered = sum(len(ks) for ks in groups["kernels"].to_list()) / max(k.height, 1)
 
     disagreements: int | None = None
     if burst_anchor is not None and ann_anchor is not None:
@@ -478,13 +527,16 @@ def find_steps(
     use_annotations = ann_anchor is not None and (
         opts.method == "annotations"
         or burst_anchor is None
-        or (opts.method == "auto" and (disagreements == 0 or not burst_confident))
+        or (opts.method == "auto" and disagreements == 0)
+        # a weak burst guess yields to annotations that cover the device's kernels
+        or (opts.method == "auto" and not burst_confident and covered >= ANNOTATION_COVERAGE)
     )
     if opts.method == "annotations" and ann_anchor is None:
         raise UnsupportedTraceError(
             f"{trace.meta.path}: no per-step annotations (vLLM execute_context_…, SGLang "
             "step[…], ProfilerStep#…) linked to device kernels; use --steps bursts"
         )
+    n_bursts = 0 if burst_anchor is None else burst_anchor.size
     if use_annotations:
         assert ann_anchor is not None
         method = "annotations"
@@ -492,9 +544,14 @@ def find_steps(
         if disagreements:
             warnings.append(
                 f"per-step annotations and step-marker bursts disagree on {disagreements} "
-                f"step(s) ({ann_anchor.size} annotated vs {burst_anchor.size if burst_anchor is not None else 0} "
-                "found from kernels); using the annotations"
-                + ("" if burst_confident else " (no step structure in the bursts)")
+                f"step(s) ({ann_anchor.size} annotated vs {n_bursts} found from kernels); "
+                "using the annotations"
+                + (
+                    ""
+                    if burst_confident
+                    else f" (they cover {covered:.0%} of the kernels; the "
+                    "bursts show no clear step structure)"
+                )
             )
         detail = "the engine's per-step annotations"
     elif burst_anchor is not None:

@@ -169,16 +169,17 @@ def build(trace: Trace, rules: Rules, result: StepResult, activity: str) -> Summ
     gap_stats = summarize_gaps(gaps, gap_family)
     if used is None:
         warnings.append("no decode-marker kernels: decode gaps are not available")
-    for g in gap_stats:
-        if 0 < g["n"] < SMALL_N:
-            warnings.append(
-                f"decode gaps ({g['population']}): p99 rests on n={g['n']} "
-                f"samples (< {SMALL_N}); it is close to the maximum"
-            )
+    warnings.extend(
+        f"decode gaps ({g['population']}): p99 rests on n={g['n']} samples (< {SMALL_N}); "
+        "it is close to the maximum"
+        for g in gap_stats
+        if 0 < g["n"] < SMALL_N
+    )
     if 0 < cadence["n"] < SMALL_N:
         warnings.append(f"cadence: p99 rests on n={cadence['n']} intervals (< {SMALL_N})")
     p99_all = gap_stats[0]["p99_ns"]
     assert result.union is not None
+    start_ns, end_ns = int(result.union.starts[0]), int(result.union.ends[-1])
     streams = sorted(k["stream"].drop_nulls().unique().to_list())
     doc = {
         "schema": SCHEMA,
@@ -192,9 +193,9 @@ def build(trace: Trace, rules: Rules, result: StepResult, activity: str) -> Summ
             "devices": trace.devices,
             "device": result.device,
             "streams": streams,
-            "start_ns": int(k["ts_ns"].min()),  # type: ignore[arg-type]
-            "end_ns": int((k["ts_ns"] + k["dur_ns"]).max()),  # type: ignore[arg-type]
-            "span_ns": int((k["ts_ns"] + k["dur_ns"]).max() - k["ts_ns"].min()),  # type: ignore[operator]
+            "start_ns": start_ns,
+            "end_ns": end_ns,
+            "span_ns": end_ns - start_ns,
             "activity": activity,
         },
         "classification": rules.name,

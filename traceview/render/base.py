@@ -31,8 +31,7 @@ class JsonRenderer:
     extension, binary = ".json", False
 
     def render(self, df: pl.DataFrame, out: IO[bytes]) -> None:
-        df.write_json(out)
-        out.write(b"\n")
+        out.write(df.write_json().encode() + b"\n")
 
 
 class ParquetRenderer:
