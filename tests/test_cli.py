@@ -70,3 +70,70 @@ def test_entry_point_smoke() -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr == "Error: /no/such/trace.json: no such file\n"
+
+
+def test_summarize_json_is_the_summary_document(scenario: str) -> None:
+    import traceview as tv
+
+    path = str(GENERATED / f"{scenario}.json.gz")
+    result = CliRunner().invoke(cli, ["summarize", path, "--json"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc == json.loads(tv.summarize(tv.load(path)).to_json())
+    assert doc["steps"]["count"] == truth(scenario)["step_count"]
+    for key in ("schema", "trace", "families", "steps", "decode_gaps", "busy"):
+        assert key in doc
+    assert set(doc["trace"]) >= {"path", "format", "events", "kernels", "skipped_events",
+                                 "devices", "streams", "start_ns", "end_ns", "span_ns",
+                                 "activity"}
+    assert "p99 rests on n=" in result.stderr  # the mixed phase has < 100 gaps
+
+
+def test_summarize_table_shows_phases_and_gaps() -> None:
+    result = CliRunner().invoke(cli, ["summarize", str(GENERATED / "hybrid_chunked.json.gz")])
+    assert result.exit_code == 0
+    out = result.stdout
+    for text in ("layer families", "steps and cadence by phase", "decode gaps", "mixed",
+                 "linear_attention.prefill", "GPU busy"):
+        assert text in out
+
+
+def test_summarize_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = str(GENERATED / "hybrid_tight.json.gz")
+    t = truth("hybrid_tight")
+    for extra in (["--layers", str(t["full_attention_layers"])], ["--steps", "bursts"],
+                  ["--device", "0"]):
+        result = CliRunner().invoke(cli, ["summarize", path, "--json", *extra])
+        assert result.exit_code == 0, (extra, result.stderr)
+        assert json.loads(result.stdout)["steps"]["count"] == t["step_count"]
+    result = CliRunner().invoke(cli, ["summarize", path, "--device", "3"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"Error: {path}: device 3 has no kernels (devices: 0)"
+    result = CliRunner().invoke(cli, ["summarize", path, "--step-gap", "soon"])
+    assert result.exit_code == 2 and "--step-gap: cannot read 'soon'" in result.stderr
+    result = CliRunner().invoke(cli, ["summarize", path, "--steps", "annotations"])
+    assert result.exit_code == 2 and "no per-step annotations" in result.stderr
+
+
+def test_steps_export_formats(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import polars as pl
+
+    path = str(GENERATED / "dense_sglang.json.gz")
+    t = truth("dense_sglang")
+    anchors = [s["anchor_ns"] for s in t["steps"]]
+    for fmt in ("csv", "json", "parquet"):
+        out = tmp_path / f"steps.{fmt}"
+        result = CliRunner().invoke(cli, ["steps", path, "-o", str(out)])
+        assert result.exit_code == 0, result.stderr
+        df = {"csv": pl.read_csv, "json": pl.read_json, "parquet": pl.read_parquet}[fmt](out)
+        assert df["anchor_ns"].to_list() == anchors
+        assert df["annotation"].to_list() == [s["annotation"] for s in t["steps"]]
+    again = CliRunner().invoke(cli, ["steps", path, "-o", str(tmp_path / "steps.csv")])
+    assert again.exit_code == 2 and "already exists (use --force" in again.stderr
+    forced = CliRunner().invoke(cli, ["steps", path, "-o", str(tmp_path / "steps.csv"),
+                                      "--force"])
+    assert forced.exit_code == 0
+    table = CliRunner().invoke(cli, ["steps", path])
+    assert table.exit_code == 0 and "anchor_ns" in table.stdout
+    binary = CliRunner().invoke(cli, ["steps", path, "--format", "parquet"])
+    assert binary.exit_code == 2 and "binary" in binary.stderr

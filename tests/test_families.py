@@ -1,0 +1,184 @@
+"""Classification: the preset on real kernel names, user rules, roll-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from conftest import GENERATED, SHARED_TRACES, truth
+
+import traceview as tv
+from traceview.analysis.families import RulesError, load_rules, presets
+from traceview.cli import cli
+
+# (trace under ../shared/traces, kernel-name prefix, expected family): real names, real traces
+REAL = [
+    ("tracelens/b200-vllm-eager.json.gz", "fmhaSm100aKernel_", "full_attention"),
+    (
+        "tracelens/b200-vllm-eager.json.gz",
+        "void vllm::reshape_and_cache_flash_kernel",
+        "full_attention",
+    ),
+    ("tracelens/b200-vllm-eager.json.gz", "nvjet_tst_", "gemm"),
+    ("tracelens/b200-vllm-eager.json.gz", "bmm_", "moe"),
+    ("tracelens/b200-vllm-eager.json.gz", "void moe::dev::", "moe"),
+    ("tracelens/rocm-mi-vllm-decode-cudagraph.json.gz", "_matmul_ogs_", "moe"),
+    ("tracelens/rocm-mi-vllm-decode-cudagraph.json.gz", "_topk_forward", "moe"),
+    ("tracelens/b200-vllm-eager.json.gz", "ncclDevKernel_AllGather", "communication"),
+    ("tracelens/b200-vllm-eager.json.gz", "std::enable_if<(((8)>(0)))&&vllm::_typeConvert", "norm"),
+    ("tracelens/b200-vllm-eager.json.gz", "Memcpy HtoD", "memory"),
+    (
+        "tracelens/h100-hf-qwen1.5-0.5b-chat.json.gz",
+        "void pytorch_flash::flash_fwd_kernel",
+        "full_attention",
+    ),
+    (
+        "tracelens/h100-hf-owlv2-large.json.gz",
+        "std::enable_if<!(false), void>::type internal::gemvx::kernel",
+        "gemm",
+    ),
+    (
+        "tracelens/h100-hf-qwen1.5-0.5b-chat.json.gz",
+        "void at::native::vectorized_elementwise_"
+        "kernel<4, at::native::(anonymous namespace)::silu_kernel",
+        "activation",
+    ),
+    ("tracelens/h100-hf-qwen1.5-0.5b-chat.json.gz", "Memset (Device)", "memory"),
+    (
+        "tracelens/rocm-mi-sglang-qwen3-8b-decode.json.gz",
+        "void paged_attention_ll4mi_",
+        "full_attention",
+    ),
+    ("tracelens/rocm-mi-sglang-qwen3-8b-decode.json.gz", "Cijk_", "gemm"),
+    (
+        "tracelens/rocm-mi-vllm-prefill-decode-piecewise.json.gz",
+        "_ZN7ck_tile6kentryILi1ENS_12Rmsnorm2d",
+        "norm",
+    ),
+    (
+        "tracelens/rocm-mi-sglang-qwen3-8b-decode.json.gz",
+        "_ZN7sgl_hip10activation18act_and_mul",
+        "activation",
+    ),
+    ("tracelens/rocm-mi-sglang-qwen3-8b-decode.json.gz", "void rotary_embedding_kernel", "rope"),
+    (
+        "tracelens/rocm-mi-sglang-qwen3-8b-prefill-decode.json.gz",
+        "_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernel",
+        "full_attention",
+    ),
+    (
+        "tracelens/rocm-mi-sglang-qwen3-8b-prefill-decode.json.gz",
+        "void (anonymous namespace)::store_kvcache",
+        "full_attention",
+    ),
+    (
+        "tracelens/rocm-mi-vllm-decode-cudagraph.json.gz",
+        "kernel_unified_attention_2d",
+        "full_attention",
+    ),
+    ("tracelens/rocm-mi-vllm-decode-cudagraph.json.gz", "reduce_segments", "full_attention"),
+    (
+        "tracelens/rocm-mi-sglang-qwen3-8b-decode.json.gz",
+        "_ZN5aiter24add_rmsnorm_quant_kernel",
+        "norm",
+    ),
+    (
+        "tracelens/rocm-mi-vllm-decode-cudagraph.json.gz",
+        "kernel_unified_attention_3d",
+        "full_attention",
+    ),
+    ("tracelens/torch-compile-triton.json.gz", "attn_fwd", "full_attention"),
+    (
+        "tracelens/torch-compile-triton.json.gz",
+        "triton_red_fused_add_mean_mul_pow_rsqrt_0",
+        "elementwise",
+    ),
+    (
+        "tracelens/h100-hf-owlv2-large.json.gz",
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward",
+        "sampling",
+    ),
+    ("hta/a100_nccl_data.json.gz", "ncclKernel_AllReduce_RING_LL_Sum_float", "communication"),
+    (
+        "hta/v100_df_index_resolver.json.gz",
+        "void at::native::vectorized_elementwise_kernel",
+        "elementwise",
+    ),
+    ("hta/mi250_minitoy_rocm62.json.gz", "Cijk_", "gemm"),
+    ("hta/v100_ns_resolution_rank0.json.gz", "void cudnn::bn_fw_tr_1C11", "norm"),
+]
+
+
+@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is not present")
+@pytest.mark.parametrize(
+    ("trace", "prefix", "family"), REAL, ids=[f"{p[:40]}->{f}" for _, p, f in REAL]
+)
+def test_real_kernel_names_land_in_their_family(trace: str, prefix: str, family: str) -> None:
+    table = tv.kernels(tv.load(SHARED_TRACES / trace))
+    rows = table.filter(pl.col("name").str.starts_with(prefix))
+    assert rows.height > 0, f"no kernel named {prefix}… in {trace}"
+    assert set(rows["family"].to_list()) == {family}
+
+
+def test_fixture_families_equal_truth(scenario: str) -> None:
+    t = truth(scenario)
+    fam = tv.families(tv.load(GENERATED / f"{scenario}.json.gz"))
+    assert {
+        r["family"]: {"count": r["count"], "total_ns": r["total_ns"]} for r in fam.to_dicts()
+    } == t["families"]
+    assert fam["share"].sum() == pytest.approx(1.0)
+    assert fam["total_ns"].is_sorted(descending=True)
+
+
+def test_roll_up() -> None:
+    t = truth("hybrid_chunked")
+    fam = tv.families(tv.load(GENERATED / "hybrid_chunked.json.gz"), roll_up=True)
+    linear = fam.filter(pl.col("family") == "linear_attention").row(0, named=True)
+    expect = [v for k, v in t["families"].items() if k.startswith("linear_attention.")]
+    assert linear["count"] == sum(v["count"] for v in expect)
+    assert linear["total_ns"] == sum(v["total_ns"] for v in expect)
+
+
+def test_user_rules_come_first(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\nfamily = "gemm.fp8"\npatterns = ["^nvjet_"]\n')
+    r = load_rules("default", rules)
+    assert r.family_of("nvjet_tst_128x64_64x8_2x1_v_bz_TNT") == "gemm.fp8"
+    assert r.family_of("sm90_xmma_gemm_bf16") == "gemm"
+    result = CliRunner().invoke(
+        cli,
+        ["summarize", str(GENERATED / "hybrid_chunked.json.gz"), "--rules", str(rules), "--json"],
+    )
+    assert result.exit_code == 0, result.stderr
+    assert '"family": "gemm.fp8"' in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[[rule]\n", "not valid TOML"),
+        ('[[rule]]\npatterns = ["x"]\n', "needs a 'family' string"),
+        ('[[rule]]\nfamily = "x"\n', "needs 'patterns' or 'categories'"),
+        ('[[rule]]\nfamily = "x"\npatterns = ["("]\n', "bad pattern"),
+        ('[roles]\nstep_markr = ["x"]\n', "unknown role(s) step_markr"),
+    ],
+    ids=["toml", "no-family", "no-patterns", "bad-regex", "unknown-role"],
+)
+def test_bad_rules_file_is_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text(text)
+    with pytest.raises(RulesError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_rules("default", rules)
+    result = CliRunner().invoke(
+        cli, ["summarize", str(GENERATED / "dense_sglang.json.gz"), "--rules", str(rules)]
+    )
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"Error: {rules}") and len(result.stderr.splitlines()) == 1
+
+
+def test_presets_listed_and_unknown_preset_rejected() -> None:
+    assert "default" in presets()
+    with pytest.raises(RulesError, match="unknown preset 'nope'"):
+        load_rules("nope")
