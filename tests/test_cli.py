@@ -83,9 +83,19 @@ def test_summarize_json_is_the_summary_document(scenario: str) -> None:
     assert doc["steps"]["count"] == truth(scenario)["step_count"]
     for key in ("schema", "trace", "families", "steps", "decode_gaps", "busy"):
         assert key in doc
-    assert set(doc["trace"]) >= {"path", "format", "events", "kernels", "skipped_events",
-                                 "devices", "streams", "start_ns", "end_ns", "span_ns",
-                                 "activity"}
+    assert set(doc["trace"]) >= {
+        "path",
+        "format",
+        "events",
+        "kernels",
+        "skipped_events",
+        "devices",
+        "streams",
+        "start_ns",
+        "end_ns",
+        "span_ns",
+        "activity",
+    }
     assert "p99 rests on n=" in result.stderr  # the mixed phase has < 100 gaps
 
 
@@ -93,16 +103,25 @@ def test_summarize_table_shows_phases_and_gaps() -> None:
     result = CliRunner().invoke(cli, ["summarize", str(GENERATED / "hybrid_chunked.json.gz")])
     assert result.exit_code == 0
     out = result.stdout
-    for text in ("layer families", "steps and cadence by phase", "decode gaps", "mixed",
-                 "linear_attention.prefill", "GPU busy"):
+    for text in (
+        "layer families",
+        "steps and cadence by phase",
+        "decode gaps",
+        "mixed",
+        "linear_attention.prefill",
+        "GPU busy",
+    ):
         assert text in out
 
 
 def test_summarize_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = str(GENERATED / "hybrid_tight.json.gz")
     t = truth("hybrid_tight")
-    for extra in (["--layers", str(t["full_attention_layers"])], ["--steps", "bursts"],
-                  ["--device", "0"]):
+    for extra in (
+        ["--layers", str(t["full_attention_layers"])],
+        ["--steps", "bursts"],
+        ["--device", "0"],
+    ):
         result = CliRunner().invoke(cli, ["summarize", path, "--json", *extra])
         assert result.exit_code == 0, (extra, result.stderr)
         assert json.loads(result.stdout)["steps"]["count"] == t["step_count"]
@@ -130,8 +149,7 @@ def test_steps_export_formats(tmp_path) -> None:  # type: ignore[no-untyped-def]
         assert df["annotation"].to_list() == [s["annotation"] for s in t["steps"]]
     again = CliRunner().invoke(cli, ["steps", path, "-o", str(tmp_path / "steps.csv")])
     assert again.exit_code == 2 and "already exists (use --force" in again.stderr
-    forced = CliRunner().invoke(cli, ["steps", path, "-o", str(tmp_path / "steps.csv"),
-                                      "--force"])
+    forced = CliRunner().invoke(cli, ["steps", path, "-o", str(tmp_path / "steps.csv"), "--force"])
     assert forced.exit_code == 0
     table = CliRunner().invoke(cli, ["steps", path])
     assert table.exit_code == 0 and "anchor_ns" in table.stdout

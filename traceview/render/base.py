@@ -42,17 +42,27 @@ class ParquetRenderer:
 
 
 class TableRenderer:
+    """A plain text table (rich, no colour), as wide as its columns need."""
+
     extension, binary = ".txt", False
 
     def render(self, df: pl.DataFrame, out: IO[bytes]) -> None:
-        with pl.Config(
-            tbl_rows=-1,
-            tbl_cols=-1,
-            tbl_width_chars=200,
-            tbl_hide_dataframe_shape=True,
-            fmt_str_lengths=60,
-        ):
-            out.write((str(df) + "\n").encode())
+        from rich import box
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(box=box.SIMPLE_HEAD)
+        for name, dtype in df.schema.items():
+            table.add_column(name, justify="right" if dtype.is_numeric() else "left", no_wrap=True)
+        for row in df.iter_rows():
+            table.add_row(
+                *("" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v) for v in row)
+            )
+        text = io.StringIO()
+        Console(file=text, width=100_000, color_system=None, highlight=False).print(table)
+        out.write(
+            "\n".join(line.rstrip() for line in text.getvalue().splitlines()).encode() + b"\n"
+        )
 
 
 RENDERERS: dict[str, type[Renderer]] = {
