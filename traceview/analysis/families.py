@@ -194,8 +194,29 @@ def rollup(family: str) -> str:
     return family.split(".", 1)[0]
 
 
+def family_table(classified: pl.DataFrame, *, roll_up: bool = False) -> pl.DataFrame:
+    """:func:`families` of kernels that already carry a ``family`` column."""
+    k = classified
+    if roll_up:
+        k = k.with_columns(pl.col("family").str.split(".").list.first())
+    total = k["dur_ns"].sum() if k.height else 0
+    return (
+        k.group_by("family")
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
+        .with_columns(
+            (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
+            (pl.col("total_ns") / total if total else pl.lit(0.0)).alias("share"),
+        )
+        .sort(["total_ns", "family"], descending=[True, False])
+    )
+
+
 def families(
-    trace: Trace, rules: Rules | None = None, *, roll_up: bool = False, device: int | None = None
+    trace: Trace,
+    rules: Rules | None = None,
+    *,
+    roll_up: bool = False,
+    device: int | None = None,
 ) -> pl.DataFrame:
     """Kernel time per layer family.
 
@@ -211,19 +232,7 @@ def families(
         ns), ``share`` (Float64, fraction of all kernel time, 0..1).
     """
     kernels = trace.kernels if device is None else trace.device(device).kernels
-    k = classify(kernels, rules or load_rules())
-    if roll_up:
-        k = k.with_columns(pl.col("family").str.split(".").list.first())
-    total = k["dur_ns"].sum() if k.height else 0
-    return (
-        k.group_by("family")
-        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
-        .with_columns(
-            (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
-            (pl.col("total_ns") / total if total else pl.lit(0.0)).alias("share"),
-        )
-        .sort(["total_ns", "family"], descending=[True, False])
-    )
+    return family_table(classify(kernels, rules or load_rules()), roll_up=roll_up)
 
 
 def kernels(trace: Trace, rules: Rules | None = None, *, device: int | None = None) -> pl.DataFrame:

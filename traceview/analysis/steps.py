@@ -39,6 +39,7 @@ STEP_ANNOTATION = re.compile(
 # annotations of steps that carry prompt tokens: vLLM context_N with N > 0, SGLang EXTEND/MIXED
 PROMPT_ANNOTATION = re.compile(r"^execute_(\d+_)?context_[1-9]|^step\[(EXTEND|MIXED|PREFILL)")
 PERIODIC_MIN_SCORE = 0.8  # share of chosen boundaries that must beat their neighbourhood
+PERIODIC_SURE = 0.95  # a period this clear ends the search
 PERIODIC_MARGIN = 1.15  # ... by at least this factor (a tie or a drift is not a pause)
 ANNOTATION_COVERAGE = 0.9  # share of kernels annotations must hold to beat a weak guess
 PERIODIC_MIN_STEPS = 3  # chosen boundaries needed before a period is believed
@@ -229,6 +230,8 @@ def _choose_boundaries(
         score, phase = _periodic_score(idle, period)
         if best is None or score > best[0] + 1e-9:
             best = (score, period, phase)
+        if score >= PERIODIC_SURE:
+            break  # multiples of the period score lower, not higher: no need to look on
     if best is not None and best[0] >= PERIODIC_MIN_SCORE:
         score, period, phase = best
         mask = (np.arange(n) % period) == phase

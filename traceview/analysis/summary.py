@@ -10,7 +10,7 @@ import orjson
 import polars as pl
 
 from traceview.analysis.busy import busy_document
-from traceview.analysis.families import Rules, families, load_rules
+from traceview.analysis.families import Rules, family_table, load_rules
 from traceview.analysis.gaps import gap_table, summarize_gaps
 from traceview.analysis.stats import percentiles
 from traceview.analysis.steps import StepOptions, StepResult, describe, find_steps
@@ -143,8 +143,8 @@ def build(trace: Trace, rules: Rules, result: StepResult, activity: str) -> Summ
             0, "no device activity in this trace: leaf cpu_op events stand in for kernels"
         )
     k = result.kernels
-    fam = families(trace, rules, device=result.device)
-    rolled = families(trace, rules, device=result.device, roll_up=True)
+    fam = family_table(k)
+    rolled = family_table(k, roll_up=True)
     table = result.table
     intervals = table["interval_ns"].drop_nulls().to_numpy()
     cadence = percentiles(intervals)
