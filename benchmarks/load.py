@@ -15,7 +15,9 @@ on a shared, noisy machine:
 - ``obvious``     the obvious loader: stdlib gzip + ``orjson.loads`` + polars frames of
                   kernels and other events with ns times (what traceview replaces)
 - ``traceview``   ``traceview.load`` (all frames built)
-- ``hta``         HolisticTraceAnalysis's parser, when it is installed
+- ``hta``         HolisticTraceAnalysis's parser (``parse_trace_dataframe`` with its default
+                  config), when installed; ``--hta-python`` names an interpreter that has
+                  it, since its pinned dependencies do not belong in traceview's venv
 
 Repeats each measurement (``--repeat``, default 2) and reports the fastest run.
 """
@@ -187,8 +189,9 @@ def run_traceview(path: Path) -> dict[str, int]:
 
 def run_hta(path: Path) -> dict[str, int]:
     from hta.common.trace_parser import parse_trace_dataframe  # type: ignore[import-not-found]
+    from hta.configs.parser_config import ParserConfig  # type: ignore[import-not-found]
 
-    _meta, df, _symbols = parse_trace_dataframe(str(path))
+    _meta, df, _symbols = parse_trace_dataframe(str(path), ParserConfig.get_default_cfg())
     return {"events": len(df), "kernels": int((df["stream"] >= 0).sum())}
 
 
@@ -219,11 +222,11 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def measure(approach: str, path: Path, repeat: int) -> dict | None:
+def measure(approach: str, path: Path, repeat: int, python: str = sys.executable) -> dict | None:
     best = None
     for _ in range(repeat):
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", approach, str(path)],
+            [python, __file__, "--child", approach, str(path)],
             capture_output=True,
             text=True,
             check=False,
@@ -281,6 +284,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--only", nargs="*", default=list(APPROACHES))
     parser.add_argument("--stages", action="store_true")
+    parser.add_argument(
+        "--hta-python",
+        default=sys.executable,
+        help="interpreter with HolisticTraceAnalysis installed (its own venv)",
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -298,7 +306,10 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores")
     results = {}
     for name in args.only:
-        r = measure(name, path, 1 if name == "hta" else args.repeat)
+        if name == "hta":
+            r = measure(name, path, 1, args.hta_python)
+        else:
+            r = measure(name, path, args.repeat)
         if r:
             results[name] = r
     base = results.get("obvious")
@@ -319,7 +330,11 @@ def main() -> None:
         stages(path)
     tv_r = results.get("traceview")
     if tv_r and "hta" in results:
-        print(f"\nHTA / traceview wall: {results['hta']['wall_s'] / tv_r['wall_s']:.1f}x")
+        hta = results["hta"]
+        print(
+            f"\nHTA / traceview wall: {hta['wall_s'] / tv_r['wall_s']:.1f}x "
+            f"(HTA {hta['wall_s'] / args.kernels * 1e6:.1f} µs per kernel)"
+        )
     if tv_r:
         print(f"traceview: {tv_r['wall_s'] / args.kernels * 1e6:.2f} µs per kernel")
 
