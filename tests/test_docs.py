@@ -34,4 +34,4 @@ def test_readme_has_exactly_two_setup_commands() -> None:
     commands = [line for line in setup.splitlines() if line.startswith("python3 -m venv")]
     assert len(commands) == 2
     assert "pytest" in commands[1]
-    assert "traceview summarize" in commands[0]
+    assert "traceview summarize" in commands[0] and "traceview heartbeat" in commands[0]

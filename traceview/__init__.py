@@ -1,5 +1,6 @@
 """traceview: answers from GPU profiler traces of LLM inference engines."""
 
+from traceview import plot
 from traceview.analysis.busy import busy
 from traceview.analysis.families import families, kernels, load_rules
 from traceview.analysis.gaps import decode_gaps
@@ -26,6 +27,7 @@ __all__ = [
     "families",
     "kernels",
     "load_rules",
+    "plot",
     "steps",
     "summarize",
     "CaptureError",

@@ -55,12 +55,14 @@ class Summary:
         document: the summary document (plain JSON-able data).
         steps: the step table (see :func:`traceview.steps`).
         families: the family table (see :func:`traceview.families`).
+        gaps: the decode-gap table (see :func:`traceview.decode_gaps`).
         warnings: what a reader should know before trusting a figure.
     """
 
     document: dict[str, Any]
     steps: pl.DataFrame
     families: pl.DataFrame
+    gaps: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -212,4 +214,4 @@ def build(trace: Trace, rules: Rules, result: StepResult, activity: str) -> Summ
         "busy": busy_document(result.union, result.device, gaps, p99_all),
         "warnings": warnings,
     }
-    return Summary(document=doc, steps=table, families=fam, warnings=warnings)
+    return Summary(document=doc, steps=table, families=fam, gaps=gaps, warnings=warnings)

@@ -38,9 +38,15 @@ def cli(debug: bool) -> None:
 
 
 def _register() -> None:
-    from traceview.cli import info, summarize
+    from traceview.cli import heartbeat, info, summarize
 
-    for command in (info.info, summarize.summarize, summarize.steps):
+    for command in (
+        info.info,
+        summarize.summarize,
+        summarize.steps,
+        heartbeat.heartbeat,
+        heartbeat.gaps,
+    ):
         cli.add_command(command)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Protocol
 
@@ -101,14 +102,31 @@ def write_output(
     path = Path(output)
     if path.exists() and not force:
         raise TraceviewError(f"{path}: already exists (use --force to overwrite)")
-    if path.parent and not path.parent.is_dir():
-        raise TraceviewError(f"{path}: no such directory {path.parent}")
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
+
+    def write(target: Path) -> None:
+        with open(target, "wb") as f:
             renderer.render(df, f)
+
+    atomic_write(path, write)
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
+    """Write ``path`` through a temporary file in its folder, renamed into place: an
+    interrupted write leaves the old file or none, never half a file."""
+    if not path.parent.is_dir():
+        raise TraceviewError(f"{path}: no such directory {path.parent}")
+    fd, tmp_name = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix or ".tmp"
+    )
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is not what a user's file should get
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path

@@ -1,0 +1,166 @@
+"""Charts: the data behind each picture, and valid files of the requested format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import GENERATED, truth
+
+import traceview as tv
+from traceview.cli import cli
+from traceview.render.charts import gaps_data, heartbeat_data, heartbeat_figure
+
+
+@pytest.fixture(scope="module")
+def chunked() -> tv.Summary:
+    return tv.summarize(tv.load(GENERATED / "hybrid_chunked.json.gz"))
+
+
+def test_heartbeat_data_is_the_planted_steps(scenario: str) -> None:
+    t = truth(scenario)
+    data = heartbeat_data(tv.summarize(tv.load(GENERATED / f"{scenario}.json.gz")))
+    t0 = t["start_ns"]
+    assert data.t0_ns == t0
+    np.testing.assert_allclose(
+        data.anchors_ms, [(s["anchor_ns"] - t0) / 1e6 for s in t["steps"]], rtol=0, atol=1e-9
+    )
+    assert data.kinds == [s["kind"] for s in t["steps"]]
+    assert np.isnan(data.interval_ms[0])
+    np.testing.assert_allclose(
+        data.interval_ms[1:], [s["interval_ns"] / 1e6 for s in t["steps"][1:]], atol=1e-9
+    )
+    assert [(p.kind, p.start_ms, p.end_ms) for p in data.phases] == [
+        (p["kind"], (p["start_ns"] - t0) / 1e6, (p["end_ns"] - t0) / 1e6) for p in t["phases"]
+    ]
+    assert data.prompt_spans_ms == [
+        ((p["start_ns"] - t0) / 1e6, (p["end_ns"] - t0) / 1e6)
+        for p in t["phases"]
+        if p["kind"] == "mixed"
+    ]
+    for band, p in zip(data.phases, t["phases"], strict=True):
+        if p["cadence_p50_ns"] is None:
+            assert band.cadence_p50_ms is None and "no cadence" in band.label
+        else:
+            assert band.label.startswith(
+                f"{p['kind']} {p['cadence_p50_ns'] / 1e6:.1f} ms · n={p['steps'] - 1} "
+            )
+
+
+def test_heartbeat_figure_draws_that_data(chunked: tv.Summary) -> None:
+    data = heartbeat_data(chunked)
+    fig = heartbeat_figure([data])
+    main, ticks = fig.axes  # interval panel, tick panel
+    positions = sorted(p for c in ticks.collections for p in c.get_positions())
+    np.testing.assert_allclose(positions, sorted(data.anchors_ms))
+    labels = main.get_legend().get_texts()
+    mixed = next(p for p in truth("hybrid_chunked")["phases"] if p["kind"] == "mixed")
+    assert any(
+        f"mixed {mixed['cadence_p50_ns'] / 1e6:.1f} ms · n={mixed['steps'] - 1}" in t.get_text()
+        for t in labels
+    )
+    shaded = [p for p in main.patches if p.get_alpha()]
+    assert len(shaded) == sum(1 for p in data.phases if p.kind == "mixed")
+    assert main.get_xlabel() == "time from first kernel (ms)"
+    assert main.get_ylabel() == "step-to-step interval (ms)"
+
+
+def test_comparison_shares_scales() -> None:
+    a = tv.summarize(tv.load(GENERATED / "hybrid_monolithic.json.gz"))
+    b = tv.summarize(tv.load(GENERATED / "hybrid_chunked.json.gz"))
+    fig = tv.plot.heartbeat([a, b])
+    mains = [ax for ax in fig.axes if ax.get_ylabel()]
+    assert len(mains) == 2
+    assert mains[0].get_ylim() == mains[1].get_ylim()
+    assert mains[0].get_xlim() == mains[1].get_xlim()
+
+
+def test_gaps_data_carries_percentiles_and_n(chunked: tv.Summary) -> None:
+    t = {g["population"]: g for g in truth("hybrid_chunked")["decode_gaps"]}
+    for curve in gaps_data(chunked, chunked.gaps):
+        g = t[curve.population]
+        assert curve.n == g["n"] == curve.gaps_us.size
+        assert curve.p99_us == g["p99_ns"] / 1000
+        assert f"n={g['n']}" in curve.label
+    fig = tv.plot.gaps(chunked)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"
+    assert all(
+        f"n={t[p]['n']}" in txt.get_text()
+        for p, txt in zip(("all", "decode", "mixed"), ax.get_legend().get_texts(), strict=True)
+    )
+
+
+def test_plot_on_a_given_axes(chunked: tv.Summary) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    ax = fig.add_subplot()
+    assert tv.plot.heartbeat(chunked, ax=ax) is fig
+
+
+@pytest.mark.parametrize(
+    ("suffix", "magic"), [(".png", b"\x89PNG"), (".svg", b"<?xml"), (".pdf", b"%PDF")]
+)
+def test_cli_writes_valid_files(tmp_path: Path, suffix: str, magic: bytes) -> None:
+    out = tmp_path / f"hb{suffix}"
+    result = CliRunner().invoke(
+        cli, ["heartbeat", str(GENERATED / "dense_sglang.json.gz"), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert out.read_bytes().startswith(magic)
+    if suffix == ".png":
+        import matplotlib.image
+
+        h, w, _ = matplotlib.image.imread(out).shape
+        assert (w, h) == (1800, 720)  # 12 x 4.8 in at 150 dpi
+    gaps = tmp_path / f"gaps{suffix}"
+    result = CliRunner().invoke(
+        cli, ["gaps", str(GENERATED / "dense_sglang.json.gz"), "-o", str(gaps)]
+    )
+    assert result.exit_code == 0 and gaps.read_bytes().startswith(magic)
+
+
+def test_cli_comparison_window_and_style(tmp_path: Path) -> None:
+    out = tmp_path / "cmp.png"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "heartbeat",
+            str(GENERATED / "hybrid_monolithic.json.gz"),
+            str(GENERATED / "hybrid_chunked.json.gz"),
+            "-o",
+            str(out),
+            "--window",
+            "100ms:0.6s",
+            "--style",
+            "dark",
+            "--title",
+            "chunked prefill off vs on",
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    import matplotlib.image
+
+    h, w, _ = matplotlib.image.imread(out).shape
+    assert (w, h) == (1800, 1350)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-o", "chart.txt"], "unsupported chart format '.txt'"),
+        (["-o", "chart.png", "--window", "5"], "--window: expected T0:T1"),
+        (["-o", "chart.png", "--window", "2s:1s"], "the end must come after the start"),
+        (["-o", "missing/dir/chart.png"], "no such directory"),
+    ],
+)
+def test_cli_chart_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["heartbeat", str(GENERATED / "dense_sglang.json.gz"), *args])
+    assert result.exit_code == 2
+    assert message in result.stderr and "Traceback" not in result.output

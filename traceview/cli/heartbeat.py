@@ -1,0 +1,143 @@
+"""``traceview heartbeat`` and ``traceview gaps``: charts saved as PNG, SVG or PDF."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from traceview.analysis.families import load_rules
+from traceview.analysis.summary import summarize
+from traceview.cli._options import analysis_options, load_trace, parse_duration, stderr
+from traceview.errors import TraceviewError
+from traceview.render.charts import (
+    gaps_data,
+    gaps_figure,
+    heartbeat_data,
+    heartbeat_figure,
+    save_figure,
+)
+
+style_option = click.option(
+    "--style",
+    type=click.Choice(["light", "dark"]),
+    default="light",
+    show_default=True,
+    help="Chart colours for light or dark pages.",
+)
+output_option = click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Chart file: .png, .svg or .pdf (overwritten).",
+)
+
+
+def parse_window(text: str | None) -> tuple[float, float] | None:
+    """``100ms:2s`` -> (100.0, 2000.0) in ms from the first kernel; bare numbers are ms."""
+    if text is None:
+        return None
+    parts = text.split(":")
+    if len(parts) != 2:
+        raise TraceviewError(f"--window: expected T0:T1 (e.g. 100ms:2.5s), got {text!r}")
+    bounds = []
+    for part in parts:
+        unit = part.strip()
+        ns = parse_duration(unit if unit[-1:].isalpha() else unit + "ms", "--window")
+        assert ns is not None
+        bounds.append(ns / 1e6)
+    if bounds[1] <= bounds[0]:
+        raise TraceviewError(f"--window: the end must come after the start ({text!r})")
+    return bounds[0], bounds[1]
+
+
+@click.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str))
+@output_option
+@click.option(
+    "--window", help="Time range to show, from the first kernel: T0:T1 (e.g. 0:2s, 150ms:900ms)."
+)
+@click.option("--title", help="Chart title (default: the file name).")
+@style_option
+@analysis_options
+def heartbeat(
+    traces: tuple[str, ...],
+    output: str,
+    window: str | None,
+    title: str | None,
+    style: str,
+    preset: str,
+    rules: str | None,
+    steps_method: str,
+    layers: int | None,
+    step_gap: str | None,
+    device: int | None,
+) -> None:
+    """Chart the engine's heartbeat: one tick per step at its true time and the
+    step-to-step interval over time, mixed (prefill) phases shaded, each phase's median
+    cadence labelled with its n. Give two traces (before, after) to stack them on the same
+    scales.
+    """
+    if len(traces) > 2:
+        raise click.UsageError("heartbeat takes one trace, or two to compare")
+    ruleset = load_rules(preset, rules)
+    span = parse_window(window)
+    datas = []
+    for path in traces:
+        summary = summarize(
+            load_trace(path),
+            ruleset,
+            steps=steps_method,
+            layers=layers,
+            step_gap_ns=parse_duration(step_gap, "--step-gap"),
+            device=device,
+        )
+        for line in summary.warnings:
+            stderr.print(f"[yellow]Warning:[/] {Path(path).name}: {line}")
+        name = title if title and len(traces) == 1 else Path(path).name
+        if title and len(traces) > 1:
+            name = f"{title} — {Path(path).name}"
+        datas.append(heartbeat_data(summary, title=name, window_ms=span))
+    saved = save_figure(heartbeat_figure(datas, style=style), output)
+    stderr.print(f"wrote {saved}")
+
+
+@click.command()
+@click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
+@output_option
+@click.option("--title", help="Chart title.")
+@style_option
+@analysis_options
+def gaps(
+    trace: str,
+    output: str,
+    title: str | None,
+    style: str,
+    preset: str,
+    rules: str | None,
+    steps_method: str,
+    layers: int | None,
+    step_gap: str | None,
+    device: int | None,
+) -> None:
+    """Chart the decode-gap distribution per population (CDF on a log time axis, p50/p90/p99
+    marked, n in the legend)."""
+    summary = summarize(
+        load_trace(trace),
+        load_rules(preset, rules),
+        steps=steps_method,
+        layers=layers,
+        step_gap_ns=parse_duration(step_gap, "--step-gap"),
+        device=device,
+    )
+    for line in summary.warnings:
+        stderr.print(f"[yellow]Warning:[/] {line}")
+    if summary.gaps.height == 0:
+        raise TraceviewError(f"{trace}: no decode gaps to chart (no decode-marker kernels)")
+    fig = gaps_figure(
+        gaps_data(summary, summary.gaps),
+        title=title or f"decode gaps — {Path(trace).name}",
+        style=style,
+    )
+    stderr.print(f"wrote {save_figure(fig, output)}")

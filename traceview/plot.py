@@ -1,0 +1,70 @@
+"""Charts for notebooks and scripts: ``tv.plot.heartbeat(...)``, ``tv.plot.gaps(...)``.
+
+Each returns a matplotlib Figure (shown inline by Jupyter); nothing opens a window.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from traceview.analysis.summary import Summary, summarize
+from traceview.model import Trace
+from traceview.render.charts import (
+    draw_heartbeat,
+    gaps_data,
+    gaps_figure,
+    heartbeat_data,
+    heartbeat_figure,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["gaps", "heartbeat"]
+
+
+def _summary(x: Trace | Summary) -> Summary:
+    return x if isinstance(x, Summary) else summarize(x)
+
+
+def heartbeat(
+    trace_or_summary: Trace | Summary | list[Trace | Summary],
+    ax: Axes | None = None,
+    *,
+    title: str | None = None,
+    window_ms: tuple[float, float] | None = None,
+    style: str = "light",
+) -> Figure:
+    """The heartbeat: one tick per engine step, the step-to-step interval over time, mixed
+    phases shaded, each phase's median cadence drawn and labelled with its n.
+
+    Args:
+        trace_or_summary: a Trace, a Summary, or a list of them (stacked on the same scales).
+        ax: draw only the interval panel onto this axes (single trace).
+        title: chart title (default: the file name).
+        window_ms: x range to show, in ms from the first kernel.
+        style: ``light`` or ``dark``.
+    """
+    items = trace_or_summary if isinstance(trace_or_summary, list) else [trace_or_summary]
+    datas = [heartbeat_data(_summary(x), title=title, window_ms=window_ms) for x in items]
+    if ax is not None:
+        if len(datas) != 1:
+            raise ValueError("ax= draws one trace; pass a single trace")
+        tick_ax = ax.inset_axes((0, 1.02, 1, 0.18), sharex=ax)
+        tick_ax.tick_params(labelbottom=False)
+        draw_heartbeat(datas[0], tick_ax, ax, style=style)
+        return ax.get_figure()  # type: ignore[return-value]
+    return heartbeat_figure(datas, style=style)
+
+
+def gaps(
+    trace_or_summary: Trace | Summary, *, title: str | None = None, style: str = "light"
+) -> Figure:
+    """Decode-gap distribution per population (CDF, log time axis, p50/p90/p99, n)."""
+    summary = _summary(trace_or_summary)
+    doc = summary.to_dict()
+    trace_path = doc["trace"]["path"]
+    return gaps_figure(
+        gaps_data(summary, summary.gaps), title=title or f"decode gaps — {trace_path}", style=style
+    )

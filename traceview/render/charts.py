@@ -1,0 +1,383 @@
+"""Charts: the heartbeat (step cadence over time) and the decode-gap distribution.
+
+matplotlib is imported lazily, with the Agg backend: nothing here opens a window. The data
+behind each chart is computed first (:func:`heartbeat_data`, :func:`gaps_data`) so tests and
+notebooks can check exactly what is drawn.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+from traceview.errors import MissingDependencyError, TraceviewError
+from traceview.render.base import atomic_write
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from traceview.analysis.summary import Summary
+
+FORMATS = (".png", ".svg", ".pdf")
+COLORS = {
+    "light": {"decode": "#1f77b4", "mixed": "#d62728", "shade": "#d62728", "text": "#222222"},
+    "dark": {"decode": "#5fb3ff", "mixed": "#ff6b6b", "shade": "#ff6b6b", "text": "#eeeeee"},
+}
+POPULATION_COLORS = {"all": "#7f7f7f", "decode": "#1f77b4", "mixed": "#d62728"}
+
+
+def _matplotlib() -> Any:
+    """matplotlib, imported on first use. Figures are built without pyplot: no global
+    state, no window, and a notebook still shows a returned figure inline."""
+    try:
+        import matplotlib
+        import matplotlib.figure
+        import matplotlib.style
+        import matplotlib.ticker
+    except ImportError:  # pragma: no cover - matplotlib is a core dependency
+        raise MissingDependencyError(
+            "traceview charts need matplotlib: pip install matplotlib"
+        ) from None
+    return matplotlib
+
+
+def _style(mpl: Any, style: str) -> Any:
+    if style not in COLORS:
+        raise TraceviewError(f"unknown chart style {style!r} (light or dark)")
+    return mpl.style.context("dark_background" if style == "dark" else "default")
+
+
+# --- the data behind the charts --------------------------------------------------------
+
+
+@dataclass
+class PhaseBand:
+    kind: str
+    first_step: int
+    last_step: int
+    start_ms: float
+    end_ms: float
+    cadence_p50_ms: float | None
+    n: int
+
+    @property
+    def label(self) -> str:
+        if self.cadence_p50_ms is None:
+            steps = self.last_step - self.first_step + 1
+            return (
+                f"{self.kind}: {steps} step{'s' if steps != 1 else ''}, no cadence "
+                f"(step {self.first_step}" + (f"–{self.last_step})" if steps > 1 else ")")
+            )
+        return (
+            f"{self.kind} {self.cadence_p50_ms:.1f} ms · n={self.n} "
+            f"(steps {self.first_step}–{self.last_step})"
+        )
+
+
+@dataclass
+class HeartbeatData:
+    """What the heartbeat chart draws. Times in ms from ``t0_ns`` (the first kernel).
+
+    Attributes:
+        title: the chart's title.
+        t0_ns: the trace's first kernel start (ns): time zero of the x axis.
+        anchors_ms: one tick per step, at its anchor.
+        kinds: each step's kind (decode | mixed).
+        interval_ms: step-to-step (anchor-to-anchor) interval, plotted at the later step's
+            anchor; NaN for the first step.
+        phases: one band per phase, with its median cadence and n.
+        prompt_spans_ms: the spans where a prompt was being prefilled (the mixed phases).
+        window_ms: the x range shown, when a window was asked for.
+    """
+
+    title: str
+    t0_ns: int
+    anchors_ms: np.ndarray
+    kinds: list[str]
+    interval_ms: np.ndarray
+    phases: list[PhaseBand] = field(default_factory=list)
+    prompt_spans_ms: list[tuple[float, float]] = field(default_factory=list)
+    window_ms: tuple[float, float] | None = None
+
+
+def heartbeat_data(
+    summary: Summary, *, title: str | None = None, window_ms: tuple[float, float] | None = None
+) -> HeartbeatData:
+    """The heartbeat chart's data from a :class:`~traceview.Summary`."""
+    doc = summary.to_dict()
+    steps = summary.steps
+    t0 = int(doc["trace"]["start_ns"])
+    anchors = (steps["anchor_ns"] - t0).to_numpy() / 1e6
+    interval = steps["interval_ns"].cast(pl.Float64).fill_null(float("nan")).to_numpy() / 1e6
+    phases = []
+    for p in doc["steps"]["phases"]:
+        p50 = p["cadence_p50_ns"]
+        phases.append(
+            PhaseBand(
+                kind=p["kind"],
+                first_step=p["first_step"],
+                last_step=p["last_step"],
+                start_ms=(p["start_ns"] - t0) / 1e6,
+                end_ms=(p["end_ns"] - t0) / 1e6,
+                cadence_p50_ms=None if p50 is None else p50 / 1e6,
+                n=p["cadence"]["n"],
+            )
+        )
+    return HeartbeatData(
+        title=title or Path(str(doc["trace"]["path"])).name,
+        t0_ns=t0,
+        anchors_ms=anchors,
+        kinds=steps["kind"].to_list(),
+        interval_ms=interval,
+        phases=phases,
+        prompt_spans_ms=[(p.start_ms, p.end_ms) for p in phases if p.kind == "mixed"],
+        window_ms=window_ms,
+    )
+
+
+@dataclass
+class GapCurve:
+    population: str
+    gaps_us: np.ndarray  # sorted
+    n: int
+    p50_us: float | None
+    p90_us: float | None
+    p99_us: float | None
+
+    @property
+    def label(self) -> str:
+        if not self.n:
+            return f"{self.population}  n=0"
+        return (
+            f"{self.population}  n={self.n} · p50 {_fmt_us(self.p50_us)} · "
+            f"p90 {_fmt_us(self.p90_us)} · p99 {_fmt_us(self.p99_us)}"
+        )
+
+
+def _fmt_us(us: float | None) -> str:
+    if us is None:
+        return "—"
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} µs"
+
+
+def gaps_data(summary: Summary, gaps: pl.DataFrame) -> list[GapCurve]:
+    """One CDF per population, with the summary's percentiles (µs)."""
+    stats = {g["population"]: g for g in summary.to_dict()["decode_gaps"]}
+    curves = []
+    for population in ("all", "decode", "mixed"):
+        sel = gaps if population == "all" else gaps.filter(pl.col("population") == population)
+        g = stats[population]
+
+        def us(v: int | None) -> float | None:
+            return None if v is None else v / 1000
+
+        curves.append(
+            GapCurve(
+                population,
+                np.sort(sel["gap_ns"].to_numpy() / 1000),
+                g["n"],
+                us(g["p50_ns"]),
+                us(g["p90_ns"]),
+                us(g["p99_ns"]),
+            )
+        )
+    return curves
+
+
+# --- drawing ----------------------------------------------------------------------------
+
+
+def draw_heartbeat(
+    data: HeartbeatData,
+    tick_ax: Axes,
+    ax: Axes,
+    *,
+    style: str = "light",
+    y_max: float | None = None,
+) -> None:
+    """Draw one trace's heartbeat on a tick axis (top) and an interval axis (main)."""
+    colors = COLORS[style]
+    kinds = np.array(data.kinds)
+    for kind in ("decode", "mixed"):
+        sel = data.anchors_ms[kinds == kind]
+        if sel.size:
+            tick_ax.eventplot(
+                sel,
+                lineoffsets=0.5,
+                linelengths=0.8,
+                linewidths=0.8,
+                colors=colors[kind],
+                label=f"{kind} step",
+            )
+    tick_ax.set_ylim(0, 1.35)
+    tick_ax.set_yticks([])
+    tick_ax.set_title(data.title, loc="left", fontsize=11, color=colors["text"])
+    for i, (a, b) in enumerate(data.prompt_spans_ms):
+        tick_ax.plot(
+            [a, b],
+            [1.15, 1.15],
+            color=colors["mixed"],
+            linewidth=2.5,
+            solid_capstyle="butt",
+            label="prompt prefill" if i == 0 else None,
+        )
+    tick_ax.legend(
+        loc="lower right",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=8,
+        ncol=3,
+        frameon=False,
+        borderaxespad=0.2,
+    )
+
+    for band in data.phases:
+        if band.kind == "mixed":
+            ax.axvspan(
+                band.start_ms,
+                band.end_ms,
+                color=colors["shade"],
+                alpha=0.22 if style == "dark" else 0.12,
+                lw=0,
+            )
+    valid = ~np.isnan(data.interval_ms)
+    # an interval that crosses a phase boundary belongs to neither phase: drawn hollow
+    crossing = np.zeros(kinds.size, dtype=bool)
+    crossing[1:] = kinds[1:] != kinds[:-1]
+    for kind in ("decode", "mixed"):
+        sel = valid & (kinds == kind) & ~crossing
+        ax.plot(
+            data.anchors_ms[sel],
+            data.interval_ms[sel],
+            "o",
+            markersize=2.5,
+            color=colors[kind],
+            alpha=0.85,
+        )
+    if (valid & crossing).any():
+        ax.plot(
+            data.anchors_ms[valid & crossing],
+            data.interval_ms[valid & crossing],
+            "o",
+            markersize=4,
+            markerfacecolor="none",
+            color="#888888",
+            label="interval across a phase change",
+        )
+    for band in data.phases:
+        if band.cadence_p50_ms is None:  # listed, nothing to draw
+            ax.plot([], [], " ", label=band.label)
+            continue
+        ax.hlines(
+            band.cadence_p50_ms,
+            band.start_ms,
+            band.end_ms,
+            colors=colors[band.kind],
+            linestyles="--",
+            linewidth=1.6,
+            label=band.label,
+        )
+    ax.set_xlabel("time from first kernel (ms)")
+    ax.set_ylabel("step-to-step interval (ms)")
+    finite = data.interval_ms[valid]
+    top = y_max if y_max is not None else (float(finite.max()) * 1.15 if finite.size else 1.0)
+    ax.set_ylim(0, top)
+    ax.grid(True, alpha=0.25)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(
+            handles,
+            labels,
+            loc="upper left",
+            fontsize=8,
+            frameon=True,
+            framealpha=0.8,
+            title="median cadence by phase",
+            title_fontsize=8,
+        )
+    if data.window_ms is not None:
+        ax.set_xlim(*data.window_ms)
+
+
+def heartbeat_figure(datas: list[HeartbeatData], *, style: str = "light") -> Figure:
+    """One heartbeat, or several stacked on the same scales (before/after)."""
+    mpl = _matplotlib()
+    rows = len(datas)
+    with _style(mpl, style):
+        fig: Figure = mpl.figure.Figure(
+            figsize=(12, 4.2 * rows + 0.6), dpi=150, layout="constrained"
+        )
+        grid = fig.add_gridspec(2 * rows, 1, height_ratios=[1, 4] * rows)
+        x_max = max((float(d.anchors_ms.max()) if d.anchors_ms.size else 1.0) for d in datas)
+        y_max = (
+            max(
+                (float(np.nanmax(d.interval_ms)) if np.isfinite(d.interval_ms).any() else 1.0)
+                for d in datas
+            )
+            * 1.15
+        )
+        first_ax = None
+        for i, data in enumerate(datas):
+            ax = fig.add_subplot(grid[2 * i + 1], sharex=first_ax)
+            first_ax = first_ax or ax
+            tick_ax = fig.add_subplot(grid[2 * i], sharex=first_ax)
+            tick_ax.tick_params(labelbottom=False)
+            draw_heartbeat(data, tick_ax, ax, style=style, y_max=y_max)
+            if data.window_ms is None:
+                ax.set_xlim(-0.01 * x_max, x_max * 1.01)
+    return fig
+
+
+def gaps_figure(curves: list[GapCurve], *, title: str, style: str = "light") -> Figure:
+    """Decode-gap CDF per population on a log time axis, p50/p90/p99 marked."""
+    mpl = _matplotlib()
+    with _style(mpl, style):
+        fig: Figure = mpl.figure.Figure(figsize=(10, 5.5), dpi=150, layout="constrained")
+        ax = fig.add_subplot()
+        for c in curves:
+            if c.n == 0:
+                continue
+            x = np.maximum(c.gaps_us, 1e-3)  # overlaps (0) sit at the left edge of a log axis
+            y = np.arange(1, x.size + 1) / x.size
+            color = POPULATION_COLORS[c.population]
+            ax.step(x, y, where="post", color=color, linewidth=1.6, label=c.label)
+            for q, v in ((0.5, c.p50_us), (0.9, c.p90_us), (0.99, c.p99_us)):
+                if v is not None:
+                    ax.plot([max(v, 1e-3)], [q], marker="o", color=color, markersize=5)
+        for q in (0.5, 0.9, 0.99):
+            ax.axhline(q, color="#888888", linewidth=0.6, linestyle=":")
+            ax.text(
+                1.0,
+                q,
+                f" p{int(q * 100)}",
+                transform=ax.get_yaxis_transform(),
+                va="center",
+                fontsize=8,
+                color="#888888",
+            )
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _: _fmt_us(v)))
+        ax.set_xlabel("decode gap (log scale)")
+        ax.set_ylabel("fraction of gaps ≤ x")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(title, loc="left", fontsize=11)
+        ax.grid(True, which="both", alpha=0.2)
+        ax.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+def save_figure(fig: Figure, output: str | os.PathLike[str]) -> Path:
+    """Save as PNG, SVG or PDF (from the suffix), atomically."""
+    path = Path(output)
+    if path.suffix.lower() not in FORMATS:
+        raise TraceviewError(
+            f"{path}: unsupported chart format {path.suffix or '(none)'!r} "
+            f"(use {', '.join(FORMATS)})"
+        )
+    fmt = path.suffix.lower().lstrip(".")
+    return atomic_write(path, lambda target: fig.savefig(target, format=fmt))
