@@ -256,7 +256,10 @@ class _Block:
             stream=[a.stream for a in args],
             correlation=[a.correlation for a in args],
             external_id=[a.external_id for a in args],
-            meta_value=[_meta_value(a.name, a.labels, a.sort_index) for a in args],
+            meta_value=[
+                a.name if a.name is not None else a.labels if a.labels is not None else a.sort_index
+                for a in args
+            ],
         )
 
     @classmethod
@@ -306,7 +309,7 @@ class _Block:
                 "stream": pl.Series(self.stream, dtype=pl.Int64, strict=False),
                 "correlation": pl.Series(self.correlation, dtype=pl.Int64, strict=False),
                 "external_id": pl.Series(self.external_id, dtype=pl.Int64, strict=False),
-                "meta_value": pl.Series(self.meta_value, dtype=pl.String),
+                "meta_value": pl.Series(self.meta_value, dtype=pl.String, strict=False),
             }
         )
 
@@ -468,7 +471,7 @@ class _Loader:
                 if len(buf) > _MAX_PIECE:
                     self._raise_json_error(buf, f"no event boundary in {len(buf)} bytes")
                 continue
-            if not self._consume_piece(buf[:cut], final=False):
+            if not self._consume_piece(memoryview(buf)[:cut], final=False):
                 continue  # the cut was not between two events: read on
             rest = buf[cut:].lstrip()
             self.consumed += len(buf) - len(rest) + 1
@@ -501,9 +504,9 @@ class _Loader:
         doc.pop("traceEvents", None)
         return doc
 
-    def _consume_piece(self, piece: bytes, *, final: bool) -> bool:
+    def _consume_piece(self, piece: bytes | memoryview, *, final: bool) -> bool:
         """Decode ``[piece]`` and add its events; False when it does not end between events."""
-        doc = b"[" + piece + b"]"
+        doc = b"".join((b"[", piece, b"]"))
         try:
             events = _DECODER.decode(doc)
         except msgspec.ValidationError:
@@ -514,10 +517,7 @@ class _Loader:
             if ends_early and not final:
                 return False
         else:
-            counters = None
-            if any(e.ph == "C" for e in events):  # counters carry arbitrary args
-                counters = self._parse_lenient(doc, self.total_events, "events")
-            self._add_events(events, counters)
+            self._add_events(events, typed_doc=doc)
             return True
         self._add_events(list(self._parse_lenient(doc, self.total_events, "events")))
         return True
@@ -546,19 +546,17 @@ class _Loader:
 
     # - converting events -
 
-    def _add_events(self, events: list[Any], generic: list[Any] | None = None) -> None:
-        """Add decoded events (typed structs or plain JSON values) to the frames.
-
-        ``generic`` is the same events decoded as plain JSON, given when typed events
-        include counters, whose args the typed decoder does not keep.
-        """
+    def _add_events(self, events: list[Any], typed_doc: bytes | None = None) -> None:
+        """Add decoded events to the frames: typed structs decoded from ``typed_doc``, or
+        plain JSON values (``typed_doc`` None)."""
         if not events:
             return
         base = self.total_events
         self.total_events += len(events)
-        if all(isinstance(e, _Event) for e in events):
+        if typed_doc is not None:
             block = _Block.from_structs(events, base)
-            if generic is not None:
+            if "C" in block.ph:  # counters carry arbitrary args: read this block generically
+                generic = self._parse_lenient(typed_doc, base, "events")
                 block.counters = _Block.from_dicts(generic, 0).counters
         else:
             block = _Block.from_dicts(list(events), base)
@@ -796,14 +794,14 @@ def _last_cut(buf: bytes) -> int:
     The candidate is only likely: the decoder validates it (a cut inside a string or a
     nested object cannot decode, since raw JSON strings cannot hold an unescaped quote).
     """
-    start = max(0, len(buf) - (1 << 20))
+    end = len(buf)
     while True:
-        last = -1
-        for match in _CUT.finditer(buf, start):
-            last = match.start() + 1
-        if last >= 0 or start == 0:
-            return last
-        start = max(0, start - (4 << 20))
+        pos = buf.rfind(b"}", 0, end)
+        if pos < 0:
+            return -1
+        if _CUT.match(buf, pos):
+            return pos + 1
+        end = pos
 
 
 def _array_end(text: bytes) -> int | None:
