@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 import msgspec
+import orjson
 import polars as pl
 
 from traceview.errors import TraceFormatError, TraceviewWarning, describe_event
@@ -110,6 +111,13 @@ class _Event(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(list[_Event])
 
 
+class _RawArgsEvent(msgspec.Struct):
+    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # empty: no args
+
+
+_RAW_ARGS_DECODER = msgspec.json.Decoder(list[_RawArgsEvent])
+
+
 @dataclass(frozen=True, slots=True)
 class LoadOptions:
     """Options of :func:`load`.
@@ -117,10 +125,14 @@ class LoadOptions:
     Attributes:
         block_bytes: JSON text decoded per block (memory/speed trade-off).
         progress: optional ``progress(bytes_read, total_bytes)`` callback.
+        raw_args: also keep each event's whole ``args`` object as JSON text, in an
+            ``args_json`` column of ``kernels`` and ``events`` (for SQL's ``args`` table and
+            ``EXTRACT_ARG``; costs memory and a second decode of each block).
     """
 
     block_bytes: int = _BLOCK
     progress: Progress | None = None
+    raw_args: bool = False
 
 
 def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) -> Trace:
@@ -157,7 +169,7 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
     gc.disable()  # the cyclic GC costs several times the parse on millions of objects
     try:
         with _open_text(name, total, opts.progress) as stream:
-            return _Loader(name, opts.block_bytes).run(stream)
+            return _Loader(name, opts.block_bytes, raw_args=opts.raw_args).run(stream)
     except EOFError as exc:
         raise TraceFormatError(name, f"truncated gzip file ({exc})") from None
     except (OSError, ValueError) as exc:
@@ -237,14 +249,16 @@ class _Block:
     correlation: list[Any] = field(default_factory=list)
     external_id: list[Any] = field(default_factory=list)
     meta_value: list[Any] = field(default_factory=list)
+    args_json: list[Any] | None = None
     counters: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
     @classmethod
     def from_structs(cls, events: list[_Event], base: int) -> _Block:
         args = [e.args for e in events]
+        ph = [e.ph for e in events]
         return cls(
             base=base,
-            ph=[e.ph for e in events],
+            ph=ph,
             cat=[e.cat for e in events],
             name=[e.name for e in events],
             pid=[e.pid for e in events],
@@ -256,14 +270,17 @@ class _Block:
             stream=[a.stream for a in args],
             correlation=[a.correlation for a in args],
             external_id=[a.external_id for a in args],
+            # only metadata events carry a value: skip the pass in blocks without any
             meta_value=[
                 a.name if a.name is not None else a.labels if a.labels is not None else a.sort_index
                 for a in args
-            ],
+            ]
+            if "M" in ph
+            else [None] * len(events),
         )
 
     @classmethod
-    def from_dicts(cls, events: list[Any], base: int) -> _Block:
+    def from_dicts(cls, events: list[Any], base: int, keep_args: bool = False) -> _Block:
         """The careful path: any JSON value in any field, coerced or nulled."""
         block = cls(base=base)
         for i, e in enumerate(events):
@@ -290,6 +307,13 @@ class _Block:
             )
             if ph == "C":
                 block.counters.append((i, args))
+        if keep_args:
+            block.args_json = [
+                orjson.dumps(e["args"]).decode()
+                if isinstance(e, dict) and isinstance(e.get("args"), dict)
+                else None
+                for e in events
+            ]
         return block
 
     def frame(self) -> pl.DataFrame:
@@ -310,6 +334,11 @@ class _Block:
                 "correlation": pl.Series(self.correlation, dtype=pl.Int64, strict=False),
                 "external_id": pl.Series(self.external_id, dtype=pl.Int64, strict=False),
                 "meta_value": pl.Series(self.meta_value, dtype=pl.String, strict=False),
+                **(
+                    {}
+                    if self.args_json is None
+                    else {"args_json": pl.Series(self.args_json, dtype=pl.String)}
+                ),
             }
         )
 
@@ -376,9 +405,10 @@ def _finite(col: str) -> pl.Expr:
 
 
 class _Loader:
-    def __init__(self, path: str, block_bytes: int) -> None:
+    def __init__(self, path: str, block_bytes: int, *, raw_args: bool = False) -> None:
         self.path = path
         self.block_bytes = block_bytes
+        self.raw_args = raw_args
         self.total_events = 0
         self.skipped: Counter[str] = Counter()
         self.parts: dict[str, list[pl.DataFrame]] = {
@@ -524,8 +554,6 @@ class _Loader:
 
     def _parse_lenient(self, doc: bytes, base: int | None, where: str) -> Any:
         """orjson, else Python's json (which also reads NaN/Infinity), else a clear error."""
-        import orjson
-
         try:
             return orjson.loads(doc)
         except orjson.JSONDecodeError:
@@ -558,8 +586,13 @@ class _Loader:
             if "C" in block.ph:  # counters carry arbitrary args: read this block generically
                 generic = self._parse_lenient(typed_doc, base, "events")
                 block.counters = _Block.from_dicts(generic, 0).counters
+            if self.raw_args:
+                block.args_json = [
+                    bytes(e.args).decode() if len(e.args) else None
+                    for e in _RAW_ARGS_DECODER.decode(typed_doc)
+                ]
         else:
-            block = _Block.from_dicts(list(events), base)
+            block = _Block.from_dicts(list(events), base, keep_args=self.raw_args)
         self._add_frame(block.frame(), block.counters, base)
 
     def _add_frame(
@@ -570,6 +603,7 @@ class _Loader:
         complete = pl.col("ph") == "X"
         device = complete & cat.is_in(list(_DEVICE_CATS))
         instant = pl.col("ph").is_in(["i", "I"])
+        raw = ["args_json"] if "args_json" in df.columns else []
 
         kernels = df.filter(device).select(
             _to_ns("ts").alias("ts_ns"),
@@ -583,6 +617,7 @@ class _Loader:
             pl.coalesce("stream", "tid").alias("stream"),
             "correlation",
             "external_id",
+            *raw,
         )
         events = df.filter((complete & ~device) | instant).select(
             _to_ns("ts").alias("ts_ns"),
@@ -597,6 +632,7 @@ class _Loader:
             "tid",
             "correlation",
             "external_id",
+            *raw,
         )
         flows = df.filter(pl.col("ph").is_in(["s", "t", "f"])).select(
             _to_ns("ts").alias("ts_ns"),

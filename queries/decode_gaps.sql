@@ -1,0 +1,47 @@
+-- Decode gaps: how long recurrent decode work waits between consecutive decode kernels.
+--
+-- Answers: the distribution of next.start - prev.end between consecutive decode-marker
+-- kernels (fused recurrent gated-delta-rule, Mamba selective state update) per device.
+-- Columns: device (pid), n (gaps), overlaps (gaps where the next kernel started before the
+--          previous ended; counted as 0), p50_ns, p90_ns, p99_ns (linear interpolation
+--          between closest ranks, as numpy), max_ns. Population: all gaps of the trace;
+--          `traceview summarize` also splits them by decode/mixed phase.
+-- Example:
+--   traceview sql queries/decode_gaps.sql trace.json.gz
+WITH m AS (
+  SELECT p.pid AS device, s.ts, s.ts + s.dur AS end_ts
+  FROM slice s
+  JOIN thread_track tt ON s.track_id = tt.id
+  JOIN thread t USING (utid)
+  JOIN process p USING (upid)
+  WHERE lower(s.category) = 'kernel'
+    AND lower(s.name) REGEXP '(?:fused_recurrent_(gated_delta_rule_|kda_)?fwd)|(?:fused_sigmoid_gating_delta_rule_update)|(?:selective_(state|scan)_update)'
+),
+raw AS (
+  SELECT device, ts - LAG(end_ts) OVER (PARTITION BY device ORDER BY ts, end_ts) AS gap
+  FROM m
+),
+g AS (
+  SELECT device, MAX(gap, 0) AS v, gap < 0 AS overlap FROM raw WHERE gap IS NOT NULL
+),
+r AS (
+  SELECT device, v, overlap,
+    ROW_NUMBER() OVER (PARTITION BY device ORDER BY v) - 1 AS i,
+    COUNT(*) OVER (PARTITION BY device) AS n
+  FROM g
+)
+SELECT device, n, SUM(overlap) AS overlaps,
+  MAX(CASE WHEN i = CAST((n - 1) * 0.50 AS INT) THEN v END)
+    + ((n - 1) * 0.50 - CAST((n - 1) * 0.50 AS INT))
+    * (MAX(CASE WHEN i = MIN(CAST((n - 1) * 0.50 AS INT) + 1, n - 1) THEN v END)
+       - MAX(CASE WHEN i = CAST((n - 1) * 0.50 AS INT) THEN v END)) AS p50_ns,
+  MAX(CASE WHEN i = CAST((n - 1) * 0.90 AS INT) THEN v END)
+    + ((n - 1) * 0.90 - CAST((n - 1) * 0.90 AS INT))
+    * (MAX(CASE WHEN i = MIN(CAST((n - 1) * 0.90 AS INT) + 1, n - 1) THEN v END)
+       - MAX(CASE WHEN i = CAST((n - 1) * 0.90 AS INT) THEN v END)) AS p90_ns,
+  MAX(CASE WHEN i = CAST((n - 1) * 0.99 AS INT) THEN v END)
+    + ((n - 1) * 0.99 - CAST((n - 1) * 0.99 AS INT))
+    * (MAX(CASE WHEN i = MIN(CAST((n - 1) * 0.99 AS INT) + 1, n - 1) THEN v END)
+       - MAX(CASE WHEN i = CAST((n - 1) * 0.99 AS INT) THEN v END)) AS p99_ns,
+  MAX(v) AS max_ns
+FROM r GROUP BY device, n ORDER BY device;

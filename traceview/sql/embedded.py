@@ -1,0 +1,453 @@
+"""The embedded PerfettoSQL engine: an in-memory SQLite database with Perfetto's tables.
+
+It mirrors how Perfetto's trace processor imports a Kineto JSON trace (see
+../shared/PERFETTO_SCHEMA.md in the project, docs/sql.md for users):
+
+- ``process`` (upid, pid, name) and ``thread`` (utid, tid, name, upid) from pid/tid, with
+  Perfetto's placeholders upid 0 / utid 0; a GPU device 0 is a *new* process, as there.
+- ``thread_track`` / ``track``: one per (pid, tid), type ``thread_execution``.
+- ``slice``: every complete and instant event (ts, dur in ns, category, name, track_id,
+  depth and parent_id from nesting on the track, arg_set_id), ``cat``/``slice_id`` aliases.
+- ``args``: ``args.``-prefixed keys (``args.stream``, ``args.grid[0]`` with flat_key
+  ``args.grid``), int/real/string values; ``EXTRACT_ARG(arg_set_id, key)``.
+- ``flow`` (slice_out = the slice enclosing the ``s`` event on its thread, slice_in = the
+  slice enclosing the ``f`` event), ``counter`` / ``counter_track`` /
+  ``process_counter_track`` (``"<name> <key>"``).
+
+Known differences: overlapping events on one thread that do not nest stay on their track
+(Perfetto moves them to another track); string pids/tids are NULL (Perfetto makes up ids).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import orjson
+import polars as pl
+
+from traceview.model import Trace
+
+KEPT_ARGS = {
+    "args.device": "device",
+    "args.stream": "stream",
+    "args.correlation": "correlation",
+    "args.External id": "external_id",
+}
+
+SCHEMA = """
+CREATE TABLE process (upid INTEGER PRIMARY KEY, id INTEGER, pid INTEGER, name TEXT,
+  start_ts INTEGER, end_ts INTEGER, parent_upid INTEGER, uid INTEGER, android_appid INTEGER,
+  android_user_id INTEGER, cmdline TEXT, arg_set_id INTEGER, machine_id INTEGER);
+CREATE TABLE thread (utid INTEGER PRIMARY KEY, id INTEGER, tid INTEGER, name TEXT,
+  start_ts INTEGER, end_ts INTEGER, upid INTEGER, is_main_thread INTEGER, is_idle INTEGER,
+  machine_id INTEGER, arg_set_id INTEGER);
+CREATE TABLE thread_track (id INTEGER PRIMARY KEY, name TEXT, type TEXT, parent_id INTEGER,
+  source_arg_set_id INTEGER, machine_id INTEGER, utid INTEGER);
+CREATE TABLE track (id INTEGER PRIMARY KEY, name TEXT, type TEXT,
+  dimension_arg_set_id INTEGER, parent_id INTEGER, source_arg_set_id INTEGER,
+  machine_id INTEGER, track_group_id INTEGER);
+CREATE TABLE _slice (id INTEGER PRIMARY KEY, ts INTEGER, dur INTEGER, track_id INTEGER,
+  category TEXT, name TEXT, depth INTEGER, parent_id INTEGER, arg_set_id INTEGER,
+  thread_ts INTEGER, thread_dur INTEGER, thread_instruction_count INTEGER,
+  thread_instruction_delta INTEGER);
+CREATE VIEW slice AS SELECT *, category AS cat, id AS slice_id FROM _slice;
+CREATE TABLE flow (id INTEGER PRIMARY KEY, slice_out INTEGER, slice_in INTEGER,
+  trace_id INTEGER, arg_set_id INTEGER);
+CREATE TABLE counter_track (id INTEGER PRIMARY KEY, name TEXT, parent_id INTEGER, type TEXT,
+  dimension_arg_set_id INTEGER, source_arg_set_id INTEGER, machine_id INTEGER, unit TEXT,
+  description TEXT);
+CREATE TABLE process_counter_track (id INTEGER PRIMARY KEY, name TEXT, type TEXT,
+  parent_id INTEGER, source_arg_set_id INTEGER, machine_id INTEGER, unit TEXT,
+  description TEXT, upid INTEGER);
+CREATE TABLE counter (id INTEGER PRIMARY KEY, ts INTEGER, track_id INTEGER, value DOUBLE,
+  arg_set_id INTEGER);
+CREATE TABLE args (id INTEGER PRIMARY KEY, arg_set_id INTEGER, flat_key TEXT, key TEXT,
+  int_value INTEGER, string_value TEXT, real_value DOUBLE, value_type TEXT,
+  display_value TEXT);
+CREATE INDEX args_by_set ON args (arg_set_id);
+"""
+
+
+def flatten_args(
+    value: Any, key: str = "args", flat: str = "args"
+) -> Iterable[tuple[str, str, Any]]:
+    """Perfetto's flattening: nested keys joined by '.', list items as ``[i]`` in ``key``
+    and dropped from ``flat_key``. Yields (flat_key, key, value)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from flatten_args(v, f"{key}.{k}", f"{flat}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from flatten_args(v, f"{key}[{i}]", flat)
+    else:
+        yield flat, key, value
+
+
+def _typed(value: Any) -> tuple[int | None, str | None, float | None, str]:
+    """(int_value, string_value, real_value, value_type) as Perfetto stores a JSON value."""
+    if isinstance(value, bool):
+        return int(value), None, None, "bool"
+    if isinstance(value, int):
+        return value, None, None, "int"
+    if isinstance(value, float):
+        return None, None, value, "real"
+    if value is None:
+        return None, None, None, "null"
+    return None, str(value), None, "string"
+
+
+class Database:
+    """The in-memory database for one trace (see the module docstring)."""
+
+    def __init__(self, trace: Trace, *, with_args_table: bool = False) -> None:
+        self.conn = sqlite3.connect(":memory:", check_same_thread=False)
+        self.conn.executescript(SCHEMA)
+        self._build(trace)
+        self.conn.create_function("EXTRACT_ARG", 2, self._extract_arg, deterministic=True)
+        self.conn.create_function("REGEXP", 2, _regexp, deterministic=True)
+        self.conn.create_aggregate("PERCENTILE", 2, _Percentile)  # type: ignore[arg-type]
+        self.conn.create_aggregate("MEDIAN", 1, _Median)  # type: ignore[arg-type]
+        if with_args_table:
+            self._fill_args()
+        self.conn.commit()
+
+    # - building -
+
+    def _build(self, trace: Trace) -> None:
+        kernels = trace.kernels.select(
+            "ts_ns",
+            "dur_ns",
+            pl.col("name").cast(pl.String),
+            pl.col("cat").cast(pl.String),
+            "pid",
+            "tid",
+            "device",
+            "stream",
+            "correlation",
+            "external_id",
+            *(["args_json"] if "args_json" in trace.kernels.columns else []),
+        )
+        events = trace.events.select(
+            "ts_ns",
+            "dur_ns",
+            pl.col("name").cast(pl.String),
+            pl.col("cat").cast(pl.String),
+            "pid",
+            "tid",
+            pl.lit(None, pl.Int64).alias("device"),
+            pl.lit(None, pl.Int64).alias("stream"),
+            "correlation",
+            "external_id",
+            *(["args_json"] if "args_json" in trace.events.columns else []),
+        )
+        if "args_json" in kernels.columns and "args_json" not in events.columns:
+            events = events.with_columns(pl.lit(None, pl.String).alias("args_json"))
+        if "args_json" in events.columns and "args_json" not in kernels.columns:
+            kernels = kernels.with_columns(pl.lit(None, pl.String).alias("args_json"))
+        slices = pl.concat([kernels, events]).with_row_index("_order")
+        slices = (
+            slices.sort(["ts_ns", "_order"])
+            .drop("_order")
+            .with_row_index("id", offset=0)
+            .with_columns(pl.col("id").cast(pl.Int64))
+        )
+
+        # processes and threads, as trace processor numbers them (placeholders at 0)
+        names = trace.metadata
+        pnames = dict(
+            names.filter(pl.col("name") == "process_name").select("pid", "value").iter_rows()
+        )
+        tnames = {
+            (p, t): v
+            for p, t, v in names.filter(pl.col("name") == "thread_name")
+            .select("pid", "tid", "value")
+            .iter_rows()
+        }
+        pairs = slices.select("pid", "tid").unique(maintain_order=True)
+        flow_pairs = trace.flows.select("pid", "tid").unique(maintain_order=True)
+        counter_pids = trace.counters.select("pid").unique(maintain_order=True)
+        pids: list[Any] = []
+        for p in [
+            *pairs["pid"].to_list(),
+            *flow_pairs["pid"].to_list(),
+            *counter_pids["pid"].to_list(),
+        ]:
+            if p not in pids:
+                pids.append(p)
+        upid = {p: i + 1 for i, p in enumerate(pids)}
+        self.conn.executemany(
+            "INSERT INTO process (upid, id, pid, name) VALUES (?, ?, ?, ?)",
+            [(0, 0, 0, None)] + [(u, u, p, pnames.get(p)) for p, u in upid.items()],
+        )
+        tids: list[tuple[Any, Any]] = []
+        for pt in [*pairs.iter_rows(), *flow_pairs.iter_rows()]:
+            if pt not in tids:
+                tids.append(pt)
+        utid = {pt: i + 1 for i, pt in enumerate(tids)}
+        self.conn.executemany(
+            "INSERT INTO thread (utid, id, tid, name, upid, is_idle) VALUES (?, ?, ?, ?, ?, ?)",
+            [(0, 0, 0, None, None, 1)]
+            + [(u, u, t, tnames.get((p, t)), upid[p], 0) for (p, t), u in utid.items()],
+        )
+        self.track_of = {pt: u - 1 for pt, u in utid.items()}  # track ids from 0
+        self.conn.executemany(
+            "INSERT INTO thread_track (id, name, type, utid) VALUES (?, NULL, "
+            "'thread_execution', ?)",
+            [(tr, utid[pt]) for pt, tr in self.track_of.items()],
+        )
+        self.conn.executemany(
+            "INSERT INTO track (id, name, type) VALUES (?, NULL, 'thread_execution')",
+            [(tr,) for tr in self.track_of.values()],
+        )
+
+        track_ids = pl.DataFrame(
+            [(p, t, tr) for (p, t), tr in self.track_of.items()],
+            schema={"pid": pl.Int64, "tid": pl.Int64, "track_id": pl.Int64},
+            orient="row",
+        )
+        slices = slices.join(
+            track_ids, on=["pid", "tid"], how="left", nulls_equal=True, maintain_order="left"
+        )
+        slices = _nesting(slices)
+        self.slices = slices
+        self.conn.executemany(
+            "INSERT INTO _slice (id, ts, dur, track_id, category, name, depth, parent_id, "
+            "arg_set_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            slices.select(
+                "id",
+                "ts_ns",
+                "dur_ns",
+                "track_id",
+                "cat",
+                "name",
+                "depth",
+                "parent_id",
+                pl.col("id").alias("arg_set_id"),
+            ).iter_rows(),
+        )
+        self._arg_columns = {
+            col: slices[col].to_numpy(allow_copy=True) for col in KEPT_ARGS.values()
+        }
+        self._args_json = slices["args_json"].to_list() if "args_json" in slices.columns else None
+        self._build_flows(trace, slices)
+        self._build_counters(trace, upid)
+
+    def _build_flows(self, trace: Trace, slices: pl.DataFrame) -> None:
+        flows = trace.flows.with_row_index("_i")
+        if flows.height == 0:
+            return
+        track_ids = pl.DataFrame(
+            [(p, t, tr) for (p, t), tr in self.track_of.items()],
+            schema={"pid": pl.Int64, "tid": pl.Int64, "track_id": pl.Int64},
+            orient="row",
+        )
+        ends = flows.join(track_ids, on=["pid", "tid"], how="left", nulls_equal=True)
+        # the slice enclosing each endpoint on its track: the latest-starting slice at or
+        # before ts that still covers ts (nested slices start later, so this is the deepest)
+        spans = slices.select(
+            "track_id",
+            pl.col("ts_ns").alias("s_ts"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).alias("s_end"),
+            pl.col("id").alias("slice_id"),
+        ).sort("s_ts")
+        bound = (
+            ends.sort("ts_ns")
+            .join_asof(
+                spans,
+                left_on="ts_ns",
+                right_on="s_ts",
+                by="track_id",
+                strategy="backward",
+                check_sortedness=False,
+            )
+            .with_columns(
+                pl.when(pl.col("ts_ns") <= pl.col("s_end"))
+                .then(pl.col("slice_id"))
+                .alias("slice_id")
+            )
+            .sort("_i")
+        )
+        rows: list[tuple[int, int, int, int]] = []
+        open_out: dict[Any, int] = {}
+        for fid, phase, slice_id in bound.select("id", "phase", "slice_id").iter_rows():
+            if slice_id is None:
+                continue
+            if phase in ("s", "t"):
+                if phase == "t" and fid in open_out:
+                    rows.append((len(rows), open_out[fid], slice_id, len(rows)))
+                open_out[fid] = slice_id
+            elif fid in open_out:  # f: one s may fan out to several f (graph launches)
+                rows.append((len(rows), open_out[fid], slice_id, len(rows)))
+        self.conn.executemany(
+            "INSERT INTO flow (id, slice_out, slice_in, trace_id) VALUES (?, ?, ?, ?)", rows
+        )
+
+    def _build_counters(self, trace: Trace, upid: dict[Any, int]) -> None:
+        c = trace.counters
+        if c.height == 0:
+            return
+        c = c.with_columns((pl.col("name").cast(pl.String) + " " + pl.col("series")).alias("track"))
+        tracks = c.select("track", "pid").unique(maintain_order=True)
+        ids = {(t, p): i for i, (t, p) in enumerate(tracks.iter_rows())}
+        self.conn.executemany(
+            "INSERT INTO counter_track (id, name, type) VALUES (?, ?, 'json_counter')",
+            [(i, t) for (t, _p), i in ids.items()],
+        )
+        self.conn.executemany(
+            "INSERT INTO process_counter_track (id, name, type, upid) VALUES "
+            "(?, ?, 'json_counter', ?)",
+            [(i, t, upid.get(p)) for (t, p), i in ids.items()],
+        )
+        self.conn.executemany(
+            "INSERT INTO counter (id, ts, track_id, value) VALUES (?, ?, ?, ?)",
+            [
+                (i, ts, ids[(t, p)], v)
+                for i, (ts, t, p, v) in enumerate(
+                    c.select("ts_ns", "track", "pid", "value").iter_rows()
+                )
+            ],
+        )
+
+    # - args -
+
+    @lru_cache(maxsize=4096)  # noqa: B019 - one Database per query run
+    def _parsed(self, arg_set_id: int) -> dict[str, Any]:
+        if self._args_json is None or arg_set_id >= len(self._args_json):
+            return {}
+        raw = self._args_json[arg_set_id]
+        if raw is None:
+            return {}
+        return {key: value for _flat, key, value in flatten_args(orjson.loads(raw))}
+
+    def _extract_arg(self, arg_set_id: Any, key: Any) -> Any:
+        if arg_set_id is None or key is None:
+            return None
+        i = int(arg_set_id)
+        column = KEPT_ARGS.get(key)
+        if column is not None and self._args_json is None:
+            values = self._arg_columns[column]
+            if 0 <= i < values.size:
+                v = values[i]
+                return None if v is None or (isinstance(v, float) and np.isnan(v)) else int(v)
+            return None
+        value = self._parsed(i).get(key)
+        if isinstance(value, bool):
+            return int(value)
+        return value
+
+    def _fill_args(self) -> None:
+        rows: list[tuple[Any, ...]] = []
+        if self._args_json is not None:
+            for i, raw in enumerate(self._args_json):
+                if raw is None:
+                    continue
+                for flat, key, value in flatten_args(orjson.loads(raw)):
+                    iv, sv, rv, vt = _typed(value)
+                    rows.append(
+                        (i, flat, key, iv, sv, rv, vt, None if value is None else str(value))
+                    )
+        else:
+            for key, column in KEPT_ARGS.items():
+                values = self._arg_columns[column]
+                for i in np.flatnonzero(~_null_mask(values)):
+                    v = int(values[i])
+                    rows.append((int(i), key, key, v, None, None, "int", str(v)))
+            rows.sort(key=lambda r: r[0])
+        self.conn.executemany(
+            "INSERT INTO args (arg_set_id, flat_key, key, int_value, string_value, "
+            "real_value, value_type, display_value) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+
+
+def _null_mask(values: np.ndarray) -> np.ndarray:
+    if values.dtype == object:
+        return np.array([v is None for v in values], dtype=bool)
+    if np.issubdtype(values.dtype, np.floating):
+        return np.isnan(values)
+    return np.zeros(values.size, dtype=bool)
+
+
+def _nesting(slices: pl.DataFrame) -> pl.DataFrame:
+    """``depth`` and ``parent_id`` of each slice on its track (events that nest)."""
+    ordered = slices.with_row_index("_pos").sort(
+        ["track_id", "ts_ns", "dur_ns"], descending=[False, False, True], maintain_order=True
+    )
+    end = pl.col("ts_ns") + pl.col("dur_ns")
+    overlaps = ordered.select(
+        (
+            (pl.col("track_id") == pl.col("track_id").shift(1))
+            & (pl.col("ts_ns") < end.cum_max().shift(1).over("track_id"))
+        ).alias("o")
+    )["o"]
+    depth = np.zeros(ordered.height, dtype=np.int64)
+    parent = np.full(ordered.height, -1, dtype=np.int64)
+    if overlaps.fill_null(False).any():
+        tracks = ordered["track_id"].to_numpy()
+        ts = ordered["ts_ns"].to_numpy()
+        ends = (ordered["ts_ns"] + ordered["dur_ns"]).to_numpy()
+        ids = ordered["id"].to_numpy()
+        nested_tracks = set(ordered.filter(overlaps.fill_null(False))["track_id"].to_list())
+        stack: list[int] = []
+        current = None
+        for i in range(ordered.height):
+            tr = tracks[i]
+            if tr not in nested_tracks:
+                continue
+            if tr != current:
+                stack, current = [], tr
+            while (
+                stack
+                and ends[stack[-1]] <= ts[i]
+                and not (ends[stack[-1]] == ts[i] == ts[stack[-1]])
+            ):
+                stack.pop()
+            if stack:
+                depth[i] = len(stack)
+                parent[i] = ids[stack[-1]]
+            stack.append(i)
+    ordered = ordered.with_columns(
+        pl.Series("depth", depth), pl.Series("parent_id", parent).replace(-1, None)
+    )
+    return ordered.sort("_pos").drop("_pos")
+
+
+def _regexp(pattern: str | None, value: str | None) -> int | None:
+    if pattern is None or value is None:
+        return None
+    return 1 if _compiled(pattern).search(value) else 0
+
+
+@lru_cache(maxsize=256)
+def _compiled(pattern: str) -> Any:
+    import re
+
+    return re.compile(pattern)
+
+
+class _Percentile:
+    """PERCENTILE(x, p): linear interpolation between closest ranks, p in 0..100."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+        self.p: float | None = None
+
+    def step(self, value: Any, p: Any) -> None:
+        if value is not None:
+            self.values.append(float(value))
+        if p is not None:
+            self.p = float(p)
+
+    def finalize(self) -> float | None:
+        if not self.values or self.p is None:
+            return None
+        return float(np.percentile(np.asarray(self.values), self.p))
+
+
+class _Median(_Percentile):
+    def step(self, value: Any) -> None:  # type: ignore[override]
+        super().step(value, 50)

@@ -1,0 +1,61 @@
+"""Render the classification preset as a PerfettoSQL query (queries/kernel_families.sql).
+
+    python -m traceview.sql.families_query > queries/kernel_families.sql
+
+The query file is generated so it classifies exactly like ``traceview summarize``; a test
+checks it is up to date. Patterns are matched with ``REGEXP`` on the lower-cased name
+(std::regex in Perfetto has no case-insensitive flag).
+"""
+
+from __future__ import annotations
+
+from traceview.analysis.families import Rules, load_rules
+
+HEADER = """\
+-- Kernel time by layer family (traceview's built-in classification preset).
+--
+-- Answers: which layer families does the GPU spend its time on?
+-- Columns: family (text), kernels (count), total_ns (ns of kernel time), mean_ns (ns),
+--          share (fraction of all kernel time, 0..1). Sorted by total_ns, largest first.
+-- Device activity is every slice whose category is kernel, gpu_memcpy or gpu_memset (any
+-- case: older Kineto writes Kernel/Memcpy/Memset). Rules are tried in order, first match
+-- wins, unmatched kernels are "other" - the same rules as `traceview summarize`.
+-- Generated from traceview/presets/default.toml by
+--   python -m traceview.sql.families_query > queries/kernel_families.sql
+-- Example:
+--   traceview sql queries/kernel_families.sql trace.json.gz
+"""
+
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def families_sql(rules: Rules | None = None) -> str:
+    rules = rules or load_rules()
+    whens = []
+    for rule in rules.rules:
+        conditions = []
+        if rule.categories:
+            conditions.append(f"lower(category) IN ({', '.join(map(_quote, rule.categories))})")
+        if rule.patterns:
+            joined = "|".join(f"(?:{p.lower()})" for p in rule.patterns)
+            conditions.append(f"lower(name) REGEXP {_quote(joined)}")
+        whens.append(f"    WHEN {' OR '.join(conditions)} THEN {_quote(rule.family)}")
+    cats = ", ".join(map(_quote, DEVICE_CATEGORIES))
+    return (
+        HEADER + "WITH k AS (\n  SELECT name, category, dur FROM slice\n"
+        f"  WHERE lower(category) IN ({cats})\n),\nf AS (\n  SELECT dur, CASE\n"
+        + "\n".join(whens)
+        + "\n    ELSE 'other' END AS family\n  FROM k\n)\n"
+        "SELECT family, COUNT(*) AS kernels, SUM(dur) AS total_ns,\n"
+        "  1.0 * SUM(dur) / COUNT(*) AS mean_ns,\n"
+        "  1.0 * SUM(dur) / (SELECT SUM(dur) FROM k) AS share\n"
+        "FROM f GROUP BY family ORDER BY total_ns DESC, family;\n"
+    )
+
+
+if __name__ == "__main__":
+    print(families_sql(), end="")
