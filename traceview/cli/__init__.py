@@ -38,7 +38,7 @@ def cli(debug: bool) -> None:
 
 
 def _register() -> None:
-    from traceview.cli import heartbeat, info, summarize
+    from traceview.cli import heartbeat, info, sql, summarize
 
     for command in (
         info.info,
@@ -46,6 +46,7 @@ def _register() -> None:
         summarize.steps,
         heartbeat.heartbeat,
         heartbeat.gaps,
+        sql.sql,
     ):
         cli.add_command(command)
 

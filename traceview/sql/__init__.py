@@ -55,23 +55,17 @@ class Statement:
 
 
 def split_statements(query: str) -> list[Statement]:
-    """Split on ``;`` outside strings and comments (sqlite3.complete_statement decides),
-    keeping each statement's starting line."""
+    """Split on each ``;`` that ends a complete statement (outside strings and comments, as
+    sqlite3.complete_statement decides), keeping the line each statement starts on."""
     statements: list[Statement] = []
-    buf: list[str] = []
-    start_line = 1
-    for number, line in enumerate(query.splitlines(keepends=True), start=1):
-        if not buf and not line.strip():
-            continue
-        if not buf:
-            start_line = number
-        buf.append(line)
-        text = "".join(buf)
-        if sqlite3.complete_statement(text):
-            _append(statements, text, start_line)
-            buf = []
-    if buf:
-        _append(statements, "".join(buf), start_line)
+    start = 0
+    for m in re.finditer(";", query):
+        chunk = query[start : m.end()]
+        if sqlite3.complete_statement(chunk):
+            _append(statements, chunk, query.count("\n", 0, start) + 1)
+            start = m.end()
+    if query[start:].strip():
+        _append(statements, query[start:], query.count("\n", 0, start) + 1)
     return statements
 
 
@@ -83,7 +77,7 @@ def _append(statements: list[Statement], text: str, line: int) -> None:
     for offset, raw in enumerate(text.splitlines()):
         stripped = raw.strip()
         if stripped and not stripped.startswith("--"):
-            statements.append(Statement(text, line + offset))
+            statements.append(Statement(text.strip(), line + offset))
             return
 
 
@@ -142,8 +136,11 @@ def query_header(path: Path) -> str:
 
 
 def resolve_query(query: str) -> tuple[str, str]:
-    """``(sql text, where)`` for a query file path, a built-in query name, or SQL text."""
-    if query.endswith(".sql") or os.sep in query:
+    """``(sql text, where)`` for a query file path, a built-in query name, or SQL text.
+
+    A query file is a single word ending in ``.sql``; anything with whitespace is SQL text.
+    """
+    if query.strip().endswith(".sql") and not re.search(r"\s", query.strip()):
         path = Path(query)
         if not path.exists():
             builtin = builtin_queries().get(path.stem)

@@ -1,0 +1,81 @@
+"""``traceview sql``: PerfettoSQL query files on a trace."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from traceview.cli._options import load_trace, output_options
+from traceview.errors import QueryError
+from traceview.render.base import guess_format, write_output
+
+
+@click.command()
+@click.argument("args", nargs=-1, type=click.Path(path_type=str))
+@click.option("-e", "--execute", "sql_text", help="SQL text to run instead of a query file.")
+@click.option("--list", "list_queries", is_flag=True, help="List the built-in query files.")
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "embedded", "perfetto"]),
+    default="auto",
+    show_default=True,
+    help="auto: Perfetto's trace processor when a binary is configured, else the embedded engine.",
+)
+@click.option(
+    "--tp-bin",
+    envvar="TRACEVIEW_TRACE_PROCESSOR",
+    help="Perfetto trace_processor binary [env: TRACEVIEW_TRACE_PROCESSOR].",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="Interrupt the query after this many seconds.",
+)
+@output_options
+def sql(
+    args: tuple[str, ...],
+    sql_text: str | None,
+    list_queries: bool,
+    engine: str,
+    tp_bin: str | None,
+    timeout: float,
+    fmt: str | None,
+    output: str | None,
+    force: bool,
+) -> None:
+    """Run a PerfettoSQL query on a trace: traceview sql QUERY.sql TRACE, or
+    traceview sql -e "select ..." TRACE. QUERY may also name a built-in query
+    (traceview sql --list). The query is read-only; its last statement's rows are printed.
+    """
+    from traceview.load import LoadOptions, load
+    from traceview.sql import builtin_queries, needs_raw_args, query_header, resolve_query
+    from traceview.sql import run_sql as run
+
+    if list_queries:
+        for name, path in builtin_queries().items():
+            first = query_header(path).splitlines()[0] if query_header(path) else ""
+            click.echo(f"{name:<18} {first}")
+        return
+    if sql_text is not None:
+        if len(args) != 1:
+            raise click.UsageError("with -e SQL, give exactly one TRACE")
+        query, trace_path = sql_text, args[0]
+    else:
+        if len(args) != 2:
+            raise click.UsageError("give QUERY.sql TRACE (or -e SQL TRACE, or --list)")
+        query, trace_path = args
+    text, _where = resolve_query(query)
+    if engine == "perfetto" or (engine == "auto" and tp_bin):
+        df = run(trace_path, query, engine=engine, timeout_s=timeout, tp_bin=tp_bin)
+    else:
+        if needs_raw_args(text):
+            trace = load(trace_path, options=LoadOptions(raw_args=True))
+        else:
+            trace = load_trace(trace_path)
+        df = run(trace, query, engine="embedded", timeout_s=timeout)
+    if df.width == 0 and output is None:
+        raise QueryError(f"{query}: the last statement returned no columns")
+    write_output(df, guess_format(output, fmt), output, force=force, stdout=sys.stdout.buffer)
