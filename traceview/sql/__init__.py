@@ -44,6 +44,15 @@ _PERFETTO_TABLE = re.compile(
     r"^(\s*)CREATE\s+(?:OR\s+REPLACE\s+)?PERFETTO\s+(TABLE|VIEW)\s+(\w+)(\s*\([^)]*\))?\s+AS\b",
     re.I,
 )
+READ_ONLY_PRAGMAS = {
+    "table_info",
+    "table_xinfo",
+    "table_list",
+    "index_list",
+    "index_info",
+    "function_list",
+    "foreign_key_list",
+}
 _USES_ARGS_TABLE = re.compile(r"\b(FROM|JOIN)\s+args\b", re.I)
 _ARG_KEYS = re.compile(r"'(args\.[^']*)'")
 
@@ -209,6 +218,8 @@ class _Guard:
             and db == "temp"
         ):
             return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in READ_ONLY_PRAGMAS:
+            return sqlite3.SQLITE_OK  # schema introspection: these pragmas only read
         names = {
             sqlite3.SQLITE_ATTACH: "ATTACH",
             sqlite3.SQLITE_DETACH: "DETACH",
