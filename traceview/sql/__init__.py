@@ -266,10 +266,7 @@ def run_sql(
     if engine == "perfetto" or (engine == "auto" and binary):
         from traceview.sql.perfetto_engine import run_perfetto
 
-        if isinstance(trace, Trace):
-            path = trace.meta.path
-        else:
-            path = os.fspath(trace)
+        path = trace.meta.path if isinstance(trace, Trace) else os.fspath(trace)
         return run_perfetto(path, sql, where, binary=binary, timeout_s=timeout_s)
     if not isinstance(trace, Trace):
         from traceview.load import LoadOptions, load

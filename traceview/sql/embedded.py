@@ -353,9 +353,9 @@ class Database:
         else:
             for key, column in KEPT_ARGS.items():
                 values = self._arg_columns[column]
-                for i in np.flatnonzero(~_null_mask(values)):
-                    v = int(values[i])
-                    rows.append((int(i), key, key, v, None, None, "int", str(v)))
+                for index in np.flatnonzero(~_null_mask(values)).tolist():
+                    v = int(values[index])
+                    rows.append((index, key, key, v, None, None, "int", str(v)))
             rows.sort(key=lambda r: r[0])
         self.conn.executemany(
             "INSERT INTO args (arg_set_id, flat_key, key, int_value, string_value, "
@@ -365,11 +365,14 @@ class Database:
 
 
 def _null_mask(values: np.ndarray) -> np.ndarray:
+    mask: np.ndarray
     if values.dtype == object:
-        return np.array([v is None for v in values], dtype=bool)
-    if np.issubdtype(values.dtype, np.floating):
-        return np.isnan(values)
-    return np.zeros(values.size, dtype=bool)
+        mask = np.array([v is None for v in values], dtype=bool)
+    elif np.issubdtype(values.dtype, np.floating):
+        mask = np.isnan(values)
+    else:
+        mask = np.zeros(values.size, dtype=bool)
+    return mask
 
 
 def _nesting(slices: pl.DataFrame) -> pl.DataFrame:
