@@ -8,16 +8,16 @@
 --          interpolation between closest ranks), max_ns of kernel.ts - launch.ts.
 -- Example:
 --   traceview sql queries/launch_latency.sql trace.json.gz
-WITH launch AS (
+WITH launch AS MATERIALIZED (
   SELECT name, ts, EXTRACT_ARG(arg_set_id, 'args.correlation') AS corr
   FROM slice WHERE lower(category) IN ('cuda_runtime', 'runtime')
 ),
-k AS (
+k AS MATERIALIZED (
   SELECT ts, EXTRACT_ARG(arg_set_id, 'args.correlation') AS corr
   FROM slice
   WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
 ),
-lat AS (
+lat AS MATERIALIZED (
   SELECT l.name, k.ts - l.ts AS v FROM k JOIN launch l ON k.corr = l.corr
   WHERE k.corr IS NOT NULL
 ),

@@ -9,19 +9,19 @@
 --          kernels (count), kernel_ns (sum of kernel durations).
 -- Example:
 --   traceview sql queries/step_kernels.sql trace.json.gz --format csv -o steps.csv
-WITH ann AS (
+WITH ann AS MATERIALIZED (
   SELECT s.id, s.ts, s.dur, s.name, s.category, s.track_id, t.utid, t.upid
   FROM slice s JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid)
   WHERE lower(s.category) IN ('user_annotation', 'gpu_user_annotation')
     AND (s.name GLOB 'execute_*context_*_generation_*' OR s.name GLOB 'step[[]*'
          OR s.name GLOB 'ProfilerStep#*')
 ),
-k AS (
+k AS MATERIALIZED (
   SELECT s.ts, s.dur, t.upid, EXTRACT_ARG(s.arg_set_id, 'args.correlation') AS corr
   FROM slice s JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid)
   WHERE lower(s.category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
 ),
-launch AS (
+launch AS MATERIALIZED (
   SELECT s.ts, tt.utid, EXTRACT_ARG(s.arg_set_id, 'args.correlation') AS corr
   FROM slice s JOIN thread_track tt ON s.track_id = tt.id
   WHERE lower(s.category) IN ('cuda_runtime', 'runtime')

@@ -425,6 +425,10 @@ class _Loader:
 
     def run(self, stream: BinaryIO) -> Trace:
         data = stream.read(self.block_bytes)
+        if _is_protobuf(data):
+            from traceview.load_pftrace import load_pftrace
+
+            return load_pftrace(self.path, io.BufferedReader(_Prefixed(data, stream)))
         data = data.lstrip()
         if data.startswith(b"\xef\xbb\xbf"):
             data = data[3:].lstrip()
@@ -822,6 +826,35 @@ def _meta(
         warnings=warnings_list,
         extra=header,
     )
+
+
+def _is_protobuf(head: bytes) -> bool:
+    """A Perfetto trace starts with field 1 (``packet``), length-delimited: byte 0x0A then a
+    varint length, then binary; JSON starts with '{' or '[' after optional whitespace."""
+    if not head.startswith(b"\x0a"):
+        return False
+    return head.lstrip()[:1] not in (b"{", b"[")
+
+
+class _Prefixed(io.RawIOBase):
+    """``prefix`` followed by the rest of ``stream``, as one readable raw stream."""
+
+    def __init__(self, prefix: bytes, stream: BinaryIO) -> None:
+        self._prefix = memoryview(prefix)
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._prefix.nbytes:
+            n = min(len(buffer), self._prefix.nbytes)
+            buffer[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        data = self._stream.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
 
 def _last_cut(buf: bytes) -> int:

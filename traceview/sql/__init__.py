@@ -233,7 +233,10 @@ class _Guard:
             sqlite3.SQLITE_ALTER_TABLE: "ALTER TABLE",
             sqlite3.SQLITE_TRANSACTION: "transactions",
         }
-        self.denied = names.get(action, f"this statement (SQLite action {action})")
+        if action == sqlite3.SQLITE_INSERT and arg1 == "sqlite_master":
+            names[action] = "CREATE TABLE/VIEW/INDEX"  # a new object in the trace's database
+        if self.denied is None:  # the first refusal names the statement best
+            self.denied = names.get(action, f"this statement (SQLite action {action})")
         return sqlite3.SQLITE_DENY
 
 

@@ -1,0 +1,429 @@
+"""PerfettoSQL: query files against figures computed independently from the raw events."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from conftest import GENERATED, ROOT, SCENARIO_NAMES, real_traces, truth
+
+import traceview as tv
+from traceview.cli import cli
+from traceview.load import LoadOptions
+from traceview.sql import builtin_queries, run_sql, split_statements
+from traceview.sql.families_query import families_sql
+
+QUERIES = sorted(builtin_queries())
+TRACES = [GENERATED / f"{n}.json.gz" for n in SCENARIO_NAMES] + real_traces()
+IDS = [p.name for p in TRACES]
+
+
+def union_length(starts: list[int], ends: list[int]) -> int:
+    total, cur = 0, None
+    for a, b in sorted(zip(starts, ends, strict=True)):
+        if cur is None or a > cur[1]:
+            if cur:
+                total += cur[1] - cur[0]
+            cur = [a, b]
+        else:
+            cur[1] = max(cur[1], b)
+    return total + (cur[1] - cur[0] if cur else 0)
+
+
+@pytest.fixture(scope="module", params=TRACES, ids=IDS)
+def loaded(request: pytest.FixtureRequest) -> tv.Trace:
+    return tv.load(request.param, options=LoadOptions(raw_args=True))
+
+
+def test_shipped_queries() -> None:
+    assert set(QUERIES) >= {
+        "kernel_families",
+        "top_kernels",
+        "stream_busy",
+        "decode_gaps",
+        "step_kernels",
+        "launch_latency",
+        "memcpy_summary",
+    }
+    for name, path in builtin_queries().items():
+        header = path.read_text().splitlines()
+        assert header[0].startswith("-- ") and any("Columns:" in h for h in header), name
+        assert any("Example:" in h for h in header), name
+
+
+def test_families_query_is_generated_from_the_preset() -> None:
+    assert (ROOT / "queries" / "kernel_families.sql").read_text() == families_sql()
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_every_query_runs(loaded: tv.Trace, query: str) -> None:
+    df = run_sql(loaded, query)
+    assert df.width > 0
+
+
+def test_kernel_families_equal_the_classifier(loaded: tv.Trace) -> None:
+    sql = run_sql(loaded, "kernel_families")
+    fam = tv.families(loaded)
+    assert sorted(sql.select("family", "kernels", "total_ns").rows()) == sorted(
+        fam.select("family", "count", "total_ns").rows()
+    )
+
+
+def test_stream_busy_equals_the_interval_union(loaded: tv.Trace) -> None:
+    sql = run_sql(loaded, "stream_busy")
+    expect = {}
+    for (pid, tid), g in loaded.kernels.group_by(["pid", "tid"]):
+        ts = g["ts_ns"].to_list()
+        ends = (g["ts_ns"] + g["dur_ns"]).to_list()
+        expect[(pid, tid)] = (g.height, union_length(ts, ends))
+    got = {
+        (d, s): (n, busy)
+        for d, s, n, busy in sql.select("device", "stream", "kernels", "busy_ns").iter_rows()
+    }
+    assert got == expect
+
+
+def test_decode_gaps_query_equals_the_summary(scenario: str) -> None:
+    trace = tv.load(GENERATED / f"{scenario}.json.gz")
+    sql = run_sql(trace, "decode_gaps")
+    t = truth(scenario)
+    if "L" not in t["layers"]:
+        assert sql.height == 0  # no recurrent decode kernels: the query's population is empty
+        return
+    g = next(x for x in t["decode_gaps"] if x["population"] == "all")
+    row = sql.row(0, named=True)
+    assert row["n"] == g["n"] and row["overlaps"] == g["overlaps"]
+    assert row["max_ns"] == g["max_ns"]
+    for key in ("p50_ns", "p90_ns", "p99_ns"):
+        assert round(row[key]) == g[key]
+
+
+def test_step_kernels_equal_the_planted_steps(scenario: str) -> None:
+    t = truth(scenario)
+    sql = run_sql(tv.load(GENERATED / f"{scenario}.json.gz"), "step_kernels")
+    if t["annotations"] == "none":
+        assert sql.height == 0
+        return
+    assert sql["step"].to_list() == [s["annotation"] for s in t["steps"]]
+    assert sql["kernels"].to_list() == [s["kernels"] for s in t["steps"]]
+
+
+def test_launch_latency_equals_a_correlation_join(scenario: str) -> None:
+    trace = tv.load(GENERATED / f"{scenario}.json.gz")
+    sql = run_sql(trace, "launch_latency")
+    launches = trace.events.filter(pl.col("kind") == "runtime").select(
+        "correlation", pl.col("ts_ns").alias("launch_ts")
+    )
+    lat = (
+        trace.kernels.join(launches, on="correlation")
+        .select((pl.col("ts_ns") - pl.col("launch_ts")).alias("v"))["v"]
+        .to_numpy()
+    )
+    if lat.size == 0:
+        assert sql.height == 0
+        return
+    row = sql.row(0, named=True)
+    assert row["kernels"] == lat.size
+    assert row["p50_ns"] == pytest.approx(np.percentile(lat, 50), abs=1e-6)
+    assert row["p99_ns"] == pytest.approx(np.percentile(lat, 99), abs=1e-6)
+    assert row["max_ns"] == lat.max()
+
+
+def test_memcpy_summary_reads_bytes_from_args() -> None:
+    path = next((p for p in real_traces() if p.name == "b200-vllm-eager.json.gz"), None)
+    if path is None:
+        pytest.skip("../shared/traces is not present")
+    import gzip
+
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    copies = [e for e in events if e.get("cat") == "gpu_memcpy"]
+    sql = run_sql(path, "memcpy_summary")
+    assert sql["count"].sum() == len(copies)
+    assert sql["bytes"].sum() == sum(e["args"]["bytes"] for e in copies)
+
+
+KINETO = {
+    "traceEvents": [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 4242,
+            "tid": 4242,
+            "ts": 1700000000100.0,
+            "dur": 900.5,
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "pid": 4242,
+            "tid": 4242,
+            "ts": 1700000000110.250,
+            "dur": 50.125,
+            "args": {"External id": 3},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 4242,
+            "tid": 4242,
+            "ts": 1700000000120.0,
+            "dur": 10.0,
+            "args": {"correlation": 9},
+        },
+        {
+            "ph": "s",
+            "id": 9,
+            "pid": 4242,
+            "tid": 4242,
+            "ts": 1700000000121.0,
+            "cat": "ac2g",
+            "name": "ac2g",
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ampere_sgemm_64x64_nn",
+            "pid": 0,
+            "tid": 7,
+            "ts": 1700000000135.5,
+            "dur": 40.25,
+            "args": {
+                "correlation": 9,
+                "stream": 7,
+                "device": 0,
+                "grid": [64, 2, 1],
+                "est. achieved occupancy %": 50,
+                "ratio": 0.5,
+            },
+        },
+        {
+            "ph": "f",
+            "id": 9,
+            "pid": 0,
+            "tid": 7,
+            "ts": 1700000000135.5,
+            "cat": "ac2g",
+            "name": "ac2g",
+            "bp": "e",
+        },
+        {
+            "ph": "C",
+            "name": "Memory",
+            "pid": 4242,
+            "ts": 1700000000150.0,
+            "args": {"Total Allocated": 1024},
+        },
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "python"}},
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7"}},
+    ]
+}
+
+
+@pytest.fixture(scope="module")
+def kineto(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("k") / "kineto.json"
+    path.write_text(json.dumps(KINETO))
+    return path
+
+
+def test_perfetto_schema_for_a_kineto_trace(kineto: Path) -> None:
+    rows = run_sql(
+        kineto,
+        """
+        select s.ts, s.dur, s.name, s.category, s.depth, s.parent_id, t.tid, p.pid, t.name
+          as thread
+        from slice s join thread_track tt on s.track_id = tt.id
+        join thread t using (utid) join process p using (upid) order by s.ts""",
+    ).rows()
+    assert rows == [
+        (1700000000100000, 900500, "ProfilerStep#1", "user_annotation", 0, None, 4242, 4242, None),
+        (1700000000110250, 50125, "aten::mm", "cpu_op", 1, 0, 4242, 4242, None),
+        (1700000000120000, 10000, "cudaLaunchKernel", "cuda_runtime", 2, 1, 4242, 4242, None),
+        (1700000000135500, 40250, "ampere_sgemm_64x64_nn", "kernel", 0, None, 7, 0, "stream 7"),
+    ]
+    # placeholders: upid 0 / utid 0 exist, and GPU device 0 is a second process with pid 0
+    assert run_sql(kineto, "select count(*) as n from process where pid = 0").item() == 2
+    assert run_sql(kineto, "select is_idle from thread where utid = 0").item() == 1
+    flows = run_sql(
+        kineto,
+        "select so.name, si.name as k, si.ts - so.ts as lat from flow f "
+        "join slice so on so.id = f.slice_out "
+        "join slice si on si.id = f.slice_in",
+    ).rows()
+    assert flows == [("cudaLaunchKernel", "ampere_sgemm_64x64_nn", 15500)]
+    args = run_sql(
+        kineto,
+        "select flat_key, key, int_value, real_value, value_type from args "
+        "where key like 'args.grid%' or key = 'args.ratio' order by key",
+    )
+    assert args.rows() == [
+        ("args.grid", "args.grid[0]", 64, None, "int"),
+        ("args.grid", "args.grid[1]", 2, None, "int"),
+        ("args.grid", "args.grid[2]", 1, None, "int"),
+        ("args.ratio", "args.ratio", None, 0.5, "real"),
+    ]
+    extract = run_sql(
+        kineto,
+        "select extract_arg(arg_set_id, 'args.correlation') as c, "
+        "extract_arg(arg_set_id, 'args.est. achieved occupancy %') as o,"
+        " extract_arg(arg_set_id, 'args.grid[1]') as g "
+        "from slice where category = 'kernel'",
+    ).row(0)
+    assert extract == (9, 50, 2)
+    counter = run_sql(
+        kineto,
+        "select t.name, c.value, p.upid from counter c "
+        "join process_counter_track t on c.track_id = t.id "
+        "join process p using (upid)",
+    ).row(0)
+    assert counter[:2] == ("Memory Total Allocated", 1024.0)
+    columns = run_sql(kineto, "pragma table_info(slice)")["name"].to_list()
+    assert columns[:9] == [
+        "id",
+        "ts",
+        "dur",
+        "track_id",
+        "category",
+        "name",
+        "depth",
+        "parent_id",
+        "arg_set_id",
+    ]
+    assert {"cat", "slice_id"} <= set(columns)
+
+
+def test_perfetto_table_and_statements(kineto: Path) -> None:
+    df = run_sql(
+        kineto,
+        "CREATE PERFETTO TABLE k AS SELECT name, dur FROM slice WHERE "
+        "category = 'kernel'; select name, dur * 2 as d from k",
+    )
+    assert df.rows() == [("ampere_sgemm_64x64_nn", 80500)]
+    parts = split_statements("select 1; -- a;\n\nselect ';'\n;\n-- only a comment\n")
+    assert [p.line for p in parts] == [1, 3]
+    assert parts[0].text == "select 1;" and "select ';'" in parts[1].text
+
+
+ERRORS = [
+    ("select nope from slice", r"<sql>:1: no such column: nope"),
+    ("select 1;\n\nselect * from missing_table", r"<sql>:3: no such table: missing_table"),
+    (
+        "INCLUDE PERFETTO MODULE slices.with_context; select 1",
+        r"INCLUDE PERFETTO MODULE is Perfetto-only .* --engine perfetto",
+    ),
+    ("CREATE PERFETTO FUNCTION f() RETURNS INT AS SELECT 1", r"CREATE PERFETTO FUNCTION is"),
+    ("select * from span_join(a, b)", r"SPAN_JOIN is Perfetto-only"),
+    ("delete from _slice", r"DELETE is not allowed: queries are read-only"),
+    ("insert into process (upid) values (99)", r"INSERT is not allowed"),
+    ("attach database ':memory:' as x", r"ATTACH is not allowed"),
+    ("vacuum into 'copy.db'", r"is not allowed"),
+    ("pragma writable_schema = 1", r"PRAGMA is not allowed"),
+    ("select load_extension('x')", r"load_extension\(\) is not allowed"),
+    ("create table t (x)", r"CREATE TABLE/VIEW/INDEX is not allowed"),
+    ("create view v as select 1", r"CREATE TABLE/VIEW/INDEX is not allowed"),
+]
+
+
+@pytest.mark.parametrize(("sql", "message"), ERRORS, ids=[e[1][:30] for e in ERRORS])
+def test_sql_errors_are_one_line(
+    kineto: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sql: str, message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["sql", "-e", sql, str(kineto)])
+    assert result.exit_code == 2, result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert re.search(message, result.stderr), result.stderr
+    assert not (tmp_path / "copy.db").exists()
+
+
+def test_sql_file_error_names_file_and_line(kineto: Path, tmp_path: Path) -> None:
+    query = tmp_path / "q.sql"
+    query.write_text("-- header\nselect 1;\n\nselect\n  bogus(1);\n")
+    result = CliRunner().invoke(cli, ["sql", str(query), str(kineto)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"Error: {query}:4: no such function: bogus"
+
+
+def test_runaway_query_is_interrupted(kineto: Path) -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "sql",
+            "--timeout",
+            "0.3",
+            "-e",
+            "with recursive c(x) as (select 1 union all select x + 1 from c) "
+            "select count(*) from c",
+            str(kineto),
+        ],
+    )
+    assert result.exit_code == 2
+    assert "query interrupted after 0.3 s" in result.stderr
+
+
+def test_sql_cli_formats_and_list(tmp_path: Path) -> None:
+    path = str(GENERATED / "dense_sglang.json.gz")
+    listing = CliRunner().invoke(cli, ["sql", "--list"])
+    assert listing.exit_code == 0
+    assert all(q in listing.stdout for q in QUERIES)
+    out = tmp_path / "fam.parquet"
+    result = CliRunner().invoke(cli, ["sql", "queries/kernel_families.sql", path, "-o", str(out)])
+    assert result.exit_code == 0, result.stderr
+    fam = pl.read_parquet(out)
+    t = truth("dense_sglang")
+    assert dict(fam.select("family", "kernels").iter_rows()) == {
+        k: v["count"] for k, v in t["families"].items()
+    }
+    csv = CliRunner().invoke(cli, ["sql", "top_kernels", path, "--format", "csv"])
+    assert csv.exit_code == 0 and csv.stdout.startswith("name,kernels,total_ns")
+
+
+def test_perfetto_engine_needs_a_configured_binary(
+    kineto: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRACEVIEW_TRACE_PROCESSOR", raising=False)
+    result = CliRunner().invoke(cli, ["sql", "--engine", "perfetto", "-e", "select 1", str(kineto)])
+    assert result.exit_code == 2
+    assert "needs Perfetto's trace_processor binary: set TRACEVIEW_TRACE_PROCESSOR" in result.stderr
+    fake = tmp_path / "trace_processor"
+    fake.write_text("not a binary")
+    result = CliRunner().invoke(
+        cli, ["sql", "--engine", "perfetto", "--tp-bin", str(fake), "-e", "select 1", str(kineto)]
+    )
+    assert result.exit_code == 2 and "not an executable trace_processor binary" in result.stderr
+    # auto without a binary stays embedded
+    auto = CliRunner().invoke(cli, ["sql", "-e", "select count(*) as n from slice", str(kineto)])
+    assert auto.exit_code == 0 and "4" in auto.stdout
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("TRACEVIEW_TRACE_PROCESSOR"),
+    reason="no trace processor binary configured (TRACEVIEW_TRACE_PROCESSOR)",
+)
+@pytest.mark.parametrize("query", ["kernel_families", "stream_busy", "top_kernels"])
+def test_both_engines_give_the_same_rows(query: str) -> None:
+    path = GENERATED / "hybrid_chunked.json.gz"
+    embedded = run_sql(tv.load(path), query, engine="embedded")
+    perfetto = run_sql(path, query, engine="perfetto")
+    assert embedded.rows() == perfetto.rows()
+
+
+def test_docs_sql_examples_run() -> None:
+    text = (ROOT / "docs" / "sql.md").read_text()
+    blocks = re.findall(r"```sql\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 4
+    trace = tv.load(GENERATED / "hybrid_chunked.json.gz", options=LoadOptions(raw_args=True))
+    for block in blocks:
+        df = run_sql(trace, block)
+        assert df.height > 0, block
