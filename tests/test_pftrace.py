@@ -1,0 +1,90 @@
+"""Perfetto protobuf traces load into the same model: the same events summarize the same."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb2
+from perfetto.trace_builder.proto_builder import TraceProtoBuilder
+
+import traceview as tv
+from fixtures.engine import SCENARIOS, build
+from fixtures.pftrace import to_pftrace
+from traceview.cli import cli
+
+
+@pytest.mark.parametrize("sc", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_same_events_summarize_identically(tmp_path: Path, sc) -> None:  # type: ignore[no-untyped-def]
+    tb, _plan = build(sc)
+    json_path = tb.write(tmp_path / "t.json.gz")
+    pf_path = to_pftrace(tb, tmp_path / "t.pftrace", compress=sc.name == "dense_sglang")
+    a = tv.summarize(tv.load(json_path)).to_dict()
+    b_trace = tv.load(pf_path)
+    assert b_trace.meta.format == "perfetto"
+    b = tv.summarize(b_trace).to_dict()
+    for key in ("trace", "warnings"):
+        a.pop(key), b.pop(key)
+    assert a == b
+    j, p = tv.load(json_path), b_trace
+    assert j.kernels.drop("cat").equals(p.kernels.drop("cat"))
+
+
+def _packet(builder: TraceProtoBuilder, ts: int | None = None):  # type: ignore[no-untyped-def]
+    p = builder.add_packet()
+    if ts is not None:
+        p.timestamp = ts
+    p.trusted_packet_sequence_id = 1
+    return p
+
+
+def test_instants_counters_interning_and_unmatched(tmp_path: Path) -> None:
+    b = TraceProtoBuilder()
+    d = _packet(b).track_descriptor
+    d.uuid, d.thread.pid, d.thread.tid, d.thread.thread_name = 1, 0, 7, "stream 7"
+    c = _packet(b).track_descriptor
+    c.uuid, c.name = 2, "Memory Total Allocated"
+    c.counter.SetInParent()
+    p = _packet(b, 1_000)
+    p.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    e = p.interned_data.event_names.add()
+    e.iid, e.name = 5, "nvjet_tst_128x64"
+    cat = p.interned_data.event_categories.add()
+    cat.iid, cat.name = 3, "kernel"
+    p.track_event.type = pb2.TrackEvent.TYPE_SLICE_BEGIN
+    p.track_event.track_uuid, p.track_event.name_iid = 1, 5
+    p.track_event.category_iids.append(3)
+    end = _packet(b, 3_500)
+    end.track_event.type, end.track_event.track_uuid = pb2.TrackEvent.TYPE_SLICE_END, 1
+    inst = _packet(b, 2_000)
+    inst.track_event.type, inst.track_event.track_uuid = pb2.TrackEvent.TYPE_INSTANT, 1
+    inst.track_event.name = "marker"
+    cnt = _packet(b, 2_500)
+    cnt.track_event.type, cnt.track_event.track_uuid = pb2.TrackEvent.TYPE_COUNTER, 2
+    cnt.track_event.counter_value = 1024
+    orphan = _packet(b, 4_000)
+    orphan.track_event.type, orphan.track_event.track_uuid = pb2.TrackEvent.TYPE_SLICE_END, 1
+    path = tmp_path / "t.perfetto-trace"
+    path.write_bytes(b.serialize())
+    trace = tv.load(path)
+    assert trace.kernels.select("ts_ns", "dur_ns", "stream").rows() == [(1_000, 2_500, 7)]
+    assert trace.kernels["name"].cast(str).to_list() == ["nvjet_tst_128x64"]
+    assert trace.events.select("name", "dur_ns").rows() == [("marker", 0)]
+    assert trace.counters.select("ts_ns", "name", "value").rows() == [
+        (2_500, "Memory Total Allocated", 1024.0)]
+    assert trace.meta.skipped_events == 1
+    assert "slice end without a begin" in trace.meta.warnings[0]
+    info = CliRunner().invoke(cli, ["info", str(path), "--json"])
+    assert info.exit_code == 0 and json.loads(info.stdout)["format"] == "perfetto"
+
+
+def test_truncated_perfetto_trace_is_one_line(tmp_path: Path) -> None:
+    tb, _ = build(SCENARIOS[1])
+    data = to_pftrace(tb, tmp_path / "full.pftrace").read_bytes()
+    cut = tmp_path / "cut.pftrace"
+    cut.write_bytes(data[: len(data) // 2])
+    result = CliRunner().invoke(cli, ["summarize", str(cut)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"Error: {cut}: truncated Perfetto trace in packet #")
