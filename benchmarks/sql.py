@@ -40,9 +40,11 @@ def main() -> None:
     run_embedded(trace, sql, where)
     t4 = time.perf_counter()
     print(f"trace: {path.name} ({trace.kernels.height:,} kernels, {slices:,} slices)")
-    print(f"load {t1 - t0:.2f} s; build database {t2 - t1:.2f} s "
-          f"(ratio {(t2 - t1) / (t1 - t0):.2f}, target <= 1); "
-          f"kernel_families query incl. build {t4 - t3:.2f} s")
+    print(
+        f"load {t1 - t0:.2f} s; build database {t2 - t1:.2f} s "
+        f"(ratio {(t2 - t1) / (t1 - t0):.2f}, target <= 1); "
+        f"kernel_families query incl. build {t4 - t3:.2f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ def test_instants_counters_interning_and_unmatched(tmp_path: Path) -> None:
     assert trace.kernels["name"].cast(str).to_list() == ["nvjet_tst_128x64"]
     assert trace.events.select("name", "dur_ns").rows() == [("marker", 0)]
     assert trace.counters.select("ts_ns", "name", "value").rows() == [
-        (2_500, "Memory Total Allocated", 1024.0)]
+        (2_500, "Memory Total Allocated", 1024.0)
+    ]
     assert trace.meta.skipped_events == 1
     assert "slice end without a begin" in trace.meta.warnings[0]
     info = CliRunner().invoke(cli, ["info", str(path), "--json"])

@@ -17,6 +17,9 @@ from traceview.errors import (
 )
 from traceview.load import LoadOptions, load
 from traceview.model import Trace, TraceMeta
+from traceview.sql import run_sql
+
+sql = run_sql  # tv.sql(trace, "select ...") reads as the examples do
 
 __version__ = "0.1.0"
 
@@ -28,6 +31,8 @@ __all__ = [
     "kernels",
     "load_rules",
     "plot",
+    "run_sql",
+    "sql",
     "steps",
     "summarize",
     "CaptureError",
