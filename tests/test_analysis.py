@@ -151,7 +151,7 @@ def test_disagreeing_annotations_fall_back_to_bursts(tmp_path: Path) -> None:
 def test_steps_table_columns(scenario: str) -> None:
     t = truth(scenario)
     table = tv.steps(tv.load(GENERATED / f"{scenario}.json.gz"))
-    assert table.columns[:10] == [
+    assert table.columns[:12] == [
         "index",
         "start_ns",
         "anchor_ns",
@@ -161,9 +161,13 @@ def test_steps_table_columns(scenario: str) -> None:
         "phase",
         "kernels",
         "busy_fraction",
+        "prefill_ns",
+        "prefill_kernels",
         "annotation",
     ]
     assert table["interval_ns"][0] is None
+    assert table["prefill_ns"].to_list() == [s["prefill_ns"] for s in t["steps"]]
+    assert table["prefill_kernels"].to_list() == [s["prefill_kernels"] for s in t["steps"]]
     fam_cols = [c for c in table.columns if c.startswith("ns_")]
     total = table.select(pl.sum_horizontal(fam_cols)).to_series().sum()
     assert total == sum(f["total_ns"] for f in t["families"].values())

@@ -2,6 +2,7 @@
 
 from traceview import plot
 from traceview.analysis.busy import busy
+from traceview.analysis.compare import CheckResult, Diff, check, diff
 from traceview.analysis.families import families, kernels, load_rules
 from traceview.analysis.gaps import decode_gaps
 from traceview.analysis.steps import steps
@@ -24,6 +25,10 @@ sql = run_sql  # tv.sql(trace, "select ...") reads as the issue's examples do
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckResult",
+    "Diff",
+    "check",
+    "diff",
     "Summary",
     "busy",
     "decode_gaps",

@@ -27,3 +27,9 @@ def percentiles(values: Sequence[int] | np.ndarray, prefix: str = "") -> dict[st
         keys[2]: int(np.rint(p[2])),
         keys[3]: int(a.max()),
     }
+
+
+def mean(values: Any) -> float | None:
+    """Arithmetic mean of a Series or array (None when empty)."""
+    a = np.asarray(values.to_numpy() if hasattr(values, "to_numpy") else values, dtype=np.float64)
+    return float(a.mean()) if a.size else None

@@ -408,10 +408,19 @@ def _assemble(
         prefill = prefill | pl.col("name").cast(pl.String).str.contains(
             "(?i)" + "|".join(f"(?:{p})" for p in rules.prefill)
         )
-    prefill_ts = k.filter(prefill)["ts_ns"].to_numpy()
+    prefill_k = k.filter(prefill)
+    prefill_ts = prefill_k["ts_ns"].to_numpy()
     step_of_prefill = np.searchsorted(starts, prefill_ts, side="right") - 1
+    inside = step_of_prefill >= 0
     mixed = np.zeros(starts.size, dtype=bool)
-    mixed[step_of_prefill[step_of_prefill >= 0]] = True
+    mixed[step_of_prefill[inside]] = True
+    # the work invariant: prompt work per step (kernel time and launches)
+    prefill_ns = np.bincount(
+        step_of_prefill[inside],
+        minlength=starts.size,
+        weights=prefill_k["dur_ns"].to_numpy()[inside],
+    ).astype(np.int64)
+    prefill_kernels = np.bincount(step_of_prefill[inside], minlength=starts.size)
 
     step_of_kernel = np.searchsorted(starts, ts, side="right") - 1
     per_step = (
@@ -439,6 +448,8 @@ def _assemble(
             "phase": phase,
             "kernels": counts.astype(np.int64),
             "busy_fraction": np.where(span > 0, busy / np.maximum(span, 1), 0.0),
+            "prefill_ns": prefill_ns,
+            "prefill_kernels": prefill_kernels.astype(np.int64),
             "annotation": pl.Series(names, dtype=pl.String),
         }
     )
@@ -621,7 +632,9 @@ def steps(
         ``interval_ns`` (Int64, ns, anchor-to-anchor; null for the first step), ``kind``
         (String: decode|mixed), ``phase`` (Int64, index of the phase), ``kernels`` (Int64,
         kernels starting in the step), ``busy_fraction`` (Float64, device-busy share of the
-        step's span), ``annotation`` (String, the engine's step annotation, when there is
+        step's span), ``prefill_ns`` and ``prefill_kernels`` (Int64: ns and count of the
+        prefill kernels starting in the step, its prompt work), ``annotation`` (String, the
+        engine's step annotation, when there is
         one), and ``ns_<family>`` (Int64, ns of kernel time per family in the step).
 
     Raises:

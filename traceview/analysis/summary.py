@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import html
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import orjson
 import polars as pl
 
 from traceview.analysis.busy import busy_document
 from traceview.analysis.families import Rules, family_table, load_rules
 from traceview.analysis.gaps import gap_table, summarize_gaps
-from traceview.analysis.stats import percentiles
+from traceview.analysis.stats import mean, percentiles
 from traceview.analysis.steps import StepOptions, StepResult, describe, find_steps
 from traceview.model import Trace
 
@@ -56,6 +58,7 @@ class Summary:
         steps: the step table (see :func:`traceview.steps`).
         families: the family table (see :func:`traceview.families`).
         gaps: the decode-gap table (see :func:`traceview.decode_gaps`).
+        kernel_table: time per kernel name on the device (see :func:`traceview.kernels`).
         warnings: what a reader should know before trusting a figure.
     """
 
@@ -63,6 +66,7 @@ class Summary:
     steps: pl.DataFrame
     families: pl.DataFrame
     gaps: pl.DataFrame
+    kernel_table: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -209,9 +213,54 @@ def build(trace: Trace, rules: Rules, result: StepResult, activity: str) -> Summ
             "cadence": cadence,
             "phases": phases,
         },
+        "work": {
+            "kernels_per_step": mean(table["kernels"]),
+            "prefill_ns": int(table["prefill_ns"].sum()),
+            "prefill_kernels": int(table["prefill_kernels"].sum()),
+            "prefill_growth": prefill_growth(table, phases),
+        },
         "decode_gaps": gap_stats,
         "decode_marker": used,
         "busy": busy_document(result.union, result.device, gaps, p99_all),
         "warnings": warnings,
     }
-    return Summary(document=doc, steps=table, families=fam, gaps=gaps, warnings=warnings)
+    kernel_table = (
+        k.group_by(pl.col("name").cast(pl.String), "family")
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
+        .sort(["total_ns", "name"], descending=[True, False])
+    )
+    return Summary(
+        document=doc,
+        steps=table,
+        families=fam,
+        gaps=gaps,
+        kernel_table=kernel_table,
+        warnings=warnings,
+    )
+
+
+def prefill_growth(table: pl.DataFrame, phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per mixed phase of at least 3 steps: how prompt work per step grows from its first
+    chunk to its last, read off a least-squares line through the steps' prefill kernel time
+    (a healthy chunked prefill is flat; re-feeding the prompt from token 0 grows linearly,
+    and the total work quadratically)."""
+    out = []
+    for phase in phases:
+        if phase["kind"] != "mixed" or phase["steps"] < 3:
+            continue
+        steps = table.slice(phase["first_step"], phase["steps"])
+        y = steps["prefill_ns"].to_numpy().astype(np.float64)
+        x = np.arange(y.size, dtype=np.float64)
+        slope, intercept = np.polyfit(x, y, 1)
+        first, last = float(intercept), float(intercept + slope * (y.size - 1))
+        out.append(
+            {
+                "first_step": phase["first_step"],
+                "last_step": phase["last_step"],
+                "steps": int(y.size),
+                "prefill_ns_first": int(y[0]),
+                "prefill_ns_last": int(y[-1]),
+                "growth": last / first if first > 0 else math.inf,
+            }
+        )
+    return out

@@ -38,7 +38,7 @@ def cli(debug: bool) -> None:
 
 
 def _register() -> None:
-    from traceview.cli import heartbeat, info, sql, summarize
+    from traceview.cli import compare, heartbeat, info, sql, summarize
 
     for command in (
         info.info,
@@ -47,6 +47,8 @@ def _register() -> None:
         heartbeat.heartbeat,
         heartbeat.gaps,
         sql.sql,
+        compare.diff_command,
+        compare.check_command,
     ):
         cli.add_command(command)
 

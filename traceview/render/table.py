@@ -145,3 +145,62 @@ def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
             fmt_ns(g["max_ns"]),
         )
     out.print(gaps)
+
+
+def render_diff(d: Any, limit: int = 40, console: Console | None = None) -> None:
+    """The ``diff`` screen: metrics with A, B, B/A and a verdict; then kernels."""
+    from traceview.analysis.compare import _fmt, _fmt_ratio
+
+    out = console or Console(highlight=False)
+    table = Table(title=f"A = {d.a}\nB = {d.b}", title_justify="left")
+    for col in ("section", "metric", "A", "B", "B/A", "verdict"):
+        table.add_column(col, justify="right" if col in ("A", "B", "B/A") else "left")
+    colors = {"worse": "red", "better": "green"}
+    for r in d.rows.head(limit).iter_rows(named=True):
+        verdict = r["verdict"]
+        style = colors.get(verdict)
+        table.add_row(
+            r["section"],
+            r["metric"],
+            _fmt(r["a"], r["unit"]),
+            _fmt(r["b"], r["unit"]),
+            _fmt_ratio(r["ratio"]),
+            f"[{style}]{verdict}[/]" if style else verdict,
+        )
+    out.print(table)
+    if d.kernels.height:
+        kt = Table(title="kernels that changed most", title_justify="left")
+        for col in ("kernel", "A", "B", "B/A", "change"):
+            kt.add_column(
+                col,
+                justify="right" if col in ("A", "B", "B/A") else "left",
+                overflow="ellipsis",
+                max_width=70 if col == "kernel" else None,
+            )
+        for r in d.kernels.head(12).iter_rows(named=True):
+            kt.add_row(
+                r["name"],
+                _fmt(r["a_ns"], "ns"),
+                _fmt(r["b_ns"], "ns"),
+                _fmt_ratio(r["ratio"]),
+                r["change"],
+            )
+        out.print(kt)
+
+
+def render_check(result: Any, console: Console | None = None) -> None:
+    """The ``check`` table: every check, its value, and whether it held."""
+    out = console or Console(highlight=False)
+    table = Table(title="checks", title_justify="left")
+    for col in ("check", "value", "result"):
+        table.add_column(col, justify="right" if col == "value" else "left")
+    for r in result.rows:
+        v = r["value"]
+        if v is None:
+            shown = "—"
+        elif "_ns" in r["check"] and isinstance(v, int | float):
+            shown = fmt_ns(v)
+        else:
+            shown = f"{v:.4g}" if isinstance(v, float) else str(v)
+        table.add_row(r["check"], shown, "[green]ok[/]" if r["ok"] else "[red]FAILED[/]")
+    out.print(table)

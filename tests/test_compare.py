@@ -1,0 +1,205 @@
+"""diff and check on fixtures with known differences: chunked vs monolithic prefill, and the
+re-prefill bug vs its healthy twin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import GENERATED, truth
+
+import traceview as tv
+from traceview.analysis.compare import CheckError, Rules, check, diff, lookup, parse_value
+from traceview.cli import cli
+
+
+@pytest.fixture(scope="module")
+def s() -> dict[str, tv.Summary]:
+    return {
+        n: tv.summarize(tv.load(GENERATED / f"{n}.json.gz"))
+        for n in ("hybrid_chunked", "hybrid_refeed", "hybrid_monolithic")
+    }
+
+
+def _row(d, section: str, metric: str) -> dict:  # type: ignore[no-untyped-def]
+    return next(
+        r
+        for r in d.rows.iter_rows(named=True)
+        if r["section"] == section and r["metric"].startswith(metric)
+    )
+
+
+def _mixed_cadence(name: str) -> list[int]:
+    t = truth(name)
+    return [p["cadence"] for p in t["phases"] if p["kind"] == "mixed"][0]
+
+
+def test_refeed_bug_shows_in_prompt_work_and_cadence(s: dict[str, tv.Summary]) -> None:
+    d = diff(s["hybrid_chunked"], s["hybrid_refeed"])
+    healthy, bug = truth("hybrid_chunked"), truth("hybrid_refeed")
+    ph = [x["prefill_ns"] for x in healthy["steps"]]
+    pb = [x["prefill_ns"] for x in bug["steps"]]
+    work = _row(d, "work", "prefill ns total")
+    assert (work["a"], work["b"]) == (sum(ph), sum(pb))
+    assert work["ratio"] == pytest.approx(sum(pb) / sum(ph))
+    assert work["verdict"] == "worse"
+    cad = _row(d, "cadence", "mixed p50")
+    assert cad["a"] == _mixed_cadence("hybrid_chunked")["p50_ns"]
+    assert cad["b"] == _mixed_cadence("hybrid_refeed")["p50_ns"]
+    assert cad["ratio"] == pytest.approx(cad["b"] / cad["a"]) and cad["verdict"] == "worse"
+    # launches are the same: the bug is more work per launch, not more launches
+    launches = _row(d, "work", "prefill kernels per mixed step")
+    assert launches["ratio"] == 1.0 and launches["verdict"] == "same"
+    decode = _row(d, "cadence", "decode p50")
+    assert decode["verdict"] == "same"
+    # biggest changes first
+    order = [abs(np.log(r)) for r in d.rows["ratio"].drop_nulls().to_list() if r > 0]
+    finite = [x for x in order if np.isfinite(x)]
+    assert finite == sorted(finite, reverse=True)
+
+
+def test_chunked_vs_monolithic(s: dict[str, tv.Summary]) -> None:
+    d = diff(s["hybrid_monolithic"], s["hybrid_chunked"])
+    mono, chunked = truth("hybrid_monolithic"), truth("hybrid_chunked")
+    steps = _row(d, "steps", "mixed steps")
+    assert (steps["a"], steps["b"]) == (1, 10)
+    gaps = {g["population"]: g for g in mono["decode_gaps"]}
+    gc = {g["population"]: g for g in chunked["decode_gaps"]}
+    for q in ("p50", "p99"):
+        r = _row(d, "decode gaps", f"mixed {q}")
+        assert (r["a"], r["b"]) == (gaps["mixed"][f"{q}_ns"], gc["mixed"][f"{q}_ns"])
+        assert r["verdict"] == "better"
+    new = _row(d, "cadence", "mixed p50")  # one monolithic step has no cadence; now it does
+    assert new["a"] is None and new["verdict"] == "new"
+    assert "(n 0 → 9)" in new["metric"]
+
+
+def test_diff_outputs(s: dict[str, tv.Summary], tmp_path: Path) -> None:
+    a, b = (str(GENERATED / f"{n}.json.gz") for n in ("hybrid_chunked", "hybrid_refeed"))
+    md = CliRunner().invoke(cli, ["diff", a, b, "--format", "markdown"])
+    assert md.exit_code == 0, md.stderr
+    assert md.stdout.splitlines()[2] == "| section | metric | A | B | B/A | verdict |"
+    assert "🔴 worse" in md.stdout
+    js = CliRunner().invoke(cli, ["diff", a, b, "--json"])
+    doc = json.loads(js.stdout)
+    assert doc["schema"] == "traceview.diff/1" and doc["rows"][0]["verdict"] == "worse"
+    table = CliRunner().invoke(cli, ["diff", a, b])
+    assert table.exit_code == 0 and "kernels that changed most" in table.stdout
+    assert diff(s["hybrid_chunked"], s["hybrid_chunked"]).rows.filter(~tv_col_same()).height == 0
+
+
+def tv_col_same():  # type: ignore[no-untyped-def]
+    import polars as pl
+
+    return pl.col("verdict").is_in(["same", "n/a"])
+
+
+def test_prefill_growth_catches_the_bug_and_passes_the_twin(s: dict[str, tv.Summary]) -> None:
+    bug = check(s["hybrid_refeed"], Rules(prefill_growth=1.5))
+    ok = check(s["hybrid_chunked"], Rules(prefill_growth=1.5))
+    assert not bug.ok and ok.ok
+    pb = [x["prefill_ns"] for x in truth("hybrid_refeed")["steps"] if x["kind"] == "mixed"]
+    slope, intercept = np.polyfit(np.arange(len(pb)), pb, 1)
+    expect = (intercept + slope * (len(pb) - 1)) / intercept
+    assert bug.rows[0]["value"] == pytest.approx(expect)
+    for name in ("hybrid_chunked", "hybrid_refeed"):
+        result = CliRunner().invoke(
+            cli, ["check", str(GENERATED / f"{name}.json.gz"), "--prefill-growth", "1.5"]
+        )
+        assert result.exit_code == (1 if name == "hybrid_refeed" else 0), result.stderr
+    assert (
+        "FAILED"
+        in CliRunner()
+        .invoke(cli, ["check", str(GENERATED / "hybrid_refeed.json.gz"), "--prefill-growth", "1.5"])
+        .stdout
+    )
+
+
+def test_bounds_exit_codes_exactly_where_they_should(s: dict[str, tv.Summary]) -> None:
+    t = truth("hybrid_chunked")
+    p99 = next(g for g in t["decode_gaps"] if g["population"] == "decode")["p99_ns"]
+    path = str(GENERATED / "hybrid_chunked.json.gz")
+    above = f"{(p99 + 1000) / 1e3}us"
+    below = f"{(p99 - 1000) / 1e3}us"
+    assert (
+        CliRunner()
+        .invoke(cli, ["check", path, "--max", f"decode_gaps.decode.p99_ns={above}"])
+        .exit_code
+        == 0
+    )
+    fail = CliRunner().invoke(cli, ["check", path, "--max", f"decode_gaps.decode.p99_ns={below}"])
+    assert fail.exit_code == 1 and "1 of 1 check(s) failed" in fail.stderr
+    busy = t["busy"]["fraction"]
+    assert (
+        CliRunner()
+        .invoke(cli, ["check", path, "--min", f"busy.fraction={busy * 100 - 0.1}%"])
+        .exit_code
+        == 0
+    )
+    assert (
+        CliRunner().invoke(cli, ["check", path, "--min", f"busy.fraction={busy + 0.001}"]).exit_code
+        == 1
+    )
+    mixed = _mixed_cadence("hybrid_chunked")["p50_ns"]
+    ok = CliRunner().invoke(
+        cli, ["check", path, "--max", f"steps.phases.mixed.cadence_p50_ns={mixed}ns", "--json"]
+    )
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["checks"][0]["value"] == mixed
+
+
+def test_baseline_regression(s: dict[str, tv.Summary]) -> None:
+    a, b = (str(GENERATED / f"{n}.json.gz") for n in ("hybrid_chunked", "hybrid_refeed"))
+    same = CliRunner().invoke(cli, ["check", a, "--baseline", a, "--max-regression", "1%"])
+    assert same.exit_code == 0
+    worse = CliRunner().invoke(cli, ["check", b, "--baseline", a, "--max-regression", "10%"])
+    assert worse.exit_code == 1
+    assert "cadence: mixed p50" in worse.stdout
+
+
+def test_checks_file(tmp_path: Path) -> None:
+    checks = tmp_path / "checks.toml"
+    checks.write_text(
+        '[max]\n"decode_gaps.decode.p99_ns" = "5ms"\n'
+        '"families.linear_attention.prefill.total_ns" = "50ms"\n'
+        '[min]\n"busy.fraction" = 0.8\n[options]\nprefill_growth = 1.5\n'
+    )
+    ok = CliRunner().invoke(
+        cli, ["check", str(GENERATED / "hybrid_chunked.json.gz"), "--checks", str(checks)]
+    )
+    assert ok.exit_code == 0, ok.stdout + ok.stderr
+    assert "families.linear_attention.prefill.total_ns <= 50ms" in ok.stdout
+    bad = CliRunner().invoke(
+        cli, ["check", str(GENERATED / "hybrid_refeed.json.gz"), "--checks", str(checks)]
+    )
+    assert bad.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max", "decode_gaps.nope.p99_ns=5ms"], "not a figure of the summary"),
+        (["--max", "decode_gaps.decode.p99_ns=soon"], "cannot read 'soon'"),
+        (["--max", "busy"], "expected KEY=VALUE"),
+        (["--max", "busy=1"], "names a section, not a figure"),
+        (["--max-regression", "5%"], "--max-regression needs --baseline"),
+        ([], "nothing to check"),
+    ],
+)
+def test_bad_checks_exit_2(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(cli, ["check", str(GENERATED / "dense_sglang.json.gz"), *args])
+    assert result.exit_code == 2
+    assert message in result.stderr or message in result.output
+
+
+def test_lookup_and_units(s: dict[str, tv.Summary]) -> None:
+    doc = s["hybrid_chunked"].to_dict()
+    hits = lookup(doc, "steps.phases.decode.steps")
+    assert [v for _, v in hits] == [24, 16]  # both decode phases are checked
+    assert lookup(doc, "families.linear_attention.decode.count")[0][1] == 600
+    assert parse_value("5ms") == 5e6 and parse_value("250us") == 250e3
+    assert parse_value("90%") == 0.9 and parse_value("1.5") == 1.5
+    with pytest.raises(CheckError):
+        parse_value("fast")

@@ -1,0 +1,458 @@
+"""Before and after: ``diff`` two summaries, ``check`` a summary against bounds.
+
+A scheduling fix shows in the tail and the cadence, not in throughput; a change can return
+correct answers while doing many times the work. So the diff compares cadence and gap
+percentiles per phase and population, busy fractions, kernel time per family, kernel
+launches and prompt work per step, and the kernels that appeared, vanished or changed most;
+and ``check`` can bound any figure of the summary document, regressions against a baseline,
+and the growth of prompt work from chunk to chunk (the signature of a chunked prefill that
+re-feeds the prompt from token 0).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from traceview.analysis.stats import mean, percentiles
+from traceview.analysis.summary import Summary
+from traceview.errors import TraceviewError
+
+SAME = 0.05  # a ratio within ±5% is "same"
+
+
+class CheckError(TraceviewError):
+    """A check rule is malformed (bad key, bad value): bad input, exit 2."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    section: str
+    name: str
+    value: float | None
+    better: str | None  # "lower", "higher" or None (no direction)
+    unit: str  # ns | count | fraction | ratio
+
+
+def _kind_cadence(summary: Summary, kind: str) -> dict[str, Any]:
+    """Cadence over the intervals inside every phase of one kind (crossings excluded)."""
+    t = summary.steps
+    inside = t.filter((pl.col("kind") == kind) & (pl.col("phase") == pl.col("phase").shift(1)))
+    return percentiles(inside["interval_ns"].drop_nulls().to_numpy())
+
+
+def metrics(summary: Summary) -> list[Metric]:
+    """The figures a diff compares, from one summary."""
+    doc, t = summary.to_dict(), summary.steps
+    out = [Metric("steps", "steps", doc["steps"]["count"], None, "count")]
+    for q in ("p50_ns", "p90_ns", "p99_ns"):
+        out.append(Metric("cadence", f"all {q[:-3]}", doc["steps"]["cadence"][q], "lower", "ns"))
+    for kind in ("decode", "mixed"):
+        steps_of = t.filter(pl.col("kind") == kind)
+        out.append(Metric("steps", f"{kind} steps", steps_of.height, None, "count"))
+        cad = _kind_cadence(summary, kind)
+        for q in ("p50_ns", "p90_ns", "p99_ns"):
+            out.append(Metric("cadence", f"{kind} {q[:-3]} (n={cad['n']})", cad[q], "lower", "ns"))
+        if steps_of.height:
+            out.append(
+                Metric(
+                    "work",
+                    f"kernels per {kind} step",
+                    mean(steps_of["kernels"]),
+                    "lower",
+                    "count",
+                )
+            )
+            if kind == "mixed":
+                out.append(
+                    Metric(
+                        "work",
+                        "prefill ns per mixed step",
+                        mean(steps_of["prefill_ns"]),
+                        "lower",
+                        "ns",
+                    )
+                )
+                out.append(
+                    Metric(
+                        "work",
+                        "prefill kernels per mixed step",
+                        mean(steps_of["prefill_kernels"]),
+                        "lower",
+                        "count",
+                    )
+                )
+    out.append(Metric("work", "prefill ns total", float(t["prefill_ns"].sum()), "lower", "ns"))
+    for g in doc["decode_gaps"]:
+        pop = g["population"]
+        out.append(Metric("decode gaps", f"{pop} n", g["n"], None, "count"))
+        for q in ("p50_ns", "p90_ns", "p99_ns"):
+            out.append(Metric("decode gaps", f"{pop} {q[:-3]}", g[q], "lower", "ns"))
+    busy = doc["busy"]
+    for key in ("fraction", "in_gaps", "in_widest_gaps"):
+        out.append(Metric("busy", key, busy[key], None, "fraction"))
+    for f in doc["families"]:
+        out.append(Metric("families", f"{f['family']} time", f["total_ns"], "lower", "ns"))
+        out.append(Metric("families", f"{f['family']} kernels", f["count"], None, "count"))
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None:
+        return None
+    if a == 0:
+        return None if b == 0 else math.inf
+    return b / a
+
+
+def _verdict(a: float | None, b: float | None, ratio: float | None, better: str | None) -> str:
+    if a is None and b is None:
+        return "n/a"
+    if a is None or (a == 0 and b):
+        return "new"
+    if b is None or (b == 0 and a):
+        return "gone"
+    if ratio is None or abs(ratio - 1) <= SAME:
+        return "same"
+    if better is None:
+        return "changed"
+    worse = ratio > 1 if better == "lower" else ratio < 1
+    return "worse" if worse else "better"
+
+
+@dataclass
+class Diff:
+    """Two summaries side by side.
+
+    Attributes:
+        a, b: the paths compared (A is the baseline; ratios are B/A).
+        rows: DataFrame ``section``, ``metric``, ``a``, ``b`` (Float64), ``ratio`` (B/A),
+            ``verdict`` (same, better, worse, changed, new, gone, n/a), ``unit``; biggest
+            changes first.
+        kernels: DataFrame ``name``, ``a_ns``, ``b_ns`` (Int64, kernel time), ``ratio``,
+            ``change`` (appeared, vanished, changed); biggest changes first.
+    """
+
+    a: str
+    b: str
+    rows: pl.DataFrame
+    kernels: pl.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "traceview.diff/1",
+            "a": self.a,
+            "b": self.b,
+            "rows": _jsonable(self.rows.to_dicts()),
+            "kernels": _jsonable(self.kernels.to_dicts()),
+        }
+
+    def to_markdown(self, limit: int = 40) -> str:
+        lines = [
+            f"**traceview diff**: A = `{self.a}`, B = `{self.b}` (ratio = B/A)",
+            "",
+            "| section | metric | A | B | B/A | verdict |",
+            "|---|---|---:|---:|---:|---|",
+        ]
+        for r in self.rows.head(limit).iter_rows(named=True):
+            lines.append(
+                f"| {r['section']} | {r['metric']} | {_fmt(r['a'], r['unit'])} | "
+                f"{_fmt(r['b'], r['unit'])} | {_fmt_ratio(r['ratio'])} | "
+                f"{_badge(r['verdict'])} |"
+            )
+        if self.kernels.height:
+            lines += ["", "| kernel | A | B | B/A | change |", "|---|---:|---:|---:|---|"]
+            for r in self.kernels.head(15).iter_rows(named=True):
+                name = r["name"] if len(r["name"]) <= 70 else r["name"][:67] + "..."
+                lines.append(
+                    f"| `{name}` | {_fmt(r['a_ns'], 'ns')} | {_fmt(r['b_ns'], 'ns')} | "
+                    f"{_fmt_ratio(r['ratio'])} | {r['change']} |"
+                )
+        return "\n".join(lines) + "\n"
+
+
+def _jsonable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+        for r in rows
+    ]
+
+
+def _badge(verdict: str) -> str:
+    return {"worse": "🔴 worse", "better": "🟢 better"}.get(verdict, verdict)
+
+
+def _fmt_ratio(r: float | None) -> str:
+    if r is None:
+        return "—"
+    return "∞" if math.isinf(r) else f"{r:.2f}×"
+
+
+def _fmt(v: float | None, unit: str) -> str:
+    if v is None:
+        return "—"
+    if unit == "ns":
+        a = abs(v)
+        if a >= 1e9:
+            return f"{v / 1e9:.3g} s"
+        if a >= 1e6:
+            return f"{v / 1e6:.2f} ms"
+        if a >= 1e3:
+            return f"{v / 1e3:.1f} µs"
+        return f"{v:.0f} ns"
+    if unit == "fraction":
+        return f"{v:.1%}"
+    return f"{v:,.1f}" if isinstance(v, float) and not float(v).is_integer() else f"{v:,.0f}"
+
+
+def _order(ratio: float | None, verdict: str) -> float:
+    if verdict in ("new", "gone"):
+        return math.inf
+    if ratio is None or ratio <= 0:
+        return -1.0
+    return abs(math.log(ratio)) if math.isfinite(ratio) else math.inf
+
+
+def diff(a: Summary, b: Summary) -> Diff:
+    """Compare two summaries (A the baseline, B the change); see :class:`Diff`."""
+    ma = {(m.section, m.name.split(" (n=")[0]): m for m in metrics(a)}
+    mb = {(m.section, m.name.split(" (n=")[0]): m for m in metrics(b)}
+    rows = []
+    for key in list(dict.fromkeys([*ma, *mb])):
+        x, y = ma.get(key), mb.get(key)
+        m = x or y
+        assert m is not None
+        av = None if x is None else x.value
+        bv = None if y is None else y.value
+        if x is not None and y is not None and x.name != y.name:  # show both populations
+            name = (
+                f"{key[1]} (n {x.name.split('n=')[1].rstrip(')')} → "
+                f"{y.name.split('n=')[1].rstrip(')')})"
+            )
+        else:
+            name = m.name
+        ratio = _ratio(av, bv)
+        verdict = _verdict(av, bv, ratio, m.better)
+        rows.append(
+            {
+                "section": key[0],
+                "metric": name,
+                "a": None if av is None else float(av),
+                "b": None if bv is None else float(bv),
+                "ratio": ratio,
+                "verdict": verdict,
+                "unit": m.unit,
+                "_order": _order(ratio, verdict),
+            }
+        )
+    table = pl.DataFrame(
+        rows,
+        schema={
+            "section": pl.String,
+            "metric": pl.String,
+            "a": pl.Float64,
+            "b": pl.Float64,
+            "ratio": pl.Float64,
+            "verdict": pl.String,
+            "unit": pl.String,
+            "_order": pl.Float64,
+        },
+    )
+    table = table.sort("_order", descending=True, maintain_order=True).drop("_order")
+    ka = a.kernel_table.select("name", pl.col("total_ns").alias("a_ns"))
+    kb = b.kernel_table.select("name", pl.col("total_ns").alias("b_ns"))
+    k = ka.join(kb, on="name", how="full", coalesce=True).with_columns(
+        pl.col("a_ns").fill_null(0), pl.col("b_ns").fill_null(0)
+    )
+    k = k.with_columns(
+        pl.when(pl.col("a_ns") > 0).then(pl.col("b_ns") / pl.col("a_ns")).alias("ratio"),
+        pl.when(pl.col("a_ns") == 0)
+        .then(pl.lit("appeared"))
+        .when(pl.col("b_ns") == 0)
+        .then(pl.lit("vanished"))
+        .when(((pl.col("b_ns") / pl.col("a_ns")) - 1).abs() <= SAME)
+        .then(pl.lit("same"))
+        .otherwise(pl.lit("changed"))
+        .alias("change"),
+        (pl.col("b_ns") - pl.col("a_ns")).abs().alias("_delta"),
+    )
+    k = k.sort("_delta", descending=True).drop("_delta")
+    return Diff(
+        a=str(a.to_dict()["trace"]["path"]),
+        b=str(b.to_dict()["trace"]["path"]),
+        rows=table,
+        kernels=k,
+    )
+
+
+# --- check ---------------------------------------------------------------------------------
+
+_UNITS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
+_ID_FIELDS = ("population", "kind", "family")
+
+
+def parse_value(text: str | float | int, key: str = "") -> float:
+    """``5ms`` -> 5e6 (ns); ``90%`` -> 0.9; plain numbers as they are."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return float(text)
+    s = str(text).strip()
+    m = re.fullmatch(r"([-+]?[0-9]*\.?[0-9]+(?:e[-+]?\d+)?)\s*(ns|us|µs|ms|s|%)?", s, re.I)
+    if not m:
+        raise CheckError(f"{key or 'value'}: cannot read {text!r} (e.g. 5ms, 250us, 90%, 0.9)")
+    number, unit = float(m.group(1)), (m.group(2) or "").lower()
+    if unit == "%":
+        return number / 100
+    return number * _UNITS[unit] if unit else number
+
+
+def lookup(doc: Any, path: str) -> list[tuple[str, Any]]:
+    """Values at a dotted path of the summary document. In a list, the next part selects
+    items by their ``population``/``kind``/``family`` (a family may contain dots) or by
+    index; every matching item is returned, with the path that reached it."""
+    parts = path.split(".")
+    found: list[tuple[str, Any]] = []
+
+    def walk(node: Any, i: int, trail: str) -> None:
+        if i == len(parts):
+            found.append((trail, node))
+            return
+        if isinstance(node, dict):
+            if parts[i] in node:
+                walk(node[parts[i]], i + 1, f"{trail}.{parts[i]}" if trail else parts[i])
+            return
+        if isinstance(node, list):
+            if parts[i].isdigit() and int(parts[i]) < len(node):
+                walk(node[int(parts[i])], i + 1, f"{trail}.{parts[i]}")
+                return
+            for k in range(len(parts) - i, 0, -1):
+                ident = ".".join(parts[i : i + k])
+                items = [
+                    x
+                    for x in node
+                    if isinstance(x, dict) and any(x.get(f) == ident for f in _ID_FIELDS)
+                ]
+                if items:
+                    for n, item in enumerate(items):
+                        label = ident if len(items) == 1 else f"{ident}#{n}"
+                        walk(item, i + k, f"{trail}.{label}")
+                    return
+
+    walk(doc, 0, "")
+    return found
+
+
+@dataclass
+class CheckResult:
+    """Every check with its outcome: ``rows`` has ``check``, ``value``, ``limit``, ``ok``."""
+
+    rows: list[dict[str, Any]]
+
+    @property
+    def ok(self) -> bool:
+        return all(r["ok"] for r in self.rows)
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if not r["ok"]]
+
+
+@dataclass
+class Rules:
+    """Bounds for :func:`check`. ``maximum``/``minimum`` map summary paths to limits
+    (numbers, or text with units); the rest are optional."""
+
+    maximum: dict[str, Any] = field(default_factory=dict)
+    minimum: dict[str, Any] = field(default_factory=dict)
+    baseline: Summary | None = None
+    max_regression: float | None = None  # fraction: 0.1 = B may be 10% worse than A
+    prefill_growth: float | None = None  # largest first-to-last growth of prompt work
+
+
+def check(summary: Summary, rules: Rules) -> CheckResult:
+    """Evaluate ``rules`` on a summary.
+
+    Raises:
+        CheckError: a path that names nothing in the summary, or an unreadable value.
+    """
+    doc = summary.to_dict()
+    rows: list[dict[str, Any]] = []
+    for bound, op in ((rules.maximum, "max"), (rules.minimum, "min")):
+        for path, raw in bound.items():
+            limit = parse_value(raw, path)
+            hits = lookup(doc, path)
+            if not hits:
+                raise CheckError(
+                    f"{path}: not a figure of the summary (see traceview summarize "
+                    "--json for the paths)"
+                )
+            for trail, value in hits:
+                if isinstance(value, dict | list):
+                    raise CheckError(f"{path}: names a section, not a figure")
+                ok = value is not None and (value <= limit if op == "max" else value >= limit)
+                rows.append(
+                    {
+                        "check": f"{trail} {'<=' if op == 'max' else '>='} {raw}",
+                        "value": value,
+                        "limit": limit,
+                        "ok": bool(ok),
+                    }
+                )
+    if rules.prefill_growth is not None:
+        for g in doc["work"]["prefill_growth"]:
+            rows.append(
+                {
+                    "check": f"prefill growth, steps {g['first_step']}–{g['last_step']} "
+                    f"<= {rules.prefill_growth:g}x",
+                    "value": g["growth"],
+                    "limit": rules.prefill_growth,
+                    "ok": g["growth"] <= rules.prefill_growth,
+                }
+            )
+    if rules.baseline is not None and rules.max_regression is not None:
+        d = diff(rules.baseline, summary)
+        for r in d.rows.filter(pl.col("ratio").is_not_null()).iter_rows(named=True):
+            m = next(
+                (
+                    x
+                    for x in metrics(summary)
+                    if x.section == r["section"] and r["metric"].startswith(x.name.split(" (n=")[0])
+                ),
+                None,
+            )
+            if m is None or m.better != "lower" or not r["a"]:
+                continue
+            limit = 1 + rules.max_regression
+            rows.append(
+                {
+                    "check": f"{r['section']}: {r['metric']} <= baseline × {limit:.2f}",
+                    "value": r["ratio"],
+                    "limit": limit,
+                    "ok": r["ratio"] <= limit,
+                }
+            )
+    return CheckResult(rows)
+
+
+def load_checks(path: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A checks file (TOML): ``[max]``, ``[min]`` tables of path = limit, and ``[options]``
+    (``baseline``, ``max_regression``, ``prefill_growth``)."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except OSError as exc:
+        raise CheckError(f"{path}: cannot read checks file: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CheckError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(doc) - {"max", "min", "options"}
+    if unknown:
+        raise CheckError(
+            f"{path}: unknown table(s) {', '.join(sorted(unknown))} (use [max], [min], [options])"
+        )
+    return doc.get("max", {}), doc.get("min", {}), doc.get("options", {})

@@ -1,0 +1,180 @@
+"""``traceview diff`` and ``traceview check``."""
+
+from __future__ import annotations
+
+import click
+import orjson
+
+from traceview.analysis.compare import CheckError, Rules, check, diff, load_checks, parse_value
+from traceview.analysis.families import load_rules
+from traceview.analysis.summary import Summary, summarize
+from traceview.cli._options import analysis_options, load_trace, parse_duration, stderr
+from traceview.render.table import render_check, render_diff
+
+
+def _summary(
+    path: str,
+    preset: str,
+    rules: str | None,
+    steps_method: str,
+    layers: int | None,
+    step_gap: str | None,
+    device: int | None,
+) -> Summary:
+    return summarize(
+        load_trace(path),
+        load_rules(preset, rules),
+        steps=steps_method,
+        layers=layers,
+        step_gap_ns=parse_duration(step_gap, "--step-gap"),
+        device=device,
+    )
+
+
+@click.command(name="diff")
+@click.argument("a", type=click.Path(dir_okay=True, path_type=str))
+@click.argument("b", type=click.Path(dir_okay=True, path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "markdown"]),
+    default="table",
+    show_default=True,
+    help="markdown pastes into a pull request.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=40,
+    show_default=True,
+    help="Rows to show (biggest changes first).",
+)
+@analysis_options
+def diff_command(
+    a: str,
+    b: str,
+    as_json: bool,
+    fmt: str,
+    limit: int,
+    preset: str,
+    rules: str | None,
+    steps_method: str,
+    layers: int | None,
+    step_gap: str | None,
+    device: int | None,
+) -> None:
+    """Compare trace B against trace A (the baseline): cadence and gap percentiles per phase
+    and population, busy fractions, kernel time per family, launches and prompt work per
+    step, and the kernels that appeared, vanished or changed most. Ratios are B/A."""
+    opts = (preset, rules, steps_method, layers, step_gap, device)
+    d = diff(_summary(a, *opts), _summary(b, *opts))
+    if as_json:
+        click.echo(orjson.dumps(d.to_dict(), option=orjson.OPT_INDENT_2).decode())
+    elif fmt == "markdown":
+        click.echo(d.to_markdown(limit), nl=False)
+    else:
+        render_diff(d, limit)
+
+
+def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise CheckError(
+                f"{flag} {item!r}: expected KEY=VALUE, e.g. decode_gaps.decode.p99_ns=5ms"
+            )
+        out[key.strip()] = value.strip()
+    return out
+
+
+@click.command(name="check")
+@click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
+@click.option(
+    "--max",
+    "maximum",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Fail if the summary figure at KEY exceeds VALUE (units: ns, us, ms, s, %).",
+)
+@click.option(
+    "--min",
+    "minimum",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Fail if the summary figure at KEY is below VALUE.",
+)
+@click.option(
+    "--checks",
+    "checks_file",
+    type=click.Path(dir_okay=False),
+    help="TOML file of bounds: [max], [min], [options].",
+)
+@click.option(
+    "--baseline",
+    type=click.Path(dir_okay=True, path_type=str),
+    help="A baseline trace to compare against.",
+)
+@click.option(
+    "--max-regression", help="With --baseline: how much worse (e.g. 10%) a timing figure may get."
+)
+@click.option(
+    "--prefill-growth",
+    type=float,
+    help="Fail if a mixed phase's prompt work per step grows more than this factor "
+    "from its first chunk to its last (re-prefill from token 0).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@analysis_options
+def check_command(
+    trace: str,
+    maximum: tuple[str, ...],
+    minimum: tuple[str, ...],
+    checks_file: str | None,
+    baseline: str | None,
+    max_regression: str | None,
+    prefill_growth: float | None,
+    as_json: bool,
+    preset: str,
+    rules: str | None,
+    steps_method: str,
+    layers: int | None,
+    step_gap: str | None,
+    device: int | None,
+) -> None:
+    """Check TRACE against bounds: exit 0 when all hold, 1 when any fails (with a table of
+    what failed), 2 on bad input. KEY is a path in the summary document, e.g.
+    decode_gaps.decode.p99_ns, steps.phases.mixed.cadence_p50_ns, busy.fraction."""
+    file_max, file_min, options = load_checks(checks_file) if checks_file else ({}, {}, {})
+    baseline = baseline or options.get("baseline")
+    regression = max_regression or options.get("max_regression")
+    growth = prefill_growth if prefill_growth is not None else options.get("prefill_growth")
+    if regression is not None and baseline is None:
+        raise CheckError("--max-regression needs --baseline")
+    if baseline is not None and regression is None:
+        raise CheckError("--baseline needs --max-regression (e.g. 10%)")
+    if not (maximum or minimum or file_max or file_min or baseline or growth is not None):
+        raise click.UsageError(
+            "nothing to check: give --max, --min, --checks, --baseline or --prefill-growth"
+        )
+    opts = (preset, rules, steps_method, layers, step_gap, device)
+    ruleset = Rules(
+        maximum={**file_max, **_pairs(maximum, "--max")},
+        minimum={**file_min, **_pairs(minimum, "--min")},
+        baseline=_summary(baseline, *opts) if baseline else None,
+        max_regression=parse_value(regression, "--max-regression") if regression else None,
+        prefill_growth=float(growth) if growth is not None else None,
+    )
+    result = check(_summary(trace, *opts), ruleset)
+    if as_json:
+        click.echo(
+            orjson.dumps(
+                {"ok": result.ok, "checks": result.rows}, option=orjson.OPT_INDENT_2
+            ).decode()
+        )
+    else:
+        render_check(result)
+    if not result.ok:
+        stderr.print(f"[red]{len(result.failed)} of {len(result.rows)} check(s) failed[/]")
+        raise SystemExit(1)
