@@ -354,6 +354,22 @@ def _annotation_groups(trace: Trace, k: pl.DataFrame, device: int) -> pl.DataFra
         linked.select("correlation", "a0", "name").unique("correlation"), on="correlation"
     )
     if hits.height == 0:
+        # no launches to follow (a CPU-only capture): the activity of the annotation's own
+        # process that starts inside it
+        kp = k.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("_k"), "ts_ns", "pid")
+        hits = (
+            kp.sort("ts_ns")
+            .join_asof(
+                cpu.sort("a0"),
+                left_on="ts_ns",
+                right_on="a0",
+                by="pid",
+                strategy="backward",
+                check_sortedness=False,
+            )
+            .filter(pl.col("ts_ns") < pl.col("a1"))
+        )
+    if hits.height == 0:
         return None
     return (
         hits.group_by("a0", "name")

@@ -23,9 +23,20 @@ SMALL_N = 100  # below this, a p99 is close to the maximum: say so
 
 
 def cpu_activity(trace: Trace) -> Trace:
-    """For a trace with no device activity: leaf ``cpu_op`` events stand in for kernels
-    (an op is a leaf when no other op on its thread starts inside it)."""
-    ops = trace.events.filter(pl.col("kind") == "cpu_op").sort(["pid", "tid", "ts_ns"])
+    """For a trace with no device activity (a CPU-only capture), what stands in for kernels:
+    the innermost ``user_annotation`` ranges that are not engine-step annotations (the ops
+    an engine names with ``record_function``), or, without any, the leaf ``cpu_op`` events.
+    A range is innermost when no other candidate on its thread starts inside it. Its pid is
+    the "device" and its tid the "stream"."""
+    from traceview.analysis.steps import STEP_ANNOTATION
+
+    ev = trace.events
+    named = ev.filter(
+        (pl.col("kind") == "user_annotation")
+        & ~pl.col("name").cast(pl.String).str.contains(STEP_ANNOTATION.pattern)
+    )
+    candidates = named if named.height else ev.filter(pl.col("kind") == "cpu_op")
+    ops = candidates.sort(["pid", "tid", "ts_ns"])
     end = pl.col("ts_ns") + pl.col("dur_ns")
     nxt = pl.col("ts_ns").shift(-1).over(["pid", "tid"])
     leaves = ops.filter(nxt.is_null() | (nxt >= end))
@@ -136,7 +147,10 @@ def summarize(
     """
     rules = rules or load_rules()
     activity = "kernel"
-    if trace.kernels.height == 0 and trace.events.filter(pl.col("kind") == "cpu_op").height:
+    if (
+        trace.kernels.height == 0
+        and trace.events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])).height
+    ):
         trace, activity = cpu_activity(trace), "cpu_op"
     result = find_steps(trace, rules, StepOptions(steps, layers, step_gap_ns, device))
     return build(trace, rules, result, activity)
@@ -146,7 +160,9 @@ def build(trace: Trace, rules: Rules, result: StepResult, activity: str) -> Summ
     warnings = list(result.warnings)
     if activity == "cpu_op":
         warnings.insert(
-            0, "no device activity in this trace: leaf cpu_op events stand in for kernels"
+            0,
+            "no device activity in this trace (a CPU capture): the innermost annotated ranges "
+            "(else leaf cpu_ops) stand in for kernels",
         )
     k = result.kernels
     fam = family_table(k)

@@ -204,3 +204,24 @@ def render_check(result: Any, console: Console | None = None) -> None:
             shown = f"{v:.4g}" if isinstance(v, float) else str(v)
         table.add_row(r["check"], shown, "[green]ok[/]" if r["ok"] else "[red]FAILED[/]")
     out.print(table)
+
+
+def render_itl(rows: list[tuple[str, dict[str, Any]]], console: Console | None = None) -> None:
+    """Inter-token latency per population, each percentile with its n."""
+    out = console or Console(highlight=False)
+    table = Table(title="victims' inter-token latency", title_justify="left")
+    for col in ("run", "population", "n", "p50", "p90", "p99", "max"):
+        table.add_column(col, justify="left" if col in ("run", "population") else "right")
+    for label, doc in rows:
+        for pop, title in (("all", "all tokens"), ("injection", "injection window")):
+            s = doc[pop]
+            table.add_row(
+                label,
+                title,
+                f"{s['n']:,}",
+                fmt_ns(s["p50_ns"]),
+                fmt_ns(s["p90_ns"]),
+                fmt_ns(s["p99_ns"]),
+                fmt_ns(s["max_ns"]),
+            )
+    out.print(table)

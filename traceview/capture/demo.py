@@ -1,0 +1,65 @@
+"""``traceview demo``: the chunked-prefill experiment on the lab engine, on CPU."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from traceview.capture.lab import LabConfig
+from traceview.capture.probe import ProbeConfig, ProbeResult, itl, run_probe
+from traceview.capture.server import LabServer
+
+
+def experiment(
+    out: Path,
+    *,
+    chunked: bool,
+    prompt_tokens: int = 480,
+    victims: int = 4,
+    inject: int = 2,
+    budget: int = 48,
+) -> tuple[ProbeResult, list[Any]]:
+    """One run: serve the lab engine, probe it, return the capture and the engine's own
+    log of the profiled steps."""
+    name = "chunked-on" if chunked else "chunked-off"
+    folder = out / name
+    cfg = LabConfig(layers="LLLF", token_budget=budget, chunked_prefill=chunked, max_waiting=64)
+    with LabServer(cfg, str(folder / "profiles")) as server:
+        result = asyncio.run(
+            run_probe(
+                ProbeConfig(
+                    url=server.url,
+                    engine="lab",
+                    victims=victims,
+                    inject=inject,
+                    prompt_tokens=prompt_tokens,
+                    victim_prompt_tokens=8,
+                    max_tokens=100_000,
+                    steady_tokens=6,
+                    profile_dir=str(folder / "profiles"),
+                    out=str(folder),
+                    vocab=cfg.vocab,
+                )
+            )
+        )
+        steps = [s for s in server.engine.steps if s.profiled]
+    return result, steps
+
+
+def run_demo(out: Path, *, prompt_tokens: int, echo: Callable[[str], None], err: Any) -> None:
+    import traceview as tv
+    from traceview.render.table import render_itl, render_summary
+
+    rows = []
+    for chunked in (False, True):
+        label = "chunked prefill " + ("on" if chunked else "off")
+        err.print(f"[bold]{label}[/]: serving the lab engine and probing it ...")
+        result, steps = experiment(out, chunked=chunked, prompt_tokens=prompt_tokens)
+        summary = tv.summarize(tv.load(result.traces[0]))
+        echo(f"\n=== {label}: {result.traces[0]} ({len(steps)} engine steps logged) ===")
+        render_summary(summary.to_dict())
+        rows.append((label, itl(result.probe)))
+    echo("\n=== victims' inter-token latency ===")
+    render_itl(rows)

@@ -1,0 +1,259 @@
+"""The lab engine's HTTP server: an ASGI app (starlette) served by uvicorn.
+
+Endpoints, as vLLM and SGLang expose them:
+- ``POST /v1/completions``: OpenAI-compatible; ``prompt`` as text or token ids,
+  ``max_tokens`` or ``max_completion_tokens``, ``stream`` (SSE). Greedy decoding only:
+  sampling parameters it does not support get 400, never silent acceptance. A full queue
+  answers 429 at once.
+- ``POST /start_profile``, ``POST /stop_profile``: torch.profiler on the engine thread; the
+  trace lands in the profile dir as ``lab_<time>.pt.trace.json.gz``.
+- ``GET /health``; ``GET /metrics``: Prometheus text (steps, batch size, prefilled and
+  generated tokens, requests, rejections) - count the work, not only the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+from traceview.capture.lab import LabConfig, LabEngine
+from traceview.errors import MissingDependencyError
+
+SUPPORTED = {
+    "model",
+    "prompt",
+    "max_tokens",
+    "max_completion_tokens",
+    "stream",
+    "temperature",
+    "ignore_eos",
+    "stream_options",
+    "user",
+}
+MAX_PROMPT = 65_536
+
+
+def _deps() -> Any:
+    try:
+        import starlette.applications
+        import starlette.responses
+        import starlette.routing
+        import uvicorn
+    except ImportError:
+        raise MissingDependencyError(
+            "the lab server needs starlette and uvicorn: pip install 'traceview[capture]'"
+        ) from None
+    return starlette, uvicorn
+
+
+def tokenize(prompt: Any, vocab: int) -> list[int]:
+    """Token ids as given, or text as bytes folded into the vocabulary (no tokenizer)."""
+    if isinstance(prompt, str):
+        return [b % vocab for b in prompt.encode()] or [0]
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return [t % vocab for t in prompt]
+    if isinstance(prompt, list) and len(prompt) == 1:
+        return tokenize(prompt[0], vocab)
+    raise ValueError("prompt must be a string or a non-empty list of token ids")
+
+
+def create_app(engine: LabEngine, profile_dir: str) -> Any:
+    starlette, _uvicorn = _deps()
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
+    from starlette.routing import Route
+
+    def error(status: int, message: str, kind: str) -> Any:
+        return JSONResponse(
+            {"error": {"message": message, "type": kind, "code": status}}, status_code=status
+        )
+
+    async def completions(request: Request) -> Any:
+        try:
+            body = await asyncio.wait_for(request.json(), timeout=30)
+        except TimeoutError:
+            return error(408, "request body not received in time", "timeout")
+        except (ValueError, json.JSONDecodeError):
+            return error(400, "body is not JSON", "invalid_request_error")
+        if not isinstance(body, dict):
+            return error(400, "body must be a JSON object", "invalid_request_error")
+        unknown = sorted(set(body) - SUPPORTED)
+        if unknown:
+            return error(
+                400,
+                f"unsupported parameter(s): {', '.join(unknown)} (the lab engine decodes greedily)",
+                "invalid_request_error",
+            )
+        if body.get("temperature") not in (None, 0, 0.0):
+            return error(400, "only temperature 0 (greedy) is supported", "invalid_request_error")
+        limit = body.get("max_completion_tokens", body.get("max_tokens", 16))
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            return error(
+                400,
+                "max_tokens / max_completion_tokens must be a positive integer",
+                "invalid_request_error",
+            )
+        try:
+            prompt = tokenize(body.get("prompt"), engine.cfg.vocab)
+        except ValueError as exc:
+            return error(400, str(exc), "invalid_request_error")
+        if len(prompt) > MAX_PROMPT:
+            return error(400, f"prompt longer than {MAX_PROMPT} tokens", "invalid_request_error")
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[int | None] = asyncio.Queue()
+
+        def emit(token: int | None) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, token)
+
+        seq = engine.submit(prompt, limit, emit)
+        if seq is None:
+            return error(429, "the engine's queue is full; retry later", "rate_limit")
+        created = int(time.time())
+        rid = f"cmpl-lab-{seq.rid}"
+
+        async def tokens() -> Any:
+            try:
+                while True:
+                    token = await queue.get()
+                    if token is None:
+                        return
+                    yield token
+            finally:
+                engine.cancel(seq)  # the client went away, or we are done
+
+        if body.get("stream"):
+
+            async def sse() -> Any:
+                async for token in tokens():
+                    chunk = {
+                        "id": rid,
+                        "object": "text_completion",
+                        "created": created,
+                        "model": "lab",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "text": f" t{token}",
+                                "token_ids": [token],
+                                "finish_reason": None,
+                            }
+                        ],
+                    }
+                    yield f"data: {json.dumps(chunk)}\n\n"
+                yield "data: [DONE]\n\n"
+
+            return StreamingResponse(sse(), media_type="text/event-stream")
+        out = [t async for t in tokens()]
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "text_completion",
+                "created": created,
+                "model": "lab",
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": "".join(f" t{t}" for t in out),
+                        "token_ids": out,
+                        "finish_reason": "length",
+                    }
+                ],
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(out)},
+            }
+        )
+
+    async def start_profile(_request: Request) -> Any:
+        name = f"lab_{int(time.time() * 1000)}"
+        await asyncio.to_thread(engine.start_profile, profile_dir, name)
+        return PlainTextResponse("profiling started\n")
+
+    async def stop_profile(_request: Request) -> Any:
+        try:
+            path = await asyncio.to_thread(engine.stop_profile)
+        except RuntimeError as exc:
+            return error(400, str(exc), "invalid_request_error")
+        return JSONResponse({"trace": path})
+
+    async def health(_request: Request) -> Any:
+        return PlainTextResponse("ok\n")
+
+    async def metrics(_request: Request) -> Any:
+        m = engine.metrics
+        lines = []
+        for key, kind, help_text in (
+            ("steps", "counter", "engine steps run"),
+            ("prefilled_tokens", "counter", "prompt tokens fed through the model"),
+            ("generated_tokens", "counter", "tokens generated"),
+            ("requests", "counter", "requests accepted"),
+            ("rejected", "counter", "requests refused with 429"),
+            ("batch_size", "gauge", "sequences in the last step"),
+        ):
+            name = f"lab_{key}" + ("_total" if kind == "counter" else "")
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {m[key]}"]
+        lines += ["# TYPE lab_waiting gauge", f"lab_waiting {len(engine.waiting)}"]
+        return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+    routes = [
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/start_profile", start_profile, methods=["POST"]),
+        Route("/stop_profile", stop_profile, methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+    return starlette.applications.Starlette(routes=routes)
+
+
+class LabServer:
+    """The lab engine served on a local port in a background thread (tests, demo)."""
+
+    def __init__(
+        self, cfg: LabConfig, profile_dir: str, *, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        _starlette, uvicorn = _deps()
+        self.engine = LabEngine(cfg)
+        app = create_app(self.engine, profile_dir)
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level="warning", timeout_keep_alive=5, lifespan="off"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="lab-http", daemon=True)
+
+    def __enter__(self) -> LabServer:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the lab server did not start")
+            time.sleep(0.02)
+        return self
+
+    @property
+    def url(self) -> str:
+        sock = self.server.servers[0].sockets[0]
+        host, port = sock.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.engine.shutdown()
+
+
+def serve(cfg: LabConfig, profile_dir: str, host: str, port: int) -> None:
+    """Serve in the foreground until interrupted."""
+    _starlette, uvicorn = _deps()
+    engine = LabEngine(cfg)
+    try:
+        uvicorn.run(
+            create_app(engine, profile_dir),
+            host=host,
+            port=port,
+            log_level="info",
+            timeout_keep_alive=5,
+            lifespan="off",
+        )
+    finally:
+        engine.shutdown()

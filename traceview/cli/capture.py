@@ -1,0 +1,190 @@
+"""``traceview capture run|lab|server``, ``traceview itl`` and ``traceview demo``."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from traceview.cli._options import stderr
+from traceview.errors import CaptureError
+
+
+@click.group()
+def capture() -> None:
+    """Record traces: a step function in-process, the lab engine, or a live server."""
+
+
+@capture.command(name="run")
+@click.argument("target", metavar="MODULE:FUNCTION")
+@click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--wait", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("-o", "--out", default="traces", show_default=True, help="Output folder.")
+@click.option("--name", help="File name stem (default: host_pid.time).")
+@click.option("--record-shapes", is_flag=True)
+@click.option("--with-stack", is_flag=True)
+def run(
+    target: str,
+    steps: int,
+    warmup: int,
+    wait: int,
+    out: str,
+    name: str | None,
+    record_shapes: bool,
+    with_stack: bool,
+) -> None:
+    """Profile MODULE:FUNCTION (called once per step, no arguments) with torch.profiler and
+    write NAME.pt.trace.json.gz and NAME.meta.json."""
+    from traceview.capture.recorder import record
+
+    module_name, _, func_name = target.partition(":")
+    if not module_name or not func_name:
+        raise CaptureError(f"{target}: expected MODULE:FUNCTION, e.g. mypkg.bench:step")
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+    except (ImportError, AttributeError) as exc:
+        raise CaptureError(f"{target}: cannot import: {exc}") from None
+    rec = record(
+        func,
+        steps=steps,
+        warmup=warmup,
+        wait=wait,
+        out=out,
+        name=name,
+        record_shapes=record_shapes,
+        with_stack=with_stack,
+        workload={"target": target},
+    )
+    click.echo(f"{rec.trace}\n{rec.meta}")
+
+
+def _lab_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option(
+        "--budget",
+        type=click.IntRange(min=2),
+        default=64,
+        show_default=True,
+        help="Tokens per engine step.",
+    )(func)
+    func = click.option("--chunked-prefill/--no-chunked-prefill", default=True, show_default=True)(
+        func
+    )
+    func = click.option(
+        "--layers",
+        default="LLLF" * 2,
+        show_default=True,
+        help="L: linear attention, F: full attention, one letter a layer.",
+    )(func)
+    return func
+
+
+@capture.command(name="lab")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8123, show_default=True)
+@click.option("--profile-dir", default="lab-profiles", show_default=True)
+@_lab_options
+def lab(
+    host: str, port: int, profile_dir: str, budget: int, chunked_prefill: bool, layers: str
+) -> None:
+    """Serve the lab engine (a small hybrid model in plain torch) with an OpenAI-compatible
+    /v1/completions, /start_profile, /stop_profile, /health and /metrics."""
+    from traceview.capture.lab import LabConfig
+    from traceview.capture.server import serve
+
+    serve(
+        LabConfig(layers=layers, token_budget=budget, chunked_prefill=chunked_prefill),
+        profile_dir,
+        host,
+        port,
+    )
+
+
+@capture.command(name="server")
+@click.option("--url", required=True, help="The engine's base URL.")
+@click.option("--engine", type=click.Choice(["vllm", "sglang", "lab"]), required=True)
+@click.option("--victims", type=click.IntRange(min=1), default=6, show_default=True)
+@click.option("--inject", type=click.IntRange(min=1), default=12, show_default=True)
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=6000, show_default=True)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=4096,
+    show_default=True,
+    help="Victims' max_tokens (long enough to outlive the injection).",
+)
+@click.option("--model", help="Model name to send (vLLM/SGLang).")
+@click.option("--profile-dir", help="Where the engine writes its traces.")
+@click.option(
+    "--stop-timeout",
+    type=float,
+    default=900,
+    show_default=True,
+    help="Seconds to wait for /stop_profile (large traces flush slowly).",
+)
+@click.option("-o", "--out", required=True, help="Output folder.")
+def server(
+    url: str,
+    engine: str,
+    victims: int,
+    inject: int,
+    prompt_tokens: int,
+    max_tokens: int,
+    model: str | None,
+    profile_dir: str | None,
+    stop_timeout: float,
+    out: str,
+) -> None:
+    """Profile a running server through an interference workload: victim streams, then
+    long injected prompts; write the engine trace(s), probe.jsonl and run.json to OUT."""
+    from traceview.capture.probe import ProbeConfig, run_probe
+
+    cfg = ProbeConfig(
+        url=url.rstrip("/"),
+        engine=engine,
+        victims=victims,
+        inject=inject,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        model=model,
+        profile_dir=profile_dir,
+        out=out,
+        stop_profile_timeout_s=stop_timeout,
+    )
+    result = asyncio.run(run_probe(cfg))
+    for p in [*result.traces, result.probe, result.run]:
+        click.echo(str(p))
+
+
+@click.command()
+@click.argument("probe", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+def itl(probe: str, as_json: bool) -> None:
+    """Victims' inter-token latency, over all tokens and within the injection window,
+    each with its n."""
+    from traceview.capture.probe import itl as compute
+    from traceview.render.table import render_itl
+
+    doc = compute(probe)
+    if as_json:
+        click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+    else:
+        render_itl([("", doc)])
+
+
+@click.command()
+@click.option("-o", "--out", default="traceview-demo", show_default=True)
+@click.option("--prompt-tokens", type=click.IntRange(min=8), default=480, show_default=True)
+def demo(out: str, prompt_tokens: int) -> None:
+    """Run the chunked-prefill experiment on the lab engine (CPU, under a minute): chunked
+    prefill off, then on; print both summaries and the victims' ITL comparison."""
+    from traceview.capture.demo import run_demo
+
+    run_demo(Path(out), prompt_tokens=prompt_tokens, echo=click.echo, err=stderr)
