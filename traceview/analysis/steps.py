@@ -56,12 +56,15 @@ class StepOptions:
         layers: step-marker bursts per step (default: found from the trace).
         step_gap_ns: cut steps at every device-idle gap at least this long (ns) instead.
         device: the device to analyse (default: the one with the most kernel time).
+        cpu_activity: the activity is CPU ranges (a CPU capture): with no device-idle
+            pauses to go by, annotations that hold the activity decide the steps.
     """
 
     method: str = "auto"
     layers: int | None = None
     step_gap_ns: int | None = None
     device: int | None = None
+    cpu_activity: bool = False  # the activity is CPU ranges (a CPU capture), not kernels
 
 
 @dataclass
@@ -560,6 +563,8 @@ def find_steps(
         or (opts.method == "auto" and disagreements == 0)
         # a weak burst guess yields to annotations that cover the device's kernels
         or (opts.method == "auto" and not burst_confident and covered >= ANNOTATION_COVERAGE)
+        # a CPU capture has no device-idle pauses to go by: its own annotations decide
+        or (opts.method == "auto" and opts.cpu_activity and covered >= ANNOTATION_COVERAGE)
     )
     if opts.method == "annotations" and ann_anchor is None:
         raise UnsupportedTraceError(

@@ -152,7 +152,8 @@ def summarize(
         and trace.events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])).height
     ):
         trace, activity = cpu_activity(trace), "cpu_op"
-    result = find_steps(trace, rules, StepOptions(steps, layers, step_gap_ns, device))
+    options = StepOptions(steps, layers, step_gap_ns, device, cpu_activity=activity == "cpu_op")
+    result = find_steps(trace, rules, options)
     return build(trace, rules, result, activity)
 
 
