@@ -1,6 +1,6 @@
 """traceview: answers from GPU profiler traces of LLM inference engines."""
 
-from traceview import plot
+from traceview import capture, plot
 from traceview.analysis.busy import busy
 from traceview.analysis.compare import CheckResult, Diff, check, diff
 from traceview.analysis.families import families, kernels, load_rules
@@ -31,6 +31,7 @@ __all__ = [
     "diff",
     "Summary",
     "busy",
+    "capture",
     "decode_gaps",
     "families",
     "kernels",
