@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from conftest import GENERATED, ROOT, SCENARIO_NAMES, real_traces, truth
 
 import traceview as tv
+from fixtures.engine import union_length
 from traceview.cli import cli
 from traceview.load import LoadOptions
 from traceview.sql import builtin_queries, run_sql, split_statements
@@ -23,18 +24,6 @@ from traceview.sql.families_query import families_sql
 QUERIES = sorted(builtin_queries())
 TRACES = [GENERATED / f"{n}.json.gz" for n in SCENARIO_NAMES] + real_traces()
 IDS = [p.name for p in TRACES]
-
-
-def union_length(starts: list[int], ends: list[int]) -> int:
-    total, cur = 0, None
-    for a, b in sorted(zip(starts, ends, strict=True)):
-        if cur is None or a > cur[1]:
-            if cur:
-                total += cur[1] - cur[0]
-            cur = [a, b]
-        else:
-            cur[1] = max(cur[1], b)
-    return total + (cur[1] - cur[0] if cur else 0)
 
 
 @pytest.fixture(scope="module", params=TRACES, ids=IDS)
@@ -82,7 +71,10 @@ def test_stream_busy_equals_the_interval_union(loaded: tv.Trace) -> None:
     for (pid, tid), g in loaded.kernels.group_by(["pid", "tid"]):
         ts = g["ts_ns"].to_list()
         ends = (g["ts_ns"] + g["dur_ns"]).to_list()
-        expect[(pid, tid)] = (g.height, union_length(ts, ends))
+        expect[(pid, tid)] = (
+            g.height,
+            union_length(list(zip(ts, ends, strict=True)), min(ts), max(ends)),
+        )
     got = {
         (d, s): (n, busy)
         for d, s, n, busy in sql.select("device", "stream", "kernels", "busy_ns").iter_rows()

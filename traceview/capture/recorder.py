@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from traceview._io import atomic_write
 from traceview.errors import CaptureError, MissingDependencyError
 
 
@@ -41,20 +42,6 @@ def _activities(torch: Any) -> list[Any]:
     if torch.cuda.is_available():
         acts.append(torch.profiler.ProfilerActivity.CUDA)
     return acts
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _export(prof: Any, out: Path) -> Path:
@@ -165,5 +152,6 @@ def record(
         "wall_s_per_step": walls,
     }
     meta_path = out_dir / f"{name}.meta.json"
-    _write_atomic(meta_path, orjson.dumps(meta, option=orjson.OPT_INDENT_2))
+    data = orjson.dumps(meta, option=orjson.OPT_INDENT_2)
+    atomic_write(meta_path, lambda target: target.write_bytes(data))
     return Recording(trace_path, meta_path, steps)

@@ -134,3 +134,22 @@ def parse_duration(text: str | None, what: str = "duration") -> int | None:
     if not m:
         raise TraceviewError(f"{what}: cannot read {text!r} (try 50us, 2.5ms, 1200ns)")
     return round(float(m.group(1)) * _UNITS[m.group(2) or "ns"])
+
+
+def summarize_trace(path: str, *, label: str = "", **analysis: Any) -> Any:
+    """Load and summarize a trace with the shared analysis options (``analysis_options``),
+    printing the summary's warnings on stderr. Returns the Summary."""
+    from traceview.analysis.families import load_rules
+    from traceview.analysis.summary import summarize
+
+    summary = summarize(
+        load_trace(path),
+        load_rules(analysis["preset"], analysis["rules"]),
+        steps=analysis["steps_method"],
+        layers=analysis["layers"],
+        step_gap_ns=parse_duration(analysis["step_gap"], "--step-gap"),
+        device=analysis["device"],
+    )
+    for line in summary.warnings:
+        stderr.print(f"[yellow]Warning:[/] {label}{line}")
+    return summary

@@ -2,33 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 import orjson
 
 from traceview.analysis.compare import CheckError, Rules, check, diff, load_checks, parse_value
-from traceview.analysis.families import load_rules
-from traceview.analysis.summary import Summary, summarize
-from traceview.cli._options import analysis_options, load_trace, parse_duration, stderr
+from traceview.cli._options import analysis_options, stderr, summarize_trace
 from traceview.render.table import render_check, render_diff
-
-
-def _summary(
-    path: str,
-    preset: str,
-    rules: str | None,
-    steps_method: str,
-    layers: int | None,
-    step_gap: str | None,
-    device: int | None,
-) -> Summary:
-    return summarize(
-        load_trace(path),
-        load_rules(preset, rules),
-        steps=steps_method,
-        layers=layers,
-        step_gap_ns=parse_duration(step_gap, "--step-gap"),
-        device=device,
-    )
 
 
 @click.command(name="diff")
@@ -57,18 +38,14 @@ def diff_command(
     as_json: bool,
     fmt: str,
     limit: int,
-    preset: str,
-    rules: str | None,
-    steps_method: str,
-    layers: int | None,
-    step_gap: str | None,
-    device: int | None,
+    **analysis: Any,
 ) -> None:
     """Compare trace B against trace A (the baseline): cadence and gap percentiles per phase
     and population, busy fractions, kernel time per family, launches and prompt work per
     step, and the kernels that appeared, vanished or changed most. Ratios are B/A."""
-    opts = (preset, rules, steps_method, layers, step_gap, device)
-    d = diff(_summary(a, *opts), _summary(b, *opts))
+    d = diff(
+        summarize_trace(a, label="A: ", **analysis), summarize_trace(b, label="B: ", **analysis)
+    )
     if as_json:
         click.echo(orjson.dumps(d.to_dict(), option=orjson.OPT_INDENT_2).decode())
     elif fmt == "markdown":
@@ -136,12 +113,7 @@ def check_command(
     max_regression: str | None,
     prefill_growth: float | None,
     as_json: bool,
-    preset: str,
-    rules: str | None,
-    steps_method: str,
-    layers: int | None,
-    step_gap: str | None,
-    device: int | None,
+    **analysis: Any,
 ) -> None:
     """Check TRACE against bounds: exit 0 when all hold, 1 when any fails (with a table of
     what failed), 2 on bad input. KEY is a path in the summary document, e.g.
@@ -158,15 +130,14 @@ def check_command(
         raise click.UsageError(
             "nothing to check: give --max, --min, --checks, --baseline or --prefill-growth"
         )
-    opts = (preset, rules, steps_method, layers, step_gap, device)
     ruleset = Rules(
         maximum={**file_max, **_pairs(maximum, "--max")},
         minimum={**file_min, **_pairs(minimum, "--min")},
-        baseline=_summary(baseline, *opts) if baseline else None,
+        baseline=summarize_trace(baseline, label="baseline: ", **analysis) if baseline else None,
         max_regression=parse_value(regression, "--max-regression") if regression else None,
         prefill_growth=float(growth) if growth is not None else None,
     )
-    result = check(_summary(trace, *opts), ruleset)
+    result = check(summarize_trace(trace, **analysis), ruleset)
     if as_json:
         click.echo(
             orjson.dumps(

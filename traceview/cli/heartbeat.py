@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from traceview.analysis.families import load_rules
-from traceview.analysis.summary import summarize
-from traceview.cli._options import analysis_options, load_trace, parse_duration, stderr
+from traceview.cli._options import analysis_options, parse_duration, stderr, summarize_trace
 from traceview.errors import TraceviewError
 from traceview.render.charts import (
     gaps_data,
@@ -67,12 +66,7 @@ def heartbeat(
     window: str | None,
     title: str | None,
     style: str,
-    preset: str,
-    rules: str | None,
-    steps_method: str,
-    layers: int | None,
-    step_gap: str | None,
-    device: int | None,
+    **analysis: Any,
 ) -> None:
     """Chart the engine's heartbeat: one tick per step at its true time and the
     step-to-step interval over time, mixed (prefill) phases shaded, each phase's median
@@ -81,20 +75,10 @@ def heartbeat(
     """
     if len(traces) > 2:
         raise click.UsageError("heartbeat takes one trace, or two to compare")
-    ruleset = load_rules(preset, rules)
     span = parse_window(window)
     datas = []
     for path in traces:
-        summary = summarize(
-            load_trace(path),
-            ruleset,
-            steps=steps_method,
-            layers=layers,
-            step_gap_ns=parse_duration(step_gap, "--step-gap"),
-            device=device,
-        )
-        for line in summary.warnings:
-            stderr.print(f"[yellow]Warning:[/] {Path(path).name}: {line}")
+        summary = summarize_trace(path, label=f"{Path(path).name}: ", **analysis)
         name = title if title and len(traces) == 1 else Path(path).name
         if title and len(traces) > 1:
             name = f"{title} — {Path(path).name}"
@@ -109,30 +93,10 @@ def heartbeat(
 @click.option("--title", help="Chart title.")
 @style_option
 @analysis_options
-def gaps(
-    trace: str,
-    output: str,
-    title: str | None,
-    style: str,
-    preset: str,
-    rules: str | None,
-    steps_method: str,
-    layers: int | None,
-    step_gap: str | None,
-    device: int | None,
-) -> None:
+def gaps(trace: str, output: str, title: str | None, style: str, **analysis: Any) -> None:
     """Chart the decode-gap distribution per population (CDF on a log time axis, p50/p90/p99
     marked, n in the legend)."""
-    summary = summarize(
-        load_trace(trace),
-        load_rules(preset, rules),
-        steps=steps_method,
-        layers=layers,
-        step_gap_ns=parse_duration(step_gap, "--step-gap"),
-        device=device,
-    )
-    for line in summary.warnings:
-        stderr.print(f"[yellow]Warning:[/] {line}")
+    summary = summarize_trace(trace, **analysis)
     if summary.gaps.height == 0:
         raise TraceviewError(f"{trace}: no decode gaps to chart (no decode-marker kernels)")
     fig = gaps_figure(

@@ -204,13 +204,13 @@ class Database:
             [(tr,) for tr in self.track_of.values()],
         )
 
-        track_ids = pl.DataFrame(
+        self.track_ids = pl.DataFrame(
             [(p, t, tr) for (p, t), tr in self.track_of.items()],
             schema={"pid": pl.Int64, "tid": pl.Int64, "track_id": pl.Int64},
             orient="row",
         )
         slices = slices.join(
-            track_ids, on=["pid", "tid"], how="left", nulls_equal=True, maintain_order="left"
+            self.track_ids, on=["pid", "tid"], how="left", nulls_equal=True, maintain_order="left"
         )
         slices = _nesting(slices)
         self.slices = slices
@@ -240,12 +240,7 @@ class Database:
         flows = trace.flows.with_row_index("_i")
         if flows.height == 0:
             return
-        track_ids = pl.DataFrame(
-            [(p, t, tr) for (p, t), tr in self.track_of.items()],
-            schema={"pid": pl.Int64, "tid": pl.Int64, "track_id": pl.Int64},
-            orient="row",
-        )
-        ends = flows.join(track_ids, on=["pid", "tid"], how="left", nulls_equal=True)
+        ends = flows.join(self.track_ids, on=["pid", "tid"], how="left", nulls_equal=True)
         # the slice enclosing each endpoint on its track: the latest-starting slice at or
         # before ts that still covers ts (nested slices start later, so this is the deepest)
         spans = slices.select(
