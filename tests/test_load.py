@@ -210,3 +210,12 @@ def test_old_kineto_categories_are_device_activity() -> None:
     trace = tv.load(GENERATED / "hybrid_tight.json.gz")
     assert set(trace.kernels["cat"].cast(pl.String).unique()) == {"Kernel", "Memcpy"}
     assert trace.kernels.height == truth("hybrid_tight")["kernels"]
+
+
+def test_progress_callback_reports_the_file_read() -> None:
+    path = GENERATED / "hybrid_chunked.json.gz"
+    seen: list[tuple[int, int]] = []
+    tv.load(path, options=LoadOptions(block_bytes=4096, progress=lambda d, t: seen.append((d, t))))
+    assert seen and all(t == path.stat().st_size for _, t in seen)
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[-1] == path.stat().st_size

@@ -284,6 +284,13 @@ def run_embedded(
     """Run ``sql`` on the embedded engine (see :func:`run_sql`)."""
     from traceview.sql.embedded import Database
 
+    kept = "args_json" in trace.kernels.columns or "args_json" in trace.events.columns
+    if needs_raw_args(sql) and not kept:
+        raise QueryError(
+            f"{where}: the query reads event args that the loaded trace does not keep; load "
+            "it with tv.load(path, options=tv.LoadOptions(raw_args=True)), or pass the path"
+        )
+
     statements = split_statements(sql)
     if not statements:
         raise QueryError(f"{where}: no SQL statement")
