@@ -49,7 +49,8 @@ def experiment(
 
 
 def run_demo(out: Path, *, prompt_tokens: int, echo: Callable[[str], None], err: Any) -> None:
-    import traceview as tv
+    from traceview.analysis.summary import summarize
+    from traceview.load import load
     from traceview.render.table import render_itl, render_summary
 
     rows = []
@@ -57,7 +58,7 @@ def run_demo(out: Path, *, prompt_tokens: int, echo: Callable[[str], None], err:
         label = "chunked prefill " + ("on" if chunked else "off")
         err.print(f"[bold]{label}[/]: serving the lab engine and probing it ...")
         result, steps = experiment(out, chunked=chunked, prompt_tokens=prompt_tokens)
-        summary = tv.summarize(tv.load(result.traces[0]))
+        summary = summarize(load(result.traces[0]))
         echo(f"\n=== {label}: {result.traces[0]} ({len(steps)} engine steps logged) ===")
         render_summary(summary.to_dict())
         rows.append((label, itl(result.probe)))
