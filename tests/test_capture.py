@@ -82,7 +82,7 @@ def test_summarize_reconstructs_the_engines_steps(runs: dict, chunked: bool) -> 
     assert result.probe.exists() and result.run.exists() and len(result.traces) == 1
     summary = tv.summarize(tv.load(result.traces[0]))
     table = summary.steps
-    assert summary.to_dict()["steps"]["method"] == "annotations"
+    assert summary.to_dict()["steps"]["method"] == "annotations", summary.warnings
     assert table.height == len(logged)
     assert table["annotation"].to_list() == [s.name for s in logged]
     # step times: the trace's anchor-to-anchor intervals (the cadence) against the engine's
@@ -92,8 +92,10 @@ def test_summarize_reconstructs_the_engines_steps(runs: dict, chunked: bool) -> 
     lo = np.array([s.anchor_ns[0] for s in logged])
     hi = np.array([s.anchor_ns[1] for s in logged])
     shortest, longest = lo[1:] - hi[:-1], hi[1:] - lo[:-1]
-    assert (trace_iv >= shortest - 1_000_000).all()
-    assert (trace_iv <= longest + 1_000_000).all()
+    off = np.flatnonzero((trace_iv < shortest - 1_000_000) | (trace_iv > longest + 1_000_000))
+    assert off.size == 0, [
+        (int(i) + 1, int(trace_iv[i]), int(shortest[i]), int(longest[i])) for i in off
+    ]
     kinds = table["kind"].to_list()
     assert kinds == ["mixed" if s.prefill_tokens else "decode" for s in logged]
 
