@@ -131,7 +131,8 @@ class Diff:
     Attributes:
         a, b: the paths compared (A is the baseline; ratios are B/A).
         rows: DataFrame ``section``, ``metric``, ``a``, ``b`` (Float64), ``ratio`` (B/A),
-            ``verdict`` (same, better, worse, changed, new, gone, n/a), ``unit``; biggest
+            ``verdict`` (same, better, worse, changed, new, gone, n/a), ``unit``, ``better``
+            (lower, higher or none: which way is an improvement); biggest
             changes first.
         kernels: DataFrame ``name``, ``a_ns``, ``b_ns`` (Int64, kernel time), ``ratio``,
             ``change`` (appeared, vanished, changed); biggest changes first.
@@ -247,6 +248,7 @@ def diff(a: Summary, b: Summary) -> Diff:
                 "ratio": ratio,
                 "verdict": verdict,
                 "unit": m.unit,
+                "better": m.better or "none",
                 "_order": _order(ratio, verdict),
             }
         )
@@ -260,6 +262,7 @@ def diff(a: Summary, b: Summary) -> Diff:
             "ratio": pl.Float64,
             "verdict": pl.String,
             "unit": pl.String,
+            "better": pl.String,
             "_order": pl.Float64,
         },
     )
@@ -415,17 +418,10 @@ def check(summary: Summary, rules: Rules) -> CheckResult:
             )
     if rules.baseline is not None and rules.max_regression is not None:
         d = diff(rules.baseline, summary)
-        for r in d.rows.filter(pl.col("ratio").is_not_null()).iter_rows(named=True):
-            m = next(
-                (
-                    x
-                    for x in metrics(summary)
-                    if x.section == r["section"] and r["metric"].startswith(x.name.split(" (n=")[0])
-                ),
-                None,
-            )
-            if m is None or m.better != "lower" or not r["a"]:
-                continue
+        timing = d.rows.filter(
+            pl.col("ratio").is_not_null() & (pl.col("better") == "lower") & (pl.col("a") > 0)
+        )
+        for r in timing.iter_rows(named=True):
             limit = 1 + rules.max_regression
             rows.append(
                 {
