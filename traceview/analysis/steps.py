@@ -415,11 +415,13 @@ def _assemble(
     last_markers: I64,
     names: list[str | None],
     rules: Rules,
+    starts: I64 | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     ts = k["ts_ns"].to_numpy()
     end_all = int(ends_of(k).max())
-    prev_last = np.concatenate(([ts[0]], last_markers[:-1])).astype(np.int64)
-    starts = _step_starts(u, int(ts[0]), anchors, prev_last)
+    if starts is None:
+        prev_last = np.concatenate(([ts[0]], last_markers[:-1])).astype(np.int64)
+        starts = _step_starts(u, int(ts[0]), anchors, prev_last)
     ends = np.append(starts[1:], end_all).astype(np.int64)
 
     prefill = _is_family(pl.col("family"), rules.prefill_family)
@@ -538,6 +540,7 @@ def find_steps(
     groups = _annotation_groups(trace, k, device) if opts.method != "bursts" else None
     ann_anchor: I64 | None = None
     ann_names: list[str | None] = []
+    ann_first: I64 | None = None
     covered = 0.0
     if groups is not None and groups.height:
         marker_idx = set(np.flatnonzero(k["_marker"].to_numpy()).tolist())
@@ -545,11 +548,12 @@ def find_steps(
         for name, ks in groups.iter_rows():
             ks = sorted(ks)
             marks = [i for i in ks if i in marker_idx] or ks
-            rows.append((int(ts[marks[0]]), int(ts[marks[-1]]), name))
+            rows.append((int(ts[marks[0]]), int(ts[marks[-1]]), name, int(ts[ks[0]])))
         rows.sort()
         ann_anchor = np.array([r[0] for r in rows], dtype=np.int64)
         ann_last = np.array([r[1] for r in rows], dtype=np.int64)
         ann_names = [r[2] for r in rows]
+        ann_first = np.array([r[3] for r in rows], dtype=np.int64)
         covered = sum(len(ks) for ks in groups["kernels"].to_list()) / max(k.height, 1)
 
     disagreements: int | None = None
@@ -620,7 +624,11 @@ def find_steps(
         )
         warnings.append(f"no step-marker kernels ({', '.join(rules.step_marker)}); {detail}")
 
-    table, phases = _assemble(k, u, anchors, lasts, names, rules)
+    # A CPU capture has no device-idle pause between steps (the thread is always busy, and
+    # GIL stalls make idle gaps inside a step): there, a step starts at its annotation's
+    # first op, so its ops stay inside it
+    cpu_starts = ann_first if method == "annotations" and opts.cpu_activity else None
+    table, phases = _assemble(k, u, anchors, lasts, names, rules, cpu_starts)
     return StepResult(
         device=device,
         kernels=k.drop("_marker"),
