@@ -97,3 +97,14 @@ def test_rocm_trace_device_and_stream() -> None:
     trace = tv.load(path)
     assert trace.devices == [9]
     assert trace.meta.gpu_name == "AMD Instinct MI300X"
+
+
+def test_decode_marker_fallback_is_one_kernel_per_layer() -> None:
+    """Qwen3-8B has 36 layers: one decode step under paged attention (ll4mi QKV plus its
+    reduce kernel per layer) gives 36 decode-marker kernels, so 35 gaps."""
+    path = next((p for p in TRACES if p.name == "rocm-mi-sglang-qwen3-8b-decode.json.gz"), None)
+    if path is None:
+        pytest.skip("ROCm trace absent")
+    doc = tv.summarize(tv.load(path)).to_dict()
+    assert doc["steps"]["count"] == 1
+    assert doc["decode_gaps"][0]["n"] == 35
