@@ -25,7 +25,7 @@ import os
 import re
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -900,11 +900,3 @@ def _error_byte(exc: Exception) -> int | None:
     """msgspec's ``(byte N)``: N is one past the offending byte's offset."""
     match = _BYTE_POS.search(str(exc))
     return int(match.group(1)) if match else None
-
-
-def iter_trace_files(root: str | os.PathLike[str]) -> Iterator[str]:
-    """Trace files (``*.json``, ``*.json.gz``) under a folder, sorted."""
-    for dirpath, _dirs, files in sorted(os.walk(root)):
-        for f in sorted(files):
-            if f.endswith((".json", ".json.gz")):
-                yield os.path.join(dirpath, f)

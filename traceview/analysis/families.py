@@ -189,11 +189,6 @@ def classify(kernels: pl.DataFrame, rules: Rules) -> pl.DataFrame:
     return out.drop("_n", "_c")
 
 
-def rollup(family: str) -> str:
-    """``linear_attention.decode`` -> ``linear_attention``."""
-    return family.split(".", 1)[0]
-
-
 def family_table(classified: pl.DataFrame, *, roll_up: bool = False) -> pl.DataFrame:
     """:func:`families` of kernels that already carry a ``family`` column."""
     k = classified
