@@ -1,21 +1,40 @@
 -- Decode gaps: how long recurrent decode work waits between consecutive decode kernels.
 --
 -- Answers: the distribution of next.start - prev.end between consecutive decode-marker
--- kernels (fused recurrent gated-delta-rule, Mamba selective state update) per device.
+-- kernels per device. The marker is the kernel that advances a linear-attention layer's
+-- recurrent state by a token (fused recurrent gated-delta-rule, Mamba's selective state
+-- update); where no kernel matches those names, the most launched linear-attention decode
+-- kernel that is not a conv1d update stands in, as in `traceview summarize` (which also
+-- falls back to full-attention decode kernels on models without linear attention).
 -- Columns: device (pid), n (gaps), overlaps (gaps where the next kernel started before the
 --          previous ended; counted as 0), p50_ns, p90_ns, p99_ns (linear interpolation
 --          between closest ranks, as numpy), max_ns. Population: all gaps of the trace;
 --          `traceview summarize` also splits them by decode/mixed phase.
 -- Example:
 --   traceview sql queries/decode_gaps.sql trace.json.gz
-WITH m AS (
-  SELECT p.pid AS device, s.ts, s.ts + s.dur AS end_ts
+WITH k AS MATERIALIZED (
+  SELECT p.pid AS device, s.ts, s.dur, s.name, lower(s.name) AS lname
   FROM slice s
   JOIN thread_track tt ON s.track_id = tt.id
   JOIN thread t USING (utid)
   JOIN process p USING (upid)
   WHERE lower(s.category) = 'kernel'
-    AND lower(s.name) REGEXP '(?:fused_recurrent_(gated_delta_rule_|kda_)?fwd)|(?:fused_sigmoid_gating_delta_rule_update)|(?:selective_(state|scan)_update)'
+),
+role AS (
+  SELECT device, ts, dur FROM k
+  WHERE lname REGEXP '(?:fused_recurrent_(gated_delta_rule_|kda_)?fwd)|(?:fused_recurrent_gated_delta_rule_packed_decode)|(?:fused_sigmoid_gating_delta_rule_update)|(?:selective_(state|scan)_update)'
+),
+inferred AS (
+  SELECT name FROM k
+  WHERE lname REGEXP 'fused_recurrent_|packed_decode|fused_sigmoid_gating_delta_rule_update|selective_(state|scan)_update'
+    AND NOT lname REGEXP 'conv1d|conv_update'
+  GROUP BY name ORDER BY COUNT(*) DESC, SUM(dur) DESC, name LIMIT 1
+),
+m AS (
+  SELECT device, ts, ts + dur AS end_ts FROM role
+  UNION ALL
+  SELECT device, ts, ts + dur FROM k
+  WHERE name IN (SELECT name FROM inferred) AND NOT EXISTS (SELECT 1 FROM role)
 ),
 raw AS (
   SELECT device, ts - LAG(end_ts) OVER (PARTITION BY device ORDER BY ts, end_ts) AS gap

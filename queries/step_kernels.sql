@@ -1,8 +1,8 @@
 -- Kernels per engine step, using the engine's own per-step annotations.
 --
 -- Answers: how many kernels (and how much kernel time) each annotated step ran.
--- Steps: vLLM's execute_context_N(...)_generation_M(...), SGLang's step[...] and
--- ProfilerStep#N. GPU-projected annotations (gpu_user_annotation) take the kernels of their
+-- Steps: vLLM's execute_context_N(...)_generation_M(...) and older execute_new_N_cached_M,
+-- SGLang's step[...] and ProfilerStep#N. GPU-projected annotations (gpu_user_annotation) take the kernels of their
 -- process that start inside them; CPU annotations (user_annotation) take the kernels
 -- launched from inside them, linked through args.correlation.
 -- Columns: source (gpu | cpu), step (annotation name), ts, dur (ns, the annotation),
@@ -14,7 +14,7 @@ WITH ann AS MATERIALIZED (
   FROM slice s JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid)
   WHERE lower(s.category) IN ('user_annotation', 'gpu_user_annotation')
     AND (s.name GLOB 'execute_*context_*_generation_*' OR s.name GLOB 'step[[]*'
-         OR s.name GLOB 'ProfilerStep#*')
+         OR s.name GLOB 'execute_new_*_cached_*' OR s.name GLOB 'ProfilerStep#*')
 ),
 k AS MATERIALIZED (
   SELECT s.ts, s.dur, t.upid, EXTRACT_ARG(s.arg_set_id, 'args.correlation') AS corr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import random
 from pathlib import Path
@@ -14,14 +15,24 @@ from conftest import GENERATED, truth
 
 import traceview as tv
 from fixtures.engine import SCENARIOS, Scenario, build
-from fixtures.engine import truth as plan_truth
+from fixtures.truth import truth as plan_truth
 from traceview.analysis.intervals import union
-from traceview.analysis.steps import StepOptions, find_steps
+from traceview.analysis.step_candidates import StepOptions
+from traceview.analysis.steps import find_steps
 
+RECORD = (
+    "context_requests",
+    "context_tokens",
+    "generation_requests",
+    "generation_tokens",
+    "new_requests",
+    "cached_requests",
+    "forward_mode",
+)
 PHASE_KEYS = ("kind", "first_step", "last_step", "steps", "start_ns", "end_ns", "cadence_p50_ns")
 
 
-def check_against_truth(doc: dict, t: dict) -> None:
+def check_against_truth(doc: dict, t: dict, *, tokens: bool = True) -> None:
     s = doc["steps"]
     assert s["count"] == t["step_count"]
     assert s["cadence"] == t["cadence"]
@@ -34,6 +45,10 @@ def check_against_truth(doc: dict, t: dict) -> None:
         assert gaps[g["population"]] == g
     fams = {f["family"]: {"count": f["count"], "total_ns": f["total_ns"]} for f in doc["families"]}
     assert fams == t["families"]
+    assert doc["decode_marker_source"] == t["decode_marker_source"]
+    if tokens:
+        assert doc["work"]["prompt_tokens"] == t["prompt_tokens"]
+        assert doc["work"]["decode_tokens"] == t["decode_tokens"]
     busy, tb = doc["busy"], t["busy"]
     assert (busy["window_start_ns"], busy["window_end_ns"]) == (
         tb["window_start_ns"],
@@ -55,6 +70,11 @@ def test_summary_equals_planted_truth(scenario: str) -> None:
     if t["annotations"] != "none":
         assert doc["steps"]["disagreements"] == 0
         assert summary.steps["annotation"].to_list() == [s["annotation"] for s in t["steps"]]
+    # the engine's own record of each step, and the evidence that decided its kind
+    for col in ("kind", "kind_source", *RECORD):
+        assert summary.steps[col].to_list() == [s[col] for s in t["steps"]], col
+    markers = summary.kernel_table.filter(pl.col("name") == t["decode_marker_kernel"])
+    assert markers["count"].sum() == sum(g["n"] for g in t["decode_gaps"][:1]) + 1
 
 
 @pytest.mark.parametrize("method", ["bursts", "annotations"])
@@ -123,13 +143,6 @@ def test_random_engines_match_their_truth(tmp_path: Path, seed: int) -> None:
 def test_disagreeing_annotations_fall_back_to_bursts(tmp_path: Path) -> None:
     """Annotations that miss steps (as under CUDA graphs) are checked, not trusted."""
     t = truth("hybrid_chunked")
-    doc = json.loads(
-        tv.load  # noqa: B018 (keep the import used)
-        and (GENERATED / "hybrid_chunked.json.gz").read_bytes()
-        and "{}"
-    )
-    import gzip
-
     doc = json.loads(gzip.decompress((GENERATED / "hybrid_chunked.json.gz").read_bytes()))
     kept, dropped = [], 0
     for e in doc["traceEvents"]:
@@ -145,25 +158,31 @@ def test_disagreeing_annotations_fall_back_to_bursts(tmp_path: Path) -> None:
     assert d["steps"]["method"] == "bursts"
     assert d["steps"]["disagreements"] > 0
     assert any("disagree" in w for w in summary.warnings)
-    check_against_truth(d, t)
+    check_against_truth(d, t, tokens=False)
+    # the steps still annotated keep their record: 5 decode steps (6 tokens each) lost it
+    assert d["work"]["prompt_tokens"] == t["prompt_tokens"]
+    assert d["work"]["decode_tokens"] == t["decode_tokens"] - 5 * 6
+    assert d["work"]["token_steps"] == t["step_count"] - 5
 
 
 def test_steps_table_columns(scenario: str) -> None:
     t = truth(scenario)
     table = tv.steps(tv.load(GENERATED / f"{scenario}.json.gz"))
-    assert table.columns[:12] == [
+    assert table.columns[:20] == [
         "index",
         "start_ns",
         "anchor_ns",
         "end_ns",
         "interval_ns",
         "kind",
+        "kind_source",
         "phase",
         "kernels",
         "busy_fraction",
         "prefill_ns",
         "prefill_kernels",
         "annotation",
+        *RECORD,
     ]
     assert table["interval_ns"][0] is None
     assert table["prefill_ns"].to_list() == [s["prefill_ns"] for s in t["steps"]]

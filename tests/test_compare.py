@@ -101,10 +101,13 @@ def test_prefill_growth_catches_the_bug_and_passes_the_twin(s: dict[str, tv.Summ
     bug = check(s["hybrid_refeed"], Rules(prefill_growth=1.5))
     ok = check(s["hybrid_chunked"], Rules(prefill_growth=1.5))
     assert not bug.ok and ok.ok
-    pb = [x["prefill_ns"] for x in truth("hybrid_refeed")["steps"] if x["kind"] == "mixed"]
-    slope, intercept = np.polyfit(np.arange(len(pb)), pb, 1)
-    expect = (intercept + slope * (len(pb) - 1)) / intercept
-    assert bug.rows[0]["value"] == pytest.approx(expect)
+    # the engine's own token counts are the measure: the bug re-feeds 2048·(c+1) tokens
+    mixed = [x for x in truth("hybrid_refeed")["steps"] if x["kind"] == "mixed"]
+    assert [x["context_tokens"] for x in mixed] == [2048 * (c + 1) for c in range(len(mixed))]
+    assert s["hybrid_refeed"].to_dict()["work"]["prefill_growth"][0]["measure"] == "prompt_tokens"
+    assert bug.rows[0]["value"] == pytest.approx(_line_growth([x["context_tokens"] for x in mixed]))
+    ok_tokens = [x["context_tokens"] for x in truth("hybrid_chunked")["steps"] if x["chunk"] >= 0]
+    assert ok.rows[0]["value"] == pytest.approx(_line_growth(ok_tokens)) == 1.0
     for name in ("hybrid_chunked", "hybrid_refeed"):
         result = CliRunner().invoke(
             cli, ["check", str(GENERATED / f"{name}.json.gz"), "--prefill-growth", "1.5"]
@@ -116,6 +119,43 @@ def test_prefill_growth_catches_the_bug_and_passes_the_twin(s: dict[str, tv.Summ
         .invoke(cli, ["check", str(GENERATED / "hybrid_refeed.json.gz"), "--prefill-growth", "1.5"])
         .stdout
     )
+
+
+def _line_growth(y: list[int]) -> float:
+    slope, intercept = np.polyfit(np.arange(len(y)), y, 1)
+    return float((intercept + slope * (len(y) - 1)) / intercept)
+
+
+def test_prefill_growth_falls_back_to_kernel_time_without_token_counts(tmp_path: Path) -> None:
+    """Without annotations, prompt work is the prefill-only kernel time per step."""
+    import gzip
+
+    doc = json.loads(gzip.decompress((GENERATED / "hybrid_refeed.json.gz").read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "user_annotation"]
+    path = tmp_path / "refeed_bare.json"
+    path.write_text(json.dumps(doc))
+    growth = tv.summarize(tv.load(path)).to_dict()["work"]["prefill_growth"]
+    pb = [x["prefill_ns"] for x in truth("hybrid_refeed")["steps"] if x["kind"] == "mixed"]
+    assert growth[0]["measure"] == "prefill_ns"
+    assert growth[0]["growth"] == pytest.approx(_line_growth(pb))
+
+
+def test_check_bounds_on_token_counts(s: dict[str, tv.Summary]) -> None:
+    t = truth("hybrid_refeed")
+    path = str(GENERATED / "hybrid_refeed.json.gz")
+    total = sum(x["context_tokens"] for x in t["steps"])
+    assert total == t["prompt_tokens"] == 2048 * sum(range(1, 11))
+    for bound, code in ((total, 0), (total - 1, 1)):
+        result = CliRunner().invoke(cli, ["check", path, "--max", f"work.prompt_tokens={bound}"])
+        assert result.exit_code == code, result.stdout + result.stderr
+    mixed_tokens = CliRunner().invoke(
+        cli, ["check", path, "--min", f"work.phases.mixed.prompt_tokens={total}"]
+    )
+    assert mixed_tokens.exit_code == 0, mixed_tokens.stdout + mixed_tokens.stderr
+    d = diff(s["hybrid_chunked"], s["hybrid_refeed"])
+    row = _row(d, "work", "prompt tokens total")
+    assert (row["a"], row["b"]) == (truth("hybrid_chunked")["prompt_tokens"], total)
+    assert row["verdict"] == "worse"
 
 
 def test_bounds_exit_codes_exactly_where_they_should(s: dict[str, tv.Summary]) -> None:

@@ -90,11 +90,38 @@ REAL = [
         "full_attention",
     ),
     ("tracelens/torch-compile-triton.json.gz", "attn_fwd", "full_attention"),
+    # Inductor names fused kernels after their ops: mean with rsqrt is an RMSNorm
     (
         "tracelens/torch-compile-triton.json.gz",
         "triton_red_fused_add_mean_mul_pow_rsqrt_0",
+        "norm",
+    ),
+    (
+        "tracelens/torch-compile-triton.json.gz",
+        "triton_poi_fused__unsafe_view_mul_silu_2",
+        "activation",
+    ),
+    (
+        "tracelens/torch-compile-triton.json.gz",
+        "triton_poi_fused__unsafe_view_add_3",
         "elementwise",
     ),
+    (
+        "tracelens/b300-sglang-qwen3-30b-a3b-moe-decode-graph.json.gz",
+        "void (anonymous namespace)::fused_qknorm_warp",
+        "norm",
+    ),
+    (
+        "tracelens/rocm-mi300x-sglang-qwen3-30b-a3b-moe-decode-graph.json.gz",
+        "void ck_tile::kentry<2, ck_tile::MoeSortingKernel",
+        "moe",
+    ),
+    (
+        "tracelens/b200-vllm-eager.json.gz",
+        "void tensorrt_llm::kernels::quantize_with_block_size",
+        "quantization",
+    ),
+    ("tracelens/b200-vllm-eager.json.gz", "void vllm::scaled_fp8_quant_kernel", "quantization"),
     (
         "tracelens/h100-hf-owlv2-large.json.gz",
         "void at::native::(anonymous namespace)::cunn_SoftMaxForward",
@@ -182,3 +209,45 @@ def test_presets_listed_and_unknown_preset_rejected() -> None:
     assert "default" in presets()
     with pytest.raises(RulesError, match="unknown preset 'nope'"):
         load_rules("nope")
+
+
+# Names from the engines' source (issue 10), each with the family it must land in.
+NAMED = [
+    ("void marlin_moe_wna16::Marlin<(vllm::ScalarType)5, 128, 8, 8, true, 4>(...)", "moe"),
+    ("fused_moe_kernel", "moe"),
+    ("void moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int)", "moe"),
+    ("void vllm::moe::topkGatingSoftmax<4, 128, 4, 16, int>(float const*, ...)", "moe"),
+    ("void vllm::moe::moe_sum_kernel<c10::BFloat16, 2>(...)", "moe"),
+    ("void deep_gemm::sm90_fp8_m_grouped_gemm_kernel<128, 128>(...)", "moe"),
+    ("void cvt_fp16_to_fp4<__nv_bfloat16, false>(int, int, long, ...)", "quantization"),
+    ("void silu_mul_cvt_fp16_to_fp4<__nv_bfloat16>(int, int, ...)", "quantization"),
+    ("void vllm::scaled_fp8_quant_kernel<c10::BFloat16, c10::Float8_e4m3fn>(...)", "quantization"),
+    ("_per_token_group_quant_fp8", "quantization"),
+    ("void vllm::dynamic_per_token_scaled_fp8_quant_kernel<c10::BFloat16>(...)", "quantization"),
+    ("fused_recurrent_gated_delta_rule_packed_decode_kernel", "linear_attention.decode"),
+    ("fused_recurrent_gated_delta_rule_fwd_kernel", "linear_attention.decode"),
+    ("fused_sigmoid_gating_delta_rule_update_kernel", "linear_attention.decode"),
+    ("selective_state_update_kernel", "linear_attention.decode"),
+    ("_causal_conv1d_update_kernel", "linear_attention.decode"),
+    ("chunk_gated_delta_rule_fwd_kernel_h_blockdim64", "linear_attention.prefill"),
+    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_5", "norm"),
+    ("triton_per_fused_native_layer_norm_0", "norm"),
+    ("triton_poi_fused_mul_silu_1", "activation"),
+    ("triton_poi_fused_add_mul_0", "elementwise"),
+]
+
+
+@pytest.mark.parametrize(("name", "family"), NAMED, ids=[f"{n[:40]}->{f}" for n, f in NAMED])
+def test_engine_kernel_names_land_in_their_family(name: str, family: str) -> None:
+    assert load_rules().family_of(name) == family
+
+
+INFERENCE_TRACES = sorted(SHARED_TRACES.glob("tracelens/*.json.gz"))
+
+
+@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is not present")
+@pytest.mark.parametrize("path", INFERENCE_TRACES, ids=[p.name for p in INFERENCE_TRACES])
+def test_other_holds_at_most_5_percent_of_inference_kernel_time(path: Path) -> None:
+    fam = tv.families(tv.load(path), roll_up=True)
+    other = fam.filter(pl.col("family") == "other")["share"].sum()
+    assert other <= 0.05, f"{path.name}: other holds {other:.1%} of kernel time"

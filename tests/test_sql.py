@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from conftest import GENERATED, ROOT, SCENARIO_NAMES, real_traces, truth
 
 import traceview as tv
-from fixtures.engine import union_length
+from fixtures.truth import union_length
 from traceview.cli import cli
 from traceview.load import LoadOptions
 from traceview.sql import builtin_queries, run_sql, split_statements

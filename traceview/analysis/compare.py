@@ -87,6 +87,11 @@ def metrics(summary: Summary) -> list[Metric]:
                     )
                 )
     out.append(Metric("work", "prefill ns total", float(t["prefill_ns"].sum()), "lower", "ns"))
+    # the engine's own token counts (null where its annotations do not state them): for one
+    # workload, more prompt tokens processed means prompt work repeated
+    w = doc["work"]
+    out.append(Metric("work", "prompt tokens total", w["prompt_tokens"], "lower", "count"))
+    out.append(Metric("work", "decode tokens total", w["decode_tokens"], None, "count"))
     for g in doc["decode_gaps"]:
         pop = g["population"]
         out.append(Metric("decode gaps", f"{pop} n", g["n"], None, "count"))

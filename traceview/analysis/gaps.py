@@ -7,7 +7,9 @@ whose span holds its start (``prev.end``).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,32 +17,93 @@ import polars as pl
 
 from traceview.analysis.families import Rules, load_rules
 from traceview.analysis.stats import percentiles
-from traceview.analysis.steps import StepOptions, StepResult, find_steps
+from traceview.analysis.step_candidates import StepOptions
+from traceview.analysis.steps import StepResult, find_steps
 from traceview.model import Trace
 
 
-def decode_markers(kernels: pl.DataFrame, rules: Rules) -> tuple[pl.DataFrame, str | None]:
-    """The decode-marker kernels and the pattern(s) used.
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """The decode marker used: the pattern or name, and where it came from (``source``:
+    ``role`` — the preset's decode-marker pattern; ``inferred`` — the recurrent-state
+    update among the ``linear_attention.decode`` kernels; ``full_attention`` — the first
+    full-attention decode pattern that matches; ``full_attention_inferred`` — the most
+    launched full-attention kernel that is not a KV-cache write or a merge)."""
 
-    The preset's decode-marker patterns (recurrent state updates) when any kernel matches;
-    otherwise the first full-attention decode pattern that matches any kernel.
+    used: str
+    source: str
+
+    @property
+    def inferred(self) -> bool:
+        return self.source.endswith("inferred")
+
+
+# Kernels beside the one that advances a layer: the conv1d update next to a recurrent state
+# update, and the KV-cache writes and split-merges next to a full-attention kernel.
+_NOT_THE_STATE_UPDATE = re.compile(r"conv1d|conv_update", re.IGNORECASE)
+_NOT_THE_ATTENTION = re.compile(r"and_cache|store_kvcache|combine|merge|reduce", re.IGNORECASE)
+
+
+def _most_launched(kernels: pl.DataFrame, names: list[str]) -> str:
+    """Of ``names``, the one launched most often (ties: the most kernel time, then name)."""
+    per = (
+        kernels.filter(pl.col("name").cast(pl.String).is_in(names))
+        .group_by(pl.col("name").cast(pl.String))
+        .agg(pl.len().alias("n"), pl.col("dur_ns").sum().alias("t"))
+        .sort(["n", "t", "name"], descending=[True, True, False])
+    )
+    return str(per["name"][0])
+
+
+def decode_markers(kernels: pl.DataFrame, rules: Rules) -> tuple[pl.DataFrame, Marker | None]:
+    """The decode-marker kernels and how they were chosen (None when there are none).
+
+    In order: the preset's decode-marker patterns (recurrent state updates); else, where
+    ``linear_attention.decode`` kernels exist, the one kernel name among them that advances
+    the recurrent state (the most launched that is not a conv1d update; the conv1d update
+    only when nothing else is there); else the first full-attention decode pattern that
+    matches; else the most launched ``full_attention`` kernel that is not a KV-cache write,
+    combine or merge (FlashInfer's tensor-core decode runs ``BatchPrefillWith…``). None only
+    when the trace has neither linear-attention decode nor full-attention kernels.
     """
     names = kernels["name"].cast(pl.String)
     distinct = names.unique().to_list()
     hits = [n for n in distinct if rules.matches_any(n, rules.decode_marker)]
-    used = " | ".join(rules.decode_marker)
-    if not hits:
+    marker: Marker | None = Marker(" | ".join(rules.decode_marker), "role") if hits else None
+    family = kernels["family"] if "family" in kernels.columns else None
+    if marker is None and family is not None:
+        linear = kernels.filter(family == "linear_attention.decode")
+        if linear.height:
+            candidates = linear["name"].cast(pl.String).unique().to_list()
+            updates = [n for n in candidates if not _NOT_THE_STATE_UPDATE.search(n)]
+            hits = [_most_launched(linear, updates or candidates)]
+            marker = Marker(hits[0], "inferred")
+    if marker is None:
         for pattern in rules.full_attention_decode:
             hits = [n for n in distinct if rules.matches_any(n, (pattern,))]
             if hits:
-                used = pattern
+                marker = Marker(pattern, "full_attention")
                 break
-    if not hits:
+    if marker is None and family is not None:
+        attention = kernels.filter(_family_is(family, "full_attention"))
+        candidates = [
+            n
+            for n in attention["name"].cast(pl.String).unique().to_list()
+            if not _NOT_THE_ATTENTION.search(n)
+        ]
+        if candidates:
+            hits = [_most_launched(attention, candidates)]
+            marker = Marker(hits[0], "full_attention_inferred")
+    if marker is None:
         return kernels.clear(), None
-    return kernels.filter(names.is_in(hits)), used
+    return kernels.filter(names.is_in(hits)), marker
 
 
-def gap_table(result: StepResult, rules: Rules) -> tuple[pl.DataFrame, str | None, str | None]:
+def _family_is(family: pl.Series, name: str) -> pl.Series:
+    return (family == name) | family.str.starts_with(name + ".")
+
+
+def gap_table(result: StepResult, rules: Rules) -> tuple[pl.DataFrame, Marker | None, str | None]:
     """One row per decode gap: ``start_ns`` (prev end), ``end_ns`` (next start),
     ``gap_ns`` (Int64, ns, ≥ 0), ``overlap`` (Boolean), ``phase`` (Int64), ``population``
     (String: decode|mixed); plus the marker pattern and the markers' family."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -15,45 +15,12 @@ from traceview.analysis.busy import busy_document
 from traceview.analysis.families import Rules, family_table, load_rules
 from traceview.analysis.gaps import gap_table, summarize_gaps
 from traceview.analysis.stats import mean, percentiles
-from traceview.analysis.steps import StepOptions, StepResult, describe, find_steps
+from traceview.analysis.step_candidates import StepOptions
+from traceview.analysis.steps import StepResult, describe, find_steps
 from traceview.model import Trace
 
 SCHEMA = "traceview.summary/1"
 SMALL_N = 100  # below this, a p99 is close to the maximum: say so
-
-
-def cpu_activity(trace: Trace) -> Trace:
-    """For a trace with no device activity (a CPU-only capture), what stands in for kernels:
-    the innermost ``user_annotation`` ranges that are not engine-step annotations (the ops
-    an engine names with ``record_function``), or, without any, the leaf ``cpu_op`` events.
-    A range is innermost when no other candidate on its thread starts inside it. Its pid is
-    the "device" and its tid the "stream"."""
-    from traceview.analysis.steps import STEP_ANNOTATION
-
-    ev = trace.events
-    named = ev.filter(
-        (pl.col("kind") == "user_annotation")
-        & ~pl.col("name").cast(pl.String).str.contains(STEP_ANNOTATION.pattern)
-    )
-    candidates = named if named.height else ev.filter(pl.col("kind") == "cpu_op")
-    ops = candidates.sort(["pid", "tid", "ts_ns"])
-    end = pl.col("ts_ns") + pl.col("dur_ns")
-    nxt = pl.col("ts_ns").shift(-1).over(["pid", "tid"])
-    leaves = ops.filter(nxt.is_null() | (nxt >= end))
-    kernels = leaves.select(
-        "ts_ns",
-        "dur_ns",
-        "name",
-        "cat",
-        pl.lit("kernel").cast(trace.kernels["kind"].dtype).alias("kind"),
-        "pid",
-        "tid",
-        pl.col("pid").alias("device"),
-        pl.col("tid").alias("stream"),
-        "correlation",
-        "external_id",
-    ).sort("ts_ns", maintain_order=True)
-    return replace(trace, kernels=kernels.cast(dict(trace.kernels.schema)))  # type: ignore[arg-type]
 
 
 def _ms(ns: int | None) -> str:
@@ -146,18 +113,13 @@ def summarize(
         UnsupportedTraceError: the trace has no device activity and no CPU ops.
     """
     rules = rules or load_rules()
-    activity = "kernel"
-    if (
-        trace.kernels.height == 0
-        and trace.events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])).height
-    ):
-        trace, activity = cpu_activity(trace), "cpu_op"
-    options = StepOptions(steps, layers, step_gap_ns, device, cpu_activity=activity == "cpu_op")
-    result = find_steps(trace, rules, options)
-    return build(trace, rules, result, activity)
+    result = find_steps(trace, rules, StepOptions(steps, layers, step_gap_ns, device))
+    return build(rules, result)
 
 
-def build(trace: Trace, rules: Rules, result: StepResult, activity: str) -> Summary:
+def build(rules: Rules, result: StepResult) -> Summary:
+    assert result.trace is not None
+    trace, activity = result.trace, result.activity
     warnings = list(result.warnings)
     if activity == "cpu_op":
         warnings.insert(
@@ -188,10 +150,17 @@ def build(trace: Trace, rules: Rules, result: StepResult, activity: str) -> Summ
                 "cadence": stats,
             }
         )
-    gaps, used, gap_family = gap_table(result, rules)
+    gaps, marker, gap_family = gap_table(result, rules)
     gap_stats = summarize_gaps(gaps, gap_family)
-    if used is None:
-        warnings.append("no decode-marker kernels: decode gaps are not available")
+    if marker is None:
+        warnings.append(
+            "no linear-attention decode nor full-attention kernels: decode gaps are not available"
+        )
+    elif marker.inferred:
+        warnings.append(
+            f"decode marker inferred: no kernel matches the preset's decode-marker pattern, "
+            f"so decode gaps are measured between {marker.used!r} kernels"
+        )
     warnings.extend(
         f"decode gaps ({g['population']}): p99 rests on n={g['n']} samples (< {SMALL_N}); "
         "it is close to the maximum"
@@ -230,14 +199,10 @@ def build(trace: Trace, rules: Rules, result: StepResult, activity: str) -> Summ
             "cadence": cadence,
             "phases": phases,
         },
-        "work": {
-            "kernels_per_step": mean(table["kernels"]),
-            "prefill_ns": int(table["prefill_ns"].sum()),
-            "prefill_kernels": int(table["prefill_kernels"].sum()),
-            "prefill_growth": prefill_growth(table, phases),
-        },
+        "work": work(table, phases),
         "decode_gaps": gap_stats,
-        "decode_marker": used,
+        "decode_marker": None if marker is None else marker.used,
+        "decode_marker_source": None if marker is None else marker.source,
         "busy": busy_document(result.union, result.device, gaps, p99_all),
         "warnings": warnings,
     }
@@ -258,15 +223,25 @@ def build(trace: Trace, rules: Rules, result: StepResult, activity: str) -> Summ
 
 def prefill_growth(table: pl.DataFrame, phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per mixed phase of at least 3 steps: how prompt work per step grows from its first
-    chunk to its last, read off a least-squares line through the steps' prefill kernel time
-    (a healthy chunked prefill is flat; re-feeding the prompt from token 0 grows linearly,
-    and the total work quadratically)."""
+    chunk to its last, read off a least-squares line through the steps' prompt work (a
+    healthy chunked prefill is flat; re-feeding the prompt from token 0 grows linearly, and
+    the total work quadratically).
+
+    Prompt work is the engine's own count of context tokens where every step of the phase
+    states it (``measure: prompt_tokens``), else the prefill-only kernel time
+    (``measure: prefill_ns``); a phase with neither is left out."""
     out = []
     for phase in phases:
         if phase["kind"] != "mixed" or phase["steps"] < 3:
             continue
         steps = table.slice(phase["first_step"], phase["steps"])
-        y = steps["prefill_ns"].to_numpy().astype(np.float64)
+        tokens = steps["context_tokens"]
+        if tokens.null_count() == 0 and int(tokens.sum()) > 0:
+            measure, y = "prompt_tokens", tokens.to_numpy().astype(np.float64)
+        elif int(steps["prefill_ns"].sum()) > 0:
+            measure, y = "prefill_ns", steps["prefill_ns"].to_numpy().astype(np.float64)
+        else:
+            continue
         x = np.arange(y.size, dtype=np.float64)
         slope, intercept = np.polyfit(x, y, 1)
         first, last = float(intercept), float(intercept + slope * (y.size - 1))
@@ -275,9 +250,46 @@ def prefill_growth(table: pl.DataFrame, phases: list[dict[str, Any]]) -> list[di
                 "first_step": phase["first_step"],
                 "last_step": phase["last_step"],
                 "steps": int(y.size),
-                "prefill_ns_first": int(y[0]),
-                "prefill_ns_last": int(y[-1]),
+                "measure": measure,
+                "first": int(y[0]),
+                "last": int(y[-1]),
+                "prefill_ns_first": int(steps["prefill_ns"][0]),
+                "prefill_ns_last": int(steps["prefill_ns"][-1]),
                 "growth": last / first if first > 0 else math.inf,
             }
         )
     return out
+
+
+def _sum_or_none(values: pl.Series) -> int | None:
+    return None if values.null_count() == values.len() else int(values.sum())
+
+
+def work(table: pl.DataFrame, phases: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``work`` section: kernels per step, prefill-only kernel time and launches, and
+    the engine's own token counts where its annotations state them (null where no step
+    does): ``prompt_tokens`` (context tokens processed), ``decode_tokens`` (generation
+    tokens), ``token_steps`` (steps whose record states its context tokens), and per phase."""
+    per_phase = []
+    for phase in phases:
+        steps = table.slice(phase["first_step"], phase["steps"])
+        per_phase.append(
+            {
+                "kind": phase["kind"],
+                "first_step": phase["first_step"],
+                "last_step": phase["last_step"],
+                "prompt_tokens": _sum_or_none(steps["context_tokens"]),
+                "decode_tokens": _sum_or_none(steps["generation_tokens"]),
+                "prefill_ns": int(steps["prefill_ns"].sum()),
+            }
+        )
+    return {
+        "kernels_per_step": mean(table["kernels"]),
+        "prefill_ns": int(table["prefill_ns"].sum()),
+        "prefill_kernels": int(table["prefill_kernels"].sum()),
+        "prompt_tokens": _sum_or_none(table["context_tokens"]),
+        "decode_tokens": _sum_or_none(table["generation_tokens"]),
+        "token_steps": int(table["context_tokens"].is_not_null().sum()),
+        "phases": per_phase,
+        "prefill_growth": prefill_growth(table, phases),
+    }

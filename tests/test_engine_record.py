@@ -1,0 +1,120 @@
+"""Real engines' own record of their steps is the truth: on every shared trace that carries
+vLLM or SGLang step annotations, traceview's steps and kinds must equal what the engine wrote.
+
+The expectations are read here from the raw JSON with Python's json module and this file's
+own regular expressions; no traceview code takes part in deriving them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import real_traces
+
+import traceview as tv
+
+TRACES = real_traces()
+pytestmark = pytest.mark.skipif(not TRACES, reason="../shared/traces is not present")
+
+DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+RUNTIME_CATS = {"cuda_runtime", "cuda_driver"}
+ENGINE_STEP = re.compile(r"^execute_(\d+_)?context_\d+\(|^execute_new_\d+_cached_\d+$|^step\[")
+
+
+def _prompt_work(names: list[str]) -> bool | None:
+    """What the engine states about the step's prompt work (None: it does not say)."""
+    for name in names:
+        if m := re.match(r"^execute_(?:\d+_)?context_(\d+)\(", name):
+            return int(m.group(1)) > 0
+        if m := re.match(r"^step\[(\w+)", name):
+            if m.group(1) in ("EXTEND", "MIXED", "PREFILL"):
+                return True
+            if m.group(1) in ("DECODE", "IDLE"):
+                return False
+        if (m := re.match(r"^execute_new_(\d+)_cached_\d+$", name)) and int(m.group(1)) > 0:
+            return True
+    return None
+
+
+def _merge(spans: list[tuple[float, float, str]]) -> list[list[str]]:
+    """Overlapping ranges as one step: each step's names, in time order."""
+    steps: list[list[Any]] = []
+    for t0, t1, name in sorted(spans, key=lambda s: (s[0], -s[1])):
+        if steps and t0 < steps[-1][1]:
+            steps[-1][1] = max(steps[-1][1], t1)
+            steps[-1][2].append(name)
+        else:
+            steps.append([t0, t1, [name]])
+    return [s[2] for s in steps]
+
+
+def engine_steps(path: Path, device: int) -> list[list[str]] | None:
+    """The annotated steps with GPU work on ``device``, each as its annotation names; None
+    when the trace carries no vLLM/SGLang step annotations."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    complete = [e for e in events if e.get("ph") == "X"]
+    ann = [e for e in complete if ENGINE_STEP.search(str(e.get("name", "")))]
+    if not ann:
+        return None
+    kernels = [
+        e
+        for e in complete
+        if str(e.get("cat", "")).lower() in DEVICE_CATS
+        and e.get("args", {}).get("device", e.get("pid")) == device
+    ]
+    on_gpu = [
+        (e["ts"], e["ts"] + e["dur"], e["name"])
+        for e in ann
+        if e.get("cat") == "gpu_user_annotation" and e.get("pid") == device
+    ]
+    if on_gpu:
+        steps = _merge(on_gpu)
+        return steps
+    # CPU annotations: a step has GPU work when a launch inside it has a kernel
+    corr = {e["args"].get("correlation") for e in kernels}
+    launches = [
+        e
+        for e in complete
+        if str(e.get("cat", "")).lower() in RUNTIME_CATS
+        and e.get("args", {}).get("correlation") in corr
+    ]
+    by_thread: dict[tuple[Any, Any], list[tuple[float, float, str]]] = {}
+    for e in ann:
+        if e.get("cat") == "user_annotation":
+            by_thread.setdefault((e["pid"], e["tid"]), []).append(
+                (e["ts"], e["ts"] + e["dur"], e["name"])
+            )
+    steps_with_time = []
+    for (pid, tid), spans in by_thread.items():
+        for names in _merge(spans):
+            lo = min(s[0] for s in spans if s[2] in names)
+            hi = max(s[1] for s in spans if s[2] in names)
+            if any((la["pid"], la["tid"]) == (pid, tid) and lo <= la["ts"] < hi for la in launches):
+                steps_with_time.append((lo, names))
+    return [names for _, names in sorted(steps_with_time, key=lambda s: s[0])]
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
+def test_steps_and_kinds_equal_the_engines_record(path: Path) -> None:
+    summary = tv.summarize(tv.load(path))
+    expected = engine_steps(path, summary.to_dict()["trace"]["device"])
+    if expected is None:
+        pytest.skip("no vLLM/SGLang step annotations in this trace")
+    table = summary.steps
+    assert table.height == len(expected), (
+        f"{path.name}: {table.height} steps, the engine annotated {len(expected)}"
+    )
+    for row, names in zip(table.iter_rows(named=True), expected, strict=True):
+        tokens = [re.match(r"^execute_(?:\d+_)?context_\d+\((?:sq)?(\d+)", n) for n in names]
+        found = [int(m.group(1)) for m in tokens if m]
+        assert row["context_tokens"] == (found[0] if found else None), names
+        stated = _prompt_work(names)
+        if stated is not None:
+            assert row["kind"] == ("mixed" if stated else "decode"), (row["index"], names)
+            assert row["kind_source"] == "annotation"

@@ -1,0 +1,111 @@
+"""The engine's own record of each step, read from its per-step annotation names.
+
+Engines name the range around each step after the batch it ran (FIELD.md):
+
+- vLLM, newer: ``execute_context_{C}({Ct})_generation_{G}({Gt})``, and the detailed variant
+  ``execute_{N}_context_{C}(sq{Ct}sk…)_generation_{G}(sq{Gt}sk…)``. C counts context
+  requests (no token produced yet: a prompt, or a later chunk of one) and Ct their tokens in
+  this step; G and Gt the same for generation (decode) requests. A token field may carry
+  more than the count (``888_788544`` is 888 tokens and 888²): its first integer is the count.
+- vLLM V1, older: ``execute_new_{N}_cached_{M}``: N requests scheduled for the first time, M
+  continuing ones (which may still be mid-prefill under chunking).
+- SGLang: ``step[{MODE} bs={B} …]`` with the forward mode ``EXTEND``, ``MIXED``, ``DECODE``
+  or ``IDLE``; newer builds wrap it in vLLM's detailed form.
+- torch.profiler's own ``ProfilerStep#N`` marks an iteration and says nothing of the batch.
+
+A step may carry several of these (SGLang's ``execute_…`` around ``step[…]``); their records
+merge, the first to state a field winning.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+STEP_ANNOTATION = re.compile(
+    r"^(execute_(\d+_)?context_\d+\(.*\)_generation_\d+\(.*\)"  # vLLM (and newer SGLang)
+    r"|execute_new_\d+_cached_\d+$"  # vLLM V1, older
+    r"|step\[[A-Z_]+[ \]]"  # SGLang: step[DECODE bs=…], step[EXTEND …], step[MIXED …]
+    r"|ProfilerStep#\d+$)"  # torch.profiler's own iterations
+)
+
+_CONTEXT_FORM = re.compile(r"^execute_(?:(\d+)_)?context_(\d+)\((.*)\)_generation_(\d+)\((.*)\)$")
+_CACHED_FORM = re.compile(r"^execute_new_(\d+)_cached_(\d+)$")
+_SGLANG_FORM = re.compile(r"^step\[([A-Z_]+)(.*)\]")
+_LEADING_INT = re.compile(r"^(?:sq)?(\d+)")
+_FIELD = re.compile(r"\b(bs|toks)=(\d+)")
+
+# Columns of the step record, in the order the steps table shows them (all nullable).
+RECORD_COLUMNS = (
+    "context_requests",
+    "context_tokens",
+    "generation_requests",
+    "generation_tokens",
+    "new_requests",
+    "cached_requests",
+    "forward_mode",
+)
+PROMPT_MODES = ("EXTEND", "MIXED", "PREFILL")  # SGLang forward modes that carry prompt work
+NO_PROMPT_MODES = ("DECODE", "IDLE", "TARGET_VERIFY", "DRAFT_EXTEND_V2")
+
+
+def _tokens(field: str) -> int | None:
+    m = _LEADING_INT.match(field)
+    return int(m.group(1)) if m else None
+
+
+def parse(name: str) -> dict[str, Any]:
+    """The fields one annotation name states (an empty dict when it states none)."""
+    m = _CONTEXT_FORM.match(name)
+    if m:
+        return {
+            "context_requests": int(m.group(2)),
+            "context_tokens": _tokens(m.group(3)),
+            "generation_requests": int(m.group(4)),
+            "generation_tokens": _tokens(m.group(5)),
+        }
+    m = _CACHED_FORM.match(name)
+    if m:
+        return {"new_requests": int(m.group(1)), "cached_requests": int(m.group(2))}
+    m = _SGLANG_FORM.match(name)
+    if m:
+        mode = m.group(1)
+        fields = {k: int(v) for k, v in _FIELD.findall(m.group(2))}
+        out: dict[str, Any] = {"forward_mode": mode}
+        bs = fields.get("bs")
+        if mode == "DECODE" and bs is not None:  # one token per request
+            out |= {"context_requests": 0, "context_tokens": 0}
+            out |= {"generation_requests": bs, "generation_tokens": bs}
+        elif mode == "EXTEND" and bs is not None:  # every request extends its prompt
+            out |= {"context_requests": bs, "context_tokens": fields.get("toks")}
+            out |= {"generation_requests": 0, "generation_tokens": 0}
+        return out
+    return {}
+
+
+def record(names: list[str]) -> dict[str, Any]:
+    """One step's record from the names of its annotations: every column of
+    :data:`RECORD_COLUMNS`, null where no annotation states it."""
+    out: dict[str, Any] = dict.fromkeys(RECORD_COLUMNS)
+    for name in names:
+        for key, value in parse(name).items():
+            if out[key] is None:
+                out[key] = value
+    return out
+
+
+def stated_prompt_work(rec: dict[str, Any]) -> bool | None:
+    """Whether the step carried prompt work, as far as its record states the batch's
+    composition: True (context requests or tokens, new requests, an EXTEND/MIXED mode),
+    False (no context requests, or a DECODE/IDLE mode), None (it does not say: the older
+    vLLM form's ``new_0`` is no proof of a decode-only step, since a cached request can be
+    mid-prefill)."""
+    ctx, ctx_tokens = rec.get("context_requests"), rec.get("context_tokens")
+    if (ctx or 0) > 0 or (ctx_tokens or 0) > 0 or (rec.get("new_requests") or 0) > 0:
+        return True
+    mode = rec.get("forward_mode")
+    if mode in PROMPT_MODES:
+        return True
+    if ctx == 0 or mode in NO_PROMPT_MODES:
+        return False
+    return None

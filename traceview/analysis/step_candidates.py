@@ -1,0 +1,507 @@
+"""Step candidates: each method proposes a list of steps with its evidence; one arbiter
+chooses between them (DESIGN.md, Engine step).
+
+- ``bursts``: consecutive step-marker kernels on a stream form a per-layer burst. Between
+  two bursts, the longest device-idle gap is the boundary's score. A model has a constant
+  number L of full-attention bursts per step, so the step boundaries are every L-th
+  boundary: L (and the phase of the pattern) is chosen where the chosen boundaries beat
+  every other boundary within L-1 of them; that holds even when the between-step pause is
+  barely longer than the gaps inside a step. ``--layers N`` fixes L; ``--step-gap`` instead
+  cuts at every idle gap of at least that length.
+- ``annotations``: the engine's own per-step ranges (see :mod:`.annotations`), projected on
+  the GPU or on the CPU thread and linked to kernels through correlation ids. Overlapping
+  step ranges are one step (SGLang's ``execute_…`` around ``step[…]``, or one range
+  projected once per stream), and their names merge into the step's record.
+- ``idle``: with no step-marker kernels, bursts of device activity between idle gaps that
+  stand out (a natural break in the gap distribution).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from traceview.analysis.annotations import STEP_ANNOTATION, record
+from traceview.analysis.intervals import I64, Union
+from traceview.model import Trace
+
+PERIODIC_MIN_SCORE = 0.8  # share of chosen boundaries that must beat their neighbourhood
+PERIODIC_SURE = 0.95  # a period this clear ends the search
+PERIODIC_MARGIN = 1.15  # ... by at least this factor (a tie or a drift is not a pause)
+ANNOTATION_COVERAGE = 0.9  # share of kernels annotations must hold to beat a weak guess
+PERIODIC_MIN_STEPS = 3  # chosen boundaries needed before a period is believed
+MAX_LAYERS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class StepOptions:
+    """How to find steps.
+
+    Attributes:
+        method: ``auto`` (annotations where they cover the trace and agree with the bursts,
+            else bursts), ``bursts`` or ``annotations``.
+        layers: step-marker bursts per step (default: found from the trace).
+        step_gap_ns: cut steps at every device-idle gap at least this long (ns) instead.
+        device: the device to analyse (default: the one with the most kernel time).
+    """
+
+    method: str = "auto"
+    layers: int | None = None
+    step_gap_ns: int | None = None
+    device: int | None = None
+
+
+@dataclass
+class Candidate:
+    """One method's steps and the evidence behind them.
+
+    Attributes:
+        method: ``bursts`` | ``annotations`` | ``idle``.
+        anchors: each step's anchor (ns): its first step-marker kernel's start.
+        last_markers: each step's last step-marker kernel's start (ns).
+        detail: how the boundaries were chosen, in words.
+        strong: the evidence is strong (a clear period, the user's own option, or the
+            engine's annotations) rather than a weaker guess.
+        layers: step-marker bursts per step (bursts).
+        names: each step's annotation names (annotations).
+        first_kernel: each step's first kernel's start (annotations; CPU captures start
+            their steps there).
+        coverage: share of the device's kernels the steps hold (annotations).
+    """
+
+    method: str
+    anchors: I64
+    last_markers: I64
+    detail: str
+    strong: bool
+    layers: int | None = None
+    names: list[list[str]] = field(default_factory=list)
+    first_kernel: I64 | None = None
+    coverage: float = 1.0
+
+    @property
+    def count(self) -> int:
+        return int(self.anchors.size)
+
+
+@dataclass
+class Choice:
+    """The arbiter's verdict: the candidate used, the annotation names per step (where the
+    annotations could be matched to it), what a reader should know, and how many steps the
+    annotation and burst candidates disagree on (None unless both exist)."""
+
+    candidate: Candidate
+    names: list[list[str]]
+    warnings: list[str]
+    disagreements: int | None
+    annotation_steps: int
+
+
+# --- bursts ---------------------------------------------------------------------------------
+
+
+def _bursts(k: pl.DataFrame) -> pl.DataFrame:
+    """Runs of consecutive step-marker kernels on one stream: start, end, last marker start."""
+    per_stream = k.with_row_index("_i").sort(["stream", "ts_ns"], maintain_order=True)
+    marker = pl.col("_marker")
+    new_run = marker & ~(
+        marker.shift(1).fill_null(False) & (pl.col("stream") == pl.col("stream").shift(1))
+    )
+    runs = (
+        per_stream.with_columns(new_run.cum_sum().alias("_run"))
+        .filter(marker)
+        .group_by("_run")
+        .agg(
+            pl.col("ts_ns").min().alias("start"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end"),
+            pl.col("ts_ns").max().alias("last_marker"),
+            pl.len().alias("markers"),
+        )
+        .sort("start")
+    )
+    return runs
+
+
+def _boundary_idle(u: Union, last_marker: I64, next_start: I64) -> tuple[I64, I64]:
+    """For each boundary j: the longest idle gap ending in (last_marker[j], next_start[j]].
+
+    Returns that length per boundary (0 where there is none) and the lengths of every other
+    idle gap of the device (the gaps that are not a boundary's longest).
+    """
+    best = np.zeros(last_marker.size, dtype=np.int64)
+    gap_len = u.gap_ends - u.gap_starts
+    if gap_len.size == 0 or last_marker.size == 0:
+        return best, gap_len
+    # the windows are disjoint and ordered: find each gap's window by its end
+    w = np.searchsorted(last_marker, u.gap_ends, side="left") - 1
+    ok = (w >= 0) & (w < last_marker.size)
+    ok[ok] &= u.gap_ends[ok] <= next_start[w[ok]]
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return best, gap_len
+    order = idx[np.lexsort((-gap_len[idx], w[idx]))]  # per window, longest first
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = w[order][1:] != w[order][:-1]
+    winners = order[first]
+    best[w[winners]] = gap_len[winners]
+    others = np.delete(gap_len, winners)
+    return best, others
+
+
+def _periodic_score(idle: I64, period: int) -> tuple[float, int]:
+    """Best (score, phase) for boundaries every ``period``: the share of chosen boundaries
+    whose idle gap beats every other boundary within ``period - 1`` of them."""
+    n = idle.size
+    s = pl.Series(idle.astype(np.float64))
+    w = period - 1
+    left = s.shift(1).rolling_max(window_size=w, min_samples=1).fill_null(-1.0).to_numpy()
+    right = (
+        s.reverse()
+        .shift(1)
+        .rolling_max(window_size=w, min_samples=1)
+        .fill_null(-1.0)
+        .reverse()
+        .to_numpy()
+    )
+    neighbours = np.maximum(left, right)
+    wins = (idle > PERIODIC_MARGIN * neighbours) & (idle > 0)
+    pos = np.arange(n) % period
+    total = np.bincount(pos, minlength=period)
+    won = np.bincount(pos, weights=wins, minlength=period)
+    share = np.where(total > 0, won / np.maximum(total, 1), 0.0)
+    phase = int(np.argmax(share))
+    return float(share[phase]), phase
+
+
+def _natural_break(values: I64) -> int | None:
+    """A threshold at the widest ratio between consecutive sorted positive values, if that
+    ratio is at least 2 (a clear break); None otherwise."""
+    v = np.unique(values[values > 0]).astype(np.float64)
+    if v.size < 2:
+        return None
+    ratios = v[1:] / v[:-1]
+    i = int(np.argmax(ratios))
+    if ratios[i] < 2.0:
+        return None
+    return int(np.ceil(np.sqrt(v[i] * v[i + 1])))
+
+
+def _choose_boundaries(
+    idle: I64, others: I64, opts: StepOptions
+) -> tuple[np.ndarray, int | None, str, bool]:
+    """Which burst boundaries are step boundaries (mask); L; how, in words; and whether the
+    evidence is strong (a period, or the user's own option) rather than a weaker guess.
+
+    ``others`` are the device's idle gaps that are no boundary's longest: when (nearly)
+    every boundary's gap stands out above them, every burst is a step (one full-attention
+    layer per step).
+    """
+    n = idle.size
+    if n == 0:
+        return np.zeros(0, dtype=bool), 1, "a single burst", False
+    if opts.step_gap_ns is not None:
+        return idle >= opts.step_gap_ns, None, f"--step-gap {opts.step_gap_ns} ns", True
+    if opts.layers is not None:
+        period = max(1, opts.layers)
+        if period == 1:
+            return np.ones(n, dtype=bool), 1, "--layers 1", True
+        score, phase = _periodic_score(idle, period)
+        mask = (np.arange(n) % period) == phase
+        return mask, period, f"--layers {period} (boundary score {score:.2f})", True
+    best: tuple[float, int, int] | None = None
+    for period in range(2, min(MAX_LAYERS, n // PERIODIC_MIN_STEPS) + 1):
+        score, phase = _periodic_score(idle, period)
+        if best is None or score > best[0] + 1e-9:
+            best = (score, period, phase)
+        if score >= PERIODIC_SURE:
+            break  # multiples of the period score lower, not higher: no need to look on
+    if best is not None and best[0] >= PERIODIC_MIN_SCORE:
+        score, period, phase = best
+        mask = (np.arange(n) % period) == phase
+        return (
+            mask,
+            period,
+            (
+                f"every {period} step-marker bursts: the between-step idle gap "
+                f"beats every gap within {period - 1} bursts at {score:.0%} of "
+                "boundaries"
+            ),
+            True,
+        )
+    if others.size:
+        typical = float(np.quantile(others, 0.99))
+        standing_out = float((idle > PERIODIC_MARGIN * typical).mean())
+    else:
+        standing_out = float((idle > 0).mean())
+    if standing_out >= PERIODIC_MIN_SCORE:
+        return (
+            np.ones(n, dtype=bool),
+            1,
+            (
+                f"every step-marker burst: {standing_out:.0%} of the idle gaps between bursts "
+                "stand out above the device's other idle gaps"
+            ),
+            False,
+        )
+    threshold = _natural_break(idle)
+    if threshold is not None:
+        mask = idle >= threshold
+        counts = np.diff(np.flatnonzero(np.concatenate(([True], mask, [True]))))
+        if counts.size > 2:
+            inner = counts[1:-1]
+            if (inner == np.bincount(inner).argmax()).mean() >= PERIODIC_MIN_SCORE:
+                return (
+                    mask,
+                    int(np.bincount(inner).argmax()),
+                    (f"idle gaps ≥ {threshold} ns (a natural break in the gap distribution)"),
+                    False,
+                )
+    return (
+        np.zeros(n, dtype=bool),
+        None,
+        (
+            "no step structure found in the step-marker bursts (no between-step pause stands "
+            "out, no period): all of them are taken as one step; set --layers or --step-gap"
+        ),
+        False,
+    )
+
+
+def burst_candidate(k: pl.DataFrame, u: Union, opts: StepOptions) -> Candidate | None:
+    """Steps from step-marker bursts (``k`` has a boolean ``_marker`` column and is sorted
+    by ``ts_ns``); None when the device has no step-marker kernels."""
+    if not int(k["_marker"].sum()):
+        return None
+    b = _bursts(k)
+    bs = b["start"].to_numpy().astype(np.int64)
+    bl = b["last_marker"].to_numpy().astype(np.int64)
+    idle, others = _boundary_idle(u, bl[:-1], bs[1:])
+    mask, layers, detail, strong = _choose_boundaries(idle, others, opts)
+    first_burst = np.concatenate(([0], np.flatnonzero(mask) + 1))
+    last_burst = np.append(first_burst[1:] - 1, bs.size - 1)
+    return Candidate("bursts", bs[first_burst], bl[last_burst], detail, strong, layers)
+
+
+def idle_candidate(k: pl.DataFrame, u: Union) -> Candidate:
+    """Steps as bursts of device activity between idle gaps that stand out (a natural
+    break in the gap distribution), else one step."""
+    ts = k["ts_ns"].to_numpy().astype(np.int64)
+    threshold = _natural_break(u.gap_ends - u.gap_starts)
+    if threshold is None:
+        cut = np.zeros(0, dtype=np.int64)
+    else:
+        cut = u.gap_ends[(u.gap_ends - u.gap_starts) >= threshold]
+    anchors = np.concatenate((ts[:1], cut)).astype(np.int64)
+    detail = "no step-marker kernels: steps are bursts of device activity separated by " + (
+        f"idle gaps ≥ {threshold} ns" if threshold else "nothing (one step)"
+    )
+    return Candidate("idle", anchors, anchors.copy(), detail, False)
+
+
+# --- annotations --------------------------------------------------------------------------
+
+
+def _clusters(spans: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Overlapping step ranges (per ``by`` group) as one step: ``a0``, ``a1`` (the union's
+    bounds) and ``names`` (the distinct names, outermost first)."""
+    spans = spans.sort([*by, "a0", pl.col("a1")], descending=[False] * len(by) + [False, True])
+    reach = pl.col("a1").cum_max().shift(1)
+    if by:
+        reach = reach.over(by)
+    spans = spans.with_columns((reach.is_null() | (pl.col("a0") >= reach)).alias("_new"))
+    spans = spans.with_columns(
+        (pl.col("_new").cum_sum().over(by) if by else pl.col("_new").cum_sum()).alias("_c")
+    )
+    return (
+        spans.group_by([*by, "_c"])
+        .agg(
+            pl.col("a0").min(),
+            pl.col("a1").max(),
+            pl.col("name").unique(maintain_order=True).alias("names"),
+        )
+        .drop("_c")
+        .sort("a0")
+    )
+
+
+def _annotation_groups(trace: Trace, k: pl.DataFrame, device: int) -> pl.DataFrame | None:
+    """Per-step annotations -> rows (``names``, ``kernels``: row indices into ``k``), in
+    time order; None if the trace has none linked to the device's kernels.
+
+    GPU-projected annotations on this device take their kernels by time; CPU annotations
+    take the kernels launched from inside them, through correlation ids (or, in a CPU
+    capture with no launches, the activity of their own process that starts inside them).
+    """
+    ev = trace.events
+    ann = ev.filter(pl.col("kind").is_in(["user_annotation", "gpu_user_annotation"]))
+    ann = ann.filter(pl.col("name").cast(pl.String).str.contains(STEP_ANNOTATION.pattern))
+    if ann.height == 0:
+        return None
+    ann = ann.select(
+        pl.col("name").cast(pl.String),
+        "kind",
+        "pid",
+        "tid",
+        pl.col("ts_ns").alias("a0"),
+        (pl.col("ts_ns") + pl.col("dur_ns")).alias("a1"),
+    )
+    ki = k.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("_k"), "ts_ns", "correlation")
+    gpu = ann.filter((pl.col("kind") == "gpu_user_annotation") & (pl.col("pid") == device))
+    if gpu.height:
+        spans = _clusters(gpu.drop("kind", "pid", "tid"), [])
+        hits = (
+            ki.sort("ts_ns")
+            .join_asof(spans, left_on="ts_ns", right_on="a0", strategy="backward")
+            .filter(pl.col("ts_ns") < pl.col("a1"))
+        )
+    else:
+        cpu = _clusters(
+            ann.filter(pl.col("kind") == "user_annotation").drop("kind"), ["pid", "tid"]
+        )
+        runtime = trace.events.filter(
+            (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
+        )
+        runtime = runtime.select("pid", "tid", "ts_ns", "correlation").sort("ts_ns")
+        linked = runtime.join_asof(
+            cpu,
+            left_on="ts_ns",
+            right_on="a0",
+            by=["pid", "tid"],
+            strategy="backward",
+            check_sortedness=False,
+        ).filter(pl.col("ts_ns") < pl.col("a1"))
+        hits = ki.filter(pl.col("correlation").is_not_null()).join(
+            linked.select("correlation", "a0", "a1", "names").unique("correlation"),
+            on="correlation",
+        )
+        if hits.height == 0:
+            kp = k.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("_k"), "ts_ns", "pid")
+            hits = (
+                kp.sort("ts_ns")
+                .join_asof(
+                    cpu.sort("a0"),
+                    left_on="ts_ns",
+                    right_on="a0",
+                    by="pid",
+                    strategy="backward",
+                    check_sortedness=False,
+                )
+                .filter(pl.col("ts_ns") < pl.col("a1"))
+            )
+    if hits.height == 0:
+        return None
+    return (
+        hits.group_by("a0", "a1")
+        .agg(pl.col("names").first(), pl.col("_k").sort().alias("kernels"))
+        .sort("a0")
+        .select("names", "kernels")
+    )
+
+
+def annotation_candidate(trace: Trace, k: pl.DataFrame, device: int) -> Candidate | None:
+    """Steps from the engine's per-step annotations; None when there are none linked to
+    the device's kernels (``k`` as for :func:`burst_candidate`)."""
+    groups = _annotation_groups(trace, k, device)
+    if groups is None or groups.height == 0:
+        return None
+    ts = k["ts_ns"].to_numpy().astype(np.int64)
+    marker = k["_marker"].to_numpy()
+    rows = []
+    for names, ks in groups.iter_rows():
+        idx = np.asarray(ks, dtype=np.int64)
+        marks = idx[marker[idx]]
+        if marks.size == 0:
+            marks = idx
+        rows.append((int(ts[marks[0]]), int(ts[marks[-1]]), int(ts[idx[0]]), list(names)))
+    rows.sort(key=lambda r: r[:3])
+    held = int(groups["kernels"].list.len().sum())
+    return Candidate(
+        "annotations",
+        np.array([r[0] for r in rows], dtype=np.int64),
+        np.array([r[1] for r in rows], dtype=np.int64),
+        "the engine's per-step annotations",
+        True,
+        names=[r[3] for r in rows],
+        first_kernel=np.array([r[2] for r in rows], dtype=np.int64),
+        coverage=held / max(k.height, 1),
+    )
+
+
+# --- the arbiter ----------------------------------------------------------------------------
+
+
+def choose(
+    bursts: Candidate | None,
+    annotations: Candidate | None,
+    idle: Candidate | None,
+    *,
+    method: str = "auto",
+    cpu_activity: bool = False,
+) -> Choice:
+    """Pick the steps to use, strongest evidence first.
+
+    ``annotations`` and ``bursts`` force their method. ``auto`` uses the annotations where
+    they agree with the bursts (the same anchors), where the bursts found no steps, where
+    the bursts are only a weak guess and the annotations hold ≥ 90% of the kernels, and in
+    CPU captures (no device-idle pauses to go by) when they hold ≥ 90% of the activity;
+    else the bursts; with neither, the idle candidate.
+    """
+    disagreements: int | None = None
+    if bursts is not None and annotations is not None:
+        a, b = set(annotations.anchors.tolist()), set(bursts.anchors.tolist())
+        disagreements = len(a ^ b)
+    covers = annotations is not None and annotations.coverage >= ANNOTATION_COVERAGE
+    use_annotations = annotations is not None and (
+        method == "annotations"
+        or (
+            method == "auto"
+            and (
+                bursts is None
+                or disagreements == 0
+                or (covers and (not bursts.strong or cpu_activity))
+            )
+        )
+    )
+    warnings: list[str] = []
+    n_ann = 0 if annotations is None else annotations.count
+    if use_annotations:
+        assert annotations is not None
+        if disagreements:
+            assert bursts is not None
+            warnings.append(
+                f"per-step annotations and step-marker bursts disagree on {disagreements} "
+                f"step(s) ({annotations.count} annotated vs {bursts.count} found from "
+                "kernels); using the annotations"
+                + (
+                    ""
+                    if bursts.strong
+                    else f" (they cover {annotations.coverage:.0%} of the kernels; the "
+                    "bursts show no clear step structure)"
+                )
+            )
+        return Choice(annotations, annotations.names, warnings, disagreements, n_ann)
+    if bursts is not None and method != "annotations":
+        if not bursts.strong:
+            warnings.append(bursts.detail)
+        names: list[list[str]] = [[] for _ in range(bursts.count)]
+        if annotations is not None:
+            if disagreements:
+                warnings.append(
+                    f"per-step annotations and step-marker bursts disagree on {disagreements} "
+                    f"step(s) ({annotations.count} annotated vs {bursts.count} found from "
+                    "kernels); using the bursts"
+                )
+            # a step whose anchor (first marker kernel) is an annotated step's keeps its record
+            lookup = dict(zip(annotations.anchors.tolist(), annotations.names, strict=True))
+            names = [lookup.get(int(x), []) for x in bursts.anchors]
+        return Choice(bursts, names, warnings, disagreements, n_ann)
+    assert idle is not None
+    return Choice(idle, [[] for _ in range(idle.count)], [], disagreements, n_ann)
+
+
+def records(names: list[list[str]]) -> list[dict[str, Any]]:
+    """Each step's record (see :func:`traceview.analysis.annotations.record`)."""
+    return [record(n) for n in names]
