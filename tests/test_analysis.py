@@ -49,6 +49,7 @@ def check_against_truth(doc: dict, t: dict, *, tokens: bool = True) -> None:
     if tokens:
         assert doc["work"]["prompt_tokens"] == t["prompt_tokens"]
         assert doc["work"]["decode_tokens"] == t["decode_tokens"]
+        assert doc["work"]["shape_tokens"] == t["shape_tokens"]
     busy, tb = doc["busy"], t["busy"]
     assert (busy["window_start_ns"], busy["window_end_ns"]) == (
         tb["window_start_ns"],
@@ -71,7 +72,7 @@ def test_summary_equals_planted_truth(scenario: str) -> None:
         assert doc["steps"]["disagreements"] == 0
         assert summary.steps["annotation"].to_list() == [s["annotation"] for s in t["steps"]]
     # the engine's own record of each step, and the evidence that decided its kind
-    for col in ("kind", "kind_source", *RECORD):
+    for col in ("kind", "kind_source", *RECORD, "shape_tokens"):
         assert summary.steps[col].to_list() == [s[col] for s in t["steps"]], col
     markers = summary.kernel_table.filter(pl.col("name") == t["decode_marker_kernel"])
     assert markers["count"].sum() == sum(g["n"] for g in t["decode_gaps"][:1]) + 1
@@ -168,7 +169,7 @@ def test_disagreeing_annotations_fall_back_to_bursts(tmp_path: Path) -> None:
 def test_steps_table_columns(scenario: str) -> None:
     t = truth(scenario)
     table = tv.steps(tv.load(GENERATED / f"{scenario}.json.gz"))
-    assert table.columns[:20] == [
+    assert table.columns[:21] == [
         "index",
         "start_ns",
         "anchor_ns",
@@ -183,6 +184,7 @@ def test_steps_table_columns(scenario: str) -> None:
         "prefill_kernels",
         "annotation",
         *RECORD,
+        "shape_tokens",
     ]
     assert table["interval_ns"][0] is None
     assert table["prefill_ns"].to_list() == [s["prefill_ns"] for s in t["steps"]]
@@ -283,3 +285,41 @@ def test_summary_renders_as_html() -> None:
     html = summary._repr_html_()
     assert "<table>" in html and "mixed" in html and "linear_attention.prefill" in html
     assert json.loads(summary.to_json()) == summary.to_dict()
+
+
+def test_cpu_captures_analyse_the_same_through_every_entry_point(tmp_path: Path) -> None:
+    """A CPU-only capture (no kernels): tv.steps and tv.decode_gaps take its CPU ranges as
+    tv.summarize does, and its steps are the engine's annotations."""
+    from fixtures.build import TraceBuilder
+
+    tb = TraceBuilder()
+    t0, names, ann = 1_000_000_000, [], "user_annotation"
+    for i in range(6):
+        mixed = i in (2, 3)
+        name = f"execute_context_{int(mixed)}({512 if mixed else 0})_generation_3(3)"
+        names.append(name)
+        tb.cpu_op(name, t0, 900_000, cat="user_annotation")
+        t = t0 + 10_000
+        for layer in range(2):
+            if mixed:
+                tb.cpu_op("chunk_gated_delta_rule_fwd_kernel_h", t, 50_000, cat=ann)
+                t += 60_000
+            tb.cpu_op(
+                "fused_recurrent_gated_delta_rule_fwd_kernel", t, 20_000, cat="user_annotation"
+            )
+            t += 30_000
+            tb.cpu_op("flash_fwd_splitkv_kernel", t, 40_000, cat=ann)
+            t += 50_000 + layer
+        t0 += 1_000_000 + i * 1_000
+    path = tb.write(tmp_path / "cpu.json.gz")
+    trace = tv.load(path)
+    assert trace.kernels.height == 0
+    summary = tv.summarize(trace)
+    table = tv.steps(trace)
+    assert table.equals(summary.steps)
+    assert table["annotation"].to_list() == names
+    assert table["kind"].to_list() == ["decode", "decode", "mixed", "mixed", "decode", "decode"]
+    assert set(table["kind_source"].to_list()) == {"annotation"}
+    assert tv.decode_gaps(trace).equals(summary.gaps)
+    assert summary.gaps.height == 6 * 2 - 1
+    assert summary.to_dict()["trace"]["activity"] == "cpu_op"

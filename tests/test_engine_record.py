@@ -118,3 +118,27 @@ def test_steps_and_kinds_equal_the_engines_record(path: Path) -> None:
         if stated is not None:
             assert row["kind"] == ("mixed" if stated else "decode"), (row["index"], names)
             assert row["kind_source"] == "annotation"
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
+def test_tokens_from_record_shapes_equal_the_engines_count(path: Path) -> None:
+    """Where a step's attention ops were recorded with their shapes and the engine's
+    annotation states its tokens, the two agree: query tokens = context + generation."""
+    table = tv.summarize(tv.load(path)).steps
+    both = table.filter(
+        table["shape_tokens"].is_not_null()
+        & table["context_tokens"].is_not_null()
+        & table["generation_tokens"].is_not_null()
+    )
+    if both.height == 0:
+        pytest.skip("no step with both recorded shapes and annotated token counts")
+    for row in both.iter_rows(named=True):
+        assert row["shape_tokens"] == row["context_tokens"] + row["generation_tokens"]
+    # and straight from the JSON: the first dim of vLLM's attention op's query
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    firsts = {
+        e["args"]["Input Dims"][0][0]
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X" and e.get("name") == "vllm::unified_attention_with_output"
+    }
+    assert set(both["shape_tokens"].to_list()) <= firsts

@@ -40,6 +40,7 @@ from traceview.model import (
     FLOW_SCHEMA,
     KERNEL_SCHEMA,
     METADATA_SCHEMA,
+    SHAPE_SCHEMA,
     Trace,
     TraceMeta,
     empty_frame,
@@ -91,6 +92,8 @@ class _Args(msgspec.Struct, frozen=True):
     name: str | None = None  # ph M: process_name / thread_name
     labels: str | None = None  # ph M: process_labels
     sort_index: int | None = None  # ph M: *_sort_index
+    # record_shapes: kept as raw JSON text, never parsed here (empty: absent)
+    input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
 
 
 _NO_ARGS = _Args()
@@ -249,11 +252,13 @@ class _Block:
     correlation: list[Any] = field(default_factory=list)
     external_id: list[Any] = field(default_factory=list)
     meta_value: list[Any] = field(default_factory=list)
+    input_dims: list[Any] | None = None  # None: no event of the block carries Input Dims
     args_json: list[Any] | None = None
     counters: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
     @classmethod
-    def from_structs(cls, events: list[_Event], base: int) -> _Block:
+    def from_structs(cls, events: list[_Event], base: int, shapes: bool = False) -> _Block:
+        """Columns of typed events; ``shapes``: the block's text holds ``Input Dims``."""
         args = [e.args for e in events]
         ph = [e.ph for e in events]
         return cls(
@@ -277,6 +282,9 @@ class _Block:
             ]
             if "M" in ph
             else [None] * len(events),
+            input_dims=[bytes(a.input_dims).decode() if a.input_dims else None for a in args]
+            if shapes
+            else None,
         )
 
     @classmethod
@@ -307,6 +315,12 @@ class _Block:
             )
             if ph == "C":
                 block.counters.append((i, args))
+            if "Input Dims" in args:
+                if block.input_dims is None:
+                    block.input_dims = [None] * i
+                block.input_dims.append(orjson.dumps(args["Input Dims"]).decode())
+            elif block.input_dims is not None:
+                block.input_dims.append(None)
         if keep_args:
             block.args_json = [
                 orjson.dumps(e["args"]).decode()
@@ -334,6 +348,11 @@ class _Block:
                 "correlation": pl.Series(self.correlation, dtype=pl.Int64, strict=False),
                 "external_id": pl.Series(self.external_id, dtype=pl.Int64, strict=False),
                 "meta_value": pl.Series(self.meta_value, dtype=pl.String, strict=False),
+                **(
+                    {}
+                    if self.input_dims is None
+                    else {"input_dims": pl.Series(self.input_dims, dtype=pl.String)}
+                ),
                 **(
                     {}
                     if self.args_json is None
@@ -417,6 +436,7 @@ class _Loader:
             "flows": [],
             "counters": [],
             "metadata": [],
+            "shapes": [],
             "begin_end": [],
         }
         self.consumed = 0  # bytes of JSON text before the current buffer
@@ -586,7 +606,7 @@ class _Loader:
         base = self.total_events
         self.total_events += len(events)
         if typed_doc is not None:
-            block = _Block.from_structs(events, base)
+            block = _Block.from_structs(events, base, shapes=b'"Input Dims"' in typed_doc)
             if "C" in block.ph:  # counters carry arbitrary args: read this block generically
                 generic = self._parse_lenient(typed_doc, base, "events")
                 block.counters = _Block.from_dicts(generic, 0).counters
@@ -646,6 +666,17 @@ class _Loader:
             "pid",
             "tid",
         )
+        if "input_dims" in df.columns:
+            shapes = df.filter(complete & ~device & pl.col("input_dims").is_not_null()).select(
+                _to_ns("ts").alias("ts_ns"),
+                _to_ns("dur").alias("dur_ns"),
+                pl.col("name").fill_null(""),
+                "pid",
+                "tid",
+                "input_dims",
+            )
+            if shapes.height:
+                self.parts["shapes"].append(shapes.cast(SHAPE_SCHEMA))  # type: ignore[arg-type]
         meta = df.filter(pl.col("ph") == "M").select(
             pl.col("name").fill_null(""), "pid", "tid", pl.col("meta_value").alias("value")
         )
@@ -776,6 +807,7 @@ class _Loader:
             "flows": FLOW_SCHEMA,
             "counters": COUNTER_SCHEMA,
             "metadata": METADATA_SCHEMA,
+            "shapes": SHAPE_SCHEMA,
         }
         for key, schema in schemas.items():
             parts = self.parts.pop(key)

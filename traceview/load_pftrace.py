@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+import orjson
 import polars as pl
 
 from traceview.errors import MissingDependencyError, TraceFormatError
@@ -30,6 +31,7 @@ from traceview.model import (
     FLOW_SCHEMA,
     KERNEL_SCHEMA,
     METADATA_SCHEMA,
+    SHAPE_SCHEMA,
     Trace,
     TraceMeta,
 )
@@ -323,6 +325,18 @@ class _Reader:
             warnings=warnings,
             extra={"packets": self.packets},
         )
+        shaped = [r for r in host if "Input Dims" in r["args"]]
+        shapes = pl.DataFrame(
+            {
+                "ts_ns": [r["ts"] for r in shaped],
+                "dur_ns": [r["dur"] for r in shaped],
+                "name": [r["name"] for r in shaped],
+                "pid": [r["pid"] for r in shaped],
+                "tid": [r["tid"] for r in shaped],
+                "input_dims": [_json_text(r["args"]["Input Dims"]) for r in shaped],
+            },
+            schema=SHAPE_SCHEMA,
+        )
         return Trace(
             meta=meta,
             kernels=kernels,
@@ -330,7 +344,13 @@ class _Reader:
             flows=flows,
             counters=counters,
             metadata=metadata,
+            shapes=shapes,
         )
+
+
+def _json_text(value: Any) -> str:
+    """A debug annotation's value as JSON text (a string holds it already)."""
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
 def load_pftrace(path: str, stream: BinaryIO) -> Trace:

@@ -73,6 +73,18 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
 activity: cpu_op, cuda_runtime, annotations, python_function, instants with ``dur_ns`` 0).
 Same meaning as in :data:`KERNEL_SCHEMA`."""
 
+SHAPE_SCHEMA: dict[str, pl.DataType] = {
+    "ts_ns": pl.Int64(),
+    "dur_ns": pl.Int64(),
+    "name": pl.Categorical(),
+    "pid": pl.Int64(),
+    "tid": pl.Int64(),
+    "input_dims": pl.String(),
+}
+"""Columns of :attr:`Trace.shapes`: the host ops recorded with ``record_shapes`` (those whose
+``args`` carry ``Input Dims``), in file order. ``input_dims`` is that value as JSON text
+(a list of each input's dimensions, e.g. ``[[888, 8, 64], [888, 1, 64], []]``)."""
+
 FLOW_SCHEMA: dict[str, pl.DataType] = {
     "ts_ns": pl.Int64(),
     "id": pl.Int64(),
@@ -150,6 +162,8 @@ class Trace:
         flows: flow events, in file order; :data:`FLOW_SCHEMA`.
         counters: counter values, in file order; :data:`COUNTER_SCHEMA`.
         metadata: ``ph: "M"`` events; :data:`METADATA_SCHEMA`.
+        shapes: the input shapes of host ops, where the trace was recorded with
+            ``record_shapes``; :data:`SHAPE_SCHEMA` (empty otherwise).
 
     Transformations (:meth:`window`, :meth:`device`) return new traces.
     """
@@ -160,6 +174,7 @@ class Trace:
     flows: pl.DataFrame
     counters: pl.DataFrame
     metadata: pl.DataFrame
+    shapes: pl.DataFrame = field(default_factory=lambda: empty_frame(SHAPE_SCHEMA))
 
     @property
     def devices(self) -> list[int]:
@@ -198,6 +213,7 @@ class Trace:
             events=keep(self.events),
             flows=keep(self.flows),
             counters=keep(self.counters),
+            shapes=keep(self.shapes),
         )
 
     def device(self, device: int) -> Trace:

@@ -38,6 +38,7 @@ from traceview.analysis.annotations import (
 )
 from traceview.analysis.families import Rules, classify, load_rules
 from traceview.analysis.intervals import I64, Union, union
+from traceview.analysis.shapes import shape_tokens
 from traceview.analysis.step_candidates import (
     StepOptions,
     annotation_candidate,
@@ -159,6 +160,7 @@ def prefill_only(rules: Rules) -> pl.Expr:
 
 
 def _assemble(
+    trace: Trace,
     k: pl.DataFrame,
     u: Union,
     anchors: I64,
@@ -219,6 +221,7 @@ def _assemble(
                 c: pl.Series([r[c] for r in recs], dtype=dtype)
                 for c, dtype in RECORD_DTYPES.items()
             },
+            "shape_tokens": pl.Series(shape_tokens(trace, k, starts), dtype=pl.Int64),
         }
     )
     table = table.with_columns(pl.col("anchor_ns").diff().alias("interval_ns")).select(
@@ -327,7 +330,7 @@ def find_steps(
     if c.method == "idle":
         warnings.append(f"no step-marker kernels ({', '.join(rules.step_marker)}); {c.detail}")
     starts = c.first_kernel if c.method == "annotations" and activity == "cpu_op" else None
-    table, phases = _assemble(k, u, c.anchors, c.last_markers, chosen.names, rules, starts)
+    table, phases = _assemble(trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts)
     return StepResult(
         device=device,
         kernels=k.drop("_marker"),
@@ -368,7 +371,9 @@ def steps(
         outermost step annotation, when there is one); the engine's step record, null
         where its annotations do not say: ``context_requests``, ``context_tokens``,
         ``generation_requests``, ``generation_tokens``, ``new_requests``,
-        ``cached_requests`` (Int64) and ``forward_mode`` (String, SGLang's); and
+        ``cached_requests`` (Int64) and ``forward_mode`` (String, SGLang's);
+        ``shape_tokens`` (Int64, the step's query tokens read from ``record_shapes``, see
+        :mod:`traceview.analysis.shapes`; null where not recorded or ambiguous); and
         ``ns_<family>`` (Int64, ns of kernel time per family in the step).
 
         A trace with no device activity is analysed through its CPU ranges, as

@@ -269,7 +269,9 @@ def work(table: pl.DataFrame, phases: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``work`` section: kernels per step, prefill-only kernel time and launches, and
     the engine's own token counts where its annotations state them (null where no step
     does): ``prompt_tokens`` (context tokens processed), ``decode_tokens`` (generation
-    tokens), ``token_steps`` (steps whose record states its context tokens), and per phase."""
+    tokens), ``token_steps`` (steps whose record states its context tokens), per phase; and
+    the query tokens read from ``record_shapes`` (``shape_tokens``, prompt and decode
+    together) with the number of steps they were read for (``shape_token_steps``)."""
     per_phase = []
     for phase in phases:
         steps = table.slice(phase["first_step"], phase["steps"])
@@ -290,6 +292,8 @@ def work(table: pl.DataFrame, phases: list[dict[str, Any]]) -> dict[str, Any]:
         "prompt_tokens": _sum_or_none(table["context_tokens"]),
         "decode_tokens": _sum_or_none(table["generation_tokens"]),
         "token_steps": int(table["context_tokens"].is_not_null().sum()),
+        "shape_tokens": _sum_or_none(table["shape_tokens"]),
+        "shape_token_steps": int(table["shape_tokens"].is_not_null().sum()),
         "phases": per_phase,
         "prefill_growth": prefill_growth(table, phases),
     }

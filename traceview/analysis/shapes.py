@@ -1,0 +1,104 @@
+"""Tokens per step from ``record_shapes``: the input dims of the step's attention ops.
+
+The rule: an attention op whose layout is known gives the number of query tokens it ran,
+from the dims of its first input (the query):
+
+- ``vllm::unified_attention`` / ``vllm::unified_attention_with_output``: ``[T, heads,
+  head_size]`` → T (vLLM flattens every request's tokens into one batch);
+- ``aten::scaled_dot_product_attention``: ``[B, heads, S, head_size]`` → B·S.
+
+Other attention ops are not read: their layouts differ (FlashAttention's own ``[B, S, heads,
+head_size]``), so a guess could be wrong. An op belongs to the step whose span holds the
+first kernel it launched (linked through the launch's correlation id). A step's count is
+known only when every read op in it agrees (the layers of one forward see the same tokens);
+otherwise, and where no op was read, it is null. The count is all query tokens of the
+step: prompt and decode together, since the shapes do not tell them apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import orjson
+import polars as pl
+
+from traceview.analysis.intervals import I64
+from traceview.model import Trace
+
+
+def _first_dim(dims: list[list[int]]) -> int | None:
+    q = dims[0] if dims else []
+    return int(q[0]) if len(q) == 3 else None
+
+
+def _batch_times_seq(dims: list[list[int]]) -> int | None:
+    q = dims[0] if dims else []
+    return int(q[0]) * int(q[2]) if len(q) == 4 else None
+
+
+READERS: dict[str, Callable[[list[list[int]]], int | None]] = {
+    "vllm::unified_attention": _first_dim,
+    "vllm::unified_attention_with_output": _first_dim,
+    "aten::scaled_dot_product_attention": _batch_times_seq,
+}
+
+
+def _tokens(name: str, text: str) -> int | None:
+    try:
+        dims = orjson.loads(text)
+        return READERS[name](dims)
+    except (orjson.JSONDecodeError, TypeError, ValueError, IndexError, KeyError):
+        return None
+
+
+def shape_tokens(trace: Trace, kernels: pl.DataFrame, starts: I64) -> list[int | None]:
+    """Query tokens per step (see the module docstring); ``kernels`` are the analysed
+    device's, ``starts`` the steps' starts (ns)."""
+    none: list[int | None] = [None] * starts.size
+    shapes = trace.shapes
+    if shapes.height == 0 or starts.size == 0:
+        return none
+    ops = shapes.filter(pl.col("name").cast(pl.String).is_in(list(READERS)))
+    if ops.height == 0:
+        return none
+    ops = ops.with_columns(
+        pl.struct(pl.col("name").cast(pl.String), "input_dims")
+        .map_elements(lambda r: _tokens(r["name"], r["input_dims"]), return_dtype=pl.Int64)
+        .alias("tokens"),
+        (pl.col("ts_ns") + pl.col("dur_ns")).alias("op_end"),
+    ).filter(pl.col("tokens").is_not_null())
+    launches = trace.events.filter(
+        (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
+    ).select("pid", "tid", "ts_ns", "correlation")
+    linked = (
+        launches.sort("ts_ns")
+        .join_asof(
+            ops.select("pid", "tid", "ts_ns", "op_end", "tokens").sort("ts_ns"),
+            on="ts_ns",
+            by=["pid", "tid"],
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("ts_ns") < pl.col("op_end"))
+    )
+    if linked.height == 0:
+        return none
+    first_kernel = (
+        kernels.select("correlation", pl.col("ts_ns").alias("k_ts"))
+        .join(linked.select("correlation", "op_end", "tokens"), on="correlation")
+        .group_by("op_end", "tokens")
+        .agg(pl.col("k_ts").min())
+    )
+    step = np.searchsorted(starts, first_kernel["k_ts"].to_numpy(), side="right") - 1
+    per_step = (
+        first_kernel.with_columns(pl.Series("step", step, dtype=pl.Int64))
+        .filter(pl.col("step") >= 0)
+        .group_by("step")
+        .agg(pl.col("tokens").unique())
+    )
+    out = none.copy()
+    for i, values in per_step.iter_rows():
+        if len(values) == 1:
+            out[i] = int(values[0])
+    return out
