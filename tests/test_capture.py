@@ -98,6 +98,10 @@ def test_summarize_reconstructs_the_engines_steps(runs: dict, chunked: bool) -> 
     ]
     kinds = table["kind"].to_list()
     assert kinds == ["mixed" if s.prefill_tokens else "decode" for s in logged]
+    # the engine's own record: its annotations carry the true token counts
+    assert set(table["kind_source"].to_list()) == {"annotation"}
+    assert table["context_tokens"].to_list() == [s.prefill_tokens for s in logged]
+    assert summary.to_dict()["work"]["prompt_tokens"] == sum(s.prefill_tokens for s in logged)
 
 
 def test_chunking_lowers_the_victims_tail(runs: dict) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ class Marker:
 
     used: str
     source: str
+    names: tuple[str, ...] = ()  # the kernel names it selected
 
     @property
     def inferred(self) -> bool:
@@ -96,7 +97,7 @@ def decode_markers(kernels: pl.DataFrame, rules: Rules) -> tuple[pl.DataFrame, M
             marker = Marker(hits[0], "full_attention_inferred")
     if marker is None:
         return kernels.clear(), None
-    return kernels.filter(names.is_in(hits)), marker
+    return kernels.filter(names.is_in(hits)), replace(marker, names=tuple(sorted(hits)))
 
 
 def _family_is(family: pl.Series, name: str) -> pl.Series:

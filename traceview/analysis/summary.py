@@ -203,6 +203,7 @@ def build(rules: Rules, result: StepResult) -> Summary:
         "decode_gaps": gap_stats,
         "decode_marker": None if marker is None else marker.used,
         "decode_marker_source": None if marker is None else marker.source,
+        "decode_marker_kernels": [] if marker is None else list(marker.names),
         "busy": busy_document(result.union, result.device, gaps, p99_all),
         "warnings": warnings,
     }

@@ -59,6 +59,10 @@ def render_info(doc: dict[str, Any], console: Console | None = None) -> None:
     out.print(cats)
 
 
+def _count(v: int | None) -> str:
+    return "—" if v is None else f"{v:,}"
+
+
 def _pct(v: float | None) -> str:
     return "—" if v is None else f"{v:.1%}"
 
@@ -81,6 +85,26 @@ def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
     facts.add_row("steps", f"{s['count']:,} by {s['method']}: {s['detail']}")
     if s.get("disagreements"):
         facts.add_row("", f"annotations and bursts disagree on {s['disagreements']} step(s)")
+    sources = s.get("kind_sources") or {}
+    if sources:
+        facts.add_row(
+            "kinds from",
+            ", ".join(f"{src} ({n:,} steps)" for src, n in sources.items()),
+        )
+    w = doc.get("work") or {}
+    if w.get("prompt_tokens") is not None or w.get("shape_tokens") is not None:
+        said = []
+        if w.get("prompt_tokens") is not None:
+            said.append(
+                f"{w['prompt_tokens']:,} prompt and {w['decode_tokens'] or 0:,} decode tokens "
+                f"(the engine's annotations, {w['token_steps']:,} steps)"
+            )
+        if w.get("shape_tokens") is not None:
+            said.append(
+                f"{w['shape_tokens']:,} query tokens from record_shapes "
+                f"({w['shape_token_steps']:,} steps)"
+            )
+        facts.add_row("tokens", "; ".join(said))
     facts.add_row(
         "GPU busy",
         f"{_pct(b['fraction'])} of the window; "
@@ -103,7 +127,11 @@ def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
     out.print(fam)
 
     ph = Table(title="steps and cadence by phase (anchor-to-anchor interval)", title_justify="left")
-    for col in ("phase", "steps", "n", "p50", "p90", "p99", "max"):
+    tokens = {p["first_step"]: p["prompt_tokens"] for p in w.get("phases", [])}
+    # per-phase prompt tokens, where the engine stated them and the screen has room
+    show_tokens = any(v is not None for v in tokens.values()) and out.width >= 100
+    cols = ("phase", "steps", "n", "p50", "p90", "p99", "max")
+    for col in (*cols, "prompt tokens") if show_tokens else cols:
         ph.add_column(col, justify="left" if col in ("phase", "steps") else "right")
     c = s["cadence"]
     ph.add_row(
@@ -114,6 +142,7 @@ def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
         fmt_ns(c["p90_ns"]),
         fmt_ns(c["p99_ns"]),
         fmt_ns(c["max_ns"]),
+        *([_count(w.get("prompt_tokens"))] if show_tokens else []),
         end_section=True,
     )
     for p in s["phases"]:
@@ -126,12 +155,19 @@ def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
             fmt_ns(pc["p90_ns"]),
             fmt_ns(pc["p99_ns"]),
             fmt_ns(pc["max_ns"]),
+            *([_count(tokens.get(p["first_step"]))] if show_tokens else []),
         )
     out.print(ph)
 
-    gaps = Table(
-        title=f"decode gaps ({doc['decode_marker'] or 'no decode marker'})", title_justify="left"
-    )
+    names = doc.get("decode_marker_kernels") or []
+    marker = names[0] if len(names) == 1 else doc["decode_marker"]
+    if marker is None:
+        marker = "no decode marker"
+    else:
+        marker = marker if len(marker) <= 70 else marker[:69] + "…"
+        if str(doc.get("decode_marker_source", "")).endswith("inferred"):
+            marker += ", inferred"
+    gaps = Table(title=f"decode gaps ({marker})", title_justify="left")
     for col in ("population", "n", "overlaps", "p50", "p90", "p99", "max"):
         gaps.add_column(col, justify="left" if col == "population" else "right")
     for g in doc["decode_gaps"]:
