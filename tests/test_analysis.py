@@ -123,15 +123,19 @@ def _random_scenario(seed: int) -> Scenario:
         pause_ns=(pause_lo, pause_lo * 2),
         launch_gap_ns=(1_000, gap_hi),
         kernel_scale=rng.choice([0.1, 0.5, 1.0]),
-        attention=rng.choice(["fa", "fi"]),
-        annotations="none",
+        attention=rng.choice(["fa", "fi", "fi-tc"]),
+        annotations=rng.choice(
+            ["none", "vllm-cpu", "vllm-gpu", "vllm-detailed-gpu", "vllm-old-cpu", "sglang-cpu"]
+        ),
+        linear_decode=rng.choice(["gdn_decode", "gla_decode"]),
+        record_shapes=rng.random() < 0.3,
         shuffle=rng.random() < 0.3,
         side_stream=rng.random() < 0.7,
         comm_stream=rng.random() < 0.3,
     )
 
 
-@pytest.mark.parametrize("seed", range(100, 112))
+@pytest.mark.parametrize("seed", range(100, 124))
 def test_random_engines_match_their_truth(tmp_path: Path, seed: int) -> None:
     """Engines the definitions were not tuned on: other layer patterns, pauses, speeds."""
     sc = _random_scenario(seed)

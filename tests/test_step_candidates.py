@@ -1,0 +1,125 @@
+"""Step finding in parts: the annotation parser, each candidate alone, and the arbiter."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import GENERATED, truth
+
+import traceview as tv
+from traceview.analysis.annotations import parse, record, stated_prompt_work
+from traceview.analysis.families import classify, load_rules
+from traceview.analysis.intervals import union
+from traceview.analysis.step_candidates import (
+    Candidate,
+    StepOptions,
+    annotation_candidate,
+    burst_candidate,
+    choose,
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "prompt"),
+    [
+        (
+            "execute_context_1(888_788544)_generation_0(0)",
+            {"context_requests": 1, "context_tokens": 888},
+            True,
+        ),
+        (
+            "execute_context_0(0)_generation_4(4)",
+            {"context_requests": 0, "generation_requests": 4, "generation_tokens": 4},
+            False,
+        ),
+        (
+            "execute_8192_context_9(sq8155sk8430sqsq7475785sqsk7671310)"
+            "_generation_37(sq37sk34489sqsq37sqsk34489)",
+            {"context_requests": 9, "context_tokens": 8155, "generation_tokens": 37},
+            True,
+        ),
+        ("execute_new_1_cached_0", {"new_requests": 1, "cached_requests": 0}, True),
+        ("execute_new_3_cached_1", {"new_requests": 3, "cached_requests": 1}, True),
+        ("execute_new_0_cached_7", {"new_requests": 0, "cached_requests": 7}, None),
+        (
+            "step[DECODE bs=16]",
+            {"forward_mode": "DECODE", "generation_requests": 16, "context_tokens": 0},
+            False,
+        ),
+        (
+            "step[EXTEND bs=15 toks=15360]",
+            {"forward_mode": "EXTEND", "context_requests": 15, "context_tokens": 15360},
+            True,
+        ),
+        ("step[MIXED bs=7 toks=2054]", {"forward_mode": "MIXED", "context_tokens": None}, True),
+        ("step[IDLE]", {"forward_mode": "IDLE"}, False),
+        ("ProfilerStep#12", {"context_tokens": None, "forward_mode": None}, None),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_annotation_names_state_the_batch(name: str, fields: dict, prompt: bool | None) -> None:
+    rec = record([name])
+    for key, value in fields.items():
+        assert rec[key] == value, key
+    assert stated_prompt_work(rec) is prompt
+
+
+def test_nested_annotations_merge_first_statement_wins() -> None:
+    rec = record(["execute_16_context_0(sq0sk0)_generation_16(sq16sk8193)", "step[DECODE bs=16]"])
+    assert (rec["generation_tokens"], rec["forward_mode"]) == (16, "DECODE")
+    assert parse("not_a_step") == {}
+
+
+def _prepared(name: str) -> tuple[tv.Trace, pl.DataFrame, object]:
+    trace = tv.load(GENERATED / f"{name}.json.gz")
+    rules = load_rules()
+    k = classify(trace.kernels, rules).with_columns(
+        (pl.col("family") == "full_attention").alias("_marker")
+    )
+    ends = (k["ts_ns"] + k["dur_ns"]).to_numpy()
+    return trace, k, union(k["ts_ns"].to_numpy(), ends)
+
+
+@pytest.mark.parametrize("name", ["hybrid_chunked", "hybrid_tight", "dense_vllm_detailed"])
+def test_each_candidate_alone_finds_the_planted_anchors(name: str) -> None:
+    t = truth(name)
+    trace, k, u = _prepared(name)
+    anchors = [s["anchor_ns"] for s in t["steps"]]
+    b = burst_candidate(k, u, StepOptions())
+    assert b is not None and b.anchors.tolist() == anchors and b.strong
+    a = annotation_candidate(trace, k, 0)
+    if t["annotations"] == "none":
+        assert a is None
+    else:
+        assert a is not None and a.anchors.tolist() == anchors
+        assert a.coverage == pytest.approx(1.0)
+        assert [n[0] for n in a.names] == [s["annotation"] for s in t["steps"]]
+
+
+def _cand(method: str, anchors: list[int], strong: bool = True, cover: float = 1.0) -> Candidate:
+    arr = np.array(anchors, dtype=np.int64)
+    names = [[f"step{i}"] for i in range(arr.size)] if method == "annotations" else []
+    return Candidate(method, arr, arr, method, strong, names=names, coverage=cover)
+
+
+def test_the_arbiter_prefers_the_strongest_agreeing_evidence() -> None:
+    bursts, agreeing = _cand("bursts", [0, 10, 20]), _cand("annotations", [0, 10, 20])
+    c = choose(bursts, agreeing, None)
+    assert c.candidate.method == "annotations" and c.disagreements == 0 and not c.warnings
+    # missing annotated steps (CUDA graphs): strong bursts win, with a warning
+    partial = _cand("annotations", [0, 20])
+    c = choose(bursts, partial, None)
+    assert c.candidate.method == "bursts" and c.disagreements == 1
+    assert c.names == [["step0"], [], ["step1"]]  # matching anchors keep their record
+    assert "disagree" in c.warnings[0]
+    # a weak burst guess yields to annotations that hold the kernels
+    weak = _cand("bursts", [0], strong=False)
+    assert choose(weak, agreeing, None).candidate.method == "annotations"
+    assert choose(weak, _cand("annotations", [0, 10], cover=0.5), None).candidate is weak
+    # forced methods, and the idle fallback
+    assert choose(bursts, partial, None, method="annotations").candidate is partial
+    assert choose(bursts, agreeing, None, method="bursts").candidate is bursts
+    idle = _cand("idle", [0, 50])
+    assert choose(None, None, idle).candidate is idle
+    assert choose(None, partial, idle).candidate is partial
