@@ -327,3 +327,27 @@ def test_cpu_captures_analyse_the_same_through_every_entry_point(tmp_path: Path)
     assert tv.decode_gaps(trace).equals(summary.gaps)
     assert summary.gaps.height == 6 * 2 - 1
     assert summary.to_dict()["trace"]["activity"] == "cpu_op"
+
+
+def test_a_trailing_cpu_annotation_without_gpu_work_is_no_step(tmp_path: Path) -> None:
+    """vLLM's annotation list can end with an empty step: a CPU range that launched nothing."""
+    t = truth("hybrid_chunked")
+    doc = json.loads(gzip.decompress((GENERATED / "hybrid_chunked.json.gz").read_bytes()))
+    last = max(e["ts"] + e.get("dur", 0) for e in doc["traceEvents"] if "ts" in e)
+    doc["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "execute_context_0(0)_generation_6(6)",
+            "pid": 4242,
+            "tid": 4242,
+            "ts": last + 100.0,
+            "dur": 50.0,
+        }
+    )
+    path = tmp_path / "trailing.json"
+    path.write_text(json.dumps(doc))
+    d = tv.summarize(tv.load(path)).to_dict()
+    assert d["steps"]["count"] == t["step_count"] and d["steps"]["method"] == "annotations"
+    assert d["steps"]["annotation_steps"] == t["step_count"]
+    check_against_truth(d, t)
