@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from traceview.analysis.run import RunSummary
 from traceview.analysis.stats import mean, percentiles
 from traceview.analysis.summary import Summary
 from traceview.errors import TraceviewError
@@ -224,10 +225,64 @@ def _order(ratio: float | None, verdict: str) -> float:
     return abs(math.log(ratio)) if math.isfinite(ratio) else math.inf
 
 
-def diff(a: Summary, b: Summary) -> Diff:
-    """Compare two summaries (A the baseline, B the change); see :class:`Diff`."""
-    ma = {(m.section, m.name.split(" (n=")[0]): m for m in metrics(a)}
-    mb = {(m.section, m.name.split(" (n=")[0]): m for m in metrics(b)}
+def run_metrics(run: RunSummary) -> list[Metric]:
+    """The figures a diff of two runs compares: skew, the straggler's excess, and per rank
+    its cadence, busy fraction, compute and collective wait."""
+    doc = run.to_dict()
+    out = [Metric("run", "ranks", len(doc["ranks"]), None, "count")]
+    out.append(Metric("run", "aligned steps", doc["alignment"]["steps"], None, "count"))
+    for q in ("p50_ns", "p99_ns", "max_ns"):
+        out.append(Metric("skew", f"compute skew {q[:-3]}", doc["skew"][q], "lower", "ns"))
+    s = doc["straggler"]
+    out.append(
+        Metric(
+            "skew", "straggler excess p50", None if s is None else s["excess_p50_ns"], "lower", "ns"
+        )
+    )
+    for r in doc["ranks"]:
+        rank = f"rank {r['rank']}"
+        out.append(Metric(rank, "cadence p50", r["cadence_p50_ns"], "lower", "ns"))
+        out.append(Metric(rank, "cadence p99", r["cadence_p99_ns"], "lower", "ns"))
+        out.append(Metric(rank, "compute p50", r["compute_p50_ns"], "lower", "ns"))
+        out.append(Metric(rank, "collective wait p50", r["collective_wait_p50_ns"], "lower", "ns"))
+        out.append(Metric(rank, "decode gap p99", r["decode_gap_p99_ns"], "lower", "ns"))
+        out.append(Metric(rank, "busy", r["busy"], None, "fraction"))
+    return out
+
+
+def diff(a: Summary | RunSummary, b: Summary | RunSummary) -> Diff:
+    """Compare two summaries, or two runs (A the baseline, B the change); see :class:`Diff`."""
+    if isinstance(a, RunSummary) != isinstance(b, RunSummary):
+        raise CheckError("diff compares a trace with a trace, or a run with a run")
+    if isinstance(a, RunSummary) and isinstance(b, RunSummary):
+        return _diff(run_metrics(a), run_metrics(b), _run_kernels(a), _run_kernels(b), a, b)
+    assert isinstance(a, Summary) and isinstance(b, Summary)
+    return _diff(metrics(a), metrics(b), a.kernel_table, b.kernel_table, a, b)
+
+
+def _run_kernels(run: RunSummary) -> pl.DataFrame:
+    """Kernel time per name, summed over the run's ranks."""
+    tables = [r.summary.kernel_table for r in run.ranks if r.summary is not None]
+    return pl.concat(tables).group_by("name").agg(pl.col("total_ns").sum())
+
+
+def _label(x: Summary | RunSummary) -> str:
+    if isinstance(x, RunSummary):
+        paths = [r["path"] for r in x.to_dict()["ranks"]]
+        return f"{len(paths)} ranks: {paths[0]} …" if len(paths) > 1 else paths[0]
+    return str(x.to_dict()["trace"]["path"])
+
+
+def _diff(
+    metrics_a: list[Metric],
+    metrics_b: list[Metric],
+    kernels_a: pl.DataFrame,
+    kernels_b: pl.DataFrame,
+    a: Summary | RunSummary,
+    b: Summary | RunSummary,
+) -> Diff:
+    ma = {(m.section, m.name.split(" (n=")[0]): m for m in metrics_a}
+    mb = {(m.section, m.name.split(" (n=")[0]): m for m in metrics_b}
     rows = []
     for key in list(dict.fromkeys([*ma, *mb])):
         x, y = ma.get(key), mb.get(key)
@@ -272,8 +327,8 @@ def diff(a: Summary, b: Summary) -> Diff:
         },
     )
     table = table.sort("_order", descending=True, maintain_order=True).drop("_order")
-    ka = a.kernel_table.select("name", pl.col("total_ns").alias("a_ns"))
-    kb = b.kernel_table.select("name", pl.col("total_ns").alias("b_ns"))
+    ka = kernels_a.select("name", pl.col("total_ns").alias("a_ns"))
+    kb = kernels_b.select("name", pl.col("total_ns").alias("b_ns"))
     k = ka.join(kb, on="name", how="full", coalesce=True).with_columns(
         pl.col("a_ns").fill_null(0), pl.col("b_ns").fill_null(0)
     )
@@ -290,18 +345,13 @@ def diff(a: Summary, b: Summary) -> Diff:
         (pl.col("b_ns") - pl.col("a_ns")).abs().alias("_delta"),
     )
     k = k.sort("_delta", descending=True).drop("_delta")
-    return Diff(
-        a=str(a.to_dict()["trace"]["path"]),
-        b=str(b.to_dict()["trace"]["path"]),
-        rows=table,
-        kernels=k,
-    )
+    return Diff(a=_label(a), b=_label(b), rows=table, kernels=k)
 
 
 # --- check ---------------------------------------------------------------------------------
 
 _UNITS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
-_ID_FIELDS = ("population", "kind", "family")
+_ID_FIELDS = ("population", "kind", "family", "rank")
 
 
 def parse_value(text: str | float | int, key: str = "") -> float:
@@ -334,6 +384,10 @@ def lookup(doc: Any, path: str) -> list[tuple[str, Any]]:
                 walk(node[parts[i]], i + 1, f"{trail}.{parts[i]}" if trail else parts[i])
             return
         if isinstance(node, list):
+            by_rank = [x for x in node if isinstance(x, dict) and str(x.get("rank")) == parts[i]]
+            if by_rank:  # a run's ranks are selected by rank, not by position
+                walk(by_rank[0], i + 1, f"{trail}.{parts[i]}")
+                return
             if parts[i].isdigit() and int(parts[i]) < len(node):
                 walk(node[int(parts[i])], i + 1, f"{trail}.{parts[i]}")
                 return
@@ -342,7 +396,7 @@ def lookup(doc: Any, path: str) -> list[tuple[str, Any]]:
                 items = [
                     x
                     for x in node
-                    if isinstance(x, dict) and any(x.get(f) == ident for f in _ID_FIELDS)
+                    if isinstance(x, dict) and any(str(x.get(f)) == ident for f in _ID_FIELDS)
                 ]
                 if items:
                     for n, item in enumerate(items):
@@ -376,12 +430,12 @@ class Rules:
 
     maximum: dict[str, Any] = field(default_factory=dict)
     minimum: dict[str, Any] = field(default_factory=dict)
-    baseline: Summary | None = None
+    baseline: Summary | RunSummary | None = None
     max_regression: float | None = None  # fraction: 0.1 = B may be 10% worse than A
     prefill_growth: float | None = None  # largest first-to-last growth of prompt work
 
 
-def check(summary: Summary, rules: Rules) -> CheckResult:
+def check(summary: Summary | RunSummary, rules: Rules) -> CheckResult:
     """Evaluate ``rules`` on a summary.
 
     Raises:
@@ -411,10 +465,19 @@ def check(summary: Summary, rules: Rules) -> CheckResult:
                     }
                 )
     if rules.prefill_growth is not None:
-        for g in doc["work"]["prefill_growth"]:
+        growths = (
+            [
+                (f"rank {r['rank']}, ", g)
+                for r, s in zip(doc["ranks"], doc["summaries"], strict=True)
+                for g in s["work"]["prefill_growth"]
+            ]
+            if isinstance(summary, RunSummary)
+            else [("", g) for g in doc["work"]["prefill_growth"]]
+        )
+        for where, g in growths:
             rows.append(
                 {
-                    "check": f"prefill growth, steps {g['first_step']}–{g['last_step']} "
+                    "check": f"prefill growth, {where}steps {g['first_step']}–{g['last_step']} "
                     f"<= {rules.prefill_growth:g}x",
                     "value": g["growth"],
                     "limit": rules.prefill_growth,

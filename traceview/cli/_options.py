@@ -153,3 +153,88 @@ def summarize_trace(path: str, *, label: str = "", **analysis: Any) -> Any:
     for line in summary.warnings:
         stderr.print(f"[yellow]Warning:[/] {label}{line}")
     return summary
+
+
+def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--jobs`` and ``--strict``, for commands that take a run of rank traces."""
+    func = click.option(
+        "--strict",
+        is_flag=True,
+        help="In a run, a trace that fails to load is an error (default: left out, warned).",
+    )(func)
+    return click.option(
+        "-j",
+        "--jobs",
+        type=click.IntRange(min=1),
+        help="Worker processes for a run of traces (default: every core).",
+    )(func)
+
+
+def is_run(paths: tuple[str, ...] | list[str]) -> bool:
+    """Several paths, a directory or a glob are a run; one file is a trace."""
+    if len(paths) != 1:
+        return True
+    import os
+
+    p = paths[0]
+    return os.path.isdir(p) or (not os.path.exists(p) and any(c in p for c in "*?["))
+
+
+def summarize_run_paths(
+    paths: tuple[str, ...] | list[str],
+    *,
+    jobs: int | None = None,
+    strict: bool = False,
+    label: str = "",
+    **analysis: Any,
+) -> Any:
+    """Summarize a run (directory, glob, files) with the shared analysis options: a progress
+    bar over the traces on a terminal, warnings on stderr. Returns the RunSummary."""
+    import os
+
+    from traceview.analysis.run import RunOptions, summarize_run
+    from traceview.analysis.step_candidates import StepOptions
+
+    options = RunOptions(
+        preset=analysis["preset"],
+        rules_file=analysis["rules"],
+        steps=StepOptions(
+            analysis["steps_method"],
+            analysis["layers"],
+            parse_duration(analysis["step_gap"], "--step-gap"),
+            analysis["device"],
+        ),
+        jobs=jobs or os.cpu_count() or 1,
+    )
+    close: Callable[[], None] = lambda: None  # noqa: E731
+    progress = None
+    if sys.stderr.isatty():
+        progress, close = _count_bar("traces")
+    try:
+        run = summarize_run(list(paths), options, strict=strict, progress=progress)
+    finally:
+        close()
+    for line in run.warnings:
+        stderr.print(f"[yellow]Warning:[/] {label}{line}")
+    return run
+
+
+def _count_bar(what: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+    """A progress bar over a count of items, shown on a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    bar = Progress(
+        f"[progress.description]{what}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=stderr,
+        transient=True,
+    )
+    bar.start()
+    task = bar.add_task(what, total=None)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return update, bar.stop

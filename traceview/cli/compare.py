@@ -8,7 +8,14 @@ import click
 import orjson
 
 from traceview.analysis.compare import CheckError, Rules, check, diff, load_checks, parse_value
-from traceview.cli._options import analysis_options, stderr, summarize_trace
+from traceview.cli._options import (
+    analysis_options,
+    is_run,
+    run_options,
+    stderr,
+    summarize_run_paths,
+    summarize_trace,
+)
 from traceview.render.table import render_check, render_diff
 
 
@@ -32,19 +39,26 @@ from traceview.render.table import render_check, render_diff
     help="Rows to show (biggest changes first).",
 )
 @analysis_options
+@run_options
 def diff_command(
     a: str,
     b: str,
     as_json: bool,
     fmt: str,
     limit: int,
+    jobs: int | None,
+    strict: bool,
     **analysis: Any,
 ) -> None:
     """Compare trace B against trace A (the baseline): cadence and gap percentiles per phase
     and population, busy fractions, kernel time per family, launches and prompt work per
-    step, and the kernels that appeared, vanished or changed most. Ratios are B/A."""
+    step, and the kernels that appeared, vanished or changed most. Ratios are B/A.
+
+    A and B may both be runs (a directory or a quoted glob of rank traces): then the compute
+    skew, the straggler's excess and each rank's cadence, compute and collective wait."""
     d = diff(
-        summarize_trace(a, label="A: ", **analysis), summarize_trace(b, label="B: ", **analysis)
+        _summary_or_run(a, "A: ", jobs, strict, analysis),
+        _summary_or_run(b, "B: ", jobs, strict, analysis),
     )
     if as_json:
         click.echo(orjson.dumps(d.to_dict(), option=orjson.OPT_INDENT_2).decode())
@@ -52,6 +66,14 @@ def diff_command(
         click.echo(d.to_markdown(limit), nl=False)
     else:
         render_diff(d, limit)
+
+
+def _summary_or_run(
+    path: str, label: str, jobs: int | None, strict: bool, analysis: dict[str, Any]
+) -> Any:
+    if is_run([path]):
+        return summarize_run_paths([path], jobs=jobs, strict=strict, label=label, **analysis)
+    return summarize_trace(path, label=label, **analysis)
 
 
 def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
@@ -104,6 +126,7 @@ def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @analysis_options
+@run_options
 def check_command(
     trace: str,
     maximum: tuple[str, ...],
@@ -113,11 +136,15 @@ def check_command(
     max_regression: str | None,
     prefill_growth: float | None,
     as_json: bool,
+    jobs: int | None,
+    strict: bool,
     **analysis: Any,
 ) -> None:
-    """Check TRACE against bounds: exit 0 when all hold, 1 when any fails (with a table of
-    what failed), 2 on bad input. KEY is a path in the summary document, e.g.
-    decode_gaps.decode.p99_ns, steps.phases.mixed.cadence_p50_ns, busy.fraction."""
+    """Check TRACE (or a run: a directory or quoted glob of rank traces) against bounds:
+    exit 0 when all hold, 1 when any fails (with a table of what failed), 2 on bad input.
+    KEY is a path in the summary document, e.g. decode_gaps.decode.p99_ns,
+    steps.phases.mixed.cadence_p50_ns, busy.fraction; for a run skew.p99_ns,
+    straggler.excess_p50_ns, ranks.3.collective_wait_p50_ns (by rank)."""
     file_max, file_min, options = load_checks(checks_file) if checks_file else ({}, {}, {})
     baseline = baseline or options.get("baseline")
     regression = max_regression or options.get("max_regression")
@@ -133,11 +160,13 @@ def check_command(
     ruleset = Rules(
         maximum={**file_max, **_pairs(maximum, "--max")},
         minimum={**file_min, **_pairs(minimum, "--min")},
-        baseline=summarize_trace(baseline, label="baseline: ", **analysis) if baseline else None,
+        baseline=_summary_or_run(baseline, "baseline: ", jobs, strict, analysis)
+        if baseline
+        else None,
         max_regression=parse_value(regression, "--max-regression") if regression else None,
         prefill_growth=float(growth) if growth is not None else None,
     )
-    result = check(summarize_trace(trace, **analysis), ruleset)
+    result = check(_summary_or_run(trace, "", jobs, strict, analysis), ruleset)
     if as_json:
         click.echo(
             orjson.dumps(

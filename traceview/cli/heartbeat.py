@@ -7,13 +7,23 @@ from typing import Any
 
 import click
 
-from traceview.cli._options import analysis_options, parse_duration, stderr, summarize_trace
+from traceview.cli._options import (
+    analysis_options,
+    is_run,
+    parse_duration,
+    run_options,
+    stderr,
+    summarize_run_paths,
+    summarize_trace,
+)
 from traceview.errors import TraceviewError
 from traceview.render.charts import (
     gaps_data,
     gaps_figure,
     heartbeat_data,
     heartbeat_figure,
+    run_heartbeat_data,
+    run_heartbeat_figure,
     save_figure,
 )
 
@@ -60,22 +70,29 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
 @click.option("--title", help="Chart title (default: the file name).")
 @style_option
 @analysis_options
+@run_options
 def heartbeat(
     traces: tuple[str, ...],
     output: str,
     window: str | None,
     title: str | None,
     style: str,
+    jobs: int | None,
+    strict: bool,
     **analysis: Any,
 ) -> None:
     """Chart the engine's heartbeat: one tick per step at its true time and the
     step-to-step interval over time, mixed (prefill) phases shaded, each phase's median
     cadence labelled with its n. Give two traces (before, after) to stack them on the same
-    scales.
+    scales. A directory, a glob or more than two traces are a run of rank traces: one line
+    per rank (the median and min–max band past 8 ranks), the straggler named.
     """
-    if len(traces) > 2:
-        raise click.UsageError("heartbeat takes one trace, or two to compare")
     span = parse_window(window)
+    if len(traces) > 2 or (len(traces) == 1 and is_run(traces)):
+        run = summarize_run_paths(traces, jobs=jobs, strict=strict, **analysis)
+        data = run_heartbeat_data(run, title=title or "")
+        stderr.print(f"wrote {save_figure(run_heartbeat_figure(data, style=style), output)}")
+        return
     datas = []
     for path in traces:
         summary = summarize_trace(path, label=f"{Path(path).name}: ", **analysis)

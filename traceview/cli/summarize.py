@@ -6,28 +6,47 @@ import sys
 from typing import Any
 
 import click
+import orjson
 
 from traceview.cli._options import (
     analysis_options,
+    is_run,
     json_option,
     output_options,
+    run_options,
+    summarize_run_paths,
     summarize_trace,
-    trace_argument,
 )
 from traceview.render.base import guess_format, write_output
-from traceview.render.table import render_summary
+from traceview.render.table import render_run, render_summary
+
+traces_argument = click.argument(
+    "traces", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str)
+)
 
 
 @click.command()
-@trace_argument
+@traces_argument
 @json_option
 @analysis_options
-def summarize(trace: str, as_json: bool, **analysis: Any) -> None:
-    """One screen on TRACE: families, steps and cadence by phase, decode gaps, GPU busy.
+@run_options
+def summarize(
+    traces: tuple[str, ...], as_json: bool, jobs: int | None, strict: bool, **analysis: Any
+) -> None:
+    """One screen on a trace: families, steps and cadence by phase, decode gaps, GPU busy.
 
-    --json prints the traceview.summary/1 document instead.
+    Several traces, a directory or a glob are a run of rank traces: one row per rank, the
+    compute skew across ranks, the straggler and each rank's collective wait.
+    --json prints the traceview.summary/1 (or traceview.run/1) document instead.
     """
-    summary = summarize_trace(trace, **analysis)
+    if is_run(traces):
+        run = summarize_run_paths(traces, jobs=jobs, strict=strict, **analysis)
+        if as_json:
+            click.echo(orjson.dumps(run.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        else:
+            render_run(run.to_dict())
+        return
+    summary = summarize_trace(traces[0], **analysis)
     if as_json:
         click.echo(summary.to_json())
     else:
@@ -35,12 +54,23 @@ def summarize(trace: str, as_json: bool, **analysis: Any) -> None:
 
 
 @click.command()
-@trace_argument
+@traces_argument
 @output_options
 @analysis_options
-def steps(trace: str, fmt: str | None, output: str | None, force: bool, **analysis: Any) -> None:
-    """Export TRACE's engine steps, one row per step (table, csv, json or parquet)."""
-    summary = summarize_trace(trace, **analysis)
-    write_output(
-        summary.steps, guess_format(output, fmt), output, force=force, stdout=sys.stdout.buffer
-    )
+@run_options
+def steps(
+    traces: tuple[str, ...],
+    fmt: str | None,
+    output: str | None,
+    force: bool,
+    jobs: int | None,
+    strict: bool,
+    **analysis: Any,
+) -> None:
+    """Export the engine steps, one row per step (table, csv, json or parquet). For a run of
+    rank traces, every rank's steps with ``rank`` and ``path`` columns."""
+    if is_run(traces):
+        table = summarize_run_paths(traces, jobs=jobs, strict=strict, **analysis).steps
+    else:
+        table = summarize_trace(traces[0], **analysis).steps
+    write_output(table, guess_format(output, fmt), output, force=force, stdout=sys.stdout.buffer)

@@ -261,3 +261,63 @@ def render_itl(rows: list[tuple[str, dict[str, Any]]], console: Console | None =
                 fmt_ns(s["max_ns"]),
             )
     out.print(table)
+
+
+def render_run(doc: dict[str, Any], console: Console | None = None) -> None:
+    """The ``summarize`` screen of a run: one row per rank, then skew and the straggler."""
+    out = console or Console(highlight=False)
+    from rich import box
+
+    ranks = Table(title=f"ranks ({len(doc['ranks'])})", title_justify="left", box=box.SIMPLE_HEAD)
+    wide = out.width >= 140  # room for each rank's file name
+    cols = ("rank", "steps", "cadence", "busy", "compute", "coll.", "coll. wait")
+    for col in (*cols, *(["cad. p99", "gap p99", "trace"] if wide else [])):
+        ranks.add_column(col, justify="left" if col == "trace" else "right", no_wrap=True)
+    for r in doc["ranks"]:
+        ranks.add_row(
+            str(r["rank"]),
+            f"{r['steps']:,}",
+            fmt_ns(r["cadence_p50_ns"]),
+            _pct(r["busy"]),
+            fmt_ns(r["compute_p50_ns"]),
+            fmt_ns(r["collective_ns_per_step"]),
+            fmt_ns(r["collective_wait_p50_ns"]),
+            *(
+                [
+                    fmt_ns(r["cadence_p99_ns"]),
+                    fmt_ns(r["decode_gap_p99_ns"]),
+                    r["path"].rsplit("/", 1)[-1],
+                ]
+                if wide
+                else []
+            ),
+        )
+    ranks.caption = (
+        "cadence: median step interval; compute: median busy time per step outside "
+        "collectives; "
+        "coll.: collective time per step; coll. wait: median collective time beyond the "
+        "fastest rank's in the same step"
+    )
+    ranks.caption_justify = "left"
+    out.print(ranks)
+    facts = Table(show_header=False, box=None, title="across ranks", title_justify="left")
+    facts.add_column(style="bold")
+    facts.add_column()
+    a, k, s = doc["alignment"], doc["skew"], doc["straggler"]
+    facts.add_row("alignment", f"{a['steps']:,} steps matched by {a['method']}")
+    facts.add_row(
+        "compute skew",
+        f"p50 {fmt_ns(k['p50_ns'])}, p99 {fmt_ns(k['p99_ns'])}, max {fmt_ns(k['max_ns'])} "
+        f"(n={k['n']:,} steps; slowest rank's compute minus the fastest's)",
+    )
+    if s is None:
+        facts.add_row("straggler", "— (one rank, or no aligned steps)")
+    else:
+        facts.add_row(
+            "straggler",
+            f"rank {s['rank']}: slowest in {s['steps_slowest']:,} of {a['steps']:,} steps, "
+            f"by {fmt_ns(s['excess_p50_ns'])} (median compute over the other ranks')",
+        )
+    for item in doc["left_out"]:
+        facts.add_row("left out", f"{item['path']}: {item['reason']}")
+    out.print(facts)

@@ -1,0 +1,243 @@
+"""Runs of rank traces: planted truth (a slowed rank behind synchronising all-reduces), rank
+detection, bad runs, the real 8-rank directory, and the commands that take a run."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from conftest import SHARED_TRACES
+
+import traceview as tv
+from fixtures.build import TraceBuilder
+from fixtures.ranks import RankRun, build
+from traceview.analysis.run import RunError, RunOptions, rank_from_name, summarize_run
+from traceview.cli import cli
+
+DLRM = SHARED_TRACES / "param" / "dlrm_8rank"
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, RankRun]:
+    run = RankRun(ranks=4, slow_rank=2, slow_factor=1.25, steps=30)
+    out = tmp_path_factory.mktemp("tp4")
+    paths, truth = build(run, out)
+    return out, truth, run
+
+
+def test_the_straggler_and_skew_equal_the_plan(planted: tuple[Path, dict, RankRun]) -> None:
+    out, truth, run = planted
+    result = summarize_run([str(out)], RunOptions(jobs=2))  # through the process pool
+    doc = result.to_dict()
+    assert doc["schema"] == "traceview.run/1"
+    assert [r["rank"] for r in doc["ranks"]] == list(range(run.ranks))
+    assert {r["rank_source"] for r in doc["ranks"]} == {"distributedInfo"}
+    assert doc["alignment"] == {"method": "annotation order", "steps": run.steps}
+    s = doc["straggler"]
+    assert s["rank"] == truth["straggler"] and s["steps_slowest"] == run.steps
+    assert s["excess_p50_ns"] == pytest.approx(truth["excess_p50_ns"], rel=0.01)
+    # per-step skew: the plan's, step for step
+    aligned = result.aligned.pivot(on="rank", index="step", values="compute_ns").drop("step")
+    c = aligned.to_numpy()
+    assert (c.max(axis=1) - c.min(axis=1)).tolist() == truth["skew"]
+    assert c.tolist() == truth["compute"]
+    assert doc["skew"]["p50_ns"] == int(np.rint(np.median(truth["skew"])))
+    assert doc["skew"]["max_ns"] == max(truth["skew"])
+    waits = [r["collective_wait_p50_ns"] for r in doc["ranks"]]
+    assert waits == [int(np.rint(w)) for w in truth["collective_wait_p50_ns"]]
+    kernels = [s["trace"]["kernels"] for s in doc["summaries"]]
+    assert kernels == truth["kernels"]
+
+
+def test_the_pool_and_one_process_agree(planted: tuple[Path, dict, RankRun]) -> None:
+    out = planted[0]
+    one = summarize_run([str(out)], RunOptions(jobs=1)).to_dict()
+    two = summarize_run([str(out / "*.json.gz")], RunOptions(jobs=2)).to_dict()
+    assert one == two
+
+
+@pytest.mark.parametrize(
+    ("name", "rank"),
+    [
+        ("dp0_pp0_tp0_dcp0_ep0_rank3.1773.pt.trace.json.gz", 3),
+        ("1782799835.68-TP-5-DECODE.trace.json.gz", 5),
+        ("worker2_step_12.1694128201554.pt.trace.json.gz", 2),
+        ("trace_rank-7.json", 7),
+        ("host.1234.async_llm.pt.trace.json.gz", None),
+    ],
+)
+def test_ranks_from_file_names(name: str, rank: int | None) -> None:
+    assert rank_from_name(name) == rank
+
+
+def _strip_distributed_info(src: Path, dst: Path) -> None:
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc.pop("distributedInfo", None)
+    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+def test_ranks_fall_back_to_names_then_order(
+    planted: tuple[Path, dict, RankRun], tmp_path: Path
+) -> None:
+    out = planted[0]
+    files = sorted(out.glob("*.json.gz"))
+    _strip_distributed_info(files[0], tmp_path / "b_tp1.json.gz")
+    _strip_distributed_info(files[1], tmp_path / "a_plain.json.gz")
+    doc = summarize_run([str(tmp_path)]).to_dict()
+    by_path = {Path(r["path"]).name: (r["rank"], r["rank_source"]) for r in doc["ranks"]}
+    assert by_path == {"b_tp1.json.gz": (1, "file name"), "a_plain.json.gz": (0, "order")}
+
+
+def _cpu_only(path: Path) -> Path:
+    tb = TraceBuilder()
+    tb.cpu_op("AsyncLLM.generate", 1_000_000, 50_000)
+    return tb.write(path)
+
+
+def test_frontend_traces_are_skipped_and_bad_runs_are_one_line(
+    planted: tuple[Path, dict, RankRun], tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(planted[0], run_dir)
+    _cpu_only(run_dir / "4242.async_llm.1700.pt.trace.json.gz")
+    result = CliRunner().invoke(cli, ["summarize", str(run_dir), "--json", "-j", "1"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert len(doc["ranks"]) == 4
+    assert doc["left_out"][0]["skipped"] and "no device activity" in doc["left_out"][0]["reason"]
+    assert "async_llm" in result.stderr and "skipped" in result.stderr
+
+    # a corrupt rank: left out with a warning, or (--strict) exit 2
+    (run_dir / "rank9.json").write_text('{"traceEvents": [{"ph": "X", "cat": "kernel"')
+    warned = CliRunner().invoke(cli, ["summarize", str(run_dir), "-j", "1"])
+    assert warned.exit_code == 0 and "rank9.json" in warned.stderr
+    strict = CliRunner().invoke(cli, ["summarize", str(run_dir), "--strict", "-j", "1"])
+    assert strict.exit_code == 2 and strict.stderr.startswith("Error: ")
+    assert "rank9.json" in strict.stderr and len(strict.stderr.splitlines()) == 1
+
+    # two files for one rank
+    dup = tmp_path / "dup"
+    dup.mkdir()
+    first = sorted(planted[0].glob("*.json.gz"))[0]
+    shutil.copy(first, dup / "a.json.gz")
+    shutil.copy(first, dup / "b.json.gz")
+    both = CliRunner().invoke(cli, ["summarize", str(dup), "-j", "1"])
+    assert both.exit_code == 2 and len(both.stderr.splitlines()) == 1
+    assert "a.json.gz" in both.stderr and "b.json.gz" in both.stderr and "rank 0" in both.stderr
+
+    # nothing analysable: an error naming what was found
+    empty = tmp_path / "frontend_only"
+    empty.mkdir()
+    _cpu_only(empty / "1.async_llm.json.gz")
+    none = CliRunner().invoke(cli, ["summarize", str(empty)])
+    assert none.exit_code == 2 and "nothing to analyse" in none.stderr
+    assert "1.async_llm.json.gz" in none.stderr
+    nothing = CliRunner().invoke(cli, ["summarize", str(tmp_path / "no_such_dir" / "*.gz")])
+    assert nothing.exit_code == 2 and "no trace files" in nothing.stderr
+    # the user's files are untouched
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted(
+        [
+            *(p.name for p in planted[0].iterdir()),
+            "4242.async_llm.1700.pt.trace.json.gz",
+            "rank9.json",
+        ]
+    )
+
+
+def test_uneven_step_counts_warn_and_align_on_the_common_steps(tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    b = tmp_path / "b"
+    build(RankRun(ranks=2, slow_rank=1, steps=12), a)
+    build(RankRun(ranks=2, slow_rank=1, steps=10), b)
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(next(a.glob("*rank0*")), mixed / "r0_rank0.json.gz")
+    shutil.copy(next(b.glob("*rank1*")), mixed / "r1_rank1.json.gz")
+    run = summarize_run([str(mixed)])
+    assert any("different step counts" in w for w in run.warnings)
+    assert run.to_dict()["alignment"]["steps"] == 10
+
+
+def test_commands_take_a_run(planted: tuple[Path, dict, RankRun], tmp_path: Path) -> None:
+    out, truth, run = planted
+    steps = CliRunner().invoke(cli, ["steps", str(out), "-o", str(tmp_path / "s.parquet")])
+    assert steps.exit_code == 0, steps.stderr
+    table = pl.read_parquet(tmp_path / "s.parquet")
+    assert table.columns[:2] == ["rank", "path"]
+    assert table.group_by("rank").len().sort("rank")["len"].to_list() == [run.steps] * run.ranks
+    png = tmp_path / "hb.png"
+    hb = CliRunner().invoke(cli, ["heartbeat", str(out), "-o", str(png), "-j", "1"])
+    assert hb.exit_code == 0, hb.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    excess = truth["excess_p50_ns"]
+    ok = CliRunner().invoke(
+        cli, ["check", str(out), "--max", f"straggler.excess_p50_ns={excess + 1}", "-j", "1"]
+    )
+    bad = CliRunner().invoke(
+        cli, ["check", str(out), "--max", f"straggler.excess_p50_ns={excess - 1}", "-j", "1"]
+    )
+    assert (ok.exit_code, bad.exit_code) == (0, 1)
+    rank2 = CliRunner().invoke(
+        cli, ["check", str(out), "--max", "ranks.2.collective_wait_p50_ns=0", "-j", "1"]
+    )
+    assert rank2.exit_code == 0, rank2.stdout  # the straggler never waits
+    slower = tmp_path / "slower"
+    build(RankRun(ranks=4, slow_rank=2, slow_factor=1.5, steps=30), slower)
+    d = CliRunner().invoke(cli, ["diff", str(out), str(slower), "--json", "-j", "1"])
+    assert d.exit_code == 0, d.stderr
+    rows = {(r["section"], r["metric"]): r for r in json.loads(d.stdout)["rows"]}
+    excess_row = rows[("skew", "straggler excess p50")]
+    assert excess_row["verdict"] == "worse" and excess_row["ratio"] == pytest.approx(2.0, rel=0.01)
+    mixed = CliRunner().invoke(cli, ["diff", str(out), str(next(out.glob("*.gz")))])
+    assert mixed.exit_code == 2 and "a run with a run" in mixed.stderr
+
+
+def _independent_busy(path: Path) -> tuple[int, float]:
+    """Kernel count and busy fraction (union of kernel intervals over the first-to-last
+    window) of the device with the most kernel time, with Python's json only."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    per: dict[int, list[tuple[int, int]]] = {}
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and str(e.get("cat", "")).lower() in (
+            "kernel",
+            "gpu_memcpy",
+            "gpu_memset",
+        ):
+            t0 = round(e["ts"] * 1000)
+            per.setdefault(e["args"].get("device", e["pid"]), []).append(
+                (t0, t0 + round(e["dur"] * 1000))
+            )
+    dev = max(per, key=lambda d: sum(b - a for a, b in per[d]))
+    iv = sorted(per[dev])
+    busy, cur = 0, None
+    for a, b in iv:
+        if cur is None or a > cur[1]:
+            busy += 0 if cur is None else cur[1] - cur[0]
+            cur = [a, b]
+        else:
+            cur[1] = max(cur[1], b)
+    assert cur is not None
+    busy += cur[1] - cur[0]
+    window = max(b for _, b in iv) - iv[0][0]
+    return len(iv), busy / window
+
+
+@pytest.mark.skipif(not DLRM.is_dir(), reason="../shared/traces is not present")
+def test_the_real_8_rank_directory() -> None:
+    doc = summarize_run([str(DLRM)], RunOptions(jobs=2)).to_dict()
+    assert [r["rank"] for r in doc["ranks"]] == list(range(8))
+    assert {r["rank_source"] for r in doc["ranks"]} == {"distributedInfo"}
+    assert doc["alignment"]["method"] == "annotation name"  # ProfilerStep#10 on every rank
+    for row, summary in zip(doc["ranks"], doc["summaries"], strict=True):
+        count, busy = _independent_busy(Path(row["path"]))
+        assert summary["trace"]["kernels"] == count
+        assert row["busy"] == pytest.approx(busy, abs=1e-12)
+    assert doc["straggler"] is not None and doc["skew"]["n"] == 1
+    assert tv.TraceviewError  # the public error base is what RunError derives from
+    assert issubclass(RunError, tv.TraceviewError)

@@ -1,0 +1,410 @@
+"""Runs: many rank traces analysed as one (DESIGN.md, Runs; ``traceview.run/1``).
+
+A run is a directory, a glob or a list of trace files. Each trace is loaded and summarized
+on its own, in a process pool (a worker returns the summary and a small per-step table,
+never the frames, so memory stays near one trace per worker). Then, across ranks:
+
+- **rank**: Kineto's ``distributedInfo.rank``, else the file name (``rank3``, ``tp-3``,
+  ``worker3``), else the file's order;
+- **alignment**: steps are matched across ranks by their annotation's name where every
+  rank's steps carry unique names (``ProfilerStep#12``), else by the annotation's order
+  where every rank's steps are annotated, else by each rank's reconstructed steps in order;
+- **compute** of a step: its busy time outside collectives (the length of the union of the
+  step's non-``communication`` kernels inside its span); **collective** time: the
+  ``communication`` kernel time starting in the step;
+- **skew** per aligned step: the slowest rank's compute minus the fastest's;
+- **straggler**: the rank slowest in the most aligned steps (ties: the larger excess); its
+  excess per step is its compute minus the median of the other ranks', reported as the
+  median over steps;
+- **collective wait** per rank and step: its collective time beyond the minimum across
+  ranks in that step (fast ranks wait in the all-reduce for the slow one).
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from traceview.analysis.families import load_rules
+from traceview.analysis.intervals import union
+from traceview.analysis.stats import percentiles
+from traceview.analysis.step_candidates import StepOptions
+from traceview.analysis.steps import StepResult, ends_of, find_steps
+from traceview.analysis.summary import Summary, build
+from traceview.errors import TraceviewError
+from traceview.load import load
+
+SCHEMA = "traceview.run/1"
+TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace")
+_RANK_IN_NAME = (
+    re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE),
+    re.compile(r"(?:^|[^a-z])tp[-_]?(\d+)", re.IGNORECASE),
+    re.compile(r"(?:^|[^a-z])worker[-_]?(\d+)", re.IGNORECASE),
+)
+
+
+class RunError(TraceviewError):
+    """A run that cannot be analysed: nothing loadable, or two files for one rank."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """How to analyse each rank of a run (the options of :func:`traceview.summarize`),
+    and how many worker processes to use (``jobs``; 1 analyses in this process)."""
+
+    preset: str = "default"
+    rules_file: str | None = None
+    steps: StepOptions = field(default_factory=StepOptions)
+    jobs: int = 1
+
+
+@dataclass
+class RankResult:
+    """One trace of a run: its summary and per-step figures, or why it was left out."""
+
+    path: str
+    rank: int | None = None
+    rank_source: str = ""  # distributedInfo | file name | order
+    summary: Summary | None = None
+    per_step: pl.DataFrame | None = None  # index, annotation, compute_ns, collective_ns
+    skipped: str | None = None  # a trace with nothing to analyse (no device activity)
+    error: str | None = None  # a trace that failed to load or analyse
+
+
+@dataclass
+class RunSummary:
+    """The summary of a run: ``to_dict()`` is the ``traceview.run/1`` document.
+
+    Attributes:
+        document: the run document (plain JSON-able data).
+        ranks: the analysed ranks, ascending.
+        left_out: traces skipped or failed, each with its reason.
+        aligned: one row per aligned step and rank: ``step``, ``rank``, ``compute_ns``,
+            ``collective_ns`` (Int64, ns).
+        warnings: what a reader should know before trusting a figure.
+    """
+
+    document: dict[str, Any]
+    ranks: list[RankResult]
+    left_out: list[RankResult]
+    aligned: pl.DataFrame
+    warnings: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.document
+
+    @property
+    def steps(self) -> pl.DataFrame:
+        """Every rank's steps table with ``rank`` and ``path`` columns in front."""
+        frames = [
+            r.summary.steps.select(
+                pl.lit(r.rank, dtype=pl.Int64).alias("rank"),
+                pl.lit(r.path).alias("path"),
+                pl.all(),
+            )
+            for r in self.ranks
+            if r.summary is not None
+        ]
+        return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+
+def discover(paths: Sequence[str]) -> list[Path]:
+    """The trace files a run names: each directory's traces (not recursive), each glob's
+    matches, each file as given; sorted, without duplicates.
+
+    Raises:
+        RunError: a path that does not exist, or a run with no trace file.
+    """
+    found: list[Path] = []
+    for text in paths:
+        p = Path(text)
+        if p.is_dir():
+            found += [c for c in p.iterdir() if c.is_file() and c.name.endswith(TRACE_SUFFIXES)]
+        elif p.is_file():
+            found.append(p)
+        elif any(ch in text for ch in "*?["):
+            found += [Path(m) for m in glob.glob(text) if Path(m).is_file()]
+        else:
+            raise RunError(f"{text}: no such file or directory")
+    unique = sorted(set(found), key=lambda q: str(q))
+    if not unique:
+        raise RunError(
+            f"{', '.join(paths)}: no trace files (looked for {', '.join(TRACE_SUFFIXES)})"
+        )
+    return unique
+
+
+def rank_from_name(name: str) -> int | None:
+    """The rank a file name states (``…rank3…``, ``…-TP-3…``, ``worker3_…``), if any."""
+    for pattern in _RANK_IN_NAME:
+        m = pattern.search(name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def step_work(result: StepResult) -> pl.DataFrame:
+    """Per step: ``compute_ns`` (busy time outside collectives, inside the step's span)
+    and ``collective_ns`` (``communication`` kernel time starting in the step)."""
+    k, table = result.kernels, result.table
+    comm = pl.col("family").str.split(".").list.first() == "communication"
+    other = k.filter(~comm)
+    starts = table["start_ns"].to_numpy().astype(np.int64)
+    ends = table["end_ns"].to_numpy().astype(np.int64)
+    if other.height:
+        u = union(other["ts_ns"].to_numpy().astype(np.int64), ends_of(other))
+        compute = u.clipped_lengths(starts, ends)
+    else:
+        compute = np.zeros(starts.size, dtype=np.int64)
+    coll = k.filter(comm)
+    step = np.searchsorted(starts, coll["ts_ns"].to_numpy(), side="right") - 1
+    inside = step >= 0
+    collective = np.bincount(
+        step[inside], weights=coll["dur_ns"].to_numpy()[inside], minlength=starts.size
+    ).astype(np.int64)
+    return pl.DataFrame(
+        {
+            "index": table["index"],
+            "annotation": table["annotation"],
+            "compute_ns": compute.astype(np.int64),
+            "collective_ns": collective,
+        }
+    )
+
+
+def analyse_rank(path: str, options: RunOptions) -> RankResult:
+    """Load and summarize one trace of a run (the work of one pool task)."""
+    try:
+        trace = load(path)
+        if trace.kernels.height == 0:
+            return RankResult(path, skipped="no device activity (a CPU-only trace)")
+        rules = load_rules(options.preset, options.rules_file)
+        result = find_steps(trace, rules, options.steps)
+        summary = build(rules, result)
+    except TraceviewError as exc:
+        return RankResult(path, error=str(exc))
+    dist = trace.meta.extra.get("distributedInfo")
+    rank = dist.get("rank") if isinstance(dist, dict) else None
+    source = "distributedInfo"
+    if not isinstance(rank, int):
+        rank, source = rank_from_name(Path(path).name), "file name"
+    return RankResult(
+        path,
+        rank=rank,
+        rank_source=source if rank is not None else "",
+        summary=summary,
+        per_step=step_work(result),
+    )
+
+
+def _analyse_all(
+    paths: list[Path], options: RunOptions, progress: Callable[[int, int], None] | None
+) -> list[RankResult]:
+    results: list[RankResult] = []
+    if options.jobs <= 1 or len(paths) == 1:
+        for i, p in enumerate(paths):
+            results.append(analyse_rank(str(p), options))
+            if progress:
+                progress(i + 1, len(paths))
+        return results
+    workers = min(options.jobs, len(paths))
+    # spawn: a forked child of a process that ran polars' thread pool can deadlock
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(analyse_rank, str(p), options) for p in paths]
+        for done, fut in enumerate(as_completed(futures), start=1):
+            results.append(fut.result())
+            if progress:
+                progress(done, len(paths))
+    order = {str(p): i for i, p in enumerate(paths)}
+    return sorted(results, key=lambda r: order[r.path])
+
+
+def _assign_ranks(results: list[RankResult]) -> None:
+    taken: dict[int, str] = {}
+    for r in results:
+        if r.rank is None:
+            continue
+        if r.rank in taken:
+            raise RunError(
+                f"{taken[r.rank]} and {r.path} are both rank {r.rank}: two runs in one "
+                "place? Give the files of one run"
+            )
+        taken[r.rank] = r.path
+    free = (i for i in range(len(results) + len(taken)) if i not in taken)
+    for r in results:
+        if r.rank is None:
+            r.rank, r.rank_source = next(free), "order"
+
+
+def _alignment(ranks: list[RankResult]) -> tuple[str, pl.DataFrame, list[str]]:
+    """How steps were matched across ranks, and the aligned (step, rank) rows."""
+    tables = {r.rank: r.per_step for r in ranks if r.per_step is not None}
+    warnings = []
+    counts = {rank: t.height for rank, t in tables.items()}
+    if len(set(counts.values())) > 1:
+        warnings.append(
+            "ranks have different step counts ("
+            + ", ".join(f"rank {k}: {v}" for k, v in sorted(counts.items()))
+            + "): only the steps found on every rank are compared"
+        )
+    annotated = all(t["annotation"].null_count() == 0 for t in tables.values())
+    unique = annotated and all(t["annotation"].n_unique() == t.height for t in tables.values())
+    if unique:
+        method = "annotation name"
+        common = set.intersection(*(set(t["annotation"].to_list()) for t in tables.values()))
+        order = [a for a in next(iter(tables.values()))["annotation"].to_list() if a in common]
+        key = {a: i for i, a in enumerate(order)}
+        rows = [
+            t.filter(pl.col("annotation").is_in(order)).with_columns(
+                pl.col("annotation").replace_strict(key, return_dtype=pl.Int64).alias("step"),
+                pl.lit(rank, dtype=pl.Int64).alias("rank"),
+            )
+            for rank, t in tables.items()
+        ]
+    else:
+        method = "annotation order" if annotated else "step order"
+        n = min(counts.values()) if counts else 0
+        rows = [
+            t.head(n).with_columns(
+                pl.col("index").alias("step"), pl.lit(rank, dtype=pl.Int64).alias("rank")
+            )
+            for rank, t in tables.items()
+        ]
+    aligned = (
+        pl.concat(rows).select("step", "rank", "compute_ns", "collective_ns").sort("step", "rank")
+        if rows
+        else pl.DataFrame(
+            schema={
+                "step": pl.Int64,
+                "rank": pl.Int64,
+                "compute_ns": pl.Int64,
+                "collective_ns": pl.Int64,
+            }
+        )
+    )
+    return method, aligned, warnings
+
+
+def _median(values: np.ndarray) -> int | None:
+    return int(np.rint(np.median(values))) if values.size else None
+
+
+def cross_rank(aligned: pl.DataFrame, ranks: list[int]) -> dict[str, Any]:
+    """Skew, straggler and collective wait over the aligned steps (see the module doc)."""
+    if aligned.height == 0 or len(ranks) < 2:
+        return {"skew": percentiles([]), "straggler": None, "wait": {}}
+    compute = aligned.pivot(on="rank", index="step", values="compute_ns", sort_columns=True)
+    collective = aligned.pivot(on="rank", index="step", values="collective_ns", sort_columns=True)
+    cols = [str(r) for r in ranks]
+    c = compute.select(cols).to_numpy().astype(np.int64)
+    w = collective.select(cols).to_numpy().astype(np.int64)
+    skew = percentiles(c.max(axis=1) - c.min(axis=1))
+    slowest = np.bincount(c.argmax(axis=1), minlength=len(ranks))
+    excess = {}
+    for i in range(len(ranks)):
+        others = np.delete(c, i, axis=1)
+        excess[i] = c[:, i] - np.median(others, axis=1)
+    best = max(range(len(ranks)), key=lambda i: (slowest[i], float(np.median(excess[i]))))
+    straggler = {
+        "rank": ranks[best],
+        "steps_slowest": int(slowest[best]),
+        "excess_p50_ns": _median(excess[best]),
+    }
+    wait = {ranks[i]: _median(w[:, i] - w.min(axis=1)) for i in range(len(ranks))}
+    return {"skew": skew, "straggler": straggler, "wait": wait}
+
+
+def _rank_row(r: RankResult, wait: dict[int, int | None]) -> dict[str, Any]:
+    assert r.summary is not None and r.per_step is not None
+    doc = r.summary.to_dict()
+    phases = {}
+    for kind in ("decode", "mixed"):
+        steps = r.summary.steps
+        inside = steps.filter(
+            (pl.col("kind") == kind) & (pl.col("phase") == pl.col("phase").shift(1))
+        )
+        stats = percentiles(inside["interval_ns"].drop_nulls().to_numpy())
+        phases[kind] = {"n": stats["n"], "p50_ns": stats["p50_ns"], "p99_ns": stats["p99_ns"]}
+    gaps = doc["decode_gaps"][0]
+    per = r.per_step
+    return {
+        "rank": r.rank,
+        "rank_source": r.rank_source,
+        "path": r.path,
+        "steps": doc["steps"]["count"],
+        "cadence_p50_ns": doc["steps"]["cadence"]["p50_ns"],
+        "cadence_p99_ns": doc["steps"]["cadence"]["p99_ns"],
+        "cadence_by_phase": phases,
+        "decode_gap_p50_ns": gaps["p50_ns"],
+        "decode_gap_p99_ns": gaps["p99_ns"],
+        "decode_gaps_n": gaps["n"],
+        "busy": doc["busy"]["fraction"],
+        "compute_p50_ns": _median(per["compute_ns"].to_numpy()),
+        "collective_ns_per_step": float(per["collective_ns"].to_numpy().mean())
+        if per.height
+        else None,
+        "collective_wait_p50_ns": wait.get(r.rank) if r.rank is not None else None,
+    }
+
+
+def summarize_run(
+    paths: Sequence[str],
+    options: RunOptions | None = None,
+    *,
+    strict: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunSummary:
+    """Analyse a run of rank traces as one (see the module docstring).
+
+    Args:
+        paths: directories, globs or files.
+        options: :class:`RunOptions` (analysis options and ``jobs``).
+        strict: a trace that fails to load is an error instead of a warning.
+        progress: ``progress(traces_done, traces_total)``.
+
+    Raises:
+        RunError: no trace files, nothing analysable, two files for one rank, or (with
+            ``strict``) a trace that fails.
+    """
+    options = options or RunOptions()
+    files = discover(paths)
+    results = _analyse_all(files, options, progress)
+    failed = [r for r in results if r.error]
+    if failed and strict:
+        raise RunError(failed[0].error or failed[0].path)
+    ranks = [r for r in results if r.summary is not None]
+    left_out = [r for r in results if r.summary is None]
+    if not ranks:
+        found = "; ".join(f"{Path(r.path).name}: {r.error or r.skipped}" for r in left_out)
+        raise RunError(f"{', '.join(paths)}: nothing to analyse ({found})")
+    _assign_ranks(ranks)
+    ranks.sort(key=lambda r: r.rank if r.rank is not None else -1)
+    warnings = [f"{r.path}: skipped: {r.skipped}" for r in left_out if r.skipped]
+    warnings += [f"{r.path}: left out: {r.error}" for r in left_out if r.error]
+    method, aligned, align_warnings = _alignment(ranks)
+    warnings += align_warnings
+    rank_ids = [int(r.rank) for r in ranks if r.rank is not None]
+    cross = cross_rank(aligned, rank_ids)
+    doc = {
+        "schema": SCHEMA,
+        "ranks": [_rank_row(r, cross["wait"]) for r in ranks],
+        "alignment": {"method": method, "steps": int(aligned["step"].n_unique())},
+        "skew": cross["skew"],
+        "straggler": cross["straggler"],
+        "left_out": [
+            {"path": r.path, "reason": r.error or r.skipped, "skipped": r.skipped is not None}
+            for r in left_out
+        ],
+        "warnings": warnings,
+        "summaries": [r.summary.to_dict() for r in ranks if r.summary is not None],
+    }
+    return RunSummary(doc, ranks, left_out, aligned, warnings)
