@@ -5,6 +5,7 @@ from traceview.analysis.busy import busy
 from traceview.analysis.compare import CheckResult, Diff, check, diff
 from traceview.analysis.families import families, kernels, load_rules
 from traceview.analysis.gaps import decode_gaps
+from traceview.analysis.run import RunOptions, RunSummary, summarize_run
 from traceview.analysis.steps import steps
 from traceview.analysis.summary import Summary, summarize
 from traceview.errors import (
@@ -18,6 +19,7 @@ from traceview.errors import (
 )
 from traceview.load import LoadOptions, load
 from traceview.model import Trace, TraceMeta
+from traceview.scan import ScanOptions, scan
 from traceview.sql import run_sql
 
 sql = run_sql  # tv.sql(trace, "select ...") reads as the examples do
@@ -41,6 +43,11 @@ __all__ = [
     "sql",
     "steps",
     "summarize",
+    "summarize_run",
+    "RunOptions",
+    "RunSummary",
+    "scan",
+    "ScanOptions",
     "CaptureError",
     "LoadOptions",
     "MissingDependencyError",

@@ -42,6 +42,7 @@ from traceview.analysis.steps import StepResult, ends_of, find_steps
 from traceview.analysis.summary import Summary, build
 from traceview.errors import TraceviewError
 from traceview.load import load
+from traceview.model import Trace
 
 SCHEMA = "traceview.run/1"
 TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace")
@@ -119,20 +120,26 @@ class RunSummary:
 
 def discover(paths: Sequence[str]) -> list[Path]:
     """The trace files a run names: each directory's traces (not recursive), each glob's
-    matches, each file as given; sorted, without duplicates.
+    matches (a matching directory gives its traces), each file as given; sorted, without
+    duplicates.
 
     Raises:
         RunError: a path that does not exist, or a run with no trace file.
     """
     found: list[Path] = []
+
+    def folder(p: Path) -> list[Path]:
+        return [c for c in p.iterdir() if c.is_file() and c.name.endswith(TRACE_SUFFIXES)]
+
     for text in paths:
         p = Path(text)
         if p.is_dir():
-            found += [c for c in p.iterdir() if c.is_file() and c.name.endswith(TRACE_SUFFIXES)]
+            found += folder(p)
         elif p.is_file():
             found.append(p)
         elif any(ch in text for ch in "*?["):
-            found += [Path(m) for m in glob.glob(text) if Path(m).is_file()]
+            for m in map(Path, glob.glob(text)):
+                found += folder(m) if m.is_dir() else [m] if m.is_file() else []
         else:
             raise RunError(f"{text}: no such file or directory")
     unique = sorted(set(found), key=lambda q: str(q))
@@ -150,6 +157,17 @@ def rank_from_name(name: str) -> int | None:
         if m:
             return int(m.group(1))
     return None
+
+
+def rank_of(trace: Trace, path: str) -> tuple[int | None, str]:
+    """A trace's rank and where it came from: Kineto's ``distributedInfo.rank``, else the
+    file name; (None, "") when neither says."""
+    dist = trace.meta.extra.get("distributedInfo")
+    rank = dist.get("rank") if isinstance(dist, dict) else None
+    if isinstance(rank, int) and not isinstance(rank, bool):
+        return rank, "distributedInfo"
+    named = rank_from_name(Path(path).name)
+    return (named, "file name") if named is not None else (None, "")
 
 
 def step_work(result: StepResult) -> pl.DataFrame:
@@ -192,15 +210,11 @@ def analyse_rank(path: str, options: RunOptions) -> RankResult:
         summary = build(rules, result)
     except TraceviewError as exc:
         return RankResult(path, error=str(exc))
-    dist = trace.meta.extra.get("distributedInfo")
-    rank = dist.get("rank") if isinstance(dist, dict) else None
-    source = "distributedInfo"
-    if not isinstance(rank, int):
-        rank, source = rank_from_name(Path(path).name), "file name"
+    rank, source = rank_of(trace, path)
     return RankResult(
         path,
         rank=rank,
-        rank_source=source if rank is not None else "",
+        rank_source=source,
         summary=summary,
         per_step=step_work(result),
     )

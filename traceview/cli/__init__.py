@@ -38,7 +38,7 @@ def cli(debug: bool) -> None:
 
 
 def _register() -> None:
-    from traceview.cli import capture, compare, heartbeat, info, sql, summarize
+    from traceview.cli import capture, compare, heartbeat, info, scan, sql, summarize
 
     for command in (
         info.info,
@@ -49,6 +49,7 @@ def _register() -> None:
         sql.sql,
         compare.diff_command,
         compare.check_command,
+        scan.scan,
         capture.capture,
         capture.itl,
         capture.demo,

@@ -16,7 +16,7 @@ from traceview.model import Trace
 trace_argument = click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead.")
 
-stderr = Console(stderr=True, highlight=False)
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)  # one line per message
 
 
 def _progress_bar() -> tuple[Callable[[int, int], None], Callable[[], None]]:

@@ -1,0 +1,183 @@
+"""traceview scan: the dataset equals the summaries, is readable by polars and DuckDB, is
+incremental and interruptible, keeps failures as rows, and Ray writes the same rows."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from conftest import GENERATED, ROOT
+
+import traceview as tv
+from fixtures.ranks import RankRun, build
+from traceview.cli import cli
+from traceview.scan import content_hash, scan
+
+FIXTURES = ["hybrid_chunked", "dense_sglang", "hybrid_vllm_old"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two tensor-parallel runs (the second with a slower straggler), three single traces,
+    and one corrupt file."""
+    root = tmp_path_factory.mktemp("runs")
+    build(RankRun(ranks=2, slow_rank=1, slow_factor=1.2, steps=12), root / "tp2_a")
+    build(RankRun(ranks=2, slow_rank=0, slow_factor=1.6, steps=12, seed=5), root / "tp2_b")
+    single = root / "single"
+    single.mkdir()
+    for name in FIXTURES:
+        shutil.copy(GENERATED / f"{name}.json.gz", single / f"{name}.json.gz")
+    (single / "broken.json").write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": ')
+    return root
+
+
+def _digests(root: Path) -> dict[str, str]:
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()
+    }
+
+
+def _table(dataset: Path, name: str) -> pl.DataFrame:
+    return pl.read_parquet(dataset / name / "*.parquet")
+
+
+def test_the_dataset_holds_each_traces_summary(runs: Path, tmp_path: Path) -> None:
+    before = _digests(runs)
+    ds = tmp_path / "ds"
+    result = CliRunner().invoke(cli, ["scan", str(runs / "*"), "-o", str(ds), "-j", "2"])
+    assert result.exit_code == 0, result.stderr
+    assert "scanned 7, skipped 0" in result.stderr and "failed 1" in result.stderr
+    assert "broken.json" in result.stderr
+    assert _digests(runs) == before  # the user's traces are only read
+    traces = _table(ds, "traces")
+    assert traces.height == 7 and traces["trace_id"].n_unique() == 7
+    errors = _table(ds, "errors")
+    assert errors["path"].to_list() == [str((runs / "single" / "broken.json").resolve())]
+    assert errors["trace_id"].to_list() == [content_hash(runs / "single" / "broken.json")]
+    steps = pl.scan_parquet(str(ds / "steps" / "**" / "*.parquet")).collect()
+    for path in (runs / "single").glob("*.json.gz"):
+        summary = tv.summarize(tv.load(path))
+        tid = content_hash(path)
+        row = traces.filter(pl.col("trace_id") == tid).row(0, named=True)
+        doc = summary.to_dict()
+        assert row["steps"] == doc["steps"]["count"]
+        assert row["cadence_p99_ns"] == doc["steps"]["cadence"]["p99_ns"]
+        assert row["busy"] == doc["busy"]["fraction"]
+        assert row["prompt_tokens"] == doc["work"]["prompt_tokens"]
+        mine = steps.filter(pl.col("trace_id") == tid)
+        assert mine["anchor_ns"].to_list() == summary.steps["anchor_ns"].to_list()
+        assert mine["kind"].to_list() == summary.steps["kind"].to_list()
+        gaps = _table(ds, "gaps").filter(pl.col("trace_id") == tid)
+        assert gaps["gap_ns"].to_list() == summary.gaps["gap_ns"].to_list()
+    ranks = traces.filter(pl.col("run").str.contains("tp2_")).sort("run", "rank")
+    assert ranks["rank"].to_list() == [0, 1, 0, 1]
+    assert set(traces["engine"].drop_nulls().to_list()) == {"vllm", "sglang"}
+
+
+def test_polars_and_duckdb_read_the_same(runs: Path, tmp_path: Path) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    ds = tmp_path / "ds"
+    scan([str(runs / "*")], ds, jobs=1)
+    by_polars = (
+        pl.scan_parquet(str(ds / "traces" / "*.parquet"))
+        .group_by("run")
+        .agg(pl.col("cadence_p99_ns").max())
+        .sort("run")
+        .collect()
+    )
+    by_duckdb = duckdb.sql(
+        f"SELECT run, max(cadence_p99_ns) AS cadence_p99_ns "
+        f"FROM read_parquet('{ds}/traces/*.parquet') GROUP BY run ORDER BY run"
+    ).fetchall()
+    assert by_polars.rows() == by_duckdb
+    n = duckdb.sql(f"SELECT count(*) FROM read_parquet('{ds}/steps/*.parquet')").fetchall()
+    assert n[0][0] == pl.read_parquet(ds / "steps" / "*.parquet").height
+
+
+def test_a_second_scan_skips_what_is_there(runs: Path, tmp_path: Path) -> None:
+    ds = tmp_path / "ds"
+    first = scan([str(runs / "*")], ds, jobs=1)
+
+    def stamps_of() -> dict[Path, int]:  # errors/ is rewritten: failures are tried again
+        return {p: p.stat().st_mtime_ns for p in ds.rglob("*.parquet") if "errors" not in p.parts}
+
+    stamps = stamps_of()
+    again = scan([str(runs / "*")], ds, jobs=1)
+    assert again.scanned == [] and len(again.skipped) == len(first.scanned)
+    assert again.failed == first.failed  # a failed trace is tried again
+    assert stamps_of() == stamps
+    # the same content under another name is the same trace
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(runs / "single" / "dense_sglang.json.gz", copy / "renamed.json.gz")
+    assert scan([str(copy)], ds).skipped == [str(copy / "renamed.json.gz")]
+
+
+def test_a_killed_scan_resumes_to_the_same_dataset(runs: Path, tmp_path: Path) -> None:
+    clean = tmp_path / "clean"
+    scan([str(runs / "*")], clean, jobs=1)
+    ds = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "traceview", "scan", str(runs / "*"), "-o", str(ds), "-j", "1"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list((ds / "traces").glob("*.parquet")):
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # whatever it left: whole files only (each one reads)
+    for f in ds.rglob("*.parquet"):
+        if ".tmp" not in f.parts:
+            pl.read_parquet(f)
+    scan([str(runs / "*")], ds, jobs=1)
+    assert not list((ds / ".tmp").iterdir())
+    for table in ("traces", "steps", "families", "gaps", "errors"):
+        a = _table(clean, table).drop("scanned_at_ns", strict=False).sort("trace_id")
+        b = _table(ds, table).drop("scanned_at_ns", strict=False).sort("trace_id")
+        assert a.equals(b), table
+
+
+def test_ray_writes_the_same_rows(runs: Path, tmp_path: Path) -> None:
+    ray = pytest.importorskip("ray")
+    local, remote = tmp_path / "local", tmp_path / "ray"
+    scan([str(runs / "*")], local, jobs=2)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        report = scan([str(runs / "*")], remote, engine="ray")
+    finally:
+        ray.shutdown()
+    assert len(report.scanned) == 7 and len(report.failed) == 1
+    for table in ("traces", "steps", "families", "gaps", "errors"):
+        a = _table(local, table).drop("scanned_at_ns", strict=False).sort("trace_id")
+        b = _table(remote, table).drop("scanned_at_ns", strict=False).sort("trace_id")
+        assert a.equals(b), table
+
+
+def test_the_datasets_doc_examples_run(runs: Path, tmp_path: Path) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    ds = tmp_path / "DATASET"
+    scan([str(runs / "*")], ds, jobs=1)
+    text = (ROOT / "docs" / "datasets.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 3
+    namespace: dict = {"pl": pl, "duckdb": duckdb}
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for block in blocks:
+            exec(compile(block, "docs/datasets.md", "exec"), namespace)
+    finally:
+        os.chdir(cwd)
+    slowest = namespace["slowest"]
+    by_run = {r["run"]: r["rank"] for r in slowest.to_dicts()}
+    assert by_run[str((runs / "tp2_a").resolve())] == 1
+    assert by_run[str((runs / "tp2_b").resolve())] == 0

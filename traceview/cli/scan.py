@@ -1,0 +1,84 @@
+"""``traceview scan``: many runs' traces into one Parquet dataset."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from traceview.cli._options import _count_bar, analysis_options, parse_duration, stderr
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option(
+    "-o",
+    "--output",
+    "dataset",
+    required=True,
+    type=click.Path(file_okay=False, path_type=str),
+    help="Dataset folder (created; a second scan adds to it).",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: a process pool on this machine; ray: Ray tasks (RAY_ADDRESS or --address).",
+)
+@click.option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local one).")
+@click.option(
+    "-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: every core)."
+)
+@analysis_options
+def scan(
+    paths: tuple[str, ...],
+    dataset: str,
+    engine: str,
+    address: str | None,
+    jobs: int | None,
+    **analysis: Any,
+) -> None:
+    """Scan traces (directories, globs, files) into a Parquet dataset of traces, steps,
+    families, gaps and errors, one file per trace in each table. Traces already in the
+    dataset (by content) are skipped; a trace that fails becomes a row in errors/.
+    Read it with polars (pl.scan_parquet("DATASET/steps/**/*.parquet")) or DuckDB."""
+    from traceview.analysis.step_candidates import StepOptions
+    from traceview.scan import ScanOptions
+    from traceview.scan import scan as run_scan
+
+    options = ScanOptions(
+        preset=analysis["preset"],
+        rules_file=analysis["rules"],
+        steps=StepOptions(
+            analysis["steps_method"],
+            analysis["layers"],
+            parse_duration(analysis["step_gap"], "--step-gap"),
+            analysis["device"],
+        ),
+    )
+    progress: Callable[[int, int], None] | None = None
+    close: Callable[[], None] = lambda: None  # noqa: E731
+    if sys.stderr.isatty():
+        progress, close = _count_bar("traces")
+    try:
+        report = run_scan(
+            list(paths),
+            dataset,
+            options,
+            jobs=jobs or os.cpu_count() or 1,
+            engine=engine,
+            address=address,
+            progress=progress,
+        )
+    finally:
+        close()
+    for path, error in report.failed:
+        stderr.print(f"[yellow]Warning:[/] {path}: not scanned: {error}")
+    stderr.print(
+        f"{dataset}: scanned {len(report.scanned)}, skipped {len(report.skipped)} (already in "
+        f"the dataset), failed {len(report.failed)} (in errors/) in {report.seconds:.1f} s"
+    )
