@@ -77,7 +77,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--traces", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray engine")
     args = parser.parse_args()
@@ -85,11 +85,15 @@ def main() -> None:
     size = sum(p.stat().st_size for p in folder.glob("*.json.gz"))
     cores = os.cpu_count() or 1
     tv = [sys.executable, "-m", "traceview"]
-    one = str(next(folder.glob("*.json.gz")))
+    files = sorted(map(str, folder.glob("*.json.gz")))
+    one = files[0]
+    quarter = files[: max(1, len(files) // 4)]
     commands = {
         "one trace: load": [sys.executable, "-c", f"import traceview as tv; tv.load({one!r})"],
         "serial (-j 1)": [*tv, "scan", str(folder), "-j", "1"],
         f"pool (-j {cores})": [*tv, "scan", str(folder), "-j", str(cores)],
+        # the same pool on a quarter of the traces: its peak must not grow with their number
+        f"pool, {len(quarter)} traces": [*tv, "scan", *quarter, "-j", str(cores)],
     }
     try:
         import ray  # noqa: F401
@@ -113,7 +117,8 @@ def main() -> None:
     serial = best["serial (-j 1)"][0]
     load_peak = best["one trace: load"][1]
     for name, (wall, peak) in best.items():
-        ratio = "" if name.startswith("one") else f"  speed-up vs serial {serial / wall:.2f}x"
+        same_work = not name.startswith(("one", "pool,"))
+        ratio = f"  speed-up vs serial {serial / wall:.2f}x" if same_work else ""
         print(
             f"{name:18} {wall:7.2f} s  peak RSS {peak / 1e9:.2f} GB "
             f"({peak / load_peak:.1f}x one trace's load){ratio}"

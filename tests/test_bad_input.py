@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,12 +33,10 @@ ERRORS: dict[str, tuple[bytes | Callable[[Path], Path], str]] = {
     "whitespace": (b"  \n\t ", r"empty file \(only whitespace\)$"),
     "not-json": (b"hello, world", r"not a trace file: a JSON trace starts with"),
     "json-scalar": (b"42", r"not a trace file"),
-    "truncated-gzip": (gzip.compress(big_valid())[:4000], r"truncated gzip file"),
     "gzip-of-garbage": (gzip.compress(b"\x00\x01binary junk"), r"not a trace file"),
     "not-a-trace-object": (b'{"foo": 1, "bar": [1, 2]}', r"no 'traceEvents' array"),
     "traceEvents-not-array": (b'{"traceEvents": 5}', r"no 'traceEvents' array"),
     "array-of-numbers": (b"[1, 2, 3]", r"none of its 3 events is usable"),
-    "truncated-json": (doc(K, K)[:-20], r"invalid JSON|truncated"),
     "syntax-error-mid-array": (doc(K, '{"ph": "X",, "ts": 1}', K), r"invalid JSON in events"),
     "invalid-utf8": (doc(K).replace(b'"k"', b'"\xff\xfe"'), r"invalid JSON|utf-8|UTF-8"),
     "kernel-missing-ts": (
@@ -70,9 +69,14 @@ ERRORS: dict[str, tuple[bytes | Callable[[Path], Path], str]] = {
     ),
     "kernel-ts-overflow": (doc({**K, "ts": 1e300}), r"event #0 .*'ts' missing or not a finite"),
     "zstd": (b"\x28\xb5\x2f\xfd" + b"\x00" * 20, r"zstd-compressed traces are not supported"),
-    "object-missing-close": (
-        b'{"traceEvents": [' + json.dumps(K).encode() + b"]",
-        r"file ends before the closing '}'",
+    "gzip-cut-in-its-header": (gzip.compress(big_valid())[:6], r"empty file"),
+    "deep-nesting": (
+        doc(
+            K,
+            '{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 1, '
+            '"dur": 1, "args": {"x": ' + "[" * 5000 + "]" * 5000 + "}}",
+        ),
+        r"nested too deeply",
     ),
     "garbage-after-array": (b"[" + json.dumps(K).encode() + b"] trailing", r"unexpected text"),
 }
@@ -184,3 +188,80 @@ def test_empty_event_array_loads_as_empty_trace(tmp_path: Path) -> None:
     path.write_bytes(b'{"traceEvents": []}')
     trace = tv.load(path)
     assert trace.kernels.height == 0 and trace.meta.events == 0
+
+
+def _kernels_text(n: int, array_form: bool) -> tuple[bytes, list[tuple[int, int]]]:
+    """A trace of ``n`` kernels, and each event's span (first byte, one past its '}')."""
+    head = b"[\n" if array_form else b'{"schemaVersion": 1, "traceEvents": [\n'
+    parts, ends, pos = [head], [], len(head)
+    for i in range(n):
+        text = json.dumps({**K, "name": f"k{i}", "ts": 10.0 + i}).encode()
+        if i:
+            parts.append(b",\n")
+            pos += 2
+        parts.append(text)
+        ends.append((pos, pos + len(text)))
+        pos += len(text)
+    parts.append(b"\n]" if array_form else b'\n], "traceName": "t"}')
+    return b"".join(parts), ends
+
+
+@pytest.mark.parametrize("array_form", [False, True], ids=["object", "array"])
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+def test_a_trace_cut_anywhere_loads_every_complete_event(
+    tmp_path: Path, array_form: bool, gz: bool
+) -> None:
+    """A profiler that died, a full disk: every event wholly before the cut loads, with one
+    warning naming the byte offset and the count; --strict refuses."""
+    text, spans = _kernels_text(400, array_form)
+    data = gzip.compress(text) if gz else text
+    start = 0 if gz else spans[0][0]
+    cuts = sorted({*range(start, len(data) - 1, max(1, len(data) // 97)), len(data) - 2})
+    for cut in cuts:
+        path = tmp_path / f"cut{cut}.json{'.gz' if gz else ''}"
+        path.write_bytes(data[:cut])
+        if gz:  # the text that survives the cut, by Python's own zlib
+            d = __import__("zlib").decompressobj(wbits=31)
+            survived = len(d.decompress(data[:cut]))
+        else:
+            survived = cut
+        expected = sum(1 for _, e in spans if e <= survived)
+        if survived < spans[0][0]:  # cut in the header: one clear line, or nothing to load
+            try:
+                assert tv.load(path).kernels.height == 0
+            except tv.TraceFormatError as exc:
+                assert exc.path == str(path)
+            continue
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trace = tv.load(path)
+        assert trace.kernels.height == expected, (cut, survived)
+        assert trace.kernels["name"].cast(str).to_list() == [f"k{i}" for i in range(expected)]
+        notes = [w for w in trace.meta.warnings if "truncated" in w]
+        inside_an_event = any(a < survived < e for a, e in spans)
+        if not array_form or gz or inside_an_event:
+            assert len(notes) == 1, (cut, trace.meta.warnings)
+            assert len([w for w in caught if "truncated" in str(w.message)]) == 1
+            if survived == len(text):  # only the gzip trailer is gone: every event is there
+                assert "truncated gzip stream" in notes[0] and trace.meta.truncated_at is None
+                continue
+            assert re.search(r"truncated (inside an event after )?(at )?byte [\d,]+", notes[0])
+            assert f"{trace.meta.events:,} complete events kept" in notes[0]
+            assert trace.meta.truncated_at is not None
+            with pytest.raises(tv.TraceFormatError, match="truncated"):
+                tv.load(path, options=tv.LoadOptions(strict=True))
+
+
+def test_the_cli_loads_a_cut_trace_with_a_warning_and_strict_refuses(tmp_path: Path) -> None:
+    text, _ = _kernels_text(50, array_form=False)
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(gzip.compress(text)[: len(gzip.compress(text)) * 2 // 3])
+    before = path.read_bytes()
+    ok = CliRunner().invoke(cli, ["info", str(path)])
+    assert ok.exit_code == 0 and "truncated" in ok.stderr and "Warning:" in ok.stderr
+    strict = CliRunner().invoke(cli, ["info", str(path), "--strict"])
+    assert strict.exit_code == 2 and len(strict.stderr.strip().splitlines()) == 1
+    assert strict.stderr.startswith(f"Error: {path}: truncated")
+    summary = CliRunner().invoke(cli, ["summarize", str(path), "--strict"])
+    assert summary.exit_code == 2 and "truncated" in summary.stderr
+    assert path.read_bytes() == before

@@ -241,3 +241,18 @@ def test_the_real_8_rank_directory() -> None:
     assert doc["straggler"] is not None and doc["skew"]["n"] == 1
     assert tv.TraceviewError  # the public error base is what RunError derives from
     assert issubclass(RunError, tv.TraceviewError)
+
+
+def test_past_8_ranks_the_heartbeat_is_a_band_with_the_straggler(tmp_path: Path) -> None:
+    from traceview.render.charts import run_heartbeat_data, run_heartbeat_figure
+
+    build(RankRun(ranks=10, slow_rank=7, slow_factor=1.3, steps=8), tmp_path)
+    run = summarize_run([str(tmp_path)])
+    data = run_heartbeat_data(run)
+    assert data.band is not None and data.straggler is not None and data.straggler[0] == 7
+    x, med, lo, hi = data.band
+    assert x.size == 8 and bool(np.all(lo[1:] <= med[1:])) and bool(np.all(med[1:] <= hi[1:]))
+    fig = run_heartbeat_figure(data)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert labels[0] == "min–max of ranks" and labels[1] == "median of ranks"
+    assert labels[2].startswith("rank 7 (straggler") and len(labels) == 3

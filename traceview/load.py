@@ -24,9 +24,10 @@ import math
 import os
 import re
 import warnings
+import zlib
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
 import msgspec
@@ -131,11 +132,14 @@ class LoadOptions:
         raw_args: also keep each event's whole ``args`` object as JSON text, in an
             ``args_json`` column of ``kernels`` and ``events`` (for SQL's ``args`` table and
             ``EXTRACT_ARG``; costs memory and a second decode of each block).
+        strict: a truncated trace is an error; by default its complete events load, with
+            one warning giving the byte offset of the cut and how many events were kept.
     """
 
     block_bytes: int = _BLOCK
     progress: Progress | None = None
     raw_args: bool = False
+    strict: bool = False
 
 
 def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) -> Trace:
@@ -172,9 +176,17 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
     gc.disable()  # the cyclic GC costs several times the parse on millions of objects
     try:
         with _open_text(name, total, opts.progress) as stream:
-            return _Loader(name, opts.block_bytes, raw_args=opts.raw_args).run(stream)
+            loader = _Loader(name, opts.block_bytes, raw_args=opts.raw_args, strict=opts.strict)
+            reader = _EndsEarly(stream, name) if stream is not None and _is_gzip(name) else stream
+            return loader.run(reader)  # type: ignore[arg-type]
     except EOFError as exc:
         raise TraceFormatError(name, f"truncated gzip file ({exc})") from None
+    except RecursionError:
+        raise TraceFormatError(
+            name,
+            "JSON nested too deeply to read (an 'args' value thousands of levels deep?); "
+            "the trace cannot be loaded",
+        ) from None
     except (OSError, ValueError) as exc:
         if isinstance(exc, TraceFormatError):
             raise
@@ -211,6 +223,11 @@ class _CountingReader(io.RawIOBase):
         super().close()
 
 
+def _is_gzip(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == _GZIP_MAGIC
+
+
 def _open_text(path: str, total: int, progress: Progress | None) -> BinaryIO:
     raw = open(path, "rb")  # noqa: SIM115 - closed by the returned stream
     magic = raw.read(4)
@@ -229,6 +246,67 @@ def _open_text(path: str, total: int, progress: Progress | None) -> BinaryIO:
         counting.close()
         raise TraceFormatError(path, "zstd-compressed traces are not supported; run zstd -d")
     return io.BufferedReader(counting, buffer_size=1 << 20)
+
+
+class _EndsEarly:
+    """A stream whose compressed data may stop short (a profiler that died, a full disk).
+
+    The fast decompressor raises EOFError at the cut and may lose what it had buffered, so
+    the text from there on comes from a plain zlib stream over the same file, which yields
+    every byte before the cut; ``cut_short`` says the text ended early."""
+
+    def __init__(self, stream: BinaryIO, path: str) -> None:
+        self._stream = stream
+        self._path = path
+        self._delivered = 0
+        self._rest: Iterator[bytes] | None = None
+        self._pending = b""
+        self.cut_short = False
+
+    def read(self, size: int = -1) -> bytes:
+        if self._rest is None:
+            try:
+                data = self._stream.read(size)
+                self._delivered += len(data)
+                return data
+            except EOFError:
+                self.cut_short = True
+                self._rest = _gzip_until_cut(self._path, skip=self._delivered)
+        out = [self._pending]
+        have = len(self._pending)
+        while size < 0 or have < size:
+            chunk = next(self._rest, b"")
+            if not chunk:
+                break
+            out.append(chunk)
+            have += len(chunk)
+        data = b"".join(out)
+        if size >= 0:
+            data, self._pending = data[:size], data[size:]
+        else:
+            self._pending = b""
+        return data
+
+
+def _gzip_until_cut(path: str, *, skip: int) -> Iterator[bytes]:
+    """The decompressed text of a gzip file whose end is missing, from byte ``skip`` of the
+    text up to the cut (every gzip member in turn)."""
+    with open(path, "rb") as f:
+        d = zlib.decompressobj(wbits=31)
+        while chunk := f.read(1 << 20):
+            while chunk:
+                try:
+                    out = d.decompress(chunk)
+                except zlib.error:
+                    return  # damaged past this point: the text ends here
+                chunk = d.unused_data if d.eof else b""
+                if d.eof:
+                    d = zlib.decompressobj(wbits=31)
+                if skip >= len(out):
+                    skip -= len(out)
+                    continue
+                yield out[skip:]
+                skip = 0
 
 
 # --- per-block columns -------------------------------------------------------------------
@@ -424,7 +502,13 @@ def _finite(col: str) -> pl.Expr:
 
 
 class _Loader:
-    def __init__(self, path: str, block_bytes: int, *, raw_args: bool = False) -> None:
+    def __init__(
+        self, path: str, block_bytes: int, *, raw_args: bool = False, strict: bool = False
+    ) -> None:
+        self.strict = strict
+        self.truncated: tuple[int, int] | None = None  # (byte offset of the cut, events kept)
+        self.truncation_note = ""
+        self.stream: Any = None
         self.path = path
         self.block_bytes = block_bytes
         self.raw_args = raw_args
@@ -444,6 +528,7 @@ class _Loader:
     # - document structure -
 
     def run(self, stream: BinaryIO) -> Trace:
+        self.stream = stream
         data = stream.read(self.block_bytes)
         if _is_protobuf(data):
             from traceview.load_pftrace import load_pftrace
@@ -537,26 +622,80 @@ class _Loader:
         text = buf.rstrip()
         end = _array_end(text)
         if end is None:
-            if header_text is not None:
-                self._raise_json_error(b"[" + text, "file ends inside 'traceEvents' (truncated?)")
             body, trailer = text, b""  # bare array: Chrome accepts a missing ']'
         else:
             body, trailer = text[:end].rstrip()[:-1], text[end:]
         body = body.rstrip()
         if body.endswith(b","):
             body = body[:-1]
-        self._consume_piece(body, final=True)
+        if end is None:
+            self._consume_cut_tail(body, array_form=header_text is None)
+        else:
+            self._consume_piece(body, final=True)
         if header_text is None:
             if trailer.strip():
                 raise TraceFormatError(self.path, "unexpected text after the events array")
             return {}
-        if not trailer.strip():
-            raise TraceFormatError(self.path, "file ends before the closing '}' (truncated?)")
-        doc = self._parse_lenient(header_text + b"]" + trailer, base=None, where="the header")
+        if not trailer.strip():  # the header alone: the trailer's keys were cut off
+            self._truncated_at(self.consumed + len(text), kept_all=True)
+            trailer = b"}"
+        try:
+            doc = self._parse_lenient(header_text + b"]" + trailer, base=None, where="the header")
+        except TraceFormatError:  # the keys after the events were cut off
+            self._truncated_at(self.consumed + len(text), kept_all=True)
+            doc = self._parse_lenient(header_text + b"]}", base=None, where="the header")
         if not isinstance(doc, dict):
             raise TraceFormatError(self.path, "JSON is not a trace object")
         doc.pop("traceEvents", None)
         return doc
+
+    def _consume_cut_tail(self, body: bytes, *, array_form: bool) -> None:
+        """The events at the end of a file with no closing ``]``: a bare array may end so
+        (Chrome allows it), or the file was cut off (a profiler that died, a full disk). Every
+        complete event loads; a cut inside an event drops that event, with one warning."""
+        doc = b"[" + body + b"]"
+        try:
+            _DECODER.decode(doc)
+            complete = True
+        except msgspec.ValidationError:
+            complete = True  # well-formed; the careful path reads odd field types
+        except msgspec.DecodeError as exc:
+            pos = _error_byte(exc)
+            complete = not (pos is None or pos >= len(doc) - 1)  # an error mid-text is not a cut
+        if complete:
+            self._consume_piece(body, final=True)
+            if not array_form or getattr(self.stream, "cut_short", False):
+                self._truncated_at(self.consumed + len(body), kept_all=True)
+            return
+        end = len(body)
+        while True:
+            cut = _last_cut(body[:end])
+            if cut < 0:
+                break
+            if self._consume_piece(memoryview(body)[:cut], final=False):
+                self._truncated_at(self.consumed + cut, kept_all=False)
+                return
+            end = cut - 1
+        self._truncated_at(self.consumed, kept_all=False)
+
+    def _truncated_at(self, offset: int, *, kept_all: bool) -> None:
+        """Record (or, strict, refuse) a trace cut off at ``offset`` bytes of its text."""
+        if self.truncated is not None:
+            return  # the first cut found is the one to report
+        gz = " (its gzip stream ends early)" if getattr(self.stream, "cut_short", False) else ""
+        where = (
+            f"truncated at byte {offset:,}{gz}, after its last complete event"
+            if kept_all
+            else f"truncated inside an event after byte {offset:,}{gz} (that event is dropped)"
+        )
+        if self.strict:
+            raise TraceFormatError(
+                self.path,
+                f"{where}; {self.total_events:,} complete events before the cut "
+                "(without --strict they load, with a warning)",
+            )
+        self.truncated = (offset, self.total_events)
+        self.truncation_note = f"{where}: {self.total_events:,} complete events kept"
 
     def _consume_piece(self, piece: bytes | memoryview, *, final: bool) -> bool:
         """Decode ``[piece]`` and add its events; False when it does not end between events."""
@@ -825,10 +964,17 @@ class _Loader:
         warnings_list = tuple(
             f"{count} event{'s' if count != 1 else ''} skipped: {why}"
             for why, count in sorted(self.skipped.items())
-        )
+        ) + ((self.truncation_note,) if self.truncated else ())
+        if not self.truncated and getattr(self.stream, "cut_short", False):
+            warnings_list += (
+                "truncated gzip stream (its end marker is missing); the JSON text inside is "
+                "complete, every event loaded",
+            )
         for line in warnings_list:
             warnings.warn(TraceviewWarning(f"{self.path}: {line}"), stacklevel=3)
         meta = _meta(self.path, header, self.total_events, self.skipped, warnings_list)
+        if self.truncated:
+            meta = replace(meta, truncated_at=self.truncated[0])
         return Trace(meta=meta, **frames)
 
 

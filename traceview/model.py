@@ -136,6 +136,8 @@ class TraceMeta:
         events: number of entries in ``traceEvents``, all kinds, skipped ones included.
         skipped_events: entries that could not be used (counted, never silently dropped).
         warnings: one line per kind of recoverable anomaly found while loading.
+        truncated_at: where a truncated trace's text ends (byte offset of the cut, in the
+            decompressed JSON); None for a whole trace.
         extra: every other top-level key of the document (distributedInfo, versions, ...).
     """
 
@@ -149,6 +151,7 @@ class TraceMeta:
     skipped_events: int = 0
     warnings: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    truncated_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

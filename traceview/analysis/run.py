@@ -26,7 +26,7 @@ import glob
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import StepResult, ends_of, find_steps
 from traceview.analysis.summary import Summary, build
 from traceview.errors import TraceviewError
-from traceview.load import load
+from traceview.load import LoadOptions, load
 from traceview.model import Trace
 
 SCHEMA = "traceview.run/1"
@@ -66,6 +66,7 @@ class RunOptions:
     rules_file: str | None = None
     steps: StepOptions = field(default_factory=StepOptions)
     jobs: int = 1
+    strict: bool = False  # a truncated trace fails (and so, with summarize_run's strict, the run)
 
 
 @dataclass
@@ -202,7 +203,7 @@ def step_work(result: StepResult) -> pl.DataFrame:
 def analyse_rank(path: str, options: RunOptions) -> RankResult:
     """Load and summarize one trace of a run (the work of one pool task)."""
     try:
-        trace = load(path)
+        trace = load(path, options=LoadOptions(strict=options.strict))
         if trace.kernels.height == 0:
             return RankResult(path, skipped="no device activity (a CPU-only trace)")
         rules = load_rules(options.preset, options.rules_file)
@@ -390,6 +391,8 @@ def summarize_run(
             ``strict``) a trace that fails.
     """
     options = options or RunOptions()
+    if strict:
+        options = replace(options, strict=True)
     files = discover(paths)
     results = _analyse_all(files, options, progress)
     failed = [r for r in results if r.error]

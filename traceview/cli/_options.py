@@ -50,16 +50,17 @@ def _progress_bar() -> tuple[Callable[[int, int], None], Callable[[], None]]:
     return update, close
 
 
-def load_trace(path: str) -> Trace:
-    """Load a trace for a command: progress bar on a terminal, warnings summarised."""
+def load_trace(path: str, *, strict: bool = False) -> Trace:
+    """Load a trace for a command: progress bar on a terminal, warnings summarised;
+    ``strict``: a truncated trace is an error."""
     if sys.stderr.isatty():
         update, close = _progress_bar()
         try:
-            trace = load(path, options=LoadOptions(progress=update))
+            trace = load(path, options=LoadOptions(progress=update, strict=strict))
         finally:
             close()
     else:
-        trace = load(path)
+        trace = load(path, options=LoadOptions(strict=strict))
     for line in trace.meta.warnings:
         stderr.print(f"[yellow]Warning:[/] {path}: {line}")
     return trace
@@ -136,14 +137,14 @@ def parse_duration(text: str | None, what: str = "duration") -> int | None:
     return round(float(m.group(1)) * _UNITS[m.group(2) or "ns"])
 
 
-def summarize_trace(path: str, *, label: str = "", **analysis: Any) -> Any:
+def summarize_trace(path: str, *, label: str = "", strict: bool = False, **analysis: Any) -> Any:
     """Load and summarize a trace with the shared analysis options (``analysis_options``),
     printing the summary's warnings on stderr. Returns the Summary."""
     from traceview.analysis.families import load_rules
     from traceview.analysis.summary import summarize
 
     summary = summarize(
-        load_trace(path),
+        load_trace(path, strict=strict),
         load_rules(analysis["preset"], analysis["rules"]),
         steps=analysis["steps_method"],
         layers=analysis["layers"],
@@ -160,7 +161,8 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option(
         "--strict",
         is_flag=True,
-        help="In a run, a trace that fails to load is an error (default: left out, warned).",
+        help="A truncated trace is an error, and so in a run is a trace that fails to load "
+        "(default: warned, and left out of a run).",
     )(func)
     return click.option(
         "-j",

@@ -73,7 +73,7 @@ def _summary_or_run(
 ) -> Any:
     if is_run([path]):
         return summarize_run_paths([path], jobs=jobs, strict=strict, label=label, **analysis)
-    return summarize_trace(path, label=label, **analysis)
+    return summarize_trace(path, label=label, strict=strict, **analysis)
 
 
 def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:

@@ -95,7 +95,7 @@ def heartbeat(
         return
     datas = []
     for path in traces:
-        summary = summarize_trace(path, label=f"{Path(path).name}: ", **analysis)
+        summary = summarize_trace(path, label=f"{Path(path).name}: ", strict=strict, **analysis)
         name = title if title and len(traces) == 1 else Path(path).name
         if title and len(traces) > 1:
             name = f"{title} — {Path(path).name}"

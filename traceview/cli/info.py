@@ -13,9 +13,10 @@ from traceview.render.table import render_info
 @click.command()
 @trace_argument
 @json_option
-def info(trace: str, as_json: bool) -> None:
+@click.option("--strict", is_flag=True, help="A truncated trace is an error (default: a warning).")
+def info(trace: str, as_json: bool, strict: bool) -> None:
     """Show what TRACE holds: events by category, kernels, devices, streams, span, GPU."""
-    doc = info_doc(load_trace(trace))
+    doc = info_doc(load_trace(trace, strict=strict))
     if as_json:
         click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     else:

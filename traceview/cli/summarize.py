@@ -46,7 +46,7 @@ def summarize(
         else:
             render_run(run.to_dict())
         return
-    summary = summarize_trace(traces[0], **analysis)
+    summary = summarize_trace(traces[0], strict=strict, **analysis)
     if as_json:
         click.echo(summary.to_json())
     else:
@@ -72,5 +72,5 @@ def steps(
     if is_run(traces):
         table = summarize_run_paths(traces, jobs=jobs, strict=strict, **analysis).steps
     else:
-        table = summarize_trace(traces[0], **analysis).steps
+        table = summarize_trace(traces[0], strict=strict, **analysis).steps
     write_output(table, guess_format(output, fmt), output, force=force, stdout=sys.stdout.buffer)
