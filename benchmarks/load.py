@@ -263,10 +263,10 @@ def stages(path: Path) -> None:
     cut = data.rfind(b"},\n  {") + 1
     piece = b"[" + data[data.index(b"[", data.index(b'"traceEvents"')) + 1 : cut] + b"]"
     del data
-    from traceview.load import _DECODER
+    from traceview.load.columns import DECODER
 
     t_orjson, a = timed(lambda: orjson.loads(piece))
-    t_msgspec, b = timed(lambda: _DECODER.decode(piece))
+    t_msgspec, b = timed(lambda: DECODER.decode(piece))
     assert len(a) == len(b)
     print(
         f"stages: gzip decompress stdlib {t_std:.2f} s, isal {t_isal:.2f} s "

@@ -17,17 +17,12 @@ negative.
 
 from __future__ import annotations
 
-import gc
-import io
 import json
 import math
-import os
 import re
 import warnings
-import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, BinaryIO
 
 import msgspec
@@ -35,6 +30,21 @@ import orjson
 import polars as pl
 
 from traceview.errors import TraceFormatError, TraceviewWarning, describe_event
+from traceview.load.columns import (
+    DECODER,
+    RAW_ARGS_DECODER,
+    Block,
+    as_number,
+)
+from traceview.load.frames import (
+    DEVICE_CATS,
+    EVENT_CATS,
+    KNOWN_PH,
+    assemble,
+    finite,
+    to_ns,
+    trace_meta,
+)
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -43,460 +53,15 @@ from traceview.model import (
     METADATA_SCHEMA,
     SHAPE_SCHEMA,
     Trace,
-    TraceMeta,
-    empty_frame,
 )
 
-Progress = Callable[[int, int], None]
-"""``progress(bytes_read, total_bytes)``, called as the (compressed) file is consumed."""
-
-_BLOCK = 8 << 20  # bytes of JSON text decoded at a time (larger blocks were slower)
+BLOCK_BYTES = 8 << 20  # bytes of JSON text decoded at a time (larger blocks were slower)
 _MAX_HEADER = 64 << 20  # look this far for the "traceEvents" key before reading it whole
 _MAX_PIECE = 512 << 20  # a single event larger than this is treated as malformed
-_TS_LIMIT_US = 9.2e15  # beyond this, microseconds no longer fit Int64 nanoseconds
 
-_GZIP_MAGIC = b"\x1f\x8b"
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CUT = re.compile(rb"\}\s*,\s*\{")
 _BYTE_POS = re.compile(r"\(byte (\d+)\)")
-
-_KNOWN_PH = frozenset("XiIBEstfCM")
-_DEVICE_CATS = {
-    "kernel": "kernel",
-    "gpu_memcpy": "memcpy",
-    "memcpy": "memcpy",
-    "gpu_memset": "memset",
-    "memset": "memset",
-}
-_EVENT_CATS = {
-    "cpu_op": "cpu_op",
-    "operator": "cpu_op",
-    "cuda_runtime": "runtime",
-    "cuda_driver": "driver",
-    "user_annotation": "user_annotation",
-    "gpu_user_annotation": "gpu_user_annotation",
-    "python_function": "python_function",
-    "cpu_instant_event": "instant",
-    "cuda_sync": "sync",
-}
-
-
-# --- typed decoding: only the fields traceview uses are materialised -------------------
-
-
-class _Args(msgspec.Struct, frozen=True):
-    device: int | None = None
-    stream: int | None = None
-    correlation: int | None = None
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    name: str | None = None  # ph M: process_name / thread_name
-    labels: str | None = None  # ph M: process_labels
-    sort_index: int | None = None  # ph M: *_sort_index
-    # record_shapes: kept as raw JSON text, never parsed here (empty: absent)
-    input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
-
-
-_NO_ARGS = _Args()
-
-
-class _Event(msgspec.Struct):
-    ph: str | None = None
-    cat: str | None = None
-    name: str | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: float | None = None
-    dur: float | None = None
-    id: int | str | None = None
-    args: _Args = _NO_ARGS
-
-
-_DECODER = msgspec.json.Decoder(list[_Event])
-
-
-class _RawArgsEvent(msgspec.Struct):
-    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # empty: no args
-
-
-_RAW_ARGS_DECODER = msgspec.json.Decoder(list[_RawArgsEvent])
-
-
-@dataclass(frozen=True, slots=True)
-class LoadOptions:
-    """Options of :func:`load`.
-
-    Attributes:
-        block_bytes: JSON text decoded per block (memory/speed trade-off).
-        progress: optional ``progress(bytes_read, total_bytes)`` callback.
-        raw_args: also keep each event's whole ``args`` object as JSON text, in an
-            ``args_json`` column of ``kernels`` and ``events`` (for SQL's ``args`` table and
-            ``EXTRACT_ARG``; costs memory and a second decode of each block).
-        strict: a truncated trace is an error; by default its complete events load, with
-            one warning giving the byte offset of the cut and how many events were kept.
-    """
-
-    block_bytes: int = _BLOCK
-    progress: Progress | None = None
-    raw_args: bool = False
-    strict: bool = False
-
-
-def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) -> Trace:
-    """Load a Chrome/Kineto trace (``.json`` or gzipped, detected by magic bytes).
-
-    Accepts the object form (``{"traceEvents": [...], ...}``) and the bare array form,
-    including an array whose closing ``]`` is missing. Events that cannot be used are
-    counted in ``trace.meta.skipped_events`` and reported with a
-    :class:`~traceview.errors.TraceviewWarning`; device activity that cannot be placed in
-    time is an error, since every figure would be wrong without it.
-
-    Args:
-        path: the trace file.
-        options: :class:`LoadOptions`.
-
-    Returns:
-        The :class:`~traceview.model.Trace`.
-
-    Raises:
-        TraceFormatError: the file is missing, not JSON, a truncated gzip, not a trace, or
-            holds a kernel with a missing or invalid ``ts``/``dur``.
-    """
-    opts = options or LoadOptions()
-    name = os.fspath(path)
-    if not os.path.exists(name):
-        raise TraceFormatError(name, "no such file")
-    if os.path.isdir(name):
-        raise TraceFormatError(name, "is a directory, not a trace file")
-    total = os.path.getsize(name)
-    if total == 0:
-        raise TraceFormatError(name, "empty file")
-
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # the cyclic GC costs several times the parse on millions of objects
-    try:
-        with _open_text(name, total, opts.progress) as stream:
-            loader = _Loader(name, opts.block_bytes, raw_args=opts.raw_args, strict=opts.strict)
-            reader = _EndsEarly(stream, name) if stream is not None and _is_gzip(name) else stream
-            return loader.run(reader)  # type: ignore[arg-type]
-    except EOFError as exc:
-        raise TraceFormatError(name, f"truncated gzip file ({exc})") from None
-    except RecursionError:
-        raise TraceFormatError(
-            name,
-            "JSON nested too deeply to read (an 'args' value thousands of levels deep?); "
-            "the trace cannot be loaded",
-        ) from None
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, TraceFormatError):
-            raise
-        raise TraceFormatError(name, f"cannot read: {exc}") from None
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-
-
-# --- reading ----------------------------------------------------------------------------
-
-
-class _CountingReader(io.RawIOBase):
-    """A raw file that reports how many bytes have been read from it."""
-
-    def __init__(self, raw: BinaryIO, total: int, progress: Progress | None) -> None:
-        self._raw = raw
-        self._total = total
-        self._progress = progress
-        self.done = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        n = self._raw.readinto(buffer)  # type: ignore[attr-defined]
-        self.done += n or 0
-        if self._progress is not None:
-            self._progress(self.done, self._total)
-        return int(n or 0)
-
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
-
-
-def _is_gzip(path: str) -> bool:
-    with open(path, "rb") as f:
-        return f.read(2) == _GZIP_MAGIC
-
-
-def _open_text(path: str, total: int, progress: Progress | None) -> BinaryIO:
-    raw = open(path, "rb")  # noqa: SIM115 - closed by the returned stream
-    magic = raw.read(4)
-    raw.seek(0)
-    counting = _CountingReader(raw, total, progress)
-    if magic[:2] == _GZIP_MAGIC:
-        from isal import igzip_threaded
-
-        # Decompression runs in a background thread (ISA-L releases the GIL), overlapping
-        # with JSON decoding in this one.
-        stream: BinaryIO = igzip_threaded.open(  # type: ignore[no-untyped-call]
-            counting, "rb", threads=1
-        )
-        return stream
-    if magic == _ZSTD_MAGIC:
-        counting.close()
-        raise TraceFormatError(path, "zstd-compressed traces are not supported; run zstd -d")
-    return io.BufferedReader(counting, buffer_size=1 << 20)
-
-
-class _EndsEarly:
-    """A stream whose compressed data may stop short (a profiler that died, a full disk).
-
-    The fast decompressor raises EOFError at the cut and may lose what it had buffered, so
-    the text from there on comes from a plain zlib stream over the same file, which yields
-    every byte before the cut; ``cut_short`` says the text ended early."""
-
-    def __init__(self, stream: BinaryIO, path: str) -> None:
-        self._stream = stream
-        self._path = path
-        self._delivered = 0
-        self._rest: Iterator[bytes] | None = None
-        self._pending = b""
-        self.cut_short = False
-
-    def read(self, size: int = -1) -> bytes:
-        if self._rest is None:
-            try:
-                data = self._stream.read(size)
-                self._delivered += len(data)
-                return data
-            except EOFError:
-                self.cut_short = True
-                self._rest = _gzip_until_cut(self._path, skip=self._delivered)
-        out = [self._pending]
-        have = len(self._pending)
-        while size < 0 or have < size:
-            chunk = next(self._rest, b"")
-            if not chunk:
-                break
-            out.append(chunk)
-            have += len(chunk)
-        data = b"".join(out)
-        if size >= 0:
-            data, self._pending = data[:size], data[size:]
-        else:
-            self._pending = b""
-        return data
-
-
-def _gzip_until_cut(path: str, *, skip: int) -> Iterator[bytes]:
-    """The decompressed text of a gzip file whose end is missing, from byte ``skip`` of the
-    text up to the cut (every gzip member in turn)."""
-    with open(path, "rb") as f:
-        d = zlib.decompressobj(wbits=31)
-        while chunk := f.read(1 << 20):
-            while chunk:
-                try:
-                    out = d.decompress(chunk)
-                except zlib.error:
-                    return  # damaged past this point: the text ends here
-                chunk = d.unused_data if d.eof else b""
-                if d.eof:
-                    d = zlib.decompressobj(wbits=31)
-                if skip >= len(out):
-                    skip -= len(out)
-                    continue
-                yield out[skip:]
-                skip = 0
-
-
-# --- per-block columns -------------------------------------------------------------------
-
-
-@dataclass
-class _Block:
-    """Columns of one block of events, as Python lists (one entry per event)."""
-
-    base: int
-    ph: list[Any] = field(default_factory=list)
-    cat: list[Any] = field(default_factory=list)
-    name: list[Any] = field(default_factory=list)
-    pid: list[Any] = field(default_factory=list)
-    tid: list[Any] = field(default_factory=list)
-    ts: list[Any] = field(default_factory=list)
-    dur: list[Any] = field(default_factory=list)
-    id: list[Any] = field(default_factory=list)
-    device: list[Any] = field(default_factory=list)
-    stream: list[Any] = field(default_factory=list)
-    correlation: list[Any] = field(default_factory=list)
-    external_id: list[Any] = field(default_factory=list)
-    meta_value: list[Any] = field(default_factory=list)
-    input_dims: list[Any] | None = None  # None: no event of the block carries Input Dims
-    args_json: list[Any] | None = None
-    counters: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
-
-    @classmethod
-    def from_structs(cls, events: list[_Event], base: int, shapes: bool = False) -> _Block:
-        """Columns of typed events; ``shapes``: the block's text holds ``Input Dims``."""
-        args = [e.args for e in events]
-        ph = [e.ph for e in events]
-        return cls(
-            base=base,
-            ph=ph,
-            cat=[e.cat for e in events],
-            name=[e.name for e in events],
-            pid=[e.pid for e in events],
-            tid=[e.tid for e in events],
-            ts=[e.ts for e in events],
-            dur=[e.dur for e in events],
-            id=[e.id for e in events],
-            device=[a.device for a in args],
-            stream=[a.stream for a in args],
-            correlation=[a.correlation for a in args],
-            external_id=[a.external_id for a in args],
-            # only metadata events carry a value: skip the pass in blocks without any
-            meta_value=[
-                a.name if a.name is not None else a.labels if a.labels is not None else a.sort_index
-                for a in args
-            ]
-            if "M" in ph
-            else [None] * len(events),
-            input_dims=[bytes(a.input_dims).decode() if a.input_dims else None for a in args]
-            if shapes
-            else None,
-        )
-
-    @classmethod
-    def from_dicts(cls, events: list[Any], base: int, keep_args: bool = False) -> _Block:
-        """The careful path: any JSON value in any field, coerced or nulled."""
-        block = cls(base=base)
-        for i, e in enumerate(events):
-            if not isinstance(e, dict):
-                e = {"ph": "<not an object>", "name": f"<{type(e).__name__}>"}
-            args = e.get("args")
-            if not isinstance(args, dict):
-                args = {}
-            ph = e.get("ph")
-            block.ph.append(ph if isinstance(ph, str) else None)
-            block.cat.append(_text(e.get("cat")))
-            block.name.append(_text(e.get("name")))
-            block.pid.append(_ident(e.get("pid")))
-            block.tid.append(_ident(e.get("tid")))
-            block.ts.append(_number(e.get("ts")))
-            block.dur.append(_number(e.get("dur")))
-            block.id.append(_ident(e.get("id")))
-            block.device.append(_integer(args.get("device")))
-            block.stream.append(_integer(args.get("stream")))
-            block.correlation.append(_integer(args.get("correlation")))
-            block.external_id.append(_integer(args.get("External id")))
-            block.meta_value.append(
-                _meta_value(args.get("name"), args.get("labels"), args.get("sort_index"))
-            )
-            if ph == "C":
-                block.counters.append((i, args))
-            if "Input Dims" in args:
-                if block.input_dims is None:
-                    block.input_dims = [None] * i
-                block.input_dims.append(orjson.dumps(args["Input Dims"]).decode())
-            elif block.input_dims is not None:
-                block.input_dims.append(None)
-        if keep_args:
-            block.args_json = [
-                orjson.dumps(e["args"]).decode()
-                if isinstance(e, dict) and isinstance(e.get("args"), dict)
-                else None
-                for e in events
-            ]
-        return block
-
-    def frame(self) -> pl.DataFrame:
-        n = len(self.ph)
-        return pl.DataFrame(
-            {
-                "idx": pl.int_range(self.base, self.base + n, eager=True, dtype=pl.Int64),
-                "ph": pl.Series(self.ph, dtype=pl.String),
-                "cat": pl.Series(self.cat, dtype=pl.String),
-                "name": pl.Series(self.name, dtype=pl.String),
-                "pid": pl.Series(self.pid, dtype=pl.Int64, strict=False),
-                "tid": pl.Series(self.tid, dtype=pl.Int64, strict=False),
-                "ts": pl.Series(self.ts, dtype=pl.Float64, strict=False),
-                "dur": pl.Series(self.dur, dtype=pl.Float64, strict=False),
-                "id": pl.Series(self.id, dtype=pl.Int64, strict=False),
-                "device": pl.Series(self.device, dtype=pl.Int64, strict=False),
-                "stream": pl.Series(self.stream, dtype=pl.Int64, strict=False),
-                "correlation": pl.Series(self.correlation, dtype=pl.Int64, strict=False),
-                "external_id": pl.Series(self.external_id, dtype=pl.Int64, strict=False),
-                "meta_value": pl.Series(self.meta_value, dtype=pl.String, strict=False),
-                **(
-                    {}
-                    if self.input_dims is None
-                    else {"input_dims": pl.Series(self.input_dims, dtype=pl.String)}
-                ),
-                **(
-                    {}
-                    if self.args_json is None
-                    else {"args_json": pl.Series(self.args_json, dtype=pl.String)}
-                ),
-            }
-        )
-
-
-def _meta_value(name: Any, labels: Any, sort_index: Any) -> str | None:
-    for v in (name, labels, sort_index):
-        if v is not None:
-            return str(v)
-    return None
-
-
-def _text(v: Any) -> str | None:
-    if v is None or isinstance(v, str):
-        return v
-    return str(v)
-
-
-def _number(v: Any) -> float | None:
-    """A JSON number, or a string holding one; anything else is None (invalid)."""
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int | float):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            return None
-    return None
-
-
-def _integer(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    return None
-
-
-def _ident(v: Any) -> Any:
-    """pid/tid/id: ints stay ints; numeric strings become ints; other strings stay (→ null)."""
-    if isinstance(v, str):
-        try:
-            return int(v, 0)
-        except ValueError:
-            return v
-    return _integer(v) if not isinstance(v, int) else v
-
-
-def _to_ns(col: str) -> pl.Expr:
-    whole = pl.col(col).floor()
-    frac_ns = ((pl.col(col) - whole) * 1000.0 + 0.5).floor()
-    return whole.cast(pl.Int64) * 1000 + frac_ns.cast(pl.Int64)
-
-
-def _finite(col: str) -> pl.Expr:
-    c = pl.col(col)
-    return c.is_not_null() & c.is_finite() & (c.abs() < _TS_LIMIT_US)
-
 
 # --- the loader ----------------------------------------------------------------------------
 
@@ -527,13 +92,9 @@ class _Loader:
 
     # - document structure -
 
-    def run(self, stream: BinaryIO) -> Trace:
+    def run(self, data: bytes, stream: BinaryIO) -> Trace:
+        """Read the trace whose text begins with ``data`` and goes on in ``stream``."""
         self.stream = stream
-        data = stream.read(self.block_bytes)
-        if _is_protobuf(data):
-            from traceview.load_pftrace import load_pftrace
-
-            return load_pftrace(self.path, io.BufferedReader(_Prefixed(data, stream)))
         data = data.lstrip()
         if data.startswith(b"\xef\xbb\xbf"):
             data = data[3:].lstrip()
@@ -655,7 +216,7 @@ class _Loader:
         complete event loads; a cut inside an event drops that event, with one warning."""
         doc = b"[" + body + b"]"
         try:
-            _DECODER.decode(doc)
+            DECODER.decode(doc)
             complete = True
         except msgspec.ValidationError:
             complete = True  # well-formed; the careful path reads odd field types
@@ -701,7 +262,7 @@ class _Loader:
         """Decode ``[piece]`` and add its events; False when it does not end between events."""
         doc = b"".join((b"[", piece, b"]"))
         try:
-            events = _DECODER.decode(doc)
+            events = DECODER.decode(doc)
         except msgspec.ValidationError:
             pass  # some field has an unexpected type: take the careful path below
         except msgspec.DecodeError as exc:
@@ -745,17 +306,17 @@ class _Loader:
         base = self.total_events
         self.total_events += len(events)
         if typed_doc is not None:
-            block = _Block.from_structs(events, base, shapes=b'"Input Dims"' in typed_doc)
+            block = Block.from_structs(events, base, shapes=b'"Input Dims"' in typed_doc)
             if "C" in block.ph:  # counters carry arbitrary args: read this block generically
                 generic = self._parse_lenient(typed_doc, base, "events")
-                block.counters = _Block.from_dicts(generic, 0).counters
+                block.counters = Block.from_dicts(generic, 0).counters
             if self.raw_args:
                 block.args_json = [
                     bytes(e.args).decode() if len(e.args) else None
-                    for e in _RAW_ARGS_DECODER.decode(typed_doc)
+                    for e in RAW_ARGS_DECODER.decode(typed_doc)
                 ]
         else:
-            block = _Block.from_dicts(list(events), base, keep_args=self.raw_args)
+            block = Block.from_dicts(list(events), base, keep_args=self.raw_args)
         self._add_frame(block.frame(), block.counters, base)
 
     def _add_frame(
@@ -764,16 +325,16 @@ class _Loader:
         df = self._validate(df)
         cat = pl.col("cat").str.to_lowercase().fill_null("")
         complete = pl.col("ph") == "X"
-        device = complete & cat.is_in(list(_DEVICE_CATS))
+        device = complete & cat.is_in(list(DEVICE_CATS))
         instant = pl.col("ph").is_in(["i", "I"])
         raw = ["args_json"] if "args_json" in df.columns else []
 
         kernels = df.filter(device).select(
-            _to_ns("ts").alias("ts_ns"),
-            _to_ns("dur").alias("dur_ns"),
+            to_ns("ts").alias("ts_ns"),
+            to_ns("dur").alias("dur_ns"),
             pl.col("name").fill_null(""),
             pl.col("cat"),
-            cat.replace_strict(_DEVICE_CATS, default="kernel").alias("kind"),
+            cat.replace_strict(DEVICE_CATS, default="kernel").alias("kind"),
             "pid",
             "tid",
             pl.coalesce("device", "pid").alias("device"),
@@ -783,13 +344,13 @@ class _Loader:
             *raw,
         )
         events = df.filter((complete & ~device) | instant).select(
-            _to_ns("ts").alias("ts_ns"),
-            pl.when(instant).then(0).otherwise(_to_ns("dur")).alias("dur_ns"),
+            to_ns("ts").alias("ts_ns"),
+            pl.when(instant).then(0).otherwise(to_ns("dur")).alias("dur_ns"),
             pl.col("name").fill_null(""),
             pl.col("cat").fill_null(""),
             pl.when(instant)
             .then(pl.lit("instant"))
-            .otherwise(cat.replace_strict(_EVENT_CATS, default="other"))
+            .otherwise(cat.replace_strict(EVENT_CATS, default="other"))
             .alias("kind"),
             "pid",
             "tid",
@@ -798,7 +359,7 @@ class _Loader:
             *raw,
         )
         flows = df.filter(pl.col("ph").is_in(["s", "t", "f"])).select(
-            _to_ns("ts").alias("ts_ns"),
+            to_ns("ts").alias("ts_ns"),
             "id",
             pl.col("ph").alias("phase"),
             pl.col("cat").fill_null(""),
@@ -807,8 +368,8 @@ class _Loader:
         )
         if "input_dims" in df.columns:
             shapes = df.filter(complete & ~device & pl.col("input_dims").is_not_null()).select(
-                _to_ns("ts").alias("ts_ns"),
-                _to_ns("dur").alias("dur_ns"),
+                to_ns("ts").alias("ts_ns"),
+                to_ns("dur").alias("dur_ns"),
                 pl.col("name").fill_null(""),
                 "pid",
                 "tid",
@@ -836,10 +397,10 @@ class _Loader:
     def _validate(self, df: pl.DataFrame) -> pl.DataFrame:
         """Drop (and count) unusable events; raise for unusable device activity."""
         ph = pl.col("ph")
-        known = ph.is_in(list(_KNOWN_PH))
+        known = ph.is_in(list(KNOWN_PH))
         needs_ts = known & (ph != "M")
-        ts_ok = _finite("ts")
-        dur_ok = _finite("dur") & (pl.col("dur") >= 0)
+        ts_ok = finite("ts")
+        dur_ok = finite("dur") & (pl.col("dur") >= 0)
         complete_ok = (ph != "X") | dur_ok
         good = known & (~needs_ts | ts_ok) & complete_ok
         if df.select(good.all()).item():
@@ -856,7 +417,7 @@ class _Loader:
             .alias("_why"),
         )
         bad = checked.filter(~pl.col("_good"))
-        is_device = (ph == "X") & pl.col("cat").str.to_lowercase().is_in(list(_DEVICE_CATS))
+        is_device = (ph == "X") & pl.col("cat").str.to_lowercase().is_in(list(DEVICE_CATS))
         fatal = bad.filter(is_device)
         if fatal.height:
             row = fatal.row(0, named=True)
@@ -885,13 +446,13 @@ class _Loader:
                 continue
             ts, name, pid = found
             for key, value in args.items():
-                number = _number(value)
+                number = as_number(value)
                 if number is not None and math.isfinite(number):
                     rows.append((ts, name or "", str(key), number, pid))
         if rows:
             frame = pl.DataFrame(
                 rows, schema=["ts", "name", "series", "value", "pid"], orient="row"
-            ).select(_to_ns("ts").alias("ts_ns"), "name", "series", "value", "pid")
+            ).select(to_ns("ts").alias("ts_ns"), "name", "series", "value", "pid")
             self.parts["counters"].append(frame.cast(COUNTER_SCHEMA))  # type: ignore[arg-type]
 
     def _pair_begin_end(self) -> None:
@@ -939,7 +500,6 @@ class _Loader:
                 self.path,
                 f"not a trace: none of its {self.total_events} events is usable ({reasons})",
             )
-        frames: dict[str, pl.DataFrame] = {}
         schemas = {
             "kernels": KERNEL_SCHEMA,
             "events": EVENT_SCHEMA,
@@ -948,17 +508,7 @@ class _Loader:
             "metadata": METADATA_SCHEMA,
             "shapes": SHAPE_SCHEMA,
         }
-        for key, schema in schemas.items():
-            parts = self.parts.pop(key)
-            # no rechunk: copying the parts into one buffer would double the peak memory
-            frame = pl.concat(parts, rechunk=False) if parts else empty_frame(schema)
-            del parts
-            # Only device activity is sorted: the analyses need it in time order, and sorting
-            # the (larger, rarely needed in order) host-side frames would raise peak memory
-            # by about their size. Events, flows and counters stay in file order.
-            if key == "kernels" and not frame["ts_ns"].is_sorted():
-                frame = frame.sort("ts_ns", maintain_order=True)
-            frames[key] = frame
+        frames = assemble(self.parts, schemas)
         frames["kernels"] = self._drop_duplicates(frames["kernels"])
 
         warnings_list = tuple(
@@ -972,67 +522,10 @@ class _Loader:
             )
         for line in warnings_list:
             warnings.warn(TraceviewWarning(f"{self.path}: {line}"), stacklevel=3)
-        meta = _meta(self.path, header, self.total_events, self.skipped, warnings_list)
+        meta = trace_meta(self.path, header, self.total_events, self.skipped, warnings_list)
         if self.truncated:
             meta = replace(meta, truncated_at=self.truncated[0])
         return Trace(meta=meta, **frames)
-
-
-def _meta(
-    path: str,
-    header: dict[str, Any],
-    events: int,
-    skipped: Counter[str],
-    warnings_list: tuple[str, ...],
-) -> TraceMeta:
-    props_raw = header.pop("deviceProperties", None)
-    listed = props_raw if isinstance(props_raw, list) else []
-    props = tuple(p for p in listed if isinstance(p, dict))
-    gpu = next((str(p["name"]) for p in props if p.get("name")), None)
-    schema = header.pop("schemaVersion", None)
-    base = header.pop("baseTimeNanoseconds", None)
-    is_kineto = schema is not None or props_raw is not None or "distributedInfo" in header
-    return TraceMeta(
-        path=path,
-        format="kineto" if is_kineto else "chrome",
-        schema_version=schema if isinstance(schema, int) else None,
-        base_time_ns=base if isinstance(base, int) else None,
-        device_properties=props,
-        gpu_name=gpu,
-        events=events,
-        skipped_events=sum(skipped.values()),
-        warnings=warnings_list,
-        extra=header,
-    )
-
-
-def _is_protobuf(head: bytes) -> bool:
-    """A Perfetto trace starts with field 1 (``packet``), length-delimited: byte 0x0A then a
-    varint length, then binary; JSON starts with '{' or '[' after optional whitespace."""
-    if not head.startswith(b"\x0a"):
-        return False
-    return head.lstrip()[:1] not in (b"{", b"[")
-
-
-class _Prefixed(io.RawIOBase):
-    """``prefix`` followed by the rest of ``stream``, as one readable raw stream."""
-
-    def __init__(self, prefix: bytes, stream: BinaryIO) -> None:
-        self._prefix = memoryview(prefix)
-        self._stream = stream
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if self._prefix.nbytes:
-            n = min(len(buffer), self._prefix.nbytes)
-            buffer[:n] = self._prefix[:n]
-            self._prefix = self._prefix[n:]
-            return n
-        data = self._stream.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
 
 def _last_cut(buf: bytes) -> int:
@@ -1058,7 +551,7 @@ def _array_end(text: bytes) -> int | None:
     """
     doc = b"[" + text
     try:
-        _DECODER.decode(doc)
+        DECODER.decode(doc)
         return len(text)
     except msgspec.ValidationError:
         pass
@@ -1078,3 +571,17 @@ def _error_byte(exc: Exception) -> int | None:
     """msgspec's ``(byte N)``: N is one past the offending byte's offset."""
     match = _BYTE_POS.search(str(exc))
     return int(match.group(1)) if match else None
+
+
+def read_json(
+    path: str,
+    head: bytes,
+    stream: BinaryIO,
+    block_bytes: int = BLOCK_BYTES,
+    *,
+    raw_args: bool = False,
+    strict: bool = False,
+) -> Trace:
+    """Read a Chrome/Kineto JSON trace whose text begins with ``head`` and goes on in
+    ``stream`` (decompressed)."""
+    return _Loader(path, block_bytes, raw_args=raw_args, strict=strict).run(head, stream)

@@ -24,7 +24,8 @@ import orjson
 import polars as pl
 
 from traceview.errors import MissingDependencyError, TraceFormatError
-from traceview.load import _DEVICE_CATS, _EVENT_CATS
+from traceview.load.frames import DEVICE_CATS as _DEVICE_CATS
+from traceview.load.frames import EVENT_CATS as _EVENT_CATS
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,

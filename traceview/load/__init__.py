@@ -1,0 +1,252 @@
+"""Loading traces: Chrome/Kineto JSON (plain or gzip) and Perfetto protobuf, into a
+:class:`~traceview.model.Trace`.
+
+``load`` opens the file (gzip by its magic bytes, decompressed in a background thread),
+reads the first block and dispatches by what it holds: a Perfetto protobuf goes to
+:mod:`.pftrace`, JSON to the streaming reader in :mod:`.json`. Both build their frames with
+:mod:`.frames`.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import os
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from traceview.errors import TraceFormatError
+from traceview.load.json import BLOCK_BYTES, read_json
+from traceview.model import Trace
+
+Progress = Callable[[int, int], None]
+"""``progress(bytes_read, total_bytes)``, called as the (compressed) file is consumed."""
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+__all__ = ["LoadOptions", "load"]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """Options of :func:`load`.
+
+    Attributes:
+        block_bytes: JSON text decoded per block (memory/speed trade-off).
+        progress: optional ``progress(bytes_read, total_bytes)`` callback.
+        raw_args: also keep each event's whole ``args`` object as JSON text, in an
+            ``args_json`` column of ``kernels`` and ``events`` (for SQL's ``args`` table and
+            ``EXTRACT_ARG``; costs memory and a second decode of each block).
+        strict: a truncated trace is an error; by default its complete events load, with
+            one warning giving the byte offset of the cut and how many events were kept.
+    """
+
+    block_bytes: int = BLOCK_BYTES
+    progress: Progress | None = None
+    raw_args: bool = False
+    strict: bool = False
+
+
+def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) -> Trace:
+    """Load a Chrome/Kineto trace (``.json`` or gzipped, detected by magic bytes).
+
+    Accepts the object form (``{"traceEvents": [...], ...}``) and the bare array form,
+    including an array whose closing ``]`` is missing. Events that cannot be used are
+    counted in ``trace.meta.skipped_events`` and reported with a
+    :class:`~traceview.errors.TraceviewWarning`; device activity that cannot be placed in
+    time is an error, since every figure would be wrong without it.
+
+    Args:
+        path: the trace file.
+        options: :class:`LoadOptions`.
+
+    Returns:
+        The :class:`~traceview.model.Trace`.
+
+    Raises:
+        TraceFormatError: the file is missing, not JSON, a truncated gzip, not a trace, or
+            holds a kernel with a missing or invalid ``ts``/``dur``.
+    """
+    opts = options or LoadOptions()
+    name = os.fspath(path)
+    if not os.path.exists(name):
+        raise TraceFormatError(name, "no such file")
+    if os.path.isdir(name):
+        raise TraceFormatError(name, "is a directory, not a trace file")
+    total = os.path.getsize(name)
+    if total == 0:
+        raise TraceFormatError(name, "empty file")
+
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the cyclic GC costs several times the parse on millions of objects
+    try:
+        with _open_text(name, total, opts.progress) as stream:
+            reader: Any = _EndsEarly(stream, name) if _is_gzip(name) else stream
+            head = reader.read(opts.block_bytes)
+            if _is_protobuf(head):
+                from traceview.load.pftrace import load_pftrace
+
+                return load_pftrace(name, io.BufferedReader(_Prefixed(head, reader)))
+            return read_json(
+                name, head, reader, opts.block_bytes, raw_args=opts.raw_args, strict=opts.strict
+            )
+    except EOFError as exc:
+        raise TraceFormatError(name, f"truncated gzip file ({exc})") from None
+    except RecursionError:
+        raise TraceFormatError(
+            name,
+            "JSON nested too deeply to read (an 'args' value thousands of levels deep?); "
+            "the trace cannot be loaded",
+        ) from None
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, TraceFormatError):
+            raise
+        raise TraceFormatError(name, f"cannot read: {exc}") from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+class _CountingReader(io.RawIOBase):
+    """A raw file that reports how many bytes have been read from it."""
+
+    def __init__(self, raw: BinaryIO, total: int, progress: Progress | None) -> None:
+        self._raw = raw
+        self._total = total
+        self._progress = progress
+        self.done = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self._raw.readinto(buffer)  # type: ignore[attr-defined]
+        self.done += n or 0
+        if self._progress is not None:
+            self._progress(self.done, self._total)
+        return int(n or 0)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def _is_gzip(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == _GZIP_MAGIC
+
+
+def _open_text(path: str, total: int, progress: Progress | None) -> BinaryIO:
+    raw = open(path, "rb")  # noqa: SIM115 - closed by the returned stream
+    magic = raw.read(4)
+    raw.seek(0)
+    counting = _CountingReader(raw, total, progress)
+    if magic[:2] == _GZIP_MAGIC:
+        from isal import igzip_threaded
+
+        # Decompression runs in a background thread (ISA-L releases the GIL), overlapping
+        # with JSON decoding in this one.
+        stream: BinaryIO = igzip_threaded.open(  # type: ignore[no-untyped-call]
+            counting, "rb", threads=1
+        )
+        return stream
+    if magic == _ZSTD_MAGIC:
+        counting.close()
+        raise TraceFormatError(path, "zstd-compressed traces are not supported; run zstd -d")
+    return io.BufferedReader(counting, buffer_size=1 << 20)
+
+
+class _EndsEarly:
+    """A stream whose compressed data may stop short (a profiler that died, a full disk).
+
+    The fast decompressor raises EOFError at the cut and may lose what it had buffered, so
+    the text from there on comes from a plain zlib stream over the same file, which yields
+    every byte before the cut; ``cut_short`` says the text ended early."""
+
+    def __init__(self, stream: BinaryIO, path: str) -> None:
+        self._stream = stream
+        self._path = path
+        self._delivered = 0
+        self._rest: Iterator[bytes] | None = None
+        self._pending = b""
+        self.cut_short = False
+
+    def read(self, size: int = -1) -> bytes:
+        if self._rest is None:
+            try:
+                data = self._stream.read(size)
+                self._delivered += len(data)
+                return data
+            except EOFError:
+                self.cut_short = True
+                self._rest = _gzip_until_cut(self._path, skip=self._delivered)
+        out = [self._pending]
+        have = len(self._pending)
+        while size < 0 or have < size:
+            chunk = next(self._rest, b"")
+            if not chunk:
+                break
+            out.append(chunk)
+            have += len(chunk)
+        data = b"".join(out)
+        if size >= 0:
+            data, self._pending = data[:size], data[size:]
+        else:
+            self._pending = b""
+        return data
+
+
+def _gzip_until_cut(path: str, *, skip: int) -> Iterator[bytes]:
+    """The decompressed text of a gzip file whose end is missing, from byte ``skip`` of the
+    text up to the cut (every gzip member in turn)."""
+    with open(path, "rb") as f:
+        d = zlib.decompressobj(wbits=31)
+        while chunk := f.read(1 << 20):
+            while chunk:
+                try:
+                    out = d.decompress(chunk)
+                except zlib.error:
+                    return  # damaged past this point: the text ends here
+                chunk = d.unused_data if d.eof else b""
+                if d.eof:
+                    d = zlib.decompressobj(wbits=31)
+                if skip >= len(out):
+                    skip -= len(out)
+                    continue
+                yield out[skip:]
+                skip = 0
+
+
+def _is_protobuf(head: bytes) -> bool:
+    """A Perfetto trace starts with field 1 (``packet``), length-delimited: byte 0x0A then a
+    varint length, then binary; JSON starts with '{' or '[' after optional whitespace."""
+    if not head.startswith(b"\x0a"):
+        return False
+    return head.lstrip()[:1] not in (b"{", b"[")
+
+
+class _Prefixed(io.RawIOBase):
+    """``prefix`` followed by the rest of ``stream``, as one readable raw stream."""
+
+    def __init__(self, prefix: bytes, stream: BinaryIO) -> None:
+        self._prefix = memoryview(prefix)
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._prefix.nbytes:
+            n = min(len(buffer), self._prefix.nbytes)
+            buffer[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        data = self._stream.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)

@@ -1,0 +1,229 @@
+"""Per-block columns of JSON events: the typed msgspec decoder (only the fields traceview
+uses are materialised) and the careful path that coerces any JSON value, both into the
+same columns, then one polars frame per block."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import orjson
+import polars as pl
+
+# --- typed decoding: only the fields traceview uses are materialised -------------------
+
+
+class _Args(msgspec.Struct, frozen=True):
+    device: int | None = None
+    stream: int | None = None
+    correlation: int | None = None
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    name: str | None = None  # ph M: process_name / thread_name
+    labels: str | None = None  # ph M: process_labels
+    sort_index: int | None = None  # ph M: *_sort_index
+    # record_shapes: kept as raw JSON text, never parsed here (empty: absent)
+    input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct):
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    id: int | str | None = None
+    args: _Args = _NO_ARGS
+
+
+DECODER = msgspec.json.Decoder(list[_Event])
+
+
+class _RawArgsEvent(msgspec.Struct):
+    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # empty: no args
+
+
+RAW_ARGS_DECODER = msgspec.json.Decoder(list[_RawArgsEvent])
+
+
+# --- per-block columns -------------------------------------------------------------------
+
+
+@dataclass
+class Block:
+    """Columns of one block of events, as Python lists (one entry per event)."""
+
+    base: int
+    ph: list[Any] = field(default_factory=list)
+    cat: list[Any] = field(default_factory=list)
+    name: list[Any] = field(default_factory=list)
+    pid: list[Any] = field(default_factory=list)
+    tid: list[Any] = field(default_factory=list)
+    ts: list[Any] = field(default_factory=list)
+    dur: list[Any] = field(default_factory=list)
+    id: list[Any] = field(default_factory=list)
+    device: list[Any] = field(default_factory=list)
+    stream: list[Any] = field(default_factory=list)
+    correlation: list[Any] = field(default_factory=list)
+    external_id: list[Any] = field(default_factory=list)
+    meta_value: list[Any] = field(default_factory=list)
+    input_dims: list[Any] | None = None  # None: no event of the block carries Input Dims
+    args_json: list[Any] | None = None
+    counters: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+
+    @classmethod
+    def from_structs(cls, events: list[_Event], base: int, shapes: bool = False) -> Block:
+        """Columns of typed events; ``shapes``: the block's text holds ``Input Dims``."""
+        args = [e.args for e in events]
+        ph = [e.ph for e in events]
+        return cls(
+            base=base,
+            ph=ph,
+            cat=[e.cat for e in events],
+            name=[e.name for e in events],
+            pid=[e.pid for e in events],
+            tid=[e.tid for e in events],
+            ts=[e.ts for e in events],
+            dur=[e.dur for e in events],
+            id=[e.id for e in events],
+            device=[a.device for a in args],
+            stream=[a.stream for a in args],
+            correlation=[a.correlation for a in args],
+            external_id=[a.external_id for a in args],
+            # only metadata events carry a value: skip the pass in blocks without any
+            meta_value=[
+                a.name if a.name is not None else a.labels if a.labels is not None else a.sort_index
+                for a in args
+            ]
+            if "M" in ph
+            else [None] * len(events),
+            input_dims=[bytes(a.input_dims).decode() if a.input_dims else None for a in args]
+            if shapes
+            else None,
+        )
+
+    @classmethod
+    def from_dicts(cls, events: list[Any], base: int, keep_args: bool = False) -> Block:
+        """The careful path: any JSON value in any field, coerced or nulled."""
+        block = cls(base=base)
+        for i, e in enumerate(events):
+            if not isinstance(e, dict):
+                e = {"ph": "<not an object>", "name": f"<{type(e).__name__}>"}
+            args = e.get("args")
+            if not isinstance(args, dict):
+                args = {}
+            ph = e.get("ph")
+            block.ph.append(ph if isinstance(ph, str) else None)
+            block.cat.append(_text(e.get("cat")))
+            block.name.append(_text(e.get("name")))
+            block.pid.append(_ident(e.get("pid")))
+            block.tid.append(_ident(e.get("tid")))
+            block.ts.append(as_number(e.get("ts")))
+            block.dur.append(as_number(e.get("dur")))
+            block.id.append(_ident(e.get("id")))
+            block.device.append(_integer(args.get("device")))
+            block.stream.append(_integer(args.get("stream")))
+            block.correlation.append(_integer(args.get("correlation")))
+            block.external_id.append(_integer(args.get("External id")))
+            block.meta_value.append(
+                _meta_value(args.get("name"), args.get("labels"), args.get("sort_index"))
+            )
+            if ph == "C":
+                block.counters.append((i, args))
+            if "Input Dims" in args:
+                if block.input_dims is None:
+                    block.input_dims = [None] * i
+                block.input_dims.append(orjson.dumps(args["Input Dims"]).decode())
+            elif block.input_dims is not None:
+                block.input_dims.append(None)
+        if keep_args:
+            block.args_json = [
+                orjson.dumps(e["args"]).decode()
+                if isinstance(e, dict) and isinstance(e.get("args"), dict)
+                else None
+                for e in events
+            ]
+        return block
+
+    def frame(self) -> pl.DataFrame:
+        n = len(self.ph)
+        return pl.DataFrame(
+            {
+                "idx": pl.int_range(self.base, self.base + n, eager=True, dtype=pl.Int64),
+                "ph": pl.Series(self.ph, dtype=pl.String),
+                "cat": pl.Series(self.cat, dtype=pl.String),
+                "name": pl.Series(self.name, dtype=pl.String),
+                "pid": pl.Series(self.pid, dtype=pl.Int64, strict=False),
+                "tid": pl.Series(self.tid, dtype=pl.Int64, strict=False),
+                "ts": pl.Series(self.ts, dtype=pl.Float64, strict=False),
+                "dur": pl.Series(self.dur, dtype=pl.Float64, strict=False),
+                "id": pl.Series(self.id, dtype=pl.Int64, strict=False),
+                "device": pl.Series(self.device, dtype=pl.Int64, strict=False),
+                "stream": pl.Series(self.stream, dtype=pl.Int64, strict=False),
+                "correlation": pl.Series(self.correlation, dtype=pl.Int64, strict=False),
+                "external_id": pl.Series(self.external_id, dtype=pl.Int64, strict=False),
+                "meta_value": pl.Series(self.meta_value, dtype=pl.String, strict=False),
+                **(
+                    {}
+                    if self.input_dims is None
+                    else {"input_dims": pl.Series(self.input_dims, dtype=pl.String)}
+                ),
+                **(
+                    {}
+                    if self.args_json is None
+                    else {"args_json": pl.Series(self.args_json, dtype=pl.String)}
+                ),
+            }
+        )
+
+
+def _meta_value(name: Any, labels: Any, sort_index: Any) -> str | None:
+    for v in (name, labels, sort_index):
+        if v is not None:
+            return str(v)
+    return None
+
+
+def _text(v: Any) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    return str(v)
+
+
+def as_number(v: Any) -> float | None:
+    """A JSON number, or a string holding one; anything else is None (invalid)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
+
+
+def _integer(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
+def _ident(v: Any) -> Any:
+    """pid/tid/id: ints stay ints; numeric strings become ints; other strings stay (→ null)."""
+    if isinstance(v, str):
+        try:
+            return int(v, 0)
+        except ValueError:
+            return v
+    return _integer(v) if not isinstance(v, int) else v
