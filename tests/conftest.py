@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# the loaded-trace cache of the tests lives in a folder of their own, never the user's
+os.environ.setdefault("TRACEVIEW_CACHE_DIR", tempfile.mkdtemp(prefix="traceview-test-cache-"))
 
 GENERATED = ROOT / "fixtures" / "generated"
 SHARED_TRACES = ROOT.parent / "shared" / "traces"

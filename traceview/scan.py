@@ -45,7 +45,7 @@ from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import find_steps
 from traceview.analysis.summary import build
 from traceview.errors import MissingDependencyError, TraceviewError
-from traceview.load import load
+from traceview.load import LoadOptions, load
 
 TABLES = ("traces", "steps", "families", "gaps", "errors")
 _HASH_CHUNK = 8 << 20
@@ -113,7 +113,7 @@ def scan_trace(path: str, dataset: str, options: ScanOptions) -> dict[str, Any]:
     if (out / "traces" / f"{trace_id}.parquet").exists():
         return {"path": path, "trace_id": trace_id, "status": "skipped", "error": None}
     try:
-        trace = load(p)
+        trace = load(p, options=LoadOptions(cache=False))  # read once: no cache entry
         if trace.kernels.height == 0:
             raise TraceviewError(f"{path}: no device activity (a CPU-only trace)")
         rules = load_rules(options.preset, options.rules_file)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from typing import Any
@@ -30,15 +31,23 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="traceview")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-def cli(debug: bool) -> None:
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Neither read nor write the loaded-trace cache (also TRACEVIEW_CACHE=0).",
+)
+def cli(debug: bool, no_cache: bool) -> None:
     """Analyse GPU profiler traces of LLM inference engines.
 
     Exit codes: 0 ok, 1 a check failed, 2 bad input or usage, 3 missing optional dependency.
     """
+    if no_cache:
+        # the switch the cache reads, so the run and scan workers see it too
+        os.environ["TRACEVIEW_CACHE"] = "0"
 
 
 def _register() -> None:
-    from traceview.cli import capture, compare, heartbeat, info, scan, sql, summarize
+    from traceview.cli import cache, capture, compare, heartbeat, info, scan, sql, summarize
 
     for command in (
         info.info,
@@ -50,6 +59,7 @@ def _register() -> None:
         compare.diff_command,
         compare.check_command,
         scan.scan,
+        cache.cache,
         capture.capture,
         capture.itl,
         capture.demo,

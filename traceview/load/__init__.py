@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from traceview.errors import TraceFormatError
+from traceview.load import cache
 from traceview.load.json import BLOCK_BYTES, read_json
 from traceview.model import Trace
 
@@ -42,12 +43,18 @@ class LoadOptions:
             ``EXTRACT_ARG``; costs memory and a second decode of each block).
         strict: a truncated trace is an error; by default its complete events load, with
             one warning giving the byte offset of the cut and how many events were kept.
+        cache: read the frames from the cache when this file was loaded before, unchanged,
+            and store them after a first load (see :mod:`traceview.load.cache`; also off
+            with ``TRACEVIEW_CACHE=0``).
+        cache_min_bytes: only files at least this large are cached.
     """
 
     block_bytes: int = BLOCK_BYTES
     progress: Progress | None = None
     raw_args: bool = False
     strict: bool = False
+    cache: bool = True
+    cache_min_bytes: int = 16 << 20
 
 
 def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) -> Trace:
@@ -80,6 +87,19 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
     if total == 0:
         raise TraceFormatError(name, "empty file")
 
+    caching = opts.cache and total >= opts.cache_min_bytes and cache.enabled()
+    variant = f"raw_args={opts.raw_args}"
+    if caching:
+        hit = cache.get(name, variant)
+        if hit is not None and not (opts.strict and hit.meta.truncated_at is not None):
+            return hit
+    trace = _load(name, total, opts)
+    if caching:
+        cache.put(name, variant, trace)
+    return trace
+
+
+def _load(name: str, total: int, opts: LoadOptions) -> Trace:
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the cyclic GC costs several times the parse on millions of objects
     try:

@@ -1,0 +1,150 @@
+"""The loaded-trace cache: a second open reads the frames back; a changed or replaced file is
+never served stale; entries are atomic and bounded; it can be turned off and managed."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import GENERATED
+
+import traceview as tv
+from traceview.cli import cli
+from traceview.load import cache
+
+# the package (``tv.load`` is the function of the same name)
+loading = importlib.import_module("traceview.load")
+ALWAYS = tv.LoadOptions(cache_min_bytes=0)  # the fixtures are small: cache them anyway
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(folder))
+    monkeypatch.delenv("TRACEVIEW_CACHE", raising=False)
+    return folder
+
+
+def _no_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("parsed the JSON although the cache holds this trace")
+
+    monkeypatch.setattr(loading, "read_json", refuse)
+
+
+def _same(a: tv.Trace, b: tv.Trace) -> None:
+    for name in cache.FRAMES:
+        assert getattr(a, name).equals(getattr(b, name)), name
+        assert getattr(a, name).schema == getattr(b, name).schema, name
+    assert a.meta == b.meta
+
+
+def test_a_second_open_reads_the_cache(
+    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.json.gz"
+    shutil.copy(GENERATED / "hybrid_vllm_old.json.gz", path)  # has shapes too
+    first = tv.load(path, options=ALWAYS)
+    assert cache.info()["entries"] == 1
+    _no_parse(monkeypatch)
+    second = tv.load(path, options=ALWAYS)
+    _same(first, second)
+    assert tv.summarize(second).to_dict() == tv.summarize(first).to_dict()
+    # below the size threshold, or turned off, nothing is read from it
+    with pytest.raises(AssertionError, match="parsed the JSON"):
+        tv.load(path)
+    monkeypatch.setenv("TRACEVIEW_CACHE", "0")
+    with pytest.raises(AssertionError, match="parsed the JSON"):
+        tv.load(path, options=ALWAYS)
+
+
+def test_a_changed_or_replaced_file_is_never_served_stale(cache_dir: Path, tmp_path: Path) -> None:
+    path = tmp_path / "t.json.gz"
+    shutil.copy(GENERATED / "hybrid_chunked.json.gz", path)
+    first = tv.load(path, options=ALWAYS)
+    # rewritten in place to the same size with its mtime put back: the content check sees it
+    other = (GENERATED / "hybrid_refeed.json.gz").read_bytes()
+    original = path.read_bytes()
+    st = path.stat()
+    data = other[: len(original)].ljust(len(original), b"\0")
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+    with pytest.warns(tv.TraceviewWarning, match="truncated"):  # the new bytes, parsed
+        changed = tv.load(path, options=ALWAYS)
+    assert changed.meta.truncated_at is not None and first.meta.truncated_at is None
+    assert not changed.kernels.equals(first.kernels)
+    # replaced by another trace (a new file at the same path)
+    path.unlink()
+    shutil.copy(GENERATED / "hybrid_refeed.json.gz", path)
+    fresh = tv.load(path, options=tv.LoadOptions(cache=False))
+    _same(tv.load(path, options=ALWAYS), fresh)
+
+
+def test_entries_are_bounded_and_least_recently_used_go_first(
+    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b, c = tmp_path / "a.json.gz", tmp_path / "b.json.gz", tmp_path / "c.json.gz"
+    shutil.copy(GENERATED / "hybrid_chunked.json.gz", a)
+    shutil.copy(GENERATED / "dense_sglang.json.gz", b)
+    shutil.copy(GENERATED / "hybrid_chunked.json.gz", c)  # another file: its own entry
+    tv.load(a, options=ALWAYS)
+    entry_a = next(cache_dir.iterdir())
+    tv.load(b, options=ALWAYS)
+    os.utime(entry_a / "meta.json", (1, 1))  # a is the least recently used
+    both = cache.info()["bytes"]
+    monkeypatch.setenv("TRACEVIEW_CACHE_MAX_BYTES", str(both))  # a and b fit, not a third
+    tv.load(c, options=ALWAYS)
+    info = cache.info()
+    assert info["entries"] == 2 and info["bytes"] <= info["max_bytes"]
+    assert not entry_a.exists()
+    # a hit makes an entry the most recently used
+    tv.load(b, options=ALWAYS)
+    tv.load(a, options=ALWAYS)  # parsed again, cached again: c goes, b stays
+    assert cache.info()["entries"] == 2
+    assert cache._key(str(b), "raw_args=False")[0] in {p.name for p in cache_dir.iterdir()}
+
+
+def test_partial_entries_and_dead_writers_are_never_read(
+    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.json.gz"
+    shutil.copy(GENERATED / "dense_sglang.json.gz", path)
+    key, _ = cache._key(str(path), "raw_args=False")
+    # a folder without its meta.json (not something a rename leaves, but never trusted)
+    (cache_dir / key).mkdir(parents=True)
+    (cache_dir / key / "kernels.arrow").write_bytes(b"garbage")
+    dead = cache_dir / ".tmp-deadwriter"
+    dead.mkdir()
+    os.utime(dead, (1, 1))
+    first = tv.load(path, options=ALWAYS)
+    assert (cache_dir / key / "meta.json").exists() and not dead.exists()
+    # a corrupt frame file in a complete entry: parsed again, not a crash or a wrong trace
+    (cache_dir / key / "events.arrow").write_bytes(b"not arrow")
+    _same(tv.load(path, options=ALWAYS), first)
+
+
+def test_the_cli_switch_and_management(
+    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    big = tmp_path / "t.json.gz"
+    shutil.copy(GENERATED / "hybrid_chunked.json.gz", big)
+    info = CliRunner().invoke(cli, ["cache", "info", "--json"])
+    assert info.exit_code == 0
+    assert '"entries": 0' in info.stdout and str(cache_dir) in info.stdout
+    tv.load(big, options=ALWAYS)
+    assert cache.info()["entries"] == 1
+    cleared = CliRunner().invoke(cli, ["cache", "clear"])
+    assert cleared.exit_code == 0 and "removed 1 cached trace" in cleared.stderr
+    assert cache.info()["entries"] == 0
+    monkeypatch.setenv("TRACEVIEW_CACHE", "1")  # restored after the test
+    no_cache = CliRunner().invoke(cli, ["--no-cache", "info", str(big)])
+    assert no_cache.exit_code == 0 and os.environ.get("TRACEVIEW_CACHE") == "0"
+    assert not cache.enabled()
+    tv.load(big, options=ALWAYS)
+    assert cache.info()["entries"] == 0

@@ -1,0 +1,36 @@
+"""``traceview cache info|clear``: the loaded-trace cache."""
+
+from __future__ import annotations
+
+import click
+import orjson
+
+from traceview.cli._options import json_option, stderr
+from traceview.load import cache as trace_cache
+
+
+@click.group()
+def cache() -> None:
+    """The cache of loaded traces: a trace opened again, unchanged, reads its frames from
+    here instead of parsing its JSON (off with --no-cache or TRACEVIEW_CACHE=0)."""
+
+
+@cache.command()
+@json_option
+def info(as_json: bool) -> None:
+    """Where the cache is, its entries and size, and its bound."""
+    doc = trace_cache.info()
+    if as_json:
+        click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+        return
+    state = "on" if doc["enabled"] else "off (TRACEVIEW_CACHE=0)"
+    click.echo(f"cache      {doc['dir']} ({state})")
+    click.echo(f"entries    {doc['entries']:,}")
+    click.echo(f"size       {doc['bytes'] / 1e6:,.1f} MB of {doc['max_bytes'] / 1e9:,.1f} GB")
+
+
+@cache.command()
+def clear() -> None:
+    """Remove every cached trace."""
+    n = trace_cache.clear()
+    stderr.print(f"removed {n} cached trace{'s' if n != 1 else ''} from {trace_cache.cache_dir()}")
