@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from conftest import GENERATED, ROOT, SCENARIO_NAMES, real_traces, truth
+from conftest import GENERATED, ROOT, SCENARIO_NAMES, SHARED_TRACES, real_traces, truth
 
 import traceview as tv
 from fixtures.truth import union_length
@@ -419,3 +419,144 @@ def test_docs_sql_examples_run() -> None:
     for block in blocks:
         df = run_sql(trace, block)
         assert df.height > 0, block
+
+
+# Perfetto's trace processor on these shared traces (issue 12): select count(*) from flow
+PERFETTO_FLOWS = {
+    "tracelens/b200-vllm-eager.json.gz": 929,
+    "hta/a100_rank0_negqueue.json.gz": 6875,
+}
+
+
+@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is not present")
+@pytest.mark.parametrize(("name", "count"), sorted(PERFETTO_FLOWS.items()))
+def test_flow_counts_equal_perfettos_on_real_traces(name: str, count: int) -> None:
+    path = SHARED_TRACES / name
+    assert run_sql(path, "select count(*) from flow").item() == count
+    # each flow links a launch on the CPU with device activity; the earlier of the two is
+    # slice_out, as in Perfetto (a few kernels here start before their launch's record)
+    cats = run_sql(
+        path,
+        "select so.category as a, si.category as b, so.ts <= si.ts as ordered from flow f "
+        "join slice so on so.id = f.slice_out join slice si on si.id = f.slice_in",
+    )
+    launch, device = {"cuda_runtime", "cuda_driver"}, {"kernel", "gpu_memcpy", "gpu_memset"}
+    for a, b, ordered in cats.rows():
+        assert {a, b} & launch and {a, b} & device and ordered
+
+
+def _events(*evs: dict) -> bytes:
+    return json.dumps({"traceEvents": list(evs)}).encode()
+
+
+def test_flows_bind_in_time_order_whatever_the_file_order(tmp_path: Path) -> None:
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1}
+    kern = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7}
+    events = [
+        # the f (bp e) of flow 5 comes first in the file, its s later: still one flow
+        {
+            "ph": "f",
+            "bp": "e",
+            "id": 5,
+            "cat": "ac2g",
+            "name": "ac2g",
+            "pid": 0,
+            "tid": 7,
+            "ts": 20,
+        },
+        {**kern, "ts": 20, "dur": 3, "args": {"stream": 7}},
+        {**launch, "ts": 10, "dur": 2},
+        {"ph": "s", "id": 5, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 10},
+        # an f without bp binds to the next slice that begins on its thread
+        {**launch, "ts": 30, "dur": 2},
+        {"ph": "s", "id": "0x10", "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 30},
+        {"ph": "f", "id": "0x10", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 35},
+        {**kern, "name": "k2", "ts": 38, "dur": 1, "args": {"stream": 7}},
+        # same id, other category: another flow, which never started: dropped
+        {
+            "ph": "f",
+            "bp": "e",
+            "id": 5,
+            "cat": "other",
+            "name": "ac2g",
+            "pid": 0,
+            "tid": 7,
+            "ts": 20,
+        },
+        # an s with no enclosing slice: dropped
+        {"ph": "s", "id": 9, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 50},
+        {
+            "ph": "f",
+            "bp": "e",
+            "id": 9,
+            "cat": "ac2g",
+            "name": "ac2g",
+            "pid": 0,
+            "tid": 7,
+            "ts": 38,
+        },
+    ]
+    path = tmp_path / "flows.json"
+    path.write_bytes(_events(*events))
+    rows = run_sql(
+        path,
+        "select so.ts as out_ts, si.name as kernel, f.trace_id from flow f "
+        "join slice so on so.id = f.slice_out join slice si on si.id = f.slice_in order by 1",
+    ).rows()
+    assert [(a, b) for a, b, _ in rows] == [(10_000, "k"), (30_000, "k2")]
+    assert len({t for _, _, t in rows}) == 2
+
+
+def test_improperly_nested_slices_spill_to_another_track_at_depth_0(tmp_path: Path) -> None:
+    """PERFETTO_SCHEMA.md, trap 3: 30..35 and 32..37 us on one thread do not nest; the
+    second moves to another track of the same thread, at depth 0."""
+    op = {"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1}
+    path = tmp_path / "spill.json"
+    path.write_bytes(
+        _events(
+            {**op, "name": "a", "ts": 30, "dur": 5},
+            {**op, "name": "b", "ts": 32, "dur": 5},
+            {**op, "name": "c", "ts": 33, "dur": 1},
+            {**op, "name": "z", "ts": 35, "dur": 0},
+            {**op, "name": "d", "ts": 40, "dur": 1},
+        )
+    )
+    rows = {
+        name: (track, depth, utid)
+        for name, track, depth, utid in run_sql(
+            path,
+            "select s.name, s.track_id, s.depth, tt.utid from slice s "
+            "join thread_track tt on s.track_id = tt.id",
+        ).rows()
+    }
+    assert rows["b"][0] != rows["a"][0] and rows["b"][1] == 0  # spilled, depth 0
+    assert rows["b"][2] == rows["a"][2]  # the same thread
+    assert rows["c"][:2] == (rows["a"][0], 1)  # nests in a on the thread's own track
+    assert rows["z"][:2] == (rows["a"][0], 0)  # a ends at 35: z begins after it closed
+    assert rows["d"][:2] == (rows["a"][0], 0)
+
+
+def test_thread_tid_is_the_json_tid_and_the_stream_stays_in_args(tmp_path: Path) -> None:
+    """ROCm traces can name the stream in args and the thread otherwise."""
+    path = tmp_path / "rocm.json"
+    path.write_bytes(
+        _events(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k",
+                "pid": 2,
+                "tid": 2,
+                "ts": 1,
+                "dur": 1,
+                "args": {"stream": 0, "device": 2},
+            }
+        )
+    )
+    row = run_sql(
+        path,
+        "select t.tid, extract_arg(s.arg_set_id, 'args.stream') as stream from slice s "
+        "join thread_track tt on s.track_id = tt.id join thread t using (utid)",
+    ).row(0)
+    assert row == (2, 0)
+    assert tv.load(path).kernels.select("tid", "stream").row(0) == (2, 0)

@@ -15,7 +15,9 @@ import os
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
+
+from isal.igzip_lib import IsalError
 
 from traceview.errors import TraceFormatError
 from traceview.load import cache
@@ -27,6 +29,9 @@ Progress = Callable[[int, int], None]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+# what the decompressors raise on damaged data (not a missing end: that is an EOFError)
+_CORRUPT_GZIP: tuple[type[Exception], ...] = (zlib.error, cast(type[Exception], IsalError))
 
 __all__ = ["LoadOptions", "load"]
 
@@ -115,6 +120,10 @@ def _load(name: str, total: int, opts: LoadOptions) -> Trace:
             )
     except EOFError as exc:
         raise TraceFormatError(name, f"truncated gzip file ({exc})") from None
+    except (zlib.error, IsalError) as exc:
+        raise TraceFormatError(
+            name, f"corrupt gzip data ({exc}); nothing after it can be read"
+        ) from None
     except RecursionError:
         raise TraceFormatError(
             name,

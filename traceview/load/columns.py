@@ -38,6 +38,8 @@ class _Event(msgspec.Struct):
     ts: float | None = None
     dur: float | None = None
     id: int | str | None = None
+    id2: dict[str, Any] | None = None  # {"local": …} or {"global": …}
+    bp: str | None = None  # flow binding point: "e" = the enclosing slice
     args: _Args = _NO_ARGS
 
 
@@ -67,6 +69,7 @@ class Block:
     ts: list[Any] = field(default_factory=list)
     dur: list[Any] = field(default_factory=list)
     id: list[Any] = field(default_factory=list)
+    bp: list[Any] = field(default_factory=list)
     device: list[Any] = field(default_factory=list)
     stream: list[Any] = field(default_factory=list)
     correlation: list[Any] = field(default_factory=list)
@@ -81,6 +84,7 @@ class Block:
         """Columns of typed events; ``shapes``: the block's text holds ``Input Dims``."""
         args = [e.args for e in events]
         ph = [e.ph for e in events]
+        any_flow = "s" in ph or "f" in ph or "t" in ph
         return cls(
             base=base,
             ph=ph,
@@ -90,7 +94,8 @@ class Block:
             tid=[e.tid for e in events],
             ts=[e.ts for e in events],
             dur=[e.dur for e in events],
-            id=[e.id for e in events],
+            id=[_flow_id(e.id, e.id2) for e in events] if any_flow else [None] * len(events),
+            bp=[e.bp for e in events] if any_flow else [None] * len(events),
             device=[a.device for a in args],
             stream=[a.stream for a in args],
             correlation=[a.correlation for a in args],
@@ -125,7 +130,9 @@ class Block:
             block.tid.append(_ident(e.get("tid")))
             block.ts.append(as_number(e.get("ts")))
             block.dur.append(as_number(e.get("dur")))
-            block.id.append(_ident(e.get("id")))
+            block.id.append(_flow_id(e.get("id"), e.get("id2")))
+            bp = e.get("bp")
+            block.bp.append(bp if isinstance(bp, str) else None)
             block.device.append(_integer(args.get("device")))
             block.stream.append(_integer(args.get("stream")))
             block.correlation.append(_integer(args.get("correlation")))
@@ -163,6 +170,7 @@ class Block:
                 "ts": pl.Series(self.ts, dtype=pl.Float64, strict=False),
                 "dur": pl.Series(self.dur, dtype=pl.Float64, strict=False),
                 "id": pl.Series(self.id, dtype=pl.Int64, strict=False),
+                "bp": pl.Series(self.bp, dtype=pl.String),
                 "device": pl.Series(self.device, dtype=pl.Int64, strict=False),
                 "stream": pl.Series(self.stream, dtype=pl.Int64, strict=False),
                 "correlation": pl.Series(self.correlation, dtype=pl.Int64, strict=False),
@@ -217,6 +225,14 @@ def _integer(v: Any) -> int | None:
     if isinstance(v, float) and v.is_integer():
         return int(v)
     return None
+
+
+def _flow_id(v: Any, id2: Any) -> Any:
+    """A flow's id: ``id`` (an int, or a numeric / ``0x`` string), else ``id2``'s ``local`` or
+    ``global`` value."""
+    if v is None and isinstance(id2, dict):
+        v = id2.get("local", id2.get("global"))
+    return _ident(v) if v is not None else None
 
 
 def _ident(v: Any) -> Any:

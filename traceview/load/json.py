@@ -365,6 +365,8 @@ class _Loader:
             pl.col("cat").fill_null(""),
             "pid",
             "tid",
+            pl.col("name").fill_null(""),
+            (pl.col("bp") == "e").fill_null(False).alias("enclosing"),
         )
         if "input_dims" in df.columns:
             shapes = df.filter(complete & ~device & pl.col("input_dims").is_not_null()).select(

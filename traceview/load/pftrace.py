@@ -105,7 +105,7 @@ class _Reader:
         self.interned: dict[int, dict[str, dict[int, str]]] = {}
         self.rows: list[dict[str, Any]] = []  # complete/instant events
         self.open: dict[int, list[dict[str, Any]]] = {}
-        self.flows: list[tuple[int, int, str, str, int | None, int | None]] = []
+        self.flows: list[tuple[int, int, str, str, int | None, int | None, str, bool]] = []
         self.counters: list[tuple[int, str, float, int | None]] = []
         self.metadata: list[tuple[str, int | None, int | None, str]] = []
         self.skipped: Counter[str] = Counter()
@@ -254,9 +254,9 @@ class _Reader:
             self.skipped[f"unsupported TrackEvent type {ev.type}"] += 1
             return
         for fid in ev.flow_ids:
-            self.flows.append((ts, fid, "s", "flow", pid, tid))
+            self.flows.append((ts, fid, "s", "flow", pid, tid, "flow", True))
         for fid in ev.terminating_flow_ids:
-            self.flows.append((ts, fid, "f", "flow", pid, tid))
+            self.flows.append((ts, fid, "f", "flow", pid, tid, "flow", True))
 
     # - frames -
 

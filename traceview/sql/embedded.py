@@ -212,7 +212,18 @@ class Database:
         slices = slices.join(
             self.track_ids, on=["pid", "tid"], how="left", nulls_equal=True, maintain_order="left"
         )
-        slices = _nesting(slices)
+        slices, spilled = _nesting(slices, next_track=len(self.track_of))
+        if spilled:  # Perfetto's overflow tracks: more thread tracks of the same thread
+            by_track = {tr: pt for pt, tr in self.track_of.items()}
+            self.conn.executemany(
+                "INSERT INTO thread_track (id, name, type, utid) VALUES (?, NULL, "
+                "'thread_execution', ?)",
+                [(tr, utid[by_track[src]]) for tr, src in spilled.items()],
+            )
+            self.conn.executemany(
+                "INSERT INTO track (id, name, type) VALUES (?, NULL, 'thread_execution')",
+                [(tr,) for tr in spilled],
+            )
         self.slices = slices
         self.conn.executemany(
             "INSERT INTO _slice (id, ts, dur, track_id, category, name, depth, parent_id, "
@@ -237,48 +248,82 @@ class Database:
         self._build_counters(trace, upid)
 
     def _build_flows(self, trace: Trace, slices: pl.DataFrame) -> None:
+        """Bind flow events to slices as Perfetto's JSON importer does, in timestamp order
+        (file order on ties; a flow's ``f`` often comes before its ``s`` in the file):
+
+        - a flow is named by (id, category, name);
+        - ``s`` binds to the slice enclosing it on its thread (the deepest open slice); a
+          second ``s`` of a flow already started is ignored;
+        - ``t`` (a step) adds a flow from the flow's last slice to the one enclosing it;
+        - ``f`` with ``"bp": "e"`` adds a flow to the slice enclosing it, other ``f``s to
+          the next slice that begins on their thread; the flow stays open, so one ``s`` may
+          fan out to several ``f`` (a CUDA graph's kernels share their launch's id);
+        - an event with no slice to bind to, or an ``f``/``t`` whose flow never started, is
+          dropped (Perfetto counts these in its stats).
+
+        ``flow.trace_id`` numbers the flows (id, category, name) 0, 1, … in the order they
+        first appear."""
         flows = trace.flows.with_row_index("_i")
         if flows.height == 0:
             return
-        ends = flows.join(self.track_ids, on=["pid", "tid"], how="left", nulls_equal=True)
-        # the slice enclosing each endpoint on its track: the latest-starting slice at or
-        # before ts that still covers ts (nested slices start later, so this is the deepest)
-        spans = slices.select(
-            "track_id",
-            pl.col("ts_ns").alias("s_ts"),
-            (pl.col("ts_ns") + pl.col("dur_ns")).alias("s_end"),
-            pl.col("id").alias("slice_id"),
-        ).sort("s_ts")
-        bound = (
-            ends.sort("ts_ns")
-            .join_asof(
-                spans,
-                left_on="ts_ns",
-                right_on="s_ts",
-                by="track_id",
-                strategy="backward",
-                check_sortedness=False,
-            )
-            .with_columns(
-                pl.when(pl.col("ts_ns") <= pl.col("s_end"))
-                .then(pl.col("slice_id"))
-                .alias("slice_id")
-            )
-            .sort("_i")
+        ev = (
+            flows.join(self.track_ids, on=["pid", "tid"], how="left", nulls_equal=True)
+            .sort(["ts_ns", "_i"])
+            .with_row_index("_o")  # processing order
         )
-        rows: list[tuple[int, int, int, int]] = []
-        open_out: dict[Any, int] = {}
-        for fid, phase, slice_id in bound.select("id", "phase", "slice_id").iter_rows():
-            if slice_id is None:
-                continue
-            if phase in ("s", "t"):
-                if phase == "t" and fid in open_out:
-                    rows.append((len(rows), open_out[fid], slice_id, len(rows)))
-                open_out[fid] = slice_id
-            elif fid in open_out:  # f: one s may fan out to several f (graph launches)
-                rows.append((len(rows), open_out[fid], slice_id, len(rows)))
+        here = _enclosing(slices, ev.select("track_id", "ts_ns"))
+        loose = (pl.col("phase") == "f") & ~pl.col("enclosing")  # binds to the next slice
+        later = _next_slice(slices, ev.filter(loose).select("_o", "track_id", "ts_ns"))
+        ev = (
+            ev.with_columns(
+                here["slice_id"].alias("here"),
+                here["slice_ts"].alias("here_ts"),
+                pl.col("cat").cast(pl.String),
+                pl.col("name").cast(pl.String),
+            )
+            .join(later, on="_o", how="left")
+            .sort("_o")
+        )
+        key = ["id", "cat", "name"]
+        # trace_id: the flows (id, category, name) numbered by their first appearance
+        first_seen = pl.col("_o").min().over(key).rank("dense").cast(pl.Int64)
+        ev = ev.with_columns((first_seen - 1).alias("flow"))
+        stepped = ev.filter(pl.col("phase") == "t").select("flow").unique()
+        plain = ev.join(stepped, on="flow", how="anti") if stepped.height else ev
+        # a flow opens at its first s that has a slice to bind to; later s are ignored
+        opened = (
+            plain.filter((pl.col("phase") == "s") & pl.col("here").is_not_null())
+            .group_by("flow")
+            .agg(
+                pl.col("_o").min().alias("s_o"),
+                pl.col("here").sort_by("_o").first().alias("src"),
+                pl.col("here_ts").sort_by("_o").first().alias("src_ts"),
+            )
+        )
+        bound = (
+            plain.filter(pl.col("phase") == "f")
+            .with_columns(
+                pl.when(pl.col("enclosing")).then("here").otherwise("later").alias("dst"),
+                pl.when(pl.col("enclosing")).then("here_ts").otherwise("later_ts").alias("dst_ts"),
+            )
+            .filter(pl.col("dst").is_not_null())
+            .join(opened, on="flow")
+            .filter(pl.col("_o") > pl.col("s_o"))  # an f before its s has nothing to bind to
+            .select("_o", "flow", "src", "src_ts", "dst", "dst_ts")
+        )
+        if stepped.height:  # flows with steps: bound event by event
+            bound = pl.concat([bound, _stepped_flows(ev.join(stepped, on="flow"))])
+        bound = bound.sort("_o")
+        earlier_src = pl.col("src_ts") <= pl.col("dst_ts")  # the earlier slice flows out
+        table = bound.select(
+            pl.int_range(pl.len(), dtype=pl.Int64).alias("id"),
+            pl.when(earlier_src).then("src").otherwise("dst").alias("slice_out"),
+            pl.when(earlier_src).then("dst").otherwise("src").alias("slice_in"),
+            pl.col("flow").alias("trace_id"),
+        )
         self.conn.executemany(
-            "INSERT INTO flow (id, slice_out, slice_in, trace_id) VALUES (?, ?, ?, ?)", rows
+            "INSERT INTO flow (id, slice_out, slice_in, trace_id) VALUES (?, ?, ?, ?)",
+            table.iter_rows(),
         )
 
     def _build_counters(self, trace: Trace, upid: dict[Any, int]) -> None:
@@ -370,8 +415,16 @@ def _null_mask(values: np.ndarray) -> np.ndarray:
     return mask
 
 
-def _nesting(slices: pl.DataFrame) -> pl.DataFrame:
-    """``depth`` and ``parent_id`` of each slice on its track (events that nest)."""
+def _nesting(slices: pl.DataFrame, next_track: int) -> tuple[pl.DataFrame, dict[int, int]]:
+    """``depth`` and ``parent_id`` of each slice on its track, as Perfetto's slice tracker
+    nests complete events: in start order (the longer first on a tie), a slice closes when
+    the next begins at or after its end (two zero-length slices at one time stack), and a
+    slice that begins inside the open one but ends after it cannot nest: it *spills* to an
+    overflow track of the same thread (the first whose open slices it fits, else a new
+    one, numbered from ``next_track``), where it starts at depth 0.
+
+    Returns the slices with ``depth``, ``parent_id`` and their (maybe overflow)
+    ``track_id``, and the overflow tracks (track id -> the thread track it spilled from)."""
     ordered = slices.with_row_index("_pos").sort(
         ["track_id", "ts_ns", "dur_ns"], descending=[False, False, True], maintain_order=True
     )
@@ -379,39 +432,169 @@ def _nesting(slices: pl.DataFrame) -> pl.DataFrame:
     overlaps = ordered.select(
         (
             (pl.col("track_id") == pl.col("track_id").shift(1))
-            & (pl.col("ts_ns") < end.cum_max().shift(1).over("track_id"))
+            & (pl.col("ts_ns") <= end.cum_max().shift(1).over("track_id"))
         ).alias("o")
     )["o"]
     depth = np.zeros(ordered.height, dtype=np.int64)
     parent = np.full(ordered.height, -1, dtype=np.int64)
+    track = ordered["track_id"].to_numpy().copy()
+    spilled_from: dict[int, int] = {}
     if overlaps.fill_null(False).any():
         tracks = ordered["track_id"].to_numpy()
         ts = ordered["ts_ns"].to_numpy()
-        ends = (ordered["ts_ns"] + ordered["dur_ns"]).to_numpy()
+        dur = ordered["dur_ns"].to_numpy()
+        ends = ts + dur
         ids = ordered["id"].to_numpy()
         nested_tracks = set(ordered.filter(overlaps.fill_null(False))["track_id"].to_list())
-        stack: list[int] = []
+        lanes: list[list[int]] = []  # open slices of the thread track, then its overflows
+        lane_ids: list[int] = []
         current = None
         for i in range(ordered.height):
             tr = tracks[i]
             if tr not in nested_tracks:
                 continue
             if tr != current:
-                stack, current = [], tr
-            while (
-                stack
-                and ends[stack[-1]] <= ts[i]
-                and not (ends[stack[-1]] == ts[i] == ts[stack[-1]])
-            ):
-                stack.pop()
-            if stack:
-                depth[i] = len(stack)
-                parent[i] = ids[stack[-1]]
-            stack.append(i)
+                lanes, lane_ids, current = [[]], [int(tr)], tr
+            for lane, stack in enumerate(lanes):
+                while stack and (
+                    ends[stack[-1]] < ts[i]
+                    or (ends[stack[-1]] == ts[i] and not (dur[stack[-1]] == 0 and dur[i] == 0))
+                ):
+                    stack.pop()
+                if stack and ts[i] < ends[stack[-1]] < ends[i]:
+                    continue  # crosses the open slice's end: try the next lane
+                if stack:
+                    depth[i] = len(stack)
+                    parent[i] = ids[stack[-1]]
+                track[i] = lane_ids[lane]
+                stack.append(i)
+                break
+            else:
+                lanes.append([i])
+                lane_ids.append(next_track)
+                spilled_from[next_track] = int(tr)
+                track[i] = next_track
+                next_track += 1
     ordered = ordered.with_columns(
-        pl.Series("depth", depth), pl.Series("parent_id", parent).replace(-1, None)
+        pl.Series("depth", depth),
+        pl.Series("parent_id", parent).replace(-1, None),
+        pl.Series("track_id", track),
     )
-    return ordered.sort("_pos").drop("_pos")
+    return ordered.sort("_pos").drop("_pos"), spilled_from
+
+
+def _stepped_flows(ev: pl.DataFrame) -> pl.DataFrame:
+    """Flows with ``t`` steps, event by event in processing order:
+    (_o, flow, src, src_ts, dst, dst_ts)."""
+    open_at: dict[int, tuple[int, int]] = {}
+    out: list[tuple[int, int, int, int, int, int]] = []
+    for order, flow, phase, here, here_ts, later, later_ts, enclosing in (
+        ev.sort("_o")
+        .select("_o", "flow", "phase", "here", "here_ts", "later", "later_ts", "enclosing")
+        .iter_rows()
+    ):
+        if phase == "s":
+            if here is not None and flow not in open_at:
+                open_at[flow] = (here, here_ts)
+        elif phase == "t":
+            if here is not None and flow in open_at:
+                out.append((order, flow, *open_at[flow], here, here_ts))
+                open_at[flow] = (here, here_ts)
+        else:
+            target = (here, here_ts) if enclosing else (later, later_ts)
+            if target[0] is not None and flow in open_at:
+                out.append((order, flow, *open_at[flow], *target))
+    return pl.DataFrame(
+        out,
+        schema={
+            "_o": pl.UInt32,
+            "flow": pl.Int64,
+            "src": pl.Int64,
+            "src_ts": pl.Int64,
+            "dst": pl.Int64,
+            "dst_ts": pl.Int64,
+        },
+        orient="row",
+    )
+
+
+def _enclosing(slices: pl.DataFrame, points: pl.DataFrame) -> pl.DataFrame:
+    """For each (track_id, ts_ns) point, in order: ``slice_id`` and ``slice_ts`` of the
+    deepest slice open there on its track (start <= ts < end, or a zero-length slice at
+    ts), null where there is none."""
+    spans = slices.select(
+        "track_id",
+        pl.col("ts_ns").alias("s_ts"),
+        pl.col("dur_ns").alias("s_dur"),
+        pl.col("id").alias("slice_id"),
+    ).sort(["s_ts", "s_dur"], descending=[False, True])  # on a tie the shortest is last
+    found = (
+        points.with_row_index("_p")
+        .join_asof(
+            spans,
+            left_on="ts_ns",
+            right_on="s_ts",
+            by="track_id",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .select("_p", "ts_ns", "slice_id", pl.col("s_ts").alias("a"), "s_dur")
+        .with_columns((pl.col("a") + pl.col("s_dur")).alias("b"))
+    )
+    zero_at_ts = (pl.col("a") == pl.col("b")) & (pl.col("ts_ns") == pl.col("a"))
+    covers = (pl.col("ts_ns") < pl.col("b")) | zero_at_ts
+    keep = ["_p", "slice_id", pl.col("a").alias("slice_ts")]
+    done = [found.filter(pl.col("slice_id").is_not_null() & covers).select(keep)]
+    todo = found.filter(pl.col("slice_id").is_not_null() & ~covers).select(
+        "_p", "ts_ns", "slice_id"
+    )
+    if todo.height:
+        info = slices.select(
+            pl.col("id").alias("slice_id"),
+            pl.col("ts_ns").alias("a"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).alias("b"),
+            "parent_id",
+        )
+        # the latest slice to start may have closed already: its open ancestor encloses
+        while todo.height:
+            step = todo.select("_p", "ts_ns", "slice_id").join(info, on="slice_id", how="left")
+            step = step.join(
+                info.select("slice_id", "parent_id"), on="slice_id", how="left", suffix="_x"
+            )
+            done.append(step.filter(covers).select(keep))
+            todo = step.filter(~covers & pl.col("parent_id").is_not_null()).select(
+                "_p", "ts_ns", pl.col("parent_id").alias("slice_id")
+            )
+    resolved = pl.concat(done)
+    return (
+        points.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_p"))
+        .join(resolved, on="_p", how="left")
+        .sort("_p")
+        .select("slice_id", "slice_ts")
+    )
+
+
+def _next_slice(slices: pl.DataFrame, points: pl.DataFrame) -> pl.DataFrame:
+    """For each (_o, track_id, ts_ns) point: ``later`` and ``later_ts``, the first slice
+    that begins on its track at or after ts (on a tie the outermost, which begins first)."""
+    spans = slices.select(
+        "track_id",
+        pl.col("ts_ns").alias("later_ts"),
+        pl.col("dur_ns").alias("s_dur"),
+        pl.col("id").alias("later"),
+    ).sort(["later_ts", "s_dur"], descending=[False, True])  # on a tie the longest is first
+    return (
+        points.sort("ts_ns")
+        .join_asof(
+            spans,
+            left_on="ts_ns",
+            right_on="later_ts",
+            by="track_id",
+            strategy="forward",
+            check_sortedness=False,
+        )
+        .select("_o", "later", "later_ts")
+    )
 
 
 def _regexp(pattern: str | None, value: str | None) -> int | None:
