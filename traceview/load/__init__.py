@@ -120,7 +120,7 @@ def _load(name: str, total: int, opts: LoadOptions) -> Trace:
             )
     except EOFError as exc:
         raise TraceFormatError(name, f"truncated gzip file ({exc})") from None
-    except (zlib.error, IsalError) as exc:
+    except _CORRUPT_GZIP as exc:
         raise TraceFormatError(
             name, f"corrupt gzip data ({exc}); nothing after it can be read"
         ) from None
