@@ -164,29 +164,36 @@ def load_rules(preset: str = "default", rules_file: str | Path | None = None) ->
 
 
 def family_map(kernels: pl.DataFrame, rules: Rules) -> pl.DataFrame:
-    """One row per distinct (name, cat): ``name``, ``cat``, ``family`` (String)."""
-    pairs = kernels.select(pl.col("name").cast(pl.String), pl.col("cat").cast(pl.String))
-    pairs = pairs.unique()
-    fams = [rules.family_of(n, c or "") for n, c in pairs.iter_rows()]
+    """One row per distinct (name, cat): ``name``, ``cat`` (as in ``kernels``), ``family``
+    (String). Names are matched once each, never once per kernel."""
+    pairs = kernels.select("name", "cat").unique()
+    fams = [rules.family_of(str(n), str(c or "")) for n, c in pairs.iter_rows()]
     return pairs.with_columns(pl.Series("family", fams, dtype=pl.String))
 
 
 def classify(kernels: pl.DataFrame, rules: Rules) -> pl.DataFrame:
-    """``kernels`` with a ``family`` column (String) added."""
+    """``kernels`` with a ``family`` column (String) added. Each distinct (name, category)
+    is matched once; the kernels only look their pair up by the categoricals' codes, so no
+    kernel's name becomes a string and the other columns are not copied."""
     if kernels.height == 0:
         return kernels.with_columns(pl.lit(None, dtype=pl.String).alias("family"))
-    mapping = family_map(kernels, rules)
-    keyed = kernels.with_columns(
-        pl.col("name").cast(pl.String).alias("_n"), pl.col("cat").cast(pl.String).alias("_c")
+    # one integer per (name, category): the two categoricals' codes side by side
+    name_code = pl.col("name").to_physical().cast(pl.UInt64).fill_null(1 << 31)
+    cat_code = pl.col("cat").to_physical().cast(pl.UInt64).fill_null(1 << 31)
+    key = name_code * (1 << 32) + cat_code
+    mapping = family_map(kernels, rules).with_columns(key.alias("_key"))
+    names = mapping["family"].unique(maintain_order=True)
+    index = mapping.with_columns(
+        pl.col("family").replace_strict(names, range(len(names)), return_dtype=pl.UInt32)
     )
-    out = keyed.join(
-        mapping.rename({"name": "_n", "cat": "_c"}),
-        on=["_n", "_c"],
-        how="left",
-        maintain_order="left",
-        nulls_equal=True,
-    )
-    return out.drop("_n", "_c")
+    codes = kernels.select(key.alias("_key"))["_key"]
+    which = codes.replace_strict(index["_key"], index["family"], default=None)
+    return kernels.with_columns(names.gather(which).alias("family"))
+
+
+def distinct_names(frame: pl.DataFrame) -> list[str]:
+    """The distinct kernel names of ``frame`` as strings (only the distinct ones are cast)."""
+    return [str(n) for n in frame["name"].unique().drop_nulls().to_list()]
 
 
 def family_table(classified: pl.DataFrame, *, roll_up: bool = False) -> pl.DataFrame:
@@ -242,9 +249,10 @@ def kernels(trace: Trace, rules: Rules | None = None, *, device: int | None = No
     k = classify(ks, rules or load_rules())
     total = k["dur_ns"].sum() if k.height else 0
     return (
-        k.group_by(pl.col("name").cast(pl.String), "family")
+        k.group_by("name", "family")
         .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
         .with_columns(
+            pl.col("name").cast(pl.String),
             (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
             (pl.col("total_ns") / total if total else pl.lit(0.0)).alias("share"),
         )

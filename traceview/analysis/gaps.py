@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from traceview.analysis.families import Rules, load_rules
+from traceview.analysis.families import Rules, distinct_names, load_rules
 from traceview.analysis.stats import percentiles
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import StepResult, find_steps
@@ -48,9 +48,10 @@ _NOT_THE_ATTENTION = re.compile(r"and_cache|store_kvcache|combine|merge|reduce",
 def _most_launched(kernels: pl.DataFrame, names: list[str]) -> str:
     """Of ``names``, the one launched most often (ties: the most kernel time, then name)."""
     per = (
-        kernels.filter(pl.col("name").cast(pl.String).is_in(names))
-        .group_by(pl.col("name").cast(pl.String))
+        kernels.filter(pl.col("name").is_in(names))
+        .group_by("name")
         .agg(pl.len().alias("n"), pl.col("dur_ns").sum().alias("t"))
+        .with_columns(pl.col("name").cast(pl.String))
         .sort(["n", "t", "name"], descending=[True, True, False])
     )
     return str(per["name"][0])
@@ -67,15 +68,14 @@ def decode_markers(kernels: pl.DataFrame, rules: Rules) -> tuple[pl.DataFrame, M
     combine or merge (FlashInfer's tensor-core decode runs ``BatchPrefillWith…``). None only
     when the trace has neither linear-attention decode nor full-attention kernels.
     """
-    names = kernels["name"].cast(pl.String)
-    distinct = names.unique().to_list()
+    distinct = distinct_names(kernels)
     hits = [n for n in distinct if rules.matches_any(n, rules.decode_marker)]
     marker: Marker | None = Marker(" | ".join(rules.decode_marker), "role") if hits else None
     family = kernels["family"] if "family" in kernels.columns else None
     if marker is None and family is not None:
         linear = kernels.filter(family == "linear_attention.decode")
         if linear.height:
-            candidates = linear["name"].cast(pl.String).unique().to_list()
+            candidates = distinct_names(linear)
             updates = [n for n in candidates if not _NOT_THE_STATE_UPDATE.search(n)]
             hits = [_most_launched(linear, updates or candidates)]
             marker = Marker(hits[0], "inferred")
@@ -87,17 +87,14 @@ def decode_markers(kernels: pl.DataFrame, rules: Rules) -> tuple[pl.DataFrame, M
                 break
     if marker is None and family is not None:
         attention = kernels.filter(_family_is(family, "full_attention"))
-        candidates = [
-            n
-            for n in attention["name"].cast(pl.String).unique().to_list()
-            if not _NOT_THE_ATTENTION.search(n)
-        ]
+        candidates = [n for n in distinct_names(attention) if not _NOT_THE_ATTENTION.search(n)]
         if candidates:
             hits = [_most_launched(attention, candidates)]
             marker = Marker(hits[0], "full_attention_inferred")
     if marker is None:
         return kernels.clear(), None
-    return kernels.filter(names.is_in(hits)), replace(marker, names=tuple(sorted(hits)))
+    chosen = kernels.filter(pl.col("name").is_in(hits))
+    return chosen, replace(marker, names=tuple(sorted(hits)))
 
 
 def _family_is(family: pl.Series, name: str) -> pl.Series:

@@ -324,6 +324,7 @@ def _clusters(spans: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         )
         .drop("_c")
         .sort("a0")
+        .with_row_index("cid")
     )
 
 
@@ -350,17 +351,25 @@ def _annotation_groups(trace: Trace, k: pl.DataFrame, device: int) -> pl.DataFra
     )
     ki = k.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("_k"), "ts_ns", "correlation")
     gpu = ann.filter((pl.col("kind") == "gpu_user_annotation") & (pl.col("pid") == device))
+    # kernels and launches carry only a cluster's id and bounds through the joins; its
+    # names join back once per step at the end (a list per kernel would cost gigabytes)
     if gpu.height:
-        spans = _clusters(gpu.drop("kind", "pid", "tid"), [])
+        clusters = _clusters(gpu.drop("kind", "pid", "tid"), [])
         hits = (
             ki.sort("ts_ns")
-            .join_asof(spans, left_on="ts_ns", right_on="a0", strategy="backward")
+            .join_asof(
+                clusters.select("cid", "a0", "a1"),
+                left_on="ts_ns",
+                right_on="a0",
+                strategy="backward",
+            )
             .filter(pl.col("ts_ns") < pl.col("a1"))
         )
     else:
-        cpu = _clusters(
+        clusters = _clusters(
             ann.filter(pl.col("kind") == "user_annotation").drop("kind"), ["pid", "tid"]
         )
+        cpu = clusters.select("cid", "pid", "tid", "a0", "a1")
         runtime = trace.events.filter(
             (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
         )
@@ -374,7 +383,7 @@ def _annotation_groups(trace: Trace, k: pl.DataFrame, device: int) -> pl.DataFra
             check_sortedness=False,
         ).filter(pl.col("ts_ns") < pl.col("a1"))
         hits = ki.filter(pl.col("correlation").is_not_null()).join(
-            linked.select("correlation", "a0", "a1", "names").unique("correlation"),
+            linked.select("correlation", "cid").unique("correlation"),
             on="correlation",
         )
         if hits.height == 0:
@@ -394,8 +403,9 @@ def _annotation_groups(trace: Trace, k: pl.DataFrame, device: int) -> pl.DataFra
     if hits.height == 0:
         return None
     return (
-        hits.group_by("a0", "a1")
-        .agg(pl.col("names").first(), pl.col("_k").sort().alias("kernels"))
+        hits.group_by("cid")
+        .agg(pl.col("_k").sort().alias("kernels"))
+        .join(clusters.select("cid", "a0", "names"), on="cid")
         .sort("a0")
         .select("names", "kernels")
     )

@@ -36,7 +36,7 @@ from traceview.analysis.annotations import (
     record,
     stated_prompt_work,
 )
-from traceview.analysis.families import Rules, classify, load_rules
+from traceview.analysis.families import Rules, classify, distinct_names, load_rules
 from traceview.analysis.intervals import I64, Union, union
 from traceview.analysis.shapes import shape_tokens
 from traceview.analysis.step_candidates import (
@@ -150,12 +150,11 @@ def _kinds(table_prefill: np.ndarray, recs: list[dict[str, Any]]) -> tuple[np.nd
 
 def prefill_only(rules: Rules) -> pl.Expr:
     """Kernels that mean prompt work: the ``prefill_family`` families and the ``prefill``
-    patterns (attention kernels that never run decode)."""
+    patterns (attention kernels that never run decode; the frame's boolean ``_prefill_name``
+    column says which names match them)."""
     expr = _is_family(pl.col("family"), rules.prefill_family)
     if rules.prefill:
-        expr = expr | pl.col("name").cast(pl.String).str.contains(
-            "(?i)" + "|".join(f"(?:{p})" for p in rules.prefill)
-        )
+        expr = expr | pl.col("_prefill_name")
     return expr
 
 
@@ -176,7 +175,10 @@ def _assemble(
         starts = _step_starts(u, int(ts[0]), anchors, prev_last)
     ends = np.append(starts[1:], end_all).astype(np.int64)
 
-    prefill_k = k.filter(prefill_only(rules))
+    prefill_names = [n for n in distinct_names(k) if rules.matches_any(n, rules.prefill)]
+    prefill_k = k.with_columns(pl.col("name").is_in(prefill_names).alias("_prefill_name")).filter(
+        prefill_only(rules)
+    )
     prefill_ts = prefill_k["ts_ns"].to_numpy()
     step_of_prefill = np.searchsorted(starts, prefill_ts, side="right") - 1
     inside = step_of_prefill >= 0
@@ -309,7 +311,10 @@ def find_steps(
     ):
         trace, activity = cpu_activity(trace), "cpu_op"
     device = pick_device(trace, opts.device)
-    k = classify(trace.kernels.filter(pl.col("device") == device), rules)
+    mine = trace.kernels
+    if len(trace.devices) > 1:  # one device: no copy of its kernels
+        mine = mine.filter(pl.col("device") == device)
+    k = classify(mine, rules)
     u = union(k["ts_ns"].to_numpy().astype(np.int64), ends_of(k))
     k = k.with_columns(_is_family(pl.col("family"), rules.step_marker).alias("_marker"))
 

@@ -208,8 +208,9 @@ def build(rules: Rules, result: StepResult) -> Summary:
         "warnings": warnings,
     }
     kernel_table = (
-        k.group_by(pl.col("name").cast(pl.String), "family")
+        k.group_by("name", "family")
         .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
+        .with_columns(pl.col("name").cast(pl.String))
         .sort(["total_ns", "name"], descending=[True, False])
     )
     return Summary(
