@@ -45,7 +45,11 @@ def _seed_text() -> list[bytes]:
         if path.exists():
             doc = json.loads(gzip.decompress(path.read_bytes()))
             events = doc["traceEvents"] if isinstance(doc, dict) else doc
-            head = {k: v for k, v in doc.items() if k != "traceEvents"} if isinstance(doc, dict) else {}
+            head = (
+                {k: v for k, v in doc.items() if k != "traceEvents"}
+                if isinstance(doc, dict)
+                else {}
+            )
             seeds.append(json.dumps({**head, "traceEvents": events[:300]}, indent=1).encode())
     fixture = gzip.decompress((ROOT / "fixtures/generated/dense_sglang.json.gz").read_bytes())
     seeds.append(fixture[:200_000])  # a cut one too
@@ -54,8 +58,27 @@ def _seed_text() -> list[bytes]:
 
 
 SEEDS = _seed_text()
-TOKENS = [b"{", b"}", b"[", b"]", b",", b":", b'"', b"\\", b"NaN", b"-1e999", b"null", b"\x00",
-          b"\xff", b'"ts"', b'"dur"', b'"ph":"X"', b'"cat":"kernel"', b"[" * 50, b"]" * 50]
+TOKENS = [
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b":",
+    b'"',
+    b"\\",
+    b"NaN",
+    b"-1e999",
+    b"null",
+    b"\x00",
+    b"\xff",
+    b'"ts"',
+    b'"dur"',
+    b'"ph":"X"',
+    b'"cat":"kernel"',
+    b"[" * 50,
+    b"]" * 50,
+]
 
 
 @st.composite
