@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
 import subprocess
 import sys
@@ -70,9 +71,19 @@ def child(what: str, path: str) -> None:
                 "total_s": t2 - t0,
                 "kernels": trace.kernels.height,
                 "steps": steps,
+                "peak_rss": peak_rss(),
             }
         )
     )
+
+
+def peak_rss() -> int:
+    """This process's peak resident set (VmHWM, bytes)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def main() -> None:
@@ -112,6 +123,13 @@ def main() -> None:
     )
     print(
         f"ratio (load+summarize)/load: {summ['total_s'] / load['total_s']:.2f}x  (target <= 1.5x)"
+    )
+    with gzip.open(path, "rb") as f:
+        json_bytes = sum(len(chunk) for chunk in iter(lambda: f.read(64 << 20), b""))
+    print(
+        f"peak RSS: load {load['peak_rss'] / 1e9:.2f} GB ({load['peak_rss'] / json_bytes:.2f}x "
+        f"the {json_bytes / 1e9:.2f} GB JSON), load + summarize {summ['peak_rss'] / 1e9:.2f} GB "
+        f"({summ['peak_rss'] / load['peak_rss']:.2f}x the load's peak)"
     )
 
 
