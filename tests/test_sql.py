@@ -483,6 +483,9 @@ def test_flows_bind_in_time_order_whatever_the_file_order(tmp_path: Path) -> Non
             "tid": 7,
             "ts": 20,
         },
+        # events without an id bind nothing
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 30.5},
+        {"ph": "f", "bp": "e", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 38},
         # an s with no enclosing slice: dropped
         {"ph": "s", "id": 9, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 50},
         {

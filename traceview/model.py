@@ -96,8 +96,8 @@ FLOW_SCHEMA: dict[str, pl.DataType] = {
     "enclosing": pl.Boolean(),
 }
 """Columns of :attr:`Trace.flows`: one row per flow event (``ph`` s/t/f), in file order.
-``id`` is the flow id (Kineto: the correlation id for ``ac2g``; ``id2``'s ``local`` or
-``global`` where there is no ``id``; ``0x…`` strings are read as hex); ``phase`` is s (start),
+``id`` is the flow id (Kineto: the correlation id for ``ac2g``; ``0x…`` strings are read as
+hex; null where the event has none); ``phase`` is s (start),
 t (step), f (finish); ``enclosing``: the event binds to the slice enclosing it (``"bp":
 "e"``) rather than the next slice that begins on its thread."""
 

@@ -38,7 +38,6 @@ class _Event(msgspec.Struct):
     ts: float | None = None
     dur: float | None = None
     id: int | str | None = None
-    id2: dict[str, Any] | None = None  # {"local": …} or {"global": …}
     bp: str | None = None  # flow binding point: "e" = the enclosing slice
     args: _Args = _NO_ARGS
 
@@ -94,7 +93,7 @@ class Block:
             tid=[e.tid for e in events],
             ts=[e.ts for e in events],
             dur=[e.dur for e in events],
-            id=[_flow_id(e.id, e.id2) for e in events] if any_flow else [None] * len(events),
+            id=[_flow_id(e.id) for e in events] if any_flow else [None] * len(events),
             bp=[e.bp for e in events] if any_flow else [None] * len(events),
             device=[a.device for a in args],
             stream=[a.stream for a in args],
@@ -130,7 +129,7 @@ class Block:
             block.tid.append(_ident(e.get("tid")))
             block.ts.append(as_number(e.get("ts")))
             block.dur.append(as_number(e.get("dur")))
-            block.id.append(_flow_id(e.get("id"), e.get("id2")))
+            block.id.append(_flow_id(e.get("id")))
             bp = e.get("bp")
             block.bp.append(bp if isinstance(bp, str) else None)
             block.device.append(_integer(args.get("device")))
@@ -227,11 +226,10 @@ def _integer(v: Any) -> int | None:
     return None
 
 
-def _flow_id(v: Any, id2: Any) -> Any:
-    """A flow's id: ``id`` (an int, or a numeric / ``0x`` string), else ``id2``'s ``local`` or
-    ``global`` value."""
-    if v is None and isinstance(id2, dict):
-        v = id2.get("local", id2.get("global"))
+def _flow_id(v: Any) -> Any:
+    """A flow's ``id``: an int, or a numeric / ``0x`` string. A flow event without one is
+    kept with a null id and binds to nothing, as Perfetto drops it (``id2`` scopes async
+    events, not v1 flows)."""
     return _ident(v) if v is not None else None
 
 

@@ -263,7 +263,8 @@ class Database:
 
         ``flow.trace_id`` numbers the flows (id, category, name) 0, 1, … in the order they
         first appear."""
-        flows = trace.flows.with_row_index("_i")
+        # a flow event without an id binds nothing (Perfetto: flow_invalid_id)
+        flows = trace.flows.with_row_index("_i").filter(pl.col("id").is_not_null())
         if flows.height == 0:
             return
         ev = (
