@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from conftest import GENERATED, truth
 
@@ -155,3 +157,53 @@ def test_steps_export_formats(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert table.exit_code == 0 and "anchor_ns" in table.stdout
     binary = CliRunner().invoke(cli, ["steps", path, "--format", "parquet"])
     assert binary.exit_code == 2 and "binary" in binary.stderr
+
+
+# Every command that reads a file, given one it cannot use: one "Error:" line naming it,
+# exit 2 (and check's failed bound: exit 1), never a traceback.
+BAD_FILE_COMMANDS = [
+    ["info", "{bad}"],
+    ["summarize", "{bad}"],
+    ["steps", "{bad}"],
+    ["heartbeat", "{bad}", "-o", "{out}/h.png"],
+    ["gaps", "{bad}", "-o", "{out}/g.png"],
+    ["sql", "select 1", "{bad}"],
+    ["diff", "{bad}", "{bad}"],
+    ["check", "{bad}", "--max", "busy.fraction=1"],
+    ["itl", "{bad}"],
+    ["scan", "{bad}", "-o", "{out}/ds"],
+]
+
+
+@pytest.mark.parametrize("args", BAD_FILE_COMMANDS, ids=[a[0] for a in BAD_FILE_COMMANDS])
+def test_every_command_meets_a_bad_file_with_one_line(tmp_path: Path, args: list[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"this is not a trace")
+    argv = [a.format(bad=bad, out=tmp_path) for a in args]
+    result = CliRunner().invoke(cli, argv)
+    assert "Traceback" not in result.output + result.stderr
+    if args[0] == "scan":  # a trace that fails is a row in errors/, and the scan goes on
+        assert result.exit_code == 0 and "bad.json" in result.stderr
+        return
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert str(bad) in lines[0] or "bad.json" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["summarize", "--steps", "sideways", "x"], ["check", "x"], ["heartbeat", "a", "-o"]],
+    ids=["bad-choice", "nothing-to-check", "missing-value"],
+)
+def test_bad_arguments_exit_2_with_an_error_line(args: list[str]) -> None:
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert "Error:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_failed_bound_exits_1_with_one_line() -> None:
+    path = str(GENERATED / "hybrid_chunked.json.gz")
+    result = CliRunner().invoke(cli, ["check", path, "--min", "busy.fraction=1.01"])
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1] == "Error: 1 of 1 check(s) failed"

@@ -10,12 +10,17 @@ from traceview.analysis.steps import steps
 from traceview.analysis.summary import Summary, summarize
 from traceview.errors import (
     CaptureError,
+    CheckError,
+    CheckFailed,
     MissingDependencyError,
     QueryError,
+    RulesError,
+    RunError,
     TraceFormatError,
     TraceviewError,
     TraceviewWarning,
     UnsupportedTraceError,
+    UsageError,
 )
 from traceview.load import LoadOptions, load
 from traceview.model import Trace, TraceMeta
@@ -49,6 +54,11 @@ __all__ = [
     "scan",
     "ScanOptions",
     "CaptureError",
+    "CheckError",
+    "CheckFailed",
+    "RulesError",
+    "RunError",
+    "UsageError",
     "LoadOptions",
     "MissingDependencyError",
     "QueryError",

@@ -62,6 +62,29 @@ class CaptureError(TraceviewError):
     """Capturing a trace from a live engine failed."""
 
 
+class RulesError(TraceviewError):
+    """A rules file or preset is unreadable or malformed."""
+
+
+class CheckError(TraceviewError):
+    """A check rule is malformed (bad key, bad value): bad input."""
+
+
+class CheckFailed(TraceviewError):
+    """A ``check`` bound did not hold."""
+
+    exit_code = EXIT_CHECK_FAILED
+
+
+class RunError(TraceviewError):
+    """A run of rank traces that cannot be analysed: nothing loadable, or two files for one
+    rank."""
+
+
+class UsageError(TraceviewError):
+    """A function of the API was called in a way it cannot serve."""
+
+
 class MissingDependencyError(TraceviewError):
     """An optional dependency is not installed."""
 

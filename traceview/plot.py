@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from traceview.analysis.summary import Summary, summarize
+from traceview.errors import UsageError
 from traceview.model import Trace
 from traceview.render.charts import (
     draw_heartbeat,
@@ -50,7 +51,7 @@ def heartbeat(
     datas = [heartbeat_data(_summary(x), title=title, window_ms=window_ms) for x in items]
     if ax is not None:
         if len(datas) != 1:
-            raise ValueError("ax= draws one trace; pass a single trace")
+            raise UsageError("ax= draws one trace; pass a single trace")
         tick_ax = ax.inset_axes((0, 1.02, 1, 0.18), sharex=ax)
         tick_ax.tick_params(labelbottom=False)
         draw_heartbeat(datas[0], tick_ax, ax, style=style)

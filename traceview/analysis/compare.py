@@ -21,13 +21,9 @@ import polars as pl
 from traceview.analysis.run import RunSummary
 from traceview.analysis.stats import mean, percentiles
 from traceview.analysis.summary import Summary
-from traceview.errors import TraceviewError
+from traceview.errors import CheckError
 
 SAME = 0.05  # a ratio within ±5% is "same"
-
-
-class CheckError(TraceviewError):
-    """A check rule is malformed (bad key, bad value): bad input, exit 2."""
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,10 @@ from typing import Any
 
 import polars as pl
 
-from traceview.errors import TraceviewError
+from traceview.errors import RulesError
 from traceview.model import Trace
 
 OTHER = "other"
-
-
-class RulesError(TraceviewError):
-    """A rules file or preset is unreadable or malformed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ from traceview.analysis.stats import percentiles
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import StepResult, ends_of, find_steps
 from traceview.analysis.summary import Summary, build
-from traceview.errors import TraceviewError
+from traceview.errors import RunError, TraceviewError
 from traceview.load import LoadOptions, load
 from traceview.model import Trace
 
@@ -51,10 +51,6 @@ _RANK_IN_NAME = (
     re.compile(r"(?:^|[^a-z])tp[-_]?(\d+)", re.IGNORECASE),
     re.compile(r"(?:^|[^a-z])worker[-_]?(\d+)", re.IGNORECASE),
 )
-
-
-class RunError(TraceviewError):
-    """A run that cannot be analysed: nothing loadable, or two files for one rank."""
 
 
 @dataclass(frozen=True, slots=True)

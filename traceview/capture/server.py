@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from traceview.capture.lab import LabConfig, LabEngine
-from traceview.errors import MissingDependencyError
+from traceview.errors import CaptureError, MissingDependencyError
 
 SUPPORTED = {
     "model",
@@ -226,7 +226,7 @@ class LabServer:
         deadline = time.monotonic() + 30
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the lab server did not start")
+                raise CaptureError("the lab server did not start within 30 s")
             time.sleep(0.02)
         return self
 

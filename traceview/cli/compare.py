@@ -7,15 +7,15 @@ from typing import Any
 import click
 import orjson
 
-from traceview.analysis.compare import CheckError, Rules, check, diff, load_checks, parse_value
+from traceview.analysis.compare import Rules, check, diff, load_checks, parse_value
 from traceview.cli._options import (
     analysis_options,
     is_run,
     run_options,
-    stderr,
     summarize_run_paths,
     summarize_trace,
 )
+from traceview.errors import CheckError, CheckFailed
 from traceview.render.table import render_check, render_diff
 
 
@@ -176,5 +176,4 @@ def check_command(
     else:
         render_check(result)
     if not result.ok:
-        stderr.print(f"[red]{len(result.failed)} of {len(result.rows)} check(s) failed[/]")
-        raise SystemExit(1)
+        raise CheckFailed(f"{len(result.failed)} of {len(result.rows)} check(s) failed")
