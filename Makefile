@@ -1,0 +1,35 @@
+# Everyday tasks. `make test` is what CI runs first (see .ci/run for the whole of CI).
+PY ?= .venv/bin/python
+
+.PHONY: venv test lint docs fixtures bench fuzz ci
+
+venv:
+	python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]'
+
+test:
+	$(PY) -m pytest -q
+
+lint:
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
+	.venv/bin/lint-imports
+
+docs:  # the docs' examples run, every command and public name is documented
+	$(PY) -m pytest -q tests/test_docs.py tests/test_sql.py -k "docs" tests/test_scan.py::test_the_datasets_doc_examples_run
+
+fixtures:  # regenerate the planted-truth fixtures (CI fails when they are stale)
+	$(PY) -m fixtures.generate
+
+bench:  # speed and memory, each as ratios measured in one run
+	$(PY) benchmarks/load.py --only import traceview first-open re-open
+	$(PY) benchmarks/summarize.py
+	$(PY) benchmarks/sql.py
+	$(PY) benchmarks/heartbeat.py
+	$(PY) benchmarks/scan.py
+
+fuzz:  # the loader on mutated real traces, longer than CI's pass
+	$(PY) tests/test_fuzz.py --examples 3000
+
+ci:
+	bash .ci/run
