@@ -16,7 +16,7 @@ lint:
 	.venv/bin/lint-imports
 
 docs:  # the docs' examples run, every command and public name is documented
-	$(PY) -m pytest -q tests/test_docs.py tests/test_sql.py -k "docs" tests/test_scan.py::test_the_datasets_doc_examples_run
+	$(PY) -m pytest -q tests/test_docs.py tests/test_sql.py tests/test_scan.py -k "docs or doc_examples"
 
 fixtures:  # regenerate the planted-truth fixtures (CI fails when they are stale)
 	$(PY) -m fixtures.generate
