@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from conftest import GENERATED, truth
 
 import traceview as tv
-from traceview.analysis.compare import CheckError, Rules, check, diff, lookup, parse_value
+from traceview.analysis.compare import Bounds, CheckError, check, diff, lookup, parse_value
 from traceview.cli import cli
 
 
@@ -98,8 +98,8 @@ def tv_col_same():  # type: ignore[no-untyped-def]
 
 
 def test_prefill_growth_catches_the_bug_and_passes_the_twin(s: dict[str, tv.Summary]) -> None:
-    bug = check(s["hybrid_refeed"], Rules(prefill_growth=1.5))
-    ok = check(s["hybrid_chunked"], Rules(prefill_growth=1.5))
+    bug = check(s["hybrid_refeed"], Bounds(prefill_growth=1.5))
+    ok = check(s["hybrid_chunked"], Bounds(prefill_growth=1.5))
     assert not bug.ok and ok.ok
     # the engine's own token counts are the measure: the bug re-feeds 2048·(c+1) tokens
     mixed = [x for x in truth("hybrid_refeed")["steps"] if x["kind"] == "mixed"]

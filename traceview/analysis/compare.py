@@ -420,7 +420,7 @@ class CheckResult:
 
 
 @dataclass
-class Rules:
+class Bounds:
     """Bounds for :func:`check`. ``maximum``/``minimum`` map summary paths to limits
     (numbers, or text with units); the rest are optional."""
 
@@ -431,15 +431,15 @@ class Rules:
     prefill_growth: float | None = None  # largest first-to-last growth of prompt work
 
 
-def check(summary: Summary | RunSummary, rules: Rules) -> CheckResult:
-    """Evaluate ``rules`` on a summary.
+def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
+    """Evaluate ``bounds`` on a summary (or a run).
 
     Raises:
         CheckError: a path that names nothing in the summary, or an unreadable value.
     """
     doc = summary.to_dict()
     rows: list[dict[str, Any]] = []
-    for bound, op in ((rules.maximum, "max"), (rules.minimum, "min")):
+    for bound, op in ((bounds.maximum, "max"), (bounds.minimum, "min")):
         for path, raw in bound.items():
             limit = parse_value(raw, path)
             hits = lookup(doc, path)
@@ -460,7 +460,7 @@ def check(summary: Summary | RunSummary, rules: Rules) -> CheckResult:
                         "ok": bool(ok),
                     }
                 )
-    if rules.prefill_growth is not None:
+    if bounds.prefill_growth is not None:
         growths = (
             [
                 (f"rank {r['rank']}, ", g)
@@ -474,19 +474,19 @@ def check(summary: Summary | RunSummary, rules: Rules) -> CheckResult:
             rows.append(
                 {
                     "check": f"prefill growth, {where}steps {g['first_step']}–{g['last_step']} "
-                    f"<= {rules.prefill_growth:g}x",
+                    f"<= {bounds.prefill_growth:g}x",
                     "value": g["growth"],
-                    "limit": rules.prefill_growth,
-                    "ok": g["growth"] <= rules.prefill_growth,
+                    "limit": bounds.prefill_growth,
+                    "ok": g["growth"] <= bounds.prefill_growth,
                 }
             )
-    if rules.baseline is not None and rules.max_regression is not None:
-        d = diff(rules.baseline, summary)
+    if bounds.baseline is not None and bounds.max_regression is not None:
+        d = diff(bounds.baseline, summary)
         timing = d.rows.filter(
             pl.col("ratio").is_not_null() & (pl.col("better") == "lower") & (pl.col("a") > 0)
         )
         for r in timing.iter_rows(named=True):
-            limit = 1 + rules.max_regression
+            limit = 1 + bounds.max_regression
             rows.append(
                 {
                     "check": f"{r['section']}: {r['metric']} <= baseline × {limit:.2f}",

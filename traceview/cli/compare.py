@@ -7,7 +7,7 @@ from typing import Any
 import click
 import orjson
 
-from traceview.analysis.compare import Rules, check, diff, load_checks, parse_value
+from traceview.analysis.compare import Bounds, check, diff, load_checks, parse_value
 from traceview.cli._options import (
     analysis_options,
     is_run,
@@ -157,7 +157,7 @@ def check_command(
         raise click.UsageError(
             "nothing to check: give --max, --min, --checks, --baseline or --prefill-growth"
         )
-    ruleset = Rules(
+    ruleset = Bounds(
         maximum={**file_max, **_pairs(maximum, "--max")},
         minimum={**file_min, **_pairs(minimum, "--min")},
         baseline=_summary_or_run(baseline, "baseline: ", jobs, strict, analysis)
