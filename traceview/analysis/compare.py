@@ -28,11 +28,16 @@ SAME = 0.05  # a ratio within ±5% is "same"
 
 @dataclass(frozen=True)
 class Metric:
+    """One figure a diff compares: its identity (section, name), value, which way is
+    better, unit, and the size of the population it was computed over (None when it is
+    not a statistic of a population)."""
+
     section: str
     name: str
     value: float | None
     better: str | None  # "lower", "higher" or None (no direction)
     unit: str  # ns | count | fraction | ratio
+    n: int | None = None
 
 
 def _kind_cadence(summary: Summary, kind: str) -> dict[str, Any]:
@@ -53,7 +58,7 @@ def metrics(summary: Summary) -> list[Metric]:
         out.append(Metric("steps", f"{kind} steps", steps_of.height, None, "count"))
         cad = _kind_cadence(summary, kind)
         for q in ("p50_ns", "p90_ns", "p99_ns"):
-            out.append(Metric("cadence", f"{kind} {q[:-3]} (n={cad['n']})", cad[q], "lower", "ns"))
+            out.append(Metric("cadence", f"{kind} {q[:-3]}", cad[q], "lower", "ns", cad["n"]))
         if steps_of.height:
             out.append(
                 Metric(
@@ -101,6 +106,17 @@ def metrics(summary: Summary) -> list[Metric]:
         out.append(Metric("families", f"{f['family']} time", f["total_ns"], "lower", "ns"))
         out.append(Metric("families", f"{f['family']} kernels", f["count"], None, "count"))
     return out
+
+
+def _label_with_n(name: str, n_a: int | None, n_b: int | None) -> str:
+    """A metric's row label with its population size: ``(n=N)``, or ``(n A → B)`` where the
+    two populations differ (a statistic's n is a field of its Metric, never parsed)."""
+    ns = [n for n in (n_a, n_b) if n is not None]
+    if not ns:
+        return name
+    if n_a is not None and n_b is not None and n_a != n_b:
+        return f"{name} (n {n_a} → {n_b})"
+    return f"{name} (n={ns[0]})"
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -277,8 +293,8 @@ def _diff(
     a: Summary | RunSummary,
     b: Summary | RunSummary,
 ) -> Diff:
-    ma = {(m.section, m.name.split(" (n=")[0]): m for m in metrics_a}
-    mb = {(m.section, m.name.split(" (n=")[0]): m for m in metrics_b}
+    ma = {(m.section, m.name): m for m in metrics_a}
+    mb = {(m.section, m.name): m for m in metrics_b}
     rows = []
     for key in list(dict.fromkeys([*ma, *mb])):
         x, y = ma.get(key), mb.get(key)
@@ -286,13 +302,7 @@ def _diff(
         assert m is not None
         av = None if x is None else x.value
         bv = None if y is None else y.value
-        if x is not None and y is not None and x.name != y.name:  # show both populations
-            name = (
-                f"{key[1]} (n {x.name.split('n=')[1].rstrip(')')} → "
-                f"{y.name.split('n=')[1].rstrip(')')})"
-            )
-        else:
-            name = m.name
+        name = _label_with_n(m.name, None if x is None else x.n, None if y is None else y.n)
         ratio = _ratio(av, bv)
         verdict = _verdict(av, bv, ratio, m.better)
         rows.append(
