@@ -351,3 +351,50 @@ def test_a_trailing_cpu_annotation_without_gpu_work_is_no_step(tmp_path: Path) -
     assert d["steps"]["count"] == t["step_count"] and d["steps"]["method"] == "annotations"
     assert d["steps"]["annotation_steps"] == t["step_count"]
     check_against_truth(d, t)
+
+
+def test_step_ranges_on_two_streams_are_one_step_but_neighbours_stay_apart(tmp_path: Path) -> None:
+    """A step's range projected once per stream is one step; a projection that runs a
+    little into the next step (a slow stream, asynchronous scheduling) does not merge the
+    two steps."""
+    t = truth("hybrid_monolithic")  # vLLM ranges on the GPU
+    doc = json.loads(gzip.decompress((GENERATED / "hybrid_monolithic.json.gz").read_bytes()))
+    extra = []
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "gpu_user_annotation":
+            # the same range on a side stream, ending 2.7 ms later: past the next step's start
+            extra.append({**e, "tid": 20, "ts": e["ts"] + 5.0, "dur": e["dur"] + 2_700.0})
+    doc["traceEvents"] += extra
+    path = tmp_path / "two_streams.json"
+    path.write_text(json.dumps(doc))
+    d = tv.summarize(tv.load(path)).to_dict()
+    assert d["steps"]["method"] == "annotations" and d["steps"]["annotation_steps"] == len(
+        t["steps"]
+    )
+    check_against_truth(d, t)
+
+
+def test_an_engines_steps_win_over_a_profiler_step_around_them(tmp_path: Path) -> None:
+    """torch.profiler's ProfilerStep may hold many engine steps: the engine's own ranges
+    decide."""
+    t = truth("hybrid_chunked")  # vLLM ranges on the CPU thread
+    doc = json.loads(gzip.decompress((GENERATED / "hybrid_chunked.json.gz").read_bytes()))
+    cpu = [e for e in doc["traceEvents"] if e.get("cat") == "user_annotation"]
+    first = min(e["ts"] for e in cpu)
+    last = max(e["ts"] + e["dur"] for e in cpu)
+    doc["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#0",
+            "pid": 4242,
+            "tid": 4242,
+            "ts": first - 10.0,
+            "dur": last - first + 20.0,
+        }
+    )
+    path = tmp_path / "profiler_step.json"
+    path.write_text(json.dumps(doc))
+    d = tv.summarize(tv.load(path)).to_dict()
+    assert d["steps"]["method"] == "annotations"
+    check_against_truth(d, t)

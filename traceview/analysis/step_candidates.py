@@ -304,17 +304,32 @@ def idle_candidate(k: pl.DataFrame, u: Union) -> Candidate:
 # --- annotations --------------------------------------------------------------------------
 
 
+SAME_STEP_OVERLAP = 0.5  # ranges sharing this much of the shorter one's time are one step
+
+
 def _clusters(spans: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """Overlapping step ranges (per ``by`` group) as one step: ``a0``, ``a1`` (the union's
-    bounds) and ``names`` (the distinct names, outermost first)."""
+    """Step ranges (per ``by`` group) that describe one step, as one: ``a0``, ``a1`` (the
+    union's bounds) and ``names`` (the distinct names, outermost first).
+
+    Two ranges are one step when they share at least half of the shorter one's time:
+    SGLang's ``execute_…`` around its ``step[…]``, or one range projected once per stream.
+    Consecutive steps whose ranges merely touch or overlap a little (asynchronous
+    scheduling, a range projected on a slow stream) stay apart."""
     spans = spans.sort([*by, "a0", pl.col("a1")], descending=[False] * len(by) + [False, True])
-    reach = pl.col("a1").cum_max().shift(1)
-    if by:
-        reach = reach.over(by)
-    spans = spans.with_columns((reach.is_null() | (pl.col("a0") >= reach)).alias("_new"))
-    spans = spans.with_columns(
-        (pl.col("_new").cum_sum().over(by) if by else pl.col("_new").cum_sum()).alias("_c")
-    )
+    keys = spans.select(by).rows() if by else [()] * spans.height
+    cluster = []
+    current_key: tuple[object, ...] | None = None
+    c0 = c1 = 0
+    n = -1
+    for key, a0, a1 in zip(keys, spans["a0"].to_list(), spans["a1"].to_list(), strict=True):
+        shared = min(a1, c1) - max(a0, c0)
+        shorter = max(min(a1 - a0, c1 - c0), 1)
+        if key == current_key and n >= 0 and shared >= SAME_STEP_OVERLAP * shorter:
+            c0, c1 = min(c0, a0), max(c1, a1)
+        else:
+            n, current_key, c0, c1 = n + 1, key, a0, a1
+        cluster.append(n)
+    spans = spans.with_columns(pl.Series("_c", cluster, dtype=pl.Int64))
     return (
         spans.group_by([*by, "_c"])
         .agg(
@@ -341,6 +356,11 @@ def _annotation_groups(trace: Trace, k: pl.DataFrame, device: int) -> pl.DataFra
     ann = ann.filter(pl.col("name").cast(pl.String).str.contains(STEP_ANNOTATION.pattern))
     if ann.height == 0:
         return None
+    # an engine's own step ranges win over torch.profiler's iterations, which may hold many
+    # engine steps (a benchmark loop profiled as one ProfilerStep)
+    engine = ~pl.col("name").cast(pl.String).str.starts_with("ProfilerStep#")
+    if ann.select(engine.any()).item():
+        ann = ann.filter(engine)
     ann = ann.select(
         pl.col("name").cast(pl.String),
         "kind",
