@@ -142,6 +142,10 @@ class TraceMeta:
         warnings: one line per kind of recoverable anomaly found while loading.
         truncated_at: where a truncated trace's text ends (byte offset of the cut, in the
             decompressed JSON); None for a whole trace.
+        events_end: byte offset (in the decompressed JSON) of the ``]`` that closes
+            ``traceEvents``; None where there is none (a bare array without it).
+        overlay_events: events of a ``traceview annotate`` overlay, not counted in
+            ``events``.
         extra: every other top-level key of the document (distributedInfo, versions, ...).
     """
 
@@ -156,6 +160,8 @@ class TraceMeta:
     warnings: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
     truncated_at: int | None = None
+    events_end: int | None = None
+    overlay_events: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,17 @@ def cli(debug: bool, no_cache: bool) -> None:
 
 
 def _register() -> None:
-    from traceview.cli import cache, capture, compare, heartbeat, info, scan, sql, summarize
+    from traceview.cli import (
+        annotate,
+        cache,
+        capture,
+        compare,
+        heartbeat,
+        info,
+        scan,
+        sql,
+        summarize,
+    )
 
     for command in (
         info.info,
@@ -60,6 +70,7 @@ def _register() -> None:
         compare.check_command,
         scan.scan,
         cache.cache,
+        annotate.annotate,
         capture.capture,
         capture.itl,
         capture.demo,

@@ -12,6 +12,12 @@ from traceview.model import TraceMeta, empty_frame
 
 TS_LIMIT_US = 9.2e15  # beyond this, microseconds no longer fit Int64 nanoseconds
 
+# ``traceview annotate``'s overlay: its events' categories start with this, and its process
+# is OVERLAY_PID + device. The loader counts them apart, so an annotated trace summarizes as
+# the original did.
+OVERLAY_CATEGORY = "traceview"
+OVERLAY_PID = 2_000_000_000
+
 # Chrome trace phases traceview reads (others are counted and skipped)
 KNOWN_PH = frozenset("XiIBEstfCM")
 # device activity by category (any case) -> kind

@@ -40,6 +40,7 @@ from traceview.load.frames import (
     DEVICE_CATS,
     EVENT_CATS,
     KNOWN_PH,
+    OVERLAY_CATEGORY,
     assemble,
     finite,
     to_ns,
@@ -73,6 +74,8 @@ class _Loader:
         self.strict = strict
         self.truncated: tuple[int, int] | None = None  # (byte offset of the cut, events kept)
         self.truncation_note = ""
+        self.events_end: int | None = None
+        self.overlay_events = 0
         self.stream: Any = None
         self.path = path
         self.block_bytes = block_bytes
@@ -95,13 +98,16 @@ class _Loader:
     def run(self, data: bytes, stream: BinaryIO) -> Trace:
         """Read the trace whose text begins with ``data`` and goes on in ``stream``."""
         self.stream = stream
+        size = len(data)
         data = data.lstrip()
         if data.startswith(b"\xef\xbb\xbf"):
             data = data[3:].lstrip()
+        lead = size - len(data)  # whitespace and a BOM before the document: byte offsets count them
         if not data:
             raise TraceFormatError(self.path, "empty file (only whitespace)")
         header: dict[str, Any] = {}
         if data[:1] == b"[":
+            self.consumed = lead + 1
             self._stream_events(stream, data[1:], header_text=None)
         elif data[:1] == b"{":
             match = _EVENTS_KEY.search(data)
@@ -116,7 +122,7 @@ class _Loader:
                 header_text = None
             if header_text is None:
                 return self._whole_document(data + stream.read())
-            self.consumed = len(header_text)
+            self.consumed = lead + len(header_text)
             header = self._stream_events(stream, data[len(header_text) :], header_text)
         else:
             raise TraceFormatError(
@@ -186,6 +192,7 @@ class _Loader:
             body, trailer = text, b""  # bare array: Chrome accepts a missing ']'
         else:
             body, trailer = text[:end].rstrip()[:-1], text[end:]
+            self.events_end = self.consumed + len(text[:end].rstrip()) - 1
         body = body.rstrip()
         if body.endswith(b","):
             body = body[:-1]
@@ -323,6 +330,9 @@ class _Loader:
         self, df: pl.DataFrame, counters: list[tuple[int, dict[str, Any]]], base: int
     ) -> None:
         df = self._validate(df)
+        self.overlay_events += df.select(
+            pl.col("cat").str.starts_with(OVERLAY_CATEGORY).sum()
+        ).item()
         cat = pl.col("cat").str.to_lowercase().fill_null("")
         complete = pl.col("ph") == "X"
         device = complete & cat.is_in(list(DEVICE_CATS))
@@ -527,6 +537,12 @@ class _Loader:
         meta = trace_meta(self.path, header, self.total_events, self.skipped, warnings_list)
         if self.truncated:
             meta = replace(meta, truncated_at=self.truncated[0])
+        meta = replace(
+            meta,
+            events=self.total_events - self.overlay_events,
+            events_end=self.events_end,
+            overlay_events=self.overlay_events,
+        )
         return Trace(meta=meta, **frames)
 
 

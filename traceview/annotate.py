@@ -1,0 +1,249 @@
+"""``traceview annotate``: a copy of a trace with traceview's findings as extra tracks, for
+Perfetto UI and chrome://tracing.
+
+The original text is streamed through unchanged; the overlay's events are inserted just
+before the ``]`` that closes ``traceEvents``. They belong to a process named "traceview"
+(pid ``OVERLAY_PID + device``) and carry categories starting ``traceview``, which the loader
+recognises: an annotated trace summarizes exactly as the original.
+
+Per analysed device, on threads of that process:
+- ``steps``: one slice per engine step (``step 12 · decode``), args: its interval, kind,
+  ``kind_source``, kernels and the engine's token counts;
+- ``phases``: one slice per phase, with its median cadence;
+- ``widest decode gaps``: one slice per decode gap at or above the p99 of all gaps;
+- counters ``step interval (ms)`` at each step's anchor and ``step busy`` at its start.
+
+Times are written in the trace's own microseconds with three decimals, exact to the ns.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from traceview.analysis.summary import Summary
+from traceview.errors import UnsupportedTraceError
+from traceview.load.frames import OVERLAY_CATEGORY, OVERLAY_PID
+from traceview.model import Trace
+
+_CHUNK = 8 << 20
+
+
+def _us(ns: int) -> str:
+    """Nanoseconds as the trace's microseconds with three decimals (exact)."""
+    sign = "-" if ns < 0 else ""
+    ns = abs(int(ns))
+    return f"{sign}{ns // 1000}.{ns % 1000:03d}"
+
+
+def _event(ph: str, name: str, cat: str, pid: int, tid: int, ts: int, **extra: Any) -> str:
+    fields = [
+        f'"ph": "{ph}"',
+        f'"cat": {json.dumps(cat)}',
+        f'"name": {json.dumps(name)}',
+        f'"pid": {pid}',
+        f'"tid": {tid}',
+        f'"ts": {_us(ts)}',
+    ]
+    if "dur" in extra:
+        fields.append(f'"dur": {_us(extra.pop("dur"))}')
+    if extra.get("args") is not None:
+        fields.append(f'"args": {orjson.dumps(extra["args"]).decode()}')
+    return "{" + ", ".join(fields) + "}"
+
+
+def overlay_events(summary: Summary) -> list[str]:
+    """The overlay's events (JSON text, one per event) for one summarized trace."""
+    doc = summary.to_dict()
+    device = int(doc["trace"]["device"])
+    pid = OVERLAY_PID + device
+    cat = OVERLAY_CATEGORY
+    out = [
+        _event(
+            "M", "process_name", cat, pid, 0, doc["trace"]["start_ns"], args={"name": "traceview"}
+        ),
+        _event(
+            "M",
+            "process_sort_index",
+            cat,
+            pid,
+            0,
+            doc["trace"]["start_ns"],
+            args={"sort_index": -1},
+        ),
+    ]
+    for tid, label in ((1, "steps"), (2, "phases"), (3, "widest decode gaps")):
+        out.append(
+            _event(
+                "M",
+                "thread_name",
+                cat,
+                pid,
+                tid,
+                doc["trace"]["start_ns"],
+                args={"name": f"{label} (device {device})"},
+            )
+        )
+    steps = summary.steps
+    for r in steps.iter_rows(named=True):
+        args = {
+            "step": r["index"],
+            "kind": r["kind"],
+            "kind_source": r["kind_source"],
+            "interval_ns": r["interval_ns"],
+            "anchor_ns": r["anchor_ns"],
+            "kernels": r["kernels"],
+            "busy_fraction": r["busy_fraction"],
+            "context_tokens": r["context_tokens"],
+            "generation_tokens": r["generation_tokens"],
+            "annotation": r["annotation"],
+        }
+        out.append(
+            _event(
+                "X",
+                f"step {r['index']} · {r['kind']}",
+                f"{cat}.step",
+                pid,
+                1,
+                r["start_ns"],
+                dur=r["end_ns"] - r["start_ns"],
+                args=args,
+            )
+        )
+        if r["interval_ns"] is not None:
+            out.append(
+                _event(
+                    "C",
+                    "step interval (ms)",
+                    f"{cat}.counter",
+                    pid,
+                    1,
+                    r["anchor_ns"],
+                    args={"ms": r["interval_ns"] / 1e6},
+                )
+            )
+        out.append(
+            _event(
+                "C",
+                "step busy",
+                f"{cat}.counter",
+                pid,
+                1,
+                r["start_ns"],
+                args={"fraction": r["busy_fraction"]},
+            )
+        )
+    for p in doc["steps"]["phases"]:
+        out.append(
+            _event(
+                "X",
+                f"{p['kind']} phase · steps {p['first_step']}–{p['last_step']}",
+                f"{cat}.phase",
+                pid,
+                2,
+                p["start_ns"],
+                dur=p["end_ns"] - p["start_ns"],
+                args={
+                    "kind": p["kind"],
+                    "steps": p["steps"],
+                    "cadence_p50_ns": p["cadence_p50_ns"],
+                },
+            )
+        )
+    p99 = doc["decode_gaps"][0]["p99_ns"]
+    if p99 is not None:
+        for g in summary.gaps.filter(summary.gaps["gap_ns"] >= p99).iter_rows(named=True):
+            out.append(
+                _event(
+                    "X",
+                    f"decode gap {g['gap_ns'] / 1e3:.1f} µs",
+                    f"{cat}.gap",
+                    pid,
+                    3,
+                    g["start_ns"],
+                    dur=g["end_ns"] - g["start_ns"],
+                    args={"gap_ns": g["gap_ns"], "population": g["population"], "p99_ns": p99},
+                )
+            )
+    return out
+
+
+def _read_text(path: str) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    with gzip.open(path, "rb") if gz else open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            yield chunk
+
+
+def annotate(source: str, out: str | os.PathLike[str], trace: Trace, summary: Summary) -> Path:
+    """Write ``source`` with the overlay of ``summary`` (of ``trace``, loaded from
+    ``source``) to ``out`` (gzip when its name ends ``.gz``), atomically. The original text
+    is kept byte for byte: the overlay goes in just before the ``]`` that closes
+    ``traceEvents`` (at the end of a bare array that lacks it).
+
+    Raises:
+        UnsupportedTraceError: a Perfetto protobuf trace, or a truncated one.
+    """
+    meta = trace.meta
+    if meta.format == "perfetto":
+        raise UnsupportedTraceError(f"{source}: annotate writes JSON traces; this is protobuf")
+    if meta.truncated_at is not None:
+        raise UnsupportedTraceError(f"{source}: truncated; annotate needs a whole trace")
+    events = ",\n".join(overlay_events(summary)).encode()
+    target = Path(out)
+    if not target.parent.is_dir():
+        raise UnsupportedTraceError(f"{target}: no such directory {target.parent}")
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        if target.name.endswith(".gz"):
+            with gzip.open(tmp, "wb", compresslevel=6) as w:
+                _copy_with_overlay(source, meta.events_end, events, w)
+        else:
+            with open(tmp, "wb") as w:
+                _copy_with_overlay(source, meta.events_end, events, w)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return target
+
+
+def _copy_with_overlay(source: str, end: int | None, events: bytes, w: Any) -> None:
+    """Copy the text, inserting ``events`` before byte ``end`` (the closing ``]``), or at
+    the end with a ``]`` of its own when there is none."""
+    written = 0
+    last = b""  # the last non-blank byte before the insertion point
+    inserted = False
+    for chunk in _read_text(source):
+        if not inserted and end is not None and written + len(chunk) > end:
+            head = chunk[: end - written]
+            tail = chunk[end - written :]
+            stripped = head.rstrip()
+            if stripped:
+                last = stripped[-1:]
+            w.write(head)
+            w.write((b"" if last in (b"[", b",") else b",") + b"\n" + events + b"\n")
+            w.write(tail)
+            inserted = True
+        else:
+            w.write(chunk)
+            if not inserted:
+                stripped = chunk.rstrip()
+                if stripped:
+                    last = stripped[-1:]
+        written += len(chunk)
+    if not inserted:  # a bare array without its closing ']' (Chrome allows it)
+        w.write((b"" if last in (b"[", b",") else b",") + b"\n" + events + b"\n]")

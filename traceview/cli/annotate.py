@@ -1,0 +1,71 @@
+"""``traceview annotate``: the trace with traceview's findings as extra tracks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from traceview.cli._options import (
+    analysis_options,
+    is_run,
+    load_trace,
+    parse_duration,
+    run_options,
+    stderr,
+)
+from traceview.errors import TraceviewError
+
+
+@click.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(path_type=str),
+    help="The annotated trace (.json or .json.gz); for a run, a folder (one file per rank).",
+)
+@analysis_options
+@run_options
+def annotate(
+    traces: tuple[str, ...],
+    output: str,
+    jobs: int | None,
+    strict: bool,
+    **analysis: Any,
+) -> None:
+    """Write a copy of the trace with traceview's findings as extra tracks for Perfetto UI
+    and chrome://tracing: a "traceview" process with a slice per engine step (its kind,
+    interval, tokens), per phase and per widest decode gap, and counters of the step
+    interval and busy fraction. The original events are kept byte for byte. For a run
+    (a directory, a glob or several traces), each rank is annotated into the -o folder."""
+    from traceview.analysis.families import load_rules
+    from traceview.analysis.run import discover
+    from traceview.analysis.summary import summarize
+    from traceview.annotate import annotate as write_annotated
+
+    rules = load_rules(analysis["preset"], analysis["rules"])
+    if is_run(traces):
+        folder = Path(output)
+        folder.mkdir(parents=True, exist_ok=True)
+        pairs = [(str(p), folder / p.name) for p in discover(list(traces))]
+    else:
+        pairs = [(traces[0], Path(output))]
+    for source, target in pairs:
+        if Path(source).resolve() == target.resolve():
+            raise TraceviewError(f"{target}: would overwrite the trace it annotates")
+        trace = load_trace(source, strict=strict)
+        if trace.kernels.height == 0 and len(pairs) > 1:
+            stderr.print(f"[yellow]Warning:[/] {source}: skipped: no device activity")
+            continue
+        summary = summarize(
+            trace,
+            rules,
+            steps=analysis["steps_method"],
+            layers=analysis["layers"],
+            step_gap_ns=parse_duration(analysis["step_gap"], "--step-gap"),
+            device=analysis["device"],
+        )
+        stderr.print(f"wrote {write_annotated(source, target, trace, summary)}")
