@@ -1,0 +1,39 @@
+"""``traceview report``: one self-contained HTML page for one trace, or two."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from traceview.cli._options import analysis_options, stderr, summarize_trace
+
+
+@click.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .html page."
+)
+@click.option("--strict", is_flag=True, help="A truncated trace is an error.")
+@analysis_options
+def report(traces: tuple[str, ...], output: str, strict: bool, **analysis: Any) -> None:
+    """Write one self-contained HTML page (inline SVG charts and CSS, no network) to attach
+    to a pull request: the summary, the heartbeat and gap charts, the warnings and the
+    summary JSON. Give two traces (before, after) for their diff and both heartbeats on
+    shared scales."""
+    from traceview.analysis.compare import diff
+    from traceview.render.base import atomic_write
+    from traceview.render.report import report_html
+
+    if len(traces) > 2:
+        raise click.UsageError("report takes one trace, or two to compare")
+    summaries = [
+        summarize_trace(p, label=f"{Path(p).name}: ", strict=strict, **analysis) for p in traces
+    ]
+    page = report_html(summaries, diff(*summaries) if len(summaries) == 2 else None)
+
+    def write(target: Path) -> None:
+        target.write_text(page, encoding="utf-8")
+
+    stderr.print(f"wrote {atomic_write(Path(output), write)}")

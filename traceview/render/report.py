@@ -1,0 +1,239 @@
+"""``traceview report``: one self-contained HTML page to attach to a pull request.
+
+Everything is inline: CSS (light and dark, by ``prefers-color-scheme``), the charts as SVG,
+and the summary documents as JSON in ``<script type="application/json">`` elements for
+machines. Nothing is fetched from the network and no script runs.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from traceview.analysis.compare import Diff
+from traceview.analysis.summary import SMALL_N, Summary
+from traceview.render.charts import gaps_data, gaps_figure, heartbeat_data, heartbeat_figure
+from traceview.render.table import fmt_ns
+
+CSS = """
+:root { --bg: #ffffff; --fg: #1d1f21; --muted: #5f6368; --line: #dadce0; --head: #f1f3f4;
+        --worse: #c5221f; --better: #188038; --warn-bg: #fef7e0; --warn-fg: #7a5b00; }
+@media (prefers-color-scheme: dark) {
+  :root { --bg: #1e1f22; --fg: #e8eaed; --muted: #a0a4a8; --line: #3c4043; --head: #2a2b2f;
+          --worse: #f28b82; --better: #81c995; --warn-bg: #3b3222; --warn-fg: #fdd663; }
+  .chart svg { filter: invert(0.88) hue-rotate(180deg); }
+}
+* { box-sizing: border-box; }
+body { margin: 0 auto; max-width: 1180px; padding: 24px 20px 60px; background: var(--bg);
+       color: var(--fg); font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
+.muted { color: var(--muted); }
+table { border-collapse: collapse; margin: 6px 0 10px; min-width: 50%; }
+th, td { padding: 4px 10px; border-bottom: 1px solid var(--line); text-align: left;
+         white-space: nowrap; }
+th { background: var(--head); font-weight: 600; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.name { white-space: normal; word-break: break-all; max-width: 520px; }
+.worse { color: var(--worse); font-weight: 600; } .better { color: var(--better); }
+.warn { background: var(--warn-bg); color: var(--warn-fg); padding: 8px 14px;
+        border-radius: 6px; }
+.chart svg { width: 100%; height: auto; display: block; }
+.facts td:first-child { color: var(--muted); padding-right: 18px; }
+"""
+
+
+def _svg(fig: Any) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    text = buf.getvalue()
+    return text[text.index("<svg") :]  # drop the XML prolog and doctype
+
+
+def _table(head: list[str], rows: list[list[str]], numeric: set[int], cls: str = "") -> str:
+    th = "".join(
+        f'<th class="num">{html.escape(h)}</th>' if i in numeric else f"<th>{html.escape(h)}</th>"
+        for i, h in enumerate(head)
+    )
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
+            for i, c in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
+    thead = f"<thead><tr>{th}</tr></thead>" if any(head) else ""
+    return f'<table class="{cls}">{thead}<tbody>{body}</tbody></table>'
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{v:.1%}"
+
+
+def _summary_section(summary: Summary, label: str) -> str:
+    d = summary.to_dict()
+    t, s, b = d["trace"], d["steps"], d["busy"]
+    facts = [
+        ["trace", html.escape(str(t["path"]))],
+        ["GPU", html.escape(f"{t['gpu'] or '—'} (device {t['device']})")],
+        ["activity", f"{t['kernels']:,} {t['activity']}s, span {fmt_ns(t['span_ns'])}"],
+        ["steps", html.escape(f"{s['count']:,} by {s['method']}: {s['detail']}")],
+        [
+            "GPU busy",
+            f"{_pct(b['fraction'])} of the window; {_pct(b['in_gaps'])} inside "
+            f"decode gaps; {_pct(b['in_widest_gaps'])} inside the widest",
+        ],
+    ]
+    w = d["work"]
+    if w.get("prompt_tokens") is not None:
+        facts.append(
+            [
+                "tokens",
+                f"{w['prompt_tokens']:,} prompt, {w['decode_tokens'] or 0:,} "
+                "decode (the engine's annotations)",
+            ]
+        )
+    out = [f"<h2>{html.escape(label)}</h2>", _table(["", ""], facts, set(), "facts")]
+    phases = [
+        [
+            "all",
+            f"0–{max(s['count'] - 1, 0)}",
+            str(s["cadence"]["n"]),
+            *(fmt_ns(s["cadence"][q]) for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns")),
+        ]
+    ]
+    for p in s["phases"]:
+        c = p["cadence"]
+        phases.append(
+            [
+                p["kind"],
+                f"{p['first_step']}–{p['last_step']}",
+                str(c["n"]),
+                *(fmt_ns(c[q]) for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns")),
+            ]
+        )
+    out.append("<h3>Steps and cadence by phase</h3>")
+    out.append(
+        _table(
+            ["phase", "steps", "n", "p50", "p90", "p99", "max"], phases, {2, 3, 4, 5, 6}, "phases"
+        )
+    )
+    marker = ", ".join(d.get("decode_marker_kernels") or []) or d["decode_marker"] or "none"
+    gaps = [
+        [
+            g["population"],
+            f"{g['n']:,}",
+            f"{g['overlaps']:,}",
+            *(fmt_ns(g[q]) for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns")),
+        ]
+        for g in d["decode_gaps"]
+    ]
+    out.append(f'<h3>Decode gaps <span class="muted">({html.escape(marker[:120])})</span></h3>')
+    out.append(
+        _table(
+            ["population", "n", "overlaps", "p50", "p90", "p99", "max"],
+            gaps,
+            {1, 2, 3, 4, 5, 6},
+            "gaps",
+        )
+    )
+    fams = [
+        [
+            html.escape(f["family"]),
+            f"{f['count']:,}",
+            fmt_ns(f["total_ns"]),
+            fmt_ns(f["mean_ns"]),
+            _pct(f["share"]),
+        ]
+        for f in d["families"]
+    ]
+    out.append("<h3>Layer families</h3>")
+    out.append(
+        _table(["family", "kernels", "time", "mean", "share"], fams, {1, 2, 3, 4}, "families")
+    )
+    if summary.gaps.height:
+        fig = gaps_figure(gaps_data(summary, summary.gaps), title=f"decode gaps — {label}")
+        out.append(f'<div class="chart gaps-chart">{_svg(fig)}</div>')
+    warnings = list(summary.warnings)
+    if warnings:
+        items = "".join(f"<li>{html.escape(x)}</li>" for x in warnings)
+        out.append(f'<div class="warn"><b>Read with care</b><ul>{items}</ul></div>')
+    return "\n".join(out)
+
+
+def _value(v: float | None, unit: str) -> str:
+    if v is None:
+        return "—"
+    if unit == "ns":
+        return fmt_ns(v)
+    if unit == "fraction":
+        return f"{v:.1%}"
+    return f"{v:,.1f}" if not float(v).is_integer() else f"{v:,.0f}"
+
+
+def _ratio(r: float | None) -> str:
+    if r is None:
+        return "—"
+    return "∞" if r == float("inf") else f"{r:.2f}×"
+
+
+def _diff_section(d: Diff, limit: int = 40) -> str:
+    rows = []
+    for r in d.rows.head(limit).iter_rows(named=True):
+        verdict = r["verdict"]
+        cls = verdict if verdict in ("worse", "better") else ""
+        rows.append(
+            [
+                html.escape(r["section"]),
+                html.escape(r["metric"]),
+                _value(r["a"], r["unit"]),
+                _value(r["b"], r["unit"]),
+                _ratio(r["ratio"]),
+                f'<span class="{cls}">{verdict}</span>',
+            ]
+        )
+    return "<h2>What changed (B against A)</h2>" + _table(
+        ["section", "metric", "A", "B", "B/A", "verdict"], rows, {2, 3, 4}, "diff"
+    )
+
+
+def _json_script(doc: dict[str, Any], element_id: str) -> str:
+    text = orjson.dumps(doc).decode().replace("</", "<\\/")
+    return f'<script type="application/json" id="{element_id}">{text}</script>'
+
+
+def report_html(summaries: list[Summary], diff: Diff | None = None) -> str:
+    """The page for one summary, or two (A then B) with their diff."""
+    labels = [Path(str(s.to_dict()["trace"]["path"])).name for s in summaries]
+    if len(summaries) == 2:
+        labels = [f"A — {labels[0]}", f"B — {labels[1]}"]
+    title = "traceview report — " + " vs ".join(labels)
+    datas = [heartbeat_data(s, title=lab) for s, lab in zip(summaries, labels, strict=True)]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<meta name="color-scheme" content="light dark">',
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        '<p class="muted">Step cadence (the engine\'s heartbeat), decode gaps with their '
+        f"population sizes, GPU busy and layer families. A p99 over fewer than {SMALL_N} "
+        "samples is close to the maximum.</p>",
+        "<h2>Heartbeat</h2>",
+        f'<div class="chart heartbeat-chart">{_svg(heartbeat_figure(datas))}</div>',
+    ]
+    if diff is not None:
+        parts.append(_diff_section(diff))
+    for s, lab in zip(summaries, labels, strict=True):
+        parts.append(_summary_section(s, lab))
+    for i, s in enumerate(summaries):
+        parts.append(_json_script(s.to_dict(), f"traceview-summary-{i}"))
+    if diff is not None:
+        parts.append(_json_script(diff.to_dict(), "traceview-diff"))
+    parts.append("</body></html>")
+    return "\n".join(parts)
