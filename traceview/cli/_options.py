@@ -137,6 +137,18 @@ def parse_duration(text: str | None, what: str = "duration") -> int | None:
     return round(float(m.group(1)) * _UNITS[m.group(2) or "ns"])
 
 
+def step_options(analysis: dict[str, Any]) -> Any:
+    """The StepOptions of the shared analysis options (``analysis_options``)."""
+    from traceview.analysis.step_candidates import StepOptions
+
+    return StepOptions(
+        analysis["steps_method"],
+        analysis["layers"],
+        parse_duration(analysis["step_gap"], "--step-gap"),
+        analysis["device"],
+    )
+
+
 def summarize_trace(path: str, *, label: str = "", strict: bool = False, **analysis: Any) -> Any:
     """Load and summarize a trace with the shared analysis options (``analysis_options``),
     printing the summary's warnings on stderr. Returns the Summary."""
@@ -195,23 +207,17 @@ def summarize_run_paths(
     import os
 
     from traceview.analysis.run import RunOptions, summarize_run
-    from traceview.analysis.step_candidates import StepOptions
 
     options = RunOptions(
         preset=analysis["preset"],
         rules_file=analysis["rules"],
-        steps=StepOptions(
-            analysis["steps_method"],
-            analysis["layers"],
-            parse_duration(analysis["step_gap"], "--step-gap"),
-            analysis["device"],
-        ),
+        steps=step_options(analysis),
         jobs=jobs or os.cpu_count() or 1,
     )
     close: Callable[[], None] = lambda: None  # noqa: E731
     progress = None
     if sys.stderr.isatty():
-        progress, close = _count_bar("traces")
+        progress, close = count_bar("traces")
     try:
         run = summarize_run(list(paths), options, strict=strict, progress=progress)
     finally:
@@ -221,7 +227,7 @@ def summarize_run_paths(
     return run
 
 
-def _count_bar(what: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+def count_bar(what: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
     """A progress bar over a count of items, shown on a terminal."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 

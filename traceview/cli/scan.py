@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from traceview.cli._options import _count_bar, analysis_options, parse_duration, stderr
+from traceview.cli._options import analysis_options, count_bar, stderr, step_options
 
 
 @click.command()
@@ -46,24 +46,16 @@ def scan(
     families, gaps and errors, one file per trace in each table. Traces already in the
     dataset (by content) are skipped; a trace that fails becomes a row in errors/.
     Read it with polars (pl.scan_parquet("DATASET/steps/**/*.parquet")) or DuckDB."""
-    from traceview.analysis.step_candidates import StepOptions
     from traceview.scan import ScanOptions
     from traceview.scan import scan as run_scan
 
     options = ScanOptions(
-        preset=analysis["preset"],
-        rules_file=analysis["rules"],
-        steps=StepOptions(
-            analysis["steps_method"],
-            analysis["layers"],
-            parse_duration(analysis["step_gap"], "--step-gap"),
-            analysis["device"],
-        ),
+        preset=analysis["preset"], rules_file=analysis["rules"], steps=step_options(analysis)
     )
     progress: Callable[[int, int], None] | None = None
     close: Callable[[], None] = lambda: None  # noqa: E731
     if sys.stderr.isatty():
-        progress, close = _count_bar("traces")
+        progress, close = count_bar("traces")
     try:
         report = run_scan(
             list(paths),
