@@ -59,6 +59,10 @@ def render_info(doc: dict[str, Any], console: Console | None = None) -> None:
     out.print(cats)
 
 
+def _steps(n: int) -> str:
+    return f"{n:,} step" if n == 1 else f"{n:,} steps"
+
+
 def _count(v: int | None) -> str:
     return "—" if v is None else f"{v:,}"
 
@@ -89,7 +93,7 @@ def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
     if sources:
         facts.add_row(
             "kinds from",
-            ", ".join(f"{src} ({n:,} steps)" for src, n in sources.items()),
+            ", ".join(f"{src} ({_steps(n)})" for src, n in sources.items()),
         )
     w = doc.get("work") or {}
     if w.get("prompt_tokens") is not None or w.get("shape_tokens") is not None:
@@ -97,12 +101,12 @@ def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
         if w.get("prompt_tokens") is not None:
             said.append(
                 f"{w['prompt_tokens']:,} prompt and {w['decode_tokens'] or 0:,} decode tokens "
-                f"(the engine's annotations, {w['token_steps']:,} steps)"
+                f"(the engine's annotations, {_steps(w['token_steps'])})"
             )
         if w.get("shape_tokens") is not None:
             said.append(
                 f"{w['shape_tokens']:,} query tokens from record_shapes "
-                f"({w['shape_token_steps']:,} steps)"
+                f"({_steps(w['shape_token_steps'])})"
             )
         facts.add_row("tokens", "; ".join(said))
     facts.add_row(
