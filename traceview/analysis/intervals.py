@@ -42,8 +42,11 @@ def union(starts: I64, ends: I64) -> Union:
     if starts.size == 0:
         empty = np.zeros(0, dtype=np.int64)
         return Union(empty, empty)
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
+    if starts.size < 2 or bool(np.all(starts[1:] >= starts[:-1])):
+        s, e = starts, ends  # already in order (the loader sorts kernels): no copies
+    else:
+        order = np.argsort(starts, kind="stable")
+        s, e = starts[order], ends[order]
     run_end = np.maximum.accumulate(e)
     new = np.empty(s.size, dtype=bool)
     new[0] = True

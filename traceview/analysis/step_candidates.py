@@ -105,7 +105,10 @@ class Choice:
 
 def _bursts(k: pl.DataFrame) -> pl.DataFrame:
     """Runs of consecutive step-marker kernels on one stream: start, end, last marker start."""
-    per_stream = k.with_row_index("_i").sort(["stream", "ts_ns"], maintain_order=True)
+    # only the columns the runs need are sorted (a sort copies every column it carries)
+    per_stream = k.select("stream", "ts_ns", "dur_ns", "_marker").sort(
+        ["stream", "ts_ns"], maintain_order=True
+    )
     marker = pl.col("_marker")
     new_run = marker & ~(
         marker.shift(1).fill_null(False) & (pl.col("stream") == pl.col("stream").shift(1))
@@ -390,21 +393,31 @@ def _annotation_groups(trace: Trace, k: pl.DataFrame, device: int) -> pl.DataFra
             ann.filter(pl.col("kind") == "user_annotation").drop("kind"), ["pid", "tid"]
         )
         cpu = clusters.select("cid", "pid", "tid", "a0", "a1")
-        runtime = trace.events.filter(
-            (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
+        # lazily, so only the four columns needed leave the host events and each
+        # intermediate is freed as soon as the next step has used it
+        linked = (
+            trace.events.lazy()
+            .select("kind", "pid", "tid", "ts_ns", "correlation")
+            .filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+            .drop("kind")
+            .sort("ts_ns")
+            .join_asof(
+                cpu.lazy(),
+                left_on="ts_ns",
+                right_on="a0",
+                by=["pid", "tid"],
+                strategy="backward",
+                check_sortedness=False,
+            )
+            .filter(pl.col("ts_ns") < pl.col("a1"))
+            .select("correlation", "cid")
+            .unique("correlation")
         )
-        runtime = runtime.select("pid", "tid", "ts_ns", "correlation").sort("ts_ns")
-        linked = runtime.join_asof(
-            cpu,
-            left_on="ts_ns",
-            right_on="a0",
-            by=["pid", "tid"],
-            strategy="backward",
-            check_sortedness=False,
-        ).filter(pl.col("ts_ns") < pl.col("a1"))
-        hits = ki.filter(pl.col("correlation").is_not_null()).join(
-            linked.select("correlation", "cid").unique("correlation"),
-            on="correlation",
+        hits = (
+            ki.lazy()
+            .filter(pl.col("correlation").is_not_null())
+            .join(linked, on="correlation")
+            .collect()
         )
         if hits.height == 0:
             kp = k.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("_k"), "ts_ns", "pid")
