@@ -15,7 +15,8 @@ lint:
 	.venv/bin/mypy
 	.venv/bin/lint-imports
 
-docs:  # the docs' examples run, every command and public name is documented
+docs:  # regenerate docs/cli.md's option reference; the docs' examples run, every name is documented
+	$(PY) docs/gen_cli.py
 	$(PY) -m pytest -q tests/test_docs.py tests/test_sql.py tests/test_scan.py -k "docs or doc_examples"
 
 fixtures:  # regenerate the planted-truth fixtures (CI fails when they are stale)
