@@ -22,6 +22,7 @@ from traceview.analysis.run import RunSummary
 from traceview.analysis.stats import mean, percentiles
 from traceview.analysis.summary import Summary
 from traceview.errors import CheckError
+from traceview.units import NS_PER, fmt_ratio, fmt_value, read_quantity
 
 SAME = 0.05  # a ratio within ±5% is "same"
 
@@ -180,8 +181,8 @@ class Diff:
         ]
         for r in self.rows.head(limit).iter_rows(named=True):
             lines.append(
-                f"| {r['section']} | {r['metric']} | {_fmt(r['a'], r['unit'])} | "
-                f"{_fmt(r['b'], r['unit'])} | {_fmt_ratio(r['ratio'])} | "
+                f"| {r['section']} | {r['metric']} | {fmt_value(r['a'], r['unit'])} | "
+                f"{fmt_value(r['b'], r['unit'])} | {fmt_ratio(r['ratio'])} | "
                 f"{_badge(r['verdict'])} |"
             )
         if self.kernels.height:
@@ -189,8 +190,8 @@ class Diff:
             for r in self.kernels.head(15).iter_rows(named=True):
                 name = r["name"] if len(r["name"]) <= 70 else r["name"][:67] + "..."
                 lines.append(
-                    f"| `{name}` | {_fmt(r['a_ns'], 'ns')} | {_fmt(r['b_ns'], 'ns')} | "
-                    f"{_fmt_ratio(r['ratio'])} | {r['change']} |"
+                    f"| `{name}` | {fmt_value(r['a_ns'], 'ns')} | {fmt_value(r['b_ns'], 'ns')} | "
+                    f"{fmt_ratio(r['ratio'])} | {r['change']} |"
                 )
         return "\n".join(lines) + "\n"
 
@@ -204,29 +205,6 @@ def _jsonable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _badge(verdict: str) -> str:
     return {"worse": "🔴 worse", "better": "🟢 better"}.get(verdict, verdict)
-
-
-def _fmt_ratio(r: float | None) -> str:
-    if r is None:
-        return "—"
-    return "∞" if math.isinf(r) else f"{r:.2f}×"
-
-
-def _fmt(v: float | None, unit: str) -> str:
-    if v is None:
-        return "—"
-    if unit == "ns":
-        a = abs(v)
-        if a >= 1e9:
-            return f"{v / 1e9:.3g} s"
-        if a >= 1e6:
-            return f"{v / 1e6:.2f} ms"
-        if a >= 1e3:
-            return f"{v / 1e3:.1f} µs"
-        return f"{v:.0f} ns"
-    if unit == "fraction":
-        return f"{v:.1%}"
-    return f"{v:,.1f}" if isinstance(v, float) and not float(v).is_integer() else f"{v:,.0f}"
 
 
 def _order(ratio: float | None, verdict: str) -> float:
@@ -356,7 +334,6 @@ def _diff(
 
 # --- check ---------------------------------------------------------------------------------
 
-_UNITS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
 _ID_FIELDS = ("population", "kind", "family", "rank")
 
 
@@ -364,14 +341,13 @@ def parse_value(text: str | float | int, key: str = "") -> float:
     """``5ms`` -> 5e6 (ns); ``90%`` -> 0.9; plain numbers as they are."""
     if isinstance(text, int | float) and not isinstance(text, bool):
         return float(text)
-    s = str(text).strip()
-    m = re.fullmatch(r"([-+]?[0-9]*\.?[0-9]+(?:e[-+]?\d+)?)\s*(ns|us|µs|ms|s|%)?", s, re.I)
-    if not m:
+    quantity = read_quantity(str(text))
+    if quantity is None:
         raise CheckError(f"{key or 'value'}: cannot read {text!r} (e.g. 5ms, 250us, 90%, 0.9)")
-    number, unit = float(m.group(1)), (m.group(2) or "").lower()
+    number, unit = quantity
     if unit == "%":
         return number / 100
-    return number * _UNITS[unit] if unit else number
+    return number * NS_PER[unit] if unit else number
 
 
 def lookup(doc: Any, path: str) -> list[tuple[str, Any]]:

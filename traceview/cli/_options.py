@@ -120,21 +120,17 @@ def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-
-
 def parse_duration(text: str | None, what: str = "duration") -> int | None:
     """``50us`` -> 50000 (ns). Plain numbers are ns."""
     if text is None:
         return None
-    import re
-
     from traceview.errors import TraceviewError
+    from traceview.units import duration_ns
 
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s)?\s*", text)
-    if not m:
+    ns = duration_ns(text)
+    if ns is None:
         raise TraceviewError(f"{what}: cannot read {text!r} (try 50us, 2.5ms, 1200ns)")
-    return round(float(m.group(1)) * _UNITS[m.group(2) or "ns"])
+    return ns
 
 
 def step_options(analysis: dict[str, Any]) -> Any:

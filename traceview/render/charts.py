@@ -17,6 +17,7 @@ import polars as pl
 
 from traceview.errors import MissingDependencyError, TraceviewError
 from traceview.render.base import atomic_write
+from traceview.units import fmt_ns
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -161,9 +162,7 @@ class GapCurve:
 
 
 def _fmt_us(us: float | None) -> str:
-    if us is None:
-        return "—"
-    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} µs"
+    return fmt_ns(None if us is None else us * 1000)
 
 
 def gaps_data(summary: Summary, gaps: pl.DataFrame) -> list[GapCurve]:

@@ -7,19 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-
-def fmt_ns(ns: int | float | None) -> str:
-    """A duration in ns as a human unit (ns, µs, ms, s)."""
-    if ns is None:
-        return "—"
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:.3g} s" if a < 1e11 else f"{ns / 1e9:,.0f} s"
-    if a >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{ns:.0f} ns"
+from traceview.units import fmt_ns, fmt_ratio, fmt_value
 
 
 def render_info(doc: dict[str, Any], console: Console | None = None) -> None:
@@ -189,7 +177,6 @@ def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
 
 def render_diff(d: Any, limit: int = 40, console: Console | None = None) -> None:
     """The ``diff`` screen: metrics with A, B, B/A and a verdict; then kernels."""
-    from traceview.analysis.compare import _fmt, _fmt_ratio
 
     out = console or Console(highlight=False)
     table = Table(title=f"A = {d.a}\nB = {d.b}", title_justify="left")
@@ -202,9 +189,9 @@ def render_diff(d: Any, limit: int = 40, console: Console | None = None) -> None
         table.add_row(
             r["section"],
             r["metric"],
-            _fmt(r["a"], r["unit"]),
-            _fmt(r["b"], r["unit"]),
-            _fmt_ratio(r["ratio"]),
+            fmt_value(r["a"], r["unit"]),
+            fmt_value(r["b"], r["unit"]),
+            fmt_ratio(r["ratio"]),
             f"[{style}]{verdict}[/]" if style else verdict,
         )
     out.print(table)
@@ -220,9 +207,9 @@ def render_diff(d: Any, limit: int = 40, console: Console | None = None) -> None
         for r in d.kernels.head(12).iter_rows(named=True):
             kt.add_row(
                 r["name"],
-                _fmt(r["a_ns"], "ns"),
-                _fmt(r["b_ns"], "ns"),
-                _fmt_ratio(r["ratio"]),
+                fmt_value(r["a_ns"], "ns"),
+                fmt_value(r["b_ns"], "ns"),
+                fmt_ratio(r["ratio"]),
                 r["change"],
             )
         out.print(kt)
