@@ -12,7 +12,6 @@ re-feeds the prompt from token 0).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
