@@ -13,140 +13,266 @@ import traceview as tv
 from traceview.analysis.families import RulesError, load_rules, presets
 from traceview.cli import cli
 
-# (trace under ../shared/traces, kernel-name prefix, expected family): real names, real traces
+# (trace under ../shared/traces, kernel-name prefix, expected family, why): real names on real
+# traces; the why is what the kernel computes, read from its engine's source, not what
+# traceview printed.
 REAL = [
-    ("tracelens/b200-vllm-eager.json.gz", "fmhaSm100aKernel_", "full_attention"),
+    (
+        "tracelens/b200-vllm-eager.json.gz",
+        "fmhaSm100aKernel_",
+        "full_attention",
+        "TRT-LLM's fused multi-head attention for SM100: softmax(QK^T)V in one kernel",
+    ),
     (
         "tracelens/b200-vllm-eager.json.gz",
         "void vllm::reshape_and_cache_flash_kernel",
         "full_attention",
+        "writes this step's K and V into the paged KV cache, which only attention reads",
     ),
-    ("tracelens/b200-vllm-eager.json.gz", "nvjet_tst_", "gemm"),
-    ("tracelens/b200-vllm-eager.json.gz", "bmm_", "moe"),
-    ("tracelens/b200-vllm-eager.json.gz", "void moe::dev::", "moe"),
-    ("tracelens/rocm-mi-vllm-decode-cudagraph.json.gz", "_matmul_ogs_", "moe"),
-    ("tracelens/rocm-mi-vllm-decode-cudagraph.json.gz", "_topk_forward", "moe"),
-    ("tracelens/b200-vllm-eager.json.gz", "ncclDevKernel_AllGather", "communication"),
-    ("tracelens/b200-vllm-eager.json.gz", "std::enable_if<(((8)>(0)))&&vllm::_typeConvert", "norm"),
-    ("tracelens/b200-vllm-eager.json.gz", "Memcpy HtoD", "memory"),
+    (
+        "tracelens/b200-vllm-eager.json.gz",
+        "nvjet_tst_",
+        "gemm",
+        "cuBLAS's nvJet GEMM kernels (dense projections)",
+    ),
+    (
+        "tracelens/b200-vllm-eager.json.gz",
+        "bmm_",
+        "moe",
+        "trtllm-gen's batched GEMMs over experts, launched by FlashInfer's fused MoE",
+    ),
+    (
+        "tracelens/b200-vllm-eager.json.gz",
+        "void moe::dev::",
+        "moe",
+        "TRT-LLM's MoE routing and permutation kernels",
+    ),
+    (
+        "tracelens/rocm-mi-vllm-decode-cudagraph.json.gz",
+        "_matmul_ogs_",
+        "moe",
+        "triton_kernels' matmul with gather/scatter: a GEMM over each expert's routed tokens",
+    ),
+    (
+        "tracelens/rocm-mi-vllm-decode-cudagraph.json.gz",
+        "_topk_forward",
+        "moe",
+        "triton_kernels' router top-k: picks each token's experts",
+    ),
+    (
+        "tracelens/b200-vllm-eager.json.gz",
+        "ncclDevKernel_AllGather",
+        "communication",
+        "NCCL all-gather between ranks",
+    ),
+    (
+        "tracelens/b200-vllm-eager.json.gz",
+        "std::enable_if<(((8)>(0)))&&vllm::_typeConvert",
+        "norm",
+        "vLLM's fused add + RMSNorm, whose template is named after its _typeConvert constraint",
+    ),
+    (
+        "tracelens/b200-vllm-eager.json.gz",
+        "Memcpy HtoD",
+        "memory",
+        "a copy from host to device",
+    ),
     (
         "tracelens/h100-hf-qwen1.5-0.5b-chat.json.gz",
         "void pytorch_flash::flash_fwd_kernel",
         "full_attention",
+        "FlashAttention-2 forward inside PyTorch's SDPA",
     ),
     (
         "tracelens/h100-hf-owlv2-large.json.gz",
         "std::enable_if<!(false), void>::type internal::gemvx::kernel",
         "gemm",
+        "cuBLAS matrix-vector product: a GEMM with one column",
     ),
     (
         "tracelens/h100-hf-qwen1.5-0.5b-chat.json.gz",
-        "void at::native::vectorized_elementwise_"
-        "kernel<4, at::native::(anonymous namespace)::silu_kernel",
+        "void at::native::vectorized_elementwise_kernel<4, "
+        "at::native::(anonymous namespace)::silu_kernel",
         "activation",
+        "PyTorch's SiLU, the MLP's activation",
     ),
-    ("tracelens/h100-hf-qwen1.5-0.5b-chat.json.gz", "Memset (Device)", "memory"),
+    (
+        "tracelens/h100-hf-qwen1.5-0.5b-chat.json.gz",
+        "Memset (Device)",
+        "memory",
+        "a device memset",
+    ),
     (
         "tracelens/rocm-mi-sglang-qwen3-8b-decode.json.gz",
         "void paged_attention_ll4mi_",
         "full_attention",
+        "ROCm paged-attention decode over the KV cache",
     ),
-    ("tracelens/rocm-mi-sglang-qwen3-8b-decode.json.gz", "Cijk_", "gemm"),
+    (
+        "tracelens/rocm-mi-sglang-qwen3-8b-decode.json.gz",
+        "Cijk_",
+        "gemm",
+        "Tensile (rocBLAS/hipBLASLt) GEMM kernels, named after their index order",
+    ),
     (
         "tracelens/rocm-mi-vllm-prefill-decode-piecewise.json.gz",
         "_ZN7ck_tile6kentryILi1ENS_12Rmsnorm2d",
         "norm",
+        "Composable Kernel's 2-D RMSNorm",
     ),
     (
         "tracelens/rocm-mi-sglang-qwen3-8b-decode.json.gz",
         "_ZN7sgl_hip10activation18act_and_mul",
         "activation",
+        "SGLang's fused activation times gate (SwiGLU)",
     ),
-    ("tracelens/rocm-mi-sglang-qwen3-8b-decode.json.gz", "void rotary_embedding_kernel", "rope"),
+    (
+        "tracelens/rocm-mi-sglang-qwen3-8b-decode.json.gz",
+        "void rotary_embedding_kernel",
+        "rope",
+        "applies rotary position embeddings to Q and K",
+    ),
     (
         "tracelens/rocm-mi-sglang-qwen3-8b-prefill-decode.json.gz",
         "_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernel",
         "full_attention",
+        "Composable Kernel's FMHA over a paged KV cache",
     ),
     (
         "tracelens/rocm-mi-sglang-qwen3-8b-prefill-decode.json.gz",
         "void (anonymous namespace)::store_kvcache",
         "full_attention",
+        "stores this step's K and V into the KV cache",
     ),
     (
         "tracelens/rocm-mi-vllm-decode-cudagraph.json.gz",
         "kernel_unified_attention_2d",
         "full_attention",
+        "vLLM's Triton unified attention (prefill and decode in one kernel)",
     ),
-    ("tracelens/rocm-mi-vllm-decode-cudagraph.json.gz", "reduce_segments", "full_attention"),
+    (
+        "tracelens/rocm-mi-vllm-decode-cudagraph.json.gz",
+        "reduce_segments",
+        "full_attention",
+        "merges the 3-D unified attention's per-segment partial softmax results",
+    ),
     (
         "tracelens/rocm-mi-sglang-qwen3-8b-decode.json.gz",
         "_ZN5aiter24add_rmsnorm_quant_kernel",
         "norm",
+        "aiter's residual add + RMSNorm (with an fp8 quantized output); the norm is the work",
     ),
     (
         "tracelens/rocm-mi-vllm-decode-cudagraph.json.gz",
         "kernel_unified_attention_3d",
         "full_attention",
+        "vLLM's Triton unified attention, split along the KV length",
     ),
-    ("tracelens/torch-compile-triton.json.gz", "attn_fwd", "full_attention"),
-    # Inductor names fused kernels after their ops: mean with rsqrt is an RMSNorm
+    (
+        "tracelens/torch-compile-triton.json.gz",
+        "attn_fwd",
+        "full_attention",
+        "a Triton flash-attention forward",
+    ),
     (
         "tracelens/torch-compile-triton.json.gz",
         "triton_red_fused_add_mean_mul_pow_rsqrt_0",
         "norm",
+        "Inductor's fused reduction: x * rsqrt(mean(x^2) + eps) is an RMSNorm",
     ),
     (
         "tracelens/torch-compile-triton.json.gz",
         "triton_poi_fused__unsafe_view_mul_silu_2",
         "activation",
+        "Inductor's pointwise SiLU times the gate",
     ),
     (
         "tracelens/torch-compile-triton.json.gz",
         "triton_poi_fused__unsafe_view_add_3",
         "elementwise",
+        "Inductor's pointwise add (a residual), no reduction",
     ),
     (
         "tracelens/b300-sglang-qwen3-30b-a3b-moe-decode-graph.json.gz",
         "void (anonymous namespace)::fused_qknorm_warp",
         "norm",
+        "SGLang's RMSNorm of the query and key heads (Qwen3's QK-norm)",
     ),
     (
         "tracelens/rocm-mi300x-sglang-qwen3-30b-a3b-moe-decode-graph.json.gz",
         "void ck_tile::kentry<2, ck_tile::MoeSortingKernel",
         "moe",
+        "Composable Kernel's sort of tokens by expert before the grouped GEMM",
     ),
     (
         "tracelens/b200-vllm-eager.json.gz",
         "void tensorrt_llm::kernels::quantize_with_block_size",
         "quantization",
+        "TRT-LLM's block-scaled quantization of activations (to FP4/FP8)",
     ),
-    ("tracelens/b200-vllm-eager.json.gz", "void vllm::scaled_fp8_quant_kernel", "quantization"),
     (
-        "tracelens/h100-hf-owlv2-large.json.gz",
-        "void at::native::(anonymous namespace)::cunn_SoftMaxForward",
-        "sampling",
+        "tracelens/b200-vllm-eager.json.gz",
+        "void vllm::scaled_fp8_quant_kernel",
+        "quantization",
+        "vLLM's activation quantization to FP8",
     ),
-    ("hta/a100_nccl_data.json.gz", "ncclKernel_AllReduce_RING_LL_Sum_float", "communication"),
+    (
+        "hta/a100_nccl_data.json.gz",
+        "ncclKernel_AllReduce_RING_LL_Sum_float",
+        "communication",
+        "NCCL all-reduce between ranks",
+    ),
     (
         "hta/v100_df_index_resolver.json.gz",
         "void at::native::vectorized_elementwise_kernel",
         "elementwise",
+        "PyTorch's generic pointwise kernel",
     ),
-    ("hta/mi250_minitoy_rocm62.json.gz", "Cijk_", "gemm"),
-    ("hta/v100_ns_resolution_rank0.json.gz", "void cudnn::bn_fw_tr_1C11", "norm"),
+    (
+        "hta/mi250_minitoy_rocm62.json.gz",
+        "Cijk_",
+        "gemm",
+        "Tensile GEMM kernels",
+    ),
+    (
+        "hta/v100_ns_resolution_rank0.json.gz",
+        "void cudnn::bn_fw_tr_1C11",
+        "norm",
+        "cuDNN's batch-norm forward (training)",
+    ),
 ]
 
 
 @pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is not present")
 @pytest.mark.parametrize(
-    ("trace", "prefix", "family"), REAL, ids=[f"{p[:40]}->{f}" for _, p, f in REAL]
+    ("trace", "prefix", "family", "why"), REAL, ids=[f"{p[:40]}->{f}" for _, p, f, _ in REAL]
 )
-def test_real_kernel_names_land_in_their_family(trace: str, prefix: str, family: str) -> None:
+def test_real_kernel_names_land_in_their_family(
+    trace: str, prefix: str, family: str, why: str
+) -> None:
     table = tv.kernels(tv.load(SHARED_TRACES / trace))
     rows = table.filter(pl.col("name").str.starts_with(prefix))
     assert rows.height > 0, f"no kernel named {prefix}… in {trace}"
     assert set(rows["family"].to_list()) == {family}
+
+
+@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is not present")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known, left open: PyTorch's generic softmax is classed sampling by name; in OWLv2 "
+    "it is eager attention's softmax over [16, 5185, 5185] (46% of kernel time)",
+)
+def test_eager_attention_softmax_is_attention() -> None:
+    """HF OWLv2 runs eager attention: QK^T, then ``aten::softmax`` over [heads, L, L] (the
+    trace's record_shapes say [16, 5185, 5185]), then ·V. That softmax is attention's work,
+    not sampling's; the name (``cunn_SoftMaxForward``, PyTorch's softmax for rows longer than
+    1024) alone cannot tell it from a sampler's ``logits.softmax(-1)``. Strict, so the
+    day the classification reads the launching op's shape this fails and is turned into a
+    plain expectation."""
+    table = tv.kernels(tv.load(SHARED_TRACES / "tracelens/h100-hf-owlv2-large.json.gz"))
+    rows = table.filter(pl.col("name").str.contains("cunn_SoftMaxForward"))
+    assert rows.height > 0
+    assert set(rows["family"].to_list()) == {"full_attention"}
 
 
 def test_fixture_families_equal_truth(scenario: str) -> None:
