@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from traceview.analysis.shapes import shape_families
 from traceview.errors import RulesError
 from traceview.model import Trace
 
@@ -159,25 +160,40 @@ def load_rules(preset: str = "default", rules_file: str | Path | None = None) ->
     )
 
 
-def family_map(kernels: pl.DataFrame, rules: Rules) -> pl.DataFrame:
+# the families a name's own rule gives that the launching op's shapes may correct
+SHAPE_DECIDES = ("sampling", OTHER)
+
+
+def family_map(
+    kernels: pl.DataFrame, rules: Rules, by_shape: dict[str, str] | None = None
+) -> pl.DataFrame:
     """One row per distinct (name, cat): ``name``, ``cat`` (as in ``kernels``), ``family``
-    (String). Names are matched once each, never once per kernel."""
+    (String). Names are matched once each, never once per kernel. ``by_shape`` (from
+    ``shapes.shape_families``) overrides a name whose rule says sampling or other."""
     pairs = kernels.select("name", "cat").unique()
-    fams = [rules.family_of(str(n), str(c or "")) for n, c in pairs.iter_rows()]
+    fams = []
+    for n, c in pairs.iter_rows():
+        family = rules.family_of(str(n), str(c or ""))
+        if by_shape and family in SHAPE_DECIDES:
+            family = by_shape.get(str(n), family)
+        fams.append(family)
     return pairs.with_columns(pl.Series("family", fams, dtype=pl.String))
 
 
-def classify(kernels: pl.DataFrame, rules: Rules) -> pl.DataFrame:
+def classify(
+    kernels: pl.DataFrame, rules: Rules, by_shape: dict[str, str] | None = None
+) -> pl.DataFrame:
     """``kernels`` with a ``family`` column (String) added. Each distinct (name, category)
     is matched once; the kernels only look their pair up by the categoricals' codes, so no
-    kernel's name becomes a string and the other columns are not copied."""
+    kernel's name becomes a string and the other columns are not copied. ``by_shape``: see
+    :func:`family_map`."""
     if kernels.height == 0:
         return kernels.with_columns(pl.lit(None, dtype=pl.String).alias("family"))
     # one integer per (name, category): the two categoricals' codes side by side
     name_code = pl.col("name").to_physical().cast(pl.UInt64).fill_null(1 << 31)
     cat_code = pl.col("cat").to_physical().cast(pl.UInt64).fill_null(1 << 31)
     key = name_code * (1 << 32) + cat_code
-    mapping = family_map(kernels, rules).with_columns(key.alias("_key"))
+    mapping = family_map(kernels, rules, by_shape).with_columns(key.alias("_key"))
     names = mapping["family"].unique(maintain_order=True)
     index = mapping.with_columns(
         pl.col("family").replace_strict(names, range(len(names)), return_dtype=pl.UInt32)
@@ -230,7 +246,8 @@ def families(
         ns), ``share`` (Float64, fraction of all kernel time, 0..1).
     """
     kernels = trace.kernels if device is None else trace.device(device).kernels
-    return family_table(classify(kernels, rules or load_rules()), roll_up=roll_up)
+    by_shape = shape_families(trace, kernels)
+    return family_table(classify(kernels, rules or load_rules(), by_shape), roll_up=roll_up)
 
 
 def kernels(trace: Trace, rules: Rules | None = None, *, device: int | None = None) -> pl.DataFrame:
@@ -242,7 +259,7 @@ def kernels(trace: Trace, rules: Rules | None = None, *, device: int | None = No
         ``share`` (Float64, fraction of all kernel time).
     """
     ks = trace.kernels if device is None else trace.device(device).kernels
-    k = classify(ks, rules or load_rules())
+    k = classify(ks, rules or load_rules(), shape_families(trace, ks))
     total = k["dur_ns"].sum() if k.height else 0
     return (
         k.group_by("name", "family")

@@ -17,6 +17,7 @@ step: prompt and decode together, since the shapes do not tell them apart.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -102,3 +103,66 @@ def shape_tokens(trace: Trace, kernels: pl.DataFrame, starts: I64) -> list[int |
         if len(values) == 1:
             out[i] = int(values[0])
     return out
+
+
+# PyTorch's own softmax kernels: the name says softmax, not whose. The sampler's softmax over
+# logits and eager attention's softmax over its scores launch the same kernels.
+GENERIC_SOFTMAX = re.compile(r"cunn_SoftMaxForward|softmax_warp_forward|SoftMaxForwardSmem")
+SOFTMAX_OPS = ("aten::_softmax", "aten::softmax", "aten::_masked_softmax", "aten::_safe_softmax")
+
+
+def _rank(text: str) -> int | None:
+    try:
+        dims = orjson.loads(text)
+        return len(dims[0]) if dims and isinstance(dims[0], list) else None
+    except (orjson.JSONDecodeError, TypeError, IndexError):
+        return None
+
+
+def shape_families(trace: Trace, kernels: pl.DataFrame) -> dict[str, str]:
+    """Families that the launching op's input decides where the kernel name cannot.
+
+    The rule: a PyTorch softmax kernel (``GENERIC_SOFTMAX``) is attention's work
+    (``full_attention``) when every one of its launches is linked (launch correlation, then
+    the innermost enclosing softmax op on the launching thread) to a softmax op whose input
+    has rank 3 or more: attention scores are ``[B·heads, Lq, Lk]`` or ``[B, heads, Lq, Lk]``,
+    while a sampler's logits are ``[B, vocab]``. Without ``record_shapes``, or where a single
+    launch is not linked (a CUDA graph replay) or is 2-D, the name's own rule stands.
+    Returns ``{kernel name: family}`` for the names decided.
+    """
+    if trace.shapes.height == 0 or kernels.height == 0:
+        return {}
+    names = [str(n) for n in kernels["name"].unique().drop_nulls().to_list()]
+    softmax = [n for n in names if GENERIC_SOFTMAX.search(n)]
+    if not softmax:
+        return {}
+    ops = trace.shapes.filter(pl.col("name").cast(pl.String).is_in(SOFTMAX_OPS))
+    if ops.height == 0:
+        return {}
+    ops = ops.select(
+        "pid",
+        "tid",
+        "ts_ns",
+        (pl.col("ts_ns") + pl.col("dur_ns")).alias("op_end"),
+        pl.col("input_dims").map_elements(_rank, return_dtype=pl.Int64).alias("rank"),
+    ).sort("ts_ns")
+    launches = (
+        trace.events.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+        .select("pid", "tid", "ts_ns", "correlation")
+        .sort("ts_ns")
+    )
+    linked = (
+        launches.join_asof(
+            ops, on="ts_ns", by=["pid", "tid"], strategy="backward", check_sortedness=False
+        )
+        .filter(pl.col("ts_ns") < pl.col("op_end"))
+        .select("correlation", "rank")
+    )
+    mine = (
+        kernels.filter(pl.col("name").cast(pl.String).is_in(softmax))
+        .select(pl.col("name").cast(pl.String), "correlation")
+        .join(linked, on="correlation", how="left")
+        .group_by("name")
+        .agg((pl.col("rank").fill_null(0) >= 3).all().alias("attention"))
+    )
+    return {n: "full_attention" for n, attention in mine.iter_rows() if attention}

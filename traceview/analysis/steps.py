@@ -38,7 +38,7 @@ from traceview.analysis.annotations import (
 )
 from traceview.analysis.families import Rules, classify, distinct_names, load_rules
 from traceview.analysis.intervals import I64, Union, union
-from traceview.analysis.shapes import shape_tokens
+from traceview.analysis.shapes import shape_families, shape_tokens
 from traceview.analysis.step_candidates import (
     StepOptions,
     annotation_candidate,
@@ -314,7 +314,7 @@ def find_steps(
     mine = trace.kernels
     if len(trace.devices) > 1:  # one device: no copy of its kernels
         mine = mine.filter(pl.col("device") == device)
-    k = classify(mine, rules)
+    k = classify(mine, rules, shape_families(trace, mine))
     u = union(k["ts_ns"].to_numpy().astype(np.int64), ends_of(k))
     k = k.with_columns(_is_family(pl.col("family"), rules.step_marker).alias("_marker"))
 

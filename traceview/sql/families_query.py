@@ -19,7 +19,9 @@ HEADER = """\
 --          share (fraction of all kernel time, 0..1). Sorted by total_ns, largest first.
 -- Device activity is every slice whose category is kernel, gpu_memcpy or gpu_memset (any
 -- case: older Kineto writes Kernel/Memcpy/Memset). Rules are tried in order, first match
--- wins, unmatched kernels are "other" - the same rules as `traceview summarize`.
+-- wins, unmatched kernels are "other" - the same name rules as `traceview summarize`.
+-- Names only: summarize also reads record_shapes to move PyTorch's softmax kernels that
+-- eager attention launched into full_attention (docs/metrics.md); this query does not.
 -- Generated from traceview/presets/default.toml by
 --   python -m traceview.sql.families_query > queries/kernel_families.sql
 -- Example:
