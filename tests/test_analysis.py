@@ -14,21 +14,12 @@ import pytest
 from conftest import GENERATED, truth
 
 import traceview as tv
-from fixtures.engine import SCENARIOS, Scenario, build
+from fixtures.engine import RECORD_COLUMNS, SCENARIOS, Scenario, build
 from fixtures.truth import truth as plan_truth
 from traceview.analysis.intervals import union
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import find_steps
 
-RECORD = (
-    "context_requests",
-    "context_tokens",
-    "generation_requests",
-    "generation_tokens",
-    "new_requests",
-    "cached_requests",
-    "forward_mode",
-)
 PHASE_KEYS = ("kind", "first_step", "last_step", "steps", "start_ns", "end_ns", "cadence_p50_ns")
 
 
@@ -72,7 +63,7 @@ def test_summary_equals_planted_truth(scenario: str) -> None:
         assert doc["steps"]["disagreements"] == 0
         assert summary.steps["annotation"].to_list() == [s["annotation"] for s in t["steps"]]
     # the engine's own record of each step, and the evidence that decided its kind
-    for col in ("kind", "kind_source", *RECORD, "shape_tokens"):
+    for col in ("kind", "kind_source", *RECORD_COLUMNS, "shape_tokens"):
         assert summary.steps[col].to_list() == [s[col] for s in t["steps"]], col
     markers = summary.kernel_table.filter(pl.col("name") == t["decode_marker_kernel"])
     assert markers["count"].sum() == sum(g["n"] for g in t["decode_gaps"][:1]) + 1
@@ -187,7 +178,7 @@ def test_steps_table_columns(scenario: str) -> None:
         "prefill_ns",
         "prefill_kernels",
         "annotation",
-        *RECORD,
+        *RECORD_COLUMNS,
         "shape_tokens",
     ]
     assert table["interval_ns"][0] is None

@@ -53,6 +53,26 @@ def _tokens(name: str, text: str) -> int | None:
         return None
 
 
+def _launches_in(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
+    """Each kernel launch (runtime event with a correlation id) joined to the innermost op
+    of ``ops`` (``pid``, ``tid``, ``ts_ns``, ``op_end`` and the op's values) that encloses it
+    on the launching thread; launches outside every op are dropped."""
+    launches = trace.events.filter(
+        (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
+    ).select("pid", "tid", "ts_ns", "correlation")
+    return (
+        launches.sort("ts_ns")
+        .join_asof(
+            ops.sort("ts_ns"),
+            on="ts_ns",
+            by=["pid", "tid"],
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("ts_ns") < pl.col("op_end"))
+    )
+
+
 def shape_tokens(trace: Trace, kernels: pl.DataFrame, starts: I64) -> list[int | None]:
     """Query tokens per step (see the module docstring); ``kernels`` are the analysed
     device's, ``starts`` the steps' starts (ns)."""
@@ -69,20 +89,7 @@ def shape_tokens(trace: Trace, kernels: pl.DataFrame, starts: I64) -> list[int |
         .alias("tokens"),
         (pl.col("ts_ns") + pl.col("dur_ns")).alias("op_end"),
     ).filter(pl.col("tokens").is_not_null())
-    launches = trace.events.filter(
-        (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
-    ).select("pid", "tid", "ts_ns", "correlation")
-    linked = (
-        launches.sort("ts_ns")
-        .join_asof(
-            ops.select("pid", "tid", "ts_ns", "op_end", "tokens").sort("ts_ns"),
-            on="ts_ns",
-            by=["pid", "tid"],
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .filter(pl.col("ts_ns") < pl.col("op_end"))
-    )
+    linked = _launches_in(trace, ops.select("pid", "tid", "ts_ns", "op_end", "tokens"))
     if linked.height == 0:
         return none
     first_kernel = (
@@ -145,19 +152,8 @@ def shape_families(trace: Trace, kernels: pl.DataFrame) -> dict[str, str]:
         "ts_ns",
         (pl.col("ts_ns") + pl.col("dur_ns")).alias("op_end"),
         pl.col("input_dims").map_elements(_rank, return_dtype=pl.Int64).alias("rank"),
-    ).sort("ts_ns")
-    launches = (
-        trace.events.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
-        .select("pid", "tid", "ts_ns", "correlation")
-        .sort("ts_ns")
     )
-    linked = (
-        launches.join_asof(
-            ops, on="ts_ns", by=["pid", "tid"], strategy="backward", check_sortedness=False
-        )
-        .filter(pl.col("ts_ns") < pl.col("op_end"))
-        .select("correlation", "rank")
-    )
+    linked = _launches_in(trace, ops).select("correlation", "rank")
     mine = (
         kernels.filter(pl.col("name").cast(pl.String).is_in(softmax))
         .select(pl.col("name").cast(pl.String), "correlation")
