@@ -19,6 +19,7 @@ from fixtures.truth import truth as plan_truth
 from traceview.analysis.intervals import union
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import find_steps
+from traceview.units import fmt_ns
 
 PHASE_KEYS = ("kind", "first_step", "last_step", "steps", "start_ns", "end_ns", "cadence_p50_ns")
 
@@ -275,10 +276,47 @@ def test_cpu_only_trace_uses_leaf_cpu_ops(tmp_path: Path) -> None:
     assert any("cpu_op" in w for w in summary.warnings)
 
 
+def _html_rows(text: str) -> list[list[str]]:
+    """The text of every table row's cells."""
+    from html.parser import HTMLParser
+
+    rows: list[list[str]] = []
+
+    class Rows(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: object) -> None:
+            if tag == "tr":
+                rows.append([])
+            elif tag == "td":
+                rows[-1].append("")
+
+        def handle_data(self, data: str) -> None:
+            if rows and rows[-1] and self.get_starttag_text() == "<td>":
+                rows[-1][-1] += data
+
+    Rows().feed(text)
+    return rows
+
+
 def test_summary_renders_as_html() -> None:
     summary = tv.summarize(tv.load(GENERATED / "hybrid_chunked.json.gz"))
     html = summary._repr_html_()
-    assert "<table>" in html and "mixed" in html and "linear_attention.prefill" in html
+    d = summary.to_dict()
+    rows = _html_rows(html)
+    fam = d["families"][0]
+    assert [
+        fam["family"],
+        f"{fam['count']:,}",
+        fmt_ns(fam["total_ns"]),
+        f"{fam['share']:.1%}",
+    ] in rows
+    for p in d["steps"]["phases"]:
+        assert [p["kind"], str(p["steps"]), fmt_ns(p["cadence_p50_ns"])] in rows
+    for g in d["decode_gaps"]:
+        assert [
+            g["population"],
+            str(g["n"]),
+            *(fmt_ns(g[q]) for q in ("p50_ns", "p90_ns", "p99_ns")),
+        ] in rows
     assert json.loads(summary.to_json()) == summary.to_dict()
 
 

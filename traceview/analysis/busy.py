@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import polars as pl
 
+from traceview.analysis.document import Busy
 from traceview.analysis.intervals import Union, merge_windows, union
 from traceview.model import Trace
 
@@ -21,7 +20,7 @@ def busy_fraction(u: Union, lo: np.ndarray, hi: np.ndarray) -> float | None:
     return covered / total
 
 
-def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None) -> dict[str, Any]:
+def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None) -> Busy:
     """The summary's ``busy`` section (window: first kernel start to last kernel end)."""
     if u.starts.size == 0:
         return {
@@ -29,6 +28,7 @@ def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None)
             "fraction": None,
             "window_start_ns": None,
             "window_end_ns": None,
+            "busy_ns": None,
             "in_gaps": None,
             "in_widest_gaps": None,
         }

@@ -17,11 +17,12 @@ from typing import Any
 
 import polars as pl
 
+from traceview.analysis.document import QUANTILES, Percentiles
 from traceview.analysis.run import RunSummary
 from traceview.analysis.stats import mean, percentiles
 from traceview.analysis.summary import Summary
 from traceview.errors import CheckError
-from traceview.units import NS_PER, fmt_ratio, fmt_value, read_quantity
+from traceview.units import NS_PER, read_quantity
 
 SAME = 0.05  # a ratio within ±5% is "same"
 
@@ -40,7 +41,7 @@ class Metric:
     n: int | None = None
 
 
-def _kind_cadence(summary: Summary, kind: str) -> dict[str, Any]:
+def _kind_cadence(summary: Summary, kind: str) -> Percentiles:
     """Cadence over the intervals inside every phase of one kind (crossings excluded)."""
     t = summary.steps
     inside = t.filter((pl.col("kind") == kind) & (pl.col("phase") == pl.col("phase").shift(1)))
@@ -51,13 +52,13 @@ def metrics(summary: Summary) -> list[Metric]:
     """The figures a diff compares, from one summary."""
     doc, t = summary.to_dict(), summary.steps
     out = [Metric("steps", "steps", doc["steps"]["count"], None, "count")]
-    for q in ("p50_ns", "p90_ns", "p99_ns"):
+    for q in QUANTILES:
         out.append(Metric("cadence", f"all {q[:-3]}", doc["steps"]["cadence"][q], "lower", "ns"))
     for kind in ("decode", "mixed"):
         steps_of = t.filter(pl.col("kind") == kind)
         out.append(Metric("steps", f"{kind} steps", steps_of.height, None, "count"))
         cad = _kind_cadence(summary, kind)
-        for q in ("p50_ns", "p90_ns", "p99_ns"):
+        for q in QUANTILES:
             out.append(Metric("cadence", f"{kind} {q[:-3]}", cad[q], "lower", "ns", cad["n"]))
         if steps_of.height:
             out.append(
@@ -97,11 +98,12 @@ def metrics(summary: Summary) -> list[Metric]:
     for g in doc["decode_gaps"]:
         pop = g["population"]
         out.append(Metric("decode gaps", f"{pop} n", g["n"], None, "count"))
-        for q in ("p50_ns", "p90_ns", "p99_ns"):
+        for q in QUANTILES:
             out.append(Metric("decode gaps", f"{pop} {q[:-3]}", g[q], "lower", "ns"))
     busy = doc["busy"]
-    for key in ("fraction", "in_gaps", "in_widest_gaps"):
-        out.append(Metric("busy", key, busy[key], None, "fraction"))
+    out.append(Metric("busy", "fraction", busy["fraction"], None, "fraction"))
+    out.append(Metric("busy", "in_gaps", busy["in_gaps"], None, "fraction"))
+    out.append(Metric("busy", "in_widest_gaps", busy["in_widest_gaps"], None, "fraction"))
     for f in doc["families"]:
         out.append(Metric("families", f"{f['family']} time", f["total_ns"], "lower", "ns"))
         out.append(Metric("families", f"{f['family']} kernels", f["count"], None, "count"))
@@ -172,27 +174,11 @@ class Diff:
         }
 
     def to_markdown(self, limit: int = 40) -> str:
-        lines = [
-            f"**traceview diff**: A = `{self.a}`, B = `{self.b}` (ratio = B/A)",
-            "",
-            "| section | metric | A | B | B/A | verdict |",
-            "|---|---|---:|---:|---:|---|",
-        ]
-        for r in self.rows.head(limit).iter_rows(named=True):
-            lines.append(
-                f"| {r['section']} | {r['metric']} | {fmt_value(r['a'], r['unit'])} | "
-                f"{fmt_value(r['b'], r['unit'])} | {fmt_ratio(r['ratio'])} | "
-                f"{_badge(r['verdict'])} |"
-            )
-        if self.kernels.height:
-            lines += ["", "| kernel | A | B | B/A | change |", "|---|---:|---:|---:|---|"]
-            for r in self.kernels.head(15).iter_rows(named=True):
-                name = r["name"] if len(r["name"]) <= 70 else r["name"][:67] + "..."
-                lines.append(
-                    f"| `{name}` | {fmt_value(r['a_ns'], 'ns')} | {fmt_value(r['b_ns'], 'ns')} | "
-                    f"{fmt_ratio(r['ratio'])} | {r['change']} |"
-                )
-        return "\n".join(lines) + "\n"
+        """The diff as a markdown table for a pull request (drawn by
+        :mod:`traceview.render.markup`)."""
+        from traceview.render.markup import diff_markdown
+
+        return diff_markdown(self, limit)
 
 
 def _jsonable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -200,10 +186,6 @@ def _jsonable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
         for r in rows
     ]
-
-
-def _badge(verdict: str) -> str:
-    return {"worse": "🔴 worse", "better": "🟢 better"}.get(verdict, verdict)
 
 
 def _order(ratio: float | None, verdict: str) -> float:
@@ -446,15 +428,15 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                     }
                 )
     if bounds.prefill_growth is not None:
-        growths = (
-            [
+        if isinstance(summary, RunSummary):
+            run = summary.document
+            growths = [
                 (f"rank {r['rank']}, ", g)
-                for r, s in zip(doc["ranks"], doc["summaries"], strict=True)
+                for r, s in zip(run["ranks"], run["summaries"], strict=True)
                 for g in s["work"]["prefill_growth"]
             ]
-            if isinstance(summary, RunSummary)
-            else [("", g) for g in doc["work"]["prefill_growth"]]
-        )
+        else:
+            growths = [("", g) for g in summary.document["work"]["prefill_growth"]]
         for where, g in growths:
             rows.append(
                 {

@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Literal
 
 import numpy as np
 import polars as pl
 
+from traceview.analysis.document import GapStats
 from traceview.analysis.families import Rules, distinct_names, load_rules
 from traceview.analysis.stats import percentiles
 from traceview.analysis.step_candidates import StepOptions
@@ -141,10 +142,11 @@ def gap_table(result: StepResult, rules: Rules) -> tuple[pl.DataFrame, Marker | 
     return table, used, family
 
 
-def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[dict[str, Any]]:
+def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[GapStats]:
     """Per population (all, decode, mixed): n, overlaps, p50/p90/p99/max (ns)."""
-    out = []
-    for population in ("all", "decode", "mixed"):
+    out: list[GapStats] = []
+    populations: tuple[Literal["all", "decode", "mixed"], ...] = ("all", "decode", "mixed")
+    for population in populations:
         sel = table if population == "all" else table.filter(pl.col("population") == population)
         stats = percentiles(sel["gap_ns"].to_numpy())
         out.append(
@@ -153,7 +155,10 @@ def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[dict[str, An
                 "family": family,
                 "n": stats["n"],
                 "overlaps": int(sel["overlap"].sum()),
-                **{k: v for k, v in stats.items() if k != "n"},
+                "p50_ns": stats["p50_ns"],
+                "p90_ns": stats["p90_ns"],
+                "p99_ns": stats["p99_ns"],
+                "max_ns": stats["max_ns"],
             }
         )
     return out

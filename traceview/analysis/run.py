@@ -29,11 +29,19 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
 
+from traceview.analysis.document import (
+    RUN_SCHEMA,
+    AlignMethod,
+    Percentiles,
+    PhaseCadence,
+    RankRow,
+    RunDocument,
+    Straggler,
+)
 from traceview.analysis.families import load_rules
 from traceview.analysis.intervals import union
 from traceview.analysis.stats import percentiles
@@ -44,7 +52,7 @@ from traceview.errors import RunError, TraceviewError
 from traceview.load import LoadOptions, load
 from traceview.model import Trace
 
-SCHEMA = "traceview.run/1"
+SCHEMA = RUN_SCHEMA
 TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace")
 _RANK_IN_NAME = (
     re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE),
@@ -91,13 +99,13 @@ class RunSummary:
         warnings: what a reader should know before trusting a figure.
     """
 
-    document: dict[str, Any]
+    document: RunDocument
     ranks: list[RankResult]
     left_out: list[RankResult]
     aligned: pl.DataFrame
     warnings: list[str]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> RunDocument:
         return self.document
 
     @property
@@ -256,7 +264,7 @@ def _assign_ranks(results: list[RankResult]) -> None:
             r.rank, r.rank_source = next(free), "order"
 
 
-def _alignment(ranks: list[RankResult]) -> tuple[str, pl.DataFrame, list[str]]:
+def _alignment(ranks: list[RankResult]) -> tuple[AlignMethod, pl.DataFrame, list[str]]:
     """How steps were matched across ranks, and the aligned (step, rank) rows."""
     tables = {r.rank: r.per_step for r in ranks if r.per_step is not None}
     warnings = []
@@ -269,6 +277,7 @@ def _alignment(ranks: list[RankResult]) -> tuple[str, pl.DataFrame, list[str]]:
         )
     annotated = all(t["annotation"].null_count() == 0 for t in tables.values())
     unique = annotated and all(t["annotation"].n_unique() == t.height for t in tables.values())
+    method: AlignMethod
     if unique:
         method = "annotation name"
         common = set.intersection(*(set(t["annotation"].to_list()) for t in tables.values()))
@@ -309,10 +318,19 @@ def _median(values: np.ndarray) -> int | None:
     return int(np.rint(np.median(values))) if values.size else None
 
 
-def cross_rank(aligned: pl.DataFrame, ranks: list[int]) -> dict[str, Any]:
+@dataclass
+class CrossRank:
+    """Across the aligned steps: compute skew, the straggler, each rank's collective wait."""
+
+    skew: Percentiles
+    straggler: Straggler | None
+    wait: dict[int, int | None]
+
+
+def cross_rank(aligned: pl.DataFrame, ranks: list[int]) -> CrossRank:
     """Skew, straggler and collective wait over the aligned steps (see the module doc)."""
     if aligned.height == 0 or len(ranks) < 2:
-        return {"skew": percentiles([]), "straggler": None, "wait": {}}
+        return CrossRank(percentiles([]), None, {})
     compute = aligned.pivot(on="rank", index="step", values="compute_ns", sort_columns=True)
     collective = aligned.pivot(on="rank", index="step", values="collective_ns", sort_columns=True)
     cols = [str(r) for r in ranks]
@@ -325,19 +343,19 @@ def cross_rank(aligned: pl.DataFrame, ranks: list[int]) -> dict[str, Any]:
         others = np.delete(c, i, axis=1)
         excess[i] = c[:, i] - np.median(others, axis=1)
     best = max(range(len(ranks)), key=lambda i: (slowest[i], float(np.median(excess[i]))))
-    straggler = {
+    straggler: Straggler = {
         "rank": ranks[best],
         "steps_slowest": int(slowest[best]),
         "excess_p50_ns": _median(excess[best]),
     }
     wait = {ranks[i]: _median(w[:, i] - w.min(axis=1)) for i in range(len(ranks))}
-    return {"skew": skew, "straggler": straggler, "wait": wait}
+    return CrossRank(skew, straggler, wait)
 
 
-def _rank_row(r: RankResult, wait: dict[int, int | None]) -> dict[str, Any]:
+def _rank_row(r: RankResult, wait: dict[int, int | None]) -> RankRow:
     assert r.summary is not None and r.per_step is not None
     doc = r.summary.to_dict()
-    phases = {}
+    phases: dict[str, PhaseCadence] = {}
     for kind in ("decode", "mixed"):
         steps = r.summary.steps
         inside = steps.filter(
@@ -407,12 +425,12 @@ def summarize_run(
     warnings += align_warnings
     rank_ids = [int(r.rank) for r in ranks if r.rank is not None]
     cross = cross_rank(aligned, rank_ids)
-    doc = {
+    doc: RunDocument = {
         "schema": SCHEMA,
-        "ranks": [_rank_row(r, cross["wait"]) for r in ranks],
+        "ranks": [_rank_row(r, cross.wait) for r in ranks],
         "alignment": {"method": method, "steps": int(aligned["step"].n_unique())},
-        "skew": cross["skew"],
-        "straggler": cross["straggler"],
+        "skew": cross.skew,
+        "straggler": cross.straggler,
         "left_out": [
             {"path": r.path, "reason": r.error or r.skipped, "skipped": r.skipped is not None}
             for r in left_out

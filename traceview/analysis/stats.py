@@ -7,8 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from traceview.analysis.document import Percentiles
 
-def percentiles(values: Sequence[int] | np.ndarray, prefix: str = "") -> dict[str, Any]:
+
+def percentiles(values: Sequence[int] | np.ndarray) -> Percentiles:
     """``n``, ``p50_ns``, ``p90_ns``, ``p99_ns`` and ``max_ns`` of ``values`` (ns).
 
     Percentiles interpolate linearly between closest ranks (numpy's default) and are
@@ -16,16 +18,15 @@ def percentiles(values: Sequence[int] | np.ndarray, prefix: str = "") -> dict[st
     and ``n`` is 0.
     """
     a = np.asarray(values, dtype=np.float64)
-    keys = [f"{prefix}{k}" for k in ("p50_ns", "p90_ns", "p99_ns", "max_ns")]
     if a.size == 0:
-        return {"n": 0, **dict.fromkeys(keys)}
+        return {"n": 0, "p50_ns": None, "p90_ns": None, "p99_ns": None, "max_ns": None}
     p = np.percentile(a, [50, 90, 99])
     return {
         "n": int(a.size),
-        keys[0]: int(np.rint(p[0])),
-        keys[1]: int(np.rint(p[1])),
-        keys[2]: int(np.rint(p[2])),
-        keys[3]: int(a.max()),
+        "p50_ns": int(np.rint(p[0])),
+        "p90_ns": int(np.rint(p[1])),
+        "p99_ns": int(np.rint(p[2])),
+        "max_ns": int(a.max()),
     }
 
 

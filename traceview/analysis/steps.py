@@ -36,6 +36,7 @@ from traceview.analysis.annotations import (
     record,
     stated_prompt_work,
 )
+from traceview.analysis.document import Activity, StepFinding
 from traceview.analysis.families import Rules, classify, distinct_names, load_rules
 from traceview.analysis.intervals import I64, Union, union
 from traceview.analysis.shapes import shape_families, shape_tokens
@@ -71,7 +72,7 @@ class StepResult:
     disagreements: int | None = None  # steps the annotation and burst methods disagree on
     warnings: list[str] = field(default_factory=list)
     union: Union | None = None
-    activity: str = "kernel"  # kernel | cpu_op (a CPU capture: CPU ranges stand in)
+    activity: Activity = "kernel"  # kernel | cpu_op (a CPU capture: CPU ranges stand in)
     trace: Trace | None = None  # the trace analysed (a CPU capture's with its stand-ins)
 
 
@@ -304,7 +305,7 @@ def find_steps(
     opts = options or StepOptions()
     if opts.method not in ("auto", "bursts", "annotations"):
         raise UnsupportedTraceError(f"unknown step method {opts.method!r}")
-    activity = "kernel"
+    activity: Activity = "kernel"
     if (
         trace.kernels.height == 0
         and trace.events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])).height
@@ -391,7 +392,7 @@ def steps(
     return find_steps(trace, rules, opts).table
 
 
-def describe(result: StepResult) -> dict[str, Any]:
+def describe(result: StepResult) -> StepFinding:
     """Plain facts about how the steps were found (for the summary document)."""
     return {
         "method": result.method,

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 import numpy as np
 import orjson
 import polars as pl
 
 from traceview.analysis.busy import busy_document
+from traceview.analysis.document import (
+    SUMMARY_SCHEMA,
+    FamilyRow,
+    GrowthMeasure,
+    Phase,
+    PhaseWork,
+    PrefillGrowth,
+    StepFacts,
+    SummaryDocument,
+    TraceFacts,
+    Work,
+)
 from traceview.analysis.families import Rules, family_table, load_rules
 from traceview.analysis.gaps import gap_table, summarize_gaps
 from traceview.analysis.stats import mean, percentiles
@@ -19,12 +30,8 @@ from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import StepResult, describe, find_steps
 from traceview.model import Trace
 
-SCHEMA = "traceview.summary/1"
+SCHEMA = SUMMARY_SCHEMA
 SMALL_N = 100  # below this, a p99 is close to the maximum: say so
-
-
-def _ms(ns: int | None) -> str:
-    return "—" if ns is None else f"{ns / 1e6:.2f} ms"
 
 
 @dataclass
@@ -40,14 +47,14 @@ class Summary:
         warnings: what a reader should know before trusting a figure.
     """
 
-    document: dict[str, Any]
+    document: SummaryDocument
     steps: pl.DataFrame
     families: pl.DataFrame
     gaps: pl.DataFrame
     kernel_table: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> SummaryDocument:
         return self.document
 
     def to_json(self, indent: bool = True) -> str:
@@ -55,39 +62,10 @@ class Summary:
         return orjson.dumps(self.document, option=option).decode()
 
     def _repr_html_(self) -> str:
-        d = self.document
-        t, s = d["trace"], d["steps"]
-        rows = "".join(
-            f"<tr><td>{html.escape(f['family'])}</td><td>{f['count']:,}</td>"
-            f"<td>{f['total_ns'] / 1e6:,.3f} ms</td><td>{f['share']:.1%}</td></tr>"
-            for f in d["families"][:12]
-        )
-        phases = "".join(
-            f"<tr><td>{p['kind']}</td><td>{p['steps']}</td><td>{_ms(p['cadence_p50_ns'])}</td></tr>"
-            for p in s["phases"]
-        )
-        gaps = "".join(
-            f"<tr><td>{g['population']}</td><td>{g['n']}</td><td>"
-            + "</td><td>".join(
-                "—" if g[k] is None else f"{g[k] / 1e3:,.1f} µs"
-                for k in ("p50_ns", "p90_ns", "p99_ns")
-            )
-            + "</td></tr>"
-            for g in d["decode_gaps"]
-        )
-        warn = "".join(f"<li>{html.escape(w)}</li>" for w in self.warnings)
-        busy = d["busy"]["fraction"]
-        busy_text = "—" if busy is None else f"{busy:.1%}"
-        return (
-            f"<div><b>{html.escape(str(t['path']))}</b> — {t['kernels']:,} kernels, "
-            f"{s['count']} steps ({s['method']}), GPU busy {busy_text}"
-            f"<table><tr><th>family</th><th>kernels</th><th>time</th><th>share</th></tr>"
-            f"{rows}</table><table><tr><th>phase</th><th>steps</th><th>cadence p50</th></tr>"
-            f"{phases}</table><table><tr><th>decode gaps</th><th>n</th><th>p50</th>"
-            f"<th>p90</th><th>p99</th></tr>{gaps}</table>"
-            + (f"<ul>{warn}</ul>" if warn else "")
-            + "</div>"
-        )
+        """The summary as an HTML table, for notebooks (drawn by :mod:`traceview.render.markup`)."""
+        from traceview.render.markup import summary_html
+
+        return summary_html(self.document)
 
 
 def summarize(
@@ -133,7 +111,7 @@ def build(rules: Rules, result: StepResult) -> Summary:
     table = result.table
     intervals = table["interval_ns"].drop_nulls().to_numpy()
     cadence = percentiles(intervals)
-    phases = []
+    phases: list[Phase] = []
     for row in result.phases.iter_rows(named=True):
         members = table.filter(pl.col("phase") == row["phase"])
         within = members["interval_ns"].to_numpy()[1:]  # the crossing interval is excluded
@@ -173,32 +151,34 @@ def build(rules: Rules, result: StepResult) -> Summary:
     assert result.union is not None
     start_ns, end_ns = int(result.union.starts[0]), int(result.union.ends[-1])
     streams = sorted(k["stream"].drop_nulls().unique().to_list())
-    doc = {
+    facts: TraceFacts = {
+        "path": trace.meta.path,
+        "format": trace.meta.format,
+        "gpu": trace.meta.gpu_name,
+        "events": trace.meta.events,
+        "kernels": k.height,
+        "skipped_events": trace.meta.skipped_events,
+        "devices": trace.devices,
+        "device": result.device,
+        "streams": streams,
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "span_ns": end_ns - start_ns,
+        "activity": activity,
+    }
+    step_facts: StepFacts = {
+        **describe(result),
+        "count": table.height,
+        "cadence": cadence,
+        "phases": phases,
+    }
+    doc: SummaryDocument = {
         "schema": SCHEMA,
-        "trace": {
-            "path": trace.meta.path,
-            "format": trace.meta.format,
-            "gpu": trace.meta.gpu_name,
-            "events": trace.meta.events,
-            "kernels": k.height,
-            "skipped_events": trace.meta.skipped_events,
-            "devices": trace.devices,
-            "device": result.device,
-            "streams": streams,
-            "start_ns": start_ns,
-            "end_ns": end_ns,
-            "span_ns": end_ns - start_ns,
-            "activity": activity,
-        },
+        "trace": facts,
         "classification": rules.name,
-        "families": fam.to_dicts(),
-        "families_rollup": rolled.to_dicts(),
-        "steps": {
-            **describe(result),
-            "count": table.height,
-            "cadence": cadence,
-            "phases": phases,
-        },
+        "families": _family_rows(fam),
+        "families_rollup": _family_rows(rolled),
+        "steps": step_facts,
         "work": work(table, phases),
         "decode_gaps": gap_stats,
         "decode_marker": None if marker is None else marker.used,
@@ -223,7 +203,12 @@ def build(rules: Rules, result: StepResult) -> Summary:
     )
 
 
-def prefill_growth(table: pl.DataFrame, phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _family_rows(table: pl.DataFrame) -> list[FamilyRow]:
+    """The family table's rows, typed (its columns are FamilyRow's, checked by the tests)."""
+    return cast(list[FamilyRow], table.to_dicts())
+
+
+def prefill_growth(table: pl.DataFrame, phases: list[Phase]) -> list[PrefillGrowth]:
     """Per mixed phase of at least 3 steps: how prompt work per step grows from its first
     chunk to its last, read off a least-squares line through the steps' prompt work (a
     healthy chunked prefill is flat; re-feeding the prompt from token 0 grows linearly, and
@@ -232,12 +217,13 @@ def prefill_growth(table: pl.DataFrame, phases: list[dict[str, Any]]) -> list[di
     Prompt work is the engine's own count of context tokens where every step of the phase
     states it (``measure: prompt_tokens``), else the prefill-only kernel time
     (``measure: prefill_ns``); a phase with neither is left out."""
-    out = []
+    out: list[PrefillGrowth] = []
     for phase in phases:
         if phase["kind"] != "mixed" or phase["steps"] < 3:
             continue
         steps = table.slice(phase["first_step"], phase["steps"])
         tokens = steps["context_tokens"]
+        measure: GrowthMeasure
         if tokens.null_count() == 0 and int(tokens.sum()) > 0:
             measure, y = "prompt_tokens", tokens.to_numpy().astype(np.float64)
         elif int(steps["prefill_ns"].sum()) > 0:
@@ -267,14 +253,14 @@ def _sum_or_none(values: pl.Series) -> int | None:
     return None if values.null_count() == values.len() else int(values.sum())
 
 
-def work(table: pl.DataFrame, phases: list[dict[str, Any]]) -> dict[str, Any]:
+def work(table: pl.DataFrame, phases: list[Phase]) -> Work:
     """The ``work`` section: kernels per step, prefill-only kernel time and launches, and
     the engine's own token counts where its annotations state them (null where no step
     does): ``prompt_tokens`` (context tokens processed), ``decode_tokens`` (generation
     tokens), ``token_steps`` (steps whose record states its context tokens), per phase; and
     the query tokens read from ``record_shapes`` (``shape_tokens``, prompt and decode
     together) with the number of steps they were read for (``shape_token_steps``)."""
-    per_phase = []
+    per_phase: list[PhaseWork] = []
     for phase in phases:
         steps = table.slice(phase["first_step"], phase["steps"])
         per_phase.append(

@@ -5,13 +5,18 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 
 from traceview.load import LoadOptions, load
 from traceview.model import Trace
+
+if TYPE_CHECKING:  # the CLI imports analysis lazily, so --help stays fast
+    from traceview.analysis.run import RunSummary
+    from traceview.analysis.step_candidates import StepOptions
+    from traceview.analysis.summary import Summary
 
 trace_argument = click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead.")
@@ -133,7 +138,7 @@ def parse_duration(text: str | None, what: str = "duration") -> int | None:
     return ns
 
 
-def step_options(analysis: dict[str, Any]) -> Any:
+def step_options(analysis: dict[str, Any]) -> StepOptions:
     """The StepOptions of the shared analysis options (``analysis_options``)."""
     from traceview.analysis.step_candidates import StepOptions
 
@@ -145,7 +150,9 @@ def step_options(analysis: dict[str, Any]) -> Any:
     )
 
 
-def summarize_trace(path: str, *, label: str = "", strict: bool = False, **analysis: Any) -> Any:
+def summarize_trace(
+    path: str, *, label: str = "", strict: bool = False, **analysis: Any
+) -> Summary:
     """Load and summarize a trace with the shared analysis options (``analysis_options``),
     printing the summary's warnings on stderr. Returns the Summary."""
     from traceview.analysis.families import load_rules
@@ -197,7 +204,7 @@ def summarize_run_paths(
     strict: bool = False,
     label: str = "",
     **analysis: Any,
-) -> Any:
+) -> RunSummary:
     """Summarize a run (directory, glob, files) with the shared analysis options: a progress
     bar over the traces on a terminal, warnings on stderr. Returns the RunSummary."""
     import os

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import io
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -202,7 +203,7 @@ def _diff_section(d: Diff, limit: int = 40) -> str:
     )
 
 
-def _json_script(doc: dict[str, Any], element_id: str) -> str:
+def _json_script(doc: Mapping[str, object], element_id: str) -> str:
     text = orjson.dumps(doc).decode().replace("</", "<\\/")
     return f'<script type="application/json" id="{element_id}">{text}</script>'
 

@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from traceview.analysis.compare import CheckResult, Diff
+from traceview.analysis.document import RunDocument, SummaryDocument
 from traceview.units import fmt_ns, fmt_ratio, fmt_value
 
 
@@ -59,7 +61,7 @@ def _pct(v: float | None) -> str:
     return "—" if v is None else f"{v:.1%}"
 
 
-def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
+def render_summary(doc: SummaryDocument, console: Console | None = None) -> None:
     """The ``summarize`` screen: facts, families, phases with cadence, gaps, busy."""
     out = console or Console(highlight=False)
     t, s, b = doc["trace"], doc["steps"], doc["busy"]
@@ -75,23 +77,23 @@ def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
     facts.add_row("span", fmt_ns(t["span_ns"]))
     facts.add_row("events", f"{t['events']:,} ({t['skipped_events']:,} skipped)")
     facts.add_row("steps", f"{s['count']:,} by {s['method']}: {s['detail']}")
-    if s.get("disagreements"):
+    if s["disagreements"]:
         facts.add_row("", f"annotations and bursts disagree on {s['disagreements']} step(s)")
-    sources = s.get("kind_sources") or {}
+    sources = s["kind_sources"]
     if sources:
         facts.add_row(
             "kinds from",
             ", ".join(f"{src} ({_steps(n)})" for src, n in sources.items()),
         )
-    w = doc.get("work") or {}
-    if w.get("prompt_tokens") is not None or w.get("shape_tokens") is not None:
+    w = doc["work"]
+    if w["prompt_tokens"] is not None or w["shape_tokens"] is not None:
         said = []
-        if w.get("prompt_tokens") is not None:
+        if w["prompt_tokens"] is not None:
             said.append(
                 f"{w['prompt_tokens']:,} prompt and {w['decode_tokens'] or 0:,} decode tokens "
                 f"(the engine's annotations, {_steps(w['token_steps'])})"
             )
-        if w.get("shape_tokens") is not None:
+        if w["shape_tokens"] is not None:
             said.append(
                 f"{w['shape_tokens']:,} query tokens from record_shapes "
                 f"({_steps(w['shape_token_steps'])})"
@@ -119,7 +121,7 @@ def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
     out.print(fam)
 
     ph = Table(title="steps and cadence by phase (anchor-to-anchor interval)", title_justify="left")
-    tokens = {p["first_step"]: p["prompt_tokens"] for p in w.get("phases", [])}
+    tokens = {p["first_step"]: p["prompt_tokens"] for p in w["phases"]}
     # per-phase prompt tokens, where the engine stated them and the screen has room
     show_tokens = any(v is not None for v in tokens.values()) and out.width >= 100
     cols = ("phase", "steps", "n", "p50", "p90", "p99", "max")
@@ -134,7 +136,7 @@ def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
         fmt_ns(c["p90_ns"]),
         fmt_ns(c["p99_ns"]),
         fmt_ns(c["max_ns"]),
-        *([_count(w.get("prompt_tokens"))] if show_tokens else []),
+        *([_count(w["prompt_tokens"])] if show_tokens else []),
         end_section=True,
     )
     for p in s["phases"]:
@@ -151,13 +153,13 @@ def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
         )
     out.print(ph)
 
-    names = doc.get("decode_marker_kernels") or []
+    names = doc["decode_marker_kernels"]
     marker = names[0] if len(names) == 1 else doc["decode_marker"]
     if marker is None:
         marker = "no decode marker"
     else:
         marker = marker if len(marker) <= 70 else marker[:69] + "…"
-        if str(doc.get("decode_marker_source", "")).endswith("inferred"):
+        if str(doc["decode_marker_source"]).endswith("inferred"):
             marker += ", inferred"
     gaps = Table(title=f"decode gaps ({marker})", title_justify="left")
     for col in ("population", "n", "overlaps", "p50", "p90", "p99", "max"):
@@ -175,7 +177,7 @@ def render_summary(doc: dict[str, Any], console: Console | None = None) -> None:
     out.print(gaps)
 
 
-def render_diff(d: Any, limit: int = 40, console: Console | None = None) -> None:
+def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> None:
     """The ``diff`` screen: metrics with A, B, B/A and a verdict; then kernels."""
 
     out = console or Console(highlight=False)
@@ -215,7 +217,7 @@ def render_diff(d: Any, limit: int = 40, console: Console | None = None) -> None
         out.print(kt)
 
 
-def render_check(result: Any, console: Console | None = None) -> None:
+def render_check(result: CheckResult, console: Console | None = None) -> None:
     """The ``check`` table: every check, its value, and whether it held."""
     out = console or Console(highlight=False)
     table = Table(title="checks", title_justify="left")
@@ -254,7 +256,7 @@ def render_itl(rows: list[tuple[str, dict[str, Any]]], console: Console | None =
     out.print(table)
 
 
-def render_run(doc: dict[str, Any], console: Console | None = None) -> None:
+def render_run(doc: RunDocument, console: Console | None = None) -> None:
     """The ``summarize`` screen of a run: one row per rank, then skew and the straggler."""
     out = console or Console(highlight=False)
     from rich import box

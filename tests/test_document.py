@@ -1,0 +1,95 @@
+"""The summary and run documents hold exactly the keys and types that
+traceview/analysis/document.py declares (the types mypy checks every reader against), on
+every fixture, every shared trace and the 8-rank run: a TypedDict that drifted from what
+analysis builds would let mypy pass readers of keys that are not there."""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+import pytest
+
+import traceview as tv
+from tests.golden import GOLDEN, cases
+from traceview.analysis.document import RunDocument, SummaryDocument
+
+CASES = cases()
+
+
+def mismatches(value: Any, hint: Any, where: str = "") -> list[str]:
+    """Where ``value`` (parsed JSON) does not have type ``hint``: a TypedDict must have
+    exactly its keys; ``int`` must not be a float (integers are integers, DESIGN.md)."""
+    origin = get_origin(hint)
+    if typing.is_typeddict(hint):
+        if not isinstance(value, dict):
+            return [f"{where}: {type(value).__name__}, not an object"]
+        hints = get_type_hints(hint)
+        out = [f"{where}.{k}: not declared" for k in value if k not in hints]
+        out += [f"{where}.{k}: missing" for k in hints if k not in value]
+        for k, h in hints.items():
+            if k in value:
+                out += mismatches(value[k], h, f"{where}.{k}")
+        return out
+    if origin in (typing.Union, types.UnionType):
+        tried = [mismatches(value, h, where) for h in get_args(hint)]
+        return [] if any(not t for t in tried) else tried[0]
+    if origin is Literal:
+        return [] if value in get_args(hint) else [f"{where}: {value!r} not in {get_args(hint)}"]
+    if origin is list:
+        if not isinstance(value, list):
+            return [f"{where}: not a list"]
+        return [
+            m
+            for i, v in enumerate(value)
+            for m in mismatches(v, get_args(hint)[0], f"{where}[{i}]")
+        ]
+    if origin is dict:
+        if not isinstance(value, dict):
+            return [f"{where}: not an object"]
+        kt, vt = get_args(hint)
+        return [
+            m
+            for k, v in value.items()
+            for m in mismatches(k, kt if kt is not int else str, where)
+            + mismatches(v, vt, f"{where}.{k}")
+        ]
+    if hint is type(None):
+        return [] if value is None else [f"{where}: {value!r} is not null"]
+    if hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, float | int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, hint)
+    return [] if ok else [f"{where}: {value!r} is not {hint.__name__}"]
+
+
+def test_the_validator_finds_what_it_should() -> None:
+    """The checker itself: a missing key, an extra key, a float for an int, a bad literal."""
+    p = {"n": 3, "p50_ns": 1, "p90_ns": None, "p99_ns": 2, "max_ns": 2}
+    from traceview.analysis.document import Percentiles
+
+    assert mismatches(p, Percentiles) == []
+    assert mismatches({**p, "extra": 1}, Percentiles) == [".extra: not declared"]
+    assert mismatches({k: v for k, v in p.items() if k != "n"}, Percentiles) == [".n: missing"]
+    assert mismatches({**p, "p50_ns": 1.5}, Percentiles) != []
+    assert mismatches({**p, "n": True}, Percentiles) != []
+
+
+@pytest.mark.parametrize("name", [c[0] for c in CASES])
+def test_documents_match_their_types(name: str) -> None:
+    doc = json.loads((GOLDEN / f"{name}.json").read_text())
+    hint = RunDocument if name.startswith("run-") else SummaryDocument
+    assert mismatches(doc, hint) == []
+
+
+def test_a_live_summary_matches_its_type() -> None:
+    """Straight from summarize, not through a golden file."""
+    from tests.conftest import GENERATED
+
+    doc = tv.summarize(tv.load(str(GENERATED / "hybrid_refeed.json.gz"))).to_dict()
+    assert mismatches(json.loads(json.dumps(doc)), SummaryDocument) == []
+    assert doc["work"]["prefill_growth"], "the re-feed fixture has a growth row to check"

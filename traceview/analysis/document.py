@@ -1,0 +1,224 @@
+"""The types of the JSON documents: ``traceview.summary/1`` and ``traceview.run/1``.
+
+These are the documents DESIGN.md and docs/metrics.md describe, as ``TypedDict``s: analysis
+builds them, ``orjson`` writes them as they are (a TypedDict is a dict, so the JSON is the
+same), and every reader (render, charts, compare, annotate, scan) is checked by
+``mypy --strict`` against these keys. A figure that cannot be computed is ``None`` (JSON
+``null``), never 0. tests/test_document.py checks every fixture's and shared trace's document
+against these types, key for key and type for type.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+SUMMARY_SCHEMA = "traceview.summary/1"
+RUN_SCHEMA = "traceview.run/1"
+
+
+Quantile = Literal["p50_ns", "p90_ns", "p99_ns"]
+QUANTILES: tuple[Quantile, ...] = ("p50_ns", "p90_ns", "p99_ns")
+
+
+class Percentiles(TypedDict):
+    """A population's size and its percentiles, in ns (all None when ``n`` is 0)."""
+
+    n: int
+    p50_ns: int | None
+    p90_ns: int | None
+    p99_ns: int | None
+    max_ns: int | None
+
+
+Activity = Literal["kernel", "cpu_op"]
+
+
+class TraceFacts(TypedDict):
+    path: str
+    format: str
+    gpu: str | None
+    events: int
+    kernels: int
+    skipped_events: int
+    devices: list[int]
+    device: int
+    streams: list[int]
+    start_ns: int
+    end_ns: int
+    span_ns: int
+    activity: Activity
+
+
+class FamilyRow(TypedDict):
+    family: str
+    count: int
+    total_ns: int
+    mean_ns: float
+    share: float
+
+
+class Phase(TypedDict):
+    """A run of consecutive steps of one kind; ``cadence`` excludes the crossing interval."""
+
+    kind: str
+    first_step: int
+    last_step: int
+    steps: int
+    start_ns: int
+    end_ns: int
+    cadence_p50_ns: int | None
+    cadence: Percentiles
+
+
+class StepFinding(TypedDict):
+    """How the steps were found."""
+
+    method: str
+    marker: str | None
+    layers: int | None
+    detail: str
+    annotation_steps: int
+    disagreements: int | None  # None where only one of annotations and bursts was found
+    kind_sources: dict[str, int]
+
+
+class StepFacts(StepFinding):
+    """How the steps were found, their number, cadence and phases."""
+
+    count: int
+    cadence: Percentiles
+    phases: list[Phase]
+
+
+class PhaseWork(TypedDict):
+    kind: str
+    first_step: int
+    last_step: int
+    prompt_tokens: int | None
+    decode_tokens: int | None
+    prefill_ns: int
+
+
+GrowthMeasure = Literal["prompt_tokens", "prefill_ns"]
+
+
+class PrefillGrowth(TypedDict):
+    first_step: int
+    last_step: int
+    steps: int
+    measure: GrowthMeasure
+    first: int
+    last: int
+    prefill_ns_first: int
+    prefill_ns_last: int
+    growth: float
+
+
+class Work(TypedDict):
+    kernels_per_step: float | None
+    prefill_ns: int
+    prefill_kernels: int
+    prompt_tokens: int | None
+    decode_tokens: int | None
+    token_steps: int
+    shape_tokens: int | None
+    shape_token_steps: int
+    phases: list[PhaseWork]
+    prefill_growth: list[PrefillGrowth]
+
+
+class GapStats(TypedDict):
+    """Decode gaps of one population (all, decode, mixed) between ``family`` markers."""
+
+    population: Literal["all", "decode", "mixed"]
+    family: str | None
+    n: int
+    overlaps: int
+    p50_ns: int | None
+    p90_ns: int | None
+    p99_ns: int | None
+    max_ns: int | None
+
+
+class Busy(TypedDict):
+    device: int
+    fraction: float | None
+    window_start_ns: int | None
+    window_end_ns: int | None
+    busy_ns: int | None
+    in_gaps: float | None
+    in_widest_gaps: float | None
+
+
+class SummaryDocument(TypedDict):
+    """``traceview.summary/1``."""
+
+    schema: str
+    trace: TraceFacts
+    classification: str
+    families: list[FamilyRow]
+    families_rollup: list[FamilyRow]
+    steps: StepFacts
+    work: Work
+    decode_gaps: list[GapStats]  # all, decode, mixed: in that order, always three
+    decode_marker: str | None
+    decode_marker_source: str | None
+    decode_marker_kernels: list[str]
+    busy: Busy
+    warnings: list[str]
+
+
+class PhaseCadence(TypedDict):
+    n: int
+    p50_ns: int | None
+    p99_ns: int | None
+
+
+class RankRow(TypedDict):
+    rank: int | None
+    rank_source: str
+    path: str
+    steps: int
+    cadence_p50_ns: int | None
+    cadence_p99_ns: int | None
+    cadence_by_phase: dict[str, PhaseCadence]  # decode, mixed
+    decode_gap_p50_ns: int | None
+    decode_gap_p99_ns: int | None
+    decode_gaps_n: int
+    busy: float | None
+    compute_p50_ns: int | None
+    collective_ns_per_step: float | None
+    collective_wait_p50_ns: int | None
+
+
+AlignMethod = Literal["annotation name", "annotation order", "step order"]
+
+
+class Alignment(TypedDict):
+    method: AlignMethod
+    steps: int
+
+
+class Straggler(TypedDict):
+    rank: int
+    steps_slowest: int
+    excess_p50_ns: int | None
+
+
+class LeftOut(TypedDict):
+    path: str
+    reason: str | None
+    skipped: bool
+
+
+class RunDocument(TypedDict):
+    """``traceview.run/1``."""
+
+    schema: str
+    ranks: list[RankRow]
+    alignment: Alignment
+    skew: Percentiles
+    straggler: Straggler | None
+    left_out: list[LeftOut]
+    warnings: list[str]
+    summaries: list[SummaryDocument]

@@ -1,0 +1,73 @@
+"""Summaries and diffs as markup for where people paste them: an HTML table for notebooks
+(``Summary._repr_html_``) and a markdown table for pull requests (``Diff.to_markdown``,
+``diff --markdown``)."""
+
+from __future__ import annotations
+
+import html
+
+from traceview.analysis.compare import Diff
+from traceview.analysis.document import SummaryDocument
+from traceview.units import fmt_ns, fmt_ratio, fmt_value
+
+
+def summary_html(d: SummaryDocument) -> str:
+    """The summary's facts, families, phases and decode gaps as one HTML block."""
+    t, s = d["trace"], d["steps"]
+    rows = "".join(
+        f"<tr><td>{html.escape(f['family'])}</td><td>{f['count']:,}</td>"
+        f"<td>{fmt_ns(f['total_ns'])}</td><td>{f['share']:.1%}</td></tr>"
+        for f in d["families"][:12]
+    )
+    phases = "".join(
+        f"<tr><td>{p['kind']}</td><td>{p['steps']}</td><td>{fmt_ns(p['cadence_p50_ns'])}</td></tr>"
+        for p in s["phases"]
+    )
+    gaps = "".join(
+        f"<tr><td>{g['population']}</td><td>{g['n']}</td><td>"
+        + "</td><td>".join(fmt_ns(v) for v in (g["p50_ns"], g["p90_ns"], g["p99_ns"]))
+        + "</td></tr>"
+        for g in d["decode_gaps"]
+    )
+    warn = "".join(f"<li>{html.escape(w)}</li>" for w in d["warnings"])
+    busy = d["busy"]["fraction"]
+    busy_text = "—" if busy is None else f"{busy:.1%}"
+    return (
+        f"<div><b>{html.escape(str(t['path']))}</b> — {t['kernels']:,} kernels, "
+        f"{s['count']} steps ({s['method']}), GPU busy {busy_text}"
+        f"<table><tr><th>family</th><th>kernels</th><th>time</th><th>share</th></tr>"
+        f"{rows}</table><table><tr><th>phase</th><th>steps</th><th>cadence p50</th></tr>"
+        f"{phases}</table><table><tr><th>decode gaps</th><th>n</th><th>p50</th>"
+        f"<th>p90</th><th>p99</th></tr>{gaps}</table>"
+        + (f"<ul>{warn}</ul>" if warn else "")
+        + "</div>"
+    )
+
+
+def _badge(verdict: str) -> str:
+    return {"worse": "🔴 worse", "better": "🟢 better"}.get(verdict, verdict)
+
+
+def diff_markdown(d: Diff, limit: int = 40) -> str:
+    """The diff's first ``limit`` metrics and 15 kernels as markdown tables (ratio = B/A)."""
+    lines = [
+        f"**traceview diff**: A = `{d.a}`, B = `{d.b}` (ratio = B/A)",
+        "",
+        "| section | metric | A | B | B/A | verdict |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for r in d.rows.head(limit).iter_rows(named=True):
+        lines.append(
+            f"| {r['section']} | {r['metric']} | {fmt_value(r['a'], r['unit'])} | "
+            f"{fmt_value(r['b'], r['unit'])} | {fmt_ratio(r['ratio'])} | "
+            f"{_badge(r['verdict'])} |"
+        )
+    if d.kernels.height:
+        lines += ["", "| kernel | A | B | B/A | change |", "|---|---:|---:|---:|---|"]
+        for r in d.kernels.head(15).iter_rows(named=True):
+            name = r["name"] if len(r["name"]) <= 70 else r["name"][:67] + "..."
+            lines.append(
+                f"| `{name}` | {fmt_value(r['a_ns'], 'ns')} | {fmt_value(r['b_ns'], 'ns')} | "
+                f"{fmt_ratio(r['ratio'])} | {r['change']} |"
+            )
+    return "\n".join(lines) + "\n"
