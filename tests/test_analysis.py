@@ -19,7 +19,7 @@ from fixtures.truth import truth as plan_truth
 from traceview.analysis.intervals import union
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import find_steps
-from traceview.units import fmt_ns
+from traceview.render.format import fmt_ns
 
 PHASE_KEYS = ("kind", "first_step", "last_step", "steps", "start_ns", "end_ns", "cadence_p50_ns")
 

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from traceview.units import duration_ns, fmt_ns, fmt_ratio, fmt_value, read_quantity
+from traceview.render.format import fmt_ns, fmt_ratio, fmt_value
+from traceview.units import duration_ns, read_quantity
 
 
 @pytest.mark.parametrize(

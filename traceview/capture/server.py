@@ -49,15 +49,16 @@ def _deps() -> Any:
     return starlette, uvicorn
 
 
-def tokenize(prompt: Any, vocab: int) -> list[int]:
-    """Token ids as given, or text as bytes folded into the vocabulary (no tokenizer)."""
+def tokenize(prompt: Any, vocab: int) -> list[int] | None:
+    """Token ids as given, or text as bytes folded into the vocabulary (no tokenizer);
+    None for anything else (the request is answered 400)."""
     if isinstance(prompt, str):
         return [b % vocab for b in prompt.encode()] or [0]
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
         return [t % vocab for t in prompt]
     if isinstance(prompt, list) and len(prompt) == 1:
         return tokenize(prompt[0], vocab)
-    raise ValueError("prompt must be a string or a non-empty list of token ids")
+    return None
 
 
 def create_app(engine: LabEngine, profile_dir: str) -> Any:
@@ -96,10 +97,13 @@ def create_app(engine: LabEngine, profile_dir: str) -> Any:
                 "max_tokens / max_completion_tokens must be a positive integer",
                 "invalid_request_error",
             )
-        try:
-            prompt = tokenize(body.get("prompt"), engine.cfg.vocab)
-        except ValueError as exc:
-            return error(400, str(exc), "invalid_request_error")
+        prompt = tokenize(body.get("prompt"), engine.cfg.vocab)
+        if prompt is None:
+            return error(
+                400,
+                "prompt must be a string or a non-empty list of token ids",
+                "invalid_request_error",
+            )
         if len(prompt) > MAX_PROMPT:
             return error(400, f"prompt longer than {MAX_PROMPT} tokens", "invalid_request_error")
         loop = asyncio.get_running_loop()

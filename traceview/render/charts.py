@@ -17,7 +17,7 @@ import polars as pl
 
 from traceview.errors import MissingDependencyError, TraceviewError
 from traceview.render.base import atomic_write
-from traceview.units import fmt_ns
+from traceview.render.format import fmt_ns
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

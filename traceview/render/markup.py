@@ -8,7 +8,7 @@ import html
 
 from traceview.analysis.compare import Diff
 from traceview.analysis.document import SummaryDocument
-from traceview.units import fmt_ns, fmt_ratio, fmt_value
+from traceview.render.format import fmt_ns, fmt_ratio, fmt_value
 
 
 def summary_html(d: SummaryDocument) -> str:

@@ -18,7 +18,7 @@ import orjson
 from traceview.analysis.compare import Diff
 from traceview.analysis.summary import SMALL_N, Summary
 from traceview.render.charts import gaps_data, gaps_figure, heartbeat_data, heartbeat_figure
-from traceview.units import fmt_ns
+from traceview.render.format import fmt_ns
 
 CSS = """
 :root { --bg: #ffffff; --fg: #1d1f21; --muted: #5f6368; --line: #dadce0; --head: #f1f3f4;

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from traceview.analysis.compare import CheckResult, Diff
 from traceview.analysis.document import RunDocument, SummaryDocument
-from traceview.units import fmt_ns, fmt_ratio, fmt_value
+from traceview.render.format import fmt_ns, fmt_ratio, fmt_value
 
 
 def render_info(doc: dict[str, Any], console: Console | None = None) -> None:

@@ -1,0 +1,41 @@
+"""Numbers out: the one nanosecond formatter, and the ratio and metric formatters, that
+the terminal, charts, the HTML report, notebook HTML and markdown share. (Numbers in are
+read by traceview/units.py.)"""
+
+from __future__ import annotations
+
+import math
+
+
+def fmt_ns(ns: int | float | None) -> str:
+    """A duration in ns as a human unit (ns, µs, ms, s); ``—`` for none."""
+    if ns is None:
+        return "—"
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{ns / 1e9:.3g} s" if a < 1e11 else f"{ns / 1e9:,.0f} s"
+    if a >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if a >= 1e3:
+        return f"{ns / 1e3:.1f} µs"
+    return f"{ns:.0f} ns"
+
+
+def fmt_ratio(ratio: float | None) -> str:
+    """B/A as ``1.25×``; ``∞`` where A was zero, ``—`` for none."""
+    if ratio is None:
+        return "—"
+    return "∞" if math.isinf(ratio) else f"{ratio:.2f}×"
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    """A metric's value in its unit: ns as a duration, a fraction as a percentage, counts
+    with thousands separators (one decimal where they are not whole)."""
+    if value is None:
+        return "—"
+    if unit == "ns":
+        return fmt_ns(value)
+    if unit == "fraction":
+        return f"{value:.1%}"
+    whole = not isinstance(value, float) or float(value).is_integer()
+    return f"{value:,.0f}" if whole else f"{value:,.1f}"
