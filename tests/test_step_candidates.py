@@ -123,3 +123,63 @@ def test_the_arbiter_prefers_the_strongest_agreeing_evidence() -> None:
     idle = _cand("idle", [0, 50])
     assert choose(None, None, idle).candidate is idle
     assert choose(None, partial, idle).candidate is partial
+
+
+def test_launches_belong_to_the_step_range_that_holds_them_on_their_thread(tmp_path) -> None:
+    """CPU step ranges take the kernels launched from inside them, on their own thread:
+    a launch at a range's start is in it, one at its end is in the next, one after every
+    range or on another thread is in none, and every kernel of one launch (a graph) goes
+    with it. Planted by hand; compared kernel by kernel."""
+    from fixtures.build import CPU_PID, CPU_TID, Event, TraceBuilder
+
+    from traceview.analysis.step_candidates import _annotation_groups
+
+    tb = TraceBuilder()
+    t0, step = 1_000_000_000, 100_000
+    for i in range(2):  # two ranges that touch: [t0, t0+step), [t0+step, t0+2·step)
+        tb.cpu_op(
+            "execute_context_0(0)_generation_2(2)", t0 + i * step, step, cat="user_annotation"
+        )
+    planted = {  # kernel -> (launch time, the range it belongs to)
+        "k_at_start": (t0, 0),
+        "k_inside": (t0 + 50_000, 0),
+        "k_at_boundary": (t0 + step, 1),
+        "k_after": (t0 + 3 * step, None),
+    }
+    gpu = t0 + 5_000_000
+    for n, (name, (cpu_ts, _)) in enumerate(planted.items()):
+        corr = tb.next_correlation()
+        tb.launch(name, cpu_ts, corr, gpu + n * 10_000)
+        tb.kernel(name, gpu + n * 10_000, 2_000, correlation=corr)
+    corr = tb.next_correlation()  # one launch, two kernels (a graph replay)
+    tb.launch("graph", t0 + 150_000, corr, gpu + 100_000)
+    for j in range(2):
+        tb.kernel(f"k_graph_{j}", gpu + 100_000 + j * 5_000, 2_000, correlation=corr)
+        planted[f"k_graph_{j}"] = (t0 + 150_000, 1)
+    corr = tb.next_correlation()  # inside range 0's time, but launched from another thread
+    tb.events.append(
+        Event(
+            "X",
+            "cudaLaunchKernel",
+            "cuda_runtime",
+            CPU_PID,
+            CPU_TID + 1,
+            t0 + 60_000,
+            4_000,
+            {"External id": corr, "correlation": corr},
+        )
+    )
+    tb.kernel("k_other_thread", gpu + 200_000, 2_000, correlation=corr)
+    planted["k_other_thread"] = (t0 + 60_000, None)
+
+    trace = tv.load(str(tb.write(tmp_path / "t.json")))
+    k = trace.kernels
+    groups = _annotation_groups(trace, k, 0)
+    assert groups is not None
+    names = k["name"].cast(pl.String).to_list()
+    got = {
+        names[i]: step_index
+        for step_index, ks in enumerate(groups["kernels"].to_list())
+        for i in ks
+    }
+    assert got == {name: s for name, (_, s) in planted.items() if s is not None}

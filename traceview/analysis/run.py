@@ -181,10 +181,10 @@ def step_work(result: StepResult) -> pl.DataFrame:
     k, table = result.kernels, result.table
     comm = pl.col("family").str.split(".").list.first() == "communication"
     other = k.filter(~comm)
-    starts = table["start_ns"].to_numpy().astype(np.int64)
-    ends = table["end_ns"].to_numpy().astype(np.int64)
+    starts = table["start_ns"].to_numpy().astype(np.int64, copy=False)
+    ends = table["end_ns"].to_numpy().astype(np.int64, copy=False)
     if other.height:
-        u = union(other["ts_ns"].to_numpy().astype(np.int64), ends_of(other))
+        u = union(other["ts_ns"].to_numpy().astype(np.int64, copy=False), ends_of(other))
         compute = u.clipped_lengths(starts, ends)
     else:
         compute = np.zeros(starts.size, dtype=np.int64)
@@ -334,8 +334,8 @@ def cross_rank(aligned: pl.DataFrame, ranks: list[int]) -> CrossRank:
     compute = aligned.pivot(on="rank", index="step", values="compute_ns", sort_columns=True)
     collective = aligned.pivot(on="rank", index="step", values="collective_ns", sort_columns=True)
     cols = [str(r) for r in ranks]
-    c = compute.select(cols).to_numpy().astype(np.int64)
-    w = collective.select(cols).to_numpy().astype(np.int64)
+    c = compute.select(cols).to_numpy().astype(np.int64, copy=False)
+    w = collective.select(cols).to_numpy().astype(np.int64, copy=False)
     skew = percentiles(c.max(axis=1) - c.min(axis=1))
     slowest = np.bincount(c.argmax(axis=1), minlength=len(ranks))
     excess = {}

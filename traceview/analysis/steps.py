@@ -98,7 +98,7 @@ def pick_device(trace: Trace, device: int | None) -> int:
 
 def ends_of(kernels: pl.DataFrame) -> np.ndarray:
     """``ts_ns + dur_ns`` as an int64 array."""
-    return (kernels["ts_ns"] + kernels["dur_ns"]).to_numpy().astype(np.int64)
+    return (kernels["ts_ns"] + kernels["dur_ns"]).to_numpy().astype(np.int64, copy=False)
 
 
 def _is_family(col: pl.Expr, families: tuple[str, ...]) -> pl.Expr:
@@ -316,7 +316,7 @@ def find_steps(
     if len(trace.devices) > 1:  # one device: no copy of its kernels
         mine = mine.filter(pl.col("device") == device)
     k = classify(mine, rules, shape_families(trace, mine))
-    u = union(k["ts_ns"].to_numpy().astype(np.int64), ends_of(k))
+    u = union(k["ts_ns"].to_numpy().astype(np.int64, copy=False), ends_of(k))
     k = k.with_columns(_is_family(pl.col("family"), rules.step_marker).alias("_marker"))
 
     bursts = burst_candidate(k, u, opts)
