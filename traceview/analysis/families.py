@@ -170,7 +170,13 @@ def family_map(
     """One row per distinct (name, cat): ``name``, ``cat`` (as in ``kernels``), ``family``
     (String). Names are matched once each, never once per kernel. ``by_shape`` (from
     ``shapes.shape_families``) overrides a name whose rule says sampling or other."""
-    pairs = kernels.select("name", "cat").unique()
+    first = kernels.select(_PAIR_KEY)["_key"].arg_unique()
+    return _families_of(kernels.select(pl.col("name", "cat").gather(first)), rules, by_shape)
+
+
+def _families_of(
+    pairs: pl.DataFrame, rules: Rules, by_shape: dict[str, str] | None
+) -> pl.DataFrame:
     fams = []
     for n, c in pairs.iter_rows():
         family = rules.family_of(str(n), str(c or ""))
@@ -178,6 +184,13 @@ def family_map(
             family = by_shape.get(str(n), family)
         fams.append(family)
     return pairs.with_columns(pl.Series("family", fams, dtype=pl.String))
+
+
+# one integer per (name, category): the two categoricals' codes side by side
+_PAIR_KEY = (
+    pl.col("name").to_physical().cast(pl.UInt64).fill_null(1 << 31) * (1 << 32)
+    + pl.col("cat").to_physical().cast(pl.UInt64).fill_null(1 << 31)
+).alias("_key")
 
 
 def classify(
@@ -189,17 +202,12 @@ def classify(
     :func:`family_map`."""
     if kernels.height == 0:
         return kernels.with_columns(pl.lit(None, dtype=pl.String).alias("family"))
-    # one integer per (name, category): the two categoricals' codes side by side
-    name_code = pl.col("name").to_physical().cast(pl.UInt64).fill_null(1 << 31)
-    cat_code = pl.col("cat").to_physical().cast(pl.UInt64).fill_null(1 << 31)
-    key = name_code * (1 << 32) + cat_code
-    mapping = family_map(kernels, rules, by_shape).with_columns(key.alias("_key"))
+    codes = kernels.select(_PAIR_KEY)["_key"]
+    first = codes.arg_unique()  # hashes one integer per kernel, not the (name, cat) rows
+    mapping = _families_of(kernels.select(pl.col("name", "cat").gather(first)), rules, by_shape)
     names = mapping["family"].unique(maintain_order=True)
-    index = mapping.with_columns(
-        pl.col("family").replace_strict(names, range(len(names)), return_dtype=pl.UInt32)
-    )
-    codes = kernels.select(key.alias("_key"))["_key"]
-    which = codes.replace_strict(index["_key"], index["family"], default=None)
+    index = mapping["family"].replace_strict(names, range(len(names)), return_dtype=pl.UInt32)
+    which = codes.replace_strict(codes.gather(first), index, default=None)
     return kernels.with_columns(names.gather(which).alias("family"))
 
 
