@@ -5,9 +5,9 @@ compares them. When a figure changes on purpose, regenerate them and say why in 
 
     .venv/bin/python -m tests.golden --write
 
-The path inside a summary is written relative to the repository's parent folder, so the
-files do not depend on where the checkout lives. The shared traces' files are compared only
-where ../shared/traces exists.
+Paths inside a summary are written relative to the repository (fixtures) or as
+``shared/traces/...``, so the files do not depend on where the checkout lives. The shared
+traces' files are compared only where ../shared/traces exists.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ def cases() -> list[tuple[str, list[Path]]]:
 
 
 def _relative(value: object) -> object:
-    """Every absolute path under the repository's parent, made relative to it."""
-    base = str(ROOT.parent) + "/"
+    """Paths in the repository made relative to it, and the shared traces' to ../shared's
+    parent (``shared/traces/...``), whatever the checkout's folder is called."""
     if isinstance(value, str):
-        return value.replace(base, "")
+        return value.replace(str(ROOT) + "/", "").replace(str(SHARED.parent.parent) + "/", "")
     if isinstance(value, list):
         return [_relative(v) for v in value]
     if isinstance(value, dict):

