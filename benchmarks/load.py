@@ -348,7 +348,7 @@ def main() -> None:
         vs_floor = f"{r['wall_s'] / floor['wall_s']:.2f}x" if floor else "-"
         print(
             f"{name:<10} {r['wall_s']:>8.2f} {eps:>12,.0f} {r['peak_rss'] / 1e9:>8.2f}GB "
-            f"{r['peak_rss'] / json_bytes:>9.2f} {vs_obv:>11} {vs_floor:>9}"
+            f"{r['peak_rss'] / json_bytes:>9.3f} {vs_obv:>11} {vs_floor:>9}"
         )
     if args.stages:
         stages(path)

@@ -217,3 +217,42 @@ def test_progress_callback_reports_the_file_read() -> None:
     assert seen and all(t == path.stat().st_size for _, t in seen)
     done = [d for d, _ in seen]
     assert done == sorted(done) and done[-1] == path.stat().st_size
+
+
+def test_ids_are_int32_and_a_trace_with_one_beyond_is_int64_everywhere(tmp_path: Path) -> None:
+    """Ids (pid, tid, device, stream) are Int32 in every frame; one id that does not fit,
+    met late in the file (after earlier blocks became frames), makes every id of the trace
+    Int64, exact, in every frame."""
+    from traceview.model import ID_COLUMNS
+
+    big = 140_234_567_890_123  # a 64-bit thread id, as some profilers write
+    events = [json.loads(e) for e in _events_json(400)]
+    events.append({**events[-1], "ph": "X", "cat": "cpu_op", "name": "late", "tid": big})
+    events.append({"ph": "s", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 2, "ts": 9})
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+
+    def id_types(trace: tv.Trace) -> set[pl.DataType]:
+        frames = (trace.kernels, trace.events, trace.flows, trace.metadata, trace.shapes)
+        return {f.schema[c] for f in frames for c in ID_COLUMNS if c in f.columns}
+
+    small = tv.load(tmp_path / "t.json", options=LoadOptions(block_bytes=2_048, cache=False))
+    assert id_types(small) == {pl.Int64}  # the late id widened the earlier parts too
+    assert small.events.filter(pl.col("name") == "late")["tid"].to_list() == [big]
+    assert small.kernels.height == 400 and small.kernels["tid"].unique().to_list() == [7]
+
+    events.pop(-2)  # without it, every id fits
+    path.write_text(json.dumps({"traceEvents": events}))
+    narrow = tv.load(path, options=LoadOptions(block_bytes=2_048, cache=False))
+    assert id_types(narrow) == {pl.Int32}
+    assert narrow.flows["tid"].to_list() == [2]
+
+
+def test_narrow_ids_keeps_int64_when_one_id_does_not_fit() -> None:
+    """The protobuf reader's rule, on frames it builds with Int64 ids."""
+    from traceview.model import narrow_ids
+
+    fits = {"a": pl.DataFrame({"pid": [1, 2**31 - 1]}), "b": pl.DataFrame({"tid": [-(2**31)]})}
+    assert {f.schema[c] for f in narrow_ids(fits).values() for c in f.columns} == {pl.Int32}
+    beyond = {**fits, "c": pl.DataFrame({"stream": [2**31]})}
+    assert {f.schema[c] for f in narrow_ids(beyond).values() for c in f.columns} == {pl.Int64}

@@ -30,16 +30,46 @@ EVENT_KINDS = (
 Kind = pl.Enum(list(EVENT_KINDS))
 FlowPhase = pl.Enum(["s", "t", "f"])
 
+# Process, thread, device and stream ids: Int32 (OS pids and tids, CUDA devices and streams
+# fit), so the largest frames of a big trace hold 4 bytes per id, not 8. A trace where any
+# id does not fit Int32 has them all as Int64, in every frame (:func:`wide`): never a
+# truncated id. benchmarks/load.py: the 1M-kernel trace's load peak 0.42 -> 0.38 GB.
+ID = pl.Int32()
+WIDE_ID = pl.Int64()
+ID_COLUMNS = ("pid", "tid", "device", "stream")
+
+
+def wide(schema: dict[str, pl.DataType]) -> dict[str, pl.DataType]:
+    """``schema`` with its id columns as Int64 (a trace whose ids do not all fit Int32)."""
+    return {k: WIDE_ID if k in ID_COLUMNS else v for k, v in schema.items()}
+
+
+def narrow_ids(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """``frames`` (Int64 ids) with their ids as Int32 where every id of every frame fits,
+    else as they are: one id type per trace."""
+    lo, hi = -(2**31), 2**31 - 1
+    for frame in frames.values():
+        for c in ID_COLUMNS:
+            if c in frame.columns and frame.height:
+                low, high = frame[c].min(), frame[c].max()
+                if low is not None and (int(low) < lo or int(high) > hi):  # type: ignore[arg-type]
+                    return frames
+    return {
+        k: f.cast({c: ID for c in ID_COLUMNS if c in f.columns})
+        for k, f in frames.items()
+    }
+
+
 KERNEL_SCHEMA: dict[str, pl.DataType] = {
     "ts_ns": pl.Int64(),
     "dur_ns": pl.Int64(),
     "name": pl.Categorical(),
     "cat": pl.Categorical(),
     "kind": Kind,
-    "pid": pl.Int64(),
-    "tid": pl.Int64(),
-    "device": pl.Int64(),
-    "stream": pl.Int64(),
+    "pid": ID,
+    "tid": ID,
+    "device": ID,
+    "stream": ID,
     "correlation": pl.Int64(),
     "external_id": pl.Int64(),
 }
@@ -50,10 +80,11 @@ KERNEL_SCHEMA: dict[str, pl.DataType] = {
 - ``name`` (Categorical): kernel name as written by the profiler.
 - ``cat`` (Categorical): the category as written (``kernel``, ``gpu_memcpy``, ``Kernel``...).
 - ``kind`` (Enum): ``kernel`` | ``memcpy`` | ``memset``.
-- ``pid``, ``tid`` (Int64): the event's pid/tid (GPU events: pid = device, tid = stream);
-  null where the trace wrote a string.
-- ``device`` (Int64): ``args.device``, else pid.
-- ``stream`` (Int64): ``args.stream``, else tid.
+- ``pid``, ``tid`` (Int32; Int64 in a trace with an id beyond Int32, see :data:`ID`): the
+  event's pid/tid (GPU events: pid = device, tid = stream); null where the trace wrote a
+  string.
+- ``device`` (Int32, as pid): ``args.device``, else pid.
+- ``stream`` (Int32, as pid): ``args.stream``, else tid.
 - ``correlation`` (Int64, nullable): ``args.correlation``, links a kernel to its launch.
 - ``external_id`` (Int64, nullable): ``args["External id"]``, links to the CPU op.
 """
@@ -64,8 +95,8 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "name": pl.Categorical(),
     "cat": pl.Categorical(),
     "kind": Kind,
-    "pid": pl.Int64(),
-    "tid": pl.Int64(),
+    "pid": ID,
+    "tid": ID,
     "correlation": pl.Int64(),
     "external_id": pl.Int64(),
 }
@@ -77,8 +108,8 @@ SHAPE_SCHEMA: dict[str, pl.DataType] = {
     "ts_ns": pl.Int64(),
     "dur_ns": pl.Int64(),
     "name": pl.Categorical(),
-    "pid": pl.Int64(),
-    "tid": pl.Int64(),
+    "pid": ID,
+    "tid": ID,
     "input_dims": pl.String(),
 }
 """Columns of :attr:`Trace.shapes`: the host ops recorded with ``record_shapes`` (those whose
@@ -90,8 +121,8 @@ FLOW_SCHEMA: dict[str, pl.DataType] = {
     "id": pl.Int64(),
     "phase": FlowPhase,
     "cat": pl.Categorical(),
-    "pid": pl.Int64(),
-    "tid": pl.Int64(),
+    "pid": ID,
+    "tid": ID,
     "name": pl.Categorical(),
     "enclosing": pl.Boolean(),
 }
@@ -106,15 +137,15 @@ COUNTER_SCHEMA: dict[str, pl.DataType] = {
     "name": pl.Categorical(),
     "series": pl.String(),
     "value": pl.Float64(),
-    "pid": pl.Int64(),
+    "pid": ID,
 }
 """Columns of :attr:`Trace.counters`: one row per counter value (``ph: "C"``, one row per
 key of its ``args``). ``value`` is a float in the counter's own unit."""
 
 METADATA_SCHEMA: dict[str, pl.DataType] = {
     "name": pl.String(),
-    "pid": pl.Int64(),
-    "tid": pl.Int64(),
+    "pid": ID,
+    "tid": ID,
     "value": pl.String(),
 }
 """Columns of :attr:`Trace.metadata`: ``ph: "M"`` events (``process_name``,
@@ -227,6 +258,23 @@ class Trace:
             flows=keep(self.flows),
             counters=keep(self.counters),
             shapes=keep(self.shapes),
+        )
+
+    def with_wide_ids(self) -> Trace:
+        """The trace with every id column as Int64 (for code that builds its own Int64 ids
+        beside the trace's, as the SQL engine does)."""
+
+        def widen(frame: pl.DataFrame) -> pl.DataFrame:
+            return frame.cast({c: WIDE_ID for c in ID_COLUMNS if c in frame.columns})
+
+        return replace(
+            self,
+            kernels=widen(self.kernels),
+            events=widen(self.events),
+            flows=widen(self.flows),
+            counters=widen(self.counters),
+            metadata=widen(self.metadata),
+            shapes=widen(self.shapes),
         )
 
     def device(self, device: int) -> Trace:

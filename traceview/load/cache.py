@@ -40,7 +40,7 @@ from traceview.errors import TraceviewWarning
 from traceview.model import Trace, TraceMeta
 
 FRAMES = ("kernels", "events", "flows", "counters", "metadata", "shapes")
-FORMAT = 3  # bump when the entry layout, a frame schema or TraceMeta changes
+FORMAT = 4  # bump when the entry layout, a frame schema or TraceMeta changes
 _SAMPLES = 64
 _SAMPLE = 64 << 10
 _EDGE = 1 << 20

@@ -54,6 +54,7 @@ from traceview.model import (
     METADATA_SCHEMA,
     SHAPE_SCHEMA,
     Trace,
+    wide,
 )
 
 BLOCK_BYTES = 8 << 20  # bytes of JSON text decoded at a time (larger blocks were slower)
@@ -92,6 +93,7 @@ class _Loader:
             "begin_end": [],
         }
         self.consumed = 0  # bytes of JSON text before the current buffer
+        self.wide_ids = False  # an id beyond Int32 was met: every frame's ids are Int64
 
     # - document structure -
 
@@ -388,7 +390,7 @@ class _Loader:
                 "input_dims",
             )
             if shapes.height:
-                self.parts["shapes"].append(shapes.cast(SHAPE_SCHEMA))  # type: ignore[arg-type]
+                self.parts["shapes"].append(self._cast(shapes, SHAPE_SCHEMA))
         meta = df.filter(pl.col("ph") == "M").select(
             pl.col("name").fill_null(""), "pid", "tid", pl.col("meta_value").alias("value")
         )
@@ -399,12 +401,29 @@ class _Loader:
             ("metadata", meta, METADATA_SCHEMA),
         ):
             if frame.height:
-                self.parts[key].append(frame.cast(schema))  # type: ignore[arg-type]
+                self.parts[key].append(self._cast(frame, schema))
         begin_end = df.filter(pl.col("ph").is_in(["B", "E"]))
         if begin_end.height:
             self.parts["begin_end"].append(begin_end)
         if counters:
             self._add_counters(df, counters, base)
+
+    def _schema(self, schema: dict[str, pl.DataType]) -> dict[str, pl.DataType]:
+        return wide(schema) if self.wide_ids else schema
+
+    def _cast(self, frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+        """``frame`` in ``schema``; the first id that does not fit Int32 makes every id of
+        the trace Int64, the parts already read included."""
+        try:
+            return frame.cast(self._schema(schema))  # type: ignore[arg-type]
+        except pl.exceptions.InvalidOperationError:
+            if self.wide_ids:
+                raise
+        self.wide_ids = True
+        for key, parts in self.parts.items():
+            if key != "begin_end":  # raw rows, cast when they are paired
+                parts[:] = [p.cast(wide(dict(p.schema))) for p in parts]  # type: ignore[arg-type]
+        return frame.cast(wide(schema))  # type: ignore[arg-type]
 
     def _validate(self, df: pl.DataFrame) -> pl.DataFrame:
         """Drop (and count) unusable events; raise for unusable device activity."""
@@ -465,7 +484,7 @@ class _Loader:
             frame = pl.DataFrame(
                 rows, schema=["ts", "name", "series", "value", "pid"], orient="row"
             ).select(to_ns("ts").alias("ts_ns"), "name", "series", "value", "pid")
-            self.parts["counters"].append(frame.cast(COUNTER_SCHEMA))  # type: ignore[arg-type]
+            self.parts["counters"].append(self._cast(frame, COUNTER_SCHEMA))
 
     def _pair_begin_end(self) -> None:
         """Turn ``B``/``E`` pairs into complete events (matched per pid/tid, as nested)."""
@@ -513,12 +532,12 @@ class _Loader:
                 f"not a trace: none of its {self.total_events} events is usable ({reasons})",
             )
         schemas = {
-            "kernels": KERNEL_SCHEMA,
-            "events": EVENT_SCHEMA,
-            "flows": FLOW_SCHEMA,
-            "counters": COUNTER_SCHEMA,
-            "metadata": METADATA_SCHEMA,
-            "shapes": SHAPE_SCHEMA,
+            "kernels": self._schema(KERNEL_SCHEMA),
+            "events": self._schema(EVENT_SCHEMA),
+            "flows": self._schema(FLOW_SCHEMA),
+            "counters": self._schema(COUNTER_SCHEMA),
+            "metadata": self._schema(METADATA_SCHEMA),
+            "shapes": self._schema(SHAPE_SCHEMA),
         }
         frames = assemble(self.parts, schemas)
         frames["kernels"] = self._drop_duplicates(frames["kernels"])

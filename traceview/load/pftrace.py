@@ -35,6 +35,8 @@ from traceview.model import (
     SHAPE_SCHEMA,
     Trace,
     TraceMeta,
+    narrow_ids,
+    wide,
 )
 
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
@@ -287,7 +289,7 @@ class _Reader:
                 "correlation": [arg(r, "correlation") for r in device],
                 "external_id": [arg(r, "External id") for r in device],
             },
-            schema=KERNEL_SCHEMA,
+            schema=wide(KERNEL_SCHEMA),
         ).sort("ts_ns", maintain_order=True)
         events = pl.DataFrame(
             {
@@ -304,16 +306,17 @@ class _Reader:
                 "correlation": [arg(r, "correlation") for r in host],
                 "external_id": [arg(r, "External id") for r in host],
             },
-            schema=EVENT_SCHEMA,
+            schema=wide(EVENT_SCHEMA),
         )
-        flows = pl.DataFrame(self.flows, schema=list(FLOW_SCHEMA), orient="row").cast(FLOW_SCHEMA)  # type: ignore[arg-type]
+        flows = pl.DataFrame(self.flows, schema=list(FLOW_SCHEMA), orient="row")
+        flows = flows.cast(wide(FLOW_SCHEMA))  # type: ignore[arg-type]
         counters = pl.DataFrame(
             [(ts, name, "value", v, pid) for ts, name, v, pid in self.counters],
             schema=list(COUNTER_SCHEMA),
             orient="row",
-        ).cast(COUNTER_SCHEMA)  # type: ignore[arg-type]
+        ).cast(wide(COUNTER_SCHEMA))  # type: ignore[arg-type]
         metadata = pl.DataFrame(self.metadata, schema=list(METADATA_SCHEMA), orient="row")
-        metadata = metadata.cast(METADATA_SCHEMA)  # type: ignore[arg-type]
+        metadata = metadata.cast(wide(METADATA_SCHEMA))  # type: ignore[arg-type]
         warnings = tuple(
             f"{n} event{'s' if n != 1 else ''} skipped: {why}"
             for why, n in sorted(self.skipped.items())
@@ -336,17 +339,17 @@ class _Reader:
                 "tid": [r["tid"] for r in shaped],
                 "input_dims": [_json_text(r["args"]["Input Dims"]) for r in shaped],
             },
-            schema=SHAPE_SCHEMA,
+            schema=wide(SHAPE_SCHEMA),
         )
-        return Trace(
-            meta=meta,
-            kernels=kernels,
-            events=events,
-            flows=flows,
-            counters=counters,
-            metadata=metadata,
-            shapes=shapes,
-        )
+        frames = {
+            "kernels": kernels,
+            "events": events,
+            "flows": flows,
+            "counters": counters,
+            "metadata": metadata,
+            "shapes": shapes,
+        }
+        return Trace(meta=meta, **narrow_ids(frames))
 
 
 def _json_text(value: Any) -> str:

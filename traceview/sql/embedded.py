@@ -118,6 +118,7 @@ class Database:
     # - building -
 
     def _build(self, trace: Trace) -> None:
+        trace = trace.with_wide_ids()  # SQLite's integers; the tables below build Int64 ids
         kernels = trace.kernels.select(
             "ts_ns",
             "dur_ns",
