@@ -54,10 +54,7 @@ def narrow_ids(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
                 low, high = frame[c].min(), frame[c].max()
                 if low is not None and (int(low) < lo or int(high) > hi):  # type: ignore[arg-type]
                     return frames
-    return {
-        k: f.cast({c: ID for c in ID_COLUMNS if c in f.columns})
-        for k, f in frames.items()
-    }
+    return {k: f.cast({c: ID for c in ID_COLUMNS if c in f.columns}) for k, f in frames.items()}
 
 
 KERNEL_SCHEMA: dict[str, pl.DataType] = {
