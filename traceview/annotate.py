@@ -1,5 +1,5 @@
 """``traceview annotate``: a copy of a trace with traceview's findings as extra tracks, for
-Perfetto UI and chrome://tracing.
+Perfetto UI (or another Chrome-JSON trace viewer).
 
 The original text is streamed through unchanged; the overlay's events are inserted just
 before the ``]`` that closes ``traceEvents``. They belong to a process named "traceview"
