@@ -149,13 +149,13 @@ def _kinds(table_prefill: np.ndarray, recs: list[dict[str, Any]]) -> tuple[np.nd
     return np.array(kind, dtype=object), np.array(source, dtype=object)
 
 
-def prefill_only(rules: Rules) -> pl.Expr:
+def prefill_only(rules: Rules, prefill_name: pl.Expr) -> pl.Expr:
     """Kernels that mean prompt work: the ``prefill_family`` families and the ``prefill``
-    patterns (attention kernels that never run decode; the frame's boolean ``_prefill_name``
-    column says which names match them)."""
+    patterns (attention kernels that never run decode; ``prefill_name`` says which kernels'
+    names match them)."""
     expr = _is_family(pl.col("family"), rules.prefill_family)
     if rules.prefill:
-        expr = expr | pl.col("_prefill_name")
+        expr = expr | prefill_name
     return expr
 
 
@@ -176,24 +176,33 @@ def _assemble(
         starts = _step_starts(u, int(ts[0]), anchors, prev_last)
     ends = np.append(starts[1:], end_all).astype(np.int64)
 
+    # kernels are read as columns and arrays, never given a new column: adding one to the
+    # many-chunk kernels frame would copy all of it
     prefill_names = [n for n in distinct_names(k) if rules.matches_any(n, rules.prefill)]
-    prefill_k = k.with_columns(pl.col("name").is_in(prefill_names).alias("_prefill_name")).filter(
-        prefill_only(rules)
+    prefill = (
+        k.lazy()
+        .select(prefill_only(rules, pl.col("name").is_in(prefill_names)))
+        .collect()
+        .to_series()
+        .to_numpy()
     )
-    prefill_ts = prefill_k["ts_ns"].to_numpy()
-    step_of_prefill = np.searchsorted(starts, prefill_ts, side="right") - 1
+    dur = k["dur_ns"].to_numpy()
+    step_of_prefill = np.searchsorted(starts, ts[prefill], side="right") - 1
     inside = step_of_prefill >= 0
     # the work invariant: prompt work per step (kernel time and launches)
     prefill_ns = np.bincount(
         step_of_prefill[inside],
         minlength=starts.size,
-        weights=prefill_k["dur_ns"].to_numpy()[inside],
+        weights=dur[prefill][inside],
     ).astype(np.int64)
     prefill_kernels = np.bincount(step_of_prefill[inside], minlength=starts.size)
 
     step_of_kernel = np.searchsorted(starts, ts, side="right") - 1
     per_step = (
-        k.with_columns(pl.Series("step", step_of_kernel, dtype=pl.Int64))
+        pl.DataFrame(
+            {"step": step_of_kernel, "family": k["family"].rechunk(), "dur_ns": dur},
+            schema={"step": pl.Int64, "family": pl.String, "dur_ns": pl.Int64},
+        )
         .filter(pl.col("step") >= 0)
         .group_by("step", "family")
         .agg(pl.col("dur_ns").sum())

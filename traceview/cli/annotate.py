@@ -37,10 +37,10 @@ def annotate(
     **analysis: Any,
 ) -> None:
     """Write a copy of the trace with traceview's findings as extra tracks for Perfetto UI
-    (or another Chrome-JSON trace viewer): a "traceview" process with a slice per engine step (its kind,
-    interval, tokens), per phase and per widest decode gap, and counters of the step
-    interval and busy fraction. The original events are kept byte for byte. For a run
-    (a directory, a glob or several traces), each rank is annotated into the -o folder."""
+    (or another Chrome-JSON trace viewer): a "traceview" process with a slice per engine
+    step (its kind, interval, tokens), per phase and per widest decode gap, and counters of
+    the step interval and busy fraction. The original events are kept byte for byte. For a
+    run (a directory, a glob or several traces), each rank is annotated into the -o folder."""
     from traceview.analysis.families import load_rules
     from traceview.analysis.run import discover
     from traceview.analysis.summary import summarize
