@@ -33,7 +33,7 @@ FlowPhase = pl.Enum(["s", "t", "f"])
 # Process, thread, device and stream ids: Int32 (OS pids and tids, CUDA devices and streams
 # fit), so the largest frames of a big trace hold 4 bytes per id, not 8. A trace where any
 # id does not fit Int32 has them all as Int64, in every frame (:func:`wide`): never a
-# truncated id. benchmarks/load.py: the 1M-kernel trace's load peak 0.42 -> 0.38 GB.
+# truncated id. benchmarks/load.py: the 1M-kernel trace's load peak 421 -> 380 MiB.
 ID = pl.Int32()
 WIDE_ID = pl.Int64()
 ID_COLUMNS = ("pid", "tid", "device", "stream")
