@@ -28,6 +28,11 @@ def fmt_ratio(ratio: float | None) -> str:
     return "∞" if math.isinf(ratio) else f"{ratio:.2f}×"
 
 
+def fmt_pct(fraction: float | None) -> str:
+    """A fraction as a percentage with one decimal; ``—`` for none."""
+    return "—" if fraction is None else f"{fraction:.1%}"
+
+
 def fmt_value(value: float | None, unit: str) -> str:
     """A metric's value in its unit: ns as a duration, a fraction as a percentage, counts
     with thousands separators (one decimal where they are not whole)."""
@@ -36,6 +41,6 @@ def fmt_value(value: float | None, unit: str) -> str:
     if unit == "ns":
         return fmt_ns(value)
     if unit == "fraction":
-        return f"{value:.1%}"
+        return fmt_pct(value)
     whole = not isinstance(value, float) or float(value).is_integer()
     return f"{value:,.0f}" if whole else f"{value:,.1f}"

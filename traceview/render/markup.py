@@ -8,7 +8,7 @@ import html
 
 from traceview.analysis.compare import Diff
 from traceview.analysis.document import SummaryDocument
-from traceview.render.format import fmt_ns, fmt_ratio, fmt_value
+from traceview.render.format import fmt_ns, fmt_pct, fmt_ratio, fmt_value
 
 
 def summary_html(d: SummaryDocument) -> str:
@@ -16,7 +16,7 @@ def summary_html(d: SummaryDocument) -> str:
     t, s = d["trace"], d["steps"]
     rows = "".join(
         f"<tr><td>{html.escape(f['family'])}</td><td>{f['count']:,}</td>"
-        f"<td>{fmt_ns(f['total_ns'])}</td><td>{f['share']:.1%}</td></tr>"
+        f"<td>{fmt_ns(f['total_ns'])}</td><td>{fmt_pct(f['share'])}</td></tr>"
         for f in d["families"][:12]
     )
     phases = "".join(
@@ -30,11 +30,9 @@ def summary_html(d: SummaryDocument) -> str:
         for g in d["decode_gaps"]
     )
     warn = "".join(f"<li>{html.escape(w)}</li>" for w in d["warnings"])
-    busy = d["busy"]["fraction"]
-    busy_text = "—" if busy is None else f"{busy:.1%}"
     return (
         f"<div><b>{html.escape(str(t['path']))}</b> — {t['kernels']:,} kernels, "
-        f"{s['count']} steps ({s['method']}), GPU busy {busy_text}"
+        f"{s['count']} steps ({s['method']}), GPU busy {fmt_pct(d['busy']['fraction'])}"
         f"<table><tr><th>family</th><th>kernels</th><th>time</th><th>share</th></tr>"
         f"{rows}</table><table><tr><th>phase</th><th>steps</th><th>cadence p50</th></tr>"
         f"{phases}</table><table><tr><th>decode gaps</th><th>n</th><th>p50</th>"

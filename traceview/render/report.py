@@ -18,7 +18,7 @@ import orjson
 from traceview.analysis.compare import Diff
 from traceview.analysis.summary import SMALL_N, Summary
 from traceview.render.charts import gaps_data, gaps_figure, heartbeat_data, heartbeat_figure
-from traceview.render.format import fmt_ns
+from traceview.render.format import fmt_ns, fmt_pct, fmt_ratio, fmt_value
 
 CSS = """
 :root { --bg: #ffffff; --fg: #1d1f21; --muted: #5f6368; --line: #dadce0; --head: #f1f3f4;
@@ -72,10 +72,6 @@ def _table(head: list[str], rows: list[list[str]], numeric: set[int], cls: str =
     return f'<table class="{cls}">{thead}<tbody>{body}</tbody></table>'
 
 
-def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{v:.1%}"
-
-
 def _summary_section(summary: Summary, label: str) -> str:
     d = summary.to_dict()
     t, s, b = d["trace"], d["steps"], d["busy"]
@@ -86,8 +82,8 @@ def _summary_section(summary: Summary, label: str) -> str:
         ["steps", html.escape(f"{s['count']:,} by {s['method']}: {s['detail']}")],
         [
             "GPU busy",
-            f"{_pct(b['fraction'])} of the window; {_pct(b['in_gaps'])} inside "
-            f"decode gaps; {_pct(b['in_widest_gaps'])} inside the widest",
+            f"{fmt_pct(b['fraction'])} of the window; {fmt_pct(b['in_gaps'])} inside "
+            f"decode gaps; {fmt_pct(b['in_widest_gaps'])} inside the widest",
         ],
     ]
     w = d["work"]
@@ -149,7 +145,7 @@ def _summary_section(summary: Summary, label: str) -> str:
             f"{f['count']:,}",
             fmt_ns(f["total_ns"]),
             fmt_ns(f["mean_ns"]),
-            _pct(f["share"]),
+            fmt_pct(f["share"]),
         ]
         for f in d["families"]
     ]
@@ -167,22 +163,6 @@ def _summary_section(summary: Summary, label: str) -> str:
     return "\n".join(out)
 
 
-def _value(v: float | None, unit: str) -> str:
-    if v is None:
-        return "—"
-    if unit == "ns":
-        return fmt_ns(v)
-    if unit == "fraction":
-        return f"{v:.1%}"
-    return f"{v:,.1f}" if not float(v).is_integer() else f"{v:,.0f}"
-
-
-def _ratio(r: float | None) -> str:
-    if r is None:
-        return "—"
-    return "∞" if r == float("inf") else f"{r:.2f}×"
-
-
 def _diff_section(d: Diff, limit: int = 40) -> str:
     rows = []
     for r in d.rows.head(limit).iter_rows(named=True):
@@ -192,9 +172,9 @@ def _diff_section(d: Diff, limit: int = 40) -> str:
             [
                 html.escape(r["section"]),
                 html.escape(r["metric"]),
-                _value(r["a"], r["unit"]),
-                _value(r["b"], r["unit"]),
-                _ratio(r["ratio"]),
+                fmt_value(r["a"], r["unit"]),
+                fmt_value(r["b"], r["unit"]),
+                fmt_ratio(r["ratio"]),
                 f'<span class="{cls}">{verdict}</span>',
             ]
         )

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from traceview.analysis.compare import CheckResult, Diff
 from traceview.analysis.document import RunDocument, SummaryDocument
-from traceview.render.format import fmt_ns, fmt_ratio, fmt_value
+from traceview.render.format import fmt_ns, fmt_pct, fmt_ratio, fmt_value
 
 
 def render_info(doc: dict[str, Any], console: Console | None = None) -> None:
@@ -57,10 +57,6 @@ def _count(v: int | None) -> str:
     return "—" if v is None else f"{v:,}"
 
 
-def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{v:.1%}"
-
-
 def render_summary(doc: SummaryDocument, console: Console | None = None) -> None:
     """The ``summarize`` screen: facts, families, phases with cadence, gaps, busy."""
     out = console or Console(highlight=False)
@@ -101,9 +97,9 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
         facts.add_row("tokens", "; ".join(said))
     facts.add_row(
         "GPU busy",
-        f"{_pct(b['fraction'])} of the window; "
-        f"{_pct(b['in_gaps'])} inside decode gaps; "
-        f"{_pct(b['in_widest_gaps'])} inside the widest (≥ p99)",
+        f"{fmt_pct(b['fraction'])} of the window; "
+        f"{fmt_pct(b['in_gaps'])} inside decode gaps; "
+        f"{fmt_pct(b['in_widest_gaps'])} inside the widest (≥ p99)",
     )
     out.print(facts)
 
@@ -116,7 +112,7 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
             f"{f['count']:,}",
             fmt_ns(f["total_ns"]),
             fmt_ns(f["mean_ns"]),
-            _pct(f["share"]),
+            fmt_pct(f["share"]),
         )
     out.print(fam)
 
@@ -271,7 +267,7 @@ def render_run(doc: RunDocument, console: Console | None = None) -> None:
             str(r["rank"]),
             f"{r['steps']:,}",
             fmt_ns(r["cadence_p50_ns"]),
-            _pct(r["busy"]),
+            fmt_pct(r["busy"]),
             fmt_ns(r["compute_p50_ns"]),
             fmt_ns(r["collective_ns_per_step"]),
             fmt_ns(r["collective_wait_p50_ns"]),
