@@ -205,17 +205,21 @@ class _Reader:
             if key and which:
                 args[key] = getattr(a, which)
         pid, tid = self._where(uuid)
-        if ev.type == SLICE_BEGIN:
-            row = {
+
+        def row_of(dur: int | None, instant: bool = False) -> dict[str, Any]:
+            return {
                 "ts": ts,
-                "dur": None,
+                "dur": dur,
                 "name": name or "",
                 "cat": cats[0] if cats else "",
                 "pid": pid,
                 "tid": tid,
                 "args": args,
-                "instant": False,
+                "instant": instant,
             }
+
+        if ev.type == SLICE_BEGIN:
+            row = row_of(None)
             self.open.setdefault(uuid, []).append(row)
             self.rows.append(row)
         elif ev.type == SLICE_END:
@@ -226,32 +230,9 @@ class _Reader:
                 row = stack.pop()
                 row["dur"] = ts - row["ts"]
         elif ev.type == INSTANT:
-            self.rows.append(
-                {
-                    "ts": ts,
-                    "dur": 0,
-                    "name": name or "",
-                    "cat": cats[0] if cats else "",
-                    "pid": pid,
-                    "tid": tid,
-                    "args": args,
-                    "instant": True,
-                }
-            )
+            self.rows.append(row_of(0, instant=True))
         elif ev.HasField("legacy_event") and ev.legacy_event.phase == ord("X"):
-            dur = ev.legacy_event.duration_us * 1000
-            self.rows.append(
-                {
-                    "ts": ts,
-                    "dur": dur,
-                    "name": name or "",
-                    "cat": cats[0] if cats else "",
-                    "pid": pid,
-                    "tid": tid,
-                    "args": args,
-                    "instant": False,
-                }
-            )
+            self.rows.append(row_of(ev.legacy_event.duration_us * 1000))
         else:
             self.skipped[f"unsupported TrackEvent type {ev.type}"] += 1
             return
