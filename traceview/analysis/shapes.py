@@ -25,6 +25,7 @@ import orjson
 import polars as pl
 
 from traceview.analysis.intervals import I64
+from traceview.analysis.launches import launches_within
 from traceview.model import Trace
 
 
@@ -54,23 +55,13 @@ def _tokens(name: str, text: str) -> int | None:
 
 
 def _launches_in(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
-    """Each kernel launch (runtime event with a correlation id) joined to the innermost op
-    of ``ops`` (``pid``, ``tid``, ``ts_ns``, ``op_end`` and the op's values) that encloses it
-    on the launching thread; launches outside every op are dropped."""
-    launches = trace.events.filter(
-        (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
-    ).select("pid", "tid", "ts_ns", "correlation")
-    return (
-        launches.sort("ts_ns")
-        .join_asof(
-            ops.sort("ts_ns"),
-            on="ts_ns",
-            by=["pid", "tid"],
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .filter(pl.col("ts_ns") < pl.col("op_end"))
+    """Each kernel launch's ``correlation`` beside the innermost op of ``ops`` (``pid``,
+    ``tid``, ``ts_ns``, ``op_end`` and the op's values) that encloses it on the launching
+    thread (:func:`launches_within`); launches outside every op are dropped."""
+    corr, row = launches_within(
+        trace, ops.select("pid", "tid", pl.col("ts_ns").alias("a0"), pl.col("op_end").alias("a1"))
     )
+    return ops[row].with_columns(pl.Series("correlation", corr, dtype=pl.Int64))
 
 
 def shape_tokens(trace: Trace, kernels: pl.DataFrame, starts: I64) -> list[int | None]:

@@ -26,6 +26,7 @@ import polars as pl
 
 from traceview.analysis.annotations import STEP_ANNOTATION, record
 from traceview.analysis.intervals import I64, Union
+from traceview.analysis.launches import launches_within
 from traceview.model import Trace
 
 PERIODIC_MIN_SCORE = 0.8  # share of chosen boundaries that must beat their neighbourhood
@@ -347,40 +348,13 @@ def _clusters(spans: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 
 
 def _launched_in(trace: Trace, ki: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
-    """The kernels (``ki``: ``_k``, ``ts_ns``, ``correlation``) whose launch (a runtime
-    event with a correlation id) lies inside a CPU step cluster (``cpu``: ``cid``, ``pid``,
-    ``tid``, ``a0``, ``a1``) on the launching thread: the rows of ``ki`` with their ``cid``.
-
-    Per thread that holds clusters: each launch falls in the last cluster starting at or
-    before it, if it starts before that cluster's end; a correlation launched twice keeps
-    one launch (on one thread, the first). In numpy over each thread's launch times and
-    correlation ids: polars joins of the million launches of a large trace held about
-    140 MB more at the summary's peak."""
-    corrs, cids = [], []
-    for (pid, tid), spans in cpu.sort("a0").group_by(["pid", "tid"], maintain_order=True):
-        launches = (
-            trace.events.lazy()
-            .filter(
-                (pl.col("kind") == "runtime")
-                & (pl.col("pid") == pid)
-                & (pl.col("tid") == tid)
-                & pl.col("correlation").is_not_null()
-            )
-            .select("ts_ns", "correlation")
-            .collect()
-        )
-        ts = launches["ts_ns"].to_numpy()
-        a0, a1 = spans["a0"].to_numpy(), spans["a1"].to_numpy()
-        at = np.searchsorted(a0, ts, side="right") - 1
-        inside = at >= 0
-        inside[inside] = ts[inside] < a1[at[inside]]
-        order = np.argsort(ts[inside], kind="stable")  # the first launch of a correlation wins
-        corrs.append(launches["correlation"].to_numpy()[inside][order])
-        cids.append(spans["cid"].to_numpy()[at[inside]][order])
-    if not corrs:
-        return ki.clear().with_columns(pl.lit(0, dtype=pl.UInt32).alias("cid"))
-    corr, first = np.unique(np.concatenate(corrs), return_index=True)
-    cid = np.concatenate(cids)[first]
+    """The kernels (``ki``: ``_k``, ``ts_ns``, ``correlation``) whose launch lies inside a
+    CPU step cluster (``cpu``: ``cid``, ``pid``, ``tid``, ``a0``, ``a1``) on the launching
+    thread (:func:`launches_within`): the rows of ``ki`` with their ``cid``. A correlation
+    launched twice keeps one launch (on one thread, the first)."""
+    launched, row = launches_within(trace, cpu)
+    corr, first = np.unique(launched, return_index=True)
+    cid = cpu["cid"].to_numpy()[row[first]]
     known = ki.filter(pl.col("correlation").is_not_null())
     kc = known["correlation"].to_numpy()
     pos = np.minimum(np.searchsorted(corr, kc), max(corr.size - 1, 0))

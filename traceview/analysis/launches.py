@@ -1,0 +1,46 @@
+"""Which host range a kernel launch comes from: the one link from a launch (a runtime event
+with a correlation id) to the CPU range around it on the launching thread, shared by the
+step annotations (which steps' kernels) and the record_shapes ops (which op's inputs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from traceview.model import Trace
+
+
+def launches_within(trace: Trace, ranges: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The launches that lie inside one of ``ranges`` (``pid``, ``tid``, ``a0``, ``a1``, ns)
+    on their own thread: their correlation ids and the row of ``ranges`` each falls in.
+
+    A launch falls in the last range of its thread starting at or before it (the innermost,
+    for nested ranges), if it starts before that range's end. Per thread, launches come in
+    time order. In numpy over each thread's launch times and correlation ids: polars joins
+    of the million launches of a large trace held about 140 MB more at the summary's peak.
+    """
+    corrs, rows = [], []
+    ordered = ranges.with_row_index("_row").sort("a0")
+    for (pid, tid), spans in ordered.group_by(["pid", "tid"], maintain_order=True):
+        launches = (
+            trace.events.lazy()
+            .filter(
+                (pl.col("kind") == "runtime")
+                & (pl.col("pid") == pid)
+                & (pl.col("tid") == tid)
+                & pl.col("correlation").is_not_null()
+            )
+            .select("ts_ns", "correlation")
+            .sort("ts_ns", maintain_order=True)
+            .collect()
+        )
+        ts = launches["ts_ns"].to_numpy()
+        a0, a1 = spans["a0"].to_numpy(), spans["a1"].to_numpy()
+        at = np.searchsorted(a0, ts, side="right") - 1
+        inside = at >= 0
+        inside[inside] = ts[inside] < a1[at[inside]]
+        corrs.append(launches["correlation"].to_numpy()[inside])
+        rows.append(spans["_row"].to_numpy()[at[inside]])
+    if not corrs:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(corrs).astype(np.int64), np.concatenate(rows).astype(np.int64)
