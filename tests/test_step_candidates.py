@@ -9,14 +9,16 @@ from conftest import GENERATED, truth
 
 import traceview as tv
 from traceview.analysis.annotations import parse, record, stated_prompt_work
-from traceview.analysis.families import classify, load_rules
+from traceview.analysis.families import family_codes, load_rules
 from traceview.analysis.intervals import union
 from traceview.analysis.step_candidates import (
     Candidate,
+    DeviceKernels,
     StepOptions,
     annotation_candidate,
     burst_candidate,
     choose,
+    device_kernels,
 )
 
 
@@ -71,14 +73,12 @@ def test_nested_annotations_merge_first_statement_wins() -> None:
     assert parse("not_a_step") == {}
 
 
-def _prepared(name: str) -> tuple[tv.Trace, pl.DataFrame, object]:
+def _prepared(name: str) -> tuple[tv.Trace, DeviceKernels, object]:
     trace = tv.load(GENERATED / f"{name}.json.gz")
-    rules = load_rules()
-    k = classify(trace.kernels, rules).with_columns(
-        (pl.col("family") == "full_attention").alias("_marker")
+    k = device_kernels(
+        trace.kernels, family_codes(trace.kernels, load_rules()), ("full_attention",)
     )
-    ends = (k["ts_ns"] + k["dur_ns"]).to_numpy()
-    return trace, k, union(k["ts_ns"].to_numpy(), ends)
+    return trace, k, union(k.ts, k.ts + k.dur)
 
 
 @pytest.mark.parametrize("name", ["hybrid_chunked", "hybrid_tight", "dense_vllm_detailed"])
@@ -172,13 +172,10 @@ def test_launches_belong_to_the_step_range_that_holds_them_on_their_thread(tmp_p
     planted["k_other_thread"] = (t0 + 60_000, None)
 
     trace = tv.load(str(tb.write(tmp_path / "t.json")))
-    k = trace.kernels
+    k = device_kernels(trace.kernels, family_codes(trace.kernels, load_rules()), ())
     groups = _annotation_groups(trace, k, 0)
     assert groups is not None
-    names = k["name"].cast(pl.String).to_list()
-    got = {
-        names[i]: step_index
-        for step_index, ks in enumerate(groups["kernels"].to_list())
-        for i in ks
-    }
+    _, held = groups  # per kernel: the index of the range (in time order) that holds it
+    names = trace.kernels["name"].cast(pl.String).to_list()
+    got = {names[i]: int(c) for i, c in enumerate(held) if c >= 0}
     assert got == {name: s for name, (_, s) in planted.items() if s is not None}

@@ -13,8 +13,9 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import polars as pl
 
 from traceview.analysis.shapes import shape_families
@@ -164,51 +165,121 @@ def load_rules(preset: str = "default", rules_file: str | Path | None = None) ->
 SHAPE_DECIDES = ("sampling", OTHER)
 
 
-def family_map(
+@dataclass(frozen=True, slots=True)
+class FamilyCodes:
+    """Each kernel's family as a small integer: ``codes[i]`` indexes ``names`` (sorted).
+
+    One byte per kernel where there are at most 256 families (always, with the built-in
+    preset), so the analyses of a million kernels carry 1 MB of families, not a string each.
+    ``pairs`` has one row per distinct (``name``, ``cat``) with its ``family`` (String), and
+    ``pair_of[i]`` is kernel i's row there: per-name and per-family totals add the kernels
+    up by pair, then the few pairs by name or family.
+    """
+
+    names: tuple[str, ...]
+    codes: np.ndarray
+    pairs: pl.DataFrame
+    pair_of: np.ndarray
+
+    @property
+    def dtype(self) -> pl.Enum:
+        return pl.Enum(list(self.names))
+
+    def series(self, name: str = "family") -> pl.Series:
+        """The families as an Enum Series (one byte per kernel)."""
+        index = pl.Series(self.codes, dtype=pl.UInt32)
+        return pl.Series(name, self.names, dtype=self.dtype).gather(index)
+
+    def within(self, families: tuple[str, ...]) -> list[str]:
+        """The families named in ``families`` or below one of them (``a`` holds ``a.b``)."""
+        return [n for n in self.names if any(n == f or n.startswith(f + ".") for f in families)]
+
+    def mask(self, families: tuple[str, ...]) -> np.ndarray:
+        """Per kernel: its family is one of ``families`` or below one of them."""
+        members = set(self.within(families))
+        hit = np.array([n in members for n in self.names], dtype=bool)
+        out: np.ndarray = hit[self.codes]
+        return out
+
+    def totals(self, dur: np.ndarray) -> pl.DataFrame:
+        """Per (name, cat) pair: ``name`` (Categorical), ``cat``, ``family`` (String),
+        ``count`` (Int64, kernels) and ``total_ns`` (Int64, the sum of ``dur``, ns)."""
+        n = self.pairs.height
+        count = np.bincount(self.pair_of, minlength=n)
+        total = np.zeros(n, dtype=np.int64)
+        np.add.at(total, self.pair_of, dur)  # exact integer sums, no float rounding
+        return self.pairs.with_columns(
+            pl.Series("count", count, dtype=pl.Int64), pl.Series("total_ns", total)
+        )
+
+
+def _physical(values: pl.Series) -> np.ndarray:
+    """A categorical's codes as a uint32 array; null is one code past the largest."""
+    codes = values.to_physical()
+    top = codes.max()
+    null = 0 if top is None else int(cast(int, top)) + 1
+    return codes.fill_null(null).to_numpy().astype(np.uint32, copy=False)
+
+
+def family_codes(
     kernels: pl.DataFrame, rules: Rules, by_shape: dict[str, str] | None = None
-) -> pl.DataFrame:
-    """One row per distinct (name, cat): ``name``, ``cat`` (as in ``kernels``), ``family``
-    (String). Names are matched once each, never once per kernel. ``by_shape`` (from
-    ``shapes.shape_families``) overrides a name whose rule says sampling or other."""
-    first = kernels.select(_PAIR_KEY)["_key"].arg_unique()
-    return _families_of(kernels.select(pl.col("name", "cat").gather(first)), rules, by_shape)
-
-
-def _families_of(
-    pairs: pl.DataFrame, rules: Rules, by_shape: dict[str, str] | None
-) -> pl.DataFrame:
+) -> FamilyCodes:
+    """Each kernel's family (see :class:`FamilyCodes`). Each distinct (name, category) is
+    matched once, found by hashing one integer per kernel; the kernels then take their
+    pair from a table indexed by the categoricals' codes, so no kernel's name becomes a
+    string. ``by_shape`` (from ``shapes.shape_families``) overrides a name whose rule says
+    sampling or other."""
+    if kernels.height == 0:
+        pairs = kernels.select("name", "cat").with_columns(pl.lit(OTHER).alias("family"))
+        none = np.zeros(0, dtype=np.uint8)
+        return FamilyCodes((OTHER,), none, pairs, none)
+    name, cat = _physical(kernels["name"]), _physical(kernels["cat"])
+    key = pl.Series((name.astype(np.uint64) << np.uint64(32)) | cat)
+    first = key.arg_unique().to_numpy()  # hashes one integer per kernel, not the rows
+    del key
+    pairs = kernels.select(pl.col("name", "cat").gather(first))
     fams = []
     for n, c in pairs.iter_rows():
         family = rules.family_of(str(n), str(c or ""))
         if by_shape and family in SHAPE_DECIDES:
             family = by_shape.get(str(n), family)
         fams.append(family)
-    return pairs.with_columns(pl.Series("family", fams, dtype=pl.String))
-
-
-# one integer per (name, category): the two categoricals' codes side by side
-_PAIR_KEY = (
-    pl.col("name").to_physical().cast(pl.UInt64).fill_null(1 << 31) * (1 << 32)
-    + pl.col("cat").to_physical().cast(pl.UInt64).fill_null(1 << 31)
-).alias("_key")
+    pairs = pairs.with_columns(pl.Series("family", fams, dtype=pl.String))
+    names = tuple(sorted(set(fams)))
+    code_of = {f: i for i, f in enumerate(names)}
+    pair_code = np.array(
+        [code_of[f] for f in fams], dtype=np.uint8 if len(names) <= 256 else np.uint16
+    )
+    # each kernel's pair: by name code, and by (name, category) only where a name has two
+    index = np.uint16 if first.size <= 1 << 16 else np.uint32
+    pair_name, pair_cat = name[first], cat[first]
+    by_name = np.zeros(int(name.max()) + 1, dtype=index)
+    by_name[pair_name] = np.arange(first.size, dtype=index)
+    if np.unique(pair_name).size == first.size:
+        pair_of = by_name[name]
+    else:
+        cats = np.unique(pair_cat)
+        table = np.zeros((by_name.size, cats.size), dtype=index)
+        table[pair_name, np.searchsorted(cats, pair_cat)] = np.arange(first.size, dtype=index)
+        pair_of = table[name, np.searchsorted(cats, cat)]
+    return FamilyCodes(names, pair_code[pair_of], pairs, pair_of)
 
 
 def classify(
     kernels: pl.DataFrame, rules: Rules, by_shape: dict[str, str] | None = None
 ) -> pl.DataFrame:
-    """``kernels`` with a ``family`` column (String) added. Each distinct (name, category)
-    is matched once; the kernels only look their pair up by the categoricals' codes, so no
-    kernel's name becomes a string and the other columns are not copied. ``by_shape``: see
-    :func:`family_map`."""
-    if kernels.height == 0:
-        return kernels.with_columns(pl.lit(None, dtype=pl.String).alias("family"))
-    codes = kernels.select(_PAIR_KEY)["_key"]
-    first = codes.arg_unique()  # hashes one integer per kernel, not the (name, cat) rows
-    mapping = _families_of(kernels.select(pl.col("name", "cat").gather(first)), rules, by_shape)
-    names = mapping["family"].unique(maintain_order=True)
-    index = mapping["family"].replace_strict(names, range(len(names)), return_dtype=pl.UInt32)
-    which = codes.replace_strict(codes.gather(first), index, default=None)
-    return kernels.with_columns(names.gather(which).alias("family"))
+    """``kernels`` with a ``family`` column (String) added (see :func:`family_codes`; the
+    other columns are not copied)."""
+    fam = family_codes(kernels, rules, by_shape)
+    return kernels.with_columns(fam.series().cast(pl.String))
+
+
+def family_is(family: pl.Series, *families: str) -> pl.Series:
+    """Per kernel: its family (String or Enum) is one of ``families`` or below one of them
+    (``a`` holds ``a.b``); the test runs on the distinct families only."""
+    present = [str(f) for f in family.unique().drop_nulls().to_list()]
+    members = [n for n in present if any(n == f or n.startswith(f + ".") for f in families)]
+    return family.is_in(members).fill_null(False)
 
 
 def distinct_names(frame: pl.DataFrame) -> list[str]:
@@ -217,20 +288,28 @@ def distinct_names(frame: pl.DataFrame) -> list[str]:
 
 
 def family_table(classified: pl.DataFrame, *, roll_up: bool = False) -> pl.DataFrame:
-    """:func:`families` of kernels that already carry a ``family`` column."""
-    k = classified
-    if roll_up:
-        k = k.with_columns(pl.col("family").str.split(".").list.first())
-    total = k["dur_ns"].sum() if k.height else 0
-    return (
-        k.group_by("family")
-        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
-        .with_columns(
-            (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
-            (pl.col("total_ns") / total if total else pl.lit(0.0)).alias("share"),
-        )
-        .sort(["total_ns", "family"], descending=[True, False])
+    """:func:`families` of kernels that already carry a ``family`` column (String or Enum)."""
+    return family_rows(
+        classified.group_by("family").agg(
+            pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().alias("total_ns")
+        ),
+        roll_up=roll_up,
     )
+
+
+def family_rows(per: pl.DataFrame, *, roll_up: bool = False) -> pl.DataFrame:
+    """:func:`families` from rows that already add kernels up (``family``, ``count``,
+    ``total_ns``: per family, or per kernel name); rolling up sums the leaf families into
+    their top-level family."""
+    per = per.select(pl.col("family").cast(pl.String), "count", "total_ns")
+    if roll_up:
+        per = per.with_columns(pl.col("family").str.split(".").list.first())
+    per = per.group_by("family").agg(pl.col("count").sum(), pl.col("total_ns").sum())
+    total = per["total_ns"].sum() if per.height else 0
+    return per.with_columns(
+        (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
+        (pl.col("total_ns") / total if total else pl.lit(0.0)).alias("share"),
+    ).sort(["total_ns", "family"], descending=[True, False])
 
 
 def families(

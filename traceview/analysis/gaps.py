@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from traceview.analysis.document import GapStats
-from traceview.analysis.families import Rules, distinct_names, load_rules
+from traceview.analysis.families import Rules, distinct_names, family_is, load_rules
 from traceview.analysis.stats import percentiles
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import StepResult, find_steps
@@ -46,20 +46,26 @@ _NOT_THE_STATE_UPDATE = re.compile(r"conv1d|conv_update", re.IGNORECASE)
 _NOT_THE_ATTENTION = re.compile(r"and_cache|store_kvcache|combine|merge|reduce", re.IGNORECASE)
 
 
-def _most_launched(kernels: pl.DataFrame, names: list[str]) -> str:
-    """Of ``names``, the one launched most often (ties: the most kernel time, then name)."""
+def _most_launched(totals: pl.DataFrame, names: list[str]) -> str:
+    """Of ``names``, the one launched most often (ties: the most kernel time, then name);
+    ``totals`` adds the kernels up per (name, cat) (``count``, ``total_ns``)."""
     per = (
-        kernels.filter(pl.col("name").is_in(names))
+        totals.filter(pl.col("name").is_in(names))
         .group_by("name")
-        .agg(pl.len().alias("n"), pl.col("dur_ns").sum().alias("t"))
+        .agg(pl.col("count").sum().alias("n"), pl.col("total_ns").sum().alias("t"))
         .with_columns(pl.col("name").cast(pl.String))
         .sort(["n", "t", "name"], descending=[True, True, False])
     )
     return str(per["name"][0])
 
 
-def decode_markers(kernels: pl.DataFrame, rules: Rules) -> tuple[pl.DataFrame, Marker | None]:
-    """The decode-marker kernels and how they were chosen (None when there are none).
+def decode_markers(
+    kernels: pl.DataFrame, totals: pl.DataFrame, rules: Rules
+) -> tuple[pl.DataFrame, Marker | None]:
+    """The decode-marker kernels (``ts_ns``, ``dur_ns``, ``name``, ``family``) and how they
+    were chosen (None when there are none). ``kernels`` carry a ``family`` column;
+    ``totals`` add them up per (name, cat) (``family``, ``count``, ``total_ns``), and the
+    choice is made on those few rows.
 
     In order: the preset's decode-marker patterns (recurrent state updates); else, where
     ``linear_attention.decode`` kernels exist, the one kernel name among them that advances
@@ -69,12 +75,12 @@ def decode_markers(kernels: pl.DataFrame, rules: Rules) -> tuple[pl.DataFrame, M
     combine or merge (FlashInfer's tensor-core decode runs ``BatchPrefillWith…``). None only
     when the trace has neither linear-attention decode nor full-attention kernels.
     """
-    distinct = distinct_names(kernels)
+    distinct = distinct_names(totals)
     hits = [n for n in distinct if rules.matches_any(n, rules.decode_marker)]
     marker: Marker | None = Marker(" | ".join(rules.decode_marker), "role") if hits else None
-    family = kernels["family"] if "family" in kernels.columns else None
-    if marker is None and family is not None:
-        linear = kernels.filter(family == "linear_attention.decode")
+    family = totals["family"]
+    if marker is None:
+        linear = totals.filter(family == "linear_attention.decode")
         if linear.height:
             candidates = distinct_names(linear)
             updates = [n for n in candidates if not _NOT_THE_STATE_UPDATE.search(n)]
@@ -86,27 +92,25 @@ def decode_markers(kernels: pl.DataFrame, rules: Rules) -> tuple[pl.DataFrame, M
             if hits:
                 marker = Marker(pattern, "full_attention")
                 break
-    if marker is None and family is not None:
-        attention = kernels.filter(_family_is(family, "full_attention"))
+    if marker is None:
+        attention = totals.filter(family_is(family, "full_attention"))
         candidates = [n for n in distinct_names(attention) if not _NOT_THE_ATTENTION.search(n)]
         if candidates:
             hits = [_most_launched(attention, candidates)]
             marker = Marker(hits[0], "full_attention_inferred")
+    columns = kernels.lazy().select("ts_ns", "dur_ns", "name", "family")
     if marker is None:
-        return kernels.clear(), None
-    chosen = kernels.filter(pl.col("name").is_in(hits))
+        return columns.clear().collect(), None
+    chosen = columns.filter(pl.col("name").is_in(hits)).collect()
     return chosen, replace(marker, names=tuple(sorted(hits)))
-
-
-def _family_is(family: pl.Series, name: str) -> pl.Series:
-    return (family == name) | family.str.starts_with(name + ".")
 
 
 def gap_table(result: StepResult, rules: Rules) -> tuple[pl.DataFrame, Marker | None, str | None]:
     """One row per decode gap: ``start_ns`` (prev end), ``end_ns`` (next start),
     ``gap_ns`` (Int64, ns, ≥ 0), ``overlap`` (Boolean), ``phase`` (Int64), ``population``
     (String: decode|mixed); plus the marker pattern and the markers' family."""
-    markers, used = decode_markers(result.kernels, rules)
+    assert result.totals is not None
+    markers, used = decode_markers(result.kernels, result.totals, rules)
     family = None
     if markers.height:
         family = Counter(markers["family"].to_list()).most_common(1)[0][0]

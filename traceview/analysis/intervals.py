@@ -50,10 +50,15 @@ def union(starts: I64, ends: I64) -> Union:
     run_end = np.maximum.accumulate(e)
     new = np.empty(s.size, dtype=bool)
     new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
+    np.greater(s[1:], run_end[:-1], out=new[1:])
     first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, s.size - 1)
-    return Union(s[first].astype(np.int64), run_end[last].astype(np.int64))
+    del new
+    out_starts = s[first].astype(np.int64, copy=False)
+    out_ends = np.empty(first.size, dtype=np.int64)
+    first -= 1  # each run's last interval is the one before the next run's first
+    out_ends[:-1] = run_end[first[1:]]
+    out_ends[-1] = run_end[-1]
+    return Union(out_starts, out_ends)
 
 
 def _covered(us: I64, ue: I64, lo: I64, hi: I64) -> I64:

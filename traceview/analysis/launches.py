@@ -31,16 +31,25 @@ def launches_within(trace: Trace, ranges: pl.DataFrame) -> tuple[np.ndarray, np.
                 & pl.col("correlation").is_not_null()
             )
             .select("ts_ns", "correlation")
-            .sort("ts_ns", maintain_order=True)
             .collect()
         )
+        if not launches["ts_ns"].is_sorted():  # a thread's launches are in time order
+            launches = launches.sort("ts_ns", maintain_order=True)
         ts = launches["ts_ns"].to_numpy()
+        corr = launches["correlation"].to_numpy().astype(np.int64, copy=False)
+        del launches
         a0, a1 = spans["a0"].to_numpy(), spans["a1"].to_numpy()
         at = np.searchsorted(a0, ts, side="right") - 1
         inside = at >= 0
         inside[inside] = ts[inside] < a1[at[inside]]
-        corrs.append(launches["correlation"].to_numpy()[inside])
-        rows.append(spans["_row"].to_numpy()[at[inside]])
+        del ts
+        if not inside.all():
+            corr, at = corr[inside], at[inside]
+        corrs.append(corr)
+        rows.append(spans["_row"].to_numpy().astype(np.int64)[at])
+        del corr, at, inside
     if not corrs:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return np.concatenate(corrs).astype(np.int64), np.concatenate(rows).astype(np.int64)
+    if len(corrs) == 1:
+        return corrs[0], rows[0]
+    return np.concatenate(corrs), np.concatenate(rows)

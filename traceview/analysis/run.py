@@ -42,7 +42,7 @@ from traceview.analysis.document import (
     RunDocument,
     Straggler,
 )
-from traceview.analysis.families import load_rules
+from traceview.analysis.families import family_is, load_rules
 from traceview.analysis.intervals import union
 from traceview.analysis.stats import percentiles
 from traceview.analysis.step_candidates import StepOptions
@@ -179,7 +179,7 @@ def step_work(result: StepResult) -> pl.DataFrame:
     """Per step: ``compute_ns`` (busy time outside collectives, inside the step's span)
     and ``collective_ns`` (``communication`` kernel time starting in the step)."""
     k, table = result.kernels, result.table
-    comm = pl.col("family").str.split(".").list.first() == "communication"
+    comm = family_is(k["family"], "communication")
     other = k.filter(~comm)
     starts = table["start_ns"].to_numpy().astype(np.int64, copy=False)
     ends = table["end_ns"].to_numpy().astype(np.int64, copy=False)

@@ -19,12 +19,13 @@ chooses between them (DESIGN.md, Engine step).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
 
 from traceview.analysis.annotations import STEP_ANNOTATION, record
+from traceview.analysis.families import FamilyCodes
 from traceview.analysis.intervals import I64, Union
 from traceview.analysis.launches import launches_within
 from traceview.model import Trace
@@ -53,6 +54,54 @@ class StepOptions:
     layers: int | None = None
     step_gap_ns: int | None = None
     device: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceKernels:
+    """The analysed device's kernels (sorted by ``ts_ns``) as arrays, each read out of the
+    frame once: step finding over a million kernels then works on these instead of adding
+    columns to, sorting or joining the frame (each of which copies columns).
+
+    Attributes:
+        frame: the kernels as loaded (no ``family`` column).
+        ts, dur: start and duration (ns, int64).
+        family: each kernel's family.
+        marker: each kernel is a step marker (a ``step_marker`` family).
+    """
+
+    frame: pl.DataFrame
+    ts: I64
+    dur: I64
+    family: FamilyCodes
+    marker: np.ndarray
+
+    @property
+    def height(self) -> int:
+        return int(self.ts.size)
+
+    def ids(self, column: str) -> np.ndarray:
+        """An id column (``stream``, ``pid``) as int64, null as one below the smallest."""
+        values = self.frame[column]
+        low = values.min()
+        null = -1 if low is None else int(cast(int, low)) - 1
+        return values.fill_null(null).to_numpy().astype(np.int64, copy=False)
+
+    def correlation(self) -> tuple[I64, np.ndarray]:
+        """Each kernel's correlation id (0 where null) and whether it has one."""
+        values = self.frame["correlation"]
+        filled = values.fill_null(0)
+        ids = filled.to_numpy().astype(np.int64, copy=False)
+        del filled
+        return ids, values.is_not_null().to_numpy()
+
+
+def device_kernels(
+    frame: pl.DataFrame, family: FamilyCodes, step_marker: tuple[str, ...]
+) -> DeviceKernels:
+    """:class:`DeviceKernels` of ``frame`` (one device's kernels, sorted by ``ts_ns``)."""
+    ts = frame["ts_ns"].to_numpy().astype(np.int64, copy=False)
+    dur = frame["dur_ns"].to_numpy().astype(np.int64, copy=False)
+    return DeviceKernels(frame, ts, dur, family, family.mask(step_marker))
 
 
 @dataclass
@@ -104,29 +153,24 @@ class Choice:
 # --- bursts ---------------------------------------------------------------------------------
 
 
-def _bursts(k: pl.DataFrame) -> pl.DataFrame:
-    """Runs of consecutive step-marker kernels on one stream: start, end, last marker start."""
-    # only the columns the runs need are sorted (a sort copies every column it carries)
-    per_stream = k.select("stream", "ts_ns", "dur_ns", "_marker").sort(
-        ["stream", "ts_ns"], maintain_order=True
-    )
-    marker = pl.col("_marker")
-    new_run = marker & ~(
-        marker.shift(1).fill_null(False) & (pl.col("stream") == pl.col("stream").shift(1))
-    )
-    runs = (
-        per_stream.with_columns(new_run.cum_sum().alias("_run"))
-        .filter(marker)
-        .group_by("_run")
-        .agg(
-            pl.col("ts_ns").min().alias("start"),
-            (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end"),
-            pl.col("ts_ns").max().alias("last_marker"),
-            pl.len().alias("markers"),
-        )
-        .sort("start")
-    )
-    return runs
+def _bursts(k: DeviceKernels) -> tuple[I64, I64]:
+    """Runs of consecutive step-marker kernels on one stream: each run's start and its last
+    marker's start (ns), in order of start."""
+    stream = k.ids("stream")
+    if stream.size and bool((stream == stream[0]).all()):
+        order = None  # one stream: already in (stream, ts) order
+    else:
+        order = np.argsort(stream, kind="stable")  # by stream, then ts (kernels are ts-sorted)
+        stream = stream[order]
+    marker = k.marker if order is None else k.marker[order]
+    new_run = marker.copy()
+    new_run[1:] &= ~(marker[:-1] & (stream[1:] == stream[:-1]))
+    idx = np.flatnonzero(marker) if order is None else order[marker]
+    first = np.flatnonzero(new_run[marker])  # each run's first marker, among the markers
+    last = np.append(first[1:] - 1, idx.size - 1)
+    start = k.ts[idx[first]]
+    by_start = np.argsort(start, kind="stable")
+    return start[by_start], k.ts[idx[last]][by_start]
 
 
 def _boundary_idle(u: Union, last_marker: I64, next_start: I64) -> tuple[I64, I64]:
@@ -274,14 +318,11 @@ def _choose_boundaries(
     )
 
 
-def burst_candidate(k: pl.DataFrame, u: Union, opts: StepOptions) -> Candidate | None:
-    """Steps from step-marker bursts (``k`` has a boolean ``_marker`` column and is sorted
-    by ``ts_ns``); None when the device has no step-marker kernels."""
-    if not int(k["_marker"].sum()):
+def burst_candidate(k: DeviceKernels, u: Union, opts: StepOptions) -> Candidate | None:
+    """Steps from step-marker bursts; None when the device has no step-marker kernels."""
+    if not k.marker.any():
         return None
-    b = _bursts(k)
-    bs = b["start"].to_numpy().astype(np.int64, copy=False)
-    bl = b["last_marker"].to_numpy().astype(np.int64, copy=False)
+    bs, bl = _bursts(k)
     idle, others = _boundary_idle(u, bl[:-1], bs[1:])
     mask, layers, detail, strong = _choose_boundaries(idle, others, opts)
     first_burst = np.concatenate(([0], np.flatnonzero(mask) + 1))
@@ -289,10 +330,10 @@ def burst_candidate(k: pl.DataFrame, u: Union, opts: StepOptions) -> Candidate |
     return Candidate("bursts", bs[first_burst], bl[last_burst], detail, strong, layers)
 
 
-def idle_candidate(k: pl.DataFrame, u: Union) -> Candidate:
+def idle_candidate(k: DeviceKernels, u: Union) -> Candidate:
     """Steps as bursts of device activity between idle gaps that stand out (a natural
     break in the gap distribution), else one step."""
-    ts = k["ts_ns"].to_numpy().astype(np.int64, copy=False)
+    ts = k.ts
     threshold = _natural_break(u.gap_ends - u.gap_starts)
     if threshold is None:
         cut = np.zeros(0, dtype=np.int64)
@@ -347,26 +388,45 @@ def _clusters(spans: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     )
 
 
-def _launched_in(trace: Trace, ki: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
-    """The kernels (``ki``: ``_k``, ``ts_ns``, ``correlation``) whose launch lies inside a
-    CPU step cluster (``cpu``: ``cid``, ``pid``, ``tid``, ``a0``, ``a1``) on the launching
-    thread (:func:`launches_within`): the rows of ``ki`` with their ``cid``. A correlation
-    launched twice keeps one launch (on one thread, the first)."""
+def _within(ts: I64, a0: I64, a1: I64) -> np.ndarray:
+    """For each time in ``ts``: the last range of ``[a0, a1)`` (sorted by ``a0``) starting
+    at or before it, if it has not ended; -1 where there is none (int32)."""
+    at = np.searchsorted(a0, ts, side="right") - 1
+    inside = at >= 0
+    inside[inside] = ts[inside] < a1[at[inside]]
+    return np.where(inside, at, -1).astype(np.int32)
+
+
+def _launched_in(trace: Trace, k: DeviceKernels, cpu: pl.DataFrame) -> np.ndarray:
+    """Per kernel, the CPU step cluster (``cpu``: ``cid``, ``pid``, ``tid``, ``a0``,
+    ``a1``) its launch lies inside on the launching thread (:func:`launches_within`), by
+    correlation id; -1 where none. A correlation launched twice keeps one launch (on one
+    thread, the first)."""
     launched, row = launches_within(trace, cpu)
-    corr, first = np.unique(launched, return_index=True)
-    cid = cpu["cid"].to_numpy()[row[first]]
-    known = ki.filter(pl.col("correlation").is_not_null())
-    kc = known["correlation"].to_numpy()
-    pos = np.minimum(np.searchsorted(corr, kc), max(corr.size - 1, 0))
-    hit = corr[pos] == kc if corr.size else np.zeros(kc.size, dtype=bool)
-    return known.filter(pl.Series(hit)).with_columns(
-        pl.Series("cid", cid[pos[hit]], dtype=cpu["cid"].dtype)
-    )
+    out = np.full(k.height, -1, dtype=np.int32)
+    if launched.size == 0:
+        return out
+    cid = cpu["cid"].to_numpy().astype(np.int32)[row]
+    del row
+    if launched.size > 1 and not bool((launched[1:] > launched[:-1]).all()):
+        launched, first = np.unique(launched, return_index=True)  # one launch per id
+        cid = cid[first]
+        del first
+    kc, known = k.correlation()
+    pos = np.searchsorted(launched, kc)
+    np.minimum(pos, launched.size - 1, out=pos)
+    known &= launched[pos] == kc
+    del kc
+    out[known] = cid[pos[known]]
+    return out
 
 
-def _annotation_groups(trace: Trace, k: pl.DataFrame, device: int) -> pl.DataFrame | None:
-    """Per-step annotations -> rows (``names``, ``kernels``: row indices into ``k``), in
-    time order; None if the trace has none linked to the device's kernels.
+def _annotation_groups(
+    trace: Trace, k: DeviceKernels, device: int
+) -> tuple[list[list[str]], np.ndarray] | None:
+    """Per-step annotations as clusters (see :func:`_clusters`, in time order): each
+    cluster's names, and per kernel the cluster that holds it (int32, -1 for none); None if the
+    trace has none linked to the device's kernels.
 
     GPU-projected annotations on this device take their kernels by time; CPU annotations
     take the kernels launched from inside them, through correlation ids (or, in a CPU
@@ -390,79 +450,64 @@ def _annotation_groups(trace: Trace, k: pl.DataFrame, device: int) -> pl.DataFra
         pl.col("ts_ns").alias("a0"),
         (pl.col("ts_ns") + pl.col("dur_ns")).alias("a1"),
     )
-    ki = k.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("_k"), "ts_ns", "correlation")
     gpu = ann.filter((pl.col("kind") == "gpu_user_annotation") & (pl.col("pid") == device))
-    # kernels and launches carry only a cluster's id and bounds through the joins; its
-    # names join back once per step at the end (a list per kernel would cost gigabytes)
     if gpu.height:
         clusters = _clusters(gpu.drop("kind", "pid", "tid"), [])
-        hits = (
-            ki.sort("ts_ns")
-            .join_asof(
-                clusters.select("cid", "a0", "a1"),
-                left_on="ts_ns",
-                right_on="a0",
-                strategy="backward",
-            )
-            .filter(pl.col("ts_ns") < pl.col("a1"))
-        )
+        held = _within(k.ts, clusters["a0"].to_numpy(), clusters["a1"].to_numpy())
     else:
         clusters = _clusters(
             ann.filter(pl.col("kind") == "user_annotation").drop("kind"), ["pid", "tid"]
         )
         cpu = clusters.select("cid", "pid", "tid", "a0", "a1")
-        hits = _launched_in(trace, ki, cpu)
-        if hits.height == 0:
-            kp = k.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("_k"), "ts_ns", "pid")
-            hits = (
-                kp.sort("ts_ns")
-                .join_asof(
-                    cpu.sort("a0"),
-                    left_on="ts_ns",
-                    right_on="a0",
-                    by="pid",
-                    strategy="backward",
-                    check_sortedness=False,
-                )
-                .filter(pl.col("ts_ns") < pl.col("a1"))
-            )
-    if hits.height == 0:
+        held = _launched_in(trace, k, cpu)
+        if not (held >= 0).any():  # a CPU capture: its own process's activity by time
+            pids = k.ids("pid")
+            for (pid,), spans in cpu.sort("a0", maintain_order=True).group_by(
+                "pid", maintain_order=True
+            ):
+                if pid is None:
+                    continue
+                mine = np.flatnonzero(pids == pid)
+                at = _within(k.ts[mine], spans["a0"].to_numpy(), spans["a1"].to_numpy())
+                held[mine[at >= 0]] = spans["cid"].to_numpy()[at[at >= 0]]
+    if not (held >= 0).any():
         return None
-    return (
-        hits.group_by("cid")
-        .agg(pl.col("_k").sort().alias("kernels"))
-        .join(clusters.select("cid", "a0", "names"), on="cid")
-        .sort("a0")
-        .select("names", "kernels")
-    )
+    return clusters["names"].to_list(), held
 
 
-def annotation_candidate(trace: Trace, k: pl.DataFrame, device: int) -> Candidate | None:
+def annotation_candidate(trace: Trace, k: DeviceKernels, device: int) -> Candidate | None:
     """Steps from the engine's per-step annotations; None when there are none linked to
-    the device's kernels (``k`` as for :func:`burst_candidate`)."""
+    the device's kernels. A step's anchor is its first step-marker kernel's start (its
+    first kernel's, without one)."""
     groups = _annotation_groups(trace, k, device)
-    if groups is None or groups.height == 0:
+    if groups is None:
         return None
-    ts = k["ts_ns"].to_numpy().astype(np.int64, copy=False)
-    marker = k["_marker"].to_numpy()
-    rows = []
-    for names, ks in groups.iter_rows():
-        idx = np.asarray(ks, dtype=np.int64)
-        marks = idx[marker[idx]]
-        if marks.size == 0:
-            marks = idx
-        rows.append((int(ts[marks[0]]), int(ts[marks[-1]]), int(ts[idx[0]]), list(names)))
-    rows.sort(key=lambda r: r[:3])
-    held = int(groups["kernels"].list.len().sum())
+    names, held = groups
+    linked = np.flatnonzero(held >= 0)  # in time order
+    cid = held[linked]
+    n = len(names)
+    first = np.full(n, k.height, dtype=np.int64)
+    last = np.full(n, -1, dtype=np.int64)
+    np.minimum.at(first, cid, linked)
+    np.maximum.at(last, cid, linked)
+    marks = linked[k.marker[linked]]
+    first_mark, last_mark = first.copy(), last.copy()  # a step with no marker: its kernels
+    with_marks = np.unique(held[marks])
+    first_mark[with_marks], last_mark[with_marks] = k.height, -1
+    np.minimum.at(first_mark, held[marks], marks)
+    np.maximum.at(last_mark, held[marks], marks)
+    steps = np.flatnonzero(last >= 0)
+    anchors, lasts, firsts = k.ts[first_mark[steps]], k.ts[last_mark[steps]], k.ts[first[steps]]
+    order = np.lexsort((firsts, lasts, anchors))  # stable: equal steps stay in time order
     return Candidate(
         "annotations",
-        np.array([r[0] for r in rows], dtype=np.int64),
-        np.array([r[1] for r in rows], dtype=np.int64),
+        anchors[order],
+        lasts[order],
         "the engine's per-step annotations",
         True,
-        names=[r[3] for r in rows],
-        first_kernel=np.array([r[2] for r in rows], dtype=np.int64),
-        coverage=held / max(k.height, 1),
+        names=[list(names[i]) for i in steps[order]],
+        first_kernel=firsts[order],
+        coverage=linked.size / max(k.height, 1),
     )
 
 

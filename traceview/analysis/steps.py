@@ -37,14 +37,16 @@ from traceview.analysis.annotations import (
     stated_prompt_work,
 )
 from traceview.analysis.document import Activity, StepFinding
-from traceview.analysis.families import Rules, classify, distinct_names, load_rules
+from traceview.analysis.families import Rules, distinct_names, family_codes, load_rules
 from traceview.analysis.intervals import I64, Union, union
 from traceview.analysis.shapes import shape_families, shape_tokens
 from traceview.analysis.step_candidates import (
+    DeviceKernels,
     StepOptions,
     annotation_candidate,
     burst_candidate,
     choose,
+    device_kernels,
     idle_candidate,
 )
 from traceview.errors import UnsupportedTraceError
@@ -61,7 +63,7 @@ class StepResult:
     """Steps of one device and how they were found (see :func:`find_steps`)."""
 
     device: int
-    kernels: pl.DataFrame  # the device's kernels with ``family``, sorted by ts_ns
+    kernels: pl.DataFrame  # the device's kernels with ``family`` (Enum), sorted by ts_ns
     table: pl.DataFrame  # one row per step (see :func:`steps`)
     phases: pl.DataFrame  # one row per phase
     method: str  # annotations | bursts | idle
@@ -72,6 +74,7 @@ class StepResult:
     disagreements: int | None = None  # steps the annotation and burst methods disagree on
     warnings: list[str] = field(default_factory=list)
     union: Union | None = None
+    totals: pl.DataFrame | None = None  # per (name, cat): family, count, total_ns
     activity: Activity = "kernel"  # kernel | cpu_op (a CPU capture: CPU ranges stand in)
     trace: Trace | None = None  # the trace analysed (a CPU capture's with its stand-ins)
 
@@ -99,13 +102,6 @@ def pick_device(trace: Trace, device: int | None) -> int:
 def ends_of(kernels: pl.DataFrame) -> np.ndarray:
     """``ts_ns + dur_ns`` as an int64 array."""
     return (kernels["ts_ns"] + kernels["dur_ns"]).to_numpy().astype(np.int64, copy=False)
-
-
-def _is_family(col: pl.Expr, families: tuple[str, ...]) -> pl.Expr:
-    expr = pl.lit(False)
-    for f in families:
-        expr = expr | (col == f) | col.str.starts_with(f + ".")
-    return expr
 
 
 # --- assembling steps -----------------------------------------------------------------------
@@ -149,19 +145,20 @@ def _kinds(table_prefill: np.ndarray, recs: list[dict[str, Any]]) -> tuple[np.nd
     return np.array(kind, dtype=object), np.array(source, dtype=object)
 
 
-def prefill_only(rules: Rules, prefill_name: pl.Expr) -> pl.Expr:
-    """Kernels that mean prompt work: the ``prefill_family`` families and the ``prefill``
-    patterns (attention kernels that never run decode; ``prefill_name`` says which kernels'
-    names match them)."""
-    expr = _is_family(pl.col("family"), rules.prefill_family)
+def prefill_only(rules: Rules, k: DeviceKernels) -> np.ndarray:
+    """Per kernel: it means prompt work, being of a ``prefill_family`` family or matching
+    a ``prefill`` pattern (attention kernels that never run decode)."""
+    mask = k.family.mask(rules.prefill_family)
     if rules.prefill:
-        expr = expr | prefill_name
-    return expr
+        names = [n for n in distinct_names(k.frame) if rules.matches_any(n, rules.prefill)]
+        if names:
+            mask |= k.frame["name"].is_in(names).fill_null(False).to_numpy()
+    return mask
 
 
 def _assemble(
     trace: Trace,
-    k: pl.DataFrame,
+    k: DeviceKernels,
     u: Union,
     anchors: I64,
     last_markers: I64,
@@ -169,46 +166,33 @@ def _assemble(
     rules: Rules,
     starts: I64 | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    ts = k["ts_ns"].to_numpy()
-    end_all = int(ends_of(k).max())
+    ts, dur = k.ts, k.dur
+    end_all = int(u.ends[-1])  # the last kernel's end
     if starts is None:
         prev_last = np.concatenate(([ts[0]], last_markers[:-1])).astype(np.int64)
         starts = _step_starts(u, int(ts[0]), anchors, prev_last)
     ends = np.append(starts[1:], end_all).astype(np.int64)
 
-    # kernels are read as columns and arrays, never given a new column: adding one to the
-    # many-chunk kernels frame would copy all of it
-    prefill_names = [n for n in distinct_names(k) if rules.matches_any(n, rules.prefill)]
-    prefill = (
-        k.lazy()
-        .select(prefill_only(rules, pl.col("name").is_in(prefill_names)))
-        .collect()
-        .to_series()
-        .to_numpy()
-    )
-    dur = k["dur_ns"].to_numpy()
-    step_of_prefill = np.searchsorted(starts, ts[prefill], side="right") - 1
-    inside = step_of_prefill >= 0
+    step_of_kernel = np.searchsorted(starts, ts, side="right") - 1
+    inside = step_of_kernel >= 0
+    everywhere = bool(inside.all())
+    step_in = step_of_kernel if everywhere else step_of_kernel[inside]
+    dur_in = dur if everywhere else dur[inside]
+    prefill = prefill_only(rules, k)[inside]
     # the work invariant: prompt work per step (kernel time and launches)
     prefill_ns = np.bincount(
-        step_of_prefill[inside],
-        minlength=starts.size,
-        weights=dur[prefill][inside],
+        step_in[prefill], minlength=starts.size, weights=dur_in[prefill]
     ).astype(np.int64)
-    prefill_kernels = np.bincount(step_of_prefill[inside], minlength=starts.size)
-
-    step_of_kernel = np.searchsorted(starts, ts, side="right") - 1
-    per_step = (
-        pl.DataFrame(
-            {"step": step_of_kernel, "family": k["family"].rechunk(), "dur_ns": dur},
-            schema={"step": pl.Int64, "family": pl.String, "dur_ns": pl.Int64},
-        )
-        .filter(pl.col("step") >= 0)
-        .group_by("step", "family")
-        .agg(pl.col("dur_ns").sum())
-        .pivot(on="family", index="step", values="dur_ns", sort_columns=True)
-    )
-    counts = np.bincount(step_of_kernel[step_of_kernel >= 0], minlength=starts.size)
+    prefill_kernels = np.bincount(step_in[prefill], minlength=starts.size)
+    # kernel time per step and family, from one bincount over (step, family) pairs
+    families = len(k.family.names)
+    codes = k.family.codes if everywhere else k.family.codes[inside]
+    fam_present = np.bincount(codes, minlength=families) > 0
+    pair = step_in * families + codes
+    shape = (starts.size, families)
+    fam_ns = np.bincount(pair, weights=dur_in, minlength=starts.size * families).reshape(shape)
+    del pair, codes
+    counts = np.bincount(step_in, minlength=starts.size)
     busy = u.clipped_lengths(starts, ends)
     span = ends - starts
     recs = [record(n) for n in names]
@@ -233,7 +217,12 @@ def _assemble(
                 c: pl.Series([r[c] for r in recs], dtype=dtype)
                 for c, dtype in RECORD_DTYPES.items()
             },
-            "shape_tokens": pl.Series(shape_tokens(trace, k, starts), dtype=pl.Int64),
+            "shape_tokens": pl.Series(shape_tokens(trace, k.frame, starts), dtype=pl.Int64),
+            **{
+                f"ns_{name}": fam_ns[:, i].astype(np.int64)
+                for i, name in enumerate(k.family.names)
+                if fam_present[i]
+            },
         }
     )
     table = table.with_columns(pl.col("anchor_ns").diff().alias("interval_ns")).select(
@@ -243,10 +232,6 @@ def _assemble(
         "end_ns",
         "interval_ns",
         pl.exclude("index", "start_ns", "anchor_ns", "end_ns", "interval_ns"),
-    )
-    fam_cols = per_step.rename({c: f"ns_{c}" for c in per_step.columns if c != "step"})
-    table = table.join(fam_cols, left_on="index", right_on="step", how="left").with_columns(
-        pl.col("^ns_.*$").fill_null(0)
     )
     phases = (
         table.group_by("phase", maintain_order=True)
@@ -324,9 +309,9 @@ def find_steps(
     mine = trace.kernels
     if len(trace.devices) > 1:  # one device: no copy of its kernels
         mine = mine.filter(pl.col("device") == device)
-    k = classify(mine, rules, shape_families(trace, mine))
-    u = union(k["ts_ns"].to_numpy().astype(np.int64, copy=False), ends_of(k))
-    k = k.with_columns(_is_family(pl.col("family"), rules.step_marker).alias("_marker"))
+    family = family_codes(mine, rules, shape_families(trace, mine))
+    k = device_kernels(mine, family, rules.step_marker)
+    u = union(k.ts, k.ts + k.dur)
 
     bursts = burst_candidate(k, u, opts)
     # with --steps bursts the annotations still state each step's batch, where they match
@@ -348,7 +333,7 @@ def find_steps(
     table, phases = _assemble(trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts)
     return StepResult(
         device=device,
-        kernels=k.drop("_marker"),
+        kernels=mine.with_columns(family.series()),
         table=table,
         phases=phases,
         method=c.method,
@@ -359,6 +344,7 @@ def find_steps(
         disagreements=chosen.disagreements,
         warnings=warnings,
         union=u,
+        totals=family.totals(k.dur),
         activity=activity,
         trace=trace,
     )

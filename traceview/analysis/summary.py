@@ -23,7 +23,7 @@ from traceview.analysis.document import (
     TraceFacts,
     Work,
 )
-from traceview.analysis.families import Rules, family_table, load_rules
+from traceview.analysis.families import Rules, family_rows, load_rules
 from traceview.analysis.gaps import gap_table, summarize_gaps
 from traceview.analysis.stats import mean, percentiles
 from traceview.analysis.step_candidates import StepOptions
@@ -106,8 +106,9 @@ def build(rules: Rules, result: StepResult) -> Summary:
             "(else leaf cpu_ops) stand in for kernels",
         )
     k = result.kernels
-    fam = family_table(k)
-    rolled = family_table(k, roll_up=True)
+    assert result.totals is not None
+    fam = family_rows(result.totals)
+    rolled = family_rows(result.totals, roll_up=True)
     table = result.table
     intervals = table["interval_ns"].drop_nulls().to_numpy()
     cadence = percentiles(intervals)
@@ -188,9 +189,9 @@ def build(rules: Rules, result: StepResult) -> Summary:
         "warnings": warnings,
     }
     kernel_table = (
-        k.group_by("name", "family")
-        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
-        .with_columns(pl.col("name").cast(pl.String))
+        result.totals.group_by("name", "family")
+        .agg(pl.col("count").sum(), pl.col("total_ns").sum())
+        .with_columns(pl.col("name").cast(pl.String), pl.col("family").cast(pl.String))
         .sort(["total_ns", "name"], descending=[True, False])
     )
     return Summary(
