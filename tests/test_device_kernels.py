@@ -187,3 +187,22 @@ def test_an_annotated_step_without_markers_anchors_at_its_first_kernel(tmp_path:
     assert c.last_markers.tolist() == [gpu + 20_000, gpu + 110_000]
     assert c.first_kernel is not None and c.first_kernel.tolist() == [gpu, gpu + 100_000]
     assert c.coverage == 1.0
+
+
+def test_family_codes_with_the_process_s_large_categorical_codes(rules) -> None:  # type: ignore[no-untyped-def]
+    """Categorical codes are the process's while any categorical lives (a notebook holding
+    other traces): after 100k other strings, a trace's names have large codes, and its
+    kernels still take their own rule's family."""
+    others = pl.Series([f"junk_{i}" for i in range(100_000)], dtype=pl.Categorical)
+    names = [f"late_{n}" for n in NAMES]
+    frame = pl.DataFrame(
+        {
+            "name": pl.Series(names * 50, dtype=pl.Categorical),
+            "cat": pl.Series(["kernel"] * len(names) * 50, dtype=pl.Categorical),
+        }
+    )
+    assert int(frame["name"].to_physical().min()) >= 100_000
+    fam = family_codes(frame, rules)
+    expect = [rules.family_of(n, "kernel") for n in names * 50]
+    assert [fam.names[c] for c in fam.codes.tolist()] == expect
+    assert others.len() == 100_000  # held to here, so its codes stay taken

@@ -250,8 +250,12 @@ def family_codes(
     pair_code = np.array(
         [code_of[f] for f in fams], dtype=np.uint8 if len(names) <= 256 else np.uint16
     )
-    # each kernel's pair: by name code, and by (name, category) only where a name has two
+    # each kernel's pair: by name code, and by (name, category) only where a name has two;
+    # the codes are the process's (they grow with every trace it loads), so the tables span
+    # only this frame's range of them
     index = np.uint16 if first.size <= 1 << 16 else np.uint32
+    low = int(name.min())
+    name = name - np.uint32(low)
     pair_name, pair_cat = name[first], cat[first]
     by_name = np.zeros(int(name.max()) + 1, dtype=index)
     by_name[pair_name] = np.arange(first.size, dtype=index)
