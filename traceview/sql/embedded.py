@@ -14,8 +14,9 @@ It mirrors how Perfetto's trace processor imports a Kineto JSON trace (see
   slice enclosing the ``f`` event), ``counter`` / ``counter_track`` /
   ``process_counter_track`` (``"<name> <key>"``).
 
-Known differences: overlapping events on one thread that do not nest stay on their track
-(Perfetto moves them to another track); string pids/tids are NULL (Perfetto makes up ids).
+Events on one thread that overlap without nesting spill to overflow tracks of the thread,
+as in Perfetto (see :func:`_nesting`). Known difference: string pids/tids are NULL
+(Perfetto makes up ids); docs/sql.md lists the rest.
 """
 
 from __future__ import annotations
