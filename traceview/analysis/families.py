@@ -165,6 +165,11 @@ def load_rules(preset: str = "default", rules_file: str | Path | None = None) ->
 SHAPE_DECIDES = ("sampling", OTHER)
 
 
+def under(family: str, families: tuple[str, ...]) -> bool:
+    """``family`` is one of ``families`` or below one of them (``a`` holds ``a.b``)."""
+    return any(family == f or family.startswith(f + ".") for f in families)
+
+
 @dataclass(frozen=True, slots=True)
 class FamilyCodes:
     """Each kernel's family as a small integer: ``codes[i]`` indexes ``names`` (sorted).
@@ -191,8 +196,8 @@ class FamilyCodes:
         return pl.Series(name, self.names, dtype=self.dtype).gather(index)
 
     def within(self, families: tuple[str, ...]) -> list[str]:
-        """The families named in ``families`` or below one of them (``a`` holds ``a.b``)."""
-        return [n for n in self.names if any(n == f or n.startswith(f + ".") for f in families)]
+        """The families named in ``families`` or below one of them (:func:`under`)."""
+        return [n for n in self.names if under(n, families)]
 
     def mask(self, families: tuple[str, ...]) -> np.ndarray:
         """Per kernel: its family is one of ``families`` or below one of them."""
@@ -279,11 +284,10 @@ def classify(
 
 
 def family_is(family: pl.Series, *families: str) -> pl.Series:
-    """Per kernel: its family (String or Enum) is one of ``families`` or below one of them
-    (``a`` holds ``a.b``); the test runs on the distinct families only."""
+    """Per kernel: its family (String or Enum) is :func:`under` ``families``; the test runs
+    on the distinct families only."""
     present = [str(f) for f in family.unique().drop_nulls().to_list()]
-    members = [n for n in present if any(n == f or n.startswith(f + ".") for f in families)]
-    return family.is_in(members).fill_null(False)
+    return family.is_in([n for n in present if under(n, families)]).fill_null(False)
 
 
 def distinct_names(frame: pl.DataFrame) -> list[str]:
