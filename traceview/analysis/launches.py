@@ -10,6 +10,15 @@ import polars as pl
 from traceview.model import Trace
 
 
+def range_holding(ts: np.ndarray, a0: np.ndarray, a1: np.ndarray) -> np.ndarray:
+    """For each time in ``ts``: the last range of ``[a0, a1)`` (sorted by ``a0``) starting
+    at or before it, if it has not ended by then; -1 where there is none (int32)."""
+    at = np.searchsorted(a0, ts, side="right") - 1
+    inside = at >= 0
+    inside[inside] = ts[inside] < a1[at[inside]]
+    return np.where(inside, at, -1).astype(np.int32)
+
+
 def launches_within(trace: Trace, ranges: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The launches that lie inside one of ``ranges`` (``pid``, ``tid``, ``a0``, ``a1``, ns)
     on their own thread: their correlation ids and the row of ``ranges`` each falls in.
@@ -38,10 +47,8 @@ def launches_within(trace: Trace, ranges: pl.DataFrame) -> tuple[np.ndarray, np.
         ts = launches["ts_ns"].to_numpy()
         corr = launches["correlation"].to_numpy().astype(np.int64, copy=False)
         del launches
-        a0, a1 = spans["a0"].to_numpy(), spans["a1"].to_numpy()
-        at = np.searchsorted(a0, ts, side="right") - 1
+        at = range_holding(ts, spans["a0"].to_numpy(), spans["a1"].to_numpy())
         inside = at >= 0
-        inside[inside] = ts[inside] < a1[at[inside]]
         del ts
         if not inside.all():
             corr, at = corr[inside], at[inside]

@@ -27,7 +27,7 @@ import polars as pl
 from traceview.analysis.annotations import STEP_ANNOTATION, record
 from traceview.analysis.families import FamilyCodes
 from traceview.analysis.intervals import I64, Union
-from traceview.analysis.launches import launches_within
+from traceview.analysis.launches import launches_within, range_holding
 from traceview.model import Trace
 
 PERIODIC_MIN_SCORE = 0.8  # share of chosen boundaries that must beat their neighbourhood
@@ -388,15 +388,6 @@ def _clusters(spans: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     )
 
 
-def _within(ts: I64, a0: I64, a1: I64) -> np.ndarray:
-    """For each time in ``ts``: the last range of ``[a0, a1)`` (sorted by ``a0``) starting
-    at or before it, if it has not ended; -1 where there is none (int32)."""
-    at = np.searchsorted(a0, ts, side="right") - 1
-    inside = at >= 0
-    inside[inside] = ts[inside] < a1[at[inside]]
-    return np.where(inside, at, -1).astype(np.int32)
-
-
 def _launched_in(trace: Trace, k: DeviceKernels, cpu: pl.DataFrame) -> np.ndarray:
     """Per kernel, the CPU step cluster (``cpu``: ``cid``, ``pid``, ``tid``, ``a0``,
     ``a1``) its launch lies inside on the launching thread (:func:`launches_within`), by
@@ -453,7 +444,7 @@ def _annotation_groups(
     gpu = ann.filter((pl.col("kind") == "gpu_user_annotation") & (pl.col("pid") == device))
     if gpu.height:
         clusters = _clusters(gpu.drop("kind", "pid", "tid"), [])
-        held = _within(k.ts, clusters["a0"].to_numpy(), clusters["a1"].to_numpy())
+        held = range_holding(k.ts, clusters["a0"].to_numpy(), clusters["a1"].to_numpy())
     else:
         clusters = _clusters(
             ann.filter(pl.col("kind") == "user_annotation").drop("kind"), ["pid", "tid"]
@@ -468,7 +459,7 @@ def _annotation_groups(
                 if pid is None:
                     continue
                 mine = np.flatnonzero(pids == pid)
-                at = _within(k.ts[mine], spans["a0"].to_numpy(), spans["a1"].to_numpy())
+                at = range_holding(k.ts[mine], spans["a0"].to_numpy(), spans["a1"].to_numpy())
                 held[mine[at >= 0]] = spans["cid"].to_numpy()[at[at >= 0]]
     if not (held >= 0).any():
         return None
