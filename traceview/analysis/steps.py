@@ -37,7 +37,7 @@ from traceview.analysis.annotations import (
     stated_prompt_work,
 )
 from traceview.analysis.document import Activity, StepFinding
-from traceview.analysis.families import Rules, distinct_names, family_codes, load_rules
+from traceview.analysis.families import Rules, family_codes, load_rules
 from traceview.analysis.intervals import I64, Union, union
 from traceview.analysis.shapes import shape_families, shape_tokens
 from traceview.analysis.step_candidates import (
@@ -149,10 +149,10 @@ def prefill_only(rules: Rules, k: DeviceKernels) -> np.ndarray:
     """Per kernel: it means prompt work, being of a ``prefill_family`` family or matching
     a ``prefill`` pattern (attention kernels that never run decode)."""
     mask = k.family.mask(rules.prefill_family)
-    if rules.prefill:
-        names = [n for n in distinct_names(k.frame) if rules.matches_any(n, rules.prefill)]
-        if names:
-            mask |= k.frame["name"].is_in(names).fill_null(False).to_numpy()
+    if rules.prefill:  # matched once per distinct (name, cat), then looked up per kernel
+        names = k.family.pairs["name"].to_list()
+        by_pair = [n is not None and rules.matches_any(str(n), rules.prefill) for n in names]
+        mask |= np.array(by_pair, dtype=bool)[k.family.pair_of]
     return mask
 
 
