@@ -1,7 +1,7 @@
 # Everyday tasks. `make test` is what CI runs first (see .ci/run for the whole of CI).
 PY ?= .venv/bin/python
 
-.PHONY: venv test lint docs fixtures golden bench fuzz ci
+.PHONY: venv test test-all lint docs fixtures golden golden-accept bench fuzz ci
 
 venv:
 	python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]'
@@ -22,8 +22,11 @@ docs:  # regenerate docs/cli.md's option reference; the docs' examples run, ever
 fixtures:  # regenerate the planted-truth fixtures (CI fails when they are stale)
 	$(PY) -m fixtures.generate
 
-golden:  # rewrite tests/golden/ (every summary's JSON) -- only when a figure changes on purpose
-	$(PY) -m tests.golden --write
+golden:  # show every figure that would change in tests/golden/ (writes nothing)
+	$(PY) -m tests.golden
+
+golden-accept:  # ... and write it: only when a figure changes on purpose; say why in the commit
+	$(PY) -m tests.golden --accept
 
 bench:  # speed and memory, each as ratios measured in one run
 	$(PY) benchmarks/load.py --only import traceview first-open re-open

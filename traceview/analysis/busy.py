@@ -7,6 +7,7 @@ import polars as pl
 
 from traceview.analysis.document import Busy
 from traceview.analysis.intervals import Union, merge_windows, union
+from traceview.analysis.precision import sig, sig_or_none
 from traceview.model import Trace
 
 
@@ -21,7 +22,8 @@ def busy_fraction(u: Union, lo: np.ndarray, hi: np.ndarray) -> float | None:
 
 
 def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None) -> Busy:
-    """The summary's ``busy`` section (window: first kernel start to last kernel end)."""
+    """The summary's ``busy`` section (window: first kernel start to last kernel end); the
+    fractions at the document's precision (:func:`~traceview.analysis.precision.sig`)."""
     if u.starts.size == 0:
         return {
             "device": device,
@@ -40,13 +42,13 @@ def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None)
     )
     return {
         "device": device,
-        "fraction": u.length() / (w1 - w0) if w1 > w0 else None,
+        "fraction": sig(u.length() / (w1 - w0)) if w1 > w0 else None,
         "window_start_ns": w0,
         "window_end_ns": w1,
         "busy_ns": u.length(),
-        "in_gaps": busy_fraction(u, lo, hi),
-        "in_widest_gaps": busy_fraction(
-            u, widest["start_ns"].to_numpy(), widest["end_ns"].to_numpy()
+        "in_gaps": sig_or_none(busy_fraction(u, lo, hi)),
+        "in_widest_gaps": sig_or_none(
+            busy_fraction(u, widest["start_ns"].to_numpy(), widest["end_ns"].to_numpy())
         ),
     }
 

@@ -44,7 +44,8 @@ from traceview.analysis.document import (
 )
 from traceview.analysis.families import family_is, load_rules
 from traceview.analysis.intervals import union
-from traceview.analysis.stats import percentiles
+from traceview.analysis.precision import sig_or_none
+from traceview.analysis.stats import mean, percentiles
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import StepResult, ends_of, find_steps
 from traceview.analysis.summary import Summary, build
@@ -378,9 +379,7 @@ def _rank_row(r: RankResult, wait: dict[int, int | None]) -> RankRow:
         "decode_gaps_n": gaps["n"],
         "busy": doc["busy"]["fraction"],
         "compute_p50_ns": _median(per["compute_ns"].to_numpy()),
-        "collective_ns_per_step": float(per["collective_ns"].to_numpy().mean())
-        if per.height
-        else None,
+        "collective_ns_per_step": sig_or_none(mean(per["collective_ns"])),
         "collective_wait_p50_ns": wait.get(r.rank) if r.rank is not None else None,
     }
 

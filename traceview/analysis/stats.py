@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+import math
 
 import numpy as np
+import polars as pl
 
 from traceview.analysis.document import Percentiles
 
@@ -30,7 +31,13 @@ def percentiles(values: Sequence[int] | np.ndarray) -> Percentiles:
     }
 
 
-def mean(values: Any) -> float | None:
-    """Arithmetic mean of a Series or array (None when empty)."""
-    a = np.asarray(values.to_numpy() if hasattr(values, "to_numpy") else values, dtype=np.float64)
-    return float(a.mean()) if a.size else None
+def mean(values: pl.Series | np.ndarray) -> float | None:
+    """Arithmetic mean of a Series or array of integers (None when empty): the exact integer
+    sum divided once, so the result is the correctly rounded mean on every machine (a float
+    reduction's order, and so its last digit, depends on the CPU's SIMD width)."""
+    a = values.to_numpy() if isinstance(values, pl.Series) else np.asarray(values)
+    if a.size == 0:
+        return None
+    if a.dtype.kind in "iub":
+        return sum(int(v) for v in a.tolist()) / a.size
+    return math.fsum(a.tolist()) / a.size

@@ -25,6 +25,7 @@ from traceview.analysis.document import (
 )
 from traceview.analysis.families import Rules, family_rows, load_rules
 from traceview.analysis.gaps import gap_table, summarize_gaps
+from traceview.analysis.precision import line_ends, sig, sig_or_none
 from traceview.analysis.stats import mean, percentiles
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import StepResult, describe, find_steps
@@ -205,15 +206,20 @@ def build(rules: Rules, result: StepResult) -> Summary:
 
 
 def _family_rows(table: pl.DataFrame) -> list[FamilyRow]:
-    """The family table's rows, typed (its columns are FamilyRow's, checked by the tests)."""
-    return cast(list[FamilyRow], table.to_dicts())
+    """The family table's rows, typed (its columns are FamilyRow's, checked by the tests),
+    with the mean and share at the document's precision."""
+    rows = cast(list[FamilyRow], table.to_dicts())
+    for row in rows:
+        row["mean_ns"], row["share"] = sig(row["mean_ns"]), sig(row["share"])
+    return rows
 
 
 def prefill_growth(table: pl.DataFrame, phases: list[Phase]) -> list[PrefillGrowth]:
     """Per mixed phase of at least 3 steps: how prompt work per step grows from its first
     chunk to its last, read off a least-squares line through the steps' prompt work (a
     healthy chunked prefill is flat; re-feeding the prompt from token 0 grows linearly, and
-    the total work quadratically).
+    the total work quadratically). The line is fitted exactly (:func:`line_ends`) and the
+    ratio rounded to the document's precision, so it is the same on every machine.
 
     Prompt work is the engine's own count of context tokens where every step of the phase
     states it (``measure: prompt_tokens``), else the prefill-only kernel time
@@ -226,14 +232,12 @@ def prefill_growth(table: pl.DataFrame, phases: list[Phase]) -> list[PrefillGrow
         tokens = steps["context_tokens"]
         measure: GrowthMeasure
         if tokens.null_count() == 0 and int(tokens.sum()) > 0:
-            measure, y = "prompt_tokens", tokens.to_numpy().astype(np.float64)
+            measure, y = "prompt_tokens", tokens.to_numpy().astype(np.int64)
         elif int(steps["prefill_ns"].sum()) > 0:
-            measure, y = "prefill_ns", steps["prefill_ns"].to_numpy().astype(np.float64)
+            measure, y = "prefill_ns", steps["prefill_ns"].to_numpy().astype(np.int64)
         else:
             continue
-        x = np.arange(y.size, dtype=np.float64)
-        slope, intercept = np.polyfit(x, y, 1)
-        first, last = float(intercept), float(intercept + slope * (y.size - 1))
+        first, last = line_ends(y.tolist())
         out.append(
             {
                 "first_step": phase["first_step"],
@@ -244,7 +248,7 @@ def prefill_growth(table: pl.DataFrame, phases: list[Phase]) -> list[PrefillGrow
                 "last": int(y[-1]),
                 "prefill_ns_first": int(steps["prefill_ns"][0]),
                 "prefill_ns_last": int(steps["prefill_ns"][-1]),
-                "growth": last / first if first > 0 else math.inf,
+                "growth": sig(float(last / first)) if first > 0 else math.inf,
             }
         )
     return out
@@ -275,7 +279,7 @@ def work(table: pl.DataFrame, phases: list[Phase]) -> Work:
             }
         )
     return {
-        "kernels_per_step": mean(table["kernels"]),
+        "kernels_per_step": sig_or_none(mean(table["kernels"])),
         "prefill_ns": int(table["prefill_ns"].sum()),
         "prefill_kernels": int(table["prefill_kernels"].sum()),
         "prompt_tokens": _sum_or_none(table["context_tokens"]),
