@@ -43,7 +43,7 @@ def test_differences_name_each_path_and_tolerate_only_float_noise() -> None:
     new = {"a": {"b": [1, 2.6, "y"]}, "f": 0.1, "n": 0, "i": 3.0, "new": 2}
     assert differences(old, new) == [
         "$.a.b[1]: 2.5 -> 2.6",
-        "$.a.b[2]: \"x\" -> \"y\"",
+        '$.a.b[2]: "x" -> "y"',
         "$.gone: removed (was 1)",
         "$.i: 3 -> 3.0",
         "$.n: null -> 0",

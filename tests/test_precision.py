@@ -33,7 +33,7 @@ def _centred_fit_ends(y: list[int]) -> tuple[Fraction, Fraction]:
 @pytest.mark.parametrize("seed", range(30))
 def test_line_ends_are_the_exact_least_squares_line(seed: int) -> None:
     rng = random.Random(seed)
-    y = [rng.randrange(0, 10**rng.randrange(1, 13)) for _ in range(rng.randrange(2, 400))]
+    y = [rng.randrange(0, 10 ** rng.randrange(1, 13)) for _ in range(rng.randrange(2, 400))]
     assert line_ends(y) == _centred_fit_ends(y)
 
 
@@ -62,8 +62,14 @@ def test_means_are_the_exact_mean_correctly_rounded() -> None:
 
 @pytest.mark.parametrize(
     "value,expected",
-    [(0.1234567894999, 0.123456789), (2 / 3, 0.666666667), (1e-12 / 3, 3.33333333e-13),
-     (123456789012.0, 123456789000.0), (0.0, 0.0), (float("inf"), float("inf"))],
+    [
+        (0.1234567894999, 0.123456789),
+        (2 / 3, 0.666666667),
+        (1e-12 / 3, 3.33333333e-13),
+        (123456789012.0, 123456789000.0),
+        (0.0, 0.0),
+        (float("inf"), float("inf")),
+    ],
 )
 def test_sig_keeps_nine_significant_digits(value: float, expected: float) -> None:
     assert sig(value) == expected
