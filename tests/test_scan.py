@@ -183,3 +183,18 @@ def test_the_datasets_doc_examples_run(runs: Path, tmp_path: Path) -> None:
     by_run = {r["run"]: r["rank"] for r in slowest.to_dicts()}
     assert by_run[str((runs / "tp2_a").resolve())] == 1
     assert by_run[str((runs / "tp2_b").resolve())] == 0
+
+
+def test_the_datasets_doc_defines_every_column_of_every_table(runs: Path, tmp_path: Path) -> None:
+    """docs/datasets.md has a table per dataset table; each of its rows names columns in its
+    first cell. Every column the scan writes is named there (``ns_<family>`` stands for the
+    family columns)."""
+    ds = tmp_path / "ds"
+    scan([str(runs / "*")], ds, jobs=1)
+    text = (ROOT / "docs" / "datasets.md").read_text()
+    for table in ("traces", "steps", "families", "gaps", "errors"):
+        section = text.split(f"### `{table}/`")[1].split("###")[0]
+        documented = set(re.findall(r"`([a-z0-9_<>]+)`", section))
+        columns = set(_table(ds, table).columns)
+        columns = {"ns_<family>" if c.startswith("ns_") else c for c in columns}
+        assert columns <= documented, f"{table}/: undocumented {sorted(columns - documented)}"

@@ -36,11 +36,12 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from traceview.analysis.families import Rules, load_rules
+from traceview.analysis.figures import trace_figures
 from traceview.analysis.run import discover, rank_of, step_work
+from traceview.analysis.stats import median_ns
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import find_steps
 from traceview.analysis.summary import build
@@ -125,7 +126,7 @@ def scan_trace(path: str, dataset: str, options: ScanOptions) -> dict[str, Any]:
         )
         _write(out, "errors", trace_id, err)
         return {"path": path, "trace_id": trace_id, "status": "failed", "error": str(exc)}
-    rank, _ = rank_of(trace, path)
+    rank, rank_source = rank_of(trace, path)
     ids = [pl.lit(trace_id).alias("trace_id"), pl.lit(rank, dtype=pl.Int64).alias("rank")]
     work = step_work(result).select("compute_ns", "collective_ns")
     steps = pl.concat([summary.steps, work], how="horizontal")
@@ -137,11 +138,7 @@ def scan_trace(path: str, dataset: str, options: ScanOptions) -> dict[str, Any]:
     _write(out, "families", trace_id, summary.families.select(*ids, pl.all()))
     _write(out, "gaps", trace_id, summary.gaps.select(*ids, pl.all()))
     doc = summary.to_dict()
-    phases = dict.fromkeys(("decode", "mixed"))
-    for ph in doc["steps"]["phases"]:
-        if ph["cadence_p50_ns"] is not None and phases[ph["kind"]] is None:
-            phases[ph["kind"]] = ph["cadence_p50_ns"]
-    gaps = {g["population"]: g for g in doc["decode_gaps"]}
+    figures = trace_figures(doc)
     annotations = steps["annotation"].drop_nulls().unique().to_list()
     row = {
         "trace_id": trace_id,
@@ -150,23 +147,16 @@ def scan_trace(path: str, dataset: str, options: ScanOptions) -> dict[str, Any]:
         "size": stat.st_size,
         "mtime_ns": stat.st_mtime_ns,
         "rank": rank,
+        "rank_source": rank_source or None,
         "engine": _engine_of(annotations),
         "model": _model_of(trace.meta.extra),
         "gpu": doc["trace"]["gpu"],
         "format": doc["trace"]["format"],
         "kernels": doc["trace"]["kernels"],
         "span_ns": doc["trace"]["span_ns"],
-        "steps": doc["steps"]["count"],
         "step_method": doc["steps"]["method"],
-        "cadence_p50_ns": doc["steps"]["cadence"]["p50_ns"],
-        "cadence_p99_ns": doc["steps"]["cadence"]["p99_ns"],
-        "decode_cadence_p50_ns": phases["decode"],
-        "mixed_cadence_p50_ns": phases["mixed"],
-        "decode_gap_p50_ns": gaps["decode"]["p50_ns"],
-        "decode_gap_p99_ns": gaps["decode"]["p99_ns"],
-        "decode_gaps_n": gaps["decode"]["n"],
-        "busy": doc["busy"]["fraction"],
-        "compute_p50_ns": int(np.median(work["compute_ns"].to_numpy())) if work.height else None,
+        **figures,
+        "compute_p50_ns": median_ns(work["compute_ns"]),
         "collective_ns": int(work["collective_ns"].sum()),
         "prompt_tokens": doc["work"]["prompt_tokens"],
         "decode_tokens": doc["work"]["decode_tokens"],
@@ -180,14 +170,7 @@ def scan_trace(path: str, dataset: str, options: ScanOptions) -> dict[str, Any]:
                 "rank",
                 "kernels",
                 "span_ns",
-                "steps",
-                "cadence_p50_ns",
-                "cadence_p99_ns",
-                "decode_cadence_p50_ns",
-                "mixed_cadence_p50_ns",
-                "decode_gap_p50_ns",
-                "decode_gap_p99_ns",
-                "decode_gaps_n",
+                *(k for k, v in figures.items() if k != "busy"),
                 "compute_p50_ns",
                 "collective_ns",
                 "prompt_tokens",
@@ -197,7 +180,17 @@ def scan_trace(path: str, dataset: str, options: ScanOptions) -> dict[str, Any]:
             pl.Int64,
         ),
         **dict.fromkeys(
-            ["trace_id", "path", "run", "engine", "model", "gpu", "format", "step_method"],
+            [
+                "trace_id",
+                "path",
+                "run",
+                "rank_source",
+                "engine",
+                "model",
+                "gpu",
+                "format",
+                "step_method",
+            ],
             pl.String,
         ),
         "busy": pl.Float64,

@@ -17,9 +17,9 @@ from typing import Any
 
 import polars as pl
 
-from traceview.analysis.document import QUANTILES, Percentiles
+from traceview.analysis.document import QUANTILES
 from traceview.analysis.run import RunSummary
-from traceview.analysis.stats import mean, percentiles
+from traceview.analysis.stats import mean
 from traceview.analysis.summary import Summary
 from traceview.errors import CheckError
 from traceview.units import NS_PER, read_quantity
@@ -41,13 +41,6 @@ class Metric:
     n: int | None = None
 
 
-def _kind_cadence(summary: Summary, kind: str) -> Percentiles:
-    """Cadence over the intervals inside every phase of one kind (crossings excluded)."""
-    t = summary.steps
-    inside = t.filter((pl.col("kind") == kind) & (pl.col("phase") == pl.col("phase").shift(1)))
-    return percentiles(inside["interval_ns"].drop_nulls().to_numpy())
-
-
 def metrics(summary: Summary) -> list[Metric]:
     """The figures a diff compares, from one summary."""
     doc, t = summary.to_dict(), summary.steps
@@ -57,7 +50,7 @@ def metrics(summary: Summary) -> list[Metric]:
     for kind in ("decode", "mixed"):
         steps_of = t.filter(pl.col("kind") == kind)
         out.append(Metric("steps", f"{kind} steps", steps_of.height, None, "count"))
-        cad = _kind_cadence(summary, kind)
+        cad = doc["steps"]["cadence_by_kind"][kind]
         for q in QUANTILES:
             out.append(Metric("cadence", f"{kind} {q[:-3]}", cad[q], "lower", "ns", cad["n"]))
         if steps_of.height:

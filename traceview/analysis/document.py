@@ -87,6 +87,7 @@ class StepFacts(StepFinding):
 
     count: int
     cadence: Percentiles
+    cadence_by_kind: dict[str, Percentiles]  # decode, mixed: inside phases of that kind
     phases: list[Phase]
 
 
@@ -181,10 +182,16 @@ class RankRow(TypedDict):
     steps: int
     cadence_p50_ns: int | None
     cadence_p99_ns: int | None
-    cadence_by_phase: dict[str, PhaseCadence]  # decode, mixed
+    cadence_by_phase: dict[str, PhaseCadence]  # decode, mixed (= summary cadence_by_kind)
+    decode_cadence_n: int
+    decode_cadence_p50_ns: int | None
+    decode_cadence_p99_ns: int | None
+    mixed_cadence_n: int
+    mixed_cadence_p50_ns: int | None
+    mixed_cadence_p99_ns: int | None
+    decode_gaps_n: int  # the decode population, as everywhere
     decode_gap_p50_ns: int | None
     decode_gap_p99_ns: int | None
-    decode_gaps_n: int
     busy: float | None
     compute_p50_ns: int | None
     collective_ns_per_step: float | None

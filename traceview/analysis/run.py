@@ -43,9 +43,10 @@ from traceview.analysis.document import (
     Straggler,
 )
 from traceview.analysis.families import family_is, load_rules
+from traceview.analysis.figures import trace_figures
 from traceview.analysis.intervals import union
 from traceview.analysis.precision import sig_or_none
-from traceview.analysis.stats import mean, percentiles
+from traceview.analysis.stats import mean, median_ns, percentiles
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import StepResult, ends_of, find_steps
 from traceview.analysis.summary import Summary, build
@@ -315,10 +316,6 @@ def _alignment(ranks: list[RankResult]) -> tuple[AlignMethod, pl.DataFrame, list
     return method, aligned, warnings
 
 
-def _median(values: np.ndarray) -> int | None:
-    return int(np.rint(np.median(values))) if values.size else None
-
-
 @dataclass
 class CrossRank:
     """Across the aligned steps: compute skew, the straggler, each rank's collective wait."""
@@ -347,38 +344,27 @@ def cross_rank(aligned: pl.DataFrame, ranks: list[int]) -> CrossRank:
     straggler: Straggler = {
         "rank": ranks[best],
         "steps_slowest": int(slowest[best]),
-        "excess_p50_ns": _median(excess[best]),
+        "excess_p50_ns": median_ns(excess[best]),
     }
-    wait = {ranks[i]: _median(w[:, i] - w.min(axis=1)) for i in range(len(ranks))}
+    wait = {ranks[i]: median_ns(w[:, i] - w.min(axis=1)) for i in range(len(ranks))}
     return CrossRank(skew, straggler, wait)
 
 
 def _rank_row(r: RankResult, wait: dict[int, int | None]) -> RankRow:
     assert r.summary is not None and r.per_step is not None
     doc = r.summary.to_dict()
-    phases: dict[str, PhaseCadence] = {}
-    for kind in ("decode", "mixed"):
-        steps = r.summary.steps
-        inside = steps.filter(
-            (pl.col("kind") == kind) & (pl.col("phase") == pl.col("phase").shift(1))
-        )
-        stats = percentiles(inside["interval_ns"].drop_nulls().to_numpy())
-        phases[kind] = {"n": stats["n"], "p50_ns": stats["p50_ns"], "p99_ns": stats["p99_ns"]}
-    gaps = doc["decode_gaps"][0]
+    phases: dict[str, PhaseCadence] = {
+        kind: {"n": c["n"], "p50_ns": c["p50_ns"], "p99_ns": c["p99_ns"]}
+        for kind, c in doc["steps"]["cadence_by_kind"].items()
+    }
     per = r.per_step
     return {
         "rank": r.rank,
         "rank_source": r.rank_source,
         "path": r.path,
-        "steps": doc["steps"]["count"],
-        "cadence_p50_ns": doc["steps"]["cadence"]["p50_ns"],
-        "cadence_p99_ns": doc["steps"]["cadence"]["p99_ns"],
+        **trace_figures(doc),
         "cadence_by_phase": phases,
-        "decode_gap_p50_ns": gaps["p50_ns"],
-        "decode_gap_p99_ns": gaps["p99_ns"],
-        "decode_gaps_n": gaps["n"],
-        "busy": doc["busy"]["fraction"],
-        "compute_p50_ns": _median(per["compute_ns"].to_numpy()),
+        "compute_p50_ns": median_ns(per["compute_ns"].to_numpy()),
         "collective_ns_per_step": sig_or_none(mean(per["collective_ns"])),
         "collective_wait_p50_ns": wait.get(r.rank) if r.rank is not None else None,
     }

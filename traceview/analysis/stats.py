@@ -41,3 +41,10 @@ def mean(values: pl.Series | np.ndarray) -> float | None:
     if a.dtype.kind in "iub":
         return sum(int(v) for v in a.tolist()) / a.size
     return math.fsum(a.tolist()) / a.size
+
+
+def median_ns(values: pl.Series | np.ndarray) -> int | None:
+    """The median of integer ns values, rounded to the nearest ns (half to even); None when
+    empty. The one median behind every ``*_p50_ns`` that is not a percentile row."""
+    a = values.to_numpy() if isinstance(values, pl.Series) else np.asarray(values)
+    return int(np.rint(np.median(a))) if a.size else None

@@ -24,6 +24,7 @@ from traceview.analysis.document import (
     Work,
 )
 from traceview.analysis.families import Rules, family_rows, load_rules
+from traceview.analysis.figures import KINDS, kind_cadence
 from traceview.analysis.gaps import gap_table, summarize_gaps
 from traceview.analysis.precision import line_ends, sig, sig_or_none
 from traceview.analysis.stats import mean, percentiles
@@ -172,6 +173,7 @@ def build(rules: Rules, result: StepResult) -> Summary:
         **describe(result),
         "count": table.height,
         "cadence": cadence,
+        "cadence_by_kind": {kind: kind_cadence(table, kind) for kind in KINDS},
         "phases": phases,
     }
     doc: SummaryDocument = {

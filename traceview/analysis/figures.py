@@ -1,0 +1,80 @@
+"""The per-trace figures that several documents share, computed once.
+
+A run document's rank row, a scan dataset's ``traces/`` row and a diff all report a trace's
+step count, cadence, per-kind cadence, decode gaps and busy fraction under the same names;
+each name means one population everywhere (docs/datasets.md lists them and the summary field
+each equals):
+
+- ``cadence_*``: every step-to-step interval (the summary's ``steps.cadence``);
+- ``decode_cadence_*`` / ``mixed_cadence_*``: the intervals inside every phase of that kind,
+  the intervals that cross a phase boundary excluded (the summary's
+  ``steps.cadence_by_kind``);
+- ``decode_gap_*``, ``decode_gaps_n``: the ``decode`` population of decode gaps (the
+  summary's ``decode_gaps`` row whose population is ``decode``); the ``all`` population is
+  always named ``all``;
+- ``busy``: the busy fraction over the device's active window (``busy.fraction``).
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+import polars as pl
+
+from traceview.analysis.document import GapStats, Percentiles, SummaryDocument
+from traceview.analysis.stats import percentiles
+
+KINDS = ("decode", "mixed")  # the step kinds with a cadence of their own
+
+
+def kind_cadence(steps: pl.DataFrame, kind: str) -> Percentiles:
+    """Cadence over the intervals inside every phase of one kind: a step's interval counts
+    when the step before it is in the same phase (so a phase's first interval, which crosses
+    from the previous phase, is left out)."""
+    inside = steps.filter((pl.col("kind") == kind) & (pl.col("phase") == pl.col("phase").shift(1)))
+    return percentiles(inside["interval_ns"].drop_nulls().to_numpy())
+
+
+def gap_population(doc: SummaryDocument, population: str) -> GapStats:
+    """The summary's decode-gap row of one population (``all``, ``decode`` or ``mixed``)."""
+    return next(g for g in doc["decode_gaps"] if g["population"] == population)
+
+
+class TraceFigures(TypedDict):
+    """The figures shared by the run document's rank rows and the scan's ``traces/`` rows."""
+
+    steps: int
+    cadence_p50_ns: int | None
+    cadence_p99_ns: int | None
+    decode_cadence_n: int
+    decode_cadence_p50_ns: int | None
+    decode_cadence_p99_ns: int | None
+    mixed_cadence_n: int
+    mixed_cadence_p50_ns: int | None
+    mixed_cadence_p99_ns: int | None
+    decode_gaps_n: int
+    decode_gap_p50_ns: int | None
+    decode_gap_p99_ns: int | None
+    busy: float | None
+
+
+def trace_figures(doc: SummaryDocument) -> TraceFigures:
+    """A summary's shared figures (see the module doc for each name's population)."""
+    steps = doc["steps"]
+    by_kind = steps["cadence_by_kind"]
+    gaps = gap_population(doc, "decode")
+    return {
+        "steps": steps["count"],
+        "cadence_p50_ns": steps["cadence"]["p50_ns"],
+        "cadence_p99_ns": steps["cadence"]["p99_ns"],
+        "decode_cadence_n": by_kind["decode"]["n"],
+        "decode_cadence_p50_ns": by_kind["decode"]["p50_ns"],
+        "decode_cadence_p99_ns": by_kind["decode"]["p99_ns"],
+        "mixed_cadence_n": by_kind["mixed"]["n"],
+        "mixed_cadence_p50_ns": by_kind["mixed"]["p50_ns"],
+        "mixed_cadence_p99_ns": by_kind["mixed"]["p99_ns"],
+        "decode_gaps_n": gaps["n"],
+        "decode_gap_p50_ns": gaps["p50_ns"],
+        "decode_gap_p99_ns": gaps["p99_ns"],
+        "busy": doc["busy"]["fraction"],
+    }
