@@ -16,6 +16,9 @@ if str(ROOT) not in sys.path:
 os.environ.setdefault("TRACEVIEW_CACHE_DIR", tempfile.mkdtemp(prefix="traceview-test-cache-"))
 
 GENERATED = ROOT / "fixtures" / "generated"
+# a document's floats carry 9 significant digits (traceview.analysis.precision): a figure
+# equals its planted truth when it is within half a unit of the 9th digit
+DOC_REL = 5e-9
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
 SCENARIO_NAMES = sorted(p.name.removesuffix(".json.gz") for p in GENERATED.glob("*.json.gz"))
 
@@ -24,6 +27,24 @@ def real_traces() -> list[Path]:
     if not SHARED_TRACES.is_dir():
         return []
     return sorted(SHARED_TRACES.rglob("*.json.gz"))
+
+
+# The default run (the README's test command) sweeps the shared traces up to this size; the
+# larger ones are marked slow and run in CI (`pytest -m slow`, .ci/run). Every shared trace
+# is still summarized in the default run, by tests/test_golden.py.
+SAMPLE_BYTES = 40_000
+
+
+def trace_params(paths: list[Path], fixture_sample: set[str] | None = None) -> list[object]:
+    """``paths`` as pytest params named by file; marked ``slow``: the shared traces over
+    SAMPLE_BYTES and, where ``fixture_sample`` names the fixtures to keep, the others."""
+
+    def slow(p: Path) -> bool:
+        if p.is_relative_to(SHARED_TRACES):
+            return p.stat().st_size > SAMPLE_BYTES
+        return fixture_sample is not None and p.name not in fixture_sample
+
+    return [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if slow(p) else []) for p in paths]
 
 
 def truth(name: str) -> dict:

@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from conftest import GENERATED, SCENARIO_NAMES, real_traces
+from conftest import GENERATED, SCENARIO_NAMES, real_traces, trace_params
 
 import traceview as tv
 from traceview.annotate import annotate
@@ -35,7 +35,7 @@ def _overlay(path: Path, device: int) -> pl.DataFrame:
     )
 
 
-@pytest.mark.parametrize("source", TRACES, ids=[p.name for p in TRACES])
+@pytest.mark.parametrize("source", trace_params(TRACES))
 def test_an_annotated_trace_keeps_the_original_and_summarizes_the_same(
     source: Path, tmp_path: Path
 ) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import real_traces
+from conftest import real_traces, trace_params
 
 import traceview as tv
 
@@ -100,7 +100,7 @@ def engine_steps(path: Path, device: int) -> list[list[str]] | None:
     return [names for _, names in sorted(steps_with_time, key=lambda s: s[0])]
 
 
-@pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
+@pytest.mark.parametrize("path", trace_params(TRACES))
 def test_steps_and_kinds_equal_the_engines_record(path: Path) -> None:
     summary = tv.summarize(tv.load(path))
     expected = engine_steps(path, summary.to_dict()["trace"]["device"])
@@ -120,7 +120,7 @@ def test_steps_and_kinds_equal_the_engines_record(path: Path) -> None:
             assert row["kind_source"] == "annotation"
 
 
-@pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
+@pytest.mark.parametrize("path", trace_params(TRACES))
 def test_tokens_from_record_shapes_equal_the_engines_count(path: Path) -> None:
     """Where a step's attention ops were recorded with their shapes and the engine's
     annotation states its tokens, the two agree: query tokens = context + generation."""

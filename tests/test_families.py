@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from conftest import GENERATED, SHARED_TRACES, truth
+from conftest import GENERATED, SHARED_TRACES, trace_params, truth
 
 import traceview as tv
 from traceview.analysis.families import RulesError, load_rules, presets
@@ -414,7 +414,7 @@ INFERENCE_TRACES = sorted(SHARED_TRACES.glob("tracelens/*.json.gz"))
 
 
 @pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is not present")
-@pytest.mark.parametrize("path", INFERENCE_TRACES, ids=[p.name for p in INFERENCE_TRACES])
+@pytest.mark.parametrize("path", trace_params(INFERENCE_TRACES))
 def test_other_holds_at_most_5_percent_of_inference_kernel_time(path: Path) -> None:
     fam = tv.families(tv.load(path), roll_up=True)
     other = fam.filter(pl.col("family") == "other")["share"].sum()

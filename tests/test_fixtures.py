@@ -5,11 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from conftest import GENERATED, ROOT, truth
 
 from fixtures.engine import SCENARIOS
 
 
+@pytest.mark.slow  # CI also runs python -m fixtures.generate --check
 def test_committed_fixtures_are_up_to_date() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "fixtures.generate", "--check"],

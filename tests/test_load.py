@@ -45,7 +45,10 @@ def test_schema_and_dtypes() -> None:
     assert trace.flows.filter(pl.col("phase") == "s").height == trace.kernels.height
 
 
-@pytest.mark.parametrize("block", [2_048, 65_536], ids=["2KB", "64KB"])
+@pytest.mark.parametrize(
+    "block",
+    [pytest.param(2_048, id="2KB", marks=pytest.mark.slow), pytest.param(65_536, id="64KB")],
+)
 def test_block_size_does_not_change_result(block: int) -> None:
     path = GENERATED / "hybrid_tight.json.gz"
     whole = tv.load(path)
@@ -213,7 +216,9 @@ def test_old_kineto_categories_are_device_activity() -> None:
 def test_progress_callback_reports_the_file_read() -> None:
     path = GENERATED / "hybrid_chunked.json.gz"
     seen: list[tuple[int, int]] = []
-    tv.load(path, options=LoadOptions(block_bytes=4096, progress=lambda d, t: seen.append((d, t))))
+    tv.load(
+        path, options=LoadOptions(block_bytes=65_536, progress=lambda d, t: seen.append((d, t)))
+    )
     assert seen and all(t == path.stat().st_size for _, t in seen)
     done = [d for d, _ in seen]
     assert done == sorted(done) and done[-1] == path.stat().st_size

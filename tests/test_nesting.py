@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from conftest import GENERATED, real_traces
+from conftest import GENERATED, real_traces, trace_params
 
 import traceview as tv
 from traceview.load import LoadOptions
@@ -129,12 +129,13 @@ def _rows(db: Database) -> list[tuple]:
 
 @pytest.mark.parametrize(
     "path",
-    [
-        *real_traces(),
-        GENERATED / "hybrid_chunked.json.gz",
-        GENERATED / "dense_vllm_detailed.json.gz",
-    ],
-    ids=lambda p: p.name,
+    trace_params(
+        [
+            *real_traces(),
+            GENERATED / "hybrid_chunked.json.gz",
+            GENERATED / "dense_vllm_detailed.json.gz",
+        ]
+    ),
 )
 def test_whole_traces_nest_as_the_tracker_does(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every track nested in arrays where its runs allow, against the tracker over each

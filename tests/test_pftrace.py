@@ -16,7 +16,18 @@ from fixtures.pftrace import to_pftrace
 from traceview.cli import cli
 
 
-@pytest.mark.parametrize("sc", SCENARIOS, ids=[s.name for s in SCENARIOS])
+# two scenarios by default (one gzipped protobuf); CI runs every one (pytest -m slow)
+@pytest.mark.parametrize(
+    "sc",
+    [
+        pytest.param(
+            s,
+            id=s.name,
+            marks=[] if s.name in ("dense_sglang", "hybrid_tight") else [pytest.mark.slow],
+        )
+        for s in SCENARIOS
+    ],
+)
 def test_same_events_summarize_identically(tmp_path: Path, sc) -> None:  # type: ignore[no-untyped-def]
     tb, _plan = build(sc)
     json_path = tb.write(tmp_path / "t.json.gz")

@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from conftest import real_traces
+from conftest import real_traces, trace_params
 
 import traceview as tv
 from traceview.cli import cli
@@ -52,7 +52,7 @@ def raw_counts(path: Path) -> dict[str, int]:
     return c
 
 
-@pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
+@pytest.mark.parametrize("path", trace_params(TRACES))
 def test_real_trace_loads_with_exact_counts(path: Path) -> None:
     raw = raw_counts(path)
     trace = tv.load(path)
@@ -72,7 +72,7 @@ def test_real_trace_loads_with_exact_counts(path: Path) -> None:
         assert trace.kernels.filter(pl.col("dur_ns") < 0).height == 0
 
 
-@pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
+@pytest.mark.parametrize("path", trace_params(TRACES))
 def test_real_trace_info_command(path: Path) -> None:
     result = CliRunner().invoke(cli, ["info", str(path), "--json"])
     assert result.exit_code == 0, result.stderr

@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from conftest import SHARED_TRACES
+from conftest import DOC_REL, SHARED_TRACES
 
 import traceview as tv
 from fixtures.build import TraceBuilder
@@ -237,7 +237,7 @@ def test_the_real_8_rank_directory() -> None:
     for row, summary in zip(doc["ranks"], doc["summaries"], strict=True):
         count, busy = _independent_busy(Path(row["path"]))
         assert summary["trace"]["kernels"] == count
-        assert row["busy"] == pytest.approx(busy, abs=1e-12)
+        assert row["busy"] == pytest.approx(busy, rel=DOC_REL)
     assert doc["straggler"] is not None and doc["skew"]["n"] == 1
     assert tv.TraceviewError  # the public error base is what RunError derives from
     assert issubclass(RunError, tv.TraceviewError)

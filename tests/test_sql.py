@@ -12,7 +12,15 @@ import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from conftest import GENERATED, ROOT, SCENARIO_NAMES, SHARED_TRACES, real_traces, truth
+from conftest import (
+    GENERATED,
+    ROOT,
+    SCENARIO_NAMES,
+    SHARED_TRACES,
+    real_traces,
+    trace_params,
+    truth,
+)
 
 import traceview as tv
 from fixtures.truth import union_length
@@ -23,10 +31,13 @@ from traceview.sql.families_query import families_sql
 
 QUERIES = sorted(builtin_queries())
 TRACES = [GENERATED / f"{n}.json.gz" for n in SCENARIO_NAMES] + real_traces()
-IDS = [p.name for p in TRACES]
 
 
-@pytest.fixture(scope="module", params=TRACES, ids=IDS)
+# every fixture and shared trace in CI; three fixtures and the small shared traces by default
+SQL_SAMPLE = {"hybrid_chunked.json.gz", "dense_sglang.json.gz", "hybrid_vllm_old.json.gz"}
+
+
+@pytest.fixture(scope="module", params=trace_params(TRACES, fixture_sample=SQL_SAMPLE))
 def loaded(request: pytest.FixtureRequest) -> tv.Trace:
     return tv.load(request.param, options=LoadOptions(raw_args=True))
 
