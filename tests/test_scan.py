@@ -151,6 +151,7 @@ def _assert_same_dataset(a: Path, b: Path) -> None:
         assert rows_a.equals(rows_b), table
 
 
+@pytest.mark.slow
 def test_ray_writes_the_same_rows(runs: Path, tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     local, remote = tmp_path / "local", tmp_path / "ray"
