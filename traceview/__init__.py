@@ -1,11 +1,14 @@
 """traceview: answers from GPU profiler traces of LLM inference engines."""
 
+from importlib.metadata import version as _version
+
 from traceview import capture, plot
 from traceview.analysis.busy import busy
-from traceview.analysis.compare import CheckResult, Diff, check, diff
+from traceview.analysis.compare import Bounds, CheckResult, Diff, check, diff
 from traceview.analysis.families import families, kernels, load_rules
 from traceview.analysis.gaps import decode_gaps
 from traceview.analysis.run import RunOptions, RunSummary, summarize_run
+from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import steps
 from traceview.analysis.summary import Summary, summarize
 from traceview.errors import (
@@ -29,9 +32,12 @@ from traceview.sql import run_sql
 
 sql = run_sql  # tv.sql(trace, "select ...") reads as the issue's examples do
 
-__version__ = "0.1.0"
+__version__ = _version("traceview")  # pyproject.toml is the one place it is written
 
 __all__ = [
+    "__version__",
+    "Bounds",
+    "StepOptions",
     "CheckResult",
     "Diff",
     "check",

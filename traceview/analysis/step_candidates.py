@@ -56,6 +56,25 @@ class StepOptions:
     device: int | None = None
 
 
+def with_shortcuts(
+    options: StepOptions | None,
+    *,
+    method: str | None = None,
+    layers: int | None = None,
+    step_gap_ns: int | None = None,
+    device: int | None = None,
+) -> StepOptions:
+    """``options`` (default: ``StepOptions()``) with each shortcut that is given replacing its
+    field: the one way every analysis function reads how to find steps."""
+    opts = options or StepOptions()
+    return StepOptions(
+        method=opts.method if method is None else method,
+        layers=opts.layers if layers is None else layers,
+        step_gap_ns=opts.step_gap_ns if step_gap_ns is None else step_gap_ns,
+        device=opts.device if device is None else device,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceKernels:
     """The analysed device's kernels (sorted by ``ts_ns``) as arrays, each read out of the

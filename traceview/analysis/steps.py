@@ -48,6 +48,7 @@ from traceview.analysis.step_candidates import (
     choose,
     device_kernels,
     idle_candidate,
+    with_shortcuts,
 )
 from traceview.errors import UnsupportedTraceError
 from traceview.model import Trace
@@ -354,12 +355,19 @@ def steps(
     trace: Trace,
     rules: Rules | None = None,
     *,
-    method: str = "auto",
+    options: StepOptions | None = None,
+    method: str | None = None,
     layers: int | None = None,
     step_gap_ns: int | None = None,
     device: int | None = None,
 ) -> pl.DataFrame:
     """The engine steps of one device, one row per step.
+
+    Args:
+        trace: the trace.
+        rules: classification (default: the built-in preset).
+        options: how to find steps (:class:`~traceview.StepOptions`); ``method``,
+            ``layers``, ``step_gap_ns`` and ``device`` are shortcuts that replace its fields.
 
     Returns:
         DataFrame: ``index`` (Int64), ``start_ns``, ``anchor_ns``, ``end_ns`` (Int64, ns),
@@ -383,7 +391,9 @@ def steps(
     Raises:
         UnsupportedTraceError: no kernels on the device.
     """
-    opts = StepOptions(method=method, layers=layers, step_gap_ns=step_gap_ns, device=device)
+    opts = with_shortcuts(
+        options, method=method, layers=layers, step_gap_ns=step_gap_ns, device=device
+    )
     return find_steps(trace, rules, opts).table
 
 

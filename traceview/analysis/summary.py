@@ -28,7 +28,7 @@ from traceview.analysis.figures import KINDS, kind_cadence
 from traceview.analysis.gaps import gap_table, summarize_gaps
 from traceview.analysis.precision import line_ends, sig, sig_or_none
 from traceview.analysis.stats import mean, percentiles
-from traceview.analysis.step_candidates import StepOptions
+from traceview.analysis.step_candidates import StepOptions, with_shortcuts
 from traceview.analysis.steps import StepResult, describe, find_steps
 from traceview.model import Trace
 
@@ -74,7 +74,8 @@ def summarize(
     trace: Trace,
     rules: Rules | None = None,
     *,
-    steps: str = "auto",
+    options: StepOptions | None = None,
+    method: str | None = None,
     layers: int | None = None,
     step_gap_ns: int | None = None,
     device: int | None = None,
@@ -84,17 +85,17 @@ def summarize(
     Args:
         trace: the trace.
         rules: classification (default: the built-in preset).
-        steps: step method: ``auto``, ``bursts`` or ``annotations``.
-        layers: step-marker bursts per step (default: found from the trace).
-        step_gap_ns: cut steps at device-idle gaps at least this long instead.
-        device: device to analyse (default: the one with the most kernel time).
+        options: how to find steps (:class:`~traceview.StepOptions`); ``method``,
+            ``layers``, ``step_gap_ns`` and ``device`` are shortcuts that replace its fields.
 
     Raises:
         UnsupportedTraceError: the trace has no device activity and no CPU ops.
     """
     rules = rules or load_rules()
-    result = find_steps(trace, rules, StepOptions(steps, layers, step_gap_ns, device))
-    return build(rules, result)
+    opts = with_shortcuts(
+        options, method=method, layers=layers, step_gap_ns=step_gap_ns, device=device
+    )
+    return build(rules, find_steps(trace, rules, opts))
 
 
 def build(rules: Rules, result: StepResult) -> Summary:

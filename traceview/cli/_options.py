@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -14,9 +16,12 @@ from traceview.load import LoadOptions, load
 from traceview.model import Trace
 
 if TYPE_CHECKING:  # the CLI imports analysis lazily, so --help stays fast
+    from traceview.analysis.families import Rules
     from traceview.analysis.run import RunSummary
     from traceview.analysis.step_candidates import StepOptions
     from traceview.analysis.summary import Summary
+
+R = TypeVar("R")
 
 trace_argument = click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead.")
@@ -88,8 +93,49 @@ def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
-def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Classification and step options shared by the analysis commands."""
+@dataclass(frozen=True, slots=True)
+class AnalysisOptions:
+    """The classification and step options every analysis command shares, as given on the
+    command line (``--preset``, ``--rules``, ``--steps``, ``--layers``, ``--step-gap``,
+    ``--device``)."""
+
+    preset: str = "default"
+    rules: str | None = None
+    steps_method: str = "auto"
+    layers: int | None = None
+    step_gap: str | None = None
+    device: int | None = None
+
+    def step_options(self) -> StepOptions:
+        """How to find steps (``--step-gap`` read as a duration)."""
+        from traceview.analysis.step_candidates import StepOptions
+
+        return StepOptions(
+            self.steps_method,
+            self.layers,
+            parse_duration(self.step_gap, "--step-gap"),
+            self.device,
+        )
+
+    def load_rules(self) -> Rules:
+        """The classification rules: ``--rules`` before the preset's."""
+        from traceview.analysis.families import load_rules
+
+        return load_rules(self.preset, self.rules)
+
+
+_ANALYSIS_FIELDS = ("preset", "rules", "steps_method", "layers", "step_gap", "device")
+
+
+def analysis_options(func: Callable[..., R]) -> Callable[..., R]:
+    """Classification and step options shared by the analysis commands: the command gets
+    them as one ``analysis: AnalysisOptions`` argument."""
+
+    @functools.wraps(func)
+    def command(*args: Any, **kwargs: Any) -> R:
+        fields = {name: kwargs.pop(name) for name in _ANALYSIS_FIELDS}
+        return func(*args, analysis=AnalysisOptions(**fields), **kwargs)
+
     opts = [
         click.option("--device", type=int, help="Device to analyse (default: most kernel time)."),
         click.option(
@@ -120,9 +166,10 @@ def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--preset", default="default", show_default=True, help="Built-in classification preset."
         ),
     ]
+    wrapped: Callable[..., R] = command
     for opt in opts:
-        func = opt(func)
-    return func
+        wrapped = opt(wrapped)
+    return wrapped
 
 
 def parse_duration(text: str | None, what: str = "duration") -> int | None:
@@ -138,33 +185,15 @@ def parse_duration(text: str | None, what: str = "duration") -> int | None:
     return ns
 
 
-def step_options(analysis: dict[str, Any]) -> StepOptions:
-    """The StepOptions of the shared analysis options (``analysis_options``)."""
-    from traceview.analysis.step_candidates import StepOptions
-
-    return StepOptions(
-        analysis["steps_method"],
-        analysis["layers"],
-        parse_duration(analysis["step_gap"], "--step-gap"),
-        analysis["device"],
-    )
-
-
 def summarize_trace(
-    path: str, *, label: str = "", strict: bool = False, **analysis: Any
+    path: str, analysis: AnalysisOptions, *, label: str = "", strict: bool = False
 ) -> Summary:
     """Load and summarize a trace with the shared analysis options (``analysis_options``),
     printing the summary's warnings on stderr. Returns the Summary."""
-    from traceview.analysis.families import load_rules
     from traceview.analysis.summary import summarize
 
     summary = summarize(
-        load_trace(path, strict=strict),
-        load_rules(analysis["preset"], analysis["rules"]),
-        steps=analysis["steps_method"],
-        layers=analysis["layers"],
-        step_gap_ns=parse_duration(analysis["step_gap"], "--step-gap"),
-        device=analysis["device"],
+        load_trace(path, strict=strict), analysis.load_rules(), options=analysis.step_options()
     )
     for line in summary.warnings:
         stderr.print(f"[yellow]Warning:[/] {label}{line}")
@@ -199,11 +228,11 @@ def is_run(paths: tuple[str, ...] | list[str]) -> bool:
 
 def summarize_run_paths(
     paths: tuple[str, ...] | list[str],
+    analysis: AnalysisOptions,
     *,
     jobs: int | None = None,
     strict: bool = False,
     label: str = "",
-    **analysis: Any,
 ) -> RunSummary:
     """Summarize a run (directory, glob, files) with the shared analysis options: a progress
     bar over the traces on a terminal, warnings on stderr. Returns the RunSummary."""
@@ -212,9 +241,9 @@ def summarize_run_paths(
     from traceview.analysis.run import RunOptions, summarize_run
 
     options = RunOptions(
-        preset=analysis["preset"],
-        rules_file=analysis["rules"],
-        steps=step_options(analysis),
+        preset=analysis.preset,
+        rules_file=analysis.rules,
+        steps=analysis.step_options(),
         jobs=jobs or os.cpu_count() or 1,
     )
     close: Callable[[], None] = lambda: None  # noqa: E731

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
 from traceview.cli._options import (
+    AnalysisOptions,
     analysis_options,
     is_run,
     load_trace,
-    parse_duration,
     run_options,
     stderr,
 )
@@ -34,19 +33,18 @@ def annotate(
     output: str,
     jobs: int | None,
     strict: bool,
-    **analysis: Any,
+    analysis: AnalysisOptions,
 ) -> None:
     """Write a copy of the trace with traceview's findings as extra tracks for Perfetto UI
     (or another Chrome-JSON trace viewer): a "traceview" process with a slice per engine
     step (its kind, interval, tokens), per phase and per widest decode gap, and counters of
     the step interval and busy fraction. The original events are kept byte for byte. For a
     run (a directory, a glob or several traces), each rank is annotated into the -o folder."""
-    from traceview.analysis.families import load_rules
     from traceview.analysis.run import discover
     from traceview.analysis.summary import summarize
     from traceview.annotate import annotate as write_annotated
 
-    rules = load_rules(analysis["preset"], analysis["rules"])
+    rules = analysis.load_rules()
     if is_run(traces):
         folder = Path(output)
         folder.mkdir(parents=True, exist_ok=True)
@@ -60,12 +58,5 @@ def annotate(
         if trace.kernels.height == 0 and len(pairs) > 1:
             stderr.print(f"[yellow]Warning:[/] {source}: skipped: no device activity")
             continue
-        summary = summarize(
-            trace,
-            rules,
-            steps=analysis["steps_method"],
-            layers=analysis["layers"],
-            step_gap_ns=parse_duration(analysis["step_gap"], "--step-gap"),
-            device=analysis["device"],
-        )
+        summary = summarize(trace, rules, options=analysis.step_options())
         stderr.print(f"wrote {write_annotated(source, target, trace, summary)}")

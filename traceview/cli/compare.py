@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 import orjson
 
 from traceview.analysis.compare import Bounds, check, diff, load_checks, parse_value
+from traceview.analysis.run import RunSummary
+from traceview.analysis.summary import Summary
 from traceview.cli._options import (
+    AnalysisOptions,
     analysis_options,
     is_run,
     run_options,
@@ -48,7 +49,7 @@ def diff_command(
     limit: int,
     jobs: int | None,
     strict: bool,
-    **analysis: Any,
+    analysis: AnalysisOptions,
 ) -> None:
     """Compare trace B against trace A (the baseline): cadence and gap percentiles per phase
     and population, busy fractions, kernel time per family, launches and prompt work per
@@ -69,11 +70,11 @@ def diff_command(
 
 
 def _summary_or_run(
-    path: str, label: str, jobs: int | None, strict: bool, analysis: dict[str, Any]
-) -> Any:
+    path: str, label: str, jobs: int | None, strict: bool, analysis: AnalysisOptions
+) -> Summary | RunSummary:
     if is_run([path]):
-        return summarize_run_paths([path], jobs=jobs, strict=strict, label=label, **analysis)
-    return summarize_trace(path, label=label, strict=strict, **analysis)
+        return summarize_run_paths([path], analysis, jobs=jobs, strict=strict, label=label)
+    return summarize_trace(path, analysis, label=label, strict=strict)
 
 
 def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
@@ -138,7 +139,7 @@ def check_command(
     as_json: bool,
     jobs: int | None,
     strict: bool,
-    **analysis: Any,
+    analysis: AnalysisOptions,
 ) -> None:
     """Check TRACE (or a run: a directory or quoted glob of rank traces) against bounds:
     exit 0 when all hold, 1 when any fails (with a table of what failed), 2 on bad input.

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
 from traceview.cli._options import (
+    AnalysisOptions,
     analysis_options,
     is_run,
     parse_duration,
@@ -79,7 +79,7 @@ def heartbeat(
     style: str,
     jobs: int | None,
     strict: bool,
-    **analysis: Any,
+    analysis: AnalysisOptions,
 ) -> None:
     """Chart the engine's heartbeat: one tick per step at its true time and the
     step-to-step interval over time, mixed (prefill) phases shaded, each phase's median
@@ -89,13 +89,13 @@ def heartbeat(
     """
     span = parse_window(window)
     if len(traces) > 2 or (len(traces) == 1 and is_run(traces)):
-        run = summarize_run_paths(traces, jobs=jobs, strict=strict, **analysis)
+        run = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict)
         data = run_heartbeat_data(run, title=title or "")
         stderr.print(f"wrote {save_figure(run_heartbeat_figure(data, style=style), output)}")
         return
     datas = []
     for path in traces:
-        summary = summarize_trace(path, label=f"{Path(path).name}: ", strict=strict, **analysis)
+        summary = summarize_trace(path, analysis, label=f"{Path(path).name}: ", strict=strict)
         name = title if title and len(traces) == 1 else Path(path).name
         if title and len(traces) > 1:
             name = f"{title} — {Path(path).name}"
@@ -110,10 +110,10 @@ def heartbeat(
 @click.option("--title", help="Chart title.")
 @style_option
 @analysis_options
-def gaps(trace: str, output: str, title: str | None, style: str, **analysis: Any) -> None:
+def gaps(trace: str, output: str, title: str | None, style: str, analysis: AnalysisOptions) -> None:
     """Chart the decode-gap distribution per population (CDF on a log time axis, p50/p90/p99
     marked, n in the legend)."""
-    summary = summarize_trace(trace, **analysis)
+    summary = summarize_trace(trace, analysis=analysis)
     if summary.gaps.height == 0:
         raise TraceviewError(f"{trace}: no decode gaps to chart (no decode-marker kernels)")
     fig = gaps_figure(

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
-from traceview.cli._options import analysis_options, stderr, summarize_trace
+from traceview.cli._options import AnalysisOptions, analysis_options, stderr, summarize_trace
 
 
 @click.command()
@@ -17,7 +16,7 @@ from traceview.cli._options import analysis_options, stderr, summarize_trace
 )
 @click.option("--strict", is_flag=True, help="A truncated trace is an error.")
 @analysis_options
-def report(traces: tuple[str, ...], output: str, strict: bool, **analysis: Any) -> None:
+def report(traces: tuple[str, ...], output: str, strict: bool, analysis: AnalysisOptions) -> None:
     """Write one self-contained HTML page (inline SVG charts and CSS, no network) to attach
     to a pull request: the summary, the heartbeat and gap charts, the warnings and the
     summary JSON. Give two traces (before, after) for their diff and both heartbeats on
@@ -29,7 +28,7 @@ def report(traces: tuple[str, ...], output: str, strict: bool, **analysis: Any) 
     if len(traces) > 2:
         raise click.UsageError("report takes one trace, or two to compare")
     summaries = [
-        summarize_trace(p, label=f"{Path(p).name}: ", strict=strict, **analysis) for p in traces
+        summarize_trace(p, analysis, label=f"{Path(p).name}: ", strict=strict) for p in traces
     ]
     page = report_html(summaries, diff(*summaries) if len(summaries) == 2 else None)
 

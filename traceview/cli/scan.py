@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
 
 import click
 
-from traceview.cli._options import analysis_options, count_bar, stderr, step_options
+from traceview.cli._options import AnalysisOptions, analysis_options, count_bar, stderr
 
 
 @click.command()
@@ -40,7 +39,7 @@ def scan(
     engine: str,
     address: str | None,
     jobs: int | None,
-    **analysis: Any,
+    analysis: AnalysisOptions,
 ) -> None:
     """Scan traces (directories, globs, files) into a Parquet dataset of traces, steps,
     families, gaps and errors, one file per trace in each table. Traces already in the
@@ -50,7 +49,7 @@ def scan(
     from traceview.scan import scan as run_scan
 
     options = ScanOptions(
-        preset=analysis["preset"], rules_file=analysis["rules"], steps=step_options(analysis)
+        preset=analysis.preset, rules_file=analysis.rules, steps=analysis.step_options()
     )
     progress: Callable[[int, int], None] | None = None
     close: Callable[[], None] = lambda: None  # noqa: E731

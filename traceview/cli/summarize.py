@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
 import orjson
 
 from traceview.cli._options import (
+    AnalysisOptions,
     analysis_options,
     is_run,
     json_option,
@@ -31,7 +31,11 @@ traces_argument = click.argument(
 @analysis_options
 @run_options
 def summarize(
-    traces: tuple[str, ...], as_json: bool, jobs: int | None, strict: bool, **analysis: Any
+    traces: tuple[str, ...],
+    as_json: bool,
+    jobs: int | None,
+    strict: bool,
+    analysis: AnalysisOptions,
 ) -> None:
     """One screen on a trace: families, steps and cadence by phase, decode gaps, GPU busy.
 
@@ -40,13 +44,13 @@ def summarize(
     --json prints the traceview.summary/1 (or traceview.run/1) document instead.
     """
     if is_run(traces):
-        run = summarize_run_paths(traces, jobs=jobs, strict=strict, **analysis)
+        run = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict)
         if as_json:
             click.echo(orjson.dumps(run.to_dict(), option=orjson.OPT_INDENT_2).decode())
         else:
             render_run(run.to_dict())
         return
-    summary = summarize_trace(traces[0], strict=strict, **analysis)
+    summary = summarize_trace(traces[0], analysis, strict=strict)
     if as_json:
         click.echo(summary.to_json())
     else:
@@ -65,12 +69,12 @@ def steps(
     force: bool,
     jobs: int | None,
     strict: bool,
-    **analysis: Any,
+    analysis: AnalysisOptions,
 ) -> None:
     """Export the engine steps, one row per step (table, csv, json or parquet). For a run of
     rank traces, every rank's steps with ``rank`` and ``path`` columns."""
     if is_run(traces):
-        table = summarize_run_paths(traces, jobs=jobs, strict=strict, **analysis).steps
+        table = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict).steps
     else:
-        table = summarize_trace(traces[0], strict=strict, **analysis).steps
+        table = summarize_trace(traces[0], analysis, strict=strict).steps
     write_output(table, guess_format(output, fmt), output, force=force, stdout=sys.stdout.buffer)
