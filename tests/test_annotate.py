@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from conftest import GENERATED, SCENARIO_NAMES, real_traces, trace_params
 
 import traceview as tv
-from traceview.annotate import annotate
 from traceview.cli import cli
 from traceview.load.frames import OVERLAY_PID
+from traceview.render.overlay import annotate
 
 TRACES = [GENERATED / f"{n}.json.gz" for n in SCENARIO_NAMES] + real_traces()
 

@@ -15,7 +15,7 @@ import pytest
 import traceview as tv
 from tests.conftest import GENERATED, SHARED_TRACES
 from traceview.analysis.summary import Summary
-from traceview.scan import scan
+from traceview.batch.scan import scan
 
 DLRM = SHARED_TRACES / "param" / "dlrm_8rank"
 

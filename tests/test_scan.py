@@ -20,8 +20,9 @@ from conftest import GENERATED, ROOT
 
 import traceview as tv
 from fixtures.ranks import RankRun, build
+from traceview.batch.dataset import content_hash
+from traceview.batch.scan import scan
 from traceview.cli import cli
-from traceview.scan import content_hash, scan
 
 FIXTURES = ["hybrid_chunked", "dense_sglang", "hybrid_vllm_old"]
 

@@ -7,10 +7,12 @@ from traceview.analysis.busy import busy
 from traceview.analysis.compare import Bounds, CheckResult, Diff, check, diff
 from traceview.analysis.families import families, kernels, load_rules
 from traceview.analysis.gaps import decode_gaps
-from traceview.analysis.run import RunOptions, RunSummary, summarize_run
+from traceview.analysis.run import RunSummary
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import steps
 from traceview.analysis.summary import Summary, summarize
+from traceview.batch.run import RunOptions, summarize_run
+from traceview.batch.scan import ScanOptions, scan
 from traceview.errors import (
     CaptureError,
     CheckError,
@@ -27,7 +29,6 @@ from traceview.errors import (
 )
 from traceview.load import LoadOptions, load
 from traceview.model import Trace, TraceMeta
-from traceview.scan import ScanOptions, scan
 from traceview.sql import run_sql
 
 sql = run_sql  # tv.sql(trace, "select ...") reads as the examples do

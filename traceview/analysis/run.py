@@ -1,8 +1,8 @@
-"""Runs: many rank traces analysed as one (DESIGN.md, Runs; ``traceview.run/1``).
+"""Runs: many rank traces analysed as one (``traceview.run/1``; docs/design.md, docs/metrics.md).
 
-A run is a directory, a glob or a list of trace files. Each trace is loaded and summarized
-on its own, in a process pool (a worker returns the summary and a small per-step table,
-never the frames, so memory stays near one trace per worker). Then, across ranks:
+This module is the pure cross-rank computation: given each trace's summary and per-step
+work (:class:`RankResult`, made by :mod:`traceview.batch.run`, which finds the files and runs
+the process pool), :func:`assemble` builds the run. Across ranks:
 
 - **rank**: Kineto's ``distributedInfo.rank``, else the file name (``rank3``, ``tp-3``,
   ``worker3``), else the file's order;
@@ -22,12 +22,9 @@ never the frames, so memory stays near one trace per worker). Then, across ranks
 
 from __future__ import annotations
 
-import glob
 import re
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field, replace
-from multiprocessing import get_context
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,16 +39,14 @@ from traceview.analysis.document import (
     RunDocument,
     Straggler,
 )
-from traceview.analysis.families import family_is, load_rules
+from traceview.analysis.families import family_is
 from traceview.analysis.figures import trace_figures
 from traceview.analysis.intervals import union
 from traceview.analysis.precision import sig_or_none
 from traceview.analysis.stats import mean, median_ns, percentiles
-from traceview.analysis.step_candidates import StepOptions
-from traceview.analysis.steps import StepResult, ends_of, find_steps
-from traceview.analysis.summary import Summary, build
-from traceview.errors import RunError, TraceviewError
-from traceview.load import LoadOptions, load
+from traceview.analysis.steps import StepResult, ends_of
+from traceview.analysis.summary import Summary
+from traceview.errors import RunError
 from traceview.model import Trace
 
 SCHEMA = RUN_SCHEMA
@@ -61,18 +56,6 @@ _RANK_IN_NAME = (
     re.compile(r"(?:^|[^a-z])tp[-_]?(\d+)", re.IGNORECASE),
     re.compile(r"(?:^|[^a-z])worker[-_]?(\d+)", re.IGNORECASE),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class RunOptions:
-    """How to analyse each rank of a run (the options of :func:`traceview.summarize`),
-    and how many worker processes to use (``jobs``; 1 analyses in this process)."""
-
-    preset: str = "default"
-    rules_file: str | None = None
-    steps: StepOptions = field(default_factory=StepOptions)
-    jobs: int = 1
-    strict: bool = False  # a truncated trace fails (and so, with summarize_run's strict, the run)
 
 
 @dataclass
@@ -125,38 +108,6 @@ class RunSummary:
         return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
 
-def discover(paths: Sequence[str]) -> list[Path]:
-    """The trace files a run names: each directory's traces (not recursive), each glob's
-    matches (a matching directory gives its traces), each file as given; sorted, without
-    duplicates.
-
-    Raises:
-        RunError: a path that does not exist, or a run with no trace file.
-    """
-    found: list[Path] = []
-
-    def folder(p: Path) -> list[Path]:
-        return [c for c in p.iterdir() if c.is_file() and c.name.endswith(TRACE_SUFFIXES)]
-
-    for text in paths:
-        p = Path(text)
-        if p.is_dir():
-            found += folder(p)
-        elif p.is_file():
-            found.append(p)
-        elif any(ch in text for ch in "*?["):
-            for m in map(Path, glob.glob(text)):
-                found += folder(m) if m.is_dir() else [m] if m.is_file() else []
-        else:
-            raise RunError(f"{text}: no such file or directory")
-    unique = sorted(set(found), key=lambda q: str(q))
-    if not unique:
-        raise RunError(
-            f"{', '.join(paths)}: no trace files (looked for {', '.join(TRACE_SUFFIXES)})"
-        )
-    return unique
-
-
 def rank_from_name(name: str) -> int | None:
     """The rank a file name states (``…rank3…``, ``…-TP-3…``, ``worker3_…``), if any."""
     for pattern in _RANK_IN_NAME:
@@ -204,49 +155,6 @@ def step_work(result: StepResult) -> pl.DataFrame:
             "collective_ns": collective,
         }
     )
-
-
-def analyse_rank(path: str, options: RunOptions) -> RankResult:
-    """Load and summarize one trace of a run (the work of one pool task)."""
-    try:
-        trace = load(path, options=LoadOptions(strict=options.strict))
-        if trace.kernels.height == 0:
-            return RankResult(path, skipped="no device activity (a CPU-only trace)")
-        rules = load_rules(options.preset, options.rules_file)
-        result = find_steps(trace, rules, options.steps)
-        summary = build(rules, result)
-    except TraceviewError as exc:
-        return RankResult(path, error=str(exc))
-    rank, source = rank_of(trace, path)
-    return RankResult(
-        path,
-        rank=rank,
-        rank_source=source,
-        summary=summary,
-        per_step=step_work(result),
-    )
-
-
-def _analyse_all(
-    paths: list[Path], options: RunOptions, progress: Callable[[int, int], None] | None
-) -> list[RankResult]:
-    results: list[RankResult] = []
-    if options.jobs <= 1 or len(paths) == 1:
-        for i, p in enumerate(paths):
-            results.append(analyse_rank(str(p), options))
-            if progress:
-                progress(i + 1, len(paths))
-        return results
-    workers = min(options.jobs, len(paths))
-    # spawn: a forked child of a process that ran polars' thread pool can deadlock
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(analyse_rank, str(p), options) for p in paths]
-        for done, fut in enumerate(as_completed(futures), start=1):
-            results.append(fut.result())
-            if progress:
-                progress(done, len(paths))
-    order = {str(p): i for i, p in enumerate(paths)}
-    return sorted(results, key=lambda r: order[r.path])
 
 
 def _assign_ranks(results: list[RankResult]) -> None:
@@ -370,33 +278,13 @@ def _rank_row(r: RankResult, wait: dict[int, int | None]) -> RankRow:
     }
 
 
-def summarize_run(
-    paths: Sequence[str],
-    options: RunOptions | None = None,
-    *,
-    strict: bool = False,
-    progress: Callable[[int, int], None] | None = None,
-) -> RunSummary:
-    """Analyse a run of rank traces as one (see the module docstring).
-
-    Args:
-        paths: directories, globs or files.
-        options: :class:`RunOptions` (analysis options and ``jobs``).
-        strict: a trace that fails to load is an error instead of a warning.
-        progress: ``progress(traces_done, traces_total)``.
+def assemble(paths: Sequence[str], results: list[RankResult]) -> RunSummary:
+    """The run of analysed traces (see the module docstring): ranks assigned, steps aligned,
+    skew, straggler and collective wait across ranks, and the ``traceview.run/1`` document.
 
     Raises:
-        RunError: no trace files, nothing analysable, two files for one rank, or (with
-            ``strict``) a trace that fails.
+        RunError: nothing analysable, or two files for one rank.
     """
-    options = options or RunOptions()
-    if strict:
-        options = replace(options, strict=True)
-    files = discover(paths)
-    results = _analyse_all(files, options, progress)
-    failed = [r for r in results if r.error]
-    if failed and strict:
-        raise RunError(failed[0].error or failed[0].path)
     ranks = [r for r in results if r.summary is not None]
     left_out = [r for r in results if r.summary is None]
     if not ranks:

@@ -238,7 +238,7 @@ def summarize_run_paths(
     bar over the traces on a terminal, warnings on stderr. Returns the RunSummary."""
     import os
 
-    from traceview.analysis.run import RunOptions, summarize_run
+    from traceview.batch.run import RunOptions, summarize_run
 
     options = RunOptions(
         preset=analysis.preset,

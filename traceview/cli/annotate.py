@@ -40,9 +40,9 @@ def annotate(
     step (its kind, interval, tokens), per phase and per widest decode gap, and counters of
     the step interval and busy fraction. The original events are kept byte for byte. For a
     run (a directory, a glob or several traces), each rank is annotated into the -o folder."""
-    from traceview.analysis.run import discover
     from traceview.analysis.summary import summarize
-    from traceview.annotate import annotate as write_annotated
+    from traceview.batch.discover import discover
+    from traceview.render.overlay import annotate as write_annotated
 
     rules = analysis.load_rules()
     if is_run(traces):

@@ -45,8 +45,8 @@ def scan(
     families, gaps and errors, one file per trace in each table. Traces already in the
     dataset (by content) are skipped; a trace that fails becomes a row in errors/.
     Read it with polars (pl.scan_parquet("DATASET/steps/**/*.parquet")) or DuckDB."""
-    from traceview.scan import ScanOptions
-    from traceview.scan import scan as run_scan
+    from traceview.batch.scan import ScanOptions
+    from traceview.batch.scan import scan as run_scan
 
     options = ScanOptions(
         preset=analysis.preset, rules_file=analysis.rules, steps=analysis.step_options()

@@ -1,5 +1,5 @@
-"""``traceview annotate``: a copy of a trace with traceview's findings as extra tracks, for
-Perfetto UI (or another Chrome-JSON trace viewer).
+"""The overlay writer behind ``traceview annotate``: a copy of a trace with traceview's findings
+as extra tracks, for Perfetto UI (or another Chrome-JSON trace viewer).
 
 The original text is streamed through unchanged; the overlay's events are inserted just
 before the ``]`` that closes ``traceEvents``. They belong to a process named "traceview"
@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import gzip
 import os
-import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
 import orjson
 
+from traceview._io import atomic_write
 from traceview.analysis.summary import Summary
 from traceview.errors import UnsupportedTraceError
 from traceview.load.frames import OVERLAY_CATEGORY, OVERLAY_PID
@@ -42,34 +43,51 @@ def _us(ns: int) -> str:
     return f"{sign}{ns // 1000}.{ns % 1000:03d}"
 
 
-def _event(ph: str, name: str, cat: str, pid: int, tid: int, ts: int, **extra: Any) -> str:
-    fields = [
-        f'"ph": "{ph}"',
-        # names as UTF-8 text: Perfetto UI (v52) shows a JSON \u escape in a name as is
-        f'"cat": {orjson.dumps(cat).decode()}',
-        f'"name": {orjson.dumps(name).decode()}',
-        f'"pid": {pid}',
-        f'"tid": {tid}',
-        f'"ts": {_us(ts)}',
-    ]
-    if "dur" in extra:
-        fields.append(f'"dur": {_us(extra.pop("dur"))}')
-    if extra.get("args") is not None:
-        fields.append(f'"args": {orjson.dumps(extra["args"]).decode()}')
-    return "{" + ", ".join(fields) + "}"
+ArgValue = str | int | float | None
 
 
-def overlay_events(summary: Summary) -> list[str]:
-    """The overlay's events (JSON text, one per event) for one summarized trace."""
+@dataclass(frozen=True, slots=True)
+class OverlayEvent:
+    """One event of the overlay: a Chrome trace event on the overlay's process."""
+
+    ph: str  # M (metadata), X (complete) or C (counter)
+    name: str
+    cat: str
+    pid: int
+    tid: int
+    ts_ns: int
+    dur_ns: int | None = None
+    args: dict[str, ArgValue] | None = None
+
+    def to_json(self) -> str:
+        """The event as JSON text, its times in the trace's microseconds (exact to the ns);
+        names as UTF-8 text (Perfetto UI v52 shows a JSON \\u escape in a name as is)."""
+        fields = [
+            f'"ph": "{self.ph}"',
+            f'"cat": {orjson.dumps(self.cat).decode()}',
+            f'"name": {orjson.dumps(self.name).decode()}',
+            f'"pid": {self.pid}',
+            f'"tid": {self.tid}',
+            f'"ts": {_us(self.ts_ns)}',
+        ]
+        if self.dur_ns is not None:
+            fields.append(f'"dur": {_us(self.dur_ns)}')
+        if self.args is not None:
+            fields.append(f'"args": {orjson.dumps(self.args).decode()}')
+        return "{" + ", ".join(fields) + "}"
+
+
+def overlay_events(summary: Summary) -> list[OverlayEvent]:
+    """The overlay's events for one summarized trace."""
     doc = summary.to_dict()
     device = int(doc["trace"]["device"])
     pid = OVERLAY_PID + device
     cat = OVERLAY_CATEGORY
     out = [
-        _event(
+        OverlayEvent(
             "M", "process_name", cat, pid, 0, doc["trace"]["start_ns"], args={"name": "traceview"}
         ),
-        _event(
+        OverlayEvent(
             "M",
             "process_sort_index",
             cat,
@@ -81,7 +99,7 @@ def overlay_events(summary: Summary) -> list[str]:
     ]
     for tid, label in ((1, "steps"), (2, "phases"), (3, "widest decode gaps")):
         out.append(
-            _event(
+            OverlayEvent(
                 "M",
                 "thread_name",
                 cat,
@@ -93,7 +111,7 @@ def overlay_events(summary: Summary) -> list[str]:
         )
     steps = summary.steps
     for r in steps.iter_rows(named=True):
-        args = {
+        args: dict[str, ArgValue] = {
             "step": r["index"],
             "kind": r["kind"],
             "kind_source": r["kind_source"],
@@ -106,20 +124,20 @@ def overlay_events(summary: Summary) -> list[str]:
             "annotation": r["annotation"],
         }
         out.append(
-            _event(
+            OverlayEvent(
                 "X",
                 f"step {r['index']} · {r['kind']}",
                 f"{cat}.step",
                 pid,
                 1,
                 r["start_ns"],
-                dur=r["end_ns"] - r["start_ns"],
+                dur_ns=r["end_ns"] - r["start_ns"],
                 args=args,
             )
         )
         if r["interval_ns"] is not None:
             out.append(
-                _event(
+                OverlayEvent(
                     "C",
                     "step interval",
                     f"{cat}.counter",
@@ -130,7 +148,7 @@ def overlay_events(summary: Summary) -> list[str]:
                 )
             )
         out.append(
-            _event(
+            OverlayEvent(
                 "C",
                 "step busy",
                 f"{cat}.counter",
@@ -142,14 +160,14 @@ def overlay_events(summary: Summary) -> list[str]:
         )
     for p in doc["steps"]["phases"]:
         out.append(
-            _event(
+            OverlayEvent(
                 "X",
                 f"{p['kind']} phase · steps {p['first_step']}–{p['last_step']}",
                 f"{cat}.phase",
                 pid,
                 2,
                 p["start_ns"],
-                dur=p["end_ns"] - p["start_ns"],
+                dur_ns=p["end_ns"] - p["start_ns"],
                 args={
                     "kind": p["kind"],
                     "steps": p["steps"],
@@ -161,14 +179,14 @@ def overlay_events(summary: Summary) -> list[str]:
     if p99 is not None:
         for g in summary.gaps.filter(summary.gaps["gap_ns"] >= p99).iter_rows(named=True):
             out.append(
-                _event(
+                OverlayEvent(
                     "X",
                     f"decode gap {g['gap_ns'] / 1e3:.1f} µs",
                     f"{cat}.gap",
                     pid,
                     3,
                     g["start_ns"],
-                    dur=g["end_ns"] - g["start_ns"],
+                    dur_ns=g["end_ns"] - g["start_ns"],
                     args={"gap_ns": g["gap_ns"], "population": g["population"], "p99_ns": p99},
                 )
             )
@@ -197,31 +215,23 @@ def annotate(source: str, out: str | os.PathLike[str], trace: Trace, summary: Su
         raise UnsupportedTraceError(f"{source}: annotate writes JSON traces; this is protobuf")
     if meta.truncated_at is not None:
         raise UnsupportedTraceError(f"{source}: truncated; annotate needs a whole trace")
-    events = ",\n".join(overlay_events(summary)).encode()
+    events = ",\n".join(e.to_json() for e in overlay_events(summary)).encode()
     target = Path(out)
-    if not target.parent.is_dir():
-        raise UnsupportedTraceError(f"{target}: no such directory {target.parent}")
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+
+    def write(tmp: Path) -> None:
         if target.name.endswith(".gz"):
             with gzip.open(tmp, "wb", compresslevel=6) as w:
                 _copy_with_overlay(source, meta.events_end, events, w)
         else:
             with open(tmp, "wb") as w:
                 _copy_with_overlay(source, meta.events_end, events, w)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return target
+
+    return atomic_write(target, write)
 
 
-def _copy_with_overlay(source: str, end: int | None, events: bytes, w: Any) -> None:
+def _copy_with_overlay(
+    source: str, end: int | None, events: bytes, w: BinaryIO | gzip.GzipFile
+) -> None:
     """Copy the text, inserting ``events`` before byte ``end`` (the closing ``]``), or at
     the end with a ``]`` of its own when there is none."""
     written = 0

@@ -1,0 +1,40 @@
+"""One function over many items, in this process or a pool of spawned worker processes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def map_tasks(
+    task: Callable[[T], R],
+    items: Sequence[T],
+    jobs: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[R]:
+    """``[task(item) for item in items]``, in order: in this process when ``jobs`` is 1 or
+    there is one item, else in ``min(jobs, len(items))`` spawned processes (a forked child
+    of a process that ran polars' thread pool can deadlock). ``task`` must be importable
+    (a module-level function or a ``functools.partial`` of one). ``progress(done, total)``
+    is called after each item."""
+    total = len(items)
+    if jobs <= 1 or total <= 1:
+        out = []
+        for i, item in enumerate(items, start=1):
+            out.append(task(item))
+            if progress:
+                progress(i, total)
+        return out
+    results: dict[int, R] = {}
+    with ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(task, item): i for i, item in enumerate(items)}
+        for done, fut in enumerate(as_completed(futures), start=1):
+            results[futures[fut]] = fut.result()
+            if progress:
+                progress(done, total)
+    return [results[i] for i in range(total)]

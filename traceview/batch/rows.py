@@ -1,0 +1,107 @@
+"""A scanned trace's rows: its ``traces/`` row and its steps, families and gaps tables
+(each column defined in docs/datasets.md)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from traceview.analysis.families import Rules
+from traceview.analysis.figures import trace_figures
+from traceview.analysis.run import step_work
+from traceview.analysis.stats import median_ns
+from traceview.analysis.steps import StepResult
+from traceview.analysis.summary import Summary
+from traceview.model import Trace
+
+
+def _engine_of(annotations: list[str]) -> str | None:
+    """Which engine wrote the step annotations, where they say."""
+    if any(a.startswith("step[") for a in annotations):
+        return "sglang"
+    if any(a.startswith("execute_") for a in annotations):
+        return "vllm"
+    if any(a.startswith("ProfilerStep#") for a in annotations):
+        return "torch.profiler"
+    return None
+
+
+def _family_columns(rules: Rules) -> list[str]:
+    """Every family the rules can name (and other): the steps tables' fixed ns_ columns."""
+    names = {r.family for r in rules.rules} | {"other"}
+    return [f"ns_{n}" for n in sorted(names)]
+
+
+_MODEL_KEYS = re.compile(r"model", re.IGNORECASE)
+
+
+def _model_of(extra: dict[str, Any]) -> str | None:
+    """A model name, where the trace's top-level keys state one (few do)."""
+    for key, value in extra.items():
+        if _MODEL_KEYS.search(key) and isinstance(value, str):
+            return value
+    return None
+
+
+def trace_row(
+    trace_id: str,
+    path: Path,
+    trace: Trace,
+    summary: Summary,
+    work: pl.DataFrame,
+    rank: int | None,
+    rank_source: str,
+) -> pl.DataFrame:
+    """The trace's one ``traces/`` row (``work``: :func:`step_work`'s per-step table)."""
+    stat = path.stat()
+    doc = summary.to_dict()
+    figures = trace_figures(doc)
+    annotations = summary.steps["annotation"].drop_nulls().unique().to_list()
+    row: dict[str, Any] = {
+        "trace_id": trace_id,
+        "path": str(path.resolve()),
+        "run": str(path.resolve().parent),
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "rank": rank,
+        "rank_source": rank_source or None,
+        "engine": _engine_of(annotations),
+        "model": _model_of(trace.meta.extra),
+        "gpu": doc["trace"]["gpu"],
+        "format": doc["trace"]["format"],
+        "kernels": doc["trace"]["kernels"],
+        "span_ns": doc["trace"]["span_ns"],
+        "step_method": doc["steps"]["method"],
+        **figures,
+        "compute_p50_ns": median_ns(work["compute_ns"]),
+        "collective_ns": int(work["collective_ns"].sum()),
+        "prompt_tokens": doc["work"]["prompt_tokens"],
+        "decode_tokens": doc["work"]["decode_tokens"],
+        "scanned_at_ns": time.time_ns(),
+    }
+    strings = ("trace_id", "path", "run", "rank_source", "engine", "model", "gpu", "format")
+    schema = {
+        k: pl.Float64 if k == "busy" else pl.String if k in (*strings, "step_method") else pl.Int64
+        for k in row
+    }
+    return pl.DataFrame([row], schema=schema)
+
+
+def table_rows(
+    trace_id: str, rank: int | None, rules: Rules, summary: Summary, result: StepResult
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The trace's ``steps/``, ``families/`` and ``gaps/`` frames, and its per-step work."""
+    ids = [pl.lit(trace_id).alias("trace_id"), pl.lit(rank, dtype=pl.Int64).alias("rank")]
+    work = step_work(result).select("compute_ns", "collective_ns")
+    steps = pl.concat([summary.steps, work], how="horizontal")
+    fixed = _family_columns(rules)
+    steps = steps.with_columns(
+        [pl.lit(0, dtype=pl.Int64).alias(c) for c in fixed if c not in steps.columns]
+    ).select(*ids, *[c for c in steps.columns if not c.startswith("ns_")], *fixed)
+    families = summary.families.select(*ids, pl.all())
+    gaps = summary.gaps.select(*ids, pl.all())
+    return steps, families, gaps, work
