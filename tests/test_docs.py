@@ -97,3 +97,21 @@ def test_docstrings_are_written_not_generated() -> None:
     for name in traceview.__all__:
         doc = getattr(traceview, name).__doc__ or ""
         assert doc and not doc.startswith(f"{name}("), name
+
+
+def test_the_docs_index_lists_every_page_and_the_design_is_in_the_repo() -> None:
+    docs = ROOT / "docs"
+    index = (docs / "README.md").read_text()
+    pages = sorted(p.name for p in docs.glob("*.md") if p.name != "README.md")
+    assert "design.md" in pages
+    missing = [p for p in pages if f"({p})" not in index]
+    assert not missing, f"docs/README.md does not list {missing}"
+    # nothing cites a design file outside the repository
+    cited = [
+        str(p.relative_to(ROOT))
+        for folder in ("traceview", "docs", "fixtures", "tests", "benchmarks")
+        for p in (ROOT / folder).rglob("*")
+        if p.suffix in (".py", ".md", ".toml")
+        and "DESIGN" + ".md" in p.read_text(encoding="utf-8", errors="replace")
+    ]
+    assert not cited, f"these cite a DESIGN.md that is not in the repository: {cited}"

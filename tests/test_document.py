@@ -21,7 +21,7 @@ CASES = cases()
 
 def mismatches(value: Any, hint: Any, where: str = "") -> list[str]:
     """Where ``value`` (parsed JSON) does not have type ``hint``: a TypedDict must have
-    exactly its keys; ``int`` must not be a float (integers are integers, DESIGN.md)."""
+    exactly its keys; ``int`` must not be a float (integers are integers, docs/design.md)."""
     origin = get_origin(hint)
     if typing.is_typeddict(hint):
         if not isinstance(value, dict):

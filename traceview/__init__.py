@@ -29,6 +29,7 @@ from traceview.errors import (
 )
 from traceview.load import LoadOptions, load
 from traceview.model import Trace, TraceMeta
+from traceview.render import markup as _markup  # noqa: F401  (registers the notebook and markdown drawing)
 from traceview.sql import run_sql
 
 sql = run_sql  # tv.sql(trace, "select ...") reads as the examples do

@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from traceview.analysis import display
 from traceview.analysis.document import QUANTILES
 from traceview.analysis.run import RunSummary
 from traceview.analysis.stats import mean
@@ -168,10 +169,8 @@ class Diff:
 
     def to_markdown(self, limit: int = 40) -> str:
         """The diff as a markdown table for a pull request (drawn by
-        :mod:`traceview.render.markup`)."""
-        from traceview.render.markup import diff_markdown
-
-        return diff_markdown(self, limit)
+        :mod:`traceview.render.markup`, through :mod:`traceview.analysis.display`)."""
+        return display.diff_markdown(self, limit)
 
 
 def _jsonable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

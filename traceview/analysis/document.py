@@ -1,6 +1,6 @@
 """The types of the JSON documents: ``traceview.summary/1`` and ``traceview.run/1``.
 
-These are the documents DESIGN.md and docs/metrics.md describe, as ``TypedDict``s: analysis
+These are the documents docs/metrics.md and docs/design.md describe, as ``TypedDict``s: analysis
 builds them, ``orjson`` writes them as they are (a TypedDict is a dict, so the JSON is the
 same), and every reader (render, charts, compare, annotate, scan) is checked by
 ``mypy --strict`` against these keys. A figure that cannot be computed is ``None`` (JSON

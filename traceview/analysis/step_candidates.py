@@ -1,5 +1,5 @@
 """Step candidates: each method proposes a list of steps with its evidence; one arbiter
-chooses between them (DESIGN.md, Engine step).
+chooses between them (docs/metrics.md, Engine steps; docs/design.md).
 
 - ``bursts``: consecutive step-marker kernels on a stream form a per-layer burst. Between
   two bursts, the longest device-idle gap is the boundary's score. A model has a constant

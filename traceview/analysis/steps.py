@@ -1,7 +1,7 @@
 """Engine steps: candidates from bursts, annotations or idle gaps -> one choice -> steps,
 their kinds and phases.
 
-Definitions (DESIGN.md): a step's **anchor** is the start of its first step-marker kernel;
+Definitions (docs/metrics.md): a step's **anchor** is the start of its first step-marker kernel;
 its **start** is the start of the first device kernel after the longest device-idle gap
 between the previous step's last marker kernel and this anchor (the anchor if there is no
 idle gap; the trace's first kernel for the first step). Step k spans [start_k, start_k+1);

@@ -1,4 +1,4 @@
-"""The summary document (``traceview.summary/1``, DESIGN.md) built from the analyses."""
+"""The summary document (``traceview.summary/1``, docs/design.md) built from the analyses."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 import orjson
 import polars as pl
 
+from traceview.analysis import display
 from traceview.analysis.busy import busy_document
 from traceview.analysis.document import (
     SUMMARY_SCHEMA,
@@ -64,10 +65,9 @@ class Summary:
         return orjson.dumps(self.document, option=option).decode()
 
     def _repr_html_(self) -> str:
-        """The summary as an HTML table, for notebooks (drawn by :mod:`traceview.render.markup`)."""
-        from traceview.render.markup import summary_html
-
-        return summary_html(self.document)
+        """The summary as an HTML table, for notebooks (drawn by
+        :mod:`traceview.render.markup`, through :mod:`traceview.analysis.display`)."""
+        return display.summary_html(self.document)
 
 
 def summarize(

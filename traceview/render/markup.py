@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 
+from traceview.analysis import display
 from traceview.analysis.compare import Diff
 from traceview.analysis.document import SummaryDocument
 from traceview.render.format import fmt_ns, fmt_pct, fmt_ratio, fmt_value
@@ -69,3 +70,6 @@ def diff_markdown(d: Diff, limit: int = 40) -> str:
                 f"{fmt_ratio(r['ratio'])} | {r['change']} |"
             )
     return "\n".join(lines) + "\n"
+
+
+display.register(summary_html, diff_markdown)

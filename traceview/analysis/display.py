@@ -1,0 +1,44 @@
+"""How analysis objects show themselves where people look at them, without analysis importing
+render: ``Summary._repr_html_`` (notebooks) and ``Diff.to_markdown`` (pull requests) call the
+functions :mod:`traceview.render.markup` registers here when it is imported (the package's
+``__init__`` imports it, so they are always there once ``traceview`` is)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import orjson
+
+from traceview.analysis.document import SummaryDocument
+
+if TYPE_CHECKING:
+    from traceview.analysis.compare import Diff
+
+SummaryHtml = Callable[[SummaryDocument], str]
+DiffMarkdown = Callable[["Diff", int], str]
+
+_summary_html: list[SummaryHtml] = []
+_diff_markdown: list[DiffMarkdown] = []
+
+
+def register(summary_html: SummaryHtml, diff_markdown: DiffMarkdown) -> None:
+    """Set the functions that draw a summary as HTML and a diff as markdown."""
+    _summary_html[:] = [summary_html]
+    _diff_markdown[:] = [diff_markdown]
+
+
+def summary_html(document: SummaryDocument) -> str:
+    """The summary as HTML (the registered drawing; else its JSON in a ``<pre>``)."""
+    if _summary_html:
+        return _summary_html[0](document)
+    import html
+
+    return f"<pre>{html.escape(orjson.dumps(document).decode())}</pre>"
+
+
+def diff_markdown(diff: Diff, limit: int) -> str:
+    """The diff as markdown (the registered drawing; else its JSON in a code block)."""
+    if _diff_markdown:
+        return _diff_markdown[0](diff, limit)
+    return "```json\n" + orjson.dumps(diff.to_dict()).decode() + "\n```\n"
