@@ -20,7 +20,7 @@ merge, the first to state a field winning.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TypedDict
 
 STEP_ANNOTATION = re.compile(
     r"^(execute_(\d+_)?context_\d+\(.*\)_generation_\d+\(.*\)"  # vLLM (and newer SGLang)
@@ -45,6 +45,21 @@ RECORD_COLUMNS = (
     "cached_requests",
     "forward_mode",
 )
+
+
+class StepRecord(TypedDict, total=False):
+    """What the engine's annotations state about one step (a field is absent, or None in a
+    full record, where no annotation states it)."""
+
+    context_requests: int | None
+    context_tokens: int | None
+    generation_requests: int | None
+    generation_tokens: int | None
+    new_requests: int | None
+    cached_requests: int | None
+    forward_mode: str | None
+
+
 PROMPT_MODES = ("EXTEND", "MIXED", "PREFILL")  # SGLang forward modes that carry prompt work
 NO_PROMPT_MODES = ("DECODE", "IDLE", "TARGET_VERIFY", "DRAFT_EXTEND_V2")
 
@@ -54,7 +69,7 @@ def _tokens(field: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def parse(name: str) -> dict[str, Any]:
+def parse(name: str) -> StepRecord:
     """The fields one annotation name states (an empty dict when it states none)."""
     m = _CONTEXT_FORM.match(name)
     if m:
@@ -71,30 +86,39 @@ def parse(name: str) -> dict[str, Any]:
     if m:
         mode = m.group(1)
         fields = {k: int(v) for k, v in _FIELD.findall(m.group(2))}
-        out: dict[str, Any] = {"forward_mode": mode}
+        out: StepRecord = {"forward_mode": mode}
         bs = fields.get("bs")
         if mode == "DECODE" and bs is not None:  # one token per request
-            out |= {"context_requests": 0, "context_tokens": 0}
-            out |= {"generation_requests": bs, "generation_tokens": bs}
+            out["context_requests"], out["context_tokens"] = 0, 0
+            out["generation_requests"], out["generation_tokens"] = bs, bs
         elif mode == "EXTEND" and bs is not None:  # every request extends its prompt
-            out |= {"context_requests": bs, "context_tokens": fields.get("toks")}
-            out |= {"generation_requests": 0, "generation_tokens": 0}
+            out["context_requests"], out["context_tokens"] = bs, fields.get("toks")
+            out["generation_requests"], out["generation_tokens"] = 0, 0
         return out
     return {}
 
 
-def record(names: list[str]) -> dict[str, Any]:
+def record(names: list[str]) -> StepRecord:
     """One step's record from the names of its annotations: every column of
-    :data:`RECORD_COLUMNS`, null where no annotation states it."""
-    out: dict[str, Any] = dict.fromkeys(RECORD_COLUMNS)
+    :data:`RECORD_COLUMNS`, null where no annotation states it (the first name that states
+    a field gives it)."""
+    out: StepRecord = {
+        "context_requests": None,
+        "context_tokens": None,
+        "generation_requests": None,
+        "generation_tokens": None,
+        "new_requests": None,
+        "cached_requests": None,
+        "forward_mode": None,
+    }
     for name in names:
         for key, value in parse(name).items():
-            if out[key] is None:
-                out[key] = value
+            if out.get(key) is None:
+                out[key] = value  # type: ignore[literal-required]
     return out
 
 
-def stated_prompt_work(rec: dict[str, Any]) -> bool | None:
+def stated_prompt_work(rec: StepRecord) -> bool | None:
     """Whether the step carried prompt work, as far as its record states the batch's
     composition: True (context requests or tokens, new requests, an EXTEND/MIXED mode),
     False (no context requests, or a DECODE/IDLE mode), None (it does not say: the older

@@ -13,12 +13,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
 from traceview.analysis import display
-from traceview.analysis.document import QUANTILES
+from traceview.analysis.document import (
+    DIFF_SCHEMA,
+    QUANTILES,
+    CheckRow,
+    DiffDocument,
+    DiffRow,
+    KernelChange,
+    Unit,
+)
 from traceview.analysis.run import RunSummary
 from traceview.analysis.stats import mean
 from traceview.analysis.summary import Summary
@@ -158,13 +166,14 @@ class Diff:
     kernels: pl.DataFrame
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> DiffDocument:
+        """The ``traceview.diff/1`` document (non-finite ratios as null)."""
         return {
-            "schema": "traceview.diff/1",
+            "schema": DIFF_SCHEMA,
             "a": self.a,
             "b": self.b,
-            "rows": _jsonable(self.rows.to_dicts()),
-            "kernels": _jsonable(self.kernels.to_dicts()),
+            "rows": cast(list[DiffRow], _jsonable(self.rows.to_dicts())),
+            "kernels": cast(list[KernelChange], _jsonable(self.kernels.to_dicts())),
         }
 
     def to_markdown(self, limit: int = 40) -> str:
@@ -310,11 +319,17 @@ def _diff(
 _ID_FIELDS = ("population", "kind", "family", "rank")
 
 
-def parse_value(text: str | float | int, key: str = "") -> float:
-    """``5ms`` -> 5e6 (ns); ``90%`` -> 0.9; plain numbers as they are."""
+def parse_value(text: object, key: str = "") -> float:
+    """``5ms`` -> 5e6 (ns); ``90%`` -> 0.9; plain numbers as they are.
+
+    Raises:
+        CheckError: anything else (a boolean, a table, text that is no quantity).
+    """
     if isinstance(text, int | float) and not isinstance(text, bool):
         return float(text)
-    quantity = read_quantity(str(text))
+    if not isinstance(text, str):
+        raise CheckError(f"{key or 'value'}: {text!r} is not a number")
+    quantity = read_quantity(text)
     if quantity is None:
         raise CheckError(f"{key or 'value'}: cannot read {text!r} (e.g. 5ms, 250us, 90%, 0.9)")
     number, unit = quantity
@@ -323,14 +338,14 @@ def parse_value(text: str | float | int, key: str = "") -> float:
     return number * NS_PER[unit] if unit else number
 
 
-def lookup(doc: Any, path: str) -> list[tuple[str, Any]]:
+def lookup(doc: object, path: str) -> list[tuple[str, object]]:
     """Values at a dotted path of the summary document. In a list, the next part selects
     items by their ``population``/``kind``/``family`` (a family may contain dots) or by
     index; every matching item is returned, with the path that reached it."""
     parts = path.split(".")
-    found: list[tuple[str, Any]] = []
+    found: list[tuple[str, object]] = []
 
-    def walk(node: Any, i: int, trail: str) -> None:
+    def walk(node: object, i: int, trail: str) -> None:
         if i == len(parts):
             found.append((trail, node))
             return
@@ -365,17 +380,34 @@ def lookup(doc: Any, path: str) -> list[tuple[str, Any]]:
 
 @dataclass
 class CheckResult:
-    """Every check with its outcome: ``rows`` has ``check``, ``value``, ``limit``, ``ok``."""
+    """Every check with its outcome (:class:`CheckRow`: ``check``, ``value``, ``limit``,
+    ``ok``, ``kind``)."""
 
-    rows: list[dict[str, Any]]
+    rows: list[CheckRow]
 
     @property
     def ok(self) -> bool:
         return all(r["ok"] for r in self.rows)
 
     @property
-    def failed(self) -> list[dict[str, Any]]:
+    def failed(self) -> list[CheckRow]:
         return [r for r in self.rows if not r["ok"]]
+
+
+_FRACTION_KEYS = {"fraction", "share", "busy", "busy_fraction", "in_gaps", "in_widest_gaps"}
+
+
+def unit_of(key: str) -> Unit:
+    """The unit of a document field, by the naming rule every document follows: ``*_ns``
+    is nanoseconds, the busy and share fields are fractions, ``growth`` a ratio, the rest
+    counts (docs/metrics.md)."""
+    if key.endswith("_ns"):
+        return "ns"
+    if key in _FRACTION_KEYS:
+        return "fraction"
+    if key == "growth":
+        return "ratio"
+    return "count"
 
 
 @dataclass
@@ -383,8 +415,8 @@ class Bounds:
     """Bounds for :func:`check`. ``maximum``/``minimum`` map summary paths to limits
     (numbers, or text with units); the rest are optional."""
 
-    maximum: dict[str, Any] = field(default_factory=dict)
-    minimum: dict[str, Any] = field(default_factory=dict)
+    maximum: dict[str, object] = field(default_factory=dict)
+    minimum: dict[str, object] = field(default_factory=dict)
     baseline: Summary | RunSummary | None = None
     max_regression: float | None = None  # fraction: 0.1 = B may be 10% worse than A
     prefill_growth: float | None = None  # largest first-to-last growth of prompt work
@@ -397,7 +429,7 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
         CheckError: a path that names nothing in the summary, or an unreadable value.
     """
     doc = summary.to_dict()
-    rows: list[dict[str, Any]] = []
+    rows: list[CheckRow] = []
     for bound, op in ((bounds.maximum, "max"), (bounds.minimum, "min")):
         for path, raw in bound.items():
             limit = parse_value(raw, path)
@@ -410,6 +442,8 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
             for trail, value in hits:
                 if isinstance(value, dict | list):
                     raise CheckError(f"{path}: names a section, not a figure")
+                if isinstance(value, bool) or not isinstance(value, int | float | None):
+                    raise CheckError(f"{path}: {trail} is {value!r}, not a number")
                 ok = value is not None and (value <= limit if op == "max" else value >= limit)
                 rows.append(
                     {
@@ -417,6 +451,7 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                         "value": value,
                         "limit": limit,
                         "ok": bool(ok),
+                        "kind": unit_of(trail.rsplit(".", 1)[-1]),
                     }
                 )
     if bounds.prefill_growth is not None:
@@ -437,6 +472,7 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                     "value": g["growth"],
                     "limit": bounds.prefill_growth,
                     "ok": g["growth"] <= bounds.prefill_growth,
+                    "kind": "ratio",
                 }
             )
     if bounds.baseline is not None and bounds.max_regression is not None:
@@ -452,14 +488,34 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                     "value": r["ratio"],
                     "limit": limit,
                     "ok": r["ratio"] <= limit,
+                    "kind": "ratio",
                 }
             )
     return CheckResult(rows)
 
 
-def load_checks(path: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+@dataclass(frozen=True)
+class ChecksFile:
+    """A checks file's bounds: ``[max]`` and ``[min]`` (path = limit) and ``[options]``."""
+
+    maximum: dict[str, object]
+    minimum: dict[str, object]
+    baseline: str | None = None
+    max_regression: object = None  # a fraction or a percentage, read by parse_value
+    prefill_growth: object = None
+
+
+_OPTIONS = ("baseline", "max_regression", "prefill_growth")
+
+
+def load_checks(path: str) -> ChecksFile:
     """A checks file (TOML): ``[max]``, ``[min]`` tables of path = limit, and ``[options]``
-    (``baseline``, ``max_regression``, ``prefill_growth``)."""
+    (``baseline``, ``max_regression``, ``prefill_growth``).
+
+    Raises:
+        CheckError: an unreadable file, invalid TOML, an unknown table or option, or a
+            table that is not one.
+    """
     import tomllib
 
     try:
@@ -474,4 +530,24 @@ def load_checks(path: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, An
         raise CheckError(
             f"{path}: unknown table(s) {', '.join(sorted(unknown))} (use [max], [min], [options])"
         )
-    return doc.get("max", {}), doc.get("min", {}), doc.get("options", {})
+    tables = {name: doc.get(name, {}) for name in ("max", "min", "options")}
+    for name, table in tables.items():
+        if not isinstance(table, dict):
+            raise CheckError(f"{path}: [{name}] must be a table of key = value")
+    options = tables["options"]
+    unknown_options = set(options) - set(_OPTIONS)
+    if unknown_options:
+        raise CheckError(
+            f"{path}: unknown option(s) {', '.join(sorted(unknown_options))} in [options] "
+            f"(use {', '.join(_OPTIONS)})"
+        )
+    baseline = options.get("baseline")
+    if baseline is not None and not isinstance(baseline, str):
+        raise CheckError(f"{path}: [options] baseline must be a path, not {baseline!r}")
+    return ChecksFile(
+        maximum=tables["max"],
+        minimum=tables["min"],
+        baseline=baseline,
+        max_regression=options.get("max_regression"),
+        prefill_growth=options.get("prefill_growth"),
+    )

@@ -229,3 +229,90 @@ class RunDocument(TypedDict):
     left_out: list[LeftOut]
     warnings: list[str]
     summaries: list[SummaryDocument]
+
+
+DIFF_SCHEMA = "traceview.diff/1"
+INFO_SCHEMA = "traceview.info/1"
+
+Unit = Literal["ns", "count", "fraction", "ratio"]
+
+
+class DiffRow(TypedDict):
+    """One figure of a diff: A (the baseline), B, the ratio B/A and the verdict."""
+
+    section: str
+    metric: str
+    a: float | None
+    b: float | None
+    ratio: float | None  # B/A; None where A is 0 and B is not, or either is absent
+    verdict: str  # same, better, worse, changed, new, gone, n/a
+    unit: Unit
+    better: str | None  # lower, higher, or None: which way is an improvement
+
+
+class KernelChange(TypedDict):
+    """One kernel name's time in A and B."""
+
+    name: str
+    a_ns: int | None
+    b_ns: int | None
+    ratio: float | None
+    change: str  # appeared, vanished, changed
+
+
+class DiffDocument(TypedDict):
+    """``traceview.diff/1`` (``traceview diff --json``)."""
+
+    schema: str
+    a: str
+    b: str
+    rows: list[DiffRow]
+    kernels: list[KernelChange]
+
+
+class CheckRow(TypedDict):
+    """One bound checked: its text, the value found, the limit and whether it held; ``kind``
+    is the unit of ``value`` and ``limit`` (how to show them)."""
+
+    check: str
+    value: float | None
+    limit: float
+    ok: bool
+    kind: Unit
+
+
+class DeviceFacts(TypedDict):
+    device: int
+    kernels: int
+    kernel_time_ns: int
+    streams: list[int]
+
+
+class CategoryCount(TypedDict):
+    frame: str
+    cat: str | None
+    count: int
+
+
+class InfoDocument(TypedDict):
+    """``traceview.info/1`` (``traceview info --json``): what a trace holds."""
+
+    schema: str
+    path: str
+    format: str
+    schema_version: int | None
+    gpu: str | None
+    base_time_ns: int | None
+    events: int
+    skipped_events: int
+    warnings: list[str]
+    kernels: int
+    kernels_by_kind: dict[str, int]
+    devices: list[DeviceFacts]
+    streams: list[list[int]]
+    start_ns: int | None
+    end_ns: int | None
+    span_ns: int | None
+    categories: list[CategoryCount]
+    flows: int
+    counters: int

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 import polars as pl
 
+from traceview.analysis.document import INFO_SCHEMA, CategoryCount, DeviceFacts, InfoDocument
 from traceview.model import Trace
 
 
@@ -32,7 +33,7 @@ def categories(trace: Trace) -> pl.DataFrame:
     )
 
 
-def info(trace: Trace) -> dict[str, Any]:
+def info(trace: Trace) -> InfoDocument:
     """A plain summary of what the trace holds (the ``traceview info --json`` document).
 
     All times are integer nanoseconds; absent figures are None.
@@ -48,7 +49,7 @@ def info(trace: Trace) -> dict[str, Any]:
         .sort("device")
     )
     return {
-        "schema": "traceview.info/1",
+        "schema": INFO_SCHEMA,
         "path": trace.meta.path,
         "format": trace.meta.format,
         "schema_version": trace.meta.schema_version,
@@ -59,12 +60,12 @@ def info(trace: Trace) -> dict[str, Any]:
         "warnings": list(trace.meta.warnings),
         "kernels": trace.kernels.height,
         "kernels_by_kind": dict(trace.kernels.group_by("kind").len().sort("kind").iter_rows()),
-        "devices": per_device.to_dicts(),
+        "devices": cast(list[DeviceFacts], per_device.to_dicts()),
         "streams": [list(p) for p in trace.streams],
         "start_ns": span[0] if span else None,
         "end_ns": span[1] if span else None,
         "span_ns": span[1] - span[0] if span else None,
-        "categories": categories(trace).to_dicts(),
+        "categories": cast(list[CategoryCount], categories(trace).to_dicts()),
         "flows": trace.flows.height,
         "counters": trace.counters.height,
     }

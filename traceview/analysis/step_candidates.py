@@ -19,12 +19,12 @@ chooses between them (docs/metrics.md, Engine steps; docs/design.md).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import polars as pl
 
-from traceview.analysis.annotations import STEP_ANNOTATION, record
+from traceview.analysis.annotations import STEP_ANNOTATION, StepRecord, record
 from traceview.analysis.families import FamilyCodes
 from traceview.analysis.intervals import I64, Union
 from traceview.analysis.launches import launches_within, range_holding
@@ -593,6 +593,6 @@ def choose(
     return Choice(idle, [[] for _ in range(idle.count)], [], disagreements, n_ann)
 
 
-def records(names: list[list[str]]) -> list[dict[str, Any]]:
+def records(names: list[list[str]]) -> list[StepRecord]:
     """Each step's record (see :func:`traceview.analysis.annotations.record`)."""
     return [record(n) for n in names]

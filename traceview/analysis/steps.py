@@ -25,7 +25,6 @@ How the candidates are found and chosen: :mod:`traceview.analysis.step_candidate
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -33,6 +32,7 @@ import polars as pl
 from traceview.analysis.annotations import (
     RECORD_COLUMNS,
     STEP_ANNOTATION,
+    StepRecord,
     record,
     stated_prompt_work,
 )
@@ -131,7 +131,7 @@ def _step_starts(u: Union, first_kernel: int, anchors: I64, prev_last_marker: I6
     return starts
 
 
-def _kinds(table_prefill: np.ndarray, recs: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+def _kinds(table_prefill: np.ndarray, recs: list[StepRecord]) -> tuple[np.ndarray, np.ndarray]:
     """Each step's kind and what decided it: the annotation where it states the batch's
     composition, else the prefill-only kernels in its span."""
     kind, source = [], []
@@ -215,7 +215,7 @@ def _assemble(
             "prefill_kernels": prefill_kernels.astype(np.int64),
             "annotation": pl.Series([n[0] if n else None for n in names], dtype=pl.String),
             **{
-                c: pl.Series([r[c] for r in recs], dtype=dtype)
+                c: pl.Series([r.get(c) for r in recs], dtype=dtype)
                 for c, dtype in RECORD_DTYPES.items()
             },
             "shape_tokens": pl.Series(shape_tokens(trace, k.frame, starts), dtype=pl.Int64),

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the CLI imports analysis lazily, so --help stays fast
     from traceview.analysis.summary import Summary
 
 R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., object])
 
 trace_argument = click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead.")
@@ -76,7 +77,7 @@ def load_trace(path: str, *, strict: bool = False) -> Trace:
     return trace
 
 
-def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def output_options(func: F) -> F:
     """``--format``, ``-o/--output`` and ``--force`` (S output_options)."""
     func = click.option("--force", is_flag=True, help="Overwrite an existing output file.")(func)
     func = click.option(
@@ -200,7 +201,7 @@ def summarize_trace(
     return summary
 
 
-def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def run_options(func: F) -> F:
     """``--jobs`` and ``--strict``, for commands that take a run of rank traces."""
     func = click.option(
         "--strict",

@@ -5,7 +5,14 @@ from __future__ import annotations
 import click
 import orjson
 
-from traceview.analysis.compare import Bounds, check, diff, load_checks, parse_value
+from traceview.analysis.compare import (
+    Bounds,
+    ChecksFile,
+    check,
+    diff,
+    load_checks,
+    parse_value,
+)
 from traceview.analysis.run import RunSummary
 from traceview.analysis.summary import Summary
 from traceview.cli._options import (
@@ -146,26 +153,26 @@ def check_command(
     KEY is a path in the summary document, e.g. decode_gaps.decode.p99_ns,
     steps.phases.mixed.cadence_p50_ns, busy.fraction; for a run skew.p99_ns,
     straggler.excess_p50_ns, ranks.3.collective_wait_p50_ns (by rank)."""
-    file_max, file_min, options = load_checks(checks_file) if checks_file else ({}, {}, {})
-    baseline = baseline or options.get("baseline")
-    regression = max_regression or options.get("max_regression")
-    growth = prefill_growth if prefill_growth is not None else options.get("prefill_growth")
+    file = load_checks(checks_file) if checks_file else ChecksFile({}, {})
+    baseline = baseline or file.baseline
+    regression = max_regression or file.max_regression
+    growth = prefill_growth if prefill_growth is not None else file.prefill_growth
     if regression is not None and baseline is None:
         raise CheckError("--max-regression needs --baseline")
     if baseline is not None and regression is None:
         raise CheckError("--baseline needs --max-regression (e.g. 10%)")
-    if not (maximum or minimum or file_max or file_min or baseline or growth is not None):
+    if not (maximum or minimum or file.maximum or file.minimum or baseline or growth is not None):
         raise click.UsageError(
             "nothing to check: give --max, --min, --checks, --baseline or --prefill-growth"
         )
     ruleset = Bounds(
-        maximum={**file_max, **_pairs(maximum, "--max")},
-        minimum={**file_min, **_pairs(minimum, "--min")},
+        maximum={**file.maximum, **_pairs(maximum, "--max")},
+        minimum={**file.minimum, **_pairs(minimum, "--min")},
         baseline=_summary_or_run(baseline, "baseline: ", jobs, strict, analysis)
         if baseline
         else None,
         max_regression=parse_value(regression, "--max-regression") if regression else None,
-        prefill_growth=float(growth) if growth is not None else None,
+        prefill_growth=parse_value(growth, "prefill_growth") if growth is not None else None,
     )
     result = check(_summary_or_run(trace, "", jobs, strict, analysis), ruleset)
     if as_json:

@@ -31,7 +31,7 @@ import warnings
 from dataclasses import asdict, fields
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import orjson
 import polars as pl
@@ -198,7 +198,17 @@ def _evict(root: Path, limit: int) -> None:
         total -= size
 
 
-def info() -> dict[str, Any]:
+class CacheInfo(TypedDict):
+    """``traceview cache info``: the cache's folder, whether it is on, its size and bound."""
+
+    dir: str
+    enabled: bool
+    entries: int
+    bytes: int
+    max_bytes: int
+
+
+def info() -> CacheInfo:
     """Where the cache is, how many entries and bytes it holds, and its bound."""
     root = cache_dir()
     entries = _entries(root)

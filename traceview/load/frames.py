@@ -56,7 +56,9 @@ def finite(col: str) -> pl.Expr:
     return c.is_not_null() & c.is_finite() & (c.abs() < TS_LIMIT_US)
 
 
-def assemble(parts: dict[str, list[pl.DataFrame]], schemas: dict[str, Any]) -> dict[str, Any]:
+def assemble(
+    parts: dict[str, list[pl.DataFrame]], schemas: dict[str, Any]
+) -> dict[str, pl.DataFrame]:
     """Each frame from its per-block parts (empty with its schema where there are none).
 
     Only device activity is sorted: the analyses need it in time order, and sorting the

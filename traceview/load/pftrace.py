@@ -68,7 +68,7 @@ def _varint(stream: BinaryIO) -> int | None:
             return -1
 
 
-def iter_packets(stream: BinaryIO, path: str) -> Any:
+def _iter_packets(stream: BinaryIO, path: str) -> Any:
     """Yield TracePacket messages one at a time from a Trace protobuf stream."""
     pb2 = _pb2()
     index = 0
@@ -114,7 +114,7 @@ class _Reader:
         self.packets = 0
 
     def run(self, stream: BinaryIO) -> Trace:
-        for packet in iter_packets(stream, self.path):
+        for packet in _iter_packets(stream, self.path):
             self.packets += 1
             self._packet(packet)
         unmatched = sum(len(v) for v in self.open.values())

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from traceview.analysis.run import RunSummary
     from traceview.analysis.summary import Summary
 
 FORMATS = (".png", ".svg", ".pdf")
@@ -356,10 +357,11 @@ class RunHeartbeatData:
 BAND_RANKS = 8  # past this many ranks, a band instead of a line each
 
 
-def run_heartbeat_data(run: Any, *, title: str = "") -> RunHeartbeatData:
+def run_heartbeat_data(run: RunSummary, *, title: str = "") -> RunHeartbeatData:
     """The run heartbeat's data from a :class:`~traceview.analysis.run.RunSummary`."""
     lines = []
     for r in run.ranks:
+        assert r.summary is not None and r.rank is not None  # an analysed rank has both
         steps = r.summary.steps
         t0 = int(r.summary.to_dict()["trace"]["start_ns"])
         anchors = (steps["anchor_ns"] - t0).to_numpy() / 1e6

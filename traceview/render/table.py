@@ -8,11 +8,12 @@ from rich.console import Console
 from rich.table import Table
 
 from traceview.analysis.compare import CheckResult, Diff
-from traceview.analysis.document import RunDocument, SummaryDocument
+from traceview.analysis.document import InfoDocument, RunDocument, SummaryDocument
 from traceview.render.format import fmt_ns, fmt_pct, fmt_ratio, fmt_value
 
 
-def render_info(doc: dict[str, Any], console: Console | None = None) -> None:
+def render_info(doc: InfoDocument, console: Console | None = None) -> None:
+    """The ``info`` tables: what the trace holds."""
     out = console or Console(highlight=False)
     facts = Table(show_header=False, box=None, title="trace", title_justify="left")
     facts.add_column(style="bold")
@@ -223,7 +224,7 @@ def render_check(result: CheckResult, console: Console | None = None) -> None:
         v = r["value"]
         if v is None:
             shown = "—"
-        elif "_ns" in r["check"] and isinstance(v, int | float):
+        elif r["kind"] == "ns":
             shown = fmt_ns(v)
         else:
             shown = f"{v:.4g}" if isinstance(v, float) else str(v)

@@ -74,8 +74,8 @@ CREATE INDEX args_by_set ON args (arg_set_id);
 
 
 def flatten_args(
-    value: Any, key: str = "args", flat: str = "args"
-) -> Iterable[tuple[str, str, Any]]:
+    value: object, key: str = "args", flat: str = "args"
+) -> Iterable[tuple[str, str, object]]:
     """Perfetto's flattening: nested keys joined by '.', list items as ``[i]`` in ``key``
     and dropped from ``flat_key``. Yields (flat_key, key, value)."""
     if isinstance(value, dict):
