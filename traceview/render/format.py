@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+from traceview.analysis.document import Percentiles, StepFacts
+
 
 def fmt_ns(ns: int | float | None) -> str:
     """A duration in ns as a human unit (ns, µs, ms, s); ``—`` for none."""
@@ -44,3 +46,25 @@ def fmt_value(value: float | None, unit: str) -> str:
         return fmt_pct(value)
     whole = not isinstance(value, float) or float(value).is_integer()
     return f"{value:,.0f}" if whole else f"{value:,.1f}"
+
+
+PHASE_COLUMNS = ("phase", "steps", "n", "p50", "p90", "p99", "max")
+
+
+def phase_rows(steps: StepFacts) -> list[tuple[int | None, list[str]]]:
+    """The "steps and cadence by phase" table, shared by the terminal and the report: one row
+    for all steps, then one per phase, each (first step of the phase, or None for the
+    overall row; its cells under :data:`PHASE_COLUMNS`)."""
+    rows: list[tuple[int | None, list[str]]] = []
+    cadences: list[tuple[str, str, Percentiles, int | None]] = [
+        ("all", f"0–{max(steps['count'] - 1, 0)}", steps["cadence"], None)
+    ]
+    cadences += [
+        (p["kind"], f"{p['first_step']}–{p['last_step']}", p["cadence"], p["first_step"])
+        for p in steps["phases"]
+    ]
+    for kind, span, c, first in cadences:
+        cells = [kind, span, str(c["n"])]
+        cells += [fmt_ns(c[q]) for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns")]
+        rows.append((first, cells))
+    return rows

@@ -18,7 +18,7 @@ import orjson
 from traceview.analysis.compare import Diff
 from traceview.analysis.summary import SMALL_N, Summary
 from traceview.render.charts import gaps_data, gaps_figure, heartbeat_data, heartbeat_figure
-from traceview.render.format import fmt_ns, fmt_pct, fmt_ratio, fmt_value
+from traceview.render.format import PHASE_COLUMNS, fmt_ns, fmt_pct, fmt_ratio, fmt_value, phase_rows
 
 CSS = """
 :root { --bg: #ffffff; --fg: #1d1f21; --muted: #5f6368; --line: #dadce0; --head: #f1f3f4;
@@ -96,30 +96,9 @@ def _summary_section(summary: Summary, label: str) -> str:
             ]
         )
     out = [f"<h2>{html.escape(label)}</h2>", _table(["", ""], facts, set(), "facts")]
-    phases = [
-        [
-            "all",
-            f"0–{max(s['count'] - 1, 0)}",
-            str(s["cadence"]["n"]),
-            *(fmt_ns(s["cadence"][q]) for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns")),
-        ]
-    ]
-    for p in s["phases"]:
-        c = p["cadence"]
-        phases.append(
-            [
-                p["kind"],
-                f"{p['first_step']}–{p['last_step']}",
-                str(c["n"]),
-                *(fmt_ns(c[q]) for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns")),
-            ]
-        )
+    phases = [cells for _, cells in phase_rows(s)]
     out.append("<h3>Steps and cadence by phase</h3>")
-    out.append(
-        _table(
-            ["phase", "steps", "n", "p50", "p90", "p99", "max"], phases, {2, 3, 4, 5, 6}, "phases"
-        )
-    )
+    out.append(_table(list(PHASE_COLUMNS), phases, {2, 3, 4, 5, 6}, "phases"))
     marker = ", ".join(d.get("decode_marker_kernels") or []) or d["decode_marker"] or "none"
     gaps = [
         [

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from traceview.analysis.compare import CheckResult, Diff
 from traceview.analysis.document import InfoDocument, RunDocument, SummaryDocument
-from traceview.render.format import fmt_ns, fmt_pct, fmt_ratio, fmt_value
+from traceview.render.format import PHASE_COLUMNS, fmt_ns, fmt_pct, fmt_ratio, fmt_value, phase_rows
 
 
 def render_info(doc: InfoDocument, console: Console | None = None) -> None:
@@ -121,33 +121,11 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
     tokens = {p["first_step"]: p["prompt_tokens"] for p in w["phases"]}
     # per-phase prompt tokens, where the engine stated them and the screen has room
     show_tokens = any(v is not None for v in tokens.values()) and out.width >= 100
-    cols = ("phase", "steps", "n", "p50", "p90", "p99", "max")
-    for col in (*cols, "prompt tokens") if show_tokens else cols:
+    for col in (*PHASE_COLUMNS, "prompt tokens") if show_tokens else PHASE_COLUMNS:
         ph.add_column(col, justify="left" if col in ("phase", "steps") else "right")
-    c = s["cadence"]
-    ph.add_row(
-        "all",
-        f"0–{max(s['count'] - 1, 0)}",
-        str(c["n"]),
-        fmt_ns(c["p50_ns"]),
-        fmt_ns(c["p90_ns"]),
-        fmt_ns(c["p99_ns"]),
-        fmt_ns(c["max_ns"]),
-        *([_count(w["prompt_tokens"])] if show_tokens else []),
-        end_section=True,
-    )
-    for p in s["phases"]:
-        pc = p["cadence"]
-        ph.add_row(
-            p["kind"],
-            f"{p['first_step']}–{p['last_step']}",
-            str(pc["n"]),
-            fmt_ns(pc["p50_ns"]),
-            fmt_ns(pc["p90_ns"]),
-            fmt_ns(pc["p99_ns"]),
-            fmt_ns(pc["max_ns"]),
-            *([_count(tokens.get(p["first_step"]))] if show_tokens else []),
-        )
+    for first, cells in phase_rows(s):
+        prompt = w["prompt_tokens"] if first is None else tokens.get(first)
+        ph.add_row(*cells, *([_count(prompt)] if show_tokens else []), end_section=first is None)
     out.print(ph)
 
     names = doc["decode_marker_kernels"]
