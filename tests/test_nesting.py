@@ -15,7 +15,8 @@ from conftest import GENERATED, real_traces, trace_params
 import traceview as tv
 from traceview.load import LoadOptions
 from traceview.sql import embedded
-from traceview.sql.embedded import Database, _nest_in_arrays, _nest_one_by_one
+from traceview.sql.embedded import Database
+from traceview.sql.nesting import nest_in_arrays, nest_one_by_one
 
 
 def _one_by_one(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -25,7 +26,7 @@ def _one_by_one(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray
     parent = np.full(n, -1, dtype=np.int64)
     track = np.zeros(n, dtype=np.int64)
     spilled: dict[int, int] = {}
-    _nest_one_by_one(range(n), ts, dur, ts + dur, depth, parent, track, spilled, 1, [0])
+    nest_one_by_one(range(n), ts, dur, ts + dur, depth, parent, track, spilled, 1, [0])
     return depth, parent, bool(spilled)
 
 
@@ -42,7 +43,7 @@ def _tracker(slices: pl.DataFrame, next_track: int) -> tuple[pl.DataFrame, dict[
     spilled: dict[int, int] = {}
     cuts = np.flatnonzero(tracks[1:] != tracks[:-1]) + 1
     for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, ordered.height], strict=True):
-        next_track = _nest_one_by_one(
+        next_track = nest_one_by_one(
             range(lo, hi),
             ts,
             dur,
@@ -97,7 +98,7 @@ def test_the_array_path_is_the_tracker_or_declines(seed: int) -> None:
             slices.append((a, int(rng.integers(0, 50)) if rng.random() < 0.8 else 0))
     ts, dur = _ordered(slices)
     depth, parent, spilled = _one_by_one(ts, dur)
-    got_depth, got_parent, flagged = _nest_in_arrays(ts, dur, ts + dur)
+    got_depth, got_parent, flagged = nest_in_arrays(ts, dur, ts + dur)
     if not flagged.any():
         assert not spilled
         assert got_depth.tolist() == depth.tolist()
@@ -117,7 +118,7 @@ def test_the_array_path_takes_most_nesting_tracks() -> None:
     taken = 0
     for seed in range(0, 300, 3):
         ts, dur = _ordered(_tree(np.random.default_rng(seed), 0, 400, 0))
-        taken += not _nest_in_arrays(ts, dur, ts + dur)[2].any()
+        taken += not nest_in_arrays(ts, dur, ts + dur)[2].any()
     assert taken >= 40
 
 

@@ -58,3 +58,13 @@ def test_the_count_of_any_outside_capture_does_not_grow() -> None:
     )
     print(f"Any outside capture/: {uses} (budget {ANY_BUDGET})")
     assert uses <= ANY_BUDGET, f"{uses} uses of Any outside capture/ (budget {ANY_BUDGET})"
+
+
+def test_no_module_is_over_600_lines() -> None:
+    """One job per module (docs/design.md): a module past ~600 lines is doing two."""
+    long = [
+        f"{p.relative_to(ROOT)}: {n}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > 600
+    ]
+    assert not long, f"modules over 600 lines: {long}"

@@ -30,6 +30,7 @@ import orjson
 import polars as pl
 
 from traceview.errors import TraceFormatError, TraceviewWarning, describe_event
+from traceview.load.boundaries import array_end, error_byte, last_cut
 from traceview.load.columns import (
     DECODER,
     RAW_ARGS_DECODER,
@@ -62,8 +63,6 @@ _MAX_HEADER = 64 << 20  # look this far for the "traceEvents" key before reading
 _MAX_PIECE = 512 << 20  # a single event larger than this is treated as malformed
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_CUT = re.compile(rb"\}\s*,\s*\{")
-_BYTE_POS = re.compile(r"\(byte (\d+)\)")
 
 # --- the loader ----------------------------------------------------------------------------
 
@@ -174,7 +173,7 @@ class _Loader:
                 continue
             if eof:
                 break
-            cut = _last_cut(buf)
+            cut = last_cut(buf)
             if cut < 0:
                 if len(buf) > _MAX_PIECE:
                     self._raise_json_error(buf, f"no event boundary in {len(buf)} bytes")
@@ -189,7 +188,7 @@ class _Loader:
     def _tail(self, buf: bytes, header_text: bytes | None) -> dict[str, Any]:
         """The last events, the closing ``]`` and (object form) the keys after it."""
         text = buf.rstrip()
-        end = _array_end(text)
+        end = array_end(text)
         if end is None:
             body, trailer = text, b""  # bare array: Chrome accepts a missing ']'
         else:
@@ -230,7 +229,7 @@ class _Loader:
         except msgspec.ValidationError:
             complete = True  # well-formed; the careful path reads odd field types
         except msgspec.DecodeError as exc:
-            pos = _error_byte(exc)
+            pos = error_byte(exc)
             complete = not (pos is None or pos >= len(doc) - 1)  # an error mid-text is not a cut
         if complete:
             self._consume_piece(body, final=True)
@@ -239,7 +238,7 @@ class _Loader:
             return
         end = len(body)
         while True:
-            cut = _last_cut(body[:end])
+            cut = last_cut(body[:end])
             if cut < 0:
                 break
             if self._consume_piece(memoryview(body)[:cut], final=False):
@@ -275,7 +274,7 @@ class _Loader:
         except msgspec.ValidationError:
             pass  # some field has an unexpected type: take the careful path below
         except msgspec.DecodeError as exc:
-            pos = _error_byte(exc)
+            pos = error_byte(exc)
             ends_early = pos is None or pos >= len(doc) - 1
             if ends_early and not final:
                 return False
@@ -563,51 +562,6 @@ class _Loader:
             overlay_events=self.overlay_events,
         )
         return Trace(meta=meta, **frames)
-
-
-def _last_cut(buf: bytes) -> int:
-    """Offset just after the last ``}`` that is followed by ``, {`` (a likely event boundary).
-
-    The candidate is only likely: the decoder validates it (a cut inside a string or a
-    nested object cannot decode, since raw JSON strings cannot hold an unescaped quote).
-    """
-    end = len(buf)
-    while True:
-        pos = buf.rfind(b"}", 0, end)
-        if pos < 0:
-            return -1
-        if _CUT.match(buf, pos):
-            return pos + 1
-        end = pos
-
-
-def _array_end(text: bytes) -> int | None:
-    """Offset in ``text`` just past the ``]`` that closes the events array (None: no ``]``).
-
-    ``text`` is what follows the array's opening ``[``.
-    """
-    doc = b"[" + text
-    try:
-        DECODER.decode(doc)
-        return len(text)
-    except msgspec.ValidationError:
-        pass
-    except msgspec.DecodeError as exc:
-        pos = _error_byte(exc)
-        if pos is not None and "trailing characters" in str(exc):
-            return pos - 2
-    try:  # Python's decoder tolerates NaN and stops at the array's end
-        s = doc.decode("utf-8", errors="replace")
-        _, end = json.JSONDecoder().raw_decode(s)
-        return len(s[:end].encode("utf-8")) - 1
-    except ValueError:
-        return None
-
-
-def _error_byte(exc: Exception) -> int | None:
-    """msgspec's ``(byte N)``: N is one past the offending byte's offset."""
-    match = _BYTE_POS.search(str(exc))
-    return int(match.group(1)) if match else None
 
 
 def read_json(
