@@ -3,9 +3,11 @@ never served stale; entries are atomic and bounded; it can be turned off and man
 
 from __future__ import annotations
 
+import gzip
 import importlib
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,10 @@ def _no_parse(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("parsed the JSON although the cache holds this trace")
 
     monkeypatch.setattr(loading, "read_json", refuse)
+
+
+def _key_of(path: Path) -> str:
+    return cache._key(cache.content_digest(str(path)), "raw_args=False")
 
 
 def _same(a: tv.Trace, b: tv.Trace) -> None:
@@ -92,7 +98,8 @@ def test_entries_are_bounded_and_least_recently_used_go_first(
     a, b, c = tmp_path / "a.json.gz", tmp_path / "b.json.gz", tmp_path / "c.json.gz"
     shutil.copy(GENERATED / "hybrid_chunked.json.gz", a)
     shutil.copy(GENERATED / "dense_sglang.json.gz", b)
-    shutil.copy(GENERATED / "hybrid_chunked.json.gz", c)  # another file: its own entry
+    # the same trace with one more byte of whitespace: other content, frames of a's size
+    c.write_bytes(gzip.compress(gzip.decompress(a.read_bytes()) + b" "))
     tv.load(a, options=ALWAYS)
     entry_a = next(cache_dir.iterdir())
     tv.load(b, options=ALWAYS)
@@ -107,7 +114,7 @@ def test_entries_are_bounded_and_least_recently_used_go_first(
     tv.load(b, options=ALWAYS)
     tv.load(a, options=ALWAYS)  # parsed again, cached again: c goes, b stays
     assert cache.info()["entries"] == 2
-    assert cache._key(str(b), "raw_args=False")[0] in {p.name for p in cache_dir.iterdir()}
+    assert _key_of(b) in {p.name for p in cache_dir.iterdir()}
 
 
 def test_partial_entries_and_dead_writers_are_never_read(
@@ -115,7 +122,7 @@ def test_partial_entries_and_dead_writers_are_never_read(
 ) -> None:
     path = tmp_path / "t.json.gz"
     shutil.copy(GENERATED / "dense_sglang.json.gz", path)
-    key, _ = cache._key(str(path), "raw_args=False")
+    key = _key_of(path)
     # a folder without its meta.json (not something a rename leaves, but never trusted)
     (cache_dir / key).mkdir(parents=True)
     (cache_dir / key / "kernels.arrow").write_bytes(b"garbage")
@@ -124,8 +131,10 @@ def test_partial_entries_and_dead_writers_are_never_read(
     os.utime(dead, (1, 1))
     first = tv.load(path, options=ALWAYS)
     assert (cache_dir / key / "meta.json").exists() and not dead.exists()
-    # a corrupt frame file in a complete entry: parsed again, not a crash or a wrong trace
+    # a corrupt frame file in a complete entry: parsed again and replaced, not a crash
     (cache_dir / key / "events.arrow").write_bytes(b"not arrow")
+    _same(tv.load(path, options=ALWAYS), first)
+    _no_parse(monkeypatch)
     _same(tv.load(path, options=ALWAYS), first)
 
 
@@ -148,3 +157,78 @@ def test_the_cli_switch_and_management(
     assert not cache.enabled()
     tv.load(big, options=ALWAYS)
     assert cache.info()["entries"] == 0
+
+
+def test_a_file_that_grows_during_the_parse_is_not_stored(
+    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace opened while the profiler still writes it: the first load reads part of it
+    (a hook appends the rest during the parse); nothing is stored under any key, and the
+    next open parses the whole file."""
+    whole = gzip.decompress((GENERATED / "hybrid_chunked.json.gz").read_bytes())
+    path = tmp_path / "t.json"
+    cut = len(whole) // 2
+    path.write_bytes(whole[:cut])
+    appended = []
+
+    def grow(done: int, total: int) -> None:
+        if not appended:
+            with open(path, "ab") as f:
+                f.write(whole[cut:])
+            appended.append(True)
+
+    options = tv.LoadOptions(cache_min_bytes=0, block_bytes=65_536, progress=grow)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tv.load(path, options=options)
+    assert appended and cache.info()["entries"] == 0
+    fresh = tv.load(path, options=tv.LoadOptions(cache=False))
+    assert fresh.meta.truncated_at is None
+    _same(tv.load(path, options=ALWAYS), fresh)  # parsed whole, and stored now
+    assert cache.info()["entries"] == 1
+    _no_parse(monkeypatch)
+    _same(tv.load(path, options=ALWAYS), fresh)
+
+
+def test_a_truncated_trace_is_never_stored(cache_dir: Path, tmp_path: Path) -> None:
+    whole = gzip.decompress((GENERATED / "dense_sglang.json.gz").read_bytes())
+    path = tmp_path / "t.json"
+    path.write_bytes(whole[: len(whole) // 2])
+    with pytest.warns(tv.TraceviewWarning, match="truncated"):
+        tv.load(path, options=ALWAYS)
+    assert cache.info()["entries"] == 0
+
+
+def test_changed_bytes_inside_an_entry_are_never_served(
+    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bit flipped in a frame file (here the kernels' durations) is caught by the entry's
+    own digest: the entry is dropped, the trace parsed again and the entry replaced."""
+    path = tmp_path / "t.json.gz"
+    shutil.copy(GENERATED / "hybrid_chunked.json.gz", path)
+    first = tv.load(path, options=ALWAYS)
+    frame = cache_dir / _key_of(path) / "kernels.arrow"
+    data = bytearray(frame.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    frame.write_bytes(bytes(data))
+    _same(tv.load(path, options=ALWAYS), first)
+    # an emptied frame file too
+    frame.write_bytes(b"")
+    _same(tv.load(path, options=ALWAYS), first)
+    _no_parse(monkeypatch)  # replaced: the next open reads it
+    _same(tv.load(path, options=ALWAYS), first)
+
+
+def test_clear_says_what_it_could_not_remove(
+    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.json.gz"
+    shutil.copy(GENERATED / "dense_sglang.json.gz", path)
+    tv.load(path, options=ALWAYS)
+    # a folder it cannot write (root ignores permissions, so the removal itself fails here)
+    monkeypatch.setattr(cache.shutil, "rmtree", lambda *a, **k: None)
+    result = CliRunner().invoke(cli, ["cache", "clear"])
+    assert result.exit_code == 2
+    assert "removed 0 cached traces" in result.stderr
+    assert "could not remove 1 entry" in result.stderr
+    assert cache.info()["entries"] == 1

@@ -6,6 +6,7 @@ import click
 import orjson
 
 from traceview.cli._options import json_option, stderr
+from traceview.errors import TraceviewError
 from traceview.load import cache as trace_cache
 
 
@@ -32,5 +33,12 @@ def info(as_json: bool) -> None:
 @cache.command()
 def clear() -> None:
     """Remove every cached trace."""
-    n = trace_cache.clear()
+    n, failed = trace_cache.clear()
     stderr.print(f"removed {n} cached trace{'s' if n != 1 else ''} from {trace_cache.cache_dir()}")
+    if failed:
+        raise TraceviewError(
+            f"{trace_cache.cache_dir()}: could not remove {len(failed)} "
+            f"entr{'ies' if len(failed) != 1 else 'y'} (is the folder writable?): "
+            + ", ".join(failed[:3])
+            + (" …" if len(failed) > 3 else "")
+        )

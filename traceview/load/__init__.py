@@ -98,12 +98,14 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
     caching = opts.cache and total >= opts.cache_min_bytes and cache.enabled()
     variant = f"raw_args={opts.raw_args}"
     if caching:
-        hit = cache.get(name, variant)
-        if hit is not None and not (opts.strict and hit.meta.truncated_at is not None):
+        before = cache.identity(name)
+        digest = cache.content_digest(name)
+        hit = cache.get(name, variant, digest)
+        if hit is not None:
             return hit
     trace = _load(name, total, opts)
     if caching:
-        cache.put(name, variant, trace)
+        cache.put(name, variant, trace, digest, before)
     return trace
 
 

@@ -4,10 +4,15 @@ A multi-GB trace costs seconds to parse; ``summarize``, then ``heartbeat``, then
 the same file would pay that each time. The first load writes the frames to the user's
 cache folder; the next load of the same, unchanged file reads them back.
 
-- **Key**: the file's identity (real path, device, inode, size, mtime) plus traceview's
-  version and the load options that shape the frames. An entry also records a digest of
-  the file's bytes sampled across it (first and last MiB, and 64 slices between), checked
-  before the entry is used: a changed or replaced file is never served stale.
+- **Key**: a BLAKE2b digest of the file's whole content (read on every open, hit or miss),
+  plus traceview's version, the entry format and the load options that shape the frames.
+  A changed file has another key: it is never served stale, whatever its size and mtime.
+- **Only whole, stable parses are stored**: the file's identity (device, inode, size,
+  mtime) is read before and after the parse, and nothing is stored if it changed (a
+  profiler still flushing, a copy in progress); a truncated trace is never stored.
+- **Checked on read**: every entry records a digest of each of its frame files; a frame
+  whose bytes do not match, or an entry that cannot be read, is removed, and the trace is
+  parsed again and stored anew.
 - **Atomic**: an entry is written in a temporary folder and renamed into place; a killed or
   concurrent writer leaves no half entry, and the loser of a race discards its copy.
 - **Bounded**: past ``TRACEVIEW_CACHE_MAX_BYTES`` (default 4 GiB) the least recently used
@@ -21,7 +26,6 @@ The folder is ``TRACEVIEW_CACHE_DIR`` if set, else the platform's user cache fol
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
@@ -40,10 +44,8 @@ from traceview.errors import TraceviewWarning
 from traceview.model import Trace, TraceMeta
 
 FRAMES = ("kernels", "events", "flows", "counters", "metadata", "shapes")
-FORMAT = 4  # bump when the entry layout, a frame schema or TraceMeta changes
-_SAMPLES = 64
-_SAMPLE = 64 << 10
-_EDGE = 1 << 20
+FORMAT = 5  # bump when the entry layout, a frame schema or TraceMeta changes
+_CHUNK = 8 << 20
 _STALE_TMP_S = 3600
 
 
@@ -77,63 +79,63 @@ def max_bytes() -> int:
         return 4 << 30
 
 
-def _key(path: str, variant: str) -> tuple[str, os.stat_result]:
+Identity = tuple[int, int, int, int]  # device, inode, size, mtime (ns)
+
+
+def identity(path: str) -> Identity:
+    """What the file system says of the file: read before and after a parse, so a file that
+    changed while it was read is never stored."""
     st = os.stat(path)
-    ident = "|".join(
-        map(
-            str,
-            (
-                os.path.realpath(path),
-                st.st_dev,
-                st.st_ino,
-                st.st_size,
-                st.st_mtime_ns,
-                _version(),
-                FORMAT,
-                variant,
-            ),
-        )
-    )
-    return hashlib.blake2b(ident.encode(), digest_size=16).hexdigest(), st
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def content_check(path: str, size: int) -> str:
-    """A digest of the file's bytes sampled across it: the first and last MiB and
-    ``_SAMPLES`` slices between (the whole file when it is small)."""
+def content_digest(path: str) -> str:
+    """BLAKE2b-128 of the file's whole content (the bytes on disk, compressed or not)."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(str(size).encode())
     with open(path, "rb") as f:
-        if size <= 2 * _EDGE + _SAMPLES * _SAMPLE:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-            return h.hexdigest()
-        offsets = [0, size - _EDGE]
-        step = (size - 2 * _EDGE) // (_SAMPLES + 1)
-        offsets[1:1] = [_EDGE + step * (i + 1) for i in range(_SAMPLES)]
-        for off in offsets:
-            f.seek(off)
-            h.update(f.read(_EDGE if off in (0, size - _EDGE) else _SAMPLE))
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
     return h.hexdigest()
 
 
-def get(path: str, variant: str) -> Trace | None:
-    """The cached trace for ``path``, or None (absent, stale, or unreadable)."""
+def _key(digest: str, variant: str) -> str:
+    """An entry's name: the content's digest, traceview's version, the entry format and the
+    load options that shape the frames. Content, not path: a copy of a file shares it."""
+    ident = "|".join(map(str, (digest, _version(), FORMAT, variant)))
+    return hashlib.blake2b(ident.encode(), digest_size=16).hexdigest()
+
+
+def _frame_digest(file: Path) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(file, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def get(path: str, variant: str, digest: str) -> Trace | None:
+    """The cached trace of the content ``digest`` (of ``path``), or None: absent, or an
+    entry that is damaged (a frame whose bytes do not match the digest stored with it, a
+    missing file, an unreadable one), which is removed so the next store replaces it."""
+    entry = cache_dir() / _key(digest, variant)
+    meta_file = entry / "meta.json"
+    if not entry.exists():
+        return None
     try:
-        key, st = _key(path, variant)
-        entry = cache_dir() / key
-        meta_file = entry / "meta.json"
-        if not meta_file.exists():
-            return None
         doc = orjson.loads(meta_file.read_bytes())
-        if doc.get("check") != content_check(path, st.st_size) or doc.get("format") != FORMAT:
-            shutil.rmtree(entry, ignore_errors=True)  # the file changed under the same identity
-            return None
+        stored = doc["frames"]
+        if doc.get("format") != FORMAT or doc.get("content") != digest:
+            raise ValueError("another entry's")
+        for name in FRAMES:
+            if _frame_digest(entry / f"{name}.arrow") != stored[name]:
+                raise ValueError(f"{name}.arrow damaged")
         frames = {name: pl.read_ipc(entry / f"{name}.arrow") for name in FRAMES}
         os.utime(meta_file)  # most recently used
-    except (OSError, ValueError, pl.exceptions.PolarsError):
+        meta_fields = {f.name for f in fields(TraceMeta)}
+        m = {k: v for k, v in doc["meta"].items() if k in meta_fields}
+    except (OSError, ValueError, KeyError, TypeError, pl.exceptions.PolarsError):
+        shutil.rmtree(entry, ignore_errors=True)  # damaged or incomplete: parse and replace
         return None
-    meta_fields = {f.name for f in fields(TraceMeta)}
-    m = {k: v for k, v in doc["meta"].items() if k in meta_fields}
     m["device_properties"] = tuple(m.get("device_properties") or ())
     m["warnings"] = tuple(m.get("warnings") or ())
     m["path"] = path
@@ -143,31 +145,42 @@ def get(path: str, variant: str) -> Trace | None:
     return Trace(meta=meta, **frames)
 
 
-def put(path: str, variant: str, trace: Trace) -> None:
-    """Store ``trace`` for ``path`` (best effort: a full disk or a race just skips it)."""
+def put(path: str, variant: str, trace: Trace, digest: str, before: Identity) -> bool:
+    """Store ``trace``, parsed from ``path`` whose content had ``digest`` and whose identity
+    was ``before`` when the parse began. Nothing is stored for a truncated trace, nor when
+    the file's identity changed during the parse (a profiler still writing, a copy in
+    progress). Best effort: a full disk or a race just skips it. Returns whether it
+    stored."""
+    if trace.meta.truncated_at is not None:
+        return False
     root = cache_dir()
     try:
-        key, st = _key(path, variant)
-        if (root / key / "meta.json").exists():
-            return
-        if (root / key).exists():  # not an entry (a rename is all or nothing): clear it
-            shutil.rmtree(root / key, ignore_errors=True)
+        if identity(path) != before:
+            return False
+        key = _key(digest, variant)
+        if (root / key).exists():
+            return False  # another writer got there first (a damaged entry was removed)
         root.mkdir(parents=True, exist_ok=True)
         tmp = root / f".tmp-{uuid.uuid4().hex}"
         tmp.mkdir()
         try:
+            stored = {}
             for name in FRAMES:
                 getattr(trace, name).write_ipc(tmp / f"{name}.arrow")
+                stored[name] = _frame_digest(tmp / f"{name}.arrow")
             meta = asdict(trace.meta)
-            doc = {"format": FORMAT, "check": content_check(path, st.st_size), "meta": meta}
+            doc = {"format": FORMAT, "content": digest, "frames": stored, "meta": meta}
             (tmp / "meta.json").write_bytes(orjson.dumps(doc, default=str))
-            with contextlib.suppress(OSError):  # another writer got there first: keep theirs
+            try:
                 os.rename(tmp, root / key)
+            except OSError:  # another writer got there first: keep theirs
+                return False
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         _evict(root, max_bytes())
+        return True
     except (OSError, pl.exceptions.PolarsError):
-        return
+        return False
 
 
 def _entries(root: Path) -> list[tuple[float, int, Path]]:
@@ -221,12 +234,19 @@ def info() -> CacheInfo:
     }
 
 
-def clear() -> int:
-    """Remove every entry; returns how many there were."""
+def clear() -> tuple[int, list[str]]:
+    """Remove every entry and every temporary folder. Returns how many entries were
+    removed, and the folders that could not be (for example on a read-only cache)."""
     root = cache_dir()
-    entries = _entries(root)
-    for _, _, entry in entries:
+    removed, failed = 0, []
+    for _, _, entry in _entries(root):
         shutil.rmtree(entry, ignore_errors=True)
+        if entry.exists():
+            failed.append(str(entry))
+        else:
+            removed += 1
     for tmp in root.glob(".tmp-*") if root.is_dir() else ():
         shutil.rmtree(tmp, ignore_errors=True)
-    return len(entries)
+        if tmp.exists():
+            failed.append(str(tmp))
+    return removed, failed
