@@ -45,7 +45,7 @@ from traceview.model import Trace, TraceMeta
 
 FRAMES = ("kernels", "events", "flows", "counters", "metadata", "shapes")
 FORMAT = 5  # bump when the entry layout, a frame schema or TraceMeta changes
-_CHUNK = 8 << 20
+_CHUNK = 1 << 20  # bytes hashed at a time (small: a first open is at its memory peak)
 _STALE_TMP_S = 3600
 
 
