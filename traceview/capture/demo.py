@@ -56,7 +56,7 @@ def run_demo(out: Path, *, prompt_tokens: int, echo: Callable[[str], None], err:
     rows = []
     for chunked in (False, True):
         label = "chunked prefill " + ("on" if chunked else "off")
-        err.print(f"[bold]{label}[/]: serving the lab engine and probing it ...")
+        err.print(f"{label}: serving the lab engine and probing it ...")
         result, steps = experiment(out, chunked=chunked, prompt_tokens=prompt_tokens)
         summary = summarize(load(result.traces[0]))
         echo(f"\n=== {label}: {result.traces[0]} ({len(steps)} engine steps logged) ===")

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from traceview.errors import TraceviewError, TraceviewWarning
+from traceview.render.safe import terminal
 
 
 class _Group(click.Group):
@@ -24,7 +25,7 @@ class _Group(click.Group):
         except TraceviewError as exc:
             if ctx.params.get("debug"):
                 raise
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(f"Error: {terminal(exc)}", err=True)
             ctx.exit(exc.exit_code)
 
 

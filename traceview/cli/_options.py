@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from traceview.load import LoadOptions, load
 from traceview.model import Trace
+from traceview.render.safe import terminal
 
 if TYPE_CHECKING:  # the CLI imports analysis lazily, so --help stays fast
     from traceview.analysis.families import Rules
@@ -27,7 +29,18 @@ F = TypeVar("F", bound=Callable[..., object])
 trace_argument = click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead.")
 
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)  # one line per message
+# one line per message; markup off: trace text printed here is data, never rich markup
+stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+
+
+def say(text: str) -> None:
+    """One line on stderr, its trace text neutralised for the terminal."""
+    stderr.print(Text(terminal(text)))
+
+
+def warn(text: str) -> None:
+    """``Warning: <text>`` on stderr, its trace text neutralised for the terminal."""
+    stderr.print(Text.assemble(("Warning:", "yellow"), " ", terminal(text)))
 
 
 def _progress_bar() -> tuple[Callable[[int, int], None], Callable[[], None]]:
@@ -73,7 +86,7 @@ def load_trace(path: str, *, strict: bool = False) -> Trace:
     else:
         trace = load(path, options=LoadOptions(strict=strict))
     for line in trace.meta.warnings:
-        stderr.print(f"[yellow]Warning:[/] {path}: {line}")
+        warn(f"{path}: {line}")
     return trace
 
 
@@ -197,7 +210,7 @@ def summarize_trace(
         load_trace(path, strict=strict), analysis.load_rules(), options=analysis.step_options()
     )
     for line in summary.warnings:
-        stderr.print(f"[yellow]Warning:[/] {label}{line}")
+        warn(f"{label}{line}")
     return summary
 
 
@@ -256,7 +269,7 @@ def summarize_run_paths(
     finally:
         close()
     for line in run.warnings:
-        stderr.print(f"[yellow]Warning:[/] {label}{line}")
+        warn(f"{label}{line}")
     return run
 
 

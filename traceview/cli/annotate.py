@@ -12,7 +12,8 @@ from traceview.cli._options import (
     is_run,
     load_trace,
     run_options,
-    stderr,
+    say,
+    warn,
 )
 from traceview.errors import TraceviewError
 
@@ -56,7 +57,7 @@ def annotate(
             raise TraceviewError(f"{target}: would overwrite the trace it annotates")
         trace = load_trace(source, strict=strict)
         if trace.kernels.height == 0 and len(pairs) > 1:
-            stderr.print(f"[yellow]Warning:[/] {source}: skipped: no device activity")
+            warn(f"{source}: skipped: no device activity")
             continue
         summary = summarize(trace, rules, options=analysis.step_options())
-        stderr.print(f"wrote {write_annotated(source, target, trace, summary)}")
+        say(f"wrote {write_annotated(source, target, trace, summary)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import orjson
 
-from traceview.cli._options import json_option, stderr
+from traceview.cli._options import json_option, say
 from traceview.errors import TraceviewError
 from traceview.load import cache as trace_cache
 
@@ -34,7 +34,7 @@ def info(as_json: bool) -> None:
 def clear() -> None:
     """Remove every cached trace."""
     n, failed = trace_cache.clear()
-    stderr.print(f"removed {n} cached trace{'s' if n != 1 else ''} from {trace_cache.cache_dir()}")
+    say(f"removed {n} cached trace{'s' if n != 1 else ''} from {trace_cache.cache_dir()}")
     if failed:
         raise TraceviewError(
             f"{trace_cache.cache_dir()}: could not remove {len(failed)} "

@@ -12,7 +12,7 @@ from traceview.cli._options import (
     is_run,
     parse_duration,
     run_options,
-    stderr,
+    say,
     summarize_run_paths,
     summarize_trace,
 )
@@ -91,7 +91,7 @@ def heartbeat(
     if len(traces) > 2 or (len(traces) == 1 and is_run(traces)):
         run = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict)
         data = run_heartbeat_data(run, title=title or "")
-        stderr.print(f"wrote {save_figure(run_heartbeat_figure(data, style=style), output)}")
+        say(f"wrote {save_figure(run_heartbeat_figure(data, style=style), output)}")
         return
     datas = []
     for path in traces:
@@ -101,7 +101,7 @@ def heartbeat(
             name = f"{title} — {Path(path).name}"
         datas.append(heartbeat_data(summary, title=name, window_ms=span))
     saved = save_figure(heartbeat_figure(datas, style=style), output)
-    stderr.print(f"wrote {saved}")
+    say(f"wrote {saved}")
 
 
 @click.command()
@@ -121,4 +121,4 @@ def gaps(trace: str, output: str, title: str | None, style: str, analysis: Analy
         title=title or f"decode gaps — {Path(trace).name}",
         style=style,
     )
-    stderr.print(f"wrote {save_figure(fig, output)}")
+    say(f"wrote {save_figure(fig, output)}")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from traceview.cli._options import AnalysisOptions, analysis_options, stderr, summarize_trace
+from traceview.cli._options import AnalysisOptions, analysis_options, say, summarize_trace
 
 
 @click.command()
@@ -35,4 +35,4 @@ def report(traces: tuple[str, ...], output: str, strict: bool, analysis: Analysi
     def write(target: Path) -> None:
         target.write_text(page, encoding="utf-8")
 
-    stderr.print(f"wrote {atomic_write(Path(output), write)}")
+    say(f"wrote {atomic_write(Path(output), write)}")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import click
 
-from traceview.cli._options import AnalysisOptions, analysis_options, count_bar, stderr
+from traceview.cli._options import AnalysisOptions, analysis_options, count_bar, say, warn
 
 
 @click.command()
@@ -68,8 +68,8 @@ def scan(
     finally:
         close()
     for path, error in report.failed:
-        stderr.print(f"[yellow]Warning:[/] {path}: not scanned: {error}")
-    stderr.print(
+        warn(f"{path}: not scanned: {error}")
+    say(
         f"{dataset}: scanned {len(report.scanned)}, skipped {len(report.skipped)} (already in "
         f"the dataset), failed {len(report.failed)} (in errors/) in {report.seconds:.1f} s"
     )

@@ -1,15 +1,37 @@
-"""Terminal rendering with rich (stdout)."""
+"""Terminal rendering with rich (stdout).
+
+Every text cell and title is shown literally (a :class:`Table` makes each a ``Text``, with
+control characters and bidi overrides made visible by :func:`~traceview.render.safe.terminal`):
+a kernel named ``[link=…]`` or holding an ESC sequence is printed as those characters, never
+read as rich markup or sent to the terminal as a command.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
+from rich import table as rich_table
+from rich.console import Console, RenderableType
+from rich.text import Text
 
 from traceview.analysis.compare import CheckResult, Diff
 from traceview.analysis.document import InfoDocument, RunDocument, SummaryDocument
 from traceview.render.format import PHASE_COLUMNS, fmt_ns, fmt_pct, fmt_ratio, fmt_value, phase_rows
+from traceview.render.safe import terminal
+
+
+def _text(value: RenderableType) -> RenderableType:
+    return Text(terminal(value)) if isinstance(value, str) else value
+
+
+class Table(rich_table.Table):
+    """A rich table whose string cells and title are data, never markup."""
+
+    def __init__(self, *headers: str, title: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*headers, title=Text(terminal(title)) if title else None, **kwargs)
+
+    def add_row(self, *renderables: RenderableType | None, **kwargs: Any) -> None:
+        super().add_row(*(_text(r) if r is not None else r for r in renderables), **kwargs)
 
 
 def render_info(doc: InfoDocument, console: Console | None = None) -> None:
@@ -169,7 +191,7 @@ def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> Non
             fmt_value(r["a"], r["unit"]),
             fmt_value(r["b"], r["unit"]),
             fmt_ratio(r["ratio"]),
-            f"[{style}]{verdict}[/]" if style else verdict,
+            Text(verdict, style=style) if style else verdict,
         )
     out.print(table)
     if d.kernels.height:
@@ -206,7 +228,8 @@ def render_check(result: CheckResult, console: Console | None = None) -> None:
             shown = fmt_ns(v)
         else:
             shown = f"{v:.4g}" if isinstance(v, float) else str(v)
-        table.add_row(r["check"], shown, "[green]ok[/]" if r["ok"] else "[red]FAILED[/]")
+        result_cell = Text("ok", style="green") if r["ok"] else Text("FAILED", style="red")
+        table.add_row(r["check"], shown, result_cell)
     out.print(table)
 
 
