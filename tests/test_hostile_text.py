@@ -19,7 +19,7 @@ HOSTILE = "[/x] [link=https://example.invalid]click[/link] \x1b[2J\x1b]0;pwned\x
 def _hostile_trace(path: Path) -> Path:
     tb = TraceBuilder(gpu_name=f"GPU {HOSTILE}")
     t = 1_000_000
-    for step in range(30):
+    for _step in range(30):
         for layer in range(4):
             tb.kernel(f"flash_fwd_kernel {HOSTILE}", t, 20_000)
             tb.kernel(f"gemm {HOSTILE}" if layer % 2 else "sm90_xmma_gemm", t + 25_000, 50_000)
