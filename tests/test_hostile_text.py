@@ -61,3 +61,17 @@ def test_terminal_makes_every_control_visible() -> None:
     assert terminal("\x9b\x07\x00") == "\\x9b\\x07\\x00"
     assert terminal("x\u202ey\u2066z") == "x\\u202ey\\u2066z"
     assert terminal("tab\tand newline\n[b]µs·") == "tab\tand newline\n[b]µs·"
+
+
+def test_dollar_signs_in_names_and_titles_are_text_not_math(tmp_path: Path) -> None:
+    """A ``$`` in a file name or --title once ended the chart commands in a mathtext
+    traceback."""
+    src = tmp_path / "run_$5_$6.json.gz"
+    _hostile_trace(src)
+    for argv in (
+        ["heartbeat", str(src), "-o", str(tmp_path / "h.png"), "--title", "cost $5 $\\frac"],
+        ["gaps", str(src), "-o", str(tmp_path / "g.png"), "--title", "$x^2$ and $"],
+        ["report", str(src), "-o", str(tmp_path / "r.html")],
+    ):
+        result = CliRunner().invoke(cli, argv)
+        assert result.exit_code == 0, (argv[0], result.output, result.exception)

@@ -50,9 +50,13 @@ def _matplotlib() -> Any:
 
 
 def _style(mpl: Any, style: str) -> Any:
+    """The chart style, with mathtext off: titles, labels and legends (file names, kernel
+    names, ``--title``) are shown as the characters they are (``$`` included), never
+    parsed as math."""
     if style not in COLORS:
         raise TraceviewError(f"unknown chart style {style!r} (light or dark)")
-    return mpl.style.context("dark_background" if style == "dark" else "default")
+    base = "dark_background" if style == "dark" else "default"
+    return mpl.style.context([base, {"text.parse_math": False}])
 
 
 # --- the data behind the charts --------------------------------------------------------
