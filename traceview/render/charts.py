@@ -408,7 +408,7 @@ def run_heartbeat_figure(data: RunHeartbeatData, *, style: str = "light") -> Fig
         palette = [tab(i) for i in (0, 1, 2, 4, 5, 6, 7, 8, 9)]  # red is the straggler's
         straggler = data.straggler[0] if data.straggler else None
 
-        def color(i: int, rank: int) -> Any:
+        def color(i: int, rank: int) -> object:
             return COLORS[style]["mixed"] if rank == straggler else palette[i % len(palette)]
 
         def straggler_label(rank: int) -> str:

@@ -11,9 +11,12 @@ import html
 import io
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import orjson
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 from traceview.analysis.compare import Diff
 from traceview.analysis.summary import SMALL_N, Summary
@@ -47,7 +50,7 @@ td.name { white-space: normal; word-break: break-all; max-width: 520px; }
 """
 
 
-def _svg(fig: Any) -> str:
+def _svg(fig: Figure) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg")
     text = buf.getvalue()
