@@ -175,14 +175,13 @@ class PhaseCadence(TypedDict):
     p99_ns: int | None
 
 
-class RankRow(TypedDict):
-    rank: int | None
-    rank_source: str
-    path: str
+class TraceFigures(TypedDict):
+    """The figures a run document's rank rows and a scan's ``traces/`` rows share, each the
+    same population everywhere (:mod:`traceview.analysis.figures`, docs/datasets.md)."""
+
     steps: int
     cadence_p50_ns: int | None
     cadence_p99_ns: int | None
-    cadence_by_phase: dict[str, PhaseCadence]  # decode, mixed (= summary cadence_by_kind)
     decode_cadence_n: int
     decode_cadence_p50_ns: int | None
     decode_cadence_p99_ns: int | None
@@ -193,6 +192,13 @@ class RankRow(TypedDict):
     decode_gap_p50_ns: int | None
     decode_gap_p99_ns: int | None
     busy: float | None
+
+
+class RankRow(TraceFigures):
+    rank: int | None
+    rank_source: str
+    path: str
+    cadence_by_phase: dict[str, PhaseCadence]  # decode, mixed (= summary cadence_by_kind)
     compute_p50_ns: int | None
     collective_ns_per_step: float | None
     collective_wait_p50_ns: int | None

@@ -17,11 +17,9 @@ each equals):
 
 from __future__ import annotations
 
-from typing import TypedDict
-
 import polars as pl
 
-from traceview.analysis.document import GapStats, Percentiles, SummaryDocument
+from traceview.analysis.document import GapStats, Percentiles, SummaryDocument, TraceFigures
 from traceview.analysis.stats import percentiles
 
 KINDS = ("decode", "mixed")  # the step kinds with a cadence of their own
@@ -38,24 +36,6 @@ def kind_cadence(steps: pl.DataFrame, kind: str) -> Percentiles:
 def gap_population(doc: SummaryDocument, population: str) -> GapStats:
     """The summary's decode-gap row of one population (``all``, ``decode`` or ``mixed``)."""
     return next(g for g in doc["decode_gaps"] if g["population"] == population)
-
-
-class TraceFigures(TypedDict):
-    """The figures shared by the run document's rank rows and the scan's ``traces/`` rows."""
-
-    steps: int
-    cadence_p50_ns: int | None
-    cadence_p99_ns: int | None
-    decode_cadence_n: int
-    decode_cadence_p50_ns: int | None
-    decode_cadence_p99_ns: int | None
-    mixed_cadence_n: int
-    mixed_cadence_p50_ns: int | None
-    mixed_cadence_p99_ns: int | None
-    decode_gaps_n: int
-    decode_gap_p50_ns: int | None
-    decode_gap_p99_ns: int | None
-    busy: float | None
 
 
 def trace_figures(doc: SummaryDocument) -> TraceFigures:

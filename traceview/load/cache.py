@@ -89,8 +89,9 @@ def identity(path: str) -> Identity:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def content_digest(path: str) -> str:
-    """BLAKE2b-128 of the file's whole content (the bytes on disk, compressed or not)."""
+def content_digest(path: str | Path) -> str:
+    """BLAKE2b-128 of a file's whole content (the bytes on disk, compressed or not): the
+    trace's key, and each frame file's check."""
     h = hashlib.blake2b(digest_size=16)
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):
@@ -103,14 +104,6 @@ def _key(digest: str, variant: str) -> str:
     load options that shape the frames. Content, not path: a copy of a file shares it."""
     ident = "|".join(map(str, (digest, _version(), FORMAT, variant)))
     return hashlib.blake2b(ident.encode(), digest_size=16).hexdigest()
-
-
-def _frame_digest(file: Path) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    with open(file, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def get(path: str, variant: str, digest: str) -> Trace | None:
@@ -127,7 +120,7 @@ def get(path: str, variant: str, digest: str) -> Trace | None:
         if doc.get("format") != FORMAT or doc.get("content") != digest:
             raise ValueError("another entry's")
         for name in FRAMES:
-            if _frame_digest(entry / f"{name}.arrow") != stored[name]:
+            if content_digest(entry / f"{name}.arrow") != stored[name]:
                 raise ValueError(f"{name}.arrow damaged")
         frames = {name: pl.read_ipc(entry / f"{name}.arrow") for name in FRAMES}
         os.utime(meta_file)  # most recently used
@@ -167,7 +160,7 @@ def put(path: str, variant: str, trace: Trace, digest: str, before: Identity) ->
             stored = {}
             for name in FRAMES:
                 getattr(trace, name).write_ipc(tmp / f"{name}.arrow")
-                stored[name] = _frame_digest(tmp / f"{name}.arrow")
+                stored[name] = content_digest(tmp / f"{name}.arrow")
             meta = asdict(trace.meta)
             doc = {"format": FORMAT, "content": digest, "frames": stored, "meta": meta}
             (tmp / "meta.json").write_bytes(orjson.dumps(doc, default=str))
