@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -50,14 +51,16 @@ def _model_of(extra: dict[str, Any]) -> str | None:
 def trace_row(
     trace_id: str,
     path: Path,
+    stat: os.stat_result,
     trace: Trace,
     summary: Summary,
     work: pl.DataFrame,
     rank: int | None,
     rank_source: str,
 ) -> pl.DataFrame:
-    """The trace's one ``traces/`` row (``work``: :func:`step_work`'s per-step table)."""
-    stat = path.stat()
+    """The trace's one ``traces/`` row (``stat``: the file's, read before its bytes were
+    hashed into ``trace_id``, so size and mtime describe that content; ``work``:
+    :func:`step_work`'s per-step table)."""
     doc = summary.to_dict()
     figures = trace_figures(doc)
     annotations = summary.steps["annotation"].drop_nulls().unique().to_list()

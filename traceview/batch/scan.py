@@ -88,6 +88,7 @@ def scan_trace(path: str, dataset: str, options: ScanOptions) -> ScanStatus:
     """Scan one trace into the dataset (the work of one task)."""
     out = Path(dataset)
     p = Path(path)
+    stat = p.stat()  # before the hash: the row's size and mtime describe the hashed bytes
     trace_id = content_hash(p)
     if has_trace(out, trace_id):
         return {"path": path, "trace_id": trace_id, "status": "skipped", "error": None}
@@ -109,7 +110,7 @@ def scan_trace(path: str, dataset: str, options: ScanOptions) -> ScanStatus:
     write_table(out, "steps", trace_id, steps)
     write_table(out, "families", trace_id, families)
     write_table(out, "gaps", trace_id, gaps)
-    row = trace_row(trace_id, p, trace, summary, work, rank, rank_source)
+    row = trace_row(trace_id, p, stat, trace, summary, work, rank, rank_source)
     write_table(out, "traces", trace_id, row)  # last: it commits the trace
     drop_error(out, trace_id)
     return {"path": path, "trace_id": trace_id, "status": "scanned", "error": None}
