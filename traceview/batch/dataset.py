@@ -7,7 +7,6 @@ Layout (docs/datasets.md): ``DATASET/{traces,steps,families,gaps,errors}/<trace_
 
 from __future__ import annotations
 
-import hashlib
 import os
 import uuid
 from pathlib import Path
@@ -15,18 +14,15 @@ from pathlib import Path
 import polars as pl
 
 from traceview.errors import TraceviewError
+from traceview.load.cache import content_digest
 
 TABLES = ("traces", "steps", "families", "gaps", "errors")
-_HASH_CHUNK = 8 << 20
 
 
 def content_hash(path: str | os.PathLike[str]) -> str:
-    """The trace's identity in the dataset: BLAKE2b (128 bits) of its bytes, as hex."""
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+    """The trace's identity in the dataset: BLAKE2b (128 bits) of its bytes, as hex (the
+    loaded-trace cache's content key, :func:`traceview.load.cache.content_digest`)."""
+    return content_digest(os.fspath(path))
 
 
 def prepare(dataset: Path) -> None:
