@@ -4,8 +4,10 @@ a command with a traceback."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import html5lib
 import pytest
 from click.testing import CliRunner
 
@@ -75,3 +77,69 @@ def test_dollar_signs_in_names_and_titles_are_text_not_math(tmp_path: Path) -> N
     ):
         result = CliRunner().invoke(cli, argv)
         assert result.exit_code == 0, (argv[0], result.output, result.exception)
+
+
+MARKUP = "`a|b` <!--<script>alert(1)</script></div> & [l](https://x.invalid) *b* $x$"
+
+
+def _markup_trace(path: Path, steps: int) -> Path:
+    tb = TraceBuilder(gpu_name=f"GPU {MARKUP}")
+    t = 1_000_000
+    for _step in range(steps):
+        for layer in range(4):
+            tb.kernel(f"flash_fwd {MARKUP}", t, 20_000)
+            tb.kernel(f"gemm {MARKUP}" if layer % 2 else "sm90_xmma_gemm", t + 25_000, 50_000)
+            t += 100_000
+        t += 400_000
+    return tb.write(path)
+
+
+def test_markdown_diff_keeps_its_table_shape(tmp_path: Path) -> None:
+    """A backtick or pipe in a kernel name once broke ``diff --format markdown``'s table."""
+    from markdown_it import MarkdownIt
+
+    a, b = _markup_trace(tmp_path / "a`|.json.gz", 30), _markup_trace(tmp_path / "b.json.gz", 34)
+    result = CliRunner().invoke(cli, ["diff", str(a), str(b), "--format", "markdown"])
+    assert result.exit_code == 0, result.output
+    page = html5lib.parse(
+        MarkdownIt("commonmark").enable("table").render(result.stdout),
+        namespaceHTMLElements=False,
+    )
+    tables = page.findall(".//table")
+    assert [len(t.find("thead/tr")) for t in tables] == [6, 5]
+    for table in tables:
+        widths = {len(tr) for tr in table.findall("tbody/tr")}
+        assert widths == {len(table.find("thead/tr"))}
+    assert page.find(".//script") is None and page.find(".//a") is None
+    names = ["".join(c.itertext()) for c in tables[1].findall("tbody/tr/td[1]")]
+    assert f"gemm {MARKUP}"[:67] + "..." in names
+    header = "".join(page.find(".//p").itertext())
+    assert "a`|.json.gz" in header
+
+
+def test_report_sections_survive_script_text_in_names(tmp_path: Path) -> None:
+    """``<!--<script>`` in a GPU name once made a browser's parser swallow the second summary
+    and the diff, and the embedded JSON became invalid. html5lib parses as browsers do."""
+    a, b = _markup_trace(tmp_path / "a.json.gz", 30), _markup_trace(tmp_path / "b.json.gz", 34)
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(cli, ["report", str(a), str(b), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    page = html5lib.parse(out.read_text(encoding="utf-8"), namespaceHTMLElements=False)
+    body = page.find("body")
+    assert [e.tag for e in body if e.tag == "script"] == ["script"] * 3
+    headings = ["".join(h.itertext()) for h in body.findall("h2")]
+    assert headings[:2] == ["Heartbeat", "What changed (B against A)"]
+    assert headings[2].startswith("A — ") and headings[3].startswith("B — ")
+    docs = {s.get("id"): json.loads(s.text) for s in body.findall("script")}
+    for i, path in enumerate((a, b)):
+        assert docs[f"traceview-summary-{i}"]["trace"]["gpu"] == f"GPU {MARKUP}"
+        assert docs[f"traceview-summary-{i}"]["trace"]["path"] == str(path)
+    assert docs["traceview-diff"]["rows"]
+    gpu_cells = [
+        "".join(tr[1].itertext())
+        for t in body.findall(".//table[@class='facts']")
+        for tr in t.iter("tr")
+        if "".join(tr[0].itertext()) == "GPU"
+    ]
+    assert gpu_cells == [f"GPU {MARKUP} (device 0)"] * 2
+    assert not [e for e in page.iter() if e.tag == "a"]

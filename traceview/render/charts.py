@@ -18,6 +18,7 @@ import polars as pl
 from traceview.errors import MissingDependencyError, TraceviewError
 from traceview.render.base import atomic_write
 from traceview.render.format import fmt_ns
+from traceview.render.safe import chart
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -221,7 +222,7 @@ def draw_heartbeat(
             )
     tick_ax.set_ylim(0, 1.35)
     tick_ax.set_yticks([])
-    tick_ax.set_title(data.title, loc="left", fontsize=11, color=colors["text"])
+    tick_ax.set_title(chart(data.title), loc="left", fontsize=11, color=colors["text"])
     for i, (a, b) in enumerate(data.prompt_spans_ms):
         tick_ax.plot(
             [a, b],
@@ -436,7 +437,7 @@ def run_heartbeat_figure(data: RunHeartbeatData, *, style: str = "light") -> Fig
                 label=straggler_label(rank) if is_straggler else f"rank {rank}",
                 zorder=3 if is_straggler else 2,
             )
-        ax.set_title(data.title, loc="left", fontsize=11)
+        ax.set_title(chart(data.title), loc="left", fontsize=11)
         ax.set_xlabel("time from each rank's first kernel (ms)")
         ax.set_ylabel("step-to-step interval (ms)")
         ax.set_ylim(bottom=0)
@@ -501,7 +502,7 @@ def gaps_figure(curves: list[GapCurve], *, title: str, style: str = "light") -> 
         ax.set_xlabel("decode gap (log scale)")
         ax.set_ylabel("fraction of gaps ≤ x")
         ax.set_ylim(0, 1.02)
-        ax.set_title(title, loc="left", fontsize=11)
+        ax.set_title(chart(title), loc="left", fontsize=11)
         ax.grid(True, which="both", alpha=0.2)
         ax.legend(loc="lower right", fontsize=8)
     return fig

@@ -4,35 +4,35 @@
 
 from __future__ import annotations
 
-import html
-
 from traceview.analysis import display
 from traceview.analysis.compare import Diff
 from traceview.analysis.document import SummaryDocument
 from traceview.render.format import fmt_ns, fmt_pct, fmt_ratio, fmt_value
+from traceview.render.safe import html_text as esc
+from traceview.render.safe import markdown_code, markdown_text
 
 
 def summary_html(d: SummaryDocument) -> str:
     """The summary's facts, families, phases and decode gaps as one HTML block."""
     t, s = d["trace"], d["steps"]
     rows = "".join(
-        f"<tr><td>{html.escape(f['family'])}</td><td>{f['count']:,}</td>"
+        f"<tr><td>{esc(f['family'])}</td><td>{f['count']:,}</td>"
         f"<td>{fmt_ns(f['total_ns'])}</td><td>{fmt_pct(f['share'])}</td></tr>"
         for f in d["families"][:12]
     )
     phases = "".join(
-        f"<tr><td>{p['kind']}</td><td>{p['steps']}</td><td>{fmt_ns(p['cadence_p50_ns'])}</td></tr>"
+        f"<tr><td>{esc(p['kind'])}</td><td>{p['steps']}</td><td>{fmt_ns(p['cadence_p50_ns'])}</td></tr>"
         for p in s["phases"]
     )
     gaps = "".join(
-        f"<tr><td>{g['population']}</td><td>{g['n']}</td><td>"
+        f"<tr><td>{esc(g['population'])}</td><td>{g['n']}</td><td>"
         + "</td><td>".join(fmt_ns(v) for v in (g["p50_ns"], g["p90_ns"], g["p99_ns"]))
         + "</td></tr>"
         for g in d["decode_gaps"]
     )
-    warn = "".join(f"<li>{html.escape(w)}</li>" for w in d["warnings"])
+    warn = "".join(f"<li>{esc(w)}</li>" for w in d["warnings"])
     return (
-        f"<div><b>{html.escape(str(t['path']))}</b> — {t['kernels']:,} kernels, "
+        f"<div><b>{esc(str(t['path']))}</b> — {t['kernels']:,} kernels, "
         f"{s['count']} steps ({s['method']}), GPU busy {fmt_pct(d['busy']['fraction'])}"
         f"<table><tr><th>family</th><th>kernels</th><th>time</th><th>share</th></tr>"
         f"{rows}</table><table><tr><th>phase</th><th>steps</th><th>cadence p50</th></tr>"
@@ -50,14 +50,16 @@ def _badge(verdict: str) -> str:
 def diff_markdown(d: Diff, limit: int = 40) -> str:
     """The diff's first ``limit`` metrics and 15 kernels as markdown tables (ratio = B/A)."""
     lines = [
-        f"**traceview diff**: A = `{d.a}`, B = `{d.b}` (ratio = B/A)",
+        f"**traceview diff**: A = {markdown_code(d.a, cell=False)}, "
+        f"B = {markdown_code(d.b, cell=False)} (ratio = B/A)",
         "",
         "| section | metric | A | B | B/A | verdict |",
         "|---|---|---:|---:|---:|---|",
     ]
     for r in d.rows.head(limit).iter_rows(named=True):
         lines.append(
-            f"| {r['section']} | {r['metric']} | {fmt_value(r['a'], r['unit'])} | "
+            f"| {markdown_text(r['section'])} | {markdown_text(r['metric'])} | "
+            f"{fmt_value(r['a'], r['unit'])} | "
             f"{fmt_value(r['b'], r['unit'])} | {fmt_ratio(r['ratio'])} | "
             f"{_badge(r['verdict'])} |"
         )
@@ -66,8 +68,9 @@ def diff_markdown(d: Diff, limit: int = 40) -> str:
         for r in d.kernels.head(15).iter_rows(named=True):
             name = r["name"] if len(r["name"]) <= 70 else r["name"][:67] + "..."
             lines.append(
-                f"| `{name}` | {fmt_value(r['a_ns'], 'ns')} | {fmt_value(r['b_ns'], 'ns')} | "
-                f"{fmt_ratio(r['ratio'])} | {r['change']} |"
+                f"| {markdown_code(name)} | {fmt_value(r['a_ns'], 'ns')} | "
+                f"{fmt_value(r['b_ns'], 'ns')} | "
+                f"{fmt_ratio(r['ratio'])} | {markdown_text(r['change'])} |"
             )
     return "\n".join(lines) + "\n"
 

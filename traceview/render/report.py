@@ -7,13 +7,10 @@ machines. Nothing is fetched from the network and no script runs.
 
 from __future__ import annotations
 
-import html
 import io
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import orjson
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -22,6 +19,8 @@ from traceview.analysis.compare import Diff
 from traceview.analysis.summary import SMALL_N, Summary
 from traceview.render.charts import gaps_data, gaps_figure, heartbeat_data, heartbeat_figure
 from traceview.render.format import PHASE_COLUMNS, fmt_ns, fmt_pct, fmt_ratio, fmt_value, phase_rows
+from traceview.render.safe import html_text as esc
+from traceview.render.safe import json_for_html
 
 CSS = """
 :root { --bg: #ffffff; --fg: #1d1f21; --muted: #5f6368; --line: #dadce0; --head: #f1f3f4;
@@ -57,15 +56,23 @@ def _svg(fig: Figure) -> str:
     return text[text.index("<svg") :]  # drop the XML prolog and doctype
 
 
+class Html(str):
+    """Markup this module wrote itself; every other cell is text and is escaped."""
+
+
+def _cell(c: str) -> str:
+    return c if isinstance(c, Html) else esc(c)
+
+
 def _table(head: list[str], rows: list[list[str]], numeric: set[int], cls: str = "") -> str:
     th = "".join(
-        f'<th class="num">{html.escape(h)}</th>' if i in numeric else f"<th>{html.escape(h)}</th>"
+        f'<th class="num">{esc(h)}</th>' if i in numeric else f"<th>{esc(h)}</th>"
         for i, h in enumerate(head)
     )
     body = "".join(
         "<tr>"
         + "".join(
-            f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
+            f'<td class="num">{_cell(c)}</td>' if i in numeric else f"<td>{_cell(c)}</td>"
             for i, c in enumerate(row)
         )
         + "</tr>"
@@ -79,10 +86,10 @@ def _summary_section(summary: Summary, label: str) -> str:
     d = summary.to_dict()
     t, s, b = d["trace"], d["steps"], d["busy"]
     facts = [
-        ["trace", html.escape(str(t["path"]))],
-        ["GPU", html.escape(f"{t['gpu'] or '—'} (device {t['device']})")],
+        ["trace", str(t["path"])],
+        ["GPU", f"{t['gpu'] or '—'} (device {t['device']})"],
         ["activity", f"{t['kernels']:,} {t['activity']}s, span {fmt_ns(t['span_ns'])}"],
-        ["steps", html.escape(f"{s['count']:,} by {s['method']}: {s['detail']}")],
+        ["steps", f"{s['count']:,} by {s['method']}: {s['detail']}"],
         [
             "GPU busy",
             f"{fmt_pct(b['fraction'])} of the window; {fmt_pct(b['in_gaps'])} inside "
@@ -98,7 +105,7 @@ def _summary_section(summary: Summary, label: str) -> str:
                 "decode (the engine's annotations)",
             ]
         )
-    out = [f"<h2>{html.escape(label)}</h2>", _table(["", ""], facts, set(), "facts")]
+    out = [f"<h2>{esc(label)}</h2>", _table(["", ""], facts, set(), "facts")]
     phases = [cells for _, cells in phase_rows(s)]
     out.append("<h3>Steps and cadence by phase</h3>")
     out.append(_table(list(PHASE_COLUMNS), phases, {2, 3, 4, 5, 6}, "phases"))
@@ -112,7 +119,7 @@ def _summary_section(summary: Summary, label: str) -> str:
         ]
         for g in d["decode_gaps"]
     ]
-    out.append(f'<h3>Decode gaps <span class="muted">({html.escape(marker[:120])})</span></h3>')
+    out.append(f'<h3>Decode gaps <span class="muted">({esc(marker[:120])})</span></h3>')
     out.append(
         _table(
             ["population", "n", "overlaps", "p50", "p90", "p99", "max"],
@@ -123,7 +130,7 @@ def _summary_section(summary: Summary, label: str) -> str:
     )
     fams = [
         [
-            html.escape(f["family"]),
+            f["family"],
             f"{f['count']:,}",
             fmt_ns(f["total_ns"]),
             fmt_ns(f["mean_ns"]),
@@ -140,7 +147,7 @@ def _summary_section(summary: Summary, label: str) -> str:
         out.append(f'<div class="chart gaps-chart">{_svg(fig)}</div>')
     warnings = list(summary.warnings)
     if warnings:
-        items = "".join(f"<li>{html.escape(x)}</li>" for x in warnings)
+        items = "".join(f"<li>{esc(x)}</li>" for x in warnings)
         out.append(f'<div class="warn"><b>Read with care</b><ul>{items}</ul></div>')
     return "\n".join(out)
 
@@ -152,12 +159,12 @@ def _diff_section(d: Diff, limit: int = 40) -> str:
         cls = verdict if verdict in ("worse", "better") else ""
         rows.append(
             [
-                html.escape(r["section"]),
-                html.escape(r["metric"]),
+                r["section"],
+                r["metric"],
                 fmt_value(r["a"], r["unit"]),
                 fmt_value(r["b"], r["unit"]),
                 fmt_ratio(r["ratio"]),
-                f'<span class="{cls}">{verdict}</span>',
+                Html(f'<span class="{cls}">{esc(verdict)}</span>'),
             ]
         )
     return "<h2>What changed (B against A)</h2>" + _table(
@@ -166,8 +173,7 @@ def _diff_section(d: Diff, limit: int = 40) -> str:
 
 
 def _json_script(doc: Mapping[str, object], element_id: str) -> str:
-    text = orjson.dumps(doc).decode().replace("</", "<\\/")
-    return f'<script type="application/json" id="{element_id}">{text}</script>'
+    return f'<script type="application/json" id="{element_id}">{json_for_html(doc)}</script>'
 
 
 def report_html(summaries: list[Summary], diff: Diff | None = None) -> str:
@@ -182,8 +188,8 @@ def report_html(summaries: list[Summary], diff: Diff | None = None) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         '<meta name="color-scheme" content="light dark">',
-        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{esc(title)}</h1>",
         '<p class="muted">Step cadence (the engine\'s heartbeat), decode gaps with their '
         f"population sizes, GPU busy and layer families. A p99 over fewer than {SMALL_N} "
         "samples is close to the maximum.</p>",

@@ -7,11 +7,25 @@ markdown table or an HTML page.
   bidirectional overrides are shown as visible escapes (``\\x1b``, ``\\u202e``); print the
   result as plain text (no rich markup is read from it; the terminal renderers print with
   markup off).
+- :func:`chart`: the same visible escapes; the charts' style turns matplotlib's mathtext off
+  (``text.parse_math``), so ``$`` and ``\\frac`` are shown as typed.
+- :func:`markdown_text` and :func:`markdown_code`: a markdown table cell. Pipes are escaped
+  (GitHub's tables split on them, even inside code spans), the characters that mean
+  something in a cell are backslash-escaped in text, and a code span is fenced with more
+  backticks than the name holds; newlines become spaces.
+- :func:`html_text` and :func:`json_for_html`: HTML text with ``&<>"'`` escaped, and JSON
+  to embed in a ``<script type="application/json">`` element with ``<``, ``>`` and ``&`` as
+  ``\\u003c`` etc., so no ``</script``, ``<!--`` or ``<script`` can end or confuse the
+  element, and ``JSON.parse`` of the element's text gives the document back exactly.
 """
 
 from __future__ import annotations
 
+import html
 import re
+from collections.abc import Mapping
+
+import orjson
 
 # C0 controls but tab and newline, DEL, C1 controls, and the bidi embeddings, overrides and
 # isolates (U+202A-U+202E, U+2066-U+2069) and marks that can reorder what a reader sees
@@ -27,3 +41,48 @@ def terminal(text: object) -> str:
     """``text`` with every control character and bidi override shown as a visible escape:
     safe to print to a terminal as plain text (not as rich markup)."""
     return _UNSAFE.sub(_visible, str(text))
+
+
+def chart(text: object) -> str:
+    """``text`` for a matplotlib title, label or legend: controls shown as visible escapes
+    (the charts' style reads no mathtext, so ``$`` needs no escape)."""
+    return terminal(text)
+
+
+# the characters that mean something inside a table cell: escapes, code, emphasis,
+# strikethrough, links, HTML, entities and the cell separator
+_MD_PUNCT = re.compile(r"([\\`*_~\[\]<>&|])")
+_LINE_BREAKS = re.compile(r"[\r\n]+")
+
+
+def markdown_text(text: object) -> str:
+    """``text`` for a markdown table cell, shown as the characters it is: each character
+    that means something inside a cell backslash-escaped."""
+    return _MD_PUNCT.sub(r"\\\1", _LINE_BREAKS.sub(" ", terminal(text)))
+
+
+def markdown_code(text: object, *, cell: bool = True) -> str:
+    """``text`` as a code span: fenced with one backtick more than its longest run of
+    backticks. In a table ``cell``, pipes are escaped (GitHub splits cells on them even
+    inside code spans, and reads ``\\|`` there as a pipe); outside one they are left."""
+    body = _LINE_BREAKS.sub(" ", terminal(text))
+    if cell:
+        body = body.replace("|", "\\|")
+    runs = re.findall(r"`+", body)
+    fence = "`" * (max((len(r) for r in runs), default=0) + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") or not body.strip() else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
+
+
+def html_text(text: object) -> str:
+    """``text`` for HTML element content or a quoted attribute: ``&<>"'`` escaped, controls
+    shown as visible escapes (most are not allowed in HTML at all)."""
+    return html.escape(terminal(text), quote=True)
+
+
+def json_for_html(doc: Mapping[str, object]) -> str:
+    """``doc`` as JSON for a ``<script type="application/json">`` element: ``<``, ``>`` and
+    ``&`` written as JSON unicode escapes, so nothing in a string can end the element or put
+    the HTML parser into a script-escape state, and the text still parses to ``doc``."""
+    text = orjson.dumps(doc).decode()
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
