@@ -84,7 +84,7 @@ def test_the_cli_annotates_a_trace_and_each_rank_of_a_run(tmp_path: Path) -> Non
     for p in folder.iterdir():
         assert _overlay(p, 0).filter(pl.col("category") == "traceview.step").height == 6
     same = CliRunner().invoke(cli, ["annotate", str(out), "-o", str(out)])
-    assert same.exit_code == 2 and "would overwrite" in same.stderr
+    assert same.exit_code == 2 and "is one of this command's inputs" in same.stderr
 
 
 def test_a_bare_array_without_its_bracket_and_refusals(tmp_path: Path) -> None:

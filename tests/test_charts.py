@@ -151,7 +151,7 @@ def test_cli_comparison_window_and_style(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["-o", "chart.txt"], "unsupported chart format '.txt'"),
+        (["-o", "chart.txt"], "unknown output suffix '.txt'; known: .png, .svg, .pdf"),
         (["-o", "chart.png", "--window", "5"], "--window: expected T0:T1"),
         (["-o", "chart.png", "--window", "2s:1s"], "the end must come after the start"),
         (["-o", "missing/dir/chart.png"], "no such directory"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from traceview.errors import TraceviewError
@@ -29,4 +29,47 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> Path:
     finally:
         if tmp.exists():
             tmp.unlink()
+    return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)  # a hard link, or a path through a bind mount
+    except OSError:
+        return False
+
+
+def check_output(
+    output: str | os.PathLike[str],
+    *,
+    inputs: Iterable[str | os.PathLike[str]] = (),
+    force: bool = False,
+    suffixes: Sequence[str] | None = None,
+) -> Path:
+    """The one rule every writer follows, checked before any work is done: the output is a
+    file name (not a folder), is none of the command's ``inputs``, has a known suffix, and
+    does not exist unless ``force``. Returns it as a Path.
+
+    Raises:
+        TraceviewError: one line naming the output and what is wrong.
+    """
+    path = Path(output)
+    if path.is_dir():
+        raise TraceviewError(f"{path}: is a folder; give a file name for the output")
+    for source in inputs:
+        if _same_file(path, Path(source)):
+            raise TraceviewError(
+                f"{path}: is one of this command's inputs; traceview never writes over its "
+                "inputs (choose another output)"
+            )
+    name = path.name.lower()
+    if suffixes is not None and not any(name.endswith(s) for s in suffixes):
+        got = "".join(path.suffixes[-2:]) or "(none)"
+        raise TraceviewError(f"{path}: unknown output suffix {got!r}; known: {', '.join(suffixes)}")
+    if path.exists() and not force:
+        raise TraceviewError(f"{path}: already exists (use --force to overwrite)")
+    if not path.parent.is_dir():
+        raise TraceviewError(f"{path}: no such directory {path.parent}")
     return path

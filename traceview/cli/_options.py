@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import functools
+import glob
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.text import Text
 
+from traceview._io import check_output
 from traceview.load import LoadOptions, load
 from traceview.model import Trace
 from traceview.render.safe import terminal
@@ -90,13 +93,43 @@ def load_trace(path: str, *, strict: bool = False) -> Trace:
     return trace
 
 
+force_option = click.option("--force", is_flag=True, help="Overwrite an existing output.")
+
+
+def input_files(paths: tuple[str, ...] | list[str]) -> list[Path]:
+    """Every file the command reads: each file given, each directory's and each glob's
+    trace files (what :func:`traceview.batch.discover.discover` would pick)."""
+    from traceview.batch.discover import TRACE_SUFFIXES
+
+    found: list[Path] = []
+    for text in paths:
+        for p in [Path(text)] if Path(text).exists() else map(Path, glob.glob(text)):
+            if p.is_dir():
+                found += [c for c in p.iterdir() if c.name.endswith(TRACE_SUFFIXES)]
+            else:
+                found.append(p)
+    return found
+
+
+def output_file(
+    output: str,
+    inputs: tuple[str, ...] | list[str],
+    *,
+    force: bool,
+    suffixes: tuple[str, ...] | None = None,
+) -> Path:
+    """The writer rule (:func:`traceview._io.check_output`) for ``-o``, against every file
+    ``inputs`` names; checked before any work is done."""
+    return check_output(output, inputs=input_files(inputs), force=force, suffixes=suffixes)
+
+
 def output_options(func: F) -> F:
     """``--format``, ``-o/--output`` and ``--force`` (S output_options)."""
-    func = click.option("--force", is_flag=True, help="Overwrite an existing output file.")(func)
+    func = force_option(func)
     func = click.option(
         "-o",
         "--output",
-        type=click.Path(dir_okay=False),
+        type=click.Path(),
         help="Write to this file (format from its suffix).",
     )(func)
     return click.option(

@@ -6,16 +6,26 @@ from pathlib import Path
 
 import click
 
+from traceview._io import check_output
 from traceview.cli._options import (
     AnalysisOptions,
     analysis_options,
+    force_option,
     is_run,
     load_trace,
+    output_file,
     run_options,
     say,
     warn,
 )
 from traceview.errors import TraceviewError
+
+SUFFIXES = (".json", ".json.gz")
+
+
+def _json_name(name: str) -> str:
+    """A rank's file name in the -o folder: the name as is for a JSON trace."""
+    return name if name.endswith(SUFFIXES) else name + ".json.gz"
 
 
 @click.command()
@@ -27,11 +37,13 @@ from traceview.errors import TraceviewError
     type=click.Path(path_type=str),
     help="The annotated trace (.json or .json.gz); for a run, a folder (one file per rank).",
 )
+@force_option
 @analysis_options
 @run_options
 def annotate(
     traces: tuple[str, ...],
     output: str,
+    force: bool,
     jobs: int | None,
     strict: bool,
     analysis: AnalysisOptions,
@@ -40,7 +52,8 @@ def annotate(
     (or another Chrome-JSON trace viewer): a "traceview" process with a slice per engine
     step (its kind, interval, tokens), per phase and per widest decode gap, and counters of
     the step interval and busy fraction. The original events are kept byte for byte. For a
-    run (a directory, a glob or several traces), each rank is annotated into the -o folder."""
+    run (a directory, a glob or several traces), each rank is annotated into the -o folder.
+    A trace annotated before gets its overlay replaced, not a second one."""
     from traceview.analysis.summary import summarize
     from traceview.batch.discover import discover
     from traceview.render.overlay import annotate as write_annotated
@@ -48,13 +61,22 @@ def annotate(
     rules = analysis.load_rules()
     if is_run(traces):
         folder = Path(output)
+        if folder.exists() and not folder.is_dir():
+            raise TraceviewError(f"{folder}: not a folder (a run is annotated into a folder)")
+        sources = discover(list(traces))
+        pairs = [(str(p), folder / _json_name(p.name)) for p in sources]
+        created = not folder.exists()
         folder.mkdir(parents=True, exist_ok=True)
-        pairs = [(str(p), folder / p.name) for p in discover(list(traces))]
+        try:
+            for _, target in pairs:  # every target checked before any is written
+                check_output(target, inputs=sources, force=force, suffixes=SUFFIXES)
+        except TraceviewError:
+            if created:
+                folder.rmdir()
+            raise
     else:
-        pairs = [(traces[0], Path(output))]
+        pairs = [(traces[0], output_file(output, traces, force=force, suffixes=SUFFIXES))]
     for source, target in pairs:
-        if Path(source).resolve() == target.resolve():
-            raise TraceviewError(f"{target}: would overwrite the trace it annotates")
         trace = load_trace(source, strict=strict)
         if trace.kernels.height == 0 and len(pairs) > 1:
             warn(f"{source}: skipped: no device activity")

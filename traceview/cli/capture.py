@@ -164,7 +164,7 @@ def server(
 
 
 @click.command()
-@click.argument("probe", type=click.Path(dir_okay=False))
+@click.argument("probe", type=click.Path())
 @click.option("--json", "as_json", is_flag=True)
 def itl(probe: str, as_json: bool) -> None:
     """Victims' inter-token latency, over all tokens and within the injection window,

@@ -9,7 +9,9 @@ import click
 from traceview.cli._options import (
     AnalysisOptions,
     analysis_options,
+    force_option,
     is_run,
+    output_file,
     parse_duration,
     run_options,
     say,
@@ -18,6 +20,7 @@ from traceview.cli._options import (
 )
 from traceview.errors import TraceviewError
 from traceview.render.charts import (
+    FORMATS,
     gaps_data,
     gaps_figure,
     heartbeat_data,
@@ -38,8 +41,8 @@ output_option = click.option(
     "-o",
     "--output",
     required=True,
-    type=click.Path(dir_okay=False),
-    help="Chart file: .png, .svg or .pdf (overwritten).",
+    type=click.Path(),
+    help="Chart file: .png, .svg or .pdf (an existing one needs --force).",
 )
 
 
@@ -69,11 +72,13 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
 )
 @click.option("--title", help="Chart title (default: the file name).")
 @style_option
+@force_option
 @analysis_options
 @run_options
 def heartbeat(
     traces: tuple[str, ...],
     output: str,
+    force: bool,
     window: str | None,
     title: str | None,
     style: str,
@@ -88,6 +93,7 @@ def heartbeat(
     per rank (the median and min–max band past 8 ranks), the straggler named.
     """
     span = parse_window(window)
+    output_file(output, traces, force=force, suffixes=FORMATS)
     if len(traces) > 2 or (len(traces) == 1 and is_run(traces)):
         run = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict)
         data = run_heartbeat_data(run, title=title or "")
@@ -109,10 +115,19 @@ def heartbeat(
 @output_option
 @click.option("--title", help="Chart title.")
 @style_option
+@force_option
 @analysis_options
-def gaps(trace: str, output: str, title: str | None, style: str, analysis: AnalysisOptions) -> None:
+def gaps(
+    trace: str,
+    output: str,
+    title: str | None,
+    style: str,
+    force: bool,
+    analysis: AnalysisOptions,
+) -> None:
     """Chart the decode-gap distribution per population (CDF on a log time axis, p50/p90/p99
     marked, n in the legend)."""
+    output_file(output, [trace], force=force, suffixes=FORMATS)
     summary = summarize_trace(trace, analysis=analysis)
     if summary.gaps.height == 0:
         raise TraceviewError(f"{trace}: no decode gaps to chart (no decode-marker kernels)")

@@ -6,17 +6,25 @@ from pathlib import Path
 
 import click
 
-from traceview.cli._options import AnalysisOptions, analysis_options, say, summarize_trace
+from traceview.cli._options import (
+    AnalysisOptions,
+    analysis_options,
+    force_option,
+    output_file,
+    say,
+    summarize_trace,
+)
 
 
 @click.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option(
-    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .html page."
-)
+@click.option("-o", "--output", required=True, type=click.Path(), help="The .html page.")
 @click.option("--strict", is_flag=True, help="A truncated trace is an error.")
+@force_option
 @analysis_options
-def report(traces: tuple[str, ...], output: str, strict: bool, analysis: AnalysisOptions) -> None:
+def report(
+    traces: tuple[str, ...], output: str, strict: bool, force: bool, analysis: AnalysisOptions
+) -> None:
     """Write one self-contained HTML page (inline SVG charts and CSS, no network) to attach
     to a pull request: the summary, the heartbeat and gap charts, the warnings and the
     summary JSON. Give two traces (before, after) for their diff and both heartbeats on
@@ -27,6 +35,7 @@ def report(traces: tuple[str, ...], output: str, strict: bool, analysis: Analysi
 
     if len(traces) > 2:
         raise click.UsageError("report takes one trace, or two to compare")
+    path = output_file(output, traces, force=force, suffixes=(".html", ".htm"))
     summaries = [
         summarize_trace(p, analysis, label=f"{Path(p).name}: ", strict=strict) for p in traces
     ]
@@ -35,4 +44,4 @@ def report(traces: tuple[str, ...], output: str, strict: bool, analysis: Analysi
     def write(target: Path) -> None:
         target.write_text(page, encoding="utf-8")
 
-    say(f"wrote {atomic_write(Path(output), write)}")
+    say(f"wrote {atomic_write(path, write)}")

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from traceview.cli._options import load_trace, output_options
+from traceview.cli._options import load_trace, output_file, output_options
 from traceview.errors import QueryError
 from traceview.render.base import guess_format, write_output
 
@@ -67,7 +67,10 @@ def sql(
         if len(args) != 2:
             raise click.UsageError("give QUERY.sql TRACE (or -e SQL TRACE, or --list)")
         query, trace_path = args
-    text, _where = resolve_query(query)
+    text, where = resolve_query(query)
+    chosen = guess_format(output, fmt)
+    if output is not None:
+        output_file(output, [trace_path, *([str(where)] if where else [])], force=force)
     if engine == "perfetto" or (engine == "auto" and tp_bin):
         df = run(trace_path, query, engine=engine, timeout_s=timeout, tp_bin=tp_bin)
     else:
@@ -78,4 +81,4 @@ def sql(
         df = run(trace, query, engine="embedded", timeout_s=timeout)
     if df.width == 0 and output is None:
         raise QueryError(f"{query}: the last statement returned no columns")
-    write_output(df, guess_format(output, fmt), output, force=force, stdout=sys.stdout.buffer)
+    write_output(df, chosen, output, force=force, stdout=sys.stdout.buffer)

@@ -12,6 +12,7 @@ from traceview.cli._options import (
     analysis_options,
     is_run,
     json_option,
+    output_file,
     output_options,
     run_options,
     summarize_run_paths,
@@ -73,8 +74,11 @@ def steps(
 ) -> None:
     """Export the engine steps, one row per step (table, csv, json or parquet). For a run of
     rank traces, every rank's steps with ``rank`` and ``path`` columns."""
+    chosen = guess_format(output, fmt)
+    if output is not None:
+        output_file(output, traces, force=force)
     if is_run(traces):
         table = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict).steps
     else:
         table = summarize_trace(traces[0], analysis, strict=strict).steps
-    write_output(table, guess_format(output, fmt), output, force=force, stdout=sys.stdout.buffer)
+    write_output(table, chosen, output, force=force, stdout=sys.stdout.buffer)

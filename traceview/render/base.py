@@ -75,7 +75,11 @@ RENDERERS: dict[str, type[Renderer]] = {
 
 
 def guess_format(output: str | None, given: str | None) -> str:
-    """The format asked for, else the one the output suffix names, else ``table``."""
+    """The format asked for, else the one the output suffix names, else ``table``.
+
+    Raises:
+        TraceviewError: ``output``'s suffix names no format (and none was given).
+    """
     if given:
         return given
     if output:
@@ -83,6 +87,11 @@ def guess_format(output: str | None, given: str | None) -> str:
         for name, cls in RENDERERS.items():
             if cls.extension == suffix:
                 return name
+        known = ", ".join(cls.extension for cls in RENDERERS.values())
+        raise TraceviewError(
+            f"{output}: unknown output suffix {suffix or '(none)'!r}; known: {known} "
+            "(or give --format)"
+        )
     return "table"
 
 

@@ -201,11 +201,32 @@ def _read_text(path: str) -> Iterator[bytes]:
             yield chunk
 
 
+# how the overlay's first event begins (the process_name metadata event overlay_events writes)
+_OVERLAY_START = b'{"ph": "M", "cat": "traceview", "name": "process_name", "pid": '
+
+
+def _overlay_start(source: str, end: int | None) -> int | None:
+    """The byte offset of an earlier overlay's first event: annotate wrote it as the last
+    events before ``end``; the first occurrence of its opening bytes is where it starts."""
+    seen = 0
+    carry = b""
+    for chunk in _read_text(source):
+        window = carry + chunk
+        at = window.find(_OVERLAY_START)
+        if at >= 0:
+            found = seen - len(carry) + at
+            return found if end is None or found < end else None
+        carry = window[-(len(_OVERLAY_START) - 1) :]
+        seen += len(chunk)
+    return None
+
+
 def annotate(source: str, out: str | os.PathLike[str], trace: Trace, summary: Summary) -> Path:
     """Write ``source`` with the overlay of ``summary`` (of ``trace``, loaded from
     ``source``) to ``out`` (gzip when its name ends ``.gz``), atomically. The original text
     is kept byte for byte: the overlay goes in just before the ``]`` that closes
-    ``traceEvents`` (at the end of a bare array that lacks it).
+    ``traceEvents`` (at the end of a bare array that lacks it). An earlier overlay (the
+    trace was annotated before) is replaced, not stacked.
 
     Raises:
         UnsupportedTraceError: a Perfetto protobuf trace, or a truncated one.
@@ -217,43 +238,61 @@ def annotate(source: str, out: str | os.PathLike[str], trace: Trace, summary: Su
         raise UnsupportedTraceError(f"{source}: truncated; annotate needs a whole trace")
     events = ",\n".join(e.to_json() for e in overlay_events(summary)).encode()
     target = Path(out)
+    cut = _overlay_start(source, meta.events_end) if meta.overlay_events else None
 
     def write(tmp: Path) -> None:
         if target.name.endswith(".gz"):
             with gzip.open(tmp, "wb", compresslevel=6) as w:
-                _copy_with_overlay(source, meta.events_end, events, w)
+                _copy_with_overlay(source, meta.events_end, events, w, cut=cut)
         else:
             with open(tmp, "wb") as w:
-                _copy_with_overlay(source, meta.events_end, events, w)
+                _copy_with_overlay(source, meta.events_end, events, w, cut=cut)
 
     return atomic_write(target, write)
 
 
 def _copy_with_overlay(
-    source: str, end: int | None, events: bytes, w: BinaryIO | gzip.GzipFile
+    source: str,
+    end: int | None,
+    events: bytes,
+    w: BinaryIO | gzip.GzipFile,
+    *,
+    cut: int | None = None,
 ) -> None:
     """Copy the text, inserting ``events`` before byte ``end`` (the closing ``]``), or at
-    the end with a ``]`` of its own when there is none."""
+    the end with a ``]`` of its own when there is none. With ``cut``, the bytes from
+    ``cut`` to ``end`` (an earlier overlay) are left out, with the blank and comma before
+    them."""
+    stop = cut if cut is not None else end  # where the original text is left
     written = 0
-    last = b""  # the last non-blank byte before the insertion point
+    pending = b""  # trailing blanks and (before an old overlay) commas, held back
     inserted = False
+
+    def insert() -> None:
+        held = pending.rstrip(b" \t\r\n,") if cut is not None else pending
+        w.write(held)
+        last = held.rstrip()[-1:] if held.rstrip() else last_byte[0]
+        w.write((b"" if last in (b"[", b",") else b",") + b"\n" + events + b"\n")
+
+    last_byte = [b""]
     for chunk in _read_text(source):
-        if not inserted and end is not None and written + len(chunk) > end:
-            head = chunk[: end - written]
-            tail = chunk[end - written :]
-            stripped = head.rstrip()
-            if stripped:
-                last = stripped[-1:]
-            w.write(head)
-            w.write((b"" if last in (b"[", b",") else b",") + b"\n" + events + b"\n")
-            w.write(tail)
+        if not inserted and stop is not None and written + len(chunk) > stop:
+            pending += chunk[: stop - written]
+            insert()
             inserted = True
-        else:
-            w.write(chunk)
-            if not inserted:
-                stripped = chunk.rstrip()
-                if stripped:
-                    last = stripped[-1:]
+            if end is not None and written + len(chunk) > end:
+                w.write(chunk[end - written :])
+        elif not inserted:
+            pending += chunk
+            body = pending.rstrip(b" \t\r\n,")
+            if body:
+                last_byte[0] = body[-1:]
+                w.write(body)
+                pending = pending[len(body) :]
+        elif end is not None and written + len(chunk) > end:
+            w.write(chunk[max(0, end - written) :])
         written += len(chunk)
-    if not inserted:  # a bare array without its closing ']' (Chrome allows it)
-        w.write((b"" if last in (b"[", b",") else b",") + b"\n" + events + b"\n]")
+    if not inserted:
+        insert()
+    if end is None:  # a bare array without its closing ']' (Chrome allows it)
+        w.write(b"]")
