@@ -3,11 +3,21 @@
 Layout (docs/datasets.md): ``DATASET/{traces,steps,families,gaps,errors}/<trace_id>.parquet``,
 ``trace_id`` being the BLAKE2b-128 of the trace's bytes. A file is written to
 ``DATASET/.tmp/`` and renamed into place, so a reader never sees half a file.
+
+Safe under concurrent scans and kills:
+- a temporary file's name carries its writer (pid and host), and a sweep removes only its
+  own or those whose writer is dead (on this host; on another, only after a day);
+- while a trace is being written, ``.tmp/lock.<trace_id>.<pid>.<host>`` says so;
+- a trace's ``traces/`` row, written last, commits its rows in the other tables; readers
+  read committed traces only (:func:`committed`), and the next scan removes the rows of a
+  trace that has neither a ``traces/`` row nor a live writer (:func:`remove_orphans`).
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import time
 import uuid
 from pathlib import Path
 
@@ -17,6 +27,10 @@ from traceview.errors import TraceviewError
 from traceview.load.cache import content_digest
 
 TABLES = ("traces", "steps", "families", "gaps", "errors")
+# the tables a trace's traces/ row commits (errors/ rows stand alone)
+COMMITTED_BY_TRACES = ("steps", "families", "gaps")
+_HOST = socket.gethostname().replace(os.sep, "_")
+FOREIGN_AGE_S = 24 * 3600  # a file of a writer on another host is left this long
 
 
 def content_hash(path: str | os.PathLike[str]) -> str:
@@ -25,14 +39,25 @@ def content_hash(path: str | os.PathLike[str]) -> str:
     return content_digest(os.fspath(path))
 
 
-def prepare(dataset: Path) -> None:
+def prepare(dataset: Path, *, force: bool = False) -> None:
     """Make the dataset's folders (a dataset is a folder).
 
     Raises:
-        TraceviewError: ``dataset`` is a file.
+        TraceviewError: ``dataset`` is a file, or a folder that holds other things and is
+            not a dataset (unless ``force``).
     """
     if dataset.exists() and not dataset.is_dir():
         raise TraceviewError(f"{dataset}: not a directory (a dataset is a folder)")
+    if (
+        dataset.is_dir()
+        and not force
+        and not (dataset / "traces").is_dir()
+        and any(dataset.iterdir())
+    ):
+        raise TraceviewError(
+            f"{dataset}: holds other files and is not a traceview dataset "
+            "(use --force to write a dataset into it)"
+        )
     for table in (*TABLES, ".tmp"):
         (dataset / table).mkdir(parents=True, exist_ok=True)
 
@@ -42,11 +67,64 @@ def has_trace(dataset: Path, trace_id: str) -> bool:
     return (dataset / "traces" / f"{trace_id}.parquet").exists()
 
 
+def table_file(dataset: Path, table: str, trace_id: str) -> Path:
+    """Where one trace's rows of one table live."""
+    return dataset / table / f"{trace_id}.parquet"
+
+
 def write_table(dataset: Path, table: str, trace_id: str, df: pl.DataFrame) -> None:
-    """Write one table's file for one trace: to .tmp/, then renamed into place."""
-    tmp = dataset / ".tmp" / f"{table}.{trace_id}.{uuid.uuid4().hex}.parquet"
+    """Write one table's file for one trace: to .tmp/ under a name that carries this
+    process, then renamed into place."""
+    tmp = dataset / ".tmp" / f"{table}.{trace_id}.{os.getpid()}.{uuid.uuid4().hex}.{_HOST}.tmp"
     df.write_parquet(tmp)
-    os.replace(tmp, dataset / table / f"{trace_id}.parquet")
+    os.replace(tmp, table_file(dataset, table, trace_id))
+
+
+def lock(dataset: Path, trace_id: str) -> Path:
+    """Mark the trace as being written by this process (see :func:`remove_orphans`)."""
+    path = dataset / ".tmp" / f"lock.{trace_id}.{os.getpid()}.{_HOST}"
+    path.touch()
+    return path
+
+
+def _writer(name: str) -> tuple[int, str] | None:
+    """(pid, host) of a .tmp/ file's writer, from its name; None for a name not ours."""
+    parts = name.split(".")
+    try:
+        if parts[0] == "lock" and len(parts) >= 4:
+            return int(parts[2]), ".".join(parts[3:])
+        if len(parts) >= 6 and parts[-1] == "tmp":
+            return int(parts[2]), ".".join(parts[4:-1])
+    except ValueError:
+        return None
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def _writer_gone(path: Path, *, mine_too: bool) -> bool:
+    """Whether nobody is writing ``path`` any more: its writer is this process (when
+    ``mine_too``) or dead, or is on another host and the file is older than a day."""
+    writer = _writer(path.name)
+    if writer is None:
+        return False
+    pid, host = writer
+    if host != _HOST:
+        try:
+            return time.time() - path.stat().st_mtime > FOREIGN_AGE_S
+        except FileNotFoundError:
+            return False
+    if pid == os.getpid():
+        return mine_too
+    return not _pid_alive(pid)
 
 
 def drop_error(dataset: Path, trace_id: str) -> None:
@@ -63,7 +141,48 @@ def known(dataset: Path) -> set[tuple[str, int, int]]:
     return {(p, int(s), int(m)) for p, s, m in rows.iter_rows()}
 
 
-def sweep_tmp(dataset: Path) -> None:
-    """Remove what an interrupted earlier scan left in ``.tmp/``."""
+def sweep_tmp(dataset: Path) -> list[Path]:
+    """Remove the ``.tmp/`` files of this process and of writers that are gone (an
+    interrupted earlier scan); another live scan's files are left alone. Returns what
+    was removed."""
+    removed = []
     for leftover in (dataset / ".tmp").glob("*"):
-        leftover.unlink(missing_ok=True)
+        if _writer_gone(leftover, mine_too=True):
+            leftover.unlink(missing_ok=True)
+            removed.append(leftover)
+    return removed
+
+
+def _being_written(dataset: Path, trace_id: str) -> bool:
+    return any(
+        not _writer_gone(f, mine_too=False) for f in (dataset / ".tmp").glob(f"lock.{trace_id}.*")
+    )
+
+
+def remove_orphans(dataset: Path) -> list[Path]:
+    """Remove the rows of traces that were never committed: a file in steps/, families/
+    or gaps/ whose trace has no ``traces/`` row and no live writer (a scan killed between
+    a trace's files and its row). Returns what was removed."""
+    committed_ids = {f.stem for f in (dataset / "traces").glob("*.parquet")}
+    removed = []
+    for table in COMMITTED_BY_TRACES:
+        for f in (dataset / table).glob("*.parquet"):
+            tid = f.stem
+            if tid in committed_ids or _being_written(dataset, tid):
+                continue
+            if table_file(dataset, "traces", tid).exists():  # committed meanwhile
+                continue
+            f.unlink(missing_ok=True)
+            removed.append(f)
+    return removed
+
+
+def committed(dataset: str | os.PathLike[str], table: str) -> pl.LazyFrame:
+    """One table's rows of committed traces only (those with a ``traces/`` row): what a
+    reader should see while a scan runs or after one was killed."""
+    root = Path(dataset)
+    rows = pl.scan_parquet(root / table / "*.parquet")
+    if table in ("traces", "errors"):
+        return rows
+    ids = pl.scan_parquet(root / "traces" / "*.parquet").select("trace_id")
+    return rows.join(ids, on="trace_id", how="semi")

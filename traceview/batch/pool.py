@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
@@ -9,6 +12,22 @@ from typing import TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+PARENT_POLL_S = 0.5
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker's initializer: a daemon thread that ends the worker as soon as its parent
+    is gone (killed, even by SIGKILL, which runs no clean-up), instead of leaving it
+    waiting on the pool's queue."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="traceview-parent-watch", daemon=True).start()
 
 
 def map_tasks(
@@ -19,7 +38,8 @@ def map_tasks(
 ) -> list[R]:
     """``[task(item) for item in items]``, in order: in this process when ``jobs`` is 1 or
     there is one item, else in ``min(jobs, len(items))`` spawned processes (a forked child
-    of a process that ran polars' thread pool can deadlock). ``task`` must be importable
+    of a process that ran polars' thread pool can deadlock), which exit when this process
+    dies. ``task`` must be importable
     (a module-level function or a ``functools.partial`` of one). ``progress(done, total)``
     is called after each item."""
     total = len(items)
@@ -31,7 +51,12 @@ def map_tasks(
                 progress(i, total)
         return out
     results: dict[int, R] = {}
-    with ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, total),
+        mp_context=get_context("spawn"),
+        initializer=_exit_with_parent,
+        initargs=(os.getpid(),),
+    ) as pool:
         futures = {pool.submit(task, item): i for i, item in enumerate(items)}
         for done, fut in enumerate(as_completed(futures), start=1):
             results[futures[fut]] = fut.result()

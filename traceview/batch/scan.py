@@ -9,14 +9,18 @@ Layout (one Parquet file per trace in each table, named by the trace's content h
     DATASET/gaps/<trace_id>.parquet      the decode gaps + trace_id, rank
     DATASET/errors/<trace_id>.parquet    a trace that could not be analysed: path, error
 
-Read it with ``pl.scan_parquet("DATASET/steps/**/*.parquet")`` or DuckDB's
-``read_parquet('DATASET/steps/*.parquet')``. Every file of a table has the same columns.
+Read it with polars or DuckDB, the tables other than ``traces`` and ``errors`` through
+their committed traces (:func:`.dataset.committed`, a semi-join on ``traces/``). Every
+file of a table has the same columns.
 
 - **Incremental**: a trace whose content hash is already in ``traces/`` is skipped; a file
   whose path, size and mtime match a scanned row is skipped without reading it again.
 - **Interruptible**: a trace's files are written to ``DATASET/.tmp/`` and renamed into
   place, its ``traces/`` row last: a killed scan leaves whole files only, and a trace
-  without its ``traces/`` row is simply scanned again.
+  without its ``traces/`` row is simply scanned again (its uncommitted rows are removed
+  first). Worker processes exit when the scan's process dies.
+- **Concurrent scans** into one dataset are safe: each sweeps only its own or dead
+  writers' temporary files (:mod:`.dataset`).
 - A trace that fails becomes a row in ``errors/`` and the scan goes on. The user's traces
   are only ever read.
 - ``engine="ray"`` runs the same per-trace task on a Ray cluster (``RAY_ADDRESS`` or
@@ -45,8 +49,11 @@ from traceview.batch.dataset import (
     drop_error,
     has_trace,
     known,
+    lock,
     prepare,
+    remove_orphans,
     sweep_tmp,
+    table_file,
     write_table,
 )
 from traceview.batch.discover import discover
@@ -73,6 +80,7 @@ class ScanReport:
     skipped: list[str]
     failed: list[tuple[str, str]]
     seconds: float
+    orphans_removed: int = 0  # uncommitted rows an interrupted scan had left
 
 
 class ScanStatus(TypedDict):
@@ -84,6 +92,18 @@ class ScanStatus(TypedDict):
     error: str | None
 
 
+def _commit(out: Path, trace_id: str, tables: dict[str, pl.DataFrame], row: pl.DataFrame) -> None:
+    """Write a trace's rows, its ``traces/`` row last (the commit); then make sure its other
+    files are still there (a concurrent scan's orphan sweep may have raced the commit) and
+    write them again where not."""
+    for table, df in tables.items():
+        write_table(out, table, trace_id, df)
+    write_table(out, "traces", trace_id, row)
+    for table, df in tables.items():
+        if not table_file(out, table, trace_id).exists():
+            write_table(out, table, trace_id, df)
+
+
 def scan_trace(path: str, dataset: str, options: ScanOptions) -> ScanStatus:
     """Scan one trace into the dataset (the work of one task)."""
     out = Path(dataset)
@@ -92,6 +112,16 @@ def scan_trace(path: str, dataset: str, options: ScanOptions) -> ScanStatus:
     trace_id = content_hash(p)
     if has_trace(out, trace_id):
         return {"path": path, "trace_id": trace_id, "status": "skipped", "error": None}
+    marker = lock(out, trace_id)
+    try:
+        return _scan_locked(p, path, out, trace_id, stat, options)
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+def _scan_locked(
+    p: Path, path: str, out: Path, trace_id: str, stat: os.stat_result, options: ScanOptions
+) -> ScanStatus:
     try:
         trace = load(p, options=LoadOptions(cache=False))  # read once: no cache entry
         if trace.kernels.height == 0:
@@ -107,11 +137,8 @@ def scan_trace(path: str, dataset: str, options: ScanOptions) -> ScanStatus:
         return {"path": path, "trace_id": trace_id, "status": "failed", "error": str(exc)}
     rank, rank_source = rank_of(trace, path)
     steps, families, gaps, work = table_rows(trace_id, rank, rules, summary, result)
-    write_table(out, "steps", trace_id, steps)
-    write_table(out, "families", trace_id, families)
-    write_table(out, "gaps", trace_id, gaps)
     row = trace_row(trace_id, p, stat, trace, summary, work, rank, rank_source)
-    write_table(out, "traces", trace_id, row)  # last: it commits the trace
+    _commit(out, trace_id, {"steps": steps, "families": families, "gaps": gaps}, row)
     drop_error(out, trace_id)
     return {"path": path, "trace_id": trace_id, "status": "scanned", "error": None}
 
@@ -125,19 +152,23 @@ def scan(
     engine: str = "local",
     address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    force: bool = False,
 ) -> ScanReport:
     """Scan traces (directories, globs, files) into a Parquet dataset (see the module doc).
 
     Raises:
         RunError: no trace files among ``paths``.
-        TraceviewError: an unknown engine, or a dataset path that is a file.
+        TraceviewError: an unknown engine, a dataset path that is a file, or a folder that
+            holds other things and is not a dataset (unless ``force``).
         MissingDependencyError: ``engine="ray"`` without Ray installed.
     """
     options = options or ScanOptions()
     started = time.monotonic()
     out = Path(dataset)
-    prepare(out)
     files = discover(paths)
+    prepare(out, force=force)
+    sweep_tmp(out)
+    orphans = remove_orphans(out)
     seen = known(out)
     todo, skipped = [], []
     for f in files:
@@ -158,6 +189,7 @@ def scan(
         skipped=skipped + [s["path"] for s in statuses if s["status"] == "skipped"],
         failed=[(s["path"], s["error"] or "") for s in statuses if s["status"] == "failed"],
         seconds=time.monotonic() - started,
+        orphans_removed=len(orphans),
     )
 
 

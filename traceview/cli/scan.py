@@ -18,7 +18,7 @@ from traceview.cli._options import AnalysisOptions, analysis_options, count_bar,
     "--output",
     "dataset",
     required=True,
-    type=click.Path(file_okay=False, path_type=str),
+    type=click.Path(path_type=str),
     help="Dataset folder (created; a second scan adds to it).",
 )
 @click.option(
@@ -29,6 +29,7 @@ from traceview.cli._options import AnalysisOptions, analysis_options, count_bar,
     help="local: a process pool on this machine; ray: Ray tasks (RAY_ADDRESS or --address).",
 )
 @click.option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local one).")
+@click.option("--force", is_flag=True, help="Write a dataset into a folder that holds other files.")
 @click.option(
     "-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: every core)."
 )
@@ -38,13 +39,16 @@ def scan(
     dataset: str,
     engine: str,
     address: str | None,
+    force: bool,
     jobs: int | None,
     analysis: AnalysisOptions,
 ) -> None:
     """Scan traces (directories, globs, files) into a Parquet dataset of traces, steps,
     families, gaps and errors, one file per trace in each table. Traces already in the
     dataset (by content) are skipped; a trace that fails becomes a row in errors/.
-    Read it with polars (pl.scan_parquet("DATASET/steps/**/*.parquet")) or DuckDB."""
+    Read it with polars or DuckDB, through the traces/ rows that commit each trace's other
+    rows (docs/datasets.md). Workers exit if the scan is killed; concurrent scans into one
+    dataset are safe."""
     from traceview.batch.scan import ScanOptions
     from traceview.batch.scan import scan as run_scan
 
@@ -64,11 +68,17 @@ def scan(
             engine=engine,
             address=address,
             progress=progress,
+            force=force,
         )
     finally:
         close()
     for path, error in report.failed:
         warn(f"{path}: not scanned: {error}")
+    if report.orphans_removed:
+        warn(
+            f"{dataset}: removed {report.orphans_removed} uncommitted files an interrupted "
+            "scan had left"
+        )
     say(
         f"{dataset}: scanned {len(report.scanned)}, skipped {len(report.skipped)} (already in "
         f"the dataset), failed {len(report.failed)} (in errors/) in {report.seconds:.1f} s"
