@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 import traceview as tv
 from traceview.cli import cli
+from traceview.errors import TraceviewWarning
 
 K = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.0, "dur": 2.0}
 OP = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 9.0, "dur": 3.0}
@@ -171,8 +172,12 @@ def test_huge_and_unicode_names(tmp_path: Path) -> None:
     names = [huge, "注意力_kernel_🚀", 'quote"and\\backslash', "tab\tnew\nline"]
     path = tmp_path / "t.json"
     path.write_bytes(doc(*[{**K, "name": n, "ts": 10.0 + i} for i, n in enumerate(names)]))
-    trace = tv.load(path)
-    assert trace.kernels["name"].cast(str).to_list() == names
+    with pytest.warns(TraceviewWarning, match="1 string longer than 64 KiB cut to 64 KiB"):
+        trace = tv.load(path)
+    got = trace.kernels["name"].cast(str).to_list()
+    assert got[1:] == names[1:]
+    # one string over the cap keeps its first 64 KiB, then '…'
+    assert got[0] == huge[: 64 << 10] + "…" and trace.meta.strings_cut == 1
 
 
 def test_unsorted_events_are_sorted(tmp_path: Path) -> None:

@@ -174,6 +174,8 @@ class TraceMeta:
             ``traceEvents``; None where there is none (a bare array without it).
         overlay_events: events of a ``traceview annotate`` overlay, not counted in
             ``events``.
+        strings_cut: JSON strings longer than 64 KiB, of which only the first 64 KiB were
+            kept (followed by ``…``); byte offsets then no longer match the file's text.
         extra: every other top-level key of the document (distributedInfo, versions, ...).
     """
 
@@ -190,6 +192,7 @@ class TraceMeta:
     truncated_at: int | None = None
     events_end: int | None = None
     overlay_events: int = 0
+    strings_cut: int = 0
 
 
 @dataclass(frozen=True, slots=True)

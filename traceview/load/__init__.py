@@ -12,16 +12,18 @@ from __future__ import annotations
 import gc
 import io
 import os
+import warnings
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO, cast
 
 from isal.igzip_lib import IsalError
 
-from traceview.errors import TraceFormatError
+from traceview.errors import TraceFormatError, TraceviewWarning
 from traceview.load import cache
 from traceview.load.json import BLOCK_BYTES, read_json
+from traceview.load.strings import STRING_CAP, CappedText
 from traceview.model import Trace
 
 Progress = Callable[[int, int], None]
@@ -120,9 +122,16 @@ def _load(name: str, total: int, opts: LoadOptions) -> Trace:
                 from traceview.load.pftrace import load_pftrace
 
                 return load_pftrace(name, io.BufferedReader(_Prefixed(head, reader)))
-            return read_json(
-                name, head, reader, opts.block_bytes, raw_args=opts.raw_args, strict=opts.strict
+            text = CappedText(reader, prefix=head)
+            trace = read_json(
+                name,
+                text.read(opts.block_bytes),
+                text,  # type: ignore[arg-type]
+                opts.block_bytes,
+                raw_args=opts.raw_args,
+                strict=opts.strict,
             )
+            return _with_cuts(trace, text.cuts)
     except EOFError as exc:
         raise TraceFormatError(name, f"truncated gzip file ({exc})") from None
     except _CORRUPT_GZIP as exc:
@@ -142,6 +151,19 @@ def _load(name: str, total: int, opts: LoadOptions) -> Trace:
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+def _with_cuts(trace: Trace, cuts: int) -> Trace:
+    """The trace, its meta saying how many strings were cut (with one warning)."""
+    if not cuts:
+        return trace
+    line = (
+        f"{cuts:,} string{'s' if cuts != 1 else ''} longer than {STRING_CAP >> 10} KiB "
+        f"cut to {STRING_CAP >> 10} KiB (ending in '…')"
+    )
+    warnings.warn(f"{trace.meta.path}: {line}", TraceviewWarning, stacklevel=4)
+    meta = replace(trace.meta, strings_cut=cuts, warnings=(*trace.meta.warnings, line))
+    return replace(trace, meta=meta)
 
 
 # --- reading ----------------------------------------------------------------------------

@@ -99,13 +99,16 @@ class _Loader:
     def run(self, data: bytes, stream: BinaryIO) -> Trace:
         """Read the trace whose text begins with ``data`` and goes on in ``stream``."""
         self.stream = stream
-        size = len(data)
-        data = data.lstrip()
+        lead = 0  # whitespace and a BOM before the document: byte offsets count them
         if data.startswith(b"\xef\xbb\xbf"):
-            data = data[3:].lstrip()
-        lead = size - len(data)  # whitespace and a BOM before the document: byte offsets count them
-        if not data:
-            raise TraceFormatError(self.path, "empty file (only whitespace)")
+            data, lead = data[3:], 3
+        while not (stripped := data.lstrip()):  # any amount of leading whitespace
+            lead += len(data)
+            data = stream.read(self.block_bytes)
+            if not data:
+                raise TraceFormatError(self.path, "empty file (only whitespace)")
+        lead += len(data) - len(stripped)
+        data = stripped
         header: dict[str, Any] = {}
         if data[:1] == b"[":
             self.consumed = lead + 1
@@ -122,7 +125,7 @@ class _Loader:
             if header_text is not None and not self._header_ok(header_text):
                 header_text = None
             if header_text is None:
-                return self._whole_document(data + stream.read())
+                return self._whole_document(self._rest_of_header(data, stream))
             self.consumed = lead + len(header_text)
             header = self._stream_events(stream, data[len(header_text) :], header_text)
         else:
@@ -130,6 +133,22 @@ class _Loader:
                 self.path, "not a trace file: a JSON trace starts with '{' or '['"
             )
         return self._finish(header)
+
+    def _rest_of_header(self, data: bytes, stream: BinaryIO) -> bytes:
+        """The whole text, for a document whose ``traceEvents`` was not found in its first
+        :data:`_MAX_HEADER` bytes: read whole only when it is no larger than that."""
+        parts = [data]
+        size = len(data)
+        while more := stream.read(self.block_bytes):
+            parts.append(more)
+            size += len(more)
+            if size > _MAX_HEADER:
+                raise TraceFormatError(
+                    self.path,
+                    f"no 'traceEvents' array in the first {_MAX_HEADER >> 20} MB of text "
+                    "(a header that large is not read)",
+                )
+        return b"".join(parts)
 
     @staticmethod
     def _header_ok(header_text: bytes) -> bool:

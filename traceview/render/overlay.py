@@ -236,6 +236,11 @@ def annotate(source: str, out: str | os.PathLike[str], trace: Trace, summary: Su
         raise UnsupportedTraceError(f"{source}: annotate writes JSON traces; this is protobuf")
     if meta.truncated_at is not None:
         raise UnsupportedTraceError(f"{source}: truncated; annotate needs a whole trace")
+    if meta.strings_cut:
+        raise UnsupportedTraceError(
+            f"{source}: {meta.strings_cut:,} strings longer than 64 KiB were cut on loading; "
+            "annotate needs the text as it is"
+        )
     events = ",\n".join(e.to_json() for e in overlay_events(summary)).encode()
     target = Path(out)
     cut = _overlay_start(source, meta.events_end) if meta.overlay_events else None
