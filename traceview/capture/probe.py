@@ -248,10 +248,37 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
     traces = _collect(cfg, started)
     if cfg.engine == "lab" and not traces:
         try:
-            traces = [Path(stop.json()["trace"])]
-        except (ValueError, KeyError):
-            traces = []
-    return _write(cfg, store, inject_start, inject_end, traces, started)
+            named = stop.json()["trace"]
+        except (ValueError, KeyError, TypeError):
+            named = None
+        traces = [Path(str(named))] if named else []
+    return _write(cfg, store, inject_start, inject_end, _trusted(cfg, traces), started)
+
+
+def _trusted(cfg: ProbeConfig, traces: list[Path]) -> list[Path]:
+    """The traces to copy, each checked to be a file under the profile folder the user
+    gave: a path a server names is never trusted (it could name any file on this machine).
+
+    Raises:
+        CaptureError: a trace outside the profile folder, or no profile folder given.
+    """
+    if not traces:
+        return []
+    if not cfg.profile_dir:
+        raise CaptureError(
+            f"{traces[0]}: the server named this trace, but no --profile-dir was given; "
+            "traceview copies only files under the profile folder you name"
+        )
+    root = Path(cfg.profile_dir).resolve()
+    checked = []
+    for t in traces:
+        real = (root / t).resolve() if not t.is_absolute() else t.resolve()
+        if not real.is_relative_to(root) or not real.is_file():
+            raise CaptureError(
+                f"{t}: not a file under the profile folder {root}; refusing to copy it"
+            )
+        checked.append(real)
+    return checked
 
 
 def _write(

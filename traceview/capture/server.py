@@ -9,6 +9,12 @@ Endpoints, as vLLM and SGLang expose them:
   trace lands in the profile dir as ``lab_<time>.pt.trace.json.gz``.
 - ``GET /health``; ``GET /metrics``: Prometheus text (steps, batch size, prefilled and
   generated tokens, requests, rejections) - count the work, not only the answer.
+
+It trusts no client (docs/capture.md, the threat model): a request must be addressed to a
+localhost name (the ``Host`` header; DNS rebinding) and, when it carries an ``Origin``, come
+from a localhost page (a cross-site form or ``text/plain`` POST); else 403. ``max_tokens``
+is capped (:data:`MAX_TOKENS_CAP`, ``--max-tokens-cap``). A request whose client goes away
+is cancelled at once, streaming or not, and the server exits within seconds of SIGTERM.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from traceview.capture.lab import LabConfig, LabEngine
 from traceview.errors import CaptureError, MissingDependencyError
@@ -34,6 +42,62 @@ SUPPORTED = {
     "user",
 }
 MAX_PROMPT = 65_536
+MAX_TOKENS_CAP = 8192  # the default cap on max_tokens (--max-tokens-cap)
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+GRACEFUL_S = 2  # SIGTERM: open requests get this long, then are cancelled
+_DISCONNECT_POLL_S = 0.2
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+def host_name(value: str) -> str:
+    """The host of a ``Host`` header value (``[::1]:8123`` -> ``::1``), lower case."""
+    return (urlsplit(f"//{value}").hostname or "") if value else ""
+
+
+class LocalOnly:
+    """ASGI middleware: 403 for a request not addressed to one of ``hosts`` (its ``Host``
+    header: a DNS-rebinding page reaches 127.0.0.1 under its own name) or sent from a page
+    whose ``Origin`` is not one of them (a cross-site POST, which needs no preflight when its
+    body is ``text/plain``)."""
+
+    def __init__(self, app: Any, hosts: frozenset[str] = LOCAL_HOSTS) -> None:
+        self.app = app
+        self.hosts = hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = {
+                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
+            }
+            host = host_name(headers.get("host", ""))
+            origin = headers.get("origin")
+            problem = None
+            if host not in self.hosts:
+                problem = f"Host {host or '(none)'!r} is not served here (localhost only)"
+            elif origin is not None and (urlsplit(origin).hostname or "") not in self.hosts:
+                problem = f"requests from the page at Origin {origin!r} are refused"
+            if problem is not None:
+                body = json.dumps({"error": {"message": problem, "type": "forbidden", "code": 403}})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 403,
+                        "headers": [(b"content-type", b"application/json")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body.encode()})
+                return
+        await self.app(scope, receive, send)
+
+
+def allowed_hosts(bound: str) -> frozenset[str]:
+    """The Host names a server bound to ``bound`` answers: localhost, and the address it
+    was bound to when that is a specific one."""
+    extra = {bound.strip("[]").lower()} - {"0.0.0.0", "::", ""}
+    return LOCAL_HOSTS | extra
 
 
 def _deps() -> Any:
@@ -61,7 +125,13 @@ def tokenize(prompt: Any, vocab: int) -> list[int] | None:
     return None
 
 
-def create_app(engine: LabEngine, profile_dir: str) -> Any:
+def create_app(
+    engine: LabEngine,
+    profile_dir: str,
+    *,
+    max_tokens_cap: int = MAX_TOKENS_CAP,
+    hosts: frozenset[str] = LOCAL_HOSTS,
+) -> Any:
     starlette, _uvicorn = _deps()
     from starlette.requests import Request
     from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
@@ -95,6 +165,13 @@ def create_app(engine: LabEngine, profile_dir: str) -> Any:
             return error(
                 400,
                 "max_tokens / max_completion_tokens must be a positive integer",
+                "invalid_request_error",
+            )
+        if limit > max_tokens_cap:
+            return error(
+                400,
+                f"max_tokens {limit} is above this server's cap of {max_tokens_cap} "
+                "(--max-tokens-cap)",
                 "invalid_request_error",
             )
         prompt = tokenize(body.get("prompt"), engine.cfg.vocab)
@@ -150,7 +227,18 @@ def create_app(engine: LabEngine, profile_dir: str) -> Any:
                 yield "data: [DONE]\n\n"
 
             return StreamingResponse(sse(), media_type="text/event-stream")
-        out = [t async for t in tokens()]
+
+        async def collect() -> list[int]:
+            return [t async for t in tokens()]
+
+        task = asyncio.ensure_future(collect())
+        while not task.done():  # a non-streaming client that leaves cancels its request
+            await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+            if not task.done() and await request.is_disconnected():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                return error(499, "the client went away", "cancelled")
+        out = task.result()
         return JSONResponse(
             {
                 "id": rid,
@@ -207,20 +295,34 @@ def create_app(engine: LabEngine, profile_dir: str) -> Any:
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
-    return starlette.applications.Starlette(routes=routes)
+    return LocalOnly(starlette.applications.Starlette(routes=routes), hosts)
 
 
 class LabServer:
     """The lab engine served on a local port in a background thread (tests, demo)."""
 
     def __init__(
-        self, cfg: LabConfig, profile_dir: str, *, host: str = "127.0.0.1", port: int = 0
+        self,
+        cfg: LabConfig,
+        profile_dir: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_tokens_cap: int = MAX_TOKENS_CAP,
     ) -> None:
         _starlette, uvicorn = _deps()
         self.engine = LabEngine(cfg)
-        app = create_app(self.engine, profile_dir)
+        app = create_app(
+            self.engine, profile_dir, max_tokens_cap=max_tokens_cap, hosts=allowed_hosts(host)
+        )
         config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", timeout_keep_alive=5, lifespan="off"
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_keep_alive=5,
+            timeout_graceful_shutdown=GRACEFUL_S,
+            lifespan="off",
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="lab-http", daemon=True)
@@ -246,17 +348,23 @@ class LabServer:
         self.engine.shutdown()
 
 
-def serve(cfg: LabConfig, profile_dir: str, host: str, port: int) -> None:
-    """Serve in the foreground until interrupted."""
+def serve(
+    cfg: LabConfig, profile_dir: str, host: str, port: int, max_tokens_cap: int = MAX_TOKENS_CAP
+) -> None:
+    """Serve in the foreground until interrupted (SIGINT or SIGTERM: open requests get
+    :data:`GRACEFUL_S` seconds, then are cancelled)."""
     _starlette, uvicorn = _deps()
     engine = LabEngine(cfg)
     try:
         uvicorn.run(
-            create_app(engine, profile_dir),
+            create_app(
+                engine, profile_dir, max_tokens_cap=max_tokens_cap, hosts=allowed_hosts(host)
+            ),
             host=host,
             port=port,
             log_level="info",
             timeout_keep_alive=5,
+            timeout_graceful_shutdown=GRACEFUL_S,
             lifespan="off",
         )
     finally:

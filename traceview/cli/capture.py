@@ -90,12 +90,27 @@ def _lab_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8123, show_default=True)
 @click.option("--profile-dir", default="lab-profiles", show_default=True)
+@click.option(
+    "--max-tokens-cap",
+    type=click.IntRange(min=1),
+    default=8192,
+    show_default=True,
+    help="Refuse requests asking for more tokens than this.",
+)
 @_lab_options
 def lab(
-    host: str, port: int, profile_dir: str, budget: int, chunked_prefill: bool, layers: str
+    host: str,
+    port: int,
+    profile_dir: str,
+    max_tokens_cap: int,
+    budget: int,
+    chunked_prefill: bool,
+    layers: str,
 ) -> None:
     """Serve the lab engine (a small hybrid model in plain torch) with an OpenAI-compatible
-    /v1/completions, /start_profile, /stop_profile, /health and /metrics."""
+    /v1/completions, /start_profile, /stop_profile, /health and /metrics. Only requests
+    addressed to localhost (or --host) and from no foreign page are answered (a 403
+    otherwise); a request whose client leaves is cancelled; SIGTERM exits within seconds."""
     from traceview.capture.lab import LabConfig
     from traceview.capture.server import serve
 
@@ -104,6 +119,7 @@ def lab(
         profile_dir,
         host,
         port,
+        max_tokens_cap,
     )
 
 
