@@ -1,7 +1,7 @@
 """Chrome/Kineto trace JSON (optionally gzipped) -> :class:`~traceview.model.Trace`.
 
 This is the only module that reads raw JSON. The document is streamed: decompressed text is
-cut into blocks of about 8 MB at event boundaries, each block is decoded with a typed
+cut into blocks of about 6 MB at event boundaries, each block is decoded with a typed
 msgspec decoder that only materialises the fields traceview uses, and its columns are
 appended to per-kind polars frames. Peak memory stays near the size of the final frames,
 never a copy of the whole document.
@@ -58,7 +58,10 @@ from traceview.model import (
     wide,
 )
 
-BLOCK_BYTES = 8 << 20  # bytes of JSON text decoded at a time (larger blocks were slower)
+# bytes of JSON text decoded at a time: the decoder's working set grows with it (peak RSS
+# 0.310 -> 0.295 GB on benchmarks/load.py --shape vllm from 8 to 6 MB, ~10% slower;
+# smaller blocks were slower still)
+BLOCK_BYTES = 6 << 20
 _MAX_HEADER = 64 << 20  # look this far for the "traceEvents" key before reading it whole
 _MAX_PIECE = 512 << 20  # a single event larger than this is treated as malformed
 

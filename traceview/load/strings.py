@@ -91,9 +91,8 @@ class CappedText:
         self._stream = stream
         self._cap = cap
         self._segment = max(1, cap // 2)  # a quote-free stretch > 2 segments covers one
-        # raw text not yet filtered: ``prefix`` (read from ``stream`` before), then the tail
-        # of the last block, held back so that a block ends at a boundary
-        self._held = prefix
+        self._prefix = prefix  # raw text read from ``stream`` before
+        self._held = b""  # the tail of the last block, held back to end at a boundary
         self._in_string = False
         self._run = 0  # content bytes of the open string yielded so far
         self._cutting = False  # the open string was cut: drop until its closing quote
@@ -104,11 +103,19 @@ class CappedText:
         return getattr(self._stream, name)
 
     def read(self, size: int = -1) -> bytes:
+        """About ``size`` bytes of the filtered text (all of it for -1); b"" at the end.
+        The prefix is filtered as a block of its own, so that no block is larger than the
+        reader's (the decoder's working set grows with the block)."""
         while True:
-            new = self._stream.read(size) if not self._eof else b""
-            if not new:
-                self._eof = True
-            buf = self._held + new
+            if self._prefix:
+                new, self._prefix = self._prefix, b""
+            elif not self._eof:
+                new = self._stream.read(size)
+                if not new:
+                    self._eof = True
+            else:
+                new = b""
+            buf = self._held + new if self._held else new
             self._held = b""
             if not buf:
                 return b""
