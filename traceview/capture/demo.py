@@ -26,7 +26,8 @@ def experiment(
     name = "chunked-on" if chunked else "chunked-off"
     folder = out / name
     cfg = LabConfig(layers="LLLF", token_budget=budget, chunked_prefill=chunked, max_waiting=64)
-    with LabServer(cfg, str(folder / "profiles")) as server:
+    victim_tokens = 100_000  # long enough to outlive the injection (they are cancelled)
+    with LabServer(cfg, str(folder / "profiles"), max_tokens_cap=victim_tokens) as server:
         result = asyncio.run(
             run_probe(
                 ProbeConfig(
@@ -36,7 +37,7 @@ def experiment(
                     inject=inject,
                     prompt_tokens=prompt_tokens,
                     victim_prompt_tokens=8,
-                    max_tokens=100_000,
+                    max_tokens=victim_tokens,
                     steady_tokens=6,
                     profile_dir=str(folder / "profiles"),
                     out=str(folder),

@@ -97,7 +97,8 @@ async def _victim(
     try:
         async with client.stream("POST", "/v1/completions", json=body) as resp:
             if resp.status_code != 200:
-                store.errors.append(f"victim {i}: HTTP {resp.status_code}")
+                text = (await resp.aread()).decode("utf-8", "replace")[:200]
+                store.errors.append(f"victim {i}: HTTP {resp.status_code}: {text}")
                 return
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
