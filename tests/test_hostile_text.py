@@ -143,3 +143,27 @@ def test_report_sections_survive_script_text_in_names(tmp_path: Path) -> None:
     ]
     assert gpu_cells == [f"GPU {MARKUP} (device 0)"] * 2
     assert not [e for e in page.iter() if e.tag == "a"]
+
+
+def test_hostile_names_through_the_writing_commands(hostile: Path, tmp_path: Path) -> None:
+    """The commands that write files and the dataset scan take the hostile trace too: no
+    traceback, no raw control byte on the terminal, and their files read back."""
+    out = tmp_path
+    for argv in (
+        ["heartbeat", str(hostile), "-o", str(out / "h.svg")],
+        ["gaps", str(hostile), "-o", str(out / "g.svg")],
+        ["report", str(hostile), "-o", str(out / "r.html")],
+        ["annotate", str(hostile), "-o", str(out / "a.json")],
+        ["steps", str(hostile), "-o", str(out / "s.csv")],
+        ["sql", "-e", "select name from slice limit 5", str(hostile)],
+        ["scan", str(hostile), "-o", str(out / "ds"), "-j", "1"],
+    ):
+        result = CliRunner().invoke(cli, argv, terminal_width=200)
+        assert result.exit_code == 0, (argv[0], result.output, result.exception)
+        for stream in (result.stdout, result.stderr):
+            assert "\x1b" not in stream and "\x07" not in stream and "\u202e" not in stream
+    assert json.loads((out / "a.json").read_bytes())["traceEvents"]
+    import polars as pl
+
+    names = pl.read_parquet(out / "ds" / "families" / "*.parquet")
+    assert names.height > 0

@@ -51,14 +51,22 @@ class TableRenderer:
         from rich import box
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
+
+        from traceview.render.safe import terminal
+
+        def cell(v: object) -> Text:  # trace text is data: no markup, no control bytes
+            return Text(terminal("" if v is None else f"{v:.4f}" if isinstance(v, float) else v))
 
         table = Table(box=box.SIMPLE_HEAD)
         for name, dtype in df.schema.items():
-            table.add_column(name, justify="right" if dtype.is_numeric() else "left", no_wrap=True)
-        for row in df.iter_rows():
-            table.add_row(
-                *("" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v) for v in row)
+            table.add_column(
+                Text(terminal(name)),
+                justify="right" if dtype.is_numeric() else "left",
+                no_wrap=True,
             )
+        for row in df.iter_rows():
+            table.add_row(*(cell(v) for v in row))
         text = io.StringIO()
         Console(file=text, width=100_000, color_system=None, highlight=False).print(table)
         out.write(
@@ -106,7 +114,13 @@ def write_output(
             raise TraceviewError(f"--format {fmt} is binary: give an output file with -o")
         buf = io.BytesIO()
         renderer.render(df, buf)
-        stdout.write(buf.getvalue())
+        data = buf.getvalue()
+        if fmt == "csv" and getattr(stdout, "isatty", lambda: False)():
+            from traceview.render.safe import terminal
+
+            # on a terminal, trace text is shown, never obeyed (piped, it stays data)
+            data = terminal(data.decode("utf-8", "replace")).encode()
+        stdout.write(data)
         return
     path = Path(output)
     if path.exists() and not force:
