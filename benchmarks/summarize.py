@@ -150,7 +150,7 @@ def main() -> None:
     print(
         f"peak RSS: load {load['peak_rss'] / 1e9:.2f} GB ({load['peak_rss'] / json_bytes:.2f}x "
         f"the {json_bytes / 1e9:.2f} GB JSON), load + summarize {summ['peak_rss'] / 1e9:.2f} GB "
-        f"({summ['peak_rss'] / load['peak_rss']:.2f}x the load's peak; target <= "
+        f"({summ['peak_rss'] / load['peak_rss']:.3f}x the load's peak; target <= "
         f"{MEMORY_TARGET}x: "
         f"{'meets' if summ['peak_rss'] / load['peak_rss'] <= MEMORY_TARGET else 'MISSES'})"
     )

@@ -203,7 +203,8 @@ def _boundary_idle(u: Union, last_marker: I64, next_start: I64) -> tuple[I64, I6
     if gap_len.size == 0 or last_marker.size == 0:
         return best, gap_len
     # the windows are disjoint and ordered: find each gap's window by its end
-    w = np.searchsorted(last_marker, u.gap_ends, side="left") - 1
+    w = np.searchsorted(last_marker, u.gap_ends, side="left")
+    w -= 1  # in place: one array the size of the gaps, not two
     ok = (w >= 0) & (w < last_marker.size)
     ok[ok] &= u.gap_ends[ok] <= next_start[w[ok]]
     idx = np.flatnonzero(ok)

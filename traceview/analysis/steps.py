@@ -118,7 +118,8 @@ def _step_starts(u: Union, first_kernel: int, anchors: I64, prev_last_marker: I6
     if u.gap_ends.size and anchors.size > 1:
         lo, hi = prev_last_marker[1:], anchors[1:]
         gap_len = u.gap_ends - u.gap_starts
-        w = np.searchsorted(lo, u.gap_ends, side="left") - 1
+        w = np.searchsorted(lo, u.gap_ends, side="left")
+        w -= 1  # in place: one array the size of the gaps, not two
         ok = (w >= 0) & (w < lo.size)
         ok[ok] &= u.gap_ends[ok] <= hi[w[ok]]
         if ok.any():

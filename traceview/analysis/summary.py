@@ -10,6 +10,7 @@ import numpy as np
 import orjson
 import polars as pl
 
+from traceview._io import release_free_memory
 from traceview.analysis import display
 from traceview.analysis.busy import busy_document
 from traceview.analysis.document import (
@@ -95,7 +96,9 @@ def summarize(
     opts = with_shortcuts(
         options, method=method, layers=layers, step_gap_ns=step_gap_ns, device=device
     )
-    return build(rules, find_steps(trace, rules, opts))
+    result = find_steps(trace, rules, opts)
+    release_free_memory()  # the step finder's temporaries, before the document's own
+    return build(rules, result)
 
 
 def build(rules: Rules, result: StepResult) -> Summary:
