@@ -131,7 +131,7 @@ def test_summarize_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert result.exit_code == 2
     assert result.stderr.strip() == f"Error: {path}: device 3 has no kernels (devices: 0)"
     result = CliRunner().invoke(cli, ["summarize", path, "--step-gap", "soon"])
-    assert result.exit_code == 2 and "--step-gap: cannot read 'soon'" in result.stderr
+    assert result.exit_code == 2 and "--step-gap: 'soon' is not a duration" in result.stderr
     result = CliRunner().invoke(cli, ["summarize", path, "--steps", "annotations"])
     assert result.exit_code == 2 and "no per-step annotations" in result.stderr
 

@@ -179,10 +179,10 @@ def test_commands_take_a_run(planted: tuple[Path, dict, RankRun], tmp_path: Path
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     excess = truth["excess_p50_ns"]
     ok = CliRunner().invoke(
-        cli, ["check", str(out), "--max", f"straggler.excess_p50_ns={excess + 1}", "-j", "1"]
+        cli, ["check", str(out), "--max", f"straggler.excess_p50_ns={excess + 1}ns", "-j", "1"]
     )
     bad = CliRunner().invoke(
-        cli, ["check", str(out), "--max", f"straggler.excess_p50_ns={excess - 1}", "-j", "1"]
+        cli, ["check", str(out), "--max", f"straggler.excess_p50_ns={excess - 1}ns", "-j", "1"]
     )
     assert (ok.exit_code, bad.exit_code) == (0, 1)
     rank2 = CliRunner().invoke(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -46,7 +47,9 @@ def test_fmt_ratio_and_value() -> None:
         ("50µs", 50_000),
         ("2.5ms", 2_500_000),
         (" 1200 ns ", 1_200),
-        ("1200", 1_200),
+        ("1200", None),  # units are never guessed
+        ("0", 0),
+        ("0.0", 0),
         ("1s", 1_000_000_000),
         ("1e3us", 1_000_000),
         ("-5ms", None),
@@ -64,3 +67,58 @@ def test_read_quantity() -> None:
     assert read_quantity("-0.5MS") == (-0.5, "ms")
     assert read_quantity("7") == (7.0, "")
     assert read_quantity("7 apples") is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["summarize", "{t}", "--step-gap", "5"], "--step-gap: '5' has no unit"),
+        (["summarize", "{t}", "--step-gap", "5%"], "--step-gap: '5%' is not a duration"),
+        (["heartbeat", "{t}", "-o", "{o}", "--window", "100:200"], "--window: '100' has no unit"),
+        (["check", "{t}", "--max", "busy.fraction=5ms"], "has a unit, but the field is a fraction"),
+        (["check", "{t}", "--max", "decode_gaps.decode.p99_ns=5"], "'5' has no unit"),
+        (["check", "{t}", "--max", "decode_gaps.decode.p99_ns=5%"], "is a percentage"),
+        (["check", "{t}", "--min", "steps.count=3ms"], "has a unit, but the field is a count"),
+    ],
+    ids=["step-gap", "step-gap-pct", "window", "fraction", "ns-bare", "ns-pct", "count"],
+)
+def test_units_are_never_guessed(tmp_path: Path, argv: list[str], message: str) -> None:
+    from click.testing import CliRunner
+    from conftest import GENERATED
+
+    from traceview.cli import cli
+
+    subs = {"{t}": str(GENERATED / "dense_sglang.json.gz"), "{o}": str(tmp_path / "h.png")}
+    result = CliRunner().invoke(cli, [subs.get(a, a) for a in argv])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_zero_and_percentages_where_they_fit(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from conftest import GENERATED
+
+    from traceview.cli import cli
+
+    t = str(GENERATED / "dense_sglang.json.gz")
+    for argv in (
+        ["check", t, "--min", "decode_gaps.decode.p99_ns=0"],
+        ["check", t, "--max", "busy.fraction=100%"],
+        ["check", t, "--max", "busy.fraction=1"],
+        ["heartbeat", t, "-o", str(tmp_path / "h.png"), "--window", "0:5ms"],
+    ):
+        result = CliRunner().invoke(cli, argv)
+        assert result.exit_code == 0, (argv, result.output)
+
+
+def test_a_window_outside_the_trace_names_its_span(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from conftest import GENERATED
+
+    from traceview.cli import cli
+
+    t = str(GENERATED / "dense_sglang.json.gz")
+    out = tmp_path / "h.png"
+    result = CliRunner().invoke(cli, ["heartbeat", t, "-o", str(out), "--window", "100s:200s"])
+    assert result.exit_code == 2 and "is outside the trace, which spans 0-" in result.stderr
+    assert not out.exists()

@@ -19,11 +19,23 @@ def read_quantity(text: str) -> tuple[float, str] | None:
     return float(m.group(1)), (m.group(2) or "").lower()
 
 
+TIME_UNITS = ("ns", "us", "µs", "ms", "s")
+DURATION_HINT = "a duration needs a unit: 50us, 2.5ms, 1200ns, 1s (0 needs none)"
+
+
 def duration_ns(text: str) -> int | None:
-    """``50us`` -> 50000; a plain number is ns; None when the text is not a duration
-    (a negative one, a percentage, or no number)."""
+    """``50us`` -> 50000; ``0`` -> 0; None when the text is not a duration: a bare number
+    other than 0 (units are never guessed), a negative one, a percentage, or no number."""
     quantity = read_quantity(text)
     if quantity is None or quantity[0] < 0 or quantity[1] == "%":
         return None
     number, unit = quantity
+    if not unit and number != 0:
+        return None
     return round(number * NS_PER[unit or "ns"])
+
+
+def unitless_number(text: str) -> bool:
+    """Whether ``text`` is a number without a unit (``5``, ``2.5``)."""
+    quantity = read_quantity(text)
+    return quantity is not None and not quantity[1]

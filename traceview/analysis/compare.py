@@ -31,7 +31,7 @@ from traceview.analysis.run import RunSummary
 from traceview.analysis.stats import mean
 from traceview.analysis.summary import Summary
 from traceview.errors import CheckError
-from traceview.units import NS_PER, read_quantity
+from traceview.units import DURATION_HINT, NS_PER, read_quantity
 
 SAME = 0.05  # a ratio within ±5% is "same"
 
@@ -319,23 +319,37 @@ def _diff(
 _ID_FIELDS = ("population", "kind", "family", "rank")
 
 
-def parse_value(text: object, key: str = "") -> float:
-    """``5ms`` -> 5e6 (ns); ``90%`` -> 0.9; plain numbers as they are.
+def parse_value(text: object, key: str = "", unit: Unit | None = None) -> float:
+    """``5ms`` -> 5e6 (ns); ``90%`` -> 0.9; plain numbers as they are. With the field's
+    ``unit`` (:func:`unit_of`), units are never guessed: a duration needs a time unit (a
+    bare number is an error, but 0), and a fraction, ratio or count takes none (a
+    fraction may be a percentage).
 
     Raises:
-        CheckError: anything else (a boolean, a table, text that is no quantity).
+        CheckError: anything else (a boolean, a table, text that is no quantity, a unit
+            that does not fit the field).
     """
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        return float(text)
-    if not isinstance(text, str):
-        raise CheckError(f"{key or 'value'}: {text!r} is not a number")
-    quantity = read_quantity(text)
+    what = key or "value"
+    if isinstance(text, bool) or not isinstance(text, int | float | str):
+        raise CheckError(f"{what}: {text!r} is not a number")
+    quantity = (float(text), "") if isinstance(text, int | float) else read_quantity(text)
     if quantity is None:
-        raise CheckError(f"{key or 'value'}: cannot read {text!r} (e.g. 5ms, 250us, 90%, 0.9)")
-    number, unit = quantity
-    if unit == "%":
+        raise CheckError(f"{what}: cannot read {text!r} (e.g. 5ms, 250us, 90%, 0.9)")
+    number, given = quantity
+    if unit == "ns" and not given and number != 0:
+        raise CheckError(f"{what}: {text!r} has no unit; {DURATION_HINT}")
+    if (
+        unit in ("fraction", "ratio", "count")
+        and given
+        and not (given == "%" and unit == "fraction")
+    ):
+        kind = {"fraction": "a fraction (0.9 or 90%)", "ratio": "a ratio", "count": "a count"}
+        raise CheckError(f"{what}: {text!r} has a unit, but the field is {kind[unit]}")
+    if unit == "ns" and given == "%":
+        raise CheckError(f"{what}: {text!r} is a percentage; {DURATION_HINT}")
+    if given == "%":
         return number / 100
-    return number * NS_PER[unit] if unit else number
+    return number * NS_PER[given] if given else number
 
 
 def lookup(doc: object, path: str) -> list[tuple[str, object]]:
@@ -432,7 +446,7 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
     rows: list[CheckRow] = []
     for bound, op in ((bounds.maximum, "max"), (bounds.minimum, "min")):
         for path, raw in bound.items():
-            limit = parse_value(raw, path)
+            limit = parse_value(raw, path, unit_of(path.rsplit(".", 1)[-1]))
             hits = lookup(doc, path)
             if not hits:
                 raise CheckError(

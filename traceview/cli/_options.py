@@ -220,15 +220,17 @@ def analysis_options(func: Callable[..., R]) -> Callable[..., R]:
 
 
 def parse_duration(text: str | None, what: str = "duration") -> int | None:
-    """``50us`` -> 50000 (ns). Plain numbers are ns."""
+    """``50us`` -> 50000 (ns); ``0`` -> 0. A bare number other than 0 is an error: units
+    are never guessed."""
     if text is None:
         return None
     from traceview.errors import TraceviewError
-    from traceview.units import duration_ns
+    from traceview.units import DURATION_HINT, duration_ns, unitless_number
 
     ns = duration_ns(text)
     if ns is None:
-        raise TraceviewError(f"{what}: cannot read {text!r} (try 50us, 2.5ms, 1200ns)")
+        problem = "has no unit" if unitless_number(text) else "is not a duration"
+        raise TraceviewError(f"{what}: {text!r} {problem}; {DURATION_HINT}")
     return ns
 
 

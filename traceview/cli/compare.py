@@ -12,6 +12,7 @@ from traceview.analysis.compare import (
     diff,
     load_checks,
     parse_value,
+    unit_of,
 )
 from traceview.analysis.run import RunSummary
 from traceview.analysis.summary import Summary
@@ -165,14 +166,22 @@ def check_command(
         raise click.UsageError(
             "nothing to check: give --max, --min, --checks, --baseline or --prefill-growth"
         )
+    bounds_max = {**file.maximum, **_pairs(maximum, "--max")}
+    bounds_min = {**file.minimum, **_pairs(minimum, "--min")}
+    for path, raw in (*bounds_max.items(), *bounds_min.items()):  # before any trace is read
+        parse_value(raw, path, unit_of(path.rsplit(".", 1)[-1]))
     ruleset = Bounds(
-        maximum={**file.maximum, **_pairs(maximum, "--max")},
-        minimum={**file.minimum, **_pairs(minimum, "--min")},
+        maximum=bounds_max,
+        minimum=bounds_min,
         baseline=_summary_or_run(baseline, "baseline: ", jobs, strict, analysis)
         if baseline
         else None,
-        max_regression=parse_value(regression, "--max-regression") if regression else None,
-        prefill_growth=parse_value(growth, "prefill_growth") if growth is not None else None,
+        max_regression=parse_value(regression, "--max-regression", "fraction")
+        if regression
+        else None,
+        prefill_growth=parse_value(growth, "prefill_growth", "ratio")
+        if growth is not None
+        else None,
     )
     result = check(_summary_or_run(trace, "", jobs, strict, analysis), ruleset)
     if as_json:

@@ -47,7 +47,8 @@ output_option = click.option(
 
 
 def parse_window(text: str | None) -> tuple[float, float] | None:
-    """``100ms:2s`` -> (100.0, 2000.0) in ms from the first kernel; bare numbers are ms."""
+    """``100ms:2s`` -> (100.0, 2000.0) in ms from the first kernel; each bound needs a unit
+    (0 needs none)."""
     if text is None:
         return None
     parts = text.split(":")
@@ -55,8 +56,7 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
         raise TraceviewError(f"--window: expected T0:T1 (e.g. 100ms:2.5s), got {text!r}")
     bounds = []
     for part in parts:
-        unit = part.strip()
-        ns = parse_duration(unit if unit[-1:].isalpha() else unit + "ms", "--window")
+        ns = parse_duration(part.strip(), "--window")
         assert ns is not None
         bounds.append(ns / 1e6)
     if bounds[1] <= bounds[0]:

@@ -116,10 +116,21 @@ class HeartbeatData:
 def heartbeat_data(
     summary: Summary, *, title: str | None = None, window_ms: tuple[float, float] | None = None
 ) -> HeartbeatData:
-    """The heartbeat chart's data from a :class:`~traceview.Summary`."""
+    """The heartbeat chart's data from a :class:`~traceview.Summary`.
+
+    Raises:
+        TraceviewError: ``window_ms`` lies wholly outside the trace (it names the span).
+    """
     doc = summary.to_dict()
     steps = summary.steps
     t0 = int(doc["trace"]["start_ns"])
+    if window_ms is not None:
+        span_ms = (int(doc["trace"]["end_ns"]) - t0) / 1e6
+        if window_ms[0] >= span_ms or window_ms[1] <= 0:
+            raise TraceviewError(
+                f"{doc['trace']['path']}: --window {window_ms[0]:g}ms:{window_ms[1]:g}ms is "
+                f"outside the trace, which spans 0-{span_ms:.3f} ms from its first kernel"
+            )
     anchors = (steps["anchor_ns"] - t0).to_numpy() / 1e6
     interval = steps["interval_ns"].cast(pl.Float64).fill_null(float("nan")).to_numpy() / 1e6
     phases = []
