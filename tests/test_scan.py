@@ -200,3 +200,20 @@ def test_the_datasets_doc_defines_every_column_of_every_table(runs: Path, tmp_pa
         columns = set(_table(ds, table).columns)
         columns = {"ns_<family>" if c.startswith("ns_") else c for c in columns}
         assert columns <= documented, f"{table}/: undocumented {sorted(columns - documented)}"
+
+
+def test_sidecar_files_are_left_out_not_failed(tmp_path: Path) -> None:
+    """A fixture folder holds *.truth.json beside each trace, and charts and pages beside
+    them: scan leaves those out instead of counting failures (issue 21)."""
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    shutil.copy(GENERATED / "dense_sglang.json.gz", folder / "dense_sglang.json.gz")
+    shutil.copy(GENERATED / "dense_sglang.truth.json", folder / "dense_sglang.truth.json")
+    (folder / "chart.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (folder / "report.html").write_text("<html></html>")
+    for paths in ([str(folder)], [str(folder / "*")]):
+        report = scan(paths, tmp_path / f"ds{len(paths[0])}")
+        assert len(report.scanned) == 1 and report.failed == []
+        assert [Path(p).name for p in report.not_traces] == ["dense_sglang.truth.json"]
+    result = CliRunner().invoke(cli, ["scan", str(folder / "*"), "-o", str(tmp_path / "c")])
+    assert result.exit_code == 0 and "1 not traces (left out)" in result.stderr

@@ -578,3 +578,16 @@ def test_thread_tid_is_the_json_tid_and_the_stream_stays_in_args(tmp_path: Path)
     ).row(0)
     assert row == (2, 0)
     assert tv.load(path).kernels.select("tid", "stream").row(0) == (2, 0)
+
+
+def test_an_unknown_builtin_query_lists_the_builtins() -> None:
+    from click.testing import CliRunner
+
+    from traceview.cli import cli
+    from traceview.sql import builtin_queries
+
+    result = CliRunner().invoke(
+        cli, ["sql", "nosuchquery", str(GENERATED / "dense_sglang.json.gz")]
+    )
+    assert result.exit_code == 2 and "no built-in query of that name" in result.stderr
+    assert all(name in result.stderr for name in builtin_queries())

@@ -50,6 +50,11 @@ class TraceFormatError(TraceviewError):
         super().__init__(f"{where}: {problem}")
 
 
+class NotATraceError(TraceFormatError):
+    """The file is JSON (or text) but not a trace at all: no ``traceEvents``, a bare
+    number, a sidecar such as a ``*.truth.json``. A scan skips it instead of failing."""
+
+
 class UnsupportedTraceError(TraceviewError):
     """The trace is well-formed but holds nothing traceview can analyse."""
 

@@ -13,8 +13,9 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-tra
 
 def discover(paths: Sequence[str]) -> list[Path]:
     """The trace files a run names: each directory's traces (not recursive), each glob's
-    matches (a matching directory gives its traces), each file as given; sorted, without
-    duplicates.
+    matching trace files (a matching directory gives its traces; other files, such as
+    ``*.png`` or ``*.html`` beside the traces, are left out), each file as given; sorted,
+    without duplicates.
 
     Raises:
         RunError: a path that does not exist, or a run with no trace file.
@@ -32,7 +33,10 @@ def discover(paths: Sequence[str]) -> list[Path]:
             found.append(p)
         elif any(ch in text for ch in "*?["):
             for m in map(Path, glob.glob(text)):
-                found += folder(m) if m.is_dir() else [m] if m.is_file() else []
+                if m.is_dir():
+                    found += folder(m)
+                elif m.is_file() and m.name.endswith(TRACE_SUFFIXES):
+                    found.append(m)
         else:
             raise RunError(f"{text}: no such file or directory")
     unique = sorted(set(found), key=lambda q: str(q))

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Literal, TypedDict
@@ -59,7 +59,7 @@ from traceview.batch.dataset import (
 from traceview.batch.discover import discover
 from traceview.batch.pool import map_tasks
 from traceview.batch.rows import table_rows, trace_row
-from traceview.errors import MissingDependencyError, TraceviewError
+from traceview.errors import MissingDependencyError, NotATraceError, TraceviewError
 from traceview.load import LoadOptions, load
 
 
@@ -80,6 +80,7 @@ class ScanReport:
     skipped: list[str]
     failed: list[tuple[str, str]]
     seconds: float
+    not_traces: list[str] = field(default_factory=list)  # JSON files that are no trace
     orphans_removed: int = 0  # uncommitted rows an interrupted scan had left
 
 
@@ -88,7 +89,7 @@ class ScanStatus(TypedDict):
 
     path: str
     trace_id: str
-    status: Literal["scanned", "skipped", "failed"]
+    status: Literal["scanned", "skipped", "failed", "not_a_trace"]
     error: str | None
 
 
@@ -123,7 +124,10 @@ def _scan_locked(
     p: Path, path: str, out: Path, trace_id: str, stat: os.stat_result, options: ScanOptions
 ) -> ScanStatus:
     try:
-        trace = load(p, options=LoadOptions(cache=False))  # read once: no cache entry
+        try:
+            trace = load(p, options=LoadOptions(cache=False))  # read once: no cache entry
+        except NotATraceError as exc:  # a sidecar (*.truth.json, a config): not a failure
+            return {"path": path, "trace_id": trace_id, "status": "not_a_trace", "error": str(exc)}
         if trace.kernels.height == 0:
             raise TraceviewError(f"{path}: no device activity (a CPU-only trace)")
         rules = load_rules(options.preset, options.rules_file)
@@ -190,6 +194,7 @@ def scan(
         failed=[(s["path"], s["error"] or "") for s in statuses if s["status"] == "failed"],
         seconds=time.monotonic() - started,
         orphans_removed=len(orphans),
+        not_traces=[s["path"] for s in statuses if s["status"] == "not_a_trace"],
     )
 
 

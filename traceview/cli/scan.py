@@ -81,5 +81,7 @@ def scan(
         )
     say(
         f"{dataset}: scanned {len(report.scanned)}, skipped {len(report.skipped)} (already in "
-        f"the dataset), failed {len(report.failed)} (in errors/) in {report.seconds:.1f} s"
+        f"the dataset), failed {len(report.failed)} (in errors/)"
+        + (f", {len(report.not_traces)} not traces (left out)" if report.not_traces else "")
+        + f" in {report.seconds:.1f} s"
     )

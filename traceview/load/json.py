@@ -29,7 +29,7 @@ import msgspec
 import orjson
 import polars as pl
 
-from traceview.errors import TraceFormatError, TraceviewWarning, describe_event
+from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning, describe_event
 from traceview.load.boundaries import array_end, error_byte, last_cut
 from traceview.load.columns import (
     DECODER,
@@ -132,9 +132,7 @@ class _Loader:
             self.consumed = lead + len(header_text)
             header = self._stream_events(stream, data[len(header_text) :], header_text)
         else:
-            raise TraceFormatError(
-                self.path, "not a trace file: a JSON trace starts with '{' or '['"
-            )
+            raise NotATraceError(self.path, "not a trace file: a JSON trace starts with '{' or '['")
         return self._finish(header)
 
     def _rest_of_header(self, data: bytes, stream: BinaryIO) -> bytes:
@@ -165,7 +163,7 @@ class _Loader:
         if isinstance(doc, dict):
             events = doc.pop("traceEvents", None)
             if not isinstance(events, list):
-                raise TraceFormatError(
+                raise NotATraceError(
                     self.path,
                     "JSON is not a trace: no 'traceEvents' array "
                     f"(top-level keys: {', '.join(sorted(map(str, doc))[:6]) or 'none'})",
@@ -174,7 +172,7 @@ class _Loader:
         elif isinstance(doc, list):
             events, header = doc, {}
         else:
-            raise TraceFormatError(self.path, f"JSON is not a trace: a {type(doc).__name__}")
+            raise NotATraceError(self.path, f"JSON is not a trace: a {type(doc).__name__}")
         step = 200_000
         for start in range(0, len(events), step):
             self._add_events(events[start : start + step])

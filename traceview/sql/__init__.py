@@ -147,7 +147,11 @@ def query_header(path: Path) -> str:
 def resolve_query(query: str) -> tuple[str, str]:
     """``(sql text, where)`` for a query file path, a built-in query name, or SQL text.
 
-    A query file is a single word ending in ``.sql``; anything with whitespace is SQL text.
+    A query file is a single word ending in ``.sql``; anything with whitespace is SQL text;
+    any other single word must name a built-in query.
+
+    Raises:
+        QueryError: a missing query file, or a single word that names no built-in query.
     """
     if query.strip().endswith(".sql") and not re.search(r"\s", query.strip()):
         path = Path(query)
@@ -165,6 +169,11 @@ def resolve_query(query: str) -> tuple[str, str]:
     builtin = builtin_queries().get(query)
     if builtin is not None:
         return builtin.read_text(), query
+    if re.fullmatch(r"[\w.-]+", query.strip()):  # one word is a query's name, not SQL
+        raise QueryError(
+            f"{query}: no built-in query of that name (built-in: "
+            f"{', '.join(builtin_queries())}; or give a .sql file, or SQL text)"
+        )
     return query, "<sql>"
 
 
