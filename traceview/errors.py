@@ -51,8 +51,9 @@ class TraceFormatError(TraceviewError):
 
 
 class NotATraceError(TraceFormatError):
-    """The file is JSON (or text) but not a trace at all: no ``traceEvents``, a bare
-    number, a sidecar such as a ``*.truth.json``. A scan skips it instead of failing."""
+    """The file is valid JSON but not a trace: an object without ``traceEvents``, a bare
+    number, a sidecar such as a ``*.truth.json``. A scan leaves it out instead of failing
+    (unreadable text is a :class:`TraceFormatError`, and fails)."""
 
 
 class UnsupportedTraceError(TraceviewError):

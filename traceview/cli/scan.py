@@ -74,6 +74,8 @@ def scan(
         close()
     for path, error in report.failed:
         warn(f"{path}: not scanned: {error}")
+    for path in report.not_traces:
+        warn(f"{path}: left out: valid JSON, but not a trace")
     if report.orphans_removed:
         warn(
             f"{dataset}: removed {report.orphans_removed} uncommitted files an interrupted "

@@ -132,7 +132,9 @@ class _Loader:
             self.consumed = lead + len(header_text)
             header = self._stream_events(stream, data[len(header_text) :], header_text)
         else:
-            raise NotATraceError(self.path, "not a trace file: a JSON trace starts with '{' or '['")
+            raise TraceFormatError(
+                self.path, "not a trace file: a JSON trace starts with '{' or '['"
+            )
         return self._finish(header)
 
     def _rest_of_header(self, data: bytes, stream: BinaryIO) -> bytes:
