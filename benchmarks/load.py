@@ -43,6 +43,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 OUT = Path(__file__).parent / "out"
@@ -131,108 +132,107 @@ FRAMES = [
 ]
 
 
-def generate_vllm(kernels: int) -> Path:
-    """Write (once) a vLLM-shaped trace with ``kernels`` kernels (see the module doc)."""
+def _write_once(path: Path, gpu: str, trace_name: str, batches: Iterator[list[str]]) -> Path:
+    """Write ``path`` (once: an existing one is kept) as a Kineto trace whose events come in
+    ``batches`` of JSON texts, gzipped, through a temporary name; return it."""
     OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"vllm_{kernels}.pt.trace.json.gz"
     if path.exists():
         return path
     from isal import igzip_threaded
 
     tmp = path.with_suffix(".tmp")
-    per_step, frames = 40, 30
-    t = 5_117_567_635_320_360
-    py_id = 1000
     with igzip_threaded.open(tmp, "wb", compresslevel=1, threads=2) as f:
         f.write(
             b'{\n  "schemaVersion": 1,\n  "deviceProperties": [{"id": 0, "name": '
-            b'"NVIDIA H100 80GB HBM3", "numSms": 132}],\n  "traceEvents": [\n'
+            + f'"{gpu}", "numSms": 132}}],\n  "traceEvents": [\n'.encode()
         )
         first = True
-        for step in range(kernels // per_step):
-            batch: list[str] = []
-            c = 10_000_000 + step * 10
-            cpu0 = t - 400_000
-            name = f"execute_context_0(0)_generation_{64 + step % 64}({64 + step % 64})"
-            batch.append(STEP_CPU.format(name=name, ts=us(cpu0), dur="380.000", c=c))
-            parent = 0
-            for k in range(frames):  # a nested with_stack frame chain, 1 us inside each
-                py_id += 1
-                batch.append(
-                    PY_FUNC.format(
-                        name=FRAMES[k % len(FRAMES)],
-                        ts=us(cpu0 + 1_000 * (k + 1)),
-                        dur=us(370_000 - 2_000 * k),
-                        parent=parent,
-                        pid=py_id,
-                    )
-                )
-                parent = py_id
-            launch = cpu0 + 300_000
-            batch.append(LAUNCH.format(name="cudaGraphLaunch", ts=us(launch), c=c))
-            batch.append(FLOW_S.format(c=c, ts=us(launch)))
-            g0 = t
-            for i in range(per_step):
-                dur = 3_000 + ((step * per_step + i) * 7919) % 20_000
-                batch.append(KERNEL.format(name=NAMES[i % len(NAMES)], ts=us(t), dur=us(dur), c=c))
-                batch.append(FLOW_F.format(c=c, tid=7, ts=us(t)))
-                t += dur + 1_500
-            batch.append(STEP_GPU.format(name=name, ts=us(g0), dur=us(t - g0), c=c))
-            t += 250_000  # the host's turn between steps
-            f.write(((",\n" if not first else "") + ",\n".join(batch)).encode())
-            first = False
+        for batch in batches:
+            if batch:
+                f.write(((",\n" if not first else "") + ",\n".join(batch)).encode())
+                first = False
         f.write(
-            b'\n  ],\n  "traceName": "bench-vllm",\n  "displayTimeUnit": "ms",\n'
-            b'  "baseTimeNanoseconds": 1767189312000000000\n}\n'
+            f'\n  ],\n  "traceName": "{trace_name}",\n  "displayTimeUnit": "ms",\n'.encode()
+            + b'  "baseTimeNanoseconds": 1767189312000000000\n}\n'
         )
     tmp.rename(path)
     return path
+
+
+def generate_vllm(kernels: int) -> Path:
+    """Write (once) a vLLM-shaped trace with ``kernels`` kernels (see the module doc)."""
+    path = OUT / f"vllm_{kernels}.pt.trace.json.gz"
+    return _write_once(path, "NVIDIA H100 80GB HBM3", "bench-vllm", _vllm_steps(kernels))
+
+
+def _vllm_steps(kernels: int) -> Iterator[list[str]]:
+    """The vLLM-shaped trace's events, one engine step per batch."""
+    per_step, frames = 40, 30
+    t = 5_117_567_635_320_360
+    py_id = 1000
+    for step in range(kernels // per_step):
+        batch: list[str] = []
+        c = 10_000_000 + step * 10
+        cpu0 = t - 400_000
+        name = f"execute_context_0(0)_generation_{64 + step % 64}({64 + step % 64})"
+        batch.append(STEP_CPU.format(name=name, ts=us(cpu0), dur="380.000", c=c))
+        parent = 0
+        for k in range(frames):  # a nested with_stack frame chain, 1 us inside each
+            py_id += 1
+            batch.append(
+                PY_FUNC.format(
+                    name=FRAMES[k % len(FRAMES)],
+                    ts=us(cpu0 + 1_000 * (k + 1)),
+                    dur=us(370_000 - 2_000 * k),
+                    parent=parent,
+                    pid=py_id,
+                )
+            )
+            parent = py_id
+        launch = cpu0 + 300_000
+        batch.append(LAUNCH.format(name="cudaGraphLaunch", ts=us(launch), c=c))
+        batch.append(FLOW_S.format(c=c, ts=us(launch)))
+        g0 = t
+        for i in range(per_step):
+            dur = 3_000 + ((step * per_step + i) * 7919) % 20_000
+            batch.append(KERNEL.format(name=NAMES[i % len(NAMES)], ts=us(t), dur=us(dur), c=c))
+            batch.append(FLOW_F.format(c=c, tid=7, ts=us(t)))
+            t += dur + 1_500
+        batch.append(STEP_GPU.format(name=name, ts=us(g0), dur=us(t - g0), c=c))
+        t += 250_000  # the host's turn between steps
+        yield batch
 
 
 def generate(kernels: int) -> Path:
     """Write (once) a Kineto-shaped trace with ``kernels`` kernels; return its path."""
-    OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"bench_{kernels}.pt.trace.json.gz"
-    if path.exists():
-        return path
-    from isal import igzip_threaded
+    return _write_once(path, "NVIDIA H200", "bench", _kineto_events(kernels))
 
-    tmp = path.with_suffix(".tmp")
+
+def _kineto_events(kernels: int) -> Iterator[list[str]]:
+    """The Kineto-shaped trace's events, about 20,000 per batch."""
     t = 5_117_567_635_320_360
-    with igzip_threaded.open(tmp, "wb", compresslevel=1, threads=2) as f:
-        f.write(
-            b'{\n  "schemaVersion": 1,\n  "deviceProperties": [{"id": 0, "name": '
-            b'"NVIDIA H200", "numSms": 132}],\n  "traceEvents": [\n'
-        )
-        batch: list[str] = []
-        first = True
-        for i in range(kernels):
-            c = 10_000 + i
-            t += 2_500
-            if i % 20 == 0:  # a memcpy with its own launch
-                batch.append(
-                    LAUNCH.format(name="cudaMemcpyAsync", ts=us(t - 90_000), c=c + 900_000_000)
-                )
-                batch.append(MEMCPY.format(ts=us(t), dur="2.112", c=c + 900_000_000))
-            if i % 3 == 0:
-                batch.append(CPU_OP.format(ts=us(t - 95_000), c=c))
-            batch.append(LAUNCH.format(name="cudaLaunchKernel", ts=us(t - 90_000), c=c))
-            batch.append(FLOW_S.format(c=c, ts=us(t - 90_000)))
-            dur = 1_000 + (i * 7919) % 40_000
-            batch.append(KERNEL.format(name=NAMES[i % len(NAMES)], ts=us(t), dur=us(dur), c=c))
-            batch.append(FLOW_F.format(c=c, tid=7, ts=us(t)))
-            t += dur
-            if len(batch) > 20_000:
-                f.write(((",\n" if not first else "") + ",\n".join(batch)).encode())
-                first, batch = False, []
-        if batch:
-            f.write(((",\n" if not first else "") + ",\n".join(batch)).encode())
-        f.write(
-            b'\n  ],\n  "traceName": "bench",\n  "displayTimeUnit": "ms",\n'
-            b'  "baseTimeNanoseconds": 1767189312000000000\n}\n'
-        )
-    tmp.rename(path)
-    return path
+    batch: list[str] = []
+    for i in range(kernels):
+        c = 10_000 + i
+        t += 2_500
+        if i % 20 == 0:  # a memcpy with its own launch
+            batch.append(
+                LAUNCH.format(name="cudaMemcpyAsync", ts=us(t - 90_000), c=c + 900_000_000)
+            )
+            batch.append(MEMCPY.format(ts=us(t), dur="2.112", c=c + 900_000_000))
+        if i % 3 == 0:
+            batch.append(CPU_OP.format(ts=us(t - 95_000), c=c))
+        batch.append(LAUNCH.format(name="cudaLaunchKernel", ts=us(t - 90_000), c=c))
+        batch.append(FLOW_S.format(c=c, ts=us(t - 90_000)))
+        dur = 1_000 + (i * 7919) % 40_000
+        batch.append(KERNEL.format(name=NAMES[i % len(NAMES)], ts=us(t), dur=us(dur), c=c))
+        batch.append(FLOW_F.format(c=c, tid=7, ts=us(t)))
+        t += dur
+        if len(batch) > 20_000:
+            yield batch
+            batch = []
+    yield batch
 
 
 # --- the approaches, each run in its own process -----------------------------------------

@@ -11,6 +11,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -130,6 +132,21 @@ def _settles(server: LabServer) -> bool:
     return False
 
 
+@contextmanager
+def _post_and_wait(address: tuple[str, int]) -> Iterator[None]:
+    """A non-streaming client: it sends a long request, then (on leaving) hangs up without
+    reading the answer."""
+    with socket.create_connection(address) as s:
+        payload = b'{"prompt": "hi", "max_tokens": 1000000}'
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: application/json\r\n"
+            + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
+        yield
+
+
 def test_a_client_that_leaves_stops_its_generation(tmp_path: Path) -> None:
     with LabServer(CFG, str(tmp_path), max_tokens_cap=1_000_000) as server:
         body = {"prompt": "hi", "max_tokens": 1_000_000, "stream": True}
@@ -145,14 +162,7 @@ def test_a_client_that_leaves_stops_its_generation(tmp_path: Path) -> None:
         assert streamed < 100_000
         # non-streaming: the client sends its request and hangs up
         host, port = server.url.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port))) as s:
-            payload = b'{"prompt": "hi", "max_tokens": 1000000}'
-            s.sendall(
-                b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
-                b"Content-Type: application/json\r\n"
-                + f"Content-Length: {len(payload)}\r\n\r\n".encode()
-                + payload
-            )
+        with _post_and_wait((host, int(port))):
             deadline = time.monotonic() + 10
             while _generated(server) == streamed and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -194,14 +204,7 @@ def test_sigterm_ends_the_server_within_5_s(tmp_path: Path) -> None:
             except httpx.HTTPError:
                 time.sleep(0.2)
         # a non-streaming request whose client hung up, then a streaming one in flight
-        with socket.create_connection(("127.0.0.1", port)) as s:
-            payload = b'{"prompt": "hi", "max_tokens": 1000000}'
-            s.sendall(
-                b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
-                b"Content-Type: application/json\r\n"
-                + f"Content-Length: {len(payload)}\r\n\r\n".encode()
-                + payload
-            )
+        with _post_and_wait(("127.0.0.1", port)):
             time.sleep(0.5)
         body = {"prompt": "hi", "max_tokens": 1_000_000, "stream": True}
         with (

@@ -18,13 +18,14 @@ from traceview.render.safe import terminal
 HOSTILE = "[/x] [link=https://example.invalid]click[/link] \x1b[2J\x1b]0;pwned\x07 \u202eevil"
 
 
-def _hostile_trace(path: Path) -> Path:
-    tb = TraceBuilder(gpu_name=f"GPU {HOSTILE}")
+def _hostile_trace(path: Path, text: str = HOSTILE, steps: int = 30) -> Path:
+    """A dense decode trace whose GPU and kernel names hold ``text``."""
+    tb = TraceBuilder(gpu_name=f"GPU {text}")
     t = 1_000_000
-    for _step in range(30):
+    for _step in range(steps):
         for layer in range(4):
-            tb.kernel(f"flash_fwd_kernel {HOSTILE}", t, 20_000)
-            tb.kernel(f"gemm {HOSTILE}" if layer % 2 else "sm90_xmma_gemm", t + 25_000, 50_000)
+            tb.kernel(f"flash_fwd_kernel {text}", t, 20_000)
+            tb.kernel(f"gemm {text}" if layer % 2 else "sm90_xmma_gemm", t + 25_000, 50_000)
             t += 100_000
         t += 400_000
     return tb.write(path)
@@ -83,15 +84,7 @@ MARKUP = "`a|b` <!--<script>alert(1)</script></div> & [l](https://x.invalid) *b*
 
 
 def _markup_trace(path: Path, steps: int) -> Path:
-    tb = TraceBuilder(gpu_name=f"GPU {MARKUP}")
-    t = 1_000_000
-    for _step in range(steps):
-        for layer in range(4):
-            tb.kernel(f"flash_fwd {MARKUP}", t, 20_000)
-            tb.kernel(f"gemm {MARKUP}" if layer % 2 else "sm90_xmma_gemm", t + 25_000, 50_000)
-            t += 100_000
-        t += 400_000
-    return tb.write(path)
+    return _hostile_trace(path, MARKUP, steps)
 
 
 def test_markdown_diff_keeps_its_table_shape(tmp_path: Path) -> None:

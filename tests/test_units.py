@@ -6,7 +6,10 @@ import math
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from conftest import GENERATED
 
+from traceview.cli import cli
 from traceview.render.format import fmt_ns, fmt_ratio, fmt_value
 from traceview.units import duration_ns, read_quantity
 
@@ -83,11 +86,6 @@ def test_read_quantity() -> None:
     ids=["step-gap", "step-gap-pct", "window", "fraction", "ns-bare", "ns-pct", "count"],
 )
 def test_units_are_never_guessed(tmp_path: Path, argv: list[str], message: str) -> None:
-    from click.testing import CliRunner
-    from conftest import GENERATED
-
-    from traceview.cli import cli
-
     subs = {"{t}": str(GENERATED / "dense_sglang.json.gz"), "{o}": str(tmp_path / "h.png")}
     result = CliRunner().invoke(cli, [subs.get(a, a) for a in argv])
     assert result.exit_code == 2, result.output
@@ -95,11 +93,6 @@ def test_units_are_never_guessed(tmp_path: Path, argv: list[str], message: str) 
 
 
 def test_zero_and_percentages_where_they_fit(tmp_path: Path) -> None:
-    from click.testing import CliRunner
-    from conftest import GENERATED
-
-    from traceview.cli import cli
-
     t = str(GENERATED / "dense_sglang.json.gz")
     for argv in (
         ["check", t, "--min", "decode_gaps.decode.p99_ns=0"],
@@ -112,11 +105,6 @@ def test_zero_and_percentages_where_they_fit(tmp_path: Path) -> None:
 
 
 def test_a_window_outside_the_trace_names_its_span(tmp_path: Path) -> None:
-    from click.testing import CliRunner
-    from conftest import GENERATED
-
-    from traceview.cli import cli
-
     t = str(GENERATED / "dense_sglang.json.gz")
     out = tmp_path / "h.png"
     result = CliRunner().invoke(cli, ["heartbeat", t, "-o", str(out), "--window", "100s:200s"])

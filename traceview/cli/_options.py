@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import glob
 import sys
 import time
 from collections.abc import Callable
@@ -97,17 +97,15 @@ force_option = click.option("--force", is_flag=True, help="Overwrite an existing
 
 
 def input_files(paths: tuple[str, ...] | list[str]) -> list[Path]:
-    """Every file the command reads: each file given, each directory's and each glob's
-    trace files (what :func:`traceview.batch.discover.discover` would pick)."""
-    from traceview.batch.discover import TRACE_SUFFIXES
+    """Every file the command reads, as :func:`traceview.batch.discover.discover` finds
+    them; a path that names nothing adds none here (the command reports it when it reads)."""
+    from traceview.batch.discover import discover
+    from traceview.errors import RunError
 
     found: list[Path] = []
     for text in paths:
-        for p in [Path(text)] if Path(text).exists() else map(Path, glob.glob(text)):
-            if p.is_dir():
-                found += [c for c in p.iterdir() if c.name.endswith(TRACE_SUFFIXES)]
-            else:
-                found.append(p)
+        with contextlib.suppress(RunError):
+            found += discover([text])
     return found
 
 

@@ -39,8 +39,9 @@ def _utf8_safe(buf: bytes | bytearray, lo: int, end: int) -> int:
 
 
 def _escape_start(buf: bytes | bytearray, lo: int, j: int) -> bool:
-    """Whether the backslash at ``j`` starts an escape: an odd count of backslashes ends at
-    ``j``, counting back to ``lo`` (a position that is not inside an escape)."""
+    """Whether the character at ``j`` is not itself escaped: the run of backslashes right
+    before it, counted back to ``lo`` (a position not inside an escape), pairs up. A
+    backslash there starts an escape; a quote there is a string boundary."""
     i = j
     while i > lo and buf[i - 1] == _BACKSLASH:
         i -= 1
@@ -60,12 +61,10 @@ def safe_end(buf: bytes | bytearray, lo: int, end: int) -> int:
     # the last backslash: when it is the second of an escaped backslash, that escape ends by
     # end (no escape holds a backslash inside it), so only an escape start needs a look
     if j >= 0 and _escape_start(buf, lo, j):
-        long_form = j + 1 < len(buf) and buf[j + 1] == ord("u")
-        size = 6 if long_form else 2
-        if long_form and j + 6 == end and _is_high_surrogate(buf, j):
-            return j  # its low half is cut off
+        size = 6 if j + 1 < len(buf) and buf[j + 1] == ord("u") else 2
         if j + size > end:  # the escape would be split: cut before it
             return _after_high_surrogate(buf, lo, j)
+    end = _after_high_surrogate(buf, lo, end)
     return _utf8_safe(buf, lo, end)
 
 
@@ -162,7 +161,7 @@ class CappedText:
         quotes = np.flatnonzero(arr == _QUOTE)
         behind = quotes[(quotes > 0) & (arr[np.maximum(quotes - 1, 0)] == _BACKSLASH)]
         if behind.size:  # drop escaped quotes: an odd run of backslashes before them
-            escaped = [q for q in behind.tolist() if not _escape_start_after(buf, q)]
+            escaped = [q for q in behind.tolist() if not _escape_start(buf, 0, q)]
             quotes = np.setdiff1d(quotes, np.asarray(escaped, dtype=quotes.dtype))
         out: list[bytes] = []
         pos = 0  # bytes of buf before pos are handled
@@ -230,11 +229,3 @@ class CappedText:
         self._held = out[end:]
         self._run -= len(out) - end
         return out[:end]
-
-
-def _escape_start_after(buf: bytes, q: int) -> bool:
-    """Whether the quote at ``q`` is a real one: the backslashes right before it pair up."""
-    i = q
-    while i > 0 and buf[i - 1] == _BACKSLASH:
-        i -= 1
-    return (q - i) % 2 == 0

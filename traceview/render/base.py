@@ -8,7 +8,7 @@ from typing import IO, Protocol
 
 import polars as pl
 
-from traceview._io import atomic_write
+from traceview._io import atomic_write, check_output
 from traceview.errors import TraceviewError
 
 __all__ = ["RENDERERS", "atomic_write", "guess_format", "write_output"]
@@ -122,9 +122,7 @@ def write_output(
             data = terminal(data.decode("utf-8", "replace")).encode()
         stdout.write(data)
         return
-    path = Path(output)
-    if path.exists() and not force:
-        raise TraceviewError(f"{path}: already exists (use --force to overwrite)")
+    path = check_output(output, force=force)  # the writer rule (the CLI adds its inputs)
 
     def write(target: Path) -> None:
         with open(target, "wb") as f:
