@@ -20,7 +20,17 @@ GENERATED = ROOT / "fixtures" / "generated"
 # equals its planted truth when it is within half a unit of the 9th digit
 DOC_REL = 5e-9
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
-SCENARIO_NAMES = sorted(p.name.removesuffix(".json.gz") for p in GENERATED.glob("*.json.gz"))
+ALL_SCENARIOS = sorted(p.name.removesuffix(".json.gz") for p in GENERATED.glob("*.json.gz"))
+
+
+def _capture_only(name: str) -> bool:
+    return bool(json.loads((GENERATED / f"{name}.truth.json").read_text()).get("capture_only"))
+
+
+# the fixtures with serving steps; a trace of engine start-up only (CUDA-graph capture) has no
+# steps, families or gaps to compare, and is tested on its own (tests/test_capture_regions.py)
+CAPTURE_ONLY_NAMES = [n for n in ALL_SCENARIOS if _capture_only(n)]
+SCENARIO_NAMES = [n for n in ALL_SCENARIOS if n not in CAPTURE_ONLY_NAMES]
 
 
 def real_traces() -> list[Path]:

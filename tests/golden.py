@@ -66,13 +66,18 @@ def render(paths: list[Path]) -> bytes:
     import warnings
 
     import traceview as tv
+    from traceview.errors import CaptureOnlyError
 
+    doc: object
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if len(paths) == 1 and paths[0].is_file():
-            doc = tv.summarize(tv.load(str(paths[0]))).to_dict()
-        else:
-            doc = tv.summarize_run([str(p) for p in paths], tv.RunOptions(jobs=1)).to_dict()
+        try:
+            if len(paths) == 1 and paths[0].is_file():
+                doc = tv.summarize(tv.load(str(paths[0]))).to_dict()
+            else:
+                doc = tv.summarize_run([str(p) for p in paths], tv.RunOptions(jobs=1)).to_dict()
+        except CaptureOnlyError as exc:  # engine start-up only: the one line it says
+            doc = {"capture_only": str(exc)}
     return orjson.dumps(_relative(doc), option=orjson.OPT_INDENT_2) + b"\n"
 
 

@@ -19,10 +19,11 @@ def test_info_json_matches_truth(scenario: str) -> None:
     result = CliRunner().invoke(cli, ["info", str(GENERATED / f"{scenario}.json.gz"), "--json"])
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["kernels"] == t["kernels"]
+    held = t["in_trace"]  # info reports what the file holds, start-up included
+    assert doc["kernels"] == held["kernels"]
     assert doc["events"] == t["events"]
-    assert doc["start_ns"] == t["start_ns"] and doc["end_ns"] == t["end_ns"]
-    assert doc["span_ns"] == t["end_ns"] - t["start_ns"]
+    assert doc["start_ns"] == held["start_ns"] and doc["end_ns"] == held["end_ns"]
+    assert doc["span_ns"] == held["end_ns"] - held["start_ns"]
     assert [d["device"] for d in doc["devices"]] == [0]
     assert doc["devices"][0]["streams"] == t["streams"]
     assert doc["gpu"] == "NVIDIA H200"
@@ -98,7 +99,8 @@ def test_summarize_json_is_the_summary_document(scenario: str) -> None:
         "span_ns",
         "activity",
     }
-    assert "p99 rests on n=" in result.stderr  # the mixed phase has < 100 gaps
+    if any(0 < g["n"] < 100 for g in doc["decode_gaps"]):  # a p99 on few gaps is flagged
+        assert "p99 rests on fewer than 100" in result.stderr
 
 
 def test_summarize_table_shows_phases_and_gaps() -> None:

@@ -82,6 +82,8 @@ def test_the_validator_finds_what_it_should() -> None:
 @pytest.mark.parametrize("name", [c[0] for c in CASES])
 def test_documents_match_their_types(name: str) -> None:
     doc = json.loads((GOLDEN / f"{name}.json").read_text())
+    if "capture_only" in doc:
+        pytest.skip("engine start-up only: no summary document")
     hint = RunDocument if name.startswith("run-") else SummaryDocument
     assert mismatches(doc, hint) == []
 

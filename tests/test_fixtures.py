@@ -39,7 +39,7 @@ def test_truth_is_self_consistent(scenario: str) -> None:
         assert b["interval_ns"] == b["anchor_ns"] - a["anchor_ns"]
     assert sum(f["count"] for f in t["families"].values()) == t["kernels"]
     kinds = [p["kind"] for p in t["phases"]]
-    assert kinds[0] == "decode" and "mixed" in kinds
+    assert kinds[0] == "decode" and ({"mixed", "prefill"} & set(kinds))
     assert all(k1 != k2 for k1, k2 in zip(kinds, kinds[1:], strict=False))
     gaps = {d["population"]: d for d in t["decode_gaps"]}
     assert gaps["all"]["n"] == gaps["decode"]["n"] + gaps["mixed"]["n"]

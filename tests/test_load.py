@@ -21,11 +21,12 @@ def test_fixture_counts_and_times_match_truth(scenario: str) -> None:
     trace = tv.load(GENERATED / f"{scenario}.json.gz")
     assert trace.meta.events == t["events"]
     assert trace.meta.skipped_events == 0
-    assert trace.kernels.height == t["kernels"]
-    assert trace.span_ns() == (t["start_ns"], t["end_ns"])
+    held = t["in_trace"]  # start-up (CUDA-graph capture) included
+    assert trace.kernels.height == held["kernels"]
+    assert trace.span_ns() == (held["start_ns"], held["end_ns"])
     assert sorted({s for _, s in trace.streams}) == t["streams"]
-    assert trace.kernels["dur_ns"].sum() == sum(f["total_ns"] for f in t["families"].values())
-    memory = t["families"].get("memory", {"count": 0})["count"]
+    assert trace.kernels["dur_ns"].sum() == sum(f["total_ns"] for f in held["families"].values())
+    memory = held["families"].get("memory", {"count": 0})["count"]
     assert trace.kernels.filter(pl.col("kind") != "kernel").height == memory
     # every planted step start and anchor is a kernel start, to the nanosecond
     starts = set(trace.kernels["ts_ns"].to_list())

@@ -60,6 +60,14 @@ class UnsupportedTraceError(TraceviewError):
     """The trace is well-formed but holds nothing traceview can analyse."""
 
 
+class CaptureOnlyError(UnsupportedTraceError):
+    """The trace holds only CUDA-graph capture / warm-up regions (engine start-up): there
+    is nothing served to analyse. Not a failure: the command says so in one line and exits
+    0."""
+
+    exit_code = EXIT_OK
+
+
 class QueryError(TraceviewError):
     """A SQL query failed or is not allowed."""
 

@@ -17,6 +17,7 @@ from traceview.render.charts import (
     heartbeat_data,
     heartbeat_figure,
 )
+from traceview.render.format import gap_title
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -67,5 +68,7 @@ def gaps(
     doc = summary.to_dict()
     trace_path = doc["trace"]["path"]
     return gaps_figure(
-        gaps_data(summary, summary.gaps), title=title or f"decode gaps — {trace_path}", style=style
+        gaps_data(summary, summary.gaps),
+        title=title or f"{gap_title(doc)} — {trace_path}",
+        style=style,
     )

@@ -60,7 +60,6 @@ class StepRecord(TypedDict, total=False):
     forward_mode: str | None
 
 
-PROMPT_MODES = ("EXTEND", "MIXED", "PREFILL")  # SGLang forward modes that carry prompt work
 NO_PROMPT_MODES = ("DECODE", "IDLE", "TARGET_VERIFY", "DRAFT_EXTEND_V2")
 
 
@@ -118,18 +117,49 @@ def record(names: list[str]) -> StepRecord:
     return out
 
 
+def stated_composition(rec: StepRecord) -> tuple[bool | None, bool | None]:
+    """What the step's record states about its batch: (prompt work, decode work), each
+    True, False or None where the record does not say.
+
+    - vLLM's context form: prompt work iff context requests or tokens; decode work iff
+      generation requests or tokens.
+    - vLLM's older form: ``new_N`` with N > 0 is prompt work; with ``cached_0`` beside it
+      there is no decode work (no request was running). ``new_0`` proves nothing (a cached
+      request can be mid-prefill), nor does ``cached_M`` with M > 0 prove decode.
+    - SGLang's forward mode: ``EXTEND``/``PREFILL`` is prompt work alone, ``MIXED`` both,
+      ``DECODE`` (and the other decode modes) decode alone, ``IDLE`` neither.
+    """
+    mode = rec.get("forward_mode")
+    if mode in ("EXTEND", "PREFILL"):
+        return True, False
+    if mode == "MIXED":
+        return True, True
+    if mode in NO_PROMPT_MODES:
+        return False, mode != "IDLE"
+    ctx, ctx_tokens = rec.get("context_requests"), rec.get("context_tokens")
+    gen, gen_tokens = rec.get("generation_requests"), rec.get("generation_tokens")
+    if ctx is not None or gen is not None:
+        prompt = (ctx or 0) > 0 or (ctx_tokens or 0) > 0
+        return prompt, (gen or 0) > 0 or (gen_tokens or 0) > 0
+    new, cached = rec.get("new_requests"), rec.get("cached_requests")
+    if new is not None and new > 0:
+        return True, (False if cached == 0 else None)
+    return None, None
+
+
 def stated_prompt_work(rec: StepRecord) -> bool | None:
     """Whether the step carried prompt work, as far as its record states the batch's
-    composition: True (context requests or tokens, new requests, an EXTEND/MIXED mode),
-    False (no context requests, or a DECODE/IDLE mode), None (it does not say: the older
-    vLLM form's ``new_0`` is no proof of a decode-only step, since a cached request can be
-    mid-prefill)."""
-    ctx, ctx_tokens = rec.get("context_requests"), rec.get("context_tokens")
-    if (ctx or 0) > 0 or (ctx_tokens or 0) > 0 or (rec.get("new_requests") or 0) > 0:
-        return True
-    mode = rec.get("forward_mode")
-    if mode in PROMPT_MODES:
-        return True
-    if ctx == 0 or mode in NO_PROMPT_MODES:
-        return False
+    composition (the first half of :func:`stated_composition`)."""
+    return stated_composition(rec)[0]
+
+
+def stated_requests(rec: StepRecord) -> int | None:
+    """The step's request count, where its record states it (context plus generation
+    requests, or new plus cached ones)."""
+    ctx, gen = rec.get("context_requests"), rec.get("generation_requests")
+    if ctx is not None and gen is not None:
+        return ctx + gen
+    new, cached = rec.get("new_requests"), rec.get("cached_requests")
+    if new is not None and cached is not None:
+        return new + cached
     return None

@@ -87,7 +87,8 @@ class StepFacts(StepFinding):
 
     count: int
     cadence: Percentiles
-    cadence_by_kind: dict[str, Percentiles]  # decode, mixed: inside phases of that kind
+    cadence_by_kind: dict[str, Percentiles]  # decode, mixed, prefill: inside phases of a kind
+    decoding_cadence: Percentiles  # between consecutive steps with decode work (decode, mixed)
     phases: list[Phase]
 
 

@@ -22,7 +22,16 @@ import polars as pl
 from traceview.analysis.document import GapStats, Percentiles, SummaryDocument, TraceFigures
 from traceview.analysis.stats import percentiles
 
-KINDS = ("decode", "mixed")  # the step kinds with a cadence of their own
+KINDS = ("decode", "mixed", "prefill")  # the step kinds, each with a cadence of its own
+DECODING = ("decode", "mixed")  # the kinds that carry decode work
+
+
+def decoding_cadence(steps: pl.DataFrame) -> Percentiles:
+    """The cadence a decoding request experiences: the anchor-to-anchor intervals between
+    consecutive steps that carry decode work (``decode`` and ``mixed``), whatever runs
+    between them (a prefill-only step between two decode steps lengthens the interval)."""
+    anchors = steps.filter(pl.col("kind").is_in(DECODING))["anchor_ns"]
+    return percentiles(anchors.diff().drop_nulls().to_numpy())
 
 
 def kind_cadence(steps: pl.DataFrame, kind: str) -> Percentiles:

@@ -2,7 +2,8 @@
 
 For consecutive decode-marker kernels on one device (ordered by start), a gap is
 ``next.start - prev.end``; overlaps count as 0 and are counted. A gap belongs to the phase
-whose span holds its start (``prev.end``).
+whose span holds its start (``prev.end``), and is kept only where that phase carries decode
+work (``decode`` or ``mixed``): between prefill-only steps' kernels nothing decodes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import polars as pl
 
 from traceview.analysis.document import GapStats
 from traceview.analysis.families import Rules, distinct_names, family_is, load_rules
+from traceview.analysis.figures import DECODING
 from traceview.analysis.stats import percentiles
 from traceview.analysis.step_candidates import StepOptions, with_shortcuts
 from traceview.analysis.steps import StepResult, find_steps
@@ -144,7 +146,8 @@ def gap_table(result: StepResult, rules: Rules) -> tuple[pl.DataFrame, Marker | 
             "population": phases["kind"].to_numpy()[idx],
         }
     )
-    return table, used, family
+    # decode gaps are measured only inside steps that carry decode work
+    return table.filter(pl.col("population").is_in(DECODING)), used, family
 
 
 def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[GapStats]:

@@ -28,30 +28,42 @@ from traceview.analysis.intervals import I64
 from traceview.analysis.launches import launches_within
 from traceview.model import Trace
 
+Read = tuple[int, int | None] | None  # (query tokens, requests where the layout says)
 
-def _first_dim(dims: list[list[int]]) -> int | None:
+
+def _first_dim(dims: list[list[int]]) -> Read:
     q = dims[0] if dims else []
-    return int(q[0]) if len(q) == 3 else None
+    return (int(q[0]), None) if len(q) == 3 else None
 
 
-def _batch_times_seq(dims: list[list[int]]) -> int | None:
+def _batch_times_seq(dims: list[list[int]]) -> Read:
     q = dims[0] if dims else []
-    return int(q[0]) * int(q[2]) if len(q) == 4 else None
+    return (int(q[0]) * int(q[2]), int(q[0])) if len(q) == 4 else None
 
 
-READERS: dict[str, Callable[[list[list[int]]], int | None]] = {
+READERS: dict[str, Callable[[list[list[int]]], Read]] = {
     "vllm::unified_attention": _first_dim,
     "vllm::unified_attention_with_output": _first_dim,
     "aten::scaled_dot_product_attention": _batch_times_seq,
 }
 
 
-def _tokens(name: str, text: str) -> int | None:
+def _read(name: str, text: str) -> Read:
     try:
         dims = orjson.loads(text)
         return READERS[name](dims)
     except (orjson.JSONDecodeError, TypeError, ValueError, IndexError, KeyError):
         return None
+
+
+def _tokens(name: str, text: str) -> int | None:
+    read = _read(name, text)
+    return None if read is None else read[0]
+
+
+def _requests(name: str, text: str) -> int | None:
+    read = _read(name, text)
+    return None if read is None else read[1]
 
 
 def _launches_in(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
@@ -64,29 +76,37 @@ def _launches_in(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
     return ops[row].with_columns(pl.Series("correlation", corr, dtype=pl.Int64))
 
 
-def shape_tokens(trace: Trace, kernels: pl.DataFrame, starts: I64) -> list[int | None]:
-    """Query tokens per step (see the module docstring); ``kernels`` are the analysed
-    device's, ``starts`` the steps' starts (ns)."""
+def shape_tokens(
+    trace: Trace, kernels: pl.DataFrame, starts: I64
+) -> tuple[list[int | None], list[int | None]]:
+    """Query tokens per step (see the module docstring), and the requests they belong to
+    where the op's layout says (``aten::scaled_dot_product_attention``'s batch dim; null
+    for vLLM's flattened layout); ``kernels`` are the analysed device's, ``starts`` the
+    steps' starts (ns)."""
     none: list[int | None] = [None] * starts.size
     shapes = trace.shapes
     if shapes.height == 0 or starts.size == 0:
-        return none
+        return none, none.copy()
     ops = shapes.filter(pl.col("name").cast(pl.String).is_in(list(READERS)))
     if ops.height == 0:
-        return none
+        return none, none.copy()
+    both = pl.struct(pl.col("name").cast(pl.String), "input_dims")
     ops = ops.with_columns(
-        pl.struct(pl.col("name").cast(pl.String), "input_dims")
-        .map_elements(lambda r: _tokens(r["name"], r["input_dims"]), return_dtype=pl.Int64)
-        .alias("tokens"),
+        both.map_elements(
+            lambda r: _tokens(r["name"], r["input_dims"]), return_dtype=pl.Int64
+        ).alias("tokens"),
+        both.map_elements(
+            lambda r: _requests(r["name"], r["input_dims"]), return_dtype=pl.Int64
+        ).alias("requests"),
         (pl.col("ts_ns") + pl.col("dur_ns")).alias("op_end"),
     ).filter(pl.col("tokens").is_not_null())
-    linked = _launches_in(trace, ops.select("pid", "tid", "ts_ns", "op_end", "tokens"))
+    linked = _launches_in(trace, ops.select("pid", "tid", "ts_ns", "op_end", "tokens", "requests"))
     if linked.height == 0:
-        return none
+        return none, none.copy()
     first_kernel = (
         kernels.select("correlation", pl.col("ts_ns").alias("k_ts"))
-        .join(linked.select("correlation", "op_end", "tokens"), on="correlation")
-        .group_by("op_end", "tokens")
+        .join(linked.select("correlation", "op_end", "tokens", "requests"), on="correlation")
+        .group_by("op_end", "tokens", "requests")
         .agg(pl.col("k_ts").min())
     )
     step = np.searchsorted(starts, first_kernel["k_ts"].to_numpy(), side="right") - 1
@@ -94,13 +114,15 @@ def shape_tokens(trace: Trace, kernels: pl.DataFrame, starts: I64) -> list[int |
         first_kernel.with_columns(pl.Series("step", step, dtype=pl.Int64))
         .filter(pl.col("step") >= 0)
         .group_by("step")
-        .agg(pl.col("tokens").unique())
+        .agg(pl.col("tokens").unique(), pl.col("requests").unique())
     )
-    out = none.copy()
-    for i, values in per_step.iter_rows():
-        if len(values) == 1:
-            out[i] = int(values[0])
-    return out
+    tokens, requests = none.copy(), none.copy()
+    for i, t, r in per_step.iter_rows():
+        if len(t) == 1:
+            tokens[i] = int(t[0])
+            if len(r) == 1 and r[0] is not None:
+                requests[i] = int(r[0])
+    return tokens, requests
 
 
 # PyTorch's own softmax kernels: the name says softmax, not whose. The sampler's softmax over

@@ -11,8 +11,11 @@ A step's **kind** is decided by the strongest evidence there is (``kind_source``
 
 - ``annotation``: the engine's annotation states the batch's composition (vLLM's
   ``execute_context_C(Ct)_generation_…``, SGLang's forward mode, or new requests in the
-  older ``execute_new_N_cached_M``): prompt work > 0 is ``mixed``, none is ``decode``,
-  whatever the kernel names say.
+  older ``execute_new_N_cached_M``): prompt work and no decode work is ``prefill``, both
+  ``mixed``, no prompt work ``decode``, whatever the kernel names say
+  (:func:`~traceview.analysis.annotations.stated_composition`).
+- ``shapes``: otherwise, query tokens read from ``record_shapes`` above
+  :data:`DECODE_QUERY_PER_REQUEST` per request rule out decode: ``mixed``.
 - ``kernels``: otherwise a step is ``mixed`` when a prefill-only kernel starts in its span
   (the preset's ``prefill_family`` and ``prefill`` roles: linear-attention chunk kernels,
   attention kernels that never run decode), else ``decode``. A kernel name engines use for
@@ -34,8 +37,10 @@ from traceview.analysis.annotations import (
     STEP_ANNOTATION,
     StepRecord,
     record,
-    stated_prompt_work,
+    stated_composition,
+    stated_requests,
 )
+from traceview.analysis.capture_regions import capture_regions
 from traceview.analysis.document import Activity, StepFinding
 from traceview.analysis.families import Rules, family_codes, load_rules
 from traceview.analysis.intervals import I64, Union, union
@@ -50,7 +55,7 @@ from traceview.analysis.step_candidates import (
     idle_candidate,
     with_shortcuts,
 )
-from traceview.errors import UnsupportedTraceError
+from traceview.errors import CaptureOnlyError, UnsupportedTraceError
 from traceview.model import Trace
 
 RECORD_DTYPES: dict[str, pl.DataType] = {
@@ -78,6 +83,8 @@ class StepResult:
     totals: pl.DataFrame | None = None  # per (name, cat): family, count, total_ns
     activity: Activity = "kernel"  # kernel | cpu_op (a CPU capture: CPU ranges stand in)
     trace: Trace | None = None  # the trace analysed (a CPU capture's with its stand-ins)
+    capture_regions: int = 0  # CUDA-graph capture / warm-up regions left out
+    capture_kernels: int = 0  # the kernels under them
 
 
 def pick_device(trace: Trace, device: int | None) -> int:
@@ -132,19 +139,55 @@ def _step_starts(u: Union, first_kernel: int, anchors: I64, prev_last_marker: I6
     return starts
 
 
-def _kinds(table_prefill: np.ndarray, recs: list[StepRecord]) -> tuple[np.ndarray, np.ndarray]:
-    """Each step's kind and what decided it: the annotation where it states the batch's
-    composition, else the prefill-only kernels in its span."""
+# A decode step runs one query token per request, or a few more under speculative decoding
+# (draft tokens verified in the same step): more than this many per request is prompt work.
+DECODE_QUERY_PER_REQUEST = 8
+
+
+@dataclass(frozen=True)
+class Kinds:
+    """Each step's kind and the evidence that decided it (``kind``, ``source``), and how
+    many steps the weaker evidence contradicted, by source (``disagreements``)."""
+
+    kind: list[str]
+    source: list[str]
+    disagreements: dict[str, int]
+
+
+def step_kinds(
+    prefill_kernel: list[bool],
+    recs: list[StepRecord],
+    tokens: list[int | None],
+    requests: list[int | None],
+) -> Kinds:
+    """Each step's kind by the strongest evidence there is (the module docstring): the
+    annotation where it states the batch's composition; else the query tokens read from
+    ``record_shapes`` where they rule decode out (more than
+    :data:`DECODE_QUERY_PER_REQUEST` per request, the request count stated by the
+    annotation or the op's layout); else the prefill-only kernels. Where the annotation
+    states a decode-only step but the shapes or kernels show prompt work, the annotation
+    wins and the disagreement is counted."""
     kind, source = [], []
-    for has_prefill_kernel, rec in zip(table_prefill.tolist(), recs, strict=True):
-        stated = stated_prompt_work(rec)
-        if stated is not None:
-            kind.append("mixed" if stated else "decode")
+    disagreements = {"kernels": 0, "shapes": 0}
+    for has_prefill_kernel, rec, t, r in zip(prefill_kernel, recs, tokens, requests, strict=True):
+        prompt, decode = stated_composition(rec)
+        n = stated_requests(rec) if r is None else r
+        too_many = t is not None and n is not None and t > DECODE_QUERY_PER_REQUEST * max(n, 1)
+        if prompt is not None:
+            kind.append(
+                "mixed" if prompt and decode is not False else "prefill" if prompt else "decode"
+            )
             source.append("annotation")
+            if not prompt:
+                disagreements["kernels"] += has_prefill_kernel
+                disagreements["shapes"] += too_many
+        elif too_many:
+            kind.append("mixed")
+            source.append("shapes")
         else:
             kind.append("mixed" if has_prefill_kernel else "decode")
             source.append("kernels")
-    return np.array(kind, dtype=object), np.array(source, dtype=object)
+    return Kinds(kind, source, {k: v for k, v in disagreements.items() if v})
 
 
 def prefill_only(rules: Rules, k: DeviceKernels) -> np.ndarray:
@@ -167,7 +210,7 @@ def _assemble(
     names: list[list[str]],
     rules: Rules,
     starts: I64 | None = None,
-) -> tuple[pl.DataFrame, pl.DataFrame]:
+) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, int]]:
     ts, dur = k.ts, k.dur
     end_all = int(u.ends[-1])  # the last kernel's end
     if starts is None:
@@ -198,7 +241,9 @@ def _assemble(
     busy = u.clipped_lengths(starts, ends)
     span = ends - starts
     recs = [record(n) for n in names]
-    kind, kind_source = _kinds(prefill_kernels > 0, recs)
+    tokens, requests = shape_tokens(trace, k.frame, starts)
+    kinds = step_kinds((prefill_kernels > 0).tolist(), recs, tokens, requests)
+    kind = np.array(kinds.kind, dtype=object)
     phase = np.concatenate(([0], np.cumsum(kind[1:] != kind[:-1]))).astype(np.int64)
 
     table = pl.DataFrame(
@@ -207,8 +252,8 @@ def _assemble(
             "start_ns": starts,
             "anchor_ns": anchors.astype(np.int64),
             "end_ns": ends,
-            "kind": pl.Series(kind.tolist(), dtype=pl.String),
-            "kind_source": pl.Series(kind_source.tolist(), dtype=pl.String),
+            "kind": pl.Series(kinds.kind, dtype=pl.String),
+            "kind_source": pl.Series(kinds.source, dtype=pl.String),
             "phase": phase,
             "kernels": counts.astype(np.int64),
             "busy_fraction": np.where(span > 0, busy / np.maximum(span, 1), 0.0),
@@ -219,7 +264,7 @@ def _assemble(
                 c: pl.Series([r.get(c) for r in recs], dtype=dtype)
                 for c, dtype in RECORD_DTYPES.items()
             },
-            "shape_tokens": pl.Series(shape_tokens(trace, k.frame, starts), dtype=pl.Int64),
+            "shape_tokens": pl.Series(tokens, dtype=pl.Int64),
             **{
                 f"ns_{name}": fam_ns[:, i].astype(np.int64)
                 for i, name in enumerate(k.family.names)
@@ -247,7 +292,7 @@ def _assemble(
         )
         .sort("phase")
     )
-    return table, phases
+    return table, phases, kinds.disagreements
 
 
 def cpu_activity(trace: Trace) -> Trace:
@@ -302,6 +347,15 @@ def find_steps(
     if opts.method not in ("auto", "bursts", "annotations"):
         raise UnsupportedTraceError(f"unknown step method {opts.method!r}")
     activity: Activity = "kernel"
+    capture = capture_regions(trace)
+    if capture.kernels:  # engine start-up, not serving: no steps, cadence or gaps from it
+        if capture.kernels == trace.kernels.height:
+            raise CaptureOnlyError(
+                f"{trace.meta.path}: CUDA-graph capture / warm-up only "
+                f"({capture.regions} region(s), {capture.kernels} kernel(s)): no serving "
+                "steps to analyse"
+            )
+        trace = replace(trace, kernels=trace.kernels.filter(pl.Series(~capture.mask)))
     if (
         trace.kernels.height == 0
         and trace.events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])).height
@@ -329,10 +383,22 @@ def find_steps(
     )
     c = chosen.candidate
     warnings = list(chosen.warnings)
+    if capture.kernels:
+        warnings.append(
+            f"CUDA-graph capture / warm-up: {capture.regions} region(s), {capture.kernels} "
+            "kernel(s) left out (engine start-up, not serving)"
+        )
     if c.method == "idle":
         warnings.append(f"no step-marker kernels ({', '.join(rules.step_marker)}); {c.detail}")
     starts = c.first_kernel if c.method == "annotations" and activity == "cpu_op" else None
-    table, phases = _assemble(trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts)
+    table, phases, disagree = _assemble(
+        trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts
+    )
+    warnings.extend(
+        f"step kinds: the annotations state decode-only batches, but the {what} show prompt "
+        f"work in {n} step(s); the annotations decide (kind_source)"
+        for what, n in disagree.items()
+    )
     return StepResult(
         device=device,
         kernels=mine.with_columns(family.series()),
@@ -349,6 +415,8 @@ def find_steps(
         totals=family.totals(k.dur),
         activity=activity,
         trace=trace,
+        capture_regions=capture.regions,
+        capture_kernels=capture.kernels,
     )
 
 
@@ -373,18 +441,19 @@ def steps(
     Returns:
         DataFrame: ``index`` (Int64), ``start_ns``, ``anchor_ns``, ``end_ns`` (Int64, ns),
         ``interval_ns`` (Int64, ns, anchor-to-anchor; null for the first step), ``kind``
-        (String: decode|mixed), ``kind_source`` (String: annotation|kernels, the evidence
-        that decided the kind), ``phase`` (Int64, index of the phase), ``kernels`` (Int64,
-        kernels starting in the step), ``busy_fraction`` (Float64, device-busy share of the
-        step's span), ``prefill_ns`` and ``prefill_kernels`` (Int64: ns and count of the
-        prefill-only kernels starting in the step), ``annotation`` (String, the engine's
-        outermost step annotation, when there is one); the engine's step record, null
-        where its annotations do not say: ``context_requests``, ``context_tokens``,
-        ``generation_requests``, ``generation_tokens``, ``new_requests``,
-        ``cached_requests`` (Int64) and ``forward_mode`` (String, SGLang's);
-        ``shape_tokens`` (Int64, the step's query tokens read from ``record_shapes``, see
-        :mod:`traceview.analysis.shapes`; null where not recorded or ambiguous); and
-        ``ns_<family>`` (Int64, ns of kernel time per family in the step).
+        (String: decode|mixed|prefill), ``kind_source`` (String: annotation|shapes|kernels,
+        the evidence that decided the kind), ``phase`` (Int64, index of the phase),
+        ``kernels`` (Int64, kernels starting in the step), ``busy_fraction`` (Float64,
+        device-busy share of the step's span), ``prefill_ns`` and ``prefill_kernels``
+        (Int64: ns and count of the prefill-only kernels starting in the step),
+        ``annotation`` (String, the engine's outermost step annotation, when there is one);
+        the engine's step record, null where its annotations do not say:
+        ``context_requests``, ``context_tokens``, ``generation_requests``,
+        ``generation_tokens``, ``new_requests``, ``cached_requests`` (Int64) and
+        ``forward_mode`` (String, SGLang's); ``shape_tokens`` (Int64, the step's query
+        tokens read from ``record_shapes``, see :mod:`traceview.analysis.shapes`; null where
+        not recorded or ambiguous); and ``ns_<family>`` (Int64, ns of kernel time per family
+        in the step).
 
         A trace with no device activity is analysed through its CPU ranges, as
         :func:`traceview.summarize` does.

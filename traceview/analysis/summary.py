@@ -26,8 +26,9 @@ from traceview.analysis.document import (
     Work,
 )
 from traceview.analysis.families import Rules, family_rows, load_rules
-from traceview.analysis.figures import KINDS, kind_cadence
+from traceview.analysis.figures import DECODING, KINDS, decoding_cadence, kind_cadence
 from traceview.analysis.gaps import gap_table, summarize_gaps
+from traceview.analysis.names import short_name
 from traceview.analysis.precision import line_ends, sig, sig_or_none
 from traceview.analysis.stats import mean, percentiles
 from traceview.analysis.step_candidates import StepOptions, with_shortcuts
@@ -137,23 +138,24 @@ def build(rules: Rules, result: StepResult) -> Summary:
         )
     gaps, marker, gap_family = gap_table(result, rules)
     gap_stats = summarize_gaps(gaps, gap_family)
-    if marker is None:
+    decoding = table["kind"].is_in(DECODING).any()
+    if not decoding:
+        warnings.append("no decode steps (every step is prefill): decode gaps are not measured")
+    elif marker is None:
         warnings.append(
             "no linear-attention decode nor full-attention kernels: decode gaps are not available"
         )
     elif marker.inferred:
         warnings.append(
             f"decode marker inferred: no kernel matches the preset's decode-marker pattern, "
-            f"so decode gaps are measured between {marker.used!r} kernels"
+            f"so decode gaps are measured between {short_name(marker.used)!r} kernels"
         )
-    warnings.extend(
-        f"decode gaps ({g['population']}): p99 rests on n={g['n']} samples (< {SMALL_N}); "
-        "it is close to the maximum"
-        for g in gap_stats
-        if 0 < g["n"] < SMALL_N
-    )
-    if 0 < cadence["n"] < SMALL_N:
-        warnings.append(f"cadence: p99 rests on n={cadence['n']} intervals (< {SMALL_N})")
+    small = [f"{g['population']} n={g['n']}" for g in gap_stats if 0 < g["n"] < SMALL_N]
+    if small:
+        warnings.append(
+            f"decode gaps: p99 rests on fewer than {SMALL_N} samples ({', '.join(small)}); "
+            "it is close to the maximum"
+        )
     p99_all = gap_stats[0]["p99_ns"]
     assert result.union is not None
     start_ns, end_ns = int(result.union.starts[0]), int(result.union.ends[-1])
@@ -178,6 +180,7 @@ def build(rules: Rules, result: StepResult) -> Summary:
         "count": table.height,
         "cadence": cadence,
         "cadence_by_kind": {kind: kind_cadence(table, kind) for kind in KINDS},
+        "decoding_cadence": decoding_cadence(table),
         "phases": phases,
     }
     doc: SummaryDocument = {

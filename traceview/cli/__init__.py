@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from traceview.errors import TraceviewError, TraceviewWarning
+from traceview.errors import EXIT_OK, TraceviewError, TraceviewWarning
 from traceview.render.safe import terminal
 
 
@@ -25,7 +25,8 @@ class _Group(click.Group):
         except TraceviewError as exc:
             if ctx.params.get("debug"):
                 raise
-            click.echo(f"Error: {terminal(exc)}", err=True)
+            prefix = "" if exc.exit_code == EXIT_OK else "Error: "
+            click.echo(f"{prefix}{terminal(exc)}", err=True)
             ctx.exit(exc.exit_code)
 
 

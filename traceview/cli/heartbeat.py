@@ -29,6 +29,7 @@ from traceview.render.charts import (
     run_heartbeat_figure,
     save_figure,
 )
+from traceview.render.format import gap_title
 
 style_option = click.option(
     "--style",
@@ -130,10 +131,16 @@ def gaps(
     output_file(output, [trace], force=force, suffixes=FORMATS)
     summary = summarize_trace(trace, analysis=analysis)
     if summary.gaps.height == 0:
-        raise TraceviewError(f"{trace}: no decode gaps to chart (no decode-marker kernels)")
+        title_says = gap_title(summary.document)
+        reason = (
+            title_says.removeprefix("decode gaps: ")
+            if title_says.startswith("decode gaps: no")
+            else "fewer than two decode-marker kernels inside decode steps"
+        )
+        raise TraceviewError(f"{trace}: no decode gaps to chart ({reason})")
     fig = gaps_figure(
         gaps_data(summary, summary.gaps),
-        title=title or f"decode gaps — {Path(trace).name}",
+        title=title or f"{gap_title(summary.document)} — {Path(trace).name}",
         style=style,
     )
     say(f"wrote {save_figure(fig, output)}")

@@ -8,6 +8,7 @@ notebooks can check exactly what is drawn.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -510,13 +511,30 @@ def gaps_figure(curves: list[GapCurve], *, title: str, style: str = "light") -> 
             )
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _: _fmt_us(v)))
+        ax.xaxis.set_minor_formatter(mpl.ticker.FuncFormatter(_minor_label(ax)))
         ax.set_xlabel("decode gap (log scale)")
         ax.set_ylabel("fraction of gaps ≤ x")
         ax.set_ylim(0, 1.02)
         ax.set_title(chart(title), loc="left", fontsize=11)
         ax.grid(True, which="both", alpha=0.2)
-        ax.legend(loc="lower right", fontsize=8)
+        # below the axes: inside, a legend can cover the foot or the tail of a curve
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=3, fontsize=8)
     return fig
+
+
+def _minor_label(ax: Axes) -> Callable[[float, object], str]:
+    """Labels for a log axis's minor ticks, each with its unit like the major ones: at 2×
+    and 5× a power of ten where the axis spans under two decades (so a narrow axis still
+    has labelled ticks), none where it spans more (the decades are labelled)."""
+
+    def label(v: float, _: object) -> str:
+        lo, hi = ax.get_xlim()
+        if lo <= 0 or hi / lo > 100:
+            return ""
+        mantissa = v / 10 ** np.floor(np.log10(v) + 1e-9)
+        return _fmt_us(v) if np.isclose(mantissa, 2) or np.isclose(mantissa, 5) else ""
+
+    return label
 
 
 def save_figure(fig: Figure, output: str | os.PathLike[str]) -> Path:

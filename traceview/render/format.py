@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 
-from traceview.analysis.document import Percentiles, StepFacts
+from traceview.analysis.document import Percentiles, StepFacts, SummaryDocument
+from traceview.analysis.names import short_name
 
 
 def fmt_ns(ns: int | float | None) -> str:
@@ -68,3 +69,24 @@ def phase_rows(steps: StepFacts) -> list[tuple[int | None, list[str]]]:
         cells += [fmt_ns(c[q]) for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns")]
         rows.append((first, cells))
     return rows
+
+
+def gap_title(doc: SummaryDocument) -> str:
+    """The decode-gap table's title, everywhere it is shown: what a gap is on this trace
+    (between the recurrent-state updates of consecutive layers, or, where the marker is the
+    full-attention kernel of each layer, the layer period) and the marker kernel by a short
+    name, never a pattern; or why there are none."""
+    kinds = {p["kind"] for p in doc["steps"]["phases"]}
+    if not kinds & {"decode", "mixed"}:
+        return "decode gaps: no decode steps"
+    names = doc["decode_marker_kernels"]
+    if not names:
+        return "decode gaps: no decode marker"
+    marker = short_name(names[0]) + (f" and {len(names) - 1} more" if len(names) > 1 else "")
+    inferred = ", inferred" if str(doc["decode_marker_source"]).endswith("inferred") else ""
+    family = doc["decode_gaps"][0]["family"] or "?"
+    if family.startswith("full_attention"):
+        return (
+            f"decode gaps = the layer period (between full-attention kernels: {marker}{inferred})"
+        )
+    return f"decode gaps (between {family} kernels: {marker}{inferred})"

@@ -18,7 +18,15 @@ if TYPE_CHECKING:
 from traceview.analysis.compare import Diff
 from traceview.analysis.summary import SMALL_N, Summary
 from traceview.render.charts import gaps_data, gaps_figure, heartbeat_data, heartbeat_figure
-from traceview.render.format import PHASE_COLUMNS, fmt_ns, fmt_pct, fmt_ratio, fmt_value, phase_rows
+from traceview.render.format import (
+    PHASE_COLUMNS,
+    fmt_ns,
+    fmt_pct,
+    fmt_ratio,
+    fmt_value,
+    gap_title,
+    phase_rows,
+)
 from traceview.render.safe import html_text as esc
 from traceview.render.safe import json_for_html
 
@@ -109,7 +117,6 @@ def _summary_section(summary: Summary, label: str) -> str:
     phases = [cells for _, cells in phase_rows(s)]
     out.append("<h3>Steps and cadence by phase</h3>")
     out.append(_table(list(PHASE_COLUMNS), phases, {2, 3, 4, 5, 6}, "phases"))
-    marker = ", ".join(d.get("decode_marker_kernels") or []) or d["decode_marker"] or "none"
     gaps = [
         [
             g["population"],
@@ -119,7 +126,7 @@ def _summary_section(summary: Summary, label: str) -> str:
         ]
         for g in d["decode_gaps"]
     ]
-    out.append(f'<h3>Decode gaps <span class="muted">({esc(marker[:120])})</span></h3>')
+    out.append(f"<h3>{esc(gap_title(d))}</h3>")
     out.append(
         _table(
             ["population", "n", "overlaps", "p50", "p90", "p99", "max"],
@@ -143,7 +150,7 @@ def _summary_section(summary: Summary, label: str) -> str:
         _table(["family", "kernels", "time", "mean", "share"], fams, {1, 2, 3, 4}, "families")
     )
     if summary.gaps.height:
-        fig = gaps_figure(gaps_data(summary, summary.gaps), title=f"decode gaps — {label}")
+        fig = gaps_figure(gaps_data(summary, summary.gaps), title=f"{gap_title(d)} — {label}")
         out.append(f'<div class="chart gaps-chart">{_svg(fig)}</div>')
     warnings = list(summary.warnings)
     if warnings:

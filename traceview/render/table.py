@@ -16,7 +16,15 @@ from rich.text import Text
 
 from traceview.analysis.compare import CheckResult, Diff
 from traceview.analysis.document import InfoDocument, RunDocument, SummaryDocument
-from traceview.render.format import PHASE_COLUMNS, fmt_ns, fmt_pct, fmt_ratio, fmt_value, phase_rows
+from traceview.render.format import (
+    PHASE_COLUMNS,
+    fmt_ns,
+    fmt_pct,
+    fmt_ratio,
+    fmt_value,
+    gap_title,
+    phase_rows,
+)
 from traceview.render.safe import terminal
 
 
@@ -150,15 +158,7 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
         ph.add_row(*cells, *([_count(prompt)] if show_tokens else []), end_section=first is None)
     out.print(ph)
 
-    names = doc["decode_marker_kernels"]
-    marker = names[0] if len(names) == 1 else doc["decode_marker"]
-    if marker is None:
-        marker = "no decode marker"
-    else:
-        marker = marker if len(marker) <= 70 else marker[:69] + "…"
-        if str(doc["decode_marker_source"]).endswith("inferred"):
-            marker += ", inferred"
-    gaps = Table(title=f"decode gaps ({marker})", title_justify="left")
+    gaps = Table(title=gap_title(doc), title_justify="left")
     for col in ("population", "n", "overlaps", "p50", "p90", "p99", "max"):
         gaps.add_column(col, justify="left" if col == "population" else "right")
     for g in doc["decode_gaps"]:
