@@ -28,6 +28,7 @@ def check_against_truth(doc: dict, t: dict, *, tokens: bool = True) -> None:
     s = doc["steps"]
     assert s["count"] == t["step_count"]
     assert s["cadence"] == t["cadence"]
+    assert s["decoding_cadence"] == t["decoding_cadence"]
     assert [{k: p[k] for k in PHASE_KEYS} for p in s["phases"]] == [
         {k: p[k] for k in PHASE_KEYS} for p in t["phases"]
     ]

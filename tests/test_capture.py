@@ -97,7 +97,11 @@ def test_summarize_reconstructs_the_engines_steps(runs: dict, chunked: bool) -> 
         (int(i) + 1, int(trace_iv[i]), int(shortest[i]), int(longest[i])) for i in off
     ]
     kinds = table["kind"].to_list()
-    assert kinds == ["mixed" if s.prefill_tokens else "decode" for s in logged]
+    # prompt work alone is prefill, with decode work beside it mixed (docs/metrics.md)
+    assert kinds == [
+        ("mixed" if s.decode_tokens else "prefill") if s.prefill_tokens else "decode"
+        for s in logged
+    ]
     # the engine's own record: its annotations carry the true token counts
     assert set(table["kind_source"].to_list()) == {"annotation"}
     assert table["context_tokens"].to_list() == [s.prefill_tokens for s in logged]

@@ -7,12 +7,14 @@ import json
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 from click.testing import CliRunner
 from conftest import GENERATED, truth
 
 import traceview as tv
-from traceview.analysis.compare import Bounds, CheckError, check, diff, lookup, parse_value
+from traceview.analysis.checks import Bounds, CheckError, check, lookup, parse_value
+from traceview.analysis.compare import diff
 from traceview.cli import cli
 
 
@@ -45,7 +47,15 @@ def test_refeed_bug_shows_in_prompt_work_and_cadence(s: dict[str, tv.Summary]) -
     work = _row(d, "work", "prefill ns total")
     assert (work["a"], work["b"]) == (sum(ph), sum(pb))
     assert work["ratio"] == pytest.approx(sum(pb) / sum(ph))
-    assert work["verdict"] == "worse"
+    assert work["verdict"] is None and work["role"] == "workload"  # a total: never judged
+    per_step = _row(d, "work", "prefill ns per mixed step")
+    mixed_h = [x["prefill_ns"] for x in healthy["steps"] if x["kind"] == "mixed"]
+    mixed_b = [x["prefill_ns"] for x in bug["steps"] if x["kind"] == "mixed"]
+    assert per_step["a"] == pytest.approx(np.mean(mixed_h))
+    assert per_step["b"] == pytest.approx(np.mean(mixed_b))
+    assert per_step["verdict"] == "worse"
+    growth = _row(d, "headline", "prefill growth (largest)")
+    assert growth["verdict"] == "worse" and growth["b"] > 5
     cad = _row(d, "cadence", "mixed p50")
     assert cad["a"] == _mixed_cadence("hybrid_chunked")["p50_ns"]
     assert cad["b"] == _mixed_cadence("hybrid_refeed")["p50_ns"]
@@ -55,10 +65,60 @@ def test_refeed_bug_shows_in_prompt_work_and_cadence(s: dict[str, tv.Summary]) -
     assert launches["ratio"] == 1.0 and launches["verdict"] == "same"
     decode = _row(d, "cadence", "decode p50")
     assert decode["verdict"] == "same"
-    # biggest changes first
-    order = [abs(np.log(r)) for r in d.rows["ratio"].drop_nulls().to_list() if r > 0]
+    # biggest changes first, among the rates
+    rates = d.rows.filter(pl.col("role") == "rate")
+    order = [abs(np.log(r)) for r in rates["ratio"].drop_nulls().to_list() if r > 0]
     finite = [x for x in order if np.isfinite(x)]
     assert finite == sorted(finite, reverse=True)
+
+
+def test_workload_is_shown_never_judged_and_the_headline_is_decode_cadence(
+    s: dict[str, tv.Summary],
+) -> None:
+    """Issue 21: chunked B did more steps and more prompt tokens than monolithic A. No total
+    gets a verdict; the workload change is one line; the headline is the cadence a decoding
+    request experiences (between consecutive steps with decode work), worse by the planted
+    ratio where the prompt is chunked into the decode stream."""
+    d = diff(s["hybrid_monolithic"], s["hybrid_chunked"])
+    mono, chunked = truth("hybrid_monolithic"), truth("hybrid_chunked")
+    workload = d.rows.filter(pl.col("role") == "workload")
+    assert workload.height >= 8 and workload["verdict"].null_count() == workload.height
+    judged = d.rows.filter(pl.col("role") != "workload")
+    assert judged["verdict"].null_count() == 0
+    names = set(workload["metric"].to_list())
+    assert {"steps", "prompt tokens total", "prefill ns total", "gemm time"} <= names
+    steps = chunked["step_count"] / mono["step_count"]
+    tokens = chunked["prompt_tokens"] / mono["prompt_tokens"]
+    assert d.workload == f"B did {steps:.2f}× the steps, {tokens:.2f}× the prompt tokens and " + (
+        f"{chunked['decode_tokens'] / mono['decode_tokens']:.2f}× the decode tokens"
+    )
+    heads = d.rows.filter(pl.col("role") == "headline")["metric"].to_list()
+    assert heads[0].startswith("decode cadence p50") and heads[2].startswith("decode cadence p99")
+    for q in ("p50", "p90", "p99"):
+        row = _row(d, "headline", f"decode cadence {q}")
+        planted = chunked["decoding_cadence"][f"{q}_ns"] / mono["decoding_cadence"][f"{q}_ns"]
+        assert (row["a"], row["b"]) == (
+            mono["decoding_cadence"][f"{q}_ns"],
+            chunked["decoding_cadence"][f"{q}_ns"],
+        )
+        assert row["ratio"] == pytest.approx(planted, rel=1e-12)
+    # the chunked prompt stretches every tenth interval a decoding request sees: the p90
+    p90 = _row(d, "headline", "decode cadence p90")
+    assert p90["verdict"] == "worse" and p90["ratio"] > 3
+
+
+def test_identical_inputs_say_nothing_changed_in_one_line(s: dict[str, tv.Summary]) -> None:
+    path = str(GENERATED / "hybrid_chunked.json.gz")
+    assert diff(s["hybrid_chunked"], s["hybrid_chunked"]).unchanged
+    assert not diff(s["hybrid_chunked"], s["hybrid_refeed"]).unchanged
+    for fmt in ([], ["--format", "markdown"]):
+        out = CliRunner().invoke(cli, ["diff", path, path, *fmt], terminal_width=200)
+        assert out.exit_code == 0, out.stderr
+        said = [x for x in out.stdout.splitlines() if x.strip()]
+        assert said[-1].endswith(
+            "nothing changed beyond noise (every figure, the work and the kernels within ±5%)"
+        )
+        assert len(said) == (1 if not fmt else 2)  # markdown: its title line, then the line
 
 
 def test_chunked_vs_monolithic(s: dict[str, tv.Summary]) -> None:
@@ -81,11 +141,14 @@ def test_diff_outputs(s: dict[str, tv.Summary], tmp_path: Path) -> None:
     a, b = (str(GENERATED / f"{n}.json.gz") for n in ("hybrid_chunked", "hybrid_refeed"))
     md = CliRunner().invoke(cli, ["diff", a, b, "--format", "markdown"])
     assert md.exit_code == 0, md.stderr
-    assert md.stdout.splitlines()[2] == "| section | metric | A | B | B/A | verdict |"
+    lines = md.stdout.splitlines()
+    assert lines[2].startswith("- B did 1.00× the steps, ")  # the same steps, more tokens
+    assert "| section | metric | A | B | B/A | verdict |" in lines
     assert "🔴 worse" in md.stdout
     js = CliRunner().invoke(cli, ["diff", a, b, "--json"])
     doc = json.loads(js.stdout)
-    assert doc["schema"] == "traceview.diff/1" and doc["rows"][0]["verdict"] == "worse"
+    assert doc["schema"] == "traceview.diff/1" and doc["rows"][0]["role"] == "headline"
+    assert doc["unchanged"] is False and doc["workload"].startswith("B did")
     table = CliRunner().invoke(cli, ["diff", a, b])
     assert table.exit_code == 0 and "kernels that changed most" in table.stdout
     assert diff(s["hybrid_chunked"], s["hybrid_chunked"]).rows.filter(~tv_col_same()).height == 0
@@ -155,7 +218,10 @@ def test_check_bounds_on_token_counts(s: dict[str, tv.Summary]) -> None:
     d = diff(s["hybrid_chunked"], s["hybrid_refeed"])
     row = _row(d, "work", "prompt tokens total")
     assert (row["a"], row["b"]) == (truth("hybrid_chunked")["prompt_tokens"], total)
-    assert row["verdict"] == "worse"
+    assert row["verdict"] is None  # a total: shown as workload, never judged
+    assert f"{total / truth('hybrid_chunked')['prompt_tokens']:.2f}× the prompt tokens" in (
+        d.workload
+    )
 
 
 def test_bounds_exit_codes_exactly_where_they_should(s: dict[str, tv.Summary]) -> None:

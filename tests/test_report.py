@@ -99,8 +99,13 @@ def test_two_traces_give_the_diff_and_both_heartbeats(tmp_path: Path) -> None:
     out, page = _page(tmp_path, A, B)
     diff = json.loads(page.scripts["traceview-diff"])
     rows = page.tables["diff"][1:]
-    assert len(rows) == min(40, len(diff["rows"]))
-    assert [r[5] for r in rows] == [r["verdict"] for r in diff["rows"][:40]]
+    headline = [r for r in diff["rows"] if r["role"] == "headline"]
+    rest = [r for r in diff["rows"] if r["role"] != "headline"][:40]
+    assert len(rows) == len(headline) + len(rest)
+    assert [r[5] for r in rows[: len(headline)]] == [r["verdict"] for r in headline]
+    # a workload row (a total) is shown, never judged
+    shown = {r[1]: r[5] for r in rows}
+    assert all(shown[r["metric"]] == "workload" for r in rest if r["role"] == "workload")
     assert "traceview-summary-1" in page.scripts
     text = out.read_text(encoding="utf-8")
     assert "A — hybrid_chunked.json.gz" in text and "B — hybrid_refeed.json.gz" in text

@@ -194,7 +194,7 @@ def test_commands_take_a_run(planted: tuple[Path, dict, RankRun], tmp_path: Path
     d = CliRunner().invoke(cli, ["diff", str(out), str(slower), "--json", "-j", "1"])
     assert d.exit_code == 0, d.stderr
     rows = {(r["section"], r["metric"]): r for r in json.loads(d.stdout)["rows"]}
-    excess_row = rows[("skew", "straggler excess p50")]
+    excess_row = rows[("headline", "straggler excess p50")]
     assert excess_row["verdict"] == "worse" and excess_row["ratio"] == pytest.approx(2.0, rel=0.01)
     mixed = CliRunner().invoke(cli, ["diff", str(out), str(next(out.glob("*.gz")))])
     assert mixed.exit_code == 2 and "a run with a run" in mixed.stderr

@@ -4,7 +4,8 @@ from importlib.metadata import version as _version
 
 from traceview import capture, plot
 from traceview.analysis.busy import busy
-from traceview.analysis.compare import Bounds, CheckResult, Diff, check, diff
+from traceview.analysis.checks import Bounds, CheckResult, check
+from traceview.analysis.compare import Diff, diff
 from traceview.analysis.families import families, kernels, load_rules
 from traceview.analysis.gaps import decode_gaps
 from traceview.analysis.run import RunSummary

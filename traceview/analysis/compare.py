@@ -1,12 +1,11 @@
 """Before and after: ``diff`` two summaries, ``check`` a summary against bounds.
 
 A scheduling fix shows in the tail and the cadence, not in throughput; a change can return
-correct answers while doing many times the work. So the diff compares cadence and gap
-percentiles per phase and population, busy fractions, kernel time per family, kernel
-launches and prompt work per step, and the kernels that appeared, vanished or changed most;
-and ``check`` can bound any figure of the summary document, regressions against a baseline,
-and the growth of prompt work from chunk to chunk (the signature of a chunked prefill that
-re-feeds the prompt from token 0).
+correct answers while doing many times the work. So the diff opens with the headline (the
+cadence a decoding request experiences, the decode-gap tail, prefill growth), judges only
+rates (per step, per token, per kernel, cadence, gaps, fractions), and shows the totals as
+workload, never judged: a bigger workload is not a regression. ``check`` is
+:mod:`traceview.analysis.checks`.
 """
 
 from __future__ import annotations
@@ -21,26 +20,30 @@ from traceview.analysis import display
 from traceview.analysis.document import (
     DIFF_SCHEMA,
     QUANTILES,
-    CheckRow,
     DiffDocument,
     DiffRow,
     KernelChange,
-    Unit,
 )
+from traceview.analysis.figures import KINDS
 from traceview.analysis.run import RunSummary
 from traceview.analysis.stats import mean
 from traceview.analysis.summary import Summary
 from traceview.errors import CheckError
-from traceview.units import DURATION_HINT, NS_PER, read_quantity
 
 SAME = 0.05  # a ratio within ±5% is "same"
+
+
+Role = str  # headline | rate | workload
 
 
 @dataclass(frozen=True)
 class Metric:
     """One figure a diff compares: its identity (section, name), value, which way is
-    better, unit, and the size of the population it was computed over (None when it is
-    not a statistic of a population)."""
+    better, unit, the size of the population it was computed over (None when it is not a
+    statistic of a population), and its ``role``: ``headline`` and ``rate`` figures are
+    normalised (per step, per token, per kernel, cadence, gaps, fractions) and get a
+    verdict; ``workload`` figures are totals (steps, tokens, kernels, total time), which
+    grow with the work done, and get none."""
 
     section: str
     name: str
@@ -48,67 +51,102 @@ class Metric:
     better: str | None  # "lower", "higher" or None (no direction)
     unit: str  # ns | count | fraction | ratio
     n: int | None = None
+    role: Role = "rate"
+
+
+def _per(total: float | None, count: float | None) -> float | None:
+    return None if total is None or not count else total / count
+
+
+def headline(summary: Summary) -> list[Metric]:
+    """The figures that answer "did decode slow down while prompts were prefilled?": the
+    cadence a decoding request experiences (p50, p90, p99), the decode population's gap p99, the
+    largest growth of prompt work within a mixed phase, and how busy the GPU is inside the
+    widest gaps."""
+    doc = summary.to_dict()
+    cad = doc["steps"]["decoding_cadence"]
+    gaps = next(g for g in doc["decode_gaps"] if g["population"] == "decode")
+    growth = [g["growth"] for g in doc["work"]["prefill_growth"]]
+    h = "headline"
+    return [
+        Metric(h, "decode cadence p50", cad["p50_ns"], "lower", "ns", cad["n"], h),
+        Metric(h, "decode cadence p90", cad["p90_ns"], "lower", "ns", cad["n"], h),
+        Metric(h, "decode cadence p99", cad["p99_ns"], "lower", "ns", cad["n"], h),
+        Metric(h, "decode gap p99 (decode steps)", gaps["p99_ns"], "lower", "ns", gaps["n"], h),
+        Metric(h, "prefill growth (largest)", max(growth, default=None), "lower", "ratio", None, h),
+        Metric(
+            h, "busy in the widest gaps", doc["busy"]["in_widest_gaps"], None, "fraction", None, h
+        ),
+    ]
 
 
 def metrics(summary: Summary) -> list[Metric]:
-    """The figures a diff compares, from one summary."""
+    """The figures a diff compares, from one summary: the headline, the rates (judged),
+    then the workload (shown, never judged)."""
     doc, t = summary.to_dict(), summary.steps
-    out = [Metric("steps", "steps", doc["steps"]["count"], None, "count")]
+    w = doc["work"]
+    load = "workload"
+    out = headline(summary)
+    out.append(Metric("steps", "steps", doc["steps"]["count"], None, "count", role=load))
     for q in QUANTILES:
         out.append(Metric("cadence", f"all {q[:-3]}", doc["steps"]["cadence"][q], "lower", "ns"))
-    for kind in ("decode", "mixed"):
+    for kind in KINDS:
         steps_of = t.filter(pl.col("kind") == kind)
-        out.append(Metric("steps", f"{kind} steps", steps_of.height, None, "count"))
+        out.append(Metric("steps", f"{kind} steps", steps_of.height, None, "count", role=load))
         cad = doc["steps"]["cadence_by_kind"][kind]
         for q in QUANTILES:
             out.append(Metric("cadence", f"{kind} {q[:-3]}", cad[q], "lower", "ns", cad["n"]))
         if steps_of.height:
+            per = f"per {kind} step"
             out.append(
-                Metric(
-                    "work",
-                    f"kernels per {kind} step",
-                    mean(steps_of["kernels"]),
-                    "lower",
-                    "count",
-                )
+                Metric("work", f"kernels {per}", mean(steps_of["kernels"]), "lower", "count")
             )
-            if kind == "mixed":
+            if kind != "decode":
                 out.append(
-                    Metric(
-                        "work",
-                        "prefill ns per mixed step",
-                        mean(steps_of["prefill_ns"]),
-                        "lower",
-                        "ns",
-                    )
+                    Metric("work", f"prefill ns {per}", mean(steps_of["prefill_ns"]), "lower", "ns")
                 )
                 out.append(
                     Metric(
                         "work",
-                        "prefill kernels per mixed step",
+                        f"prefill kernels {per}",
                         mean(steps_of["prefill_kernels"]),
                         "lower",
                         "count",
                     )
                 )
-    out.append(Metric("work", "prefill ns total", float(t["prefill_ns"].sum()), "lower", "ns"))
-    # the engine's own token counts (null where its annotations do not state them): for one
-    # workload, more prompt tokens processed means prompt work repeated
-    w = doc["work"]
-    out.append(Metric("work", "prompt tokens total", w["prompt_tokens"], "lower", "count"))
-    out.append(Metric("work", "decode tokens total", w["decode_tokens"], None, "count"))
+    prefill_total = float(t["prefill_ns"].sum())
+    # prompt work per prompt token: for one workload, more time per token means the prompt's
+    # work got dearer (re-fed or slower kernels), whatever the number of tokens
+    out.append(
+        Metric(
+            "work",
+            "prefill ns per prompt token",
+            _per(prefill_total, w["prompt_tokens"]),
+            "lower",
+            "ns",
+        )
+    )
+    out.append(Metric("work", "prefill ns total", prefill_total, None, "ns", role=load))
+    out.append(Metric("work", "prompt tokens total", w["prompt_tokens"], None, "count", role=load))
+    out.append(Metric("work", "decode tokens total", w["decode_tokens"], None, "count", role=load))
     for g in doc["decode_gaps"]:
         pop = g["population"]
-        out.append(Metric("decode gaps", f"{pop} n", g["n"], None, "count"))
+        out.append(Metric("decode gaps", f"{pop} n", g["n"], None, "count", role=load))
         for q in QUANTILES:
-            out.append(Metric("decode gaps", f"{pop} {q[:-3]}", g[q], "lower", "ns"))
+            out.append(Metric("decode gaps", f"{pop} {q[:-3]}", g[q], "lower", "ns", g["n"]))
     busy = doc["busy"]
     out.append(Metric("busy", "fraction", busy["fraction"], None, "fraction"))
     out.append(Metric("busy", "in_gaps", busy["in_gaps"], None, "fraction"))
     out.append(Metric("busy", "in_widest_gaps", busy["in_widest_gaps"], None, "fraction"))
+    steps = doc["steps"]["count"]
     for f in doc["families"]:
-        out.append(Metric("families", f"{f['family']} time", f["total_ns"], "lower", "ns"))
-        out.append(Metric("families", f"{f['family']} kernels", f["count"], None, "count"))
+        name = f["family"]
+        out.append(
+            Metric("families", f"{name} time per step", _per(f["total_ns"], steps), "lower", "ns")
+        )
+        out.append(Metric("families", f"{name} mean kernel", f["mean_ns"], "lower", "ns"))
+        out.append(Metric("families", f"{name} time", f["total_ns"], None, "ns", role=load))
+        out.append(Metric("families", f"{name} kernels", f["count"], None, "count", role=load))
     return out
 
 
@@ -131,7 +169,11 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return b / a
 
 
-def _verdict(a: float | None, b: float | None, ratio: float | None, better: str | None) -> str:
+def _verdict(
+    a: float | None, b: float | None, ratio: float | None, better: str | None, role: Role
+) -> str | None:
+    if role == "workload":
+        return None  # a total grows with the work done: shown, never judged
     if a is None and b is None:
         return "n/a"
     if a is None or (a == 0 and b):
@@ -153,18 +195,34 @@ class Diff:
     Attributes:
         a, b: the paths compared (A is the baseline; ratios are B/A).
         rows: DataFrame ``section``, ``metric``, ``a``, ``b`` (Float64), ``ratio`` (B/A),
-            ``verdict`` (same, better, worse, changed, new, gone, n/a), ``unit``, ``better``
-            (lower, higher or none: which way is an improvement); biggest
-            changes first.
+            ``verdict`` (same, better, worse, changed, new, gone, n/a; null for a workload
+            row), ``unit``, ``better`` (lower, higher or none: which way is an
+            improvement), ``role`` (headline, rate, workload): the headline first, then
+            the rates, biggest changes first, then the workload.
         kernels: DataFrame ``name``, ``a_ns``, ``b_ns`` (Int64, kernel time), ``ratio``,
             ``change`` (appeared, vanished, changed); biggest changes first.
+        workload: the change in the work done, in one line ("B did 1.22× the steps …").
+        notes: what else a reader should know (the straggler of each run, ranks on which
+            the two readings of the straggler disagree).
     """
 
     a: str
     b: str
     rows: pl.DataFrame
     kernels: pl.DataFrame
+    workload: str = ""
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def unchanged(self) -> bool:
+        """Nothing moved beyond noise: every judged figure the same (±5%), the workload
+        the same, no kernel appeared, vanished or changed."""
+        judged = self.rows.filter(pl.col("verdict").is_not_null())
+        moved = judged.filter(~pl.col("verdict").is_in(["same", "n/a"])).height
+        work = self.rows.filter(pl.col("role") == "workload", pl.col("ratio").is_not_null())
+        work_moved = work.filter((pl.col("ratio") - 1).abs() > SAME).height
+        kernels = self.kernels.filter(pl.col("change") != "same").height
+        return moved == 0 and work_moved == 0 and kernels == 0
 
     def to_dict(self) -> DiffDocument:
         """The ``traceview.diff/1`` document (non-finite ratios as null)."""
@@ -172,6 +230,9 @@ class Diff:
             "schema": DIFF_SCHEMA,
             "a": self.a,
             "b": self.b,
+            "unchanged": self.unchanged,
+            "workload": self.workload,
+            "notes": list(self.notes),
             "rows": cast(list[DiffRow], _jsonable(self.rows.to_dicts())),
             "kernels": cast(list[KernelChange], _jsonable(self.kernels.to_dicts())),
         }
@@ -198,19 +259,28 @@ def _order(ratio: float | None, verdict: str) -> float:
 
 
 def run_metrics(run: RunSummary) -> list[Metric]:
-    """The figures a diff of two runs compares: skew, the straggler's excess, and per rank
-    its cadence, busy fraction, compute and collective wait."""
+    """The figures a diff of two runs compares: the skew and the straggler's excess
+    (headline), per rank its cadence, compute, collective wait, gaps and busy fraction
+    (rates), and the ranks and aligned steps (workload)."""
     doc = run.to_dict()
-    out = [Metric("run", "ranks", len(doc["ranks"]), None, "count")]
-    out.append(Metric("run", "aligned steps", doc["alignment"]["steps"], None, "count"))
-    for q in ("p50_ns", "p99_ns", "max_ns"):
-        out.append(Metric("skew", f"compute skew {q[:-3]}", doc["skew"][q], "lower", "ns"))
-    s = doc["straggler"]
-    out.append(
+    h, load = "headline", "workload"
+    skew, s = doc["skew"], doc["straggler"]
+    out = [
+        Metric(h, "compute skew p50", skew["p50_ns"], "lower", "ns", skew["n"], h),
+        Metric(h, "compute skew p99", skew["p99_ns"], "lower", "ns", skew["n"], h),
         Metric(
-            "skew", "straggler excess p50", None if s is None else s["excess_p50_ns"], "lower", "ns"
-        )
-    )
+            h,
+            "straggler excess p50",
+            None if s is None else s["excess_p50_ns"],
+            "lower",
+            "ns",
+            None,
+            h,
+        ),
+        Metric("run", "ranks", len(doc["ranks"]), None, "count", role=load),
+        Metric("run", "aligned steps", doc["alignment"]["steps"], None, "count", role=load),
+        Metric("skew", "compute skew max", skew["max_ns"], "lower", "ns", skew["n"]),
+    ]
     for r in doc["ranks"]:
         rank = f"rank {r['rank']}"
         out.append(Metric(rank, "cadence p50", r["cadence_p50_ns"], "lower", "ns"))
@@ -219,7 +289,18 @@ def run_metrics(run: RunSummary) -> list[Metric]:
         out.append(Metric(rank, "collective wait p50", r["collective_wait_p50_ns"], "lower", "ns"))
         out.append(Metric(rank, "decode gap p99", r["decode_gap_p99_ns"], "lower", "ns"))
         out.append(Metric(rank, "busy", r["busy"], None, "fraction"))
+        out.append(Metric(rank, "steps", r["steps"], None, "count", role=load))
     return out
+
+
+def _straggler_note(label: str, run: RunSummary) -> str:
+    s = run.to_dict()["straggler"]
+    if s is None:
+        return f"{label}: no straggler (fewer than two ranks with aligned steps)"
+    return (
+        f"{label}: the straggler is rank {s['rank']} "
+        f"(slowest in {s['steps_slowest']} aligned step(s))"
+    )
 
 
 def diff(a: Summary | RunSummary, b: Summary | RunSummary) -> Diff:
@@ -227,7 +308,9 @@ def diff(a: Summary | RunSummary, b: Summary | RunSummary) -> Diff:
     if isinstance(a, RunSummary) != isinstance(b, RunSummary):
         raise CheckError("diff compares a trace with a trace, or a run with a run")
     if isinstance(a, RunSummary) and isinstance(b, RunSummary):
-        return _diff(run_metrics(a), run_metrics(b), _run_kernels(a), _run_kernels(b), a, b)
+        d = _diff(run_metrics(a), run_metrics(b), _run_kernels(a), _run_kernels(b), a, b)
+        d.notes += [_straggler_note("A", a), _straggler_note("B", b)]
+        return d
     assert isinstance(a, Summary) and isinstance(b, Summary)
     return _diff(metrics(a), metrics(b), a.kernel_table, b.kernel_table, a, b)
 
@@ -255,7 +338,7 @@ def _diff(
 ) -> Diff:
     ma = {(m.section, m.name): m for m in metrics_a}
     mb = {(m.section, m.name): m for m in metrics_b}
-    rows = []
+    rows: list[dict[str, object]] = []
     for key in list(dict.fromkeys([*ma, *mb])):
         x, y = ma.get(key), mb.get(key)
         m = x or y
@@ -264,9 +347,10 @@ def _diff(
         bv = None if y is None else y.value
         name = _label_with_n(m.name, None if x is None else x.n, None if y is None else y.n)
         ratio = _ratio(av, bv)
-        verdict = _verdict(av, bv, ratio, m.better)
+        verdict = _verdict(av, bv, ratio, m.better, m.role)
         rows.append(
             {
+                "role": m.role,
                 "section": key[0],
                 "metric": name,
                 "a": None if av is None else float(av),
@@ -275,12 +359,15 @@ def _diff(
                 "verdict": verdict,
                 "unit": m.unit,
                 "better": m.better or "none",
-                "_order": _order(ratio, verdict),
+                "_order": _order(ratio, verdict or "changed"),
+                "_group": _GROUP[m.role],
+                "_seen": len(rows),
             }
         )
     table = pl.DataFrame(
         rows,
         schema={
+            "role": pl.String,
             "section": pl.String,
             "metric": pl.String,
             "a": pl.Float64,
@@ -290,9 +377,22 @@ def _diff(
             "unit": pl.String,
             "better": pl.String,
             "_order": pl.Float64,
+            "_group": pl.Int64,
+            "_seen": pl.Int64,
         },
     )
-    table = table.sort("_order", descending=True, maintain_order=True).drop("_order")
+    # the headline in its own order; then the rates and the workload, biggest change first
+    table = (
+        table.with_columns(
+            pl.when(pl.col("role") == "headline")
+            .then(-pl.col("_seen").cast(pl.Float64))
+            .otherwise(pl.col("_order"))
+            .alias("_order")
+        )
+        .sort(["_group", "_order"], descending=[False, True], maintain_order=True)
+        .drop("_order", "_group", "_seen")
+        .select("section", "metric", "a", "b", "ratio", "verdict", "unit", "better", "role")
+    )
     ka = kernels_a.select("name", pl.col("total_ns").alias("a_ns"))
     kb = kernels_b.select("name", pl.col("total_ns").alias("b_ns"))
     k = ka.join(kb, on="name", how="full", coalesce=True).with_columns(
@@ -311,257 +411,37 @@ def _diff(
         (pl.col("b_ns") - pl.col("a_ns")).abs().alias("_delta"),
     )
     k = k.sort("_delta", descending=True).drop("_delta")
-    return Diff(a=_label(a), b=_label(b), rows=table, kernels=k)
+    return Diff(a=_label(a), b=_label(b), rows=table, kernels=k, workload=_workload_line(table))
 
 
-# --- check ---------------------------------------------------------------------------------
-
-_ID_FIELDS = ("population", "kind", "family", "rank")
-
-
-def parse_value(text: object, key: str = "", unit: Unit | None = None) -> float:
-    """``5ms`` -> 5e6 (ns); ``90%`` -> 0.9; plain numbers as they are. With the field's
-    ``unit`` (:func:`unit_of`), units are never guessed: a duration needs a time unit (a
-    bare number is an error, but 0), and a fraction, ratio or count takes none (a
-    fraction may be a percentage).
-
-    Raises:
-        CheckError: anything else (a boolean, a table, text that is no quantity, a unit
-            that does not fit the field).
-    """
-    what = key or "value"
-    if isinstance(text, bool) or not isinstance(text, int | float | str):
-        raise CheckError(f"{what}: {text!r} is not a number")
-    quantity = (float(text), "") if isinstance(text, int | float) else read_quantity(text)
-    if quantity is None:
-        raise CheckError(f"{what}: cannot read {text!r} (e.g. 5ms, 250us, 90%, 0.9)")
-    number, given = quantity
-    if unit == "ns" and not given and number != 0:
-        raise CheckError(f"{what}: {text!r} has no unit; {DURATION_HINT}")
-    if (
-        unit in ("fraction", "ratio", "count")
-        and given
-        and not (given == "%" and unit == "fraction")
-    ):
-        kind = {"fraction": "a fraction (0.9 or 90%)", "ratio": "a ratio", "count": "a count"}
-        raise CheckError(f"{what}: {text!r} has a unit, but the field is {kind[unit]}")
-    if unit == "ns" and given == "%":
-        raise CheckError(f"{what}: {text!r} is a percentage; {DURATION_HINT}")
-    if given == "%":
-        return number / 100
-    return number * NS_PER[given] if given else number
+_GROUP = {"headline": 0, "rate": 1, "workload": 2}
+# the workload rows the one-line statement names, in its order
+_WORK_WORDS = {
+    "steps": "the steps",
+    "aligned steps": "the aligned steps",
+    "prompt tokens total": "the prompt tokens",
+    "decode tokens total": "the decode tokens",
+}
 
 
-def lookup(doc: object, path: str) -> list[tuple[str, object]]:
-    """Values at a dotted path of the summary document. In a list, the next part selects
-    items by their ``population``/``kind``/``family`` (a family may contain dots) or by
-    index; every matching item is returned, with the path that reached it."""
-    parts = path.split(".")
-    found: list[tuple[str, object]] = []
-
-    def walk(node: object, i: int, trail: str) -> None:
-        if i == len(parts):
-            found.append((trail, node))
-            return
-        if isinstance(node, dict):
-            if parts[i] in node:
-                walk(node[parts[i]], i + 1, f"{trail}.{parts[i]}" if trail else parts[i])
-            return
-        if isinstance(node, list):
-            by_rank = [x for x in node if isinstance(x, dict) and str(x.get("rank")) == parts[i]]
-            if by_rank:  # a run's ranks are selected by rank, not by position
-                walk(by_rank[0], i + 1, f"{trail}.{parts[i]}")
-                return
-            if parts[i].isdigit() and int(parts[i]) < len(node):
-                walk(node[int(parts[i])], i + 1, f"{trail}.{parts[i]}")
-                return
-            for k in range(len(parts) - i, 0, -1):
-                ident = ".".join(parts[i : i + k])
-                items = [
-                    x
-                    for x in node
-                    if isinstance(x, dict) and any(str(x.get(f)) == ident for f in _ID_FIELDS)
-                ]
-                if items:
-                    for n, item in enumerate(items):
-                        label = ident if len(items) == 1 else f"{ident}#{n}"
-                        walk(item, i + k, f"{trail}.{label}")
-                    return
-
-    walk(doc, 0, "")
-    return found
-
-
-@dataclass
-class CheckResult:
-    """Every check with its outcome (:class:`CheckRow`: ``check``, ``value``, ``limit``,
-    ``ok``, ``kind``)."""
-
-    rows: list[CheckRow]
-
-    @property
-    def ok(self) -> bool:
-        return all(r["ok"] for r in self.rows)
-
-    @property
-    def failed(self) -> list[CheckRow]:
-        return [r for r in self.rows if not r["ok"]]
-
-
-_FRACTION_KEYS = {"fraction", "share", "busy", "busy_fraction", "in_gaps", "in_widest_gaps"}
-
-
-def unit_of(key: str) -> Unit:
-    """The unit of a document field, by the naming rule every document follows: ``*_ns``
-    is nanoseconds, the busy and share fields are fractions, ``growth`` a ratio, the rest
-    counts (docs/metrics.md)."""
-    if key.endswith("_ns"):
-        return "ns"
-    if key in _FRACTION_KEYS:
-        return "fraction"
-    if key == "growth":
-        return "ratio"
-    return "count"
-
-
-@dataclass
-class Bounds:
-    """Bounds for :func:`check`. ``maximum``/``minimum`` map summary paths to limits
-    (numbers, or text with units); the rest are optional."""
-
-    maximum: dict[str, object] = field(default_factory=dict)
-    minimum: dict[str, object] = field(default_factory=dict)
-    baseline: Summary | RunSummary | None = None
-    max_regression: float | None = None  # fraction: 0.1 = B may be 10% worse than A
-    prefill_growth: float | None = None  # largest first-to-last growth of prompt work
-
-
-def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
-    """Evaluate ``bounds`` on a summary (or a run).
-
-    Raises:
-        CheckError: a path that names nothing in the summary, or an unreadable value.
-    """
-    doc = summary.to_dict()
-    rows: list[CheckRow] = []
-    for bound, op in ((bounds.maximum, "max"), (bounds.minimum, "min")):
-        for path, raw in bound.items():
-            limit = parse_value(raw, path, unit_of(path.rsplit(".", 1)[-1]))
-            hits = lookup(doc, path)
-            if not hits:
-                raise CheckError(
-                    f"{path}: not a figure of the summary (see traceview summarize "
-                    "--json for the paths)"
-                )
-            for trail, value in hits:
-                if isinstance(value, dict | list):
-                    raise CheckError(f"{path}: names a section, not a figure")
-                if isinstance(value, bool) or not isinstance(value, int | float | None):
-                    raise CheckError(f"{path}: {trail} is {value!r}, not a number")
-                ok = value is not None and (value <= limit if op == "max" else value >= limit)
-                rows.append(
-                    {
-                        "check": f"{trail} {'<=' if op == 'max' else '>='} {raw}",
-                        "value": value,
-                        "limit": limit,
-                        "ok": bool(ok),
-                        "kind": unit_of(trail.rsplit(".", 1)[-1]),
-                    }
-                )
-    if bounds.prefill_growth is not None:
-        if isinstance(summary, RunSummary):
-            run = summary.document
-            growths = [
-                (f"rank {r['rank']}, ", g)
-                for r, s in zip(run["ranks"], run["summaries"], strict=True)
-                for g in s["work"]["prefill_growth"]
-            ]
-        else:
-            growths = [("", g) for g in summary.document["work"]["prefill_growth"]]
-        for where, g in growths:
-            rows.append(
-                {
-                    "check": f"prefill growth, {where}steps {g['first_step']}–{g['last_step']} "
-                    f"<= {bounds.prefill_growth:g}x",
-                    "value": g["growth"],
-                    "limit": bounds.prefill_growth,
-                    "ok": g["growth"] <= bounds.prefill_growth,
-                    "kind": "ratio",
-                }
-            )
-    if bounds.baseline is not None and bounds.max_regression is not None:
-        d = diff(bounds.baseline, summary)
-        timing = d.rows.filter(
-            pl.col("ratio").is_not_null() & (pl.col("better") == "lower") & (pl.col("a") > 0)
+def _workload_line(rows: pl.DataFrame) -> str:
+    """The change in work done, in one line: "B did 1.22× the steps and 1.28× the prompt
+    tokens" (the totals both sides state), or that the work was the same (±5%)."""
+    said = []
+    for r in rows.filter(pl.col("role") == "workload").iter_rows(named=True):
+        words = _WORK_WORDS.get(r["metric"])
+        if words is None or r["a"] is None or r["b"] is None or not r["a"]:
+            continue
+        said.append((r["ratio"], words))
+    order = list(_WORK_WORDS.values())
+    said.sort(key=lambda x: order.index(x[1]))
+    if not said:
+        return ""
+    if all(abs(ratio - 1) <= SAME for ratio, _ in said):
+        return (
+            "B did the same work as A ("
+            + ", ".join(w.removeprefix("the ") for _, w in said)
+            + " within ±5%)"
         )
-        for r in timing.iter_rows(named=True):
-            limit = 1 + bounds.max_regression
-            rows.append(
-                {
-                    "check": f"{r['section']}: {r['metric']} <= baseline × {limit:.2f}",
-                    "value": r["ratio"],
-                    "limit": limit,
-                    "ok": r["ratio"] <= limit,
-                    "kind": "ratio",
-                }
-            )
-    return CheckResult(rows)
-
-
-@dataclass(frozen=True)
-class ChecksFile:
-    """A checks file's bounds: ``[max]`` and ``[min]`` (path = limit) and ``[options]``."""
-
-    maximum: dict[str, object]
-    minimum: dict[str, object]
-    baseline: str | None = None
-    max_regression: object = None  # a fraction or a percentage, read by parse_value
-    prefill_growth: object = None
-
-
-_OPTIONS = ("baseline", "max_regression", "prefill_growth")
-
-
-def load_checks(path: str) -> ChecksFile:
-    """A checks file (TOML): ``[max]``, ``[min]`` tables of path = limit, and ``[options]``
-    (``baseline``, ``max_regression``, ``prefill_growth``).
-
-    Raises:
-        CheckError: an unreadable file, invalid TOML, an unknown table or option, or a
-            table that is not one.
-    """
-    import tomllib
-
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except OSError as exc:
-        raise CheckError(f"{path}: cannot read checks file: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CheckError(f"{path}: not valid TOML: {exc}") from None
-    unknown = set(doc) - {"max", "min", "options"}
-    if unknown:
-        raise CheckError(
-            f"{path}: unknown table(s) {', '.join(sorted(unknown))} (use [max], [min], [options])"
-        )
-    tables = {name: doc.get(name, {}) for name in ("max", "min", "options")}
-    for name, table in tables.items():
-        if not isinstance(table, dict):
-            raise CheckError(f"{path}: [{name}] must be a table of key = value")
-    options = tables["options"]
-    unknown_options = set(options) - set(_OPTIONS)
-    if unknown_options:
-        raise CheckError(
-            f"{path}: unknown option(s) {', '.join(sorted(unknown_options))} in [options] "
-            f"(use {', '.join(_OPTIONS)})"
-        )
-    baseline = options.get("baseline")
-    if baseline is not None and not isinstance(baseline, str):
-        raise CheckError(f"{path}: [options] baseline must be a path, not {baseline!r}")
-    return ChecksFile(
-        maximum=tables["max"],
-        minimum=tables["min"],
-        baseline=baseline,
-        max_regression=options.get("max_regression"),
-        prefill_growth=options.get("prefill_growth"),
-    )
+    parts = [f"{ratio:.2f}× {words}" for ratio, words in said]
+    return "B did " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])

@@ -252,9 +252,10 @@ class DiffRow(TypedDict):
     a: float | None
     b: float | None
     ratio: float | None  # B/A; None where A is 0 and B is not, or either is absent
-    verdict: str  # same, better, worse, changed, new, gone, n/a
+    verdict: str | None  # same, better, worse, changed, new, gone, n/a; None: workload
     unit: Unit
     better: str | None  # lower, higher, or None: which way is an improvement
+    role: Literal["headline", "rate", "workload"]
 
 
 class KernelChange(TypedDict):
@@ -273,6 +274,9 @@ class DiffDocument(TypedDict):
     schema: str
     a: str
     b: str
+    unchanged: bool  # nothing moved beyond noise
+    workload: str  # the change in work done, in one line
+    notes: list[str]
     rows: list[DiffRow]
     kernels: list[KernelChange]
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import click
 import orjson
 
-from traceview.analysis.compare import (
+from traceview.analysis.checks import (
     Bounds,
     ChecksFile,
     check,
-    diff,
     load_checks,
     parse_value,
     unit_of,
 )
+from traceview.analysis.compare import diff
 from traceview.analysis.run import RunSummary
 from traceview.analysis.summary import Summary
 from traceview.cli._options import (

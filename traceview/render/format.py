@@ -5,9 +5,14 @@ read by traceview/units.py.)"""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, cast
 
 from traceview.analysis.document import Percentiles, StepFacts, SummaryDocument
 from traceview.analysis.names import short_name
+
+if TYPE_CHECKING:
+    from traceview.analysis.compare import Diff
+    from traceview.analysis.document import DiffRow
 
 
 def fmt_ns(ns: int | float | None) -> str:
@@ -90,3 +95,21 @@ def gap_title(doc: SummaryDocument) -> str:
             f"decode gaps = the layer period (between full-attention kernels: {marker}{inferred})"
         )
     return f"decode gaps (between {family} kernels: {marker}{inferred})"
+
+
+UNCHANGED = (
+    "A and B: nothing changed beyond noise (every figure, the work and the kernels within ±5%)"
+)
+
+
+def diff_rows(d: Diff, limit: int) -> list[DiffRow]:
+    """The rows a diff shows, in every format: the headline, then up to ``limit`` rates
+    and workload rows together, the workload last (it is never judged)."""
+    rows = cast(list["DiffRow"], d.rows.to_dicts())
+    headline = [r for r in rows if r["role"] == "headline"]
+    rest = [r for r in rows if r["role"] != "headline"][:limit]
+    return (
+        headline
+        + [r for r in rest if r["role"] == "rate"]
+        + [r for r in rest if r["role"] == "workload"]
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from traceview.analysis import display
 from traceview.analysis.compare import Diff
 from traceview.analysis.document import SummaryDocument
-from traceview.render.format import fmt_ns, fmt_pct, fmt_ratio, fmt_value
+from traceview.render.format import UNCHANGED, diff_rows, fmt_ns, fmt_pct, fmt_ratio, fmt_value
 from traceview.render.safe import html_text as esc
 from traceview.render.safe import markdown_code, markdown_text
 
@@ -48,29 +48,37 @@ def _badge(verdict: str) -> str:
 
 
 def diff_markdown(d: Diff, limit: int = 40) -> str:
-    """The diff's first ``limit`` metrics and 15 kernels as markdown tables (ratio = B/A)."""
+    """The diff as markdown: the workload line, the headline and up to ``limit`` rates and
+    workload rows (ratio = B/A), then 15 kernels; identical inputs in one line."""
     lines = [
         f"**traceview diff**: A = {markdown_code(d.a, cell=False)}, "
         f"B = {markdown_code(d.b, cell=False)} (ratio = B/A)",
         "",
+    ]
+    if d.unchanged:
+        return "\n".join([*lines, markdown_text(UNCHANGED)]) + "\n"
+    lines += [f"- {markdown_text(line)}" for line in (d.workload, *d.notes) if line]
+    lines += [
+        "",
         "| section | metric | A | B | B/A | verdict |",
         "|---|---|---:|---:|---:|---|",
     ]
-    for r in d.rows.head(limit).iter_rows(named=True):
+    for r in diff_rows(d, limit):
+        verdict = "workload" if r["role"] == "workload" else _badge(r["verdict"] or "")
         lines.append(
             f"| {markdown_text(r['section'])} | {markdown_text(r['metric'])} | "
             f"{fmt_value(r['a'], r['unit'])} | "
             f"{fmt_value(r['b'], r['unit'])} | {fmt_ratio(r['ratio'])} | "
-            f"{_badge(r['verdict'])} |"
+            f"{markdown_text(verdict)} |"
         )
     if d.kernels.height:
         lines += ["", "| kernel | A | B | B/A | change |", "|---|---:|---:|---:|---|"]
-        for r in d.kernels.head(15).iter_rows(named=True):
-            name = r["name"] if len(r["name"]) <= 70 else r["name"][:67] + "..."
+        for k in d.kernels.head(15).iter_rows(named=True):
+            name = k["name"] if len(k["name"]) <= 70 else k["name"][:67] + "..."
             lines.append(
-                f"| {markdown_code(name)} | {fmt_value(r['a_ns'], 'ns')} | "
-                f"{fmt_value(r['b_ns'], 'ns')} | "
-                f"{fmt_ratio(r['ratio'])} | {markdown_text(r['change'])} |"
+                f"| {markdown_code(name)} | {fmt_value(k['a_ns'], 'ns')} | "
+                f"{fmt_value(k['b_ns'], 'ns')} | "
+                f"{fmt_ratio(k['ratio'])} | {markdown_text(k['change'])} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -20,6 +20,8 @@ from traceview.analysis.summary import SMALL_N, Summary
 from traceview.render.charts import gaps_data, gaps_figure, heartbeat_data, heartbeat_figure
 from traceview.render.format import (
     PHASE_COLUMNS,
+    UNCHANGED,
+    diff_rows,
     fmt_ns,
     fmt_pct,
     fmt_ratio,
@@ -160,9 +162,15 @@ def _summary_section(summary: Summary, label: str) -> str:
 
 
 def _diff_section(d: Diff, limit: int = 40) -> str:
+    head = "<h2>What changed (B against A)</h2>"
+    if d.unchanged:
+        return head + f"<p>{esc(UNCHANGED)}</p>"
+    lines = [x for x in (d.workload, *d.notes) if x]
+    if lines:
+        head += "<ul>" + "".join(f"<li>{esc(x)}</li>" for x in lines) + "</ul>"
     rows = []
-    for r in d.rows.head(limit).iter_rows(named=True):
-        verdict = r["verdict"]
+    for r in diff_rows(d, limit):
+        verdict = r["verdict"] or ""
         cls = verdict if verdict in ("worse", "better") else ""
         rows.append(
             [
@@ -171,12 +179,10 @@ def _diff_section(d: Diff, limit: int = 40) -> str:
                 fmt_value(r["a"], r["unit"]),
                 fmt_value(r["b"], r["unit"]),
                 fmt_ratio(r["ratio"]),
-                Html(f'<span class="{cls}">{esc(verdict)}</span>'),
+                Html(f'<span class="{cls}">{esc(verdict or "workload")}</span>'),
             ]
         )
-    return "<h2>What changed (B against A)</h2>" + _table(
-        ["section", "metric", "A", "B", "B/A", "verdict"], rows, {2, 3, 4}, "diff"
-    )
+    return head + _table(["section", "metric", "A", "B", "B/A", "verdict"], rows, {2, 3, 4}, "diff")
 
 
 def _json_script(doc: Mapping[str, object], element_id: str) -> str:

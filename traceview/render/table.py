@@ -14,10 +14,13 @@ from rich import table as rich_table
 from rich.console import Console, RenderableType
 from rich.text import Text
 
-from traceview.analysis.compare import CheckResult, Diff
+from traceview.analysis.checks import CheckResult
+from traceview.analysis.compare import Diff
 from traceview.analysis.document import InfoDocument, RunDocument, SummaryDocument
 from traceview.render.format import (
     PHASE_COLUMNS,
+    UNCHANGED,
+    diff_rows,
     fmt_ns,
     fmt_pct,
     fmt_ratio,
@@ -175,23 +178,35 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
 
 
 def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> None:
-    """The ``diff`` screen: metrics with A, B, B/A and a verdict; then kernels."""
+    """The ``diff`` screen: the work each side did, in one line; the headline; then the
+    rates with a verdict, biggest changes first, and the workload (totals, never judged);
+    then the kernels. Identical inputs: one line."""
 
     out = console or Console(highlight=False)
+    if d.unchanged:
+        out.print(Text(UNCHANGED), soft_wrap=True)
+        return
+    for line in (d.workload, *d.notes):
+        if line:
+            out.print(Text(terminal(line)))
     table = Table(title=f"A = {d.a}\nB = {d.b}", title_justify="left")
     for col in ("section", "metric", "A", "B", "B/A", "verdict"):
         table.add_column(col, justify="right" if col in ("A", "B", "B/A") else "left")
     colors = {"worse": "red", "better": "green"}
-    for r in d.rows.head(limit).iter_rows(named=True):
+    rows = diff_rows(d, limit)
+    for i, r in enumerate(rows):
         verdict = r["verdict"]
-        style = colors.get(verdict)
+        style = colors.get(verdict or "")
+        last_of_role = i + 1 < len(rows) and rows[i + 1]["role"] != r["role"]
         table.add_row(
             r["section"],
             r["metric"],
             fmt_value(r["a"], r["unit"]),
             fmt_value(r["b"], r["unit"]),
             fmt_ratio(r["ratio"]),
-            Text(verdict, style=style) if style else verdict,
+            Text(verdict or "", style=style) if style else verdict or "",
+            end_section=last_of_role,
+            style="dim" if r["role"] == "workload" else None,
         )
     out.print(table)
     if d.kernels.height:
@@ -203,13 +218,13 @@ def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> Non
                 overflow="ellipsis",
                 max_width=70 if col == "kernel" else None,
             )
-        for r in d.kernels.head(12).iter_rows(named=True):
+        for k in d.kernels.head(12).iter_rows(named=True):
             kt.add_row(
-                r["name"],
-                fmt_value(r["a_ns"], "ns"),
-                fmt_value(r["b_ns"], "ns"),
-                fmt_ratio(r["ratio"]),
-                r["change"],
+                k["name"],
+                fmt_value(k["a_ns"], "ns"),
+                fmt_value(k["b_ns"], "ns"),
+                fmt_ratio(k["ratio"]),
+                k["change"],
             )
         out.print(kt)
 

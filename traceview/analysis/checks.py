@@ -1,0 +1,270 @@
+"""``check``: bound any figure of a summary (or run) document, regressions against a
+baseline (on the rates a diff judges, never a total), and the growth of prompt work from
+chunk to chunk (the signature of a chunked prefill that re-feeds the prompt from token 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from traceview.analysis.compare import diff
+from traceview.analysis.document import CheckRow, Unit
+from traceview.analysis.run import RunSummary
+from traceview.analysis.summary import Summary
+from traceview.errors import CheckError
+from traceview.units import DURATION_HINT, NS_PER, read_quantity
+
+_ID_FIELDS = ("population", "kind", "family", "rank")
+
+
+def parse_value(text: object, key: str = "", unit: Unit | None = None) -> float:
+    """``5ms`` -> 5e6 (ns); ``90%`` -> 0.9; plain numbers as they are. With the field's
+    ``unit`` (:func:`unit_of`), units are never guessed: a duration needs a time unit (a
+    bare number is an error, but 0), and a fraction, ratio or count takes none (a
+    fraction may be a percentage).
+
+    Raises:
+        CheckError: anything else (a boolean, a table, text that is no quantity, a unit
+            that does not fit the field).
+    """
+    what = key or "value"
+    if isinstance(text, bool) or not isinstance(text, int | float | str):
+        raise CheckError(f"{what}: {text!r} is not a number")
+    quantity = (float(text), "") if isinstance(text, int | float) else read_quantity(text)
+    if quantity is None:
+        raise CheckError(f"{what}: cannot read {text!r} (e.g. 5ms, 250us, 90%, 0.9)")
+    number, given = quantity
+    if unit == "ns" and not given and number != 0:
+        raise CheckError(f"{what}: {text!r} has no unit; {DURATION_HINT}")
+    if (
+        unit in ("fraction", "ratio", "count")
+        and given
+        and not (given == "%" and unit == "fraction")
+    ):
+        kind = {"fraction": "a fraction (0.9 or 90%)", "ratio": "a ratio", "count": "a count"}
+        raise CheckError(f"{what}: {text!r} has a unit, but the field is {kind[unit]}")
+    if unit == "ns" and given == "%":
+        raise CheckError(f"{what}: {text!r} is a percentage; {DURATION_HINT}")
+    if given == "%":
+        return number / 100
+    return number * NS_PER[given] if given else number
+
+
+def lookup(doc: object, path: str) -> list[tuple[str, object]]:
+    """Values at a dotted path of the summary document. In a list, the next part selects
+    items by their ``population``/``kind``/``family`` (a family may contain dots) or by
+    index; every matching item is returned, with the path that reached it."""
+    parts = path.split(".")
+    found: list[tuple[str, object]] = []
+
+    def walk(node: object, i: int, trail: str) -> None:
+        if i == len(parts):
+            found.append((trail, node))
+            return
+        if isinstance(node, dict):
+            if parts[i] in node:
+                walk(node[parts[i]], i + 1, f"{trail}.{parts[i]}" if trail else parts[i])
+            return
+        if isinstance(node, list):
+            by_rank = [x for x in node if isinstance(x, dict) and str(x.get("rank")) == parts[i]]
+            if by_rank:  # a run's ranks are selected by rank, not by position
+                walk(by_rank[0], i + 1, f"{trail}.{parts[i]}")
+                return
+            if parts[i].isdigit() and int(parts[i]) < len(node):
+                walk(node[int(parts[i])], i + 1, f"{trail}.{parts[i]}")
+                return
+            for k in range(len(parts) - i, 0, -1):
+                ident = ".".join(parts[i : i + k])
+                items = [
+                    x
+                    for x in node
+                    if isinstance(x, dict) and any(str(x.get(f)) == ident for f in _ID_FIELDS)
+                ]
+                if items:
+                    for n, item in enumerate(items):
+                        label = ident if len(items) == 1 else f"{ident}#{n}"
+                        walk(item, i + k, f"{trail}.{label}")
+                    return
+
+    walk(doc, 0, "")
+    return found
+
+
+@dataclass
+class CheckResult:
+    """Every check with its outcome (:class:`CheckRow`: ``check``, ``value``, ``limit``,
+    ``ok``, ``kind``)."""
+
+    rows: list[CheckRow]
+
+    @property
+    def ok(self) -> bool:
+        return all(r["ok"] for r in self.rows)
+
+    @property
+    def failed(self) -> list[CheckRow]:
+        return [r for r in self.rows if not r["ok"]]
+
+
+_FRACTION_KEYS = {"fraction", "share", "busy", "busy_fraction", "in_gaps", "in_widest_gaps"}
+
+
+def unit_of(key: str) -> Unit:
+    """The unit of a document field, by the naming rule every document follows: ``*_ns``
+    is nanoseconds, the busy and share fields are fractions, ``growth`` a ratio, the rest
+    counts (docs/metrics.md)."""
+    if key.endswith("_ns"):
+        return "ns"
+    if key in _FRACTION_KEYS:
+        return "fraction"
+    if key == "growth":
+        return "ratio"
+    return "count"
+
+
+@dataclass
+class Bounds:
+    """Bounds for :func:`check`. ``maximum``/``minimum`` map summary paths to limits
+    (numbers, or text with units); the rest are optional."""
+
+    maximum: dict[str, object] = field(default_factory=dict)
+    minimum: dict[str, object] = field(default_factory=dict)
+    baseline: Summary | RunSummary | None = None
+    max_regression: float | None = None  # fraction: 0.1 = B may be 10% worse than A
+    prefill_growth: float | None = None  # largest first-to-last growth of prompt work
+
+
+def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
+    """Evaluate ``bounds`` on a summary (or a run).
+
+    Raises:
+        CheckError: a path that names nothing in the summary, or an unreadable value.
+    """
+    doc = summary.to_dict()
+    rows: list[CheckRow] = []
+    for bound, op in ((bounds.maximum, "max"), (bounds.minimum, "min")):
+        for path, raw in bound.items():
+            limit = parse_value(raw, path, unit_of(path.rsplit(".", 1)[-1]))
+            hits = lookup(doc, path)
+            if not hits:
+                raise CheckError(
+                    f"{path}: not a figure of the summary (see traceview summarize "
+                    "--json for the paths)"
+                )
+            for trail, value in hits:
+                if isinstance(value, dict | list):
+                    raise CheckError(f"{path}: names a section, not a figure")
+                if isinstance(value, bool) or not isinstance(value, int | float | None):
+                    raise CheckError(f"{path}: {trail} is {value!r}, not a number")
+                ok = value is not None and (value <= limit if op == "max" else value >= limit)
+                rows.append(
+                    {
+                        "check": f"{trail} {'<=' if op == 'max' else '>='} {raw}",
+                        "value": value,
+                        "limit": limit,
+                        "ok": bool(ok),
+                        "kind": unit_of(trail.rsplit(".", 1)[-1]),
+                    }
+                )
+    if bounds.prefill_growth is not None:
+        if isinstance(summary, RunSummary):
+            run = summary.document
+            growths = [
+                (f"rank {r['rank']}, ", g)
+                for r, s in zip(run["ranks"], run["summaries"], strict=True)
+                for g in s["work"]["prefill_growth"]
+            ]
+        else:
+            growths = [("", g) for g in summary.document["work"]["prefill_growth"]]
+        for where, g in growths:
+            rows.append(
+                {
+                    "check": f"prefill growth, {where}steps {g['first_step']}–{g['last_step']} "
+                    f"<= {bounds.prefill_growth:g}x",
+                    "value": g["growth"],
+                    "limit": bounds.prefill_growth,
+                    "ok": g["growth"] <= bounds.prefill_growth,
+                    "kind": "ratio",
+                }
+            )
+    if bounds.baseline is not None and bounds.max_regression is not None:
+        d = diff(bounds.baseline, summary)
+        timing = d.rows.filter(
+            pl.col("ratio").is_not_null()
+            & (pl.col("better") == "lower")
+            & (pl.col("a") > 0)
+            & (pl.col("role") != "workload")
+        )
+        for r in timing.iter_rows(named=True):
+            limit = 1 + bounds.max_regression
+            rows.append(
+                {
+                    "check": f"{r['section']}: {r['metric']} <= baseline × {limit:.2f}",
+                    "value": r["ratio"],
+                    "limit": limit,
+                    "ok": r["ratio"] <= limit,
+                    "kind": "ratio",
+                }
+            )
+    return CheckResult(rows)
+
+
+@dataclass(frozen=True)
+class ChecksFile:
+    """A checks file's bounds: ``[max]`` and ``[min]`` (path = limit) and ``[options]``."""
+
+    maximum: dict[str, object]
+    minimum: dict[str, object]
+    baseline: str | None = None
+    max_regression: object = None  # a fraction or a percentage, read by parse_value
+    prefill_growth: object = None
+
+
+_OPTIONS = ("baseline", "max_regression", "prefill_growth")
+
+
+def load_checks(path: str) -> ChecksFile:
+    """A checks file (TOML): ``[max]``, ``[min]`` tables of path = limit, and ``[options]``
+    (``baseline``, ``max_regression``, ``prefill_growth``).
+
+    Raises:
+        CheckError: an unreadable file, invalid TOML, an unknown table or option, or a
+            table that is not one.
+    """
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except OSError as exc:
+        raise CheckError(f"{path}: cannot read checks file: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CheckError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(doc) - {"max", "min", "options"}
+    if unknown:
+        raise CheckError(
+            f"{path}: unknown table(s) {', '.join(sorted(unknown))} (use [max], [min], [options])"
+        )
+    tables = {name: doc.get(name, {}) for name in ("max", "min", "options")}
+    for name, table in tables.items():
+        if not isinstance(table, dict):
+            raise CheckError(f"{path}: [{name}] must be a table of key = value")
+    options = tables["options"]
+    unknown_options = set(options) - set(_OPTIONS)
+    if unknown_options:
+        raise CheckError(
+            f"{path}: unknown option(s) {', '.join(sorted(unknown_options))} in [options] "
+            f"(use {', '.join(_OPTIONS)})"
+        )
+    baseline = options.get("baseline")
+    if baseline is not None and not isinstance(baseline, str):
+        raise CheckError(f"{path}: [options] baseline must be a path, not {baseline!r}")
+    return ChecksFile(
+        maximum=tables["max"],
+        minimum=tables["min"],
+        baseline=baseline,
+        max_regression=options.get("max_regression"),
+        prefill_growth=options.get("prefill_growth"),
+    )
