@@ -44,6 +44,10 @@ def test_the_straggler_and_skew_equal_the_plan(planted: tuple[Path, dict, RankRu
     s = doc["straggler"]
     assert s["rank"] == truth["straggler"] and s["steps_slowest"] == run.steps
     assert s["excess_p50_ns"] == pytest.approx(truth["excess_p50_ns"], rel=0.01)
+    # one story: the straggler is the rank the others wait for, and the slowest by compute
+    waits = {r["rank"]: r["collective_wait_p50_ns"] for r in doc["ranks"]}
+    assert waits[s["rank"]] == min(waits.values()) == 0
+    assert (s["by"], s["agrees"], s["slowest_compute_rank"]) == ("collective wait", True, 2)
     # per-step skew: the plan's, step for step
     aligned = result.aligned.pivot(on="rank", index="step", values="compute_ns").drop("step")
     c = aligned.to_numpy()
@@ -241,6 +245,18 @@ def test_the_real_8_rank_directory() -> None:
         assert summary["trace"]["kernels"] == count
         assert row["busy"] == pytest.approx(busy, rel=DOC_REL)
     assert doc["straggler"] is not None and doc["skew"]["n"] == 1
+    # the straggler is the rank the others wait for: its collective wait is the smallest;
+    # the rank with the most compute is another one, and the document says so
+    s = doc["straggler"]
+    waits = {r["rank"]: r["collective_wait_p50_ns"] for r in doc["ranks"]}
+    assert waits[s["rank"]] == min(waits.values())
+    compute = {r["rank"]: r["compute_p50_ns"] for r in doc["ranks"]}
+    assert s["slowest_compute_rank"] == max(compute, key=compute.__getitem__)
+    assert s["agrees"] is (s["rank"] == s["slowest_compute_rank"])
+    if not s["agrees"]:
+        assert any(
+            w.startswith(f"straggler: rank {s['rank']} waits least") for w in doc["warnings"]
+        )
     assert tv.TraceviewError  # the public error base is what RunError derives from
     assert issubclass(RunError, tv.TraceviewError)
 

@@ -214,9 +214,15 @@ class Alignment(TypedDict):
 
 
 class Straggler(TypedDict):
+    """The rank the others wait for (``by``: ``collective wait``, or ``compute`` in a run
+    without collectives), and whether the rank slowest by compute is the same one."""
+
     rank: int
+    by: Literal["collective wait", "compute"]
     steps_slowest: int
     excess_p50_ns: int | None
+    slowest_compute_rank: int
+    agrees: bool
 
 
 class LeftOut(TypedDict):

@@ -9,15 +9,20 @@ the process pool), :func:`assemble` builds the run. Across ranks:
 - **alignment**: steps are matched across ranks by their annotation's name where every
   rank's steps carry unique names (``ProfilerStep#12``), else by the annotation's order
   where every rank's steps are annotated, else by each rank's reconstructed steps in order;
-- **compute** of a step: its busy time outside collectives (the length of the union of the
-  step's non-``communication`` kernels inside its span); **collective** time: the
-  ``communication`` kernel time starting in the step;
+- **compute** of a step: its busy time not overlapped by the rank's collectives on any
+  stream (the union of all the step's device activity inside its span, less the union of
+  its ``communication`` kernels); **collective** time: the ``communication`` kernel time
+  starting in the step;
 - **skew** per aligned step: the slowest rank's compute minus the fastest's;
-- **straggler**: the rank slowest in the most aligned steps (ties: the larger excess); its
-  excess per step is its compute minus the median of the other ranks', reported as the
-  median over steps;
 - **collective wait** per rank and step: its collective time beyond the minimum across
-  ranks in that step (fast ranks wait in the all-reduce for the slow one).
+  ranks in that step (fast ranks wait in the all-reduce for the slow one), the median over
+  steps;
+- **straggler**: the rank the others wait for, the one with the least collective wait
+  (ties: the rank slowest in more aligned steps); without collectives, the rank slowest in
+  the most aligned steps. Its excess per step is its compute minus the median of the other
+  ranks', reported as the median over steps. Where the rank slowest by compute is another
+  rank, the document says so (``straggler.agrees`` false, ``slowest_compute_rank`` and a
+  warning), never naming one silently.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import polars as pl
@@ -129,19 +135,23 @@ def rank_of(trace: Trace, path: str) -> tuple[int | None, str]:
 
 
 def step_work(result: StepResult) -> pl.DataFrame:
-    """Per step: ``compute_ns`` (busy time outside collectives, inside the step's span)
-    and ``collective_ns`` (``communication`` kernel time starting in the step)."""
+    """Per step: ``compute_ns`` (busy time not overlapped by collectives on any stream,
+    inside the step's span) and ``collective_ns`` (``communication`` kernel time starting in
+    the step)."""
     k, table = result.kernels, result.table
     comm = family_is(k["family"], "communication")
-    other = k.filter(~comm)
+    coll = k.filter(comm)
     starts = table["start_ns"].to_numpy().astype(np.int64, copy=False)
     ends = table["end_ns"].to_numpy().astype(np.int64, copy=False)
-    if other.height:
-        u = union(other["ts_ns"].to_numpy().astype(np.int64, copy=False), ends_of(other))
-        compute = u.clipped_lengths(starts, ends)
-    else:
-        compute = np.zeros(starts.size, dtype=np.int64)
-    coll = k.filter(comm)
+    busy = np.zeros(starts.size, dtype=np.int64)
+    if k.height:
+        u = union(k["ts_ns"].to_numpy().astype(np.int64, copy=False), ends_of(k))
+        busy = u.clipped_lengths(starts, ends)
+    in_collectives = np.zeros(starts.size, dtype=np.int64)
+    if coll.height:
+        uc = union(coll["ts_ns"].to_numpy().astype(np.int64, copy=False), ends_of(coll))
+        in_collectives = uc.clipped_lengths(starts, ends)
+    compute = busy - in_collectives
     step = np.searchsorted(starts, coll["ts_ns"].to_numpy(), side="right") - 1
     inside = step >= 0
     collective = np.bincount(
@@ -248,11 +258,23 @@ def cross_rank(aligned: pl.DataFrame, ranks: list[int]) -> CrossRank:
     for i in range(len(ranks)):
         others = np.delete(c, i, axis=1)
         excess[i] = c[:, i] - np.median(others, axis=1)
-    best = max(range(len(ranks)), key=lambda i: (slowest[i], float(np.median(excess[i]))))
+    by_compute = max(range(len(ranks)), key=lambda i: (slowest[i], float(np.median(excess[i]))))
+    waits = [median_ns(w[:, i] - w.min(axis=1)) or 0 for i in range(len(ranks))]
+    by: Literal["collective wait", "compute"]
+    if w.any():  # the rank the others wait for: the least wait, then the slowest
+        best = min(
+            range(len(ranks)), key=lambda i: (waits[i], -slowest[i], -float(np.median(excess[i])))
+        )
+        by = "collective wait"
+    else:
+        best, by = by_compute, "compute"
     straggler: Straggler = {
         "rank": ranks[best],
+        "by": by,
         "steps_slowest": int(slowest[best]),
         "excess_p50_ns": median_ns(excess[best]),
+        "slowest_compute_rank": ranks[by_compute],
+        "agrees": best == by_compute,
     }
     wait = {ranks[i]: median_ns(w[:, i] - w.min(axis=1)) for i in range(len(ranks))}
     return CrossRank(skew, straggler, wait)
@@ -298,6 +320,14 @@ def assemble(paths: Sequence[str], results: list[RankResult]) -> RunSummary:
     warnings += align_warnings
     rank_ids = [int(r.rank) for r in ranks if r.rank is not None]
     cross = cross_rank(aligned, rank_ids)
+    s = cross.straggler
+    if s is not None and not s["agrees"]:
+        warnings.append(
+            f"straggler: rank {s['rank']} waits least in collectives (the others wait for "
+            f"it), but rank {s['slowest_compute_rank']} is slowest by compute in the most "
+            "steps: the slow work may be outside the steps' compute (host, launches, a "
+            "collective's own cost)"
+        )
     doc: RunDocument = {
         "schema": SCHEMA,
         "ranks": [_rank_row(r, cross.wait) for r in ranks],

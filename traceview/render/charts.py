@@ -361,7 +361,8 @@ class RunHeartbeatData:
         ranks: per rank: (rank, anchors_ms, interval_ms).
         straggler: the straggler's rank, and its median compute excess (ns), or None.
         band: (x_ms, median_ms, lo_ms, hi_ms) per step, when the ranks are drawn as a band.
-        compute: per rank: (rank, aligned step, compute ms): busy time outside collectives.
+        compute: per rank: (rank, aligned step, compute ms): busy time not
+            overlapped by collectives.
     """
 
     title: str
@@ -476,7 +477,7 @@ def run_heartbeat_figure(data: RunHeartbeatData, *, style: str = "light") -> Fig
                 zorder=3 if rank == straggler else 2,
             )
         cax.set_xlabel("aligned step")
-        cax.set_ylabel("compute per step (ms)\n(busy outside collectives)")
+        cax.set_ylabel("compute per step (ms)\n(busy, collectives excluded)")
         cax.set_ylim(bottom=0)
         cax.grid(True, alpha=0.25)
     return fig

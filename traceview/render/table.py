@@ -319,11 +319,22 @@ def render_run(doc: RunDocument, console: Console | None = None) -> None:
     if s is None:
         facts.add_row("straggler", "— (one rank, or no aligned steps)")
     else:
+        why = (
+            "the others wait for it (least collective wait)"
+            if s["by"] == "collective wait"
+            else "slowest by compute (no collectives)"
+        )
         facts.add_row(
             "straggler",
-            f"rank {s['rank']}: slowest in {s['steps_slowest']:,} of {a['steps']:,} steps, "
-            f"by {fmt_ns(s['excess_p50_ns'])} (median compute over the other ranks')",
+            f"rank {s['rank']}: {why}; slowest by compute in {s['steps_slowest']:,} of "
+            f"{a['steps']:,} steps, {fmt_ns(s['excess_p50_ns'])} over the other ranks' median",
         )
+        if not s["agrees"]:
+            facts.add_row(
+                "",
+                f"but rank {s['slowest_compute_rank']} is slowest by compute in the most "
+                "steps: the two readings disagree",
+            )
     for item in doc["left_out"]:
         facts.add_row("left out", f"{item['path']}: {item['reason']}")
     out.print(facts)
