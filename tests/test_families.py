@@ -420,3 +420,57 @@ def test_other_holds_at_most_5_percent_of_inference_kernel_time(path: Path) -> N
     fam = tv.families(tv.load(path), roll_up=True)
     other = fam.filter(pl.col("family") == "other")["share"].sum()
     assert other <= 0.05, f"{path.name}: other holds {other:.1%} of kernel time"
+
+
+def _moe_trace(tmp_path: Path, with_router: bool = True) -> Path:
+    """Four MoE layers whose expert GEMMs carry TensorRT-LLM's names (an activation rule's
+    ``swiGlu`` and a plain ``bmm_``), between a router and a finalize, and a dense GEMM
+    outside them."""
+    from fixtures.build import TraceBuilder
+
+    tb = TraceBuilder()
+    t = 1_000_000
+    fc1 = "bmm_Bfloat16_Bfloat16Bfloat16_Fp32_t128x8x128u2_s6_et128x8_swiGlu_schPd_sm100f"
+    fc2 = "bmm_Bfloat16_Bfloat16Bfloat16_Fp32_t128x8x128u2_s5_et128x8_schPd_sm100f"
+    router = "void moe::dev::routing::routingCustom::routingIndicesDynBlockKernel<>(Params)"
+    finalize = "void moe::dev::finalize::finalizeKernel<>(KernelParams)"
+    for _ in range(4):
+        seq = [("nvjet_sm103_tst_64x16_64x16_4x1_v_bz_TNT", 20_000)]
+        if with_router:
+            seq.append((router, 5_000))
+        seq += [(fc1, 40_000), (fc2, 30_000)]
+        if with_router:
+            seq.append((finalize, 5_000))
+        for name, dur in seq:
+            tb.kernel(name, t, dur)
+            t += dur + 2_000
+    return tb.write(tmp_path / ("moe.json.gz" if with_router else "dense.json.gz"))
+
+
+def test_expert_gemms_between_a_router_and_its_combine_are_moe(tmp_path: Path) -> None:
+    """Issue 21, item 5: MoE from evidence. A GEMM whose launches sit between the router
+    and the combine is an expert GEMM, whatever its name's own rule says; the same names
+    with no router around them keep their name's family."""
+    fams = dict(tv.kernels(tv.load(_moe_trace(tmp_path))).select("name", "family").iter_rows())
+    assert sorted(set(fams.values())) == ["gemm", "moe"]
+    assert [f for n, f in fams.items() if n.startswith("bmm_")] == ["moe", "moe"]
+    assert fams["nvjet_sm103_tst_64x16_64x16_4x1_v_bz_TNT"] == "gemm"  # before the router
+    plain = tv.kernels(tv.load(_moe_trace(tmp_path, with_router=False)))
+    by_name = dict(plain.select("name", "family").iter_rows())
+    assert {by_name[n] for n in by_name if n.startswith("bmm_")} == {"activation", "gemm"}
+
+
+def test_moe_share_on_blackwell_is_that_of_the_same_model_on_mi300x() -> None:
+    """The same model (Qwen3-30B-A3B, SGLang, decode under CUDA graphs) on B300 and MI300X:
+    its expert GEMMs are named differently on each, and both read as MoE."""
+    b300 = SHARED_TRACES / "tracelens" / "b300-sglang-qwen3-30b-a3b-moe-decode-graph.json.gz"
+    mi300x = (
+        SHARED_TRACES / "tracelens" / "rocm-mi300x-sglang-qwen3-30b-a3b-moe-decode-graph.json.gz"
+    )
+    if not b300.exists():
+        pytest.skip("../shared/traces is not present")
+    share = {}
+    for path in (b300, mi300x):
+        doc = tv.summarize(tv.load(path)).to_dict()
+        share[path] = next(f["share"] for f in doc["families"] if f["family"] == "moe")
+    assert share[b300] > 0.5 and abs(share[b300] - share[mi300x]) < 0.10

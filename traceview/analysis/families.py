@@ -250,11 +250,6 @@ def family_codes(
             family = by_shape.get(str(n), family)
         fams.append(family)
     pairs = pairs.with_columns(pl.Series("family", fams, dtype=pl.String))
-    names = tuple(sorted(set(fams)))
-    code_of = {f: i for i, f in enumerate(names)}
-    pair_code = np.array(
-        [code_of[f] for f in fams], dtype=np.uint8 if len(names) <= 256 else np.uint16
-    )
     # each kernel's pair: by name code, and by (name, category) only where a name has two;
     # the codes are the process's (they grow with every trace it loads), so the tables span
     # only this frame's range of them
@@ -271,7 +266,75 @@ def family_codes(
         table = np.zeros((by_name.size, cats.size), dtype=index)
         table[pair_name, np.searchsorted(cats, pair_cat)] = np.arange(first.size, dtype=index)
         pair_of = table[name, np.searchsorted(cats, cat)]
+    moe = moe_by_position(kernels, fams, [str(n) for n in pairs["name"].to_list()], pair_of)
+    if moe:
+        fams = [MOE if i in moe else f for i, f in enumerate(fams)]
+        pairs = pairs.with_columns(pl.Series("family", fams, dtype=pl.String))
+    return _codes(fams, pairs, pair_of)
+
+
+def _codes(fams: list[str], pairs: pl.DataFrame, pair_of: np.ndarray) -> FamilyCodes:
+    names = tuple(sorted(set(fams)))
+    code_of = {f: i for i, f in enumerate(names)}
+    pair_code = np.array(
+        [code_of[f] for f in fams], dtype=np.uint8 if len(names) <= 256 else np.uint16
+    )
     return FamilyCodes(names, pair_code[pair_of], pairs, pair_of)
+
+
+MOE = "moe"
+# Inside an MoE layer the router (top-k / gating / routing / sorting) comes first and the
+# combine (finalize / unpermute / moe_sum / scatter-reduce) last; the expert GEMMs run
+# between them, whatever their names say (TensorRT-LLM's and FlashInfer's bmm_…_swiGlu_…).
+MOE_ROUTER = re.compile(r"rout|topk|top_k|gating|sorting|align_block|permute", re.IGNORECASE)
+MOE_COMBINE = re.compile(r"finaliz|combine|unpermute|moe_sum|scatter|reduce", re.IGNORECASE)
+MOE_MAY_BE = ("gemm", "activation")  # the families an expert GEMM's own name may give
+MOE_SHARE = 0.9  # a name is an expert GEMM when this share of its launches sit inside
+
+
+def moe_by_position(
+    kernels: pl.DataFrame, fams: list[str], names: list[str], pair_of: np.ndarray
+) -> set[int]:
+    """The (name, cat) pairs (indices into ``fams``) that are expert GEMMs by position: of
+    the ``gemm`` or ``activation`` family, with at least :data:`MOE_SHARE` of their launches
+    starting between an MoE router kernel and the next MoE combine kernel on the same
+    device and stream. Empty without an MoE router (the usual case: nothing is sorted)."""
+    router = np.array(
+        [
+            f == MOE and not MOE_COMBINE.search(n) and bool(MOE_ROUTER.search(n))
+            for f, n in zip(fams, names, strict=True)
+        ],
+        dtype=bool,
+    )
+    if not router.any():
+        return set()
+    combine = np.array(
+        [f == MOE and bool(MOE_COMBINE.search(n)) for f, n in zip(fams, names, strict=True)],
+        dtype=bool,
+    )
+    maybe = np.array([under(f, MOE_MAY_BE) for f in fams], dtype=bool)
+    if not combine.any() or not maybe.any():
+        return set()
+    device = kernels["device"].fill_null(-1).to_numpy()
+    stream = kernels["stream"].fill_null(-1).to_numpy()
+    order = np.lexsort((kernels["ts_ns"].to_numpy(), stream, device))
+    pair = pair_of[order]
+    lane = np.concatenate(
+        (
+            [True],
+            (device[order][1:] != device[order][:-1]) | (stream[order][1:] != stream[order][:-1]),
+        )
+    )
+    idx = np.arange(order.size)
+    lane_start = np.maximum.accumulate(np.where(lane, idx, 0))
+    last_router = np.maximum.accumulate(np.where(router[pair], idx, -1))
+    last_combine = np.maximum.accumulate(np.where(combine[pair], idx, -1))
+    inside = (last_router >= lane_start) & (last_router > last_combine)
+    cand = maybe[pair]
+    launches = np.bincount(pair[cand], minlength=len(fams))
+    within = np.bincount(pair[cand & inside], minlength=len(fams))
+    hit = (launches > 0) & (within >= MOE_SHARE * launches)
+    return {int(i) for i in np.flatnonzero(hit)}
 
 
 def classify(
