@@ -38,7 +38,7 @@ def test_heartbeat_data_is_the_planted_steps(scenario: str) -> None:
     assert data.prompt_spans_ms == [
         ((p["start_ns"] - t0) / 1e6, (p["end_ns"] - t0) / 1e6)
         for p in t["phases"]
-        if p["kind"] == "mixed"
+        if p["kind"] in ("mixed", "prefill")  # where a prompt was being prefilled
     ]
     for band, p in zip(data.phases, t["phases"], strict=True):
         if p["cadence_p50_ns"] is None:
@@ -164,3 +164,43 @@ def test_cli_chart_errors(
     result = CliRunner().invoke(cli, ["heartbeat", str(GENERATED / "dense_sglang.json.gz"), *args])
     assert result.exit_code == 2
     assert message in result.stderr and "Traceback" not in result.output
+
+
+def test_a_single_step_trace_draws_its_timeline_by_family(tmp_path: Path) -> None:
+    """Issue 21, item 7: with fewer than 2 steps there is no cadence; the heartbeat draws
+    the step's device activity per family and says so, and the report does the same."""
+    from fixtures.build import TraceBuilder
+
+    tb = TraceBuilder()
+    t = 1_000_000
+    planted: dict[str, int] = {}
+    for name, family, dur in [
+        ("flash_fwd_splitkv_kernel", "full_attention", 30_000),
+        ("nvjet_tst_128x64_64x8_2x1_v_bz_TNT", "gemm", 90_000),
+        ("rms_norm_kernel", "norm", 8_000),
+    ] * 4:
+        tb.kernel(name, t, dur)
+        planted[family] = planted.get(family, 0) + dur
+        t += dur + 500_000  # gaps far wider than the span / 4000: every kernel its own bar
+    path = tb.write(tmp_path / "one.json.gz")
+    summary = tv.summarize(tv.load(path))
+    assert summary.steps.height == 1
+    data = heartbeat_data(summary)
+    assert data.timeline is not None
+    drawn = {family: float(length.sum()) * 1e6 for family, _start, length in data.timeline}
+    assert drawn == pytest.approx({f: float(ns) for f, ns in planted.items()})
+    assert [f for f, _s, _l in data.timeline] == ["gemm", "full_attention", "norm"]
+    out = CliRunner().invoke(cli, ["heartbeat", str(path), "-o", str(tmp_path / "h.svg")])
+    assert out.exit_code == 0, out.stderr
+    assert "1 step(s), no cadence to draw: the chart shows the step's timeline by family" in (
+        out.stderr + out.stdout
+    )
+    svg = (tmp_path / "h.svg").read_text()
+    assert "its timeline by family" in svg and "gemm" in svg
+    report = CliRunner().invoke(cli, ["report", str(path), "-o", str(tmp_path / "r.html")])
+    assert report.exit_code == 0, report.stderr
+    assert "its timeline by family" in (tmp_path / "r.html").read_text()
+    # two steps or more: a cadence chart, no timeline
+    assert (
+        heartbeat_data(tv.summarize(tv.load(GENERATED / "hybrid_chunked.json.gz"))).timeline is None
+    )

@@ -28,6 +28,7 @@ from traceview.analysis.document import (
 from traceview.analysis.families import Rules, family_rows, load_rules
 from traceview.analysis.figures import DECODING, KINDS, decoding_cadence, kind_cadence
 from traceview.analysis.gaps import gap_table, summarize_gaps
+from traceview.analysis.intervals import union
 from traceview.analysis.names import short_name
 from traceview.analysis.precision import line_ends, sig, sig_or_none
 from traceview.analysis.stats import mean, percentiles
@@ -50,6 +51,10 @@ class Summary:
         gaps: the decode-gap table (see :func:`traceview.decode_gaps`).
         kernel_table: time per kernel name on the device (see :func:`traceview.kernels`).
         warnings: what a reader should know before trusting a figure.
+        timeline: with fewer than 2 steps (no cadence to draw), the analysed device's
+            activity per family: ``family`` (String), ``start_ns``, ``end_ns`` (Int64), the
+            union of each family's kernels (gaps under 1/4000 of the span closed); else
+            None.
     """
 
     document: SummaryDocument
@@ -58,6 +63,7 @@ class Summary:
     gaps: pl.DataFrame
     kernel_table: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
+    timeline: pl.DataFrame | None = None
 
     def to_dict(self) -> SummaryDocument:
         return self.document
@@ -211,7 +217,41 @@ def build(rules: Rules, result: StepResult) -> Summary:
         gaps=gaps,
         kernel_table=kernel_table,
         warnings=warnings,
+        timeline=timeline(k, start_ns, end_ns) if table.height < 2 else None,
     )
+
+
+TIMELINE_RESOLUTION = 4000  # a timeline's gaps shorter than its span over this are closed
+
+
+def timeline(kernels: pl.DataFrame, start_ns: int, end_ns: int) -> pl.DataFrame:
+    """Per family (by kernel time, largest first), the union of its kernels' intervals,
+    gaps shorter than the span / :data:`TIMELINE_RESOLUTION` closed (a chart cannot show
+    them, and a step of a million kernels stays a few thousand bars)."""
+    close = max((end_ns - start_ns) // TIMELINE_RESOLUTION, 0)
+    order = (
+        kernels.group_by("family")
+        .agg(pl.col("dur_ns").sum())
+        .sort(["dur_ns", "family"], descending=[True, False])
+    )["family"].to_list()
+    frames = []
+    for family in order:
+        mine = kernels.filter(pl.col("family") == family)
+        ts = mine["ts_ns"].to_numpy().astype(np.int64, copy=False)
+        u = union(ts - close, ts + mine["dur_ns"].to_numpy())
+        frames.append(
+            pl.DataFrame(
+                {
+                    "family": [str(family)] * u.starts.size,
+                    "start_ns": np.maximum(u.starts + close, start_ns),
+                    "end_ns": u.ends,
+                },
+                schema={"family": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64},
+            )
+        )
+    if not frames:
+        return pl.DataFrame(schema={"family": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    return pl.concat(frames)
 
 
 def _family_rows(table: pl.DataFrame) -> list[FamilyRow]:

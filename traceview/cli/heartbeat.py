@@ -88,9 +88,10 @@ def heartbeat(
     analysis: AnalysisOptions,
 ) -> None:
     """Chart the engine's heartbeat: one tick per step at its true time and the
-    step-to-step interval over time, mixed (prefill) phases shaded, each phase's median
-    cadence labelled with its n. Give two traces (before, after) to stack them on the same
-    scales. A directory, a glob or more than two traces are a run of rank traces: one line
+    step-to-step interval over time, mixed and prefill phases shaded, each phase's median
+    cadence labelled with its n. A trace of fewer than 2 steps has no cadence: its chart is
+    the step's timeline by family, and the command says so. Give two traces (before,
+    after) to stack them on the same scales. A directory, a glob or more than two traces are a run of rank traces: one line
     per rank (the median and min–max band past 8 ranks), the straggler named.
     """
     span = parse_window(window)
@@ -106,7 +107,13 @@ def heartbeat(
         name = title if title and len(traces) == 1 else Path(path).name
         if title and len(traces) > 1:
             name = f"{title} — {Path(path).name}"
-        datas.append(heartbeat_data(summary, title=name, window_ms=span))
+        data = heartbeat_data(summary, title=name, window_ms=span)
+        if data.timeline is not None:
+            say(
+                f"{path}: {len(data.kinds)} step(s), no cadence to draw: the chart shows the "
+                "step's timeline by family instead"
+            )
+        datas.append(data)
     saved = save_figure(heartbeat_figure(datas, style=style), output)
     say(f"wrote {saved}")
 

@@ -30,9 +30,22 @@ if TYPE_CHECKING:
 
 FORMATS = (".png", ".svg", ".pdf")
 COLORS = {
-    "light": {"decode": "#1f77b4", "mixed": "#d62728", "shade": "#d62728", "text": "#222222"},
-    "dark": {"decode": "#5fb3ff", "mixed": "#ff6b6b", "shade": "#ff6b6b", "text": "#eeeeee"},
+    "light": {
+        "decode": "#1f77b4",
+        "mixed": "#d62728",
+        "prefill": "#9467bd",
+        "shade": "#d62728",
+        "text": "#222222",
+    },
+    "dark": {
+        "decode": "#5fb3ff",
+        "mixed": "#ff6b6b",
+        "prefill": "#c5a3ff",
+        "shade": "#ff6b6b",
+        "text": "#eeeeee",
+    },
 }
+KIND_ORDER = ("decode", "mixed", "prefill")
 POPULATION_COLORS = {"all": "#7f7f7f", "decode": "#1f77b4", "mixed": "#d62728"}
 
 
@@ -96,12 +109,16 @@ class HeartbeatData:
         title: the chart's title.
         t0_ns: the trace's first kernel start (ns): time zero of the x axis.
         anchors_ms: one tick per step, at its anchor.
-        kinds: each step's kind (decode | mixed).
+        kinds: each step's kind (decode | mixed | prefill).
         interval_ms: step-to-step (anchor-to-anchor) interval, plotted at the later step's
             anchor; NaN for the first step.
         phases: one band per phase, with its median cadence and n.
-        prompt_spans_ms: the spans where a prompt was being prefilled (the mixed phases).
+        prompt_spans_ms: the spans where a prompt was being prefilled (the mixed and
+            prefill phases).
         window_ms: the x range shown, when a window was asked for.
+        timeline: with fewer than 2 steps there is no cadence to draw: per family, its
+            device activity as (start ms, length ms) arrays, what the step did; else None.
+        busy: the device's busy fraction over the trace (for the timeline's title).
     """
 
     title: str
@@ -112,6 +129,8 @@ class HeartbeatData:
     phases: list[PhaseBand] = field(default_factory=list)
     prompt_spans_ms: list[tuple[float, float]] = field(default_factory=list)
     window_ms: tuple[float, float] | None = None
+    timeline: list[tuple[str, np.ndarray, np.ndarray]] | None = None
+    busy: float | None = None
 
 
 def heartbeat_data(
@@ -155,9 +174,23 @@ def heartbeat_data(
         kinds=steps["kind"].to_list(),
         interval_ms=interval,
         phases=phases,
-        prompt_spans_ms=[(p.start_ms, p.end_ms) for p in phases if p.kind == "mixed"],
+        prompt_spans_ms=[(p.start_ms, p.end_ms) for p in phases if p.kind != "decode"],
         window_ms=window_ms,
+        timeline=_timeline(summary, t0),
+        busy=doc["busy"]["fraction"],
     )
+
+
+def _timeline(summary: Summary, t0: int) -> list[tuple[str, np.ndarray, np.ndarray]] | None:
+    """Per family, by kernel time (largest first): its activity as (start, length) in ms
+    from ``t0``; None where the summary has 2 steps or more (its heartbeat is a cadence)."""
+    if summary.timeline is None:
+        return None
+    out = []
+    for (family,), rows in summary.timeline.group_by("family", maintain_order=True):
+        start = (rows["start_ns"] - t0).to_numpy() / 1e6
+        out.append((str(family), start, (rows["end_ns"] - rows["start_ns"]).to_numpy() / 1e6))
+    return out
 
 
 @dataclass
@@ -220,8 +253,11 @@ def draw_heartbeat(
 ) -> None:
     """Draw one trace's heartbeat on a tick axis (top) and an interval axis (main)."""
     colors = COLORS[style]
+    if data.timeline is not None:
+        draw_timeline(data, tick_ax, ax, style=style)
+        return
     kinds = np.array(data.kinds)
-    for kind in ("decode", "mixed"):
+    for kind in KIND_ORDER:
         sel = data.anchors_ms[kinds == kind]
         if sel.size:
             tick_ax.eventplot(
@@ -254,11 +290,11 @@ def draw_heartbeat(
     )
 
     for band in data.phases:
-        if band.kind == "mixed":
+        if band.kind != "decode":
             ax.axvspan(
                 band.start_ms,
                 band.end_ms,
-                color=colors["shade"],
+                color=colors["shade" if band.kind == "mixed" else "prefill"],
                 alpha=0.22 if style == "dark" else 0.12,
                 lw=0,
             )
@@ -266,7 +302,7 @@ def draw_heartbeat(
     # an interval that crosses a phase boundary belongs to neither phase: drawn hollow
     crossing = np.zeros(kinds.size, dtype=bool)
     crossing[1:] = kinds[1:] != kinds[:-1]
-    for kind in ("decode", "mixed"):
+    for kind in KIND_ORDER:
         sel = valid & (kinds == kind) & ~crossing
         ax.plot(
             data.anchors_ms[sel],
@@ -286,9 +322,13 @@ def draw_heartbeat(
             color="#888888",
             label="interval across a phase change",
         )
+    lone = [band for band in data.phases if band.cadence_p50_ms is None]
+    if len(lone) > 2:  # one legend line for the phases of one step, not one each
+        ax.plot([], [], " ", label=f"{len(lone)} one-step phases: no cadence")
     for band in data.phases:
         if band.cadence_p50_ms is None:  # listed, nothing to draw
-            ax.plot([], [], " ", label=band.label)
+            if len(lone) <= 2:
+                ax.plot([], [], " ", label=band.label)
             continue
         ax.hlines(
             band.cadence_p50_ms,
@@ -321,6 +361,48 @@ def draw_heartbeat(
         ax.set_xlim(*data.window_ms)
 
 
+def draw_timeline(data: HeartbeatData, tick_ax: Axes, ax: Axes, *, style: str = "light") -> None:
+    """A trace of fewer than 2 steps: what its step did, one row per family (its device
+    activity over time), and how busy the device was; there is no cadence to draw."""
+    mpl = _matplotlib()
+    assert data.timeline is not None
+    colors = COLORS[style]
+    palette = mpl.colormaps["tab10"]
+    tick_ax.set_axis_off()
+    steps = len(data.kinds)
+    what = f"{steps} step ({data.kinds[0]})" if steps == 1 else "no step"
+    busy = "—" if data.busy is None else f"{data.busy:.1%}"
+    tick_ax.set_title(
+        chart(f"{data.title} — {what}: its timeline by family, GPU busy {busy}"),
+        loc="left",
+        fontsize=11,
+        color=colors["text"],
+    )
+    tick_ax.text(
+        0.0,
+        0.1,
+        "fewer than 2 steps: no step-to-step interval to draw, so this is what the step ran",
+        transform=tick_ax.transAxes,
+        fontsize=8,
+        color=colors["text"],
+    )
+    labels = []
+    for row, (family, start, length) in enumerate(data.timeline):
+        ax.broken_barh(
+            list(zip(start.tolist(), np.maximum(length, 1e-4).tolist(), strict=True)),
+            (row - 0.4, 0.8),
+            facecolors=palette(row % 10),
+            linewidth=0,
+        )
+        labels.append(chart(family))
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_xlabel("time from first kernel (ms)")
+    ax.grid(True, axis="x", alpha=0.25)
+    if data.window_ms is not None:
+        ax.set_xlim(*data.window_ms)
+
+
 def heartbeat_figure(datas: list[HeartbeatData], *, style: str = "light") -> Figure:
     """One heartbeat, or several stacked on the same scales (before/after)."""
     mpl = _matplotlib()
@@ -330,7 +412,7 @@ def heartbeat_figure(datas: list[HeartbeatData], *, style: str = "light") -> Fig
             figsize=(12, 4.2 * rows + 0.6), dpi=150, layout="constrained"
         )
         grid = fig.add_gridspec(2 * rows, 1, height_ratios=[1, 4] * rows)
-        x_max = max((float(d.anchors_ms.max()) if d.anchors_ms.size else 1.0) for d in datas)
+        x_max = max(_x_end(d) for d in datas)
         y_max = (
             max(
                 (float(np.nanmax(d.interval_ms)) if np.isfinite(d.interval_ms).any() else 1.0)
@@ -348,6 +430,14 @@ def heartbeat_figure(datas: list[HeartbeatData], *, style: str = "light") -> Fig
             if data.window_ms is None:
                 ax.set_xlim(-0.01 * x_max, x_max * 1.01)
     return fig
+
+
+def _x_end(data: HeartbeatData) -> float:
+    """Where the x axis ends: the last anchor, or a timeline's last activity."""
+    if data.timeline is not None:
+        ends = [float((s + n).max()) for _, s, n in data.timeline if s.size]
+        return max(ends, default=1.0)
+    return float(data.anchors_ms.max()) if data.anchors_ms.size else 1.0
 
 
 @dataclass
