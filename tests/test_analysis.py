@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from click.testing import CliRunner
 from conftest import DOC_REL, GENERATED, truth
 
 import traceview as tv
@@ -19,6 +20,7 @@ from fixtures.truth import truth as plan_truth
 from traceview.analysis.intervals import union
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import find_steps
+from traceview.cli import cli
 from traceview.render.format import fmt_ns
 
 PHASE_KEYS = ("kind", "first_step", "last_step", "steps", "start_ns", "end_ns", "cadence_p50_ns")
@@ -277,6 +279,10 @@ def test_cpu_only_trace_uses_leaf_cpu_ops(tmp_path: Path) -> None:
     assert d["trace"]["kernels"] == 2
     assert d["busy"]["busy_ns"] == 50_000
     assert any("cpu_op" in w for w in summary.warnings)
+    # the screen says what stands in: threads, not streams; CPU busy, not GPU busy
+    shown = CliRunner().invoke(cli, ["summarize", str(path)], terminal_width=120).stdout
+    assert "a CPU capture (process 1)" in shown and "2 CPU ranges on threads 1" in shown
+    assert "CPU busy" in shown and "GPU" not in shown and "streams" not in shown
 
 
 def _html_rows(text: str) -> list[list[str]]:

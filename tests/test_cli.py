@@ -155,8 +155,18 @@ def test_steps_export_formats(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert again.exit_code == 2 and "already exists (use --force" in again.stderr
     forced = CliRunner().invoke(cli, ["steps", path, "-o", str(tmp_path / "steps.csv"), "--force"])
     assert forced.exit_code == 0
+    # on the screen: ms from the first step's start, names cut; a file keeps ns and all
     table = CliRunner().invoke(cli, ["steps", path])
-    assert table.exit_code == 0 and "anchor_ns" in table.stdout
+    assert table.exit_code == 0 and "anchor_ms" in table.stdout and "anchor_ns" not in table.stdout
+    header = table.stdout.splitlines()[1].split()
+    assert header[:4] == ["index", "start_ms", "interval_ms", "kind"]
+    first_row = table.stdout.splitlines()[3].split()
+    assert first_row[:2] == ["0", "0.0000"]
+    second = table.stdout.splitlines()[4].split()
+    interval = t["steps"][1]["interval_ns"] / 1e6
+    assert float(second[2]) == pytest.approx(interval, abs=5e-4)
+    longest = max(len(x) for x in table.stdout.splitlines()[3:])
+    assert longest < 600  # annotations cut at 48 characters
     binary = CliRunner().invoke(cli, ["steps", path, "--format", "parquet"])
     assert binary.exit_code == 2 and "binary" in binary.stderr
 
@@ -209,3 +219,22 @@ def test_a_failed_bound_exits_1_with_one_line() -> None:
     result = CliRunner().invoke(cli, ["check", path, "--min", "busy.fraction=1.01"])
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines()[-1] == "Error: 1 of 1 check(s) failed"
+
+
+def test_a_terminal_table_shows_the_columns_that_fit_and_cuts_long_cells() -> None:
+    import io
+
+    import polars as pl
+
+    from traceview.render.base import TableRenderer
+
+    df = pl.DataFrame({"a": [1, 2], "name": ["x" * 300, "short"], "b": [3, 4], "c": [5, 6]})
+    out = io.BytesIO()
+    TableRenderer(max_cell=48, width=54).render(df, out)
+    lines = out.getvalue().decode().splitlines()
+    assert lines[1].split() == ["a", "name"]
+    assert "x" * 47 + "…" in out.getvalue().decode() and "x" * 49 not in out.getvalue().decode()
+    assert lines[-1].startswith("2 more column(s) not shown: b, c (-o FILE")
+    full = io.BytesIO()
+    TableRenderer().render(df, full)  # a file: every column, every character
+    assert "x" * 300 in full.getvalue().decode() and " c" in full.getvalue().decode()

@@ -200,9 +200,16 @@ def test_window_and_device(tmp_path: Path) -> None:
     trace = tv.load(GENERATED / "dense_sglang.json.gz")
     t = truth("dense_sglang")
     s5, s6 = t["steps"][5]["start_ns"], t["steps"][6]["start_ns"]
-    w = trace.window(s5, s6)
+    w = trace.window(s5, s6, absolute=True)
     assert w.kernels.height == t["steps"][5]["kernels"]
     assert w.kernels["ts_ns"].min() == s5
+    # by default, ns from the trace's first kernel, as the CLI's --window counts
+    zero = t["start_ns"]
+    assert trace.window(s5 - zero, s6 - zero).kernels.equals(w.kernels)
+    with pytest.raises(tv.TraceviewError, match=r"is empty \(it spans 0–"):
+        trace.window(10 * (t["end_ns"] - zero), 11 * (t["end_ns"] - zero))
+    with pytest.raises(tv.TraceviewError, match="is empty"):
+        trace.window(5, 5)
     assert trace.device(0).kernels.height == trace.kernels.height
     assert trace.device(1).kernels.height == 0
     assert trace.kernels.height == t["kernels"]  # the original is unchanged

@@ -262,7 +262,7 @@ def test_the_real_8_rank_directory() -> None:
 
 
 def test_past_8_ranks_the_heartbeat_is_a_band_with_the_straggler(tmp_path: Path) -> None:
-    from traceview.render.charts import run_heartbeat_data, run_heartbeat_figure
+    from traceview.render.run_chart import run_heartbeat_data, run_heartbeat_figure
 
     build(RankRun(ranks=10, slow_rank=7, slow_factor=1.3, steps=8), tmp_path)
     run = summarize_run([str(tmp_path)])

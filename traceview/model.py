@@ -242,23 +242,83 @@ class Trace:
                 return int(row[0]), int(row[1])
         return None
 
-    def window(self, t0_ns: int, t1_ns: int) -> Trace:
-        """The events that start in ``[t0_ns, t1_ns)`` (ns, the trace's own clock).
+    def window(self, t0_ns: int, t1_ns: int, *, absolute: bool = False) -> Trace:
+        """The events that start in ``[t0_ns, t1_ns)``, in ns from the trace's first device
+        activity (its first event without any), as the CLI's ``--window`` counts; with
+        ``absolute=True``, on the trace's own clock.
 
         Events are kept whole (not clipped); flows and counters are filtered the same way.
+
+        Raises:
+            UsageError: the window is empty (its end is not after its start) or holds no
+                event; the message gives the trace's span.
         """
+        from traceview.errors import UsageError
+
+        span = self.span_ns()
+        zero = 0 if absolute or span is None else span[0]
+        lo, hi = t0_ns + zero, t1_ns + zero
 
         def keep(frame: pl.DataFrame) -> pl.DataFrame:
-            return frame.filter((pl.col("ts_ns") >= t0_ns) & (pl.col("ts_ns") < t1_ns))
+            return frame.filter((pl.col("ts_ns") >= lo) & (pl.col("ts_ns") < hi))
 
+        kernels, events = keep(self.kernels), keep(self.events)
+        if hi <= lo or (kernels.height == 0 and events.height == 0):
+            where = "on the trace's clock" if absolute else "from the trace's start"
+            spans = "" if span is None else f" (it spans {span[0] - zero}–{span[1] - zero} ns)"
+            raise UsageError(
+                f"{self.meta.path}: the window [{t0_ns}, {t1_ns}) ns {where} is empty{spans}"
+            )
         return replace(
             self,
-            kernels=keep(self.kernels),
-            events=keep(self.events),
+            kernels=kernels,
+            events=events,
             flows=keep(self.flows),
             counters=keep(self.counters),
             shapes=keep(self.shapes),
         )
+
+    def __repr__(self) -> str:
+        """A few lines: the file, its GPU, what it holds, and its span (the frames
+        themselves are ``trace.kernels``, ``trace.events``, …)."""
+        lines = [f"Trace({self.meta.path!r})"]
+        lines += [f"  {label:<9}  {value}" for label, value in self._facts()]
+        return "\n".join(lines)
+
+    def _facts(self) -> list[tuple[str, str]]:
+        m, span = self.meta, self.span_ns()
+        version = "" if m.schema_version is None else f" (schemaVersion {m.schema_version})"
+        host = (
+            f"{self.events.height:,} events, {self.flows.height:,} flows, "
+            f"{self.counters.height:,} counters"
+        )
+        kernels = (
+            f"{self.kernels.height:,} on {len(self.devices)} device(s), "
+            f"{len(self.streams)} stream(s)"
+        )
+        facts = [
+            ("format", m.format + version),
+            ("GPU", m.gpu_name or "—"),
+            ("events", f"{m.events:,} ({m.skipped_events:,} skipped)"),
+            ("kernels", kernels),
+            ("host", host),
+            ("shapes", f"{self.shapes.height:,} ops with input shapes"),
+            ("span", "—" if span is None else f"{(span[1] - span[0]) / 1e6:,.3f} ms"),
+        ]
+        if m.warnings:
+            facts.append(("warnings", f"{len(m.warnings)} (trace.meta.warnings)"))
+        return facts
+
+    def _repr_html_(self) -> str:
+        """The same facts as a small HTML table, for notebooks (every value escaped)."""
+        import html
+
+        cell = "style='text-align:left'"
+        rows = "".join(
+            f"<tr><th {cell}>{html.escape(k)}</th><td {cell}>{html.escape(v)}</td></tr>"
+            for k, v in self._facts()
+        )
+        return f"<b>Trace</b> <code>{html.escape(self.meta.path)}</code><table>{rows}</table>"
 
     def with_wide_ids(self) -> Trace:
         """The trace with every id column as Int64 (for code that builds its own Int64 ids

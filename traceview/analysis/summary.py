@@ -72,6 +72,41 @@ class Summary:
         option = orjson.OPT_INDENT_2 if indent else 0
         return orjson.dumps(self.document, option=option).decode()
 
+    def __repr__(self) -> str:
+        """About 15 lines: the trace, its steps and phases, the decode cadence, the decode
+        gaps, busy and the largest families (the whole document is ``to_dict()``)."""
+        d = self.document
+        t, st, b = d["trace"], d["steps"], d["busy"]
+
+        def ms(ns: int | float | None) -> str:
+            return "—" if ns is None else f"{ns / 1e6:,.3f} ms"
+
+        def pct(x: float | None) -> str:
+            return "—" if x is None else f"{x:.1%}"
+
+        cad = st["decoding_cadence"]
+        gaps = next(g for g in d["decode_gaps"] if g["population"] == "decode")
+        phases = ", ".join(
+            f"{p['kind']} {p['first_step']}–{p['last_step']}" for p in st["phases"][:6]
+        ) + (f", … ({len(st['phases'])} phases)" if len(st["phases"]) > 6 else "")
+        fams = ", ".join(f"{f['family']} {pct(f['share'])}" for f in d["families"][:4])
+        lines = [
+            f"Summary({t['path']!r})",
+            f"  GPU             {t['gpu'] or '—'} (device {t['device']}), span {ms(t['span_ns'])}",
+            f"  activity        {t['kernels']:,} {t['activity']}s",
+            f"  steps           {st['count']:,} by {st['method']}",
+            f"  phases          {phases or '—'}",
+            f"  decode cadence  p50 {ms(cad['p50_ns'])}, p99 {ms(cad['p99_ns'])} (n={cad['n']})",
+            f"  decode gaps     p50 {ms(gaps['p50_ns'])}, p99 {ms(gaps['p99_ns'])} "
+            f"(n={gaps['n']}, decode steps)",
+            f"  busy            {pct(b['fraction'])}; in the widest gaps "
+            f"{pct(b['in_widest_gaps'])}",
+            f"  families        {fams}",
+        ]
+        if self.warnings:
+            lines.append(f"  warnings        {len(self.warnings)} (summary.warnings)")
+        return "\n".join(lines)
+
     def _repr_html_(self) -> str:
         """The summary as an HTML table, for notebooks (drawn by
         :mod:`traceview.render.markup`, through :mod:`traceview.analysis.display`)."""

@@ -17,6 +17,9 @@ class _Group(click.Group):
     """Turns a TraceviewError into ``Error: <message>`` on stderr and its exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        from traceview.cli._options import forget_warnings
+
+        forget_warnings()
         try:
             with warnings.catch_warnings():
                 # commands print trace.meta.warnings themselves, once, in a summary line

@@ -46,6 +46,23 @@ def warn(text: str) -> None:
     stderr.print(Text.assemble(("Warning:", "yellow"), " ", terminal(text)))
 
 
+_WARNED: set[tuple[str, str]] = set()  # (file, warning) said by the command running now
+
+
+def warn_once(source: str, text: str, label: str = "") -> None:
+    """``Warning: [label]<source>: <text>``, once per command for each file and warning
+    (a file loaded twice, or summarized for two roles, warns once)."""
+    if (source, text) in _WARNED:
+        return
+    _WARNED.add((source, text))
+    warn(f"{label}{source}: {text}")
+
+
+def forget_warnings() -> None:
+    """A new command starts: every warning may be said again (``cli._Group``)."""
+    _WARNED.clear()
+
+
 def _progress_bar() -> tuple[Callable[[int, int], None], Callable[[], None]]:
     """A progress callback that shows a bar on a terminal once loading passes one second."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
@@ -89,7 +106,7 @@ def load_trace(path: str, *, strict: bool = False) -> Trace:
     else:
         trace = load(path, options=LoadOptions(strict=strict))
     for line in trace.meta.warnings:
-        warn(f"{path}: {line}")
+        warn_once(path, line)
     return trace
 
 
@@ -243,7 +260,7 @@ def summarize_trace(
         load_trace(path, strict=strict), analysis.load_rules(), options=analysis.step_options()
     )
     for line in summary.warnings:
-        warn(f"{label}{line}")
+        warn_once(path, line, label)
     return summary
 
 
@@ -302,7 +319,7 @@ def summarize_run_paths(
     finally:
         close()
     for line in run.warnings:
-        warn(f"{label}{line}")
+        warn_once(", ".join(paths), line, label)
     return run
 
 

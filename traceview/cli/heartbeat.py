@@ -25,11 +25,10 @@ from traceview.render.charts import (
     gaps_figure,
     heartbeat_data,
     heartbeat_figure,
-    run_heartbeat_data,
-    run_heartbeat_figure,
     save_figure,
 )
 from traceview.render.format import gap_title
+from traceview.render.run_chart import run_heartbeat_data, run_heartbeat_figure
 
 style_option = click.option(
     "--style",
@@ -91,19 +90,20 @@ def heartbeat(
     step-to-step interval over time, mixed and prefill phases shaded, each phase's median
     cadence labelled with its n. A trace of fewer than 2 steps has no cadence: its chart is
     the step's timeline by family, and the command says so. Give two traces (before,
-    after) to stack them on the same scales. A directory, a glob or more than two traces are a run of rank traces: one line
-    per rank (the median and min–max band past 8 ranks), the straggler named.
+    after) to stack them on the same scales. A directory, a glob or more than two traces
+    are a run of rank traces: one line per rank (the median and min–max band past 8 ranks),
+    the straggler named.
     """
     span = parse_window(window)
     output_file(output, traces, force=force, suffixes=FORMATS)
     if len(traces) > 2 or (len(traces) == 1 and is_run(traces)):
         run = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict)
-        data = run_heartbeat_data(run, title=title or "")
-        say(f"wrote {save_figure(run_heartbeat_figure(data, style=style), output)}")
+        ranks = run_heartbeat_data(run, title=title or "")
+        say(f"wrote {save_figure(run_heartbeat_figure(ranks, style=style), output)}")
         return
     datas = []
     for path in traces:
-        summary = summarize_trace(path, analysis, label=f"{Path(path).name}: ", strict=strict)
+        summary = summarize_trace(path, analysis, strict=strict)
         name = title if title and len(traces) == 1 else Path(path).name
         if title and len(traces) > 1:
             name = f"{title} — {Path(path).name}"

@@ -36,9 +36,7 @@ def report(
     if len(traces) > 2:
         raise click.UsageError("report takes one trace, or two to compare")
     path = output_file(output, traces, force=force, suffixes=(".html", ".htm"))
-    summaries = [
-        summarize_trace(p, analysis, label=f"{Path(p).name}: ", strict=strict) for p in traces
-    ]
+    summaries = [summarize_trace(p, analysis, strict=strict) for p in traces]
     page = report_html(summaries, diff(*summaries) if len(summaries) == 2 else None)
 
     def write(target: Path) -> None:

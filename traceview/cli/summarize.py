@@ -19,7 +19,7 @@ from traceview.cli._options import (
     summarize_trace,
 )
 from traceview.render.base import guess_format, write_output
-from traceview.render.table import render_run, render_summary
+from traceview.render.table import render_run, render_summary, steps_view
 
 traces_argument = click.argument(
     "traces", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str)
@@ -73,7 +73,9 @@ def steps(
     analysis: AnalysisOptions,
 ) -> None:
     """Export the engine steps, one row per step (table, csv, json or parquet). For a run of
-    rank traces, every rank's steps with ``rank`` and ``path`` columns."""
+    rank traces, every rank's steps with ``rank`` and ``path`` columns. On the screen, times
+    are ms from the first step's start and the columns that fit are shown; -o FILE and the
+    other formats keep every column, in ns."""
     chosen = guess_format(output, fmt)
     if output is not None:
         output_file(output, traces, force=force)
@@ -81,4 +83,6 @@ def steps(
         table = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict).steps
     else:
         table = summarize_trace(traces[0], analysis, strict=strict).steps
+    if output is None and chosen == "table":
+        table = steps_view(table)
     write_output(table, chosen, output, force=force, stdout=sys.stdout.buffer)

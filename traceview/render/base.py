@@ -43,9 +43,28 @@ class ParquetRenderer:
 
 
 class TableRenderer:
-    """A plain text table (rich, no colour), as wide as its columns need."""
+    """A plain text table (rich, no colour), as wide as its columns need. For a terminal,
+    ``max_cell`` cuts longer text with ``…`` and ``width`` keeps the leading columns that
+    fit, naming the rest below the table."""
 
     extension, binary = ".txt", False
+
+    def __init__(self, max_cell: int | None = None, width: int | None = None) -> None:
+        self.max_cell, self.width = max_cell, width
+
+    def _fit(self, df: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+        """The leading columns whose widths (header or widest cell, plus padding) fit."""
+        if self.width is None:
+            return df, []
+        used, keep = 0, list[str]()
+        for name in df.columns:
+            text = df[name].cast(pl.String, strict=False).fill_null("")
+            widest = max([len(name), *(min(len(x), self.max_cell or len(x)) for x in text)])
+            if keep and used + widest + 2 > self.width:
+                break
+            used += widest + 2
+            keep.append(name)
+        return df.select(keep), [c for c in df.columns if c not in keep]
 
     def render(self, df: pl.DataFrame, out: IO[bytes]) -> None:
         from rich import box
@@ -55,8 +74,15 @@ class TableRenderer:
 
         from traceview.render.safe import terminal
 
+        cut = self.max_cell
+
         def cell(v: object) -> Text:  # trace text is data: no markup, no control bytes
-            return Text(terminal("" if v is None else f"{v:.4f}" if isinstance(v, float) else v))
+            text = "" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
+            if cut is not None and len(text) > cut:
+                text = text[: cut - 1] + "…"
+            return Text(terminal(text))
+
+        df, left_out = self._fit(df)
 
         table = Table(box=box.SIMPLE_HEAD)
         for name, dtype in df.schema.items():
@@ -69,9 +95,13 @@ class TableRenderer:
             table.add_row(*(cell(v) for v in row))
         text = io.StringIO()
         Console(file=text, width=100_000, color_system=None, highlight=False).print(table)
-        out.write(
-            "\n".join(line.rstrip() for line in text.getvalue().splitlines()).encode() + b"\n"
-        )
+        lines = [line.rstrip() for line in text.getvalue().splitlines()]
+        if left_out:
+            lines.append(
+                f"{len(left_out)} more column(s) not shown: {', '.join(left_out)} "
+                "(-o FILE or --format csv keeps every column)"
+            )
+        out.write("\n".join(lines).encode() + b"\n")
 
 
 RENDERERS: dict[str, type[Renderer]] = {
@@ -103,12 +133,22 @@ def guess_format(output: str | None, given: str | None) -> str:
     return "table"
 
 
+TERMINAL_CELL = 48  # a terminal table's longest cell (kernel names, annotations, paths)
+
+
 def write_output(
     df: pl.DataFrame, fmt: str, output: str | None, *, force: bool, stdout: IO[bytes]
 ) -> None:
     """Render ``df`` to ``output`` (atomically; refuses to overwrite without ``force``)
-    or to ``stdout``."""
+    or to ``stdout``. A table on a terminal cuts long cells and shows the columns that
+    fit; piped, its cells are cut but every column is kept; a file keeps everything."""
     renderer = RENDERERS[fmt]()
+    if output is None and fmt == "table":
+        import shutil
+
+        tty = getattr(stdout, "isatty", lambda: False)()
+        width = shutil.get_terminal_size().columns if tty else None
+        renderer = TableRenderer(max_cell=TERMINAL_CELL, width=width)
     if output is None:
         if renderer.binary:
             raise TraceviewError(f"--format {fmt} is binary: give an output file with -o")

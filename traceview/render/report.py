@@ -95,13 +95,20 @@ def _table(head: list[str], rows: list[list[str]], numeric: set[int], cls: str =
 def _summary_section(summary: Summary, label: str) -> str:
     d = summary.to_dict()
     t, s, b = d["trace"], d["steps"], d["busy"]
+    cpu = t["activity"] == "cpu_op"  # a CPU capture: processes and threads stand in
     facts = [
         ["trace", str(t["path"])],
-        ["GPU", f"{t['gpu'] or '—'} (device {t['device']})"],
-        ["activity", f"{t['kernels']:,} {t['activity']}s, span {fmt_ns(t['span_ns'])}"],
+        ["GPU", f"{t['gpu'] or '—'} (device {t['device']})"]
+        if not cpu
+        else ["device", f"none: a CPU capture (process {t['device']})"],
+        [
+            "activity",
+            f"{t['kernels']:,} {'CPU ranges on threads' if cpu else 'kernels'}, "
+            f"span {fmt_ns(t['span_ns'])}",
+        ],
         ["steps", f"{s['count']:,} by {s['method']}: {s['detail']}"],
         [
-            "GPU busy",
+            "CPU busy" if cpu else "GPU busy",
             f"{fmt_pct(b['fraction'])} of the window; {fmt_pct(b['in_gaps'])} inside "
             f"decode gaps; {fmt_pct(b['in_widest_gaps'])} inside the widest",
         ],

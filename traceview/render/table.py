@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import polars as pl
 from rich import table as rich_table
 from rich.console import Console, RenderableType
 from rich.text import Text
@@ -99,11 +100,19 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
     facts.add_column(style="bold")
     facts.add_column()
     facts.add_row("path", str(t["path"]))
-    facts.add_row("GPU", f"{t['gpu'] or '—'} (device {t['device']} of {t['devices']})")
-    facts.add_row(
-        "activity",
-        f"{t['kernels']:,} {t['activity']}s on streams " + ", ".join(map(str, t["streams"])),
-    )
+    cpu = t["activity"] == "cpu_op"  # a CPU capture: processes and threads stand in
+    if cpu:
+        facts.add_row("device", f"none: a CPU capture (process {t['device']})")
+        facts.add_row(
+            "activity",
+            f"{t['kernels']:,} CPU ranges on threads " + ", ".join(map(str, t["streams"])),
+        )
+    else:
+        facts.add_row("GPU", f"{t['gpu'] or '—'} (device {t['device']} of {t['devices']})")
+        facts.add_row(
+            "activity",
+            f"{t['kernels']:,} kernels on streams " + ", ".join(map(str, t["streams"])),
+        )
     facts.add_row("span", fmt_ns(t["span_ns"]))
     facts.add_row("events", f"{t['events']:,} ({t['skipped_events']:,} skipped)")
     facts.add_row("steps", f"{s['count']:,} by {s['method']}: {s['detail']}")
@@ -130,7 +139,7 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
             )
         facts.add_row("tokens", "; ".join(said))
     facts.add_row(
-        "GPU busy",
+        "CPU busy" if cpu else "GPU busy",
         f"{fmt_pct(b['fraction'])} of the window; "
         f"{fmt_pct(b['in_gaps'])} inside decode gaps; "
         f"{fmt_pct(b['in_widest_gaps'])} inside the widest (≥ p99)",
@@ -338,3 +347,43 @@ def render_run(doc: RunDocument, console: Console | None = None) -> None:
     for item in doc["left_out"]:
         facts.add_row("left out", f"{item['path']}: {item['reason']}")
     out.print(facts)
+
+
+# the steps table's columns a screen shows first, the rest after them as they fit
+STEP_SCREEN = (
+    "rank",
+    "index",
+    "start_ms",
+    "interval_ms",
+    "kind",
+    "kind_source",
+    "kernels",
+    "busy_fraction",
+    "prefill_ms",
+    "context_tokens",
+    "generation_tokens",
+    "shape_tokens",
+    "annotation",
+)
+
+
+def steps_view(table: pl.DataFrame) -> pl.DataFrame:
+    """The steps table for a screen: every ``*_ns`` column as ms (3 decimals) from the
+    first step's start (per rank in a run; a duration stays a duration), the most read
+    columns first."""
+    if table.height == 0:
+        return table
+    group = ["path"] if "path" in table.columns else []
+    times = ("start_ns", "anchor_ns", "end_ns")
+    zero = pl.col("start_ns").min().over(group) if group else pl.col("start_ns").min()
+    ns = [c for c in table.columns if c.endswith("_ns") or c.startswith("ns_")]
+
+    def ms_name(c: str) -> str:  # start_ns -> start_ms; ns_gemm -> gemm_ms
+        return f"{c[3:]}_ms" if c.startswith("ns_") else c.removesuffix("_ns") + "_ms"
+
+    shown = table.with_columns(
+        ((pl.col(c) - zero) if c in times else pl.col(c)).truediv(1e6).round(3).alias(ms_name(c))
+        for c in ns
+    ).drop(ns)
+    first = [c for c in STEP_SCREEN if c in shown.columns]
+    return shown.select([*first, *[c for c in shown.columns if c not in first]])
