@@ -238,3 +238,27 @@ def test_a_terminal_table_shows_the_columns_that_fit_and_cuts_long_cells() -> No
     full = io.BytesIO()
     TableRenderer().render(df, full)  # a file: every column, every character
     assert "x" * 300 in full.getvalue().decode() and " c" in full.getvalue().decode()
+
+
+def test_each_warning_prints_once_per_command_and_names_its_file() -> None:
+    path = str(GENERATED / "hybrid_chunked.json.gz")
+    for argv in (["summarize", path], ["diff", path, path]):  # one input, and one twice
+        result = CliRunner().invoke(cli, argv)
+        warned = [x for x in result.stderr.splitlines() if x.startswith("Warning:")]
+        assert warned, argv
+        assert len(warned) == len(set(warned))  # no line twice
+        assert all(path in x for x in warned)  # each names its file
+        small_n = [x for x in warned if "p99 rests on" in x]
+        assert len(small_n) == 1  # one file, one warning, however many roles it plays
+
+
+def test_repr_of_a_trace_and_a_summary_fit_a_screen() -> None:
+    import traceview as tv
+
+    trace = tv.load(GENERATED / "hybrid_chunked.json.gz")
+    summary = tv.summarize(trace)
+    for text in (repr(trace), repr(summary)):
+        assert len(text.splitlines()) <= 15 and len(text) < 1500
+    assert "decode cadence  p50" in repr(summary)
+    html = trace._repr_html_()
+    assert html.startswith("<b>Trace</b>") and "<table>" in html and "NVIDIA H200" in html
