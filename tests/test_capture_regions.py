@@ -28,6 +28,7 @@ def test_capture_regions_and_their_kernels_are_the_planted_ones() -> None:
     summary = tv.summarize(trace)
     assert summary.steps.height == t["step_count"]
     assert summary.to_dict()["trace"]["kernels"] == t["kernels"]
+    assert summary.to_dict()["capture"] == t["capture"]
     assert max(summary.steps["shape_tokens"].drop_nulls().to_list()) < 8192
     said = [w for w in summary.warnings if w.startswith("CUDA-graph capture / warm-up")]
     assert said == [

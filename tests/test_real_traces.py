@@ -8,6 +8,7 @@ import math
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner
@@ -108,3 +109,47 @@ def test_decode_marker_fallback_is_one_kernel_per_layer() -> None:
     doc = tv.summarize(tv.load(path)).to_dict()
     assert doc["steps"]["count"] == 1
     assert doc["decode_gaps"][0]["n"] == 35
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", trace_params(TRACES))
+def test_every_command_on_every_real_trace(path: Path, tmp_path: Path) -> None:
+    """Issue 21: on every shared trace, every command gives an answer a user can act on: no
+    empty chart, no step invented from start-up, no verdict on a total."""
+    from traceview.analysis.capture_regions import capture_regions
+    from traceview.analysis.compare import diff
+    from traceview.errors import CaptureOnlyError
+    from traceview.render.charts import heartbeat_data
+
+    trace = tv.load(path)
+    try:
+        summary = tv.summarize(trace)
+    except CaptureOnlyError:
+        capture = capture_regions(trace)
+        assert capture.regions >= 1 and capture.kernels == trace.kernels.height
+        result = CliRunner().invoke(cli, ["heartbeat", str(path), "-o", str(tmp_path / "h.png")])
+        assert result.exit_code == 0 and "capture / warm-up only" in result.stderr
+        assert not (tmp_path / "h.png").exists()
+        return
+    data = heartbeat_data(summary)
+    if summary.steps.height < 2:  # its timeline by family, with every family drawn
+        assert data.timeline is not None
+        assert {f for f, _s, _l in data.timeline} == {
+            f["family"] for f in summary.document["families"]
+        }
+    else:
+        assert data.timeline is None and int((~np.isnan(data.interval_ms)).sum()) >= 1
+    d = diff(summary, summary)
+    assert d.unchanged
+    workload = d.rows.filter(pl.col("role") == "workload")
+    assert workload["verdict"].null_count() == workload.height
+    for argv in (
+        ["summarize", str(path)],
+        ["steps", str(path)],
+        ["heartbeat", str(path), "-o", str(tmp_path / "h.png")],
+        ["report", str(path), "-o", str(tmp_path / "r.html")],
+        ["diff", str(path), str(path)],
+    ):
+        result = CliRunner().invoke(cli, argv, terminal_width=120)
+        assert result.exit_code == 0, (argv, result.stderr)
+    assert (tmp_path / "h.png").stat().st_size > 10_000

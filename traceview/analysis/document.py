@@ -152,6 +152,13 @@ class Busy(TypedDict):
     in_widest_gaps: float | None
 
 
+class Capture(TypedDict):
+    """CUDA-graph capture / warm-up regions left out of the analysis (engine start-up)."""
+
+    regions: int
+    kernels: int
+
+
 class SummaryDocument(TypedDict):
     """``traceview.summary/1``."""
 
@@ -167,6 +174,7 @@ class SummaryDocument(TypedDict):
     decode_marker_source: str | None
     decode_marker_kernels: list[str]
     busy: Busy
+    capture: Capture
     warnings: list[str]
 
 

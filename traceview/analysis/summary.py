@@ -237,6 +237,7 @@ def build(rules: Rules, result: StepResult) -> Summary:
         "decode_marker_source": None if marker is None else marker.source,
         "decode_marker_kernels": [] if marker is None else list(marker.names),
         "busy": busy_document(result.union, result.device, gaps, p99_all),
+        "capture": {"regions": result.capture_regions, "kernels": result.capture_kernels},
         "warnings": warnings,
     }
     kernel_table = (

@@ -116,6 +116,12 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
     facts.add_row("span", fmt_ns(t["span_ns"]))
     facts.add_row("events", f"{t['events']:,} ({t['skipped_events']:,} skipped)")
     facts.add_row("steps", f"{s['count']:,} by {s['method']}: {s['detail']}")
+    if doc["capture"]["regions"]:
+        facts.add_row(
+            "start-up",
+            f"CUDA-graph capture / warm-up: {doc['capture']['regions']} region(s), "
+            f"{doc['capture']['kernels']:,} kernels left out",
+        )
     if s["disagreements"]:
         facts.add_row("", f"annotations and bursts disagree on {s['disagreements']} step(s)")
     sources = s["kind_sources"]
