@@ -7,7 +7,8 @@
 -- case: older Kineto writes Kernel/Memcpy/Memset). Rules are tried in order, first match
 -- wins, unmatched kernels are "other" - the same name rules as `traceview summarize`.
 -- Names only: summarize also reads record_shapes to move PyTorch's softmax kernels that
--- eager attention launched into full_attention (docs/metrics.md); this query does not.
+-- eager attention launched into full_attention, and moves a GEMM that runs between an MoE
+-- router and its combine into moe (docs/metrics.md); this query does neither.
 -- Generated from traceview/presets/default.toml by
 --   python -m traceview.sql.families_query > queries/kernel_families.sql
 -- Example:

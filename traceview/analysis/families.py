@@ -227,13 +227,19 @@ def _physical(values: pl.Series) -> np.ndarray:
 
 
 def family_codes(
-    kernels: pl.DataFrame, rules: Rules, by_shape: dict[str, str] | None = None
+    kernels: pl.DataFrame,
+    rules: Rules,
+    by_shape: dict[str, str] | None = None,
+    *,
+    by_position: bool = True,
 ) -> FamilyCodes:
     """Each kernel's family (see :class:`FamilyCodes`). Each distinct (name, category) is
     matched once, found by hashing one integer per kernel; the kernels then take their
     pair from a table indexed by the categoricals' codes, so no kernel's name becomes a
     string. ``by_shape`` (from ``shapes.shape_families``) overrides a name whose rule says
-    sampling or other."""
+    sampling or other; ``by_position`` moves the expert GEMMs between an MoE router and
+    its combine into ``moe`` (:func:`moe_by_position`; off: the name rules alone, as the
+    ``kernel_families`` query)."""
     if kernels.height == 0:
         pairs = kernels.select("name", "cat").with_columns(pl.lit(OTHER).alias("family"))
         none = np.zeros(0, dtype=np.uint8)
@@ -266,7 +272,8 @@ def family_codes(
         table = np.zeros((by_name.size, cats.size), dtype=index)
         table[pair_name, np.searchsorted(cats, pair_cat)] = np.arange(first.size, dtype=index)
         pair_of = table[name, np.searchsorted(cats, cat)]
-    moe = moe_by_position(kernels, fams, [str(n) for n in pairs["name"].to_list()], pair_of)
+    names = [str(n) for n in pairs["name"].to_list()]
+    moe = moe_by_position(kernels, fams, names, pair_of) if by_position else set()
     if moe:
         fams = [MOE if i in moe else f for i, f in enumerate(fams)]
         pairs = pairs.with_columns(pl.Series("family", fams, dtype=pl.String))
@@ -338,11 +345,15 @@ def moe_by_position(
 
 
 def classify(
-    kernels: pl.DataFrame, rules: Rules, by_shape: dict[str, str] | None = None
+    kernels: pl.DataFrame,
+    rules: Rules,
+    by_shape: dict[str, str] | None = None,
+    *,
+    by_position: bool = True,
 ) -> pl.DataFrame:
     """``kernels`` with a ``family`` column (String) added (see :func:`family_codes`; the
     other columns are not copied)."""
-    fam = family_codes(kernels, rules, by_shape)
+    fam = family_codes(kernels, rules, by_shape, by_position=by_position)
     return kernels.with_columns(fam.series().cast(pl.String))
 
 
