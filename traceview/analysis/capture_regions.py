@@ -50,26 +50,31 @@ class Capture:
         return int(self.mask.sum())
 
 
-def _names(ev: pl.DataFrame, kinds: list[str], pattern: re.Pattern[str]) -> pl.DataFrame:
-    """Events of ``kinds`` whose name matches ``pattern``, the pattern tried once per
-    distinct name."""
-    sel = ev.filter(pl.col("kind").is_in(kinds))
-    distinct = [str(n) for n in sel["name"].unique().drop_nulls().to_list()]
-    hits = [n for n in distinct if pattern.search(n)]
-    if not hits:
-        return sel.clear()
-    return sel.filter(pl.col("name").cast(pl.String).is_in(hits))
+def _names(
+    ev: pl.DataFrame, kinds: list[str], pattern: re.Pattern[str], columns: tuple[str, ...]
+) -> pl.DataFrame:
+    """``columns`` of the events of ``kinds`` whose name matches ``pattern``, the pattern
+    tried once per distinct name (lazily: no copy of the events of those kinds)."""
+    sel = ev.lazy().filter(pl.col("kind").is_in(kinds))
+    distinct = sel.select(pl.col("name").unique()).collect()["name"].drop_nulls()
+    hits = [n for n in (str(x) for x in distinct.to_list()) if pattern.search(n)]
+    return (
+        sel.filter(pl.col("name").cast(pl.String).is_in(hits)).select(columns).collect()
+        if hits
+        else ev.select(columns).clear()
+    )
 
 
 def _host_ranges(ev: pl.DataFrame) -> pl.DataFrame:
     """The host capture ranges (``pid``, ``tid``, ``a0``, ``a1``), overlapping ones merged."""
     rows: list[tuple[int, int, int, int]] = []
-    ann = _names(ev, ["user_annotation"], CAPTURE_ANNOTATION)
-    for pid, tid, ts, dur in ann.select("pid", "tid", "ts_ns", "dur_ns").iter_rows():
+    cols = ("pid", "tid", "ts_ns", "dur_ns")
+    ann = _names(ev, ["user_annotation"], CAPTURE_ANNOTATION, cols)
+    for pid, tid, ts, dur in ann.iter_rows():
         rows.append((pid, tid, ts, ts + dur))
     calls = pl.concat(
         [
-            _names(ev, ["runtime", "driver"], p).with_columns(pl.lit(tag).alias("tag"))
+            _names(ev, ["runtime", "driver"], p, cols).with_columns(pl.lit(tag).alias("tag"))
             for tag, p in (("B", BEGIN_CAPTURE), ("E", END_CAPTURE), ("I", INSTANTIATE))
         ]
     ).sort("pid", "tid", "ts_ns")
@@ -124,7 +129,8 @@ def capture_regions(trace: Trace) -> Capture:
     mask = np.zeros(k.height, dtype=bool)
     ev = trace.events
     host = _host_ranges(ev)
-    gpu = _names(ev, ["gpu_user_annotation"], CAPTURE_ANNOTATION).select(
+    cols = ("pid", "tid", "ts_ns", "dur_ns")
+    gpu = _names(ev, ["gpu_user_annotation"], CAPTURE_ANNOTATION, cols).select(
         pl.col("pid").cast(pl.Int64).alias("device"),
         pl.col("ts_ns").alias("a0"),
         (pl.col("ts_ns") + pl.col("dur_ns")).alias("a1"),
