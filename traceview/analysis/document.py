@@ -152,6 +152,22 @@ class Busy(TypedDict):
     in_widest_gaps: float | None
 
 
+class TimeBreakdown(TypedDict):
+    """Where one phase's time went: busy by family (shared equally where kernels of
+    several families overlap) and idle by cause; ``verdict``: host-bound, device-bound or
+    balanced (docs/metrics.md)."""
+
+    kind: str
+    first_step: int
+    last_step: int
+    steps: int
+    span_ns: int
+    busy_ns: int
+    busy_by_family: dict[str, int]
+    idle_ns: dict[str, int]
+    verdict: str
+
+
 class Capture(TypedDict):
     """CUDA-graph capture / warm-up regions left out of the analysis (engine start-up)."""
 
@@ -174,6 +190,7 @@ class SummaryDocument(TypedDict):
     decode_marker_source: str | None
     decode_marker_kernels: list[str]
     busy: Busy
+    time_breakdown: list[TimeBreakdown]  # one entry per phase, as the cadence table
     capture: Capture
     warnings: list[str]
 

@@ -43,6 +43,7 @@ from traceview.analysis.annotations import (
 from traceview.analysis.capture_regions import capture_regions
 from traceview.analysis.document import Activity, StepFinding
 from traceview.analysis.families import Rules, family_codes, load_rules
+from traceview.analysis.idle import CAUSES, idle_parts
 from traceview.analysis.intervals import I64, Union, union
 from traceview.analysis.shapes import shape_families, shape_tokens
 from traceview.analysis.step_candidates import (
@@ -295,6 +296,22 @@ def _assemble(
     return table, phases, kinds.disagreements
 
 
+def with_time_breakdown(
+    table: pl.DataFrame, trace: Trace, k: DeviceKernels, u: Union
+) -> pl.DataFrame:
+    """The steps with where their time went (:mod:`traceview.analysis.idle`): ``busy_ns``
+    and one ``idle_<cause>_ns`` column per cause, over each step's span; they add up to
+    ``end_ns - start_ns`` exactly."""
+    lo = table["start_ns"].to_numpy().astype(np.int64, copy=False)
+    hi = table["end_ns"].to_numpy().astype(np.int64, copy=False)
+    corr = k.frame["correlation"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
+    idle = idle_parts(trace, k.ts, corr, u).per_window(lo, hi)
+    return table.with_columns(
+        pl.Series("busy_ns", u.clipped_lengths(lo, hi).astype(np.int64)),
+        *[pl.Series(f"idle_{cause}_ns", idle[cause].astype(np.int64)) for cause in CAUSES],
+    )
+
+
 def cpu_activity(trace: Trace) -> Trace:
     """For a trace with no device activity (a CPU-only capture), what stands in for kernels:
     the innermost ``user_annotation`` ranges that are not engine-step annotations (the ops
@@ -394,6 +411,7 @@ def find_steps(
     table, phases, disagree = _assemble(
         trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts
     )
+    table = with_time_breakdown(table, trace, k, u)
     warnings.extend(
         f"step kinds: the annotations state decode-only batches, but the {what} show prompt "
         f"work in {n} step(s); the annotations decide (kind_source)"
@@ -452,8 +470,11 @@ def steps(
         ``generation_tokens``, ``new_requests``, ``cached_requests`` (Int64) and
         ``forward_mode`` (String, SGLang's); ``shape_tokens`` (Int64, the step's query
         tokens read from ``record_shapes``, see :mod:`traceview.analysis.shapes`; null where
-        not recorded or ambiguous); and ``ns_<family>`` (Int64, ns of kernel time per family
-        in the step).
+        not recorded or ambiguous); ``ns_<family>`` (Int64, ns of kernel time per family
+        in the step); and where the step's time went (:mod:`traceview.analysis.idle`):
+        ``busy_ns`` and ``idle_host_late_ns``, ``idle_launch_ns``, ``idle_sync_ns``,
+        ``idle_dependency_ns``, ``idle_other_ns`` (Int64, ns), which add up to
+        ``end_ns - start_ns`` exactly.
 
         A trace with no device activity is analysed through its CPU ranges, as
         :func:`traceview.summarize` does.

@@ -22,12 +22,14 @@ from traceview.analysis.document import (
     PrefillGrowth,
     StepFacts,
     SummaryDocument,
+    TimeBreakdown,
     TraceFacts,
     Work,
 )
 from traceview.analysis.families import Rules, family_rows, load_rules
 from traceview.analysis.figures import DECODING, KINDS, decoding_cadence, kind_cadence
 from traceview.analysis.gaps import gap_table, summarize_gaps
+from traceview.analysis.idle import CAUSES, busy_by_family
 from traceview.analysis.intervals import union
 from traceview.analysis.names import short_name
 from traceview.analysis.precision import line_ends, sig, sig_or_none
@@ -237,6 +239,7 @@ def build(rules: Rules, result: StepResult) -> Summary:
         "decode_marker_source": None if marker is None else marker.source,
         "decode_marker_kernels": [] if marker is None else list(marker.names),
         "busy": busy_document(result.union, result.device, gaps, p99_all),
+        "time_breakdown": time_breakdown(table, phases, k),
         "capture": {"regions": result.capture_regions, "kernels": result.capture_kernels},
         "warnings": warnings,
     }
@@ -255,6 +258,60 @@ def build(rules: Rules, result: StepResult) -> Summary:
         warnings=warnings,
         timeline=timeline(k, start_ns, end_ns) if table.height < 2 else None,
     )
+
+
+HOST_BOUND = 0.2  # host_late + sync at least this share of a phase's span: host-bound
+DEVICE_BOUND = 0.8  # busy at least this share (and not host-bound): device-bound
+
+
+def verdict(span_ns: int, busy_ns: int, idle: dict[str, int]) -> str:
+    """``host-bound`` when host_late plus sync is at least :data:`HOST_BOUND` of the span;
+    ``device-bound`` when busy is at least :data:`DEVICE_BOUND` of it and the phase is not
+    host-bound; ``balanced`` otherwise."""
+    if span_ns > 0 and idle["host_late"] + idle["sync"] >= HOST_BOUND * span_ns:
+        return "host-bound"
+    if span_ns > 0 and busy_ns >= DEVICE_BOUND * span_ns:
+        return "device-bound"
+    return "balanced"
+
+
+def time_breakdown(
+    table: pl.DataFrame, phases: list[Phase], kernels: pl.DataFrame
+) -> list[TimeBreakdown]:
+    """Per phase: its span, busy time by family (each instant shared equally among the
+    families running then) and idle time by cause, summed from its steps, and the verdict."""
+    if not phases:
+        return []
+    family = kernels["family"]
+    assert isinstance(family.dtype, pl.Enum)
+    names = [str(x) for x in family.dtype.categories.to_list()]
+    ts = kernels["ts_ns"].to_numpy().astype(np.int64, copy=False)
+    lo = np.array([p["start_ns"] for p in phases], dtype=np.int64)
+    hi = np.array([p["end_ns"] for p in phases], dtype=np.int64)
+    by_family = busy_by_family(
+        ts, ts + kernels["dur_ns"].to_numpy(), family.to_physical().to_numpy(), len(names), lo, hi
+    )
+    out: list[TimeBreakdown] = []
+    for i, p in enumerate(phases):
+        steps = table.slice(p["first_step"], p["steps"])
+        idle = {c: int(steps[f"idle_{c}_ns"].sum()) for c in CAUSES}
+        busy = int(steps["busy_ns"].sum())
+        span = int(p["end_ns"] - p["start_ns"])
+        fams = {names[f]: int(v) for f, v in enumerate(by_family[i]) if v}
+        out.append(
+            {
+                "kind": p["kind"],
+                "first_step": p["first_step"],
+                "last_step": p["last_step"],
+                "steps": p["steps"],
+                "span_ns": span,
+                "busy_ns": busy,
+                "busy_by_family": dict(sorted(fams.items(), key=lambda x: (-x[1], x[0]))),
+                "idle_ns": idle,
+                "verdict": verdict(span, busy, idle),
+            }
+        )
+    return out
 
 
 TIMELINE_RESOLUTION = 4000  # a timeline's gaps shorter than its span over this are closed

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
+from rich import box
 from rich import table as rich_table
 from rich.console import Console, RenderableType
 from rich.text import Text
@@ -18,6 +19,7 @@ from rich.text import Text
 from traceview.analysis.checks import CheckResult
 from traceview.analysis.compare import Diff
 from traceview.analysis.document import InfoDocument, RunDocument, SummaryDocument
+from traceview.analysis.idle import CAUSES
 from traceview.render.format import (
     PHASE_COLUMNS,
     UNCHANGED,
@@ -175,6 +177,7 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
         prompt = w["prompt_tokens"] if first is None else tokens.get(first)
         ph.add_row(*cells, *([_count(prompt)] if show_tokens else []), end_section=first is None)
     out.print(ph)
+    render_time_breakdown(doc, out)
 
     gaps = Table(title=gap_title(doc), title_justify="left")
     for col in ("population", "n", "overlaps", "p50", "p90", "p99", "max"):
@@ -190,6 +193,39 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
             fmt_ns(g["max_ns"]),
         )
     out.print(gaps)
+
+
+def render_time_breakdown(doc: SummaryDocument, out: Console) -> None:
+    """The "where the step time went" table: per phase, busy and idle by cause, as shares
+    of the phase's span, and the verdict (busy by family is in the document)."""
+    rows = doc["time_breakdown"]
+    if not rows:
+        return
+    table = Table(
+        title="where the step time went (share of each phase's span)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    heads = {"host_late": "host", "dependency": "dep."}
+    for col in ("phase", "steps", "busy", *(heads.get(c, c) for c in CAUSES), "verdict"):
+        left = col in ("phase", "verdict")
+        table.add_column(col, justify="left" if left else "right", no_wrap=True)
+    for r in rows:
+        span = r["span_ns"] or 1
+        table.add_row(
+            r["kind"],
+            f"{r['first_step']}–{r['last_step']}",
+            f"{r['busy_ns'] / span:.0%}",
+            *(f"{r['idle_ns'][c] / span:.0%}" for c in CAUSES),
+            r["verdict"],
+        )
+    table.caption = (
+        "idle by cause: host = the host was late, launch = submitted to started, sync = "
+        "after a synchronising call, dep. = queued but waiting (docs/metrics.md)"
+    )
+    table.caption_justify = "left"
+    out.print(table)
 
 
 def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> None:
