@@ -1,0 +1,96 @@
+"""Issue 22: where the step time went. Each device-idle interval's cause against the planted
+truth of fixtures/idle.py (host-late launches, queued work held back by a dependency, a
+synchronise then host work, CUDA-graph replays), exact to the ns; and on real traces."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from conftest import GENERATED, SHARED_TRACES
+
+import traceview as tv
+from traceview.analysis.idle import CAUSES, busy_by_family
+from traceview.cli import cli
+
+IDLE = GENERATED / "idle" / "idle_stretches.json.gz"
+COLUMNS = ["start_ns", "end_ns", "busy_ns", *(f"idle_{c}_ns" for c in CAUSES)]
+
+
+@pytest.fixture(scope="module")
+def planted() -> tuple[tv.Summary, list[dict]]:
+    truth = json.loads((GENERATED / "idle" / "idle_stretches.truth.json").read_text())
+    return tv.summarize(tv.load(IDLE)), truth["steps"]
+
+
+def test_every_step_splits_its_time_as_planted(planted: tuple[tv.Summary, list[dict]]) -> None:
+    summary, truth = planted
+    got = summary.steps.select(COLUMNS).to_dicts()
+    assert got == [{k: t[k] for k in COLUMNS} for t in truth]
+    for row in got:  # busy and the five idle parts tile each step's span
+        assert sum(row[c] for c in COLUMNS[2:]) == row["end_ns"] - row["start_ns"]
+
+
+def test_each_stretch_shows_its_cause(planted: tuple[tv.Summary, list[dict]]) -> None:
+    """Inside each stretch's steps (the between-step pause aside, which is the host's):
+    slow launches are host_late, held-back queued work dependency, a synchronise sync, and
+    a graph replay's own gaps dependency, never host_late."""
+    summary, truth = planted
+    table = summary.steps
+    by = {s: [t for t in truth if t["stretch"] == s] for s in {t["stretch"] for t in truth}}
+    rows = table.to_dicts()
+
+    def total(stretch: str, cause: str) -> int:
+        return sum(rows[t["index"]][f"idle_{cause}_ns"] for t in by[stretch])
+
+    assert total("host", "host_late") > 10 * total("host", "launch") > 0
+    assert total("dependency", "dependency") == 5 * 2 * 25_000  # two planted 25 µs waits a step
+    assert total("sync", "sync") > 0 and total("sync", "host_late") == 0
+    assert total("graph", "dependency") == 5 * 7 * 1_500  # the replay's 1.5 µs gaps
+    assert all(total(s, "other") == 0 for s in by)
+
+
+def test_the_phase_breakdown_and_its_verdict(planted: tuple[tv.Summary, list[dict]]) -> None:
+    summary, truth = planted
+    (phase,) = summary.to_dict()["time_breakdown"]  # one decode phase: every step is decode
+    span = truth[-1]["end_ns"] - truth[0]["start_ns"]
+    assert phase["span_ns"] == span
+    assert phase["busy_ns"] == sum(t["busy_ns"] for t in truth)
+    assert phase["idle_ns"] == {c: sum(t[f"idle_{c}_ns"] for t in truth) for c in CAUSES}
+    assert sum(phase["busy_by_family"].values()) == phase["busy_ns"]
+    host = phase["idle_ns"]["host_late"] + phase["idle_ns"]["sync"]
+    assert host >= 0.2 * span and phase["verdict"] == "host-bound"
+    shown = CliRunner().invoke(cli, ["summarize", str(IDLE)], terminal_width=120).stdout
+    assert "where the step time went" in shown and "host-bound" in shown
+
+
+def test_busy_is_shared_equally_among_overlapping_families() -> None:
+    import numpy as np
+
+    # family 0 runs [0, 100), family 1 [50, 150): 50 alone, 50 shared, 50 alone
+    ts, ends = np.array([0, 50]), np.array([100, 150])
+    out = busy_by_family(ts, ends, np.array([0, 1]), 2, np.array([0]), np.array([150]))
+    assert out.tolist() == [[75, 75]]
+    # three families over one instant of 10 ns: 3 + 3 + 4 (the remainder to the largest)
+    out = busy_by_family(
+        np.array([0, 0, 0]),
+        np.array([10, 10, 10]),
+        np.array([0, 1, 2]),
+        3,
+        np.array([0]),
+        np.array([10]),
+    )
+    assert out.sum() == 10 and sorted(out[0].tolist()) == [3, 3, 4]
+
+
+def test_an_eager_real_trace_waits_on_its_host() -> None:
+    """vLLM eager on B200: the host launches one kernel at a time, so nearly all its idle is
+    the host's (host_late) and the launches' (launch); nothing is unlinked."""
+    path = SHARED_TRACES / "tracelens" / "b200-vllm-eager.json.gz"
+    if not path.exists():
+        pytest.skip("../shared/traces is not present")
+    steps = tv.summarize(tv.load(path)).steps
+    idle = {c: int(steps[f"idle_{c}_ns"].sum()) for c in CAUSES}
+    assert idle["host_late"] > 0 and idle["launch"] > 0 and idle["other"] == 0
+    assert idle["host_late"] + idle["launch"] > 0.9 * sum(idle.values())
