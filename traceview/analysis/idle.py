@@ -30,6 +30,7 @@ from traceview.analysis.intervals import I64, Union, union
 from traceview.model import Trace
 
 CAUSES = ("host_late", "launch", "sync", "dependency", "other")
+CHUNK = 1 << 18  # segments per slice when sharing busy time among families
 # calls that block the host until the device has drained (a blocking copy included)
 SYNC = re.compile(
     r"Synchronize|^(cuda|hip)Memcpy(_v\d+)?$|^(cuda|hip)Memcpy(DtoH|D2H)|^cuMemcpy(DtoH)?(_v\d+)?$"
@@ -52,28 +53,60 @@ class IdleParts:
         return out
 
 
-def _launches(trace: Trace, corr: np.ndarray) -> pl.DataFrame:
-    """The first host call linked to each correlation id in ``corr``: ``correlation``,
-    ``l0``, ``l1``, ``pid``, ``tid``."""
-    wanted = pl.Series("correlation", np.unique(corr[corr >= 0]), dtype=pl.Int64)
-    return (
-        trace.events.lazy()
-        .filter(pl.col("kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_in(wanted))
-        .select(
-            pl.col("correlation").cast(pl.Int64),
-            pl.col("ts_ns").alias("l0"),
-            (pl.col("ts_ns") + pl.col("dur_ns")).alias("l1"),
-            "pid",
-            "tid",
+@dataclass(frozen=True)
+class Calls:
+    """The trace's host calls that may submit device work: their rows in ``trace.events``
+    (runtime or driver calls with a correlation id) and those ids, read once."""
+
+    rows: I64
+    correlation: I64
+
+    @classmethod
+    def of(cls, trace: Trace) -> Calls:
+        ev = trace.events
+        kinds = ev["kind"].dtype
+        assert isinstance(kinds, pl.Enum)
+        codes = [kinds.categories.to_list().index(k) for k in ("runtime", "driver")]
+        rows = np.flatnonzero(
+            np.isin(ev["kind"].to_physical().to_numpy(), codes)
+            & ev["correlation"].is_not_null().to_numpy()
         )
-        .sort("l0")
-        .unique("correlation", keep="first")
-        .collect()
-    )
+        corr = ev["correlation"].gather(rows).to_numpy().astype(np.int64)
+        return cls(rows, corr)
 
 
-def _sync_ends(trace: Trace) -> dict[tuple[int, int], I64]:
-    """Per host thread, the sorted end times of its synchronising calls."""
+def _launches(trace: Trace, calls: Calls, wanted: I64) -> tuple[I64, I64, I64, I64]:
+    """The host calls linked to the correlation ids ``wanted``, sorted by correlation id
+    (the first call where several share one): ``correlation``, ``l0``, ``l1`` and a thread
+    key (pid, tid as one int64), as arrays. In numpy over the calls' ids, then a gather of
+    the matching rows: a trace's launches can be millions, and a polars filter over them
+    held ~150 MB more at the summary's peak."""
+    ids = np.unique(wanted[wanted >= 0])
+    none = np.zeros(0, dtype=np.int64)
+    if ids.size == 0 or calls.rows.size == 0:
+        return none, none, none, none
+    at = np.minimum(np.searchsorted(ids, calls.correlation), ids.size - 1)
+    hit = np.flatnonzero(ids[at] == calls.correlation)
+    del at
+    if hit.size == 0:
+        return none, none, none, none
+    picked = trace.events.select("ts_ns", "dur_ns", "pid", "tid")[calls.rows[hit]]
+    c = calls.correlation[hit]
+    l0 = picked["ts_ns"].to_numpy().astype(np.int64)
+    l1 = l0 + picked["dur_ns"].to_numpy()
+    pid = picked["pid"].cast(pl.Int64).fill_null(-1).to_numpy()
+    tid = picked["tid"].cast(pl.Int64).fill_null(-1).to_numpy()
+    thread = pid * (1 << 32) + tid
+    order = np.lexsort((l0, c))  # by correlation, then the earliest call first
+    c, l0, l1, thread = c[order], l0[order], l1[order], thread[order]
+    first = np.ones(c.size, dtype=bool)
+    first[1:] = c[1:] != c[:-1]
+    return c[first], l0[first], l1[first], thread[first]
+
+
+def _sync_ends(trace: Trace) -> dict[int, I64]:
+    """Per host thread (pid, tid as one int64), the sorted end times of its synchronising
+    calls."""
     calls = trace.events.lazy().filter(pl.col("kind").is_in(["runtime", "driver"]))
     names = [str(n) for n in calls.select(pl.col("name").unique()).collect()["name"].to_list()]
     sync = [n for n in names if SYNC.search(n)]
@@ -81,47 +114,114 @@ def _sync_ends(trace: Trace) -> dict[tuple[int, int], I64]:
         return {}
     ends = (
         calls.filter(pl.col("name").cast(pl.String).is_in(sync))
-        .select("pid", "tid", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
+        .select(
+            (
+                pl.col("pid").cast(pl.Int64).fill_null(-1) * (1 << 32)
+                + pl.col("tid").cast(pl.Int64).fill_null(-1)
+            ).alias("thread"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"),
+        )
         .collect()
-        .sort("pid", "tid", "end")
+        .sort("thread", "end")
     )
     return {
-        (int(pid), int(tid)): g["end"].to_numpy().astype(np.int64)
-        for (pid, tid), g in ends.group_by(["pid", "tid"], maintain_order=True)
-        if pid is not None and tid is not None
+        int(thread): g["end"].to_numpy().astype(np.int64)
+        for (thread,), g in ends.group_by(["thread"], maintain_order=True)
     }
+
+
+GAP_CHUNK = 1 << 18  # idle intervals split at a time: the arrays per gap stay bounded
 
 
 def idle_parts(trace: Trace, ts: I64, correlation: np.ndarray, u: Union) -> IdleParts:
     """Every idle interval of the union ``u`` split by cause (the module docstring).
     ``ts`` and ``correlation`` are the device's activity in time order (correlation -1
-    where there is none)."""
-    i0, i1 = u.gap_starts.astype(np.int64), u.gap_ends.astype(np.int64)
+    where there is none). The intervals are split :data:`GAP_CHUNK` at a time."""
+    ends, calls = _sync_ends(trace), Calls.of(trace)
+    chunks = [
+        _split(
+            trace,
+            calls,
+            ts,
+            correlation,
+            u.gap_starts[c0 : c0 + GAP_CHUNK],
+            u.gap_ends[c0 : c0 + GAP_CHUNK],
+            ends,
+        )
+        for c0 in range(0, max(u.gap_starts.size, 1), GAP_CHUNK)
+    ]
+    return IdleParts(
+        {
+            cause: (
+                np.concatenate([c[cause][0] for c in chunks]),
+                np.concatenate([c[cause][1] for c in chunks]),
+            )
+            for cause in CAUSES
+        }
+    )
+
+
+def idle_per_window(
+    trace: Trace, ts: I64, correlation: np.ndarray, u: Union, lo: I64, hi: I64
+) -> dict[str, I64]:
+    """Per cause, its idle time inside each window ``[lo[i], hi[i])`` (ns): what
+    :func:`idle_parts` gives, :meth:`IdleParts.per_window`, without holding every part at
+    once (the intervals are split and added up :data:`GAP_CHUNK` at a time)."""
+    ends, calls = _sync_ends(trace), Calls.of(trace)
+    out = {cause: np.zeros(lo.size, dtype=np.int64) for cause in CAUSES}
+    for c0 in range(0, u.gap_starts.size, GAP_CHUNK):
+        parts = _split(
+            trace,
+            calls,
+            ts,
+            correlation,
+            u.gap_starts[c0 : c0 + GAP_CHUNK],
+            u.gap_ends[c0 : c0 + GAP_CHUNK],
+            ends,
+        )
+        for cause, (s, e) in parts.items():
+            if s.size:
+                out[cause] += Union(s, e).clipped_lengths(lo, hi)
+    return out
+
+
+def _split(
+    trace: Trace,
+    calls: Calls,
+    ts: I64,
+    correlation: np.ndarray,
+    gap_starts: I64,
+    gap_ends: I64,
+    ends: dict[int, I64],
+) -> dict[str, tuple[I64, I64]]:
+    """One slice of idle intervals split by cause (see :func:`idle_parts`)."""
+    i0, i1 = gap_starts.astype(np.int64), gap_ends.astype(np.int64)
     empty = np.zeros(0, dtype=np.int64)
     if i0.size == 0:
-        return IdleParts(dict.fromkeys(CAUSES, (empty, empty)))
-    # the activity that ends each gap: the first to start at its end
+        return dict.fromkeys(CAUSES, (empty, empty))
+    # the activity that ends each gap: the first to start at its end, and its host call
     corr = correlation[np.searchsorted(ts, i1, side="left")]
-    launches = _launches(trace, corr)
-    by_corr = pl.DataFrame({"correlation": corr}).join(
-        launches, on="correlation", how="left", maintain_order="left"
-    )
-    l0 = by_corr["l0"].fill_null(-1).to_numpy()
-    l1 = by_corr["l1"].fill_null(-1).to_numpy()
-    linked = by_corr["l0"].is_not_null().to_numpy()
+    c_corr, c_l0, c_l1, c_thread = _launches(trace, calls, corr)
+    at = np.searchsorted(c_corr, corr)
+    at_ok = np.minimum(at, max(c_corr.size - 1, 0))
+    linked = (at < c_corr.size) & (corr >= 0)
+    if c_corr.size:
+        linked &= c_corr[at_ok] == corr
+    del at
+    l0 = np.where(linked, c_l0[at_ok] if c_corr.size else -1, -1)
+    l1 = np.where(linked, c_l1[at_ok] if c_corr.size else -1, -1)
     # a synchronising call on the launching thread that ended inside [i0, L0]
     synced = np.zeros(i0.size, dtype=bool)
-    ends = _sync_ends(trace)
     if ends:
-        pid = by_corr["pid"].fill_null(-1).to_numpy()
-        tid = by_corr["tid"].fill_null(-1).to_numpy()
-        for (p, t), e in ends.items():
-            mine = np.flatnonzero(linked & (pid == p) & (tid == t))
+        thread = np.where(linked, c_thread[at_ok], -1)
+        for key, e in ends.items():
+            mine = np.flatnonzero(linked & (thread == key))
             if mine.size == 0:
                 continue
             last = np.searchsorted(e, l0[mine], side="right") - 1
             ok = last >= 0
             synced[mine[ok]] = e[last[ok]] >= i0[mine[ok]]
+    del c_corr, c_l0, c_l1, c_thread, at_ok
     late = linked & (l1 > i0)
     cut = np.minimum(np.where(late, l1, i0), i1)
     parts = {
@@ -135,7 +235,7 @@ def idle_parts(trace: Trace, ts: I64, correlation: np.ndarray, u: Union) -> Idle
     for cause, (sel, a, b) in parts.items():
         keep = sel & (a < b)
         out[cause] = (a[keep].astype(np.int64), b[keep].astype(np.int64))
-    return IdleParts(out)
+    return out
 
 
 def busy_by_family(
@@ -145,33 +245,50 @@ def busy_by_family(
     each instant is shared equally among the families running then, so a window's families
     add up to its busy time exactly (ns, int64; the rounding remainder goes to the window's
     largest family). Shape: (windows, families)."""
-    bounds = np.unique(np.concatenate((ts, ends, lo, hi)))
-    if bounds.size < 2:
-        return np.zeros((lo.size, families), dtype=np.int64)
-    seg_len = np.diff(bounds)
-    seg_lo = bounds[:-1]
-    del bounds
     present = [f for f in range(families) if (codes == f).any()]
-
-    def running(f: int) -> np.ndarray:
-        mine = codes == f
-        starts, stops = np.sort(ts[mine]), np.sort(ends[mine])
-        count = np.searchsorted(starts, seg_lo, side="right")
-        count -= np.searchsorted(stops, seg_lo, side="right")
-        return count > 0
-
-    n = np.zeros(seg_lo.size, dtype=np.int16)  # families running in each segment
-    for f in present:
-        n += running(f)
-    share = seg_len / np.maximum(n, 1)
-    window = np.searchsorted(lo, seg_lo, side="right") - 1
-    inside = (window >= 0) & (seg_lo < hi[np.clip(window, 0, None)]) & (n > 0)
+    # per family its kernels' starts and ends, sorted: how many run at a time is a count
+    sorted_by_family = {f: (ts[codes == f], np.sort(ends[codes == f])) for f in present}
+    if not bool(np.all(ts[1:] >= ts[:-1])):  # kernels come in time order; sort if not
+        sorted_by_family = {f: (np.sort(a), b) for f, (a, b) in sorted_by_family.items()}
+    points = np.sort(np.concatenate((lo, hi)))
     out = np.zeros((lo.size, families), dtype=np.float64)
-    for f in present:
-        sel = inside & running(f)
-        out[:, f] = np.bincount(window[sel], weights=share[sel], minlength=lo.size)
-    busy = np.bincount(window[inside], weights=seg_len[inside], minlength=lo.size)
-    busy = np.rint(busy).astype(np.int64)
+    busy_f = np.zeros(lo.size, dtype=np.float64)
+    first, last = int(min(ts.min(initial=lo.min()), lo.min())), int(max(ends.max(), hi.max()))
+    # time slices of about CHUNK kernels each: the segment bounds of one slice at a time
+    cuts = [first, *np.sort(ts[CHUNK::CHUNK]).tolist(), last]
+    for t_a, t_b in zip(cuts[:-1], cuts[1:], strict=True):
+        if t_b <= t_a:
+            continue
+        bounds = np.unique(
+            np.concatenate(
+                (
+                    [t_a, t_b],
+                    ts[np.searchsorted(ts, t_a) : np.searchsorted(ts, t_b)],
+                    *(
+                        stops[np.searchsorted(stops, t_a) : np.searchsorted(stops, t_b)]
+                        for _, stops in sorted_by_family.values()
+                    ),
+                    points[np.searchsorted(points, t_a) : np.searchsorted(points, t_b)],
+                )
+            )
+        )
+        seg_len = np.diff(bounds)
+        seg_lo = bounds[:-1]
+        running = {}
+        n = np.zeros(seg_lo.size, dtype=np.int16)  # families running in each segment
+        for f, (starts, stops) in sorted_by_family.items():
+            count = np.searchsorted(starts, seg_lo, side="right")
+            count -= np.searchsorted(stops, seg_lo, side="right")
+            running[f] = count > 0
+            n += running[f]
+        window = np.searchsorted(lo, seg_lo, side="right") - 1
+        inside = (window >= 0) & (seg_lo < hi[np.clip(window, 0, None)]) & (n > 0)
+        share = seg_len / np.maximum(n, 1)
+        for f, on in running.items():
+            sel = inside & on
+            out[:, f] += np.bincount(window[sel], weights=share[sel], minlength=lo.size)
+        busy_f += np.bincount(window[inside], weights=seg_len[inside], minlength=lo.size)
+    busy = np.rint(busy_f).astype(np.int64)
     whole = np.floor(out).astype(np.int64)
     rest = busy - whole.sum(axis=1)
     whole[np.arange(lo.size), np.argmax(out, axis=1)] += rest

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
+from traceview._io import release_free_memory
 from traceview.analysis.annotations import (
     RECORD_COLUMNS,
     STEP_ANNOTATION,
@@ -43,7 +44,7 @@ from traceview.analysis.annotations import (
 from traceview.analysis.capture_regions import capture_regions
 from traceview.analysis.document import Activity, StepFinding
 from traceview.analysis.families import Rules, family_codes, load_rules
-from traceview.analysis.idle import CAUSES, idle_parts
+from traceview.analysis.idle import CAUSES, idle_per_window
 from traceview.analysis.intervals import I64, Union, union
 from traceview.analysis.shapes import shape_families, shape_tokens
 from traceview.analysis.step_candidates import (
@@ -305,7 +306,9 @@ def with_time_breakdown(
     lo = table["start_ns"].to_numpy().astype(np.int64, copy=False)
     hi = table["end_ns"].to_numpy().astype(np.int64, copy=False)
     corr = k.frame["correlation"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
-    idle = idle_parts(trace, k.ts, corr, u).per_window(lo, hi)
+    idle = idle_per_window(trace, k.ts, corr, u, lo, hi)
+    del corr
+    release_free_memory()
     return table.with_columns(
         pl.Series("busy_ns", u.clipped_lengths(lo, hi).astype(np.int64)),
         *[pl.Series(f"idle_{cause}_ns", idle[cause].astype(np.int64)) for cause in CAUSES],
@@ -411,6 +414,10 @@ def find_steps(
     table, phases, disagree = _assemble(
         trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts
     )
+    method, layers, detail = c.method, c.layers, c.detail
+    annotation_steps, disagreements = chosen.annotation_steps, chosen.disagreements
+    del bursts, annotations, idle, chosen, c  # the candidates, before the breakdown's arrays
+    release_free_memory()
     table = with_time_breakdown(table, trace, k, u)
     warnings.extend(
         f"step kinds: the annotations state decode-only batches, but the {what} show prompt "
@@ -422,12 +429,12 @@ def find_steps(
         kernels=mine.with_columns(family.series()),
         table=table,
         phases=phases,
-        method=c.method,
-        marker=", ".join(rules.step_marker) if c.method != "idle" else None,
-        layers=c.layers,
-        detail=c.detail,
-        annotation_steps=chosen.annotation_steps,
-        disagreements=chosen.disagreements,
+        method=method,
+        marker=", ".join(rules.step_marker) if method != "idle" else None,
+        layers=layers,
+        detail=detail,
+        annotation_steps=annotation_steps,
+        disagreements=disagreements,
         warnings=warnings,
         union=u,
         totals=family.totals(k.dur),
