@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from traceview.analysis.intervals import I64, Union, union
+from traceview.analysis.intervals import I64, Union
 from traceview.model import Trace
 
 CAUSES = ("host_late", "launch", "sync", "dependency", "other")
@@ -35,22 +35,6 @@ CHUNK = 1 << 18  # segments per slice when sharing busy time among families
 SYNC = re.compile(
     r"Synchronize|^(cuda|hip)Memcpy(_v\d+)?$|^(cuda|hip)Memcpy(DtoH|D2H)|^cuMemcpy(DtoH)?(_v\d+)?$"
 )
-
-
-@dataclass(frozen=True)
-class IdleParts:
-    """Per cause, its disjoint intervals ``(starts, ends)`` in ns, in time order."""
-
-    parts: dict[str, tuple[I64, I64]]
-
-    def per_window(self, lo: I64, hi: I64) -> dict[str, I64]:
-        """Per cause, its length inside each window ``[lo[i], hi[i])`` (ns)."""
-        out = {}
-        for cause, (s, e) in self.parts.items():
-            out[cause] = (
-                union(s, e).clipped_lengths(lo, hi) if s.size else np.zeros(lo.size, dtype=np.int64)
-            )
-        return out
 
 
 @dataclass(frozen=True)
@@ -133,40 +117,13 @@ def _sync_ends(trace: Trace) -> dict[int, I64]:
 GAP_CHUNK = 1 << 18  # idle intervals split at a time: the arrays per gap stay bounded
 
 
-def idle_parts(trace: Trace, ts: I64, correlation: np.ndarray, u: Union) -> IdleParts:
-    """Every idle interval of the union ``u`` split by cause (the module docstring).
-    ``ts`` and ``correlation`` are the device's activity in time order (correlation -1
-    where there is none). The intervals are split :data:`GAP_CHUNK` at a time."""
-    ends, calls = _sync_ends(trace), Calls.of(trace)
-    chunks = [
-        _split(
-            trace,
-            calls,
-            ts,
-            correlation,
-            u.gap_starts[c0 : c0 + GAP_CHUNK],
-            u.gap_ends[c0 : c0 + GAP_CHUNK],
-            ends,
-        )
-        for c0 in range(0, max(u.gap_starts.size, 1), GAP_CHUNK)
-    ]
-    return IdleParts(
-        {
-            cause: (
-                np.concatenate([c[cause][0] for c in chunks]),
-                np.concatenate([c[cause][1] for c in chunks]),
-            )
-            for cause in CAUSES
-        }
-    )
-
-
 def idle_per_window(
     trace: Trace, ts: I64, correlation: np.ndarray, u: Union, lo: I64, hi: I64
 ) -> dict[str, I64]:
-    """Per cause, its idle time inside each window ``[lo[i], hi[i])`` (ns): what
-    :func:`idle_parts` gives, :meth:`IdleParts.per_window`, without holding every part at
-    once (the intervals are split and added up :data:`GAP_CHUNK` at a time)."""
+    """Per cause, its idle time inside each window ``[lo[i], hi[i])`` (ns), the union's
+    idle intervals split by cause (the module docstring). ``ts`` and ``correlation`` are
+    the device's activity in time order (correlation -1 where there is none). The intervals
+    are split and added up :data:`GAP_CHUNK` at a time, never all held at once."""
     ends, calls = _sync_ends(trace), Calls.of(trace)
     out = {cause: np.zeros(lo.size, dtype=np.int64) for cause in CAUSES}
     for c0 in range(0, u.gap_starts.size, GAP_CHUNK):
@@ -194,7 +151,8 @@ def _split(
     gap_ends: I64,
     ends: dict[int, I64],
 ) -> dict[str, tuple[I64, I64]]:
-    """One slice of idle intervals split by cause (see :func:`idle_parts`)."""
+    """One slice of idle intervals split by cause, as disjoint intervals per cause in time
+    order (see :func:`idle_per_window`)."""
     i0, i1 = gap_starts.astype(np.int64), gap_ends.astype(np.int64)
     empty = np.zeros(0, dtype=np.int64)
     if i0.size == 0:
