@@ -94,3 +94,18 @@ def test_an_eager_real_trace_waits_on_its_host() -> None:
     idle = {c: int(steps[f"idle_{c}_ns"].sum()) for c in CAUSES}
     assert idle["host_late"] > 0 and idle["launch"] > 0 and idle["other"] == 0
     assert idle["host_late"] + idle["launch"] > 0.9 * sum(idle.values())
+
+
+@pytest.mark.parametrize("name", ["hybrid_chunked", "dense_sglang", "hybrid_tight"])
+def test_what_filled_the_widest_gaps_adds_up_to_their_span(name: str) -> None:
+    """Each population's widest gaps: busy by family plus idle by cause is their merged
+    span exactly, and the busy share is the summary's own in_widest_gaps (planted-truth
+    tested in test_analysis.py) for the population it is taken over."""
+    doc = tv.summarize(tv.load(GENERATED / f"{name}.json.gz")).to_dict()
+    for g in doc["decode_gaps"]:
+        w = g["widest"]
+        assert w is not None and w["gaps"] >= 1
+        assert w["busy_ns"] + sum(w["idle_ns"].values()) == w["span_ns"]
+        assert sum(w["busy_by_family"].values()) == w["busy_ns"]
+    every = doc["decode_gaps"][0]["widest"]
+    assert every["busy_ns"] / every["span_ns"] == pytest.approx(doc["busy"]["in_widest_gaps"])

@@ -129,6 +129,18 @@ class Work(TypedDict):
     prefill_growth: list[PrefillGrowth]
 
 
+class GapFill(TypedDict):
+    """What filled a population's widest gaps (at or above its p99): their merged span,
+    its busy time by family (shared equally where families overlap) and its idle time by
+    cause (docs/metrics.md)."""
+
+    gaps: int
+    span_ns: int
+    busy_ns: int
+    busy_by_family: dict[str, int]
+    idle_ns: dict[str, int]
+
+
 class GapStats(TypedDict):
     """Decode gaps of one population (all, decode, mixed) between ``family`` markers."""
 
@@ -140,6 +152,7 @@ class GapStats(TypedDict):
     p90_ns: int | None
     p99_ns: int | None
     max_ns: int | None
+    widest: GapFill | None  # what filled the gaps at or above p99; None without gaps
 
 
 class Busy(TypedDict):

@@ -215,7 +215,8 @@ def busy_by_family(
     # time slices of about CHUNK kernels each: the segment bounds of one slice at a time
     cuts = [first, *np.sort(ts[CHUNK::CHUNK]).tolist(), last]
     for t_a, t_b in zip(cuts[:-1], cuts[1:], strict=True):
-        if t_b <= t_a:
+        # a slice that no window reaches adds nothing
+        if t_b <= t_a or np.searchsorted(lo, t_b) == np.searchsorted(hi, t_a, side="right"):
             continue
         bounds = np.unique(
             np.concatenate(
@@ -251,3 +252,26 @@ def busy_by_family(
     rest = busy - whole.sum(axis=1)
     whole[np.arange(lo.size), np.argmax(out, axis=1)] += rest
     return whole
+
+
+def idle_in_windows(
+    trace: Trace, ts: I64, correlation: np.ndarray, u: Union, lo: I64, hi: I64
+) -> dict[str, int]:
+    """Per cause, its idle time inside the disjoint windows ``[lo[i], hi[i])`` (in order),
+    added up: only the union's idle intervals that reach a window are split."""
+    starts, ends = u.gap_starts, u.gap_ends
+    # a gap [s, e) reaches the first window ending after s, if that window starts before e
+    j = np.searchsorted(hi, starts, side="right")
+    reach = j < lo.size
+    reach[reach] = lo[j[reach]] < ends[reach]
+    gaps = np.flatnonzero(reach)
+    out = dict.fromkeys(CAUSES, 0)
+    if gaps.size == 0:
+        return out
+    parts = _split(
+        trace, Calls.of(trace), ts, correlation, starts[gaps], ends[gaps], _sync_ends(trace)
+    )
+    for cause, (s, e) in parts.items():
+        if s.size:
+            out[cause] = int(Union(s, e).clipped_lengths(lo, hi).sum())
+    return out

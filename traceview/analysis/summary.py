@@ -16,6 +16,8 @@ from traceview.analysis.busy import busy_document
 from traceview.analysis.document import (
     SUMMARY_SCHEMA,
     FamilyRow,
+    GapFill,
+    GapStats,
     GrowthMeasure,
     Phase,
     PhaseWork,
@@ -29,8 +31,8 @@ from traceview.analysis.document import (
 from traceview.analysis.families import Rules, family_rows, load_rules
 from traceview.analysis.figures import DECODING, KINDS, decoding_cadence, kind_cadence
 from traceview.analysis.gaps import gap_table, summarize_gaps
-from traceview.analysis.idle import CAUSES, busy_by_family
-from traceview.analysis.intervals import union
+from traceview.analysis.idle import CAUSES, busy_by_family, idle_in_windows
+from traceview.analysis.intervals import merge_windows, union
 from traceview.analysis.names import short_name
 from traceview.analysis.precision import line_ends, sig, sig_or_none
 from traceview.analysis.stats import mean, percentiles
@@ -199,6 +201,8 @@ def build(rules: Rules, result: StepResult) -> Summary:
             f"decode gaps: p99 rests on fewer than {SMALL_N} samples ({', '.join(small)}); "
             "it is close to the maximum"
         )
+    for g in gap_stats:
+        g["widest"] = gap_fill(result, gaps, g)
     p99_all = gap_stats[0]["p99_ns"]
     assert result.union is not None
     start_ns, end_ns = int(result.union.starts[0]), int(result.union.ends[-1])
@@ -273,6 +277,40 @@ def verdict(span_ns: int, busy_ns: int, idle: dict[str, int]) -> str:
     if span_ns > 0 and busy_ns >= DEVICE_BOUND * span_ns:
         return "device-bound"
     return "balanced"
+
+
+def gap_fill(result: StepResult, gaps: pl.DataFrame, stats: GapStats) -> GapFill | None:
+    """What filled one population's widest gaps (at or above its p99, overlaps aside): the
+    merged windows' span, busy time by family and idle time by cause."""
+    p99 = stats["p99_ns"]
+    if p99 is None:
+        return None
+    sel = gaps.filter(~pl.col("overlap") & (pl.col("gap_ns") >= p99))
+    if stats["population"] != "all":
+        sel = sel.filter(pl.col("population") == stats["population"])
+    if sel.height == 0:
+        return None
+    w = merge_windows(sel["start_ns"].to_numpy(), sel["end_ns"].to_numpy())
+    lo, hi = w.starts, w.ends
+    k = result.kernels
+    family = k["family"]
+    assert isinstance(family.dtype, pl.Enum) and result.union is not None
+    assert result.trace is not None
+    names = [str(x) for x in family.dtype.categories.to_list()]
+    ts = k["ts_ns"].to_numpy().astype(np.int64, copy=False)
+    by_family = busy_by_family(
+        ts, ts + k["dur_ns"].to_numpy(), family.to_physical().to_numpy(), len(names), lo, hi
+    ).sum(axis=0)
+    corr = k["correlation"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
+    idle = idle_in_windows(result.trace, ts, corr, result.union, lo, hi)
+    fams = {names[f]: int(v) for f, v in enumerate(by_family) if v}
+    return {
+        "gaps": sel.height,
+        "span_ns": int((hi - lo).sum()),
+        "busy_ns": int(by_family.sum()),
+        "busy_by_family": dict(sorted(fams.items(), key=lambda x: (-x[1], x[0]))),
+        "idle_ns": idle,
+    }
 
 
 def time_breakdown(

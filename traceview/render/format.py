@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, cast
 
-from traceview.analysis.document import Percentiles, StepFacts, SummaryDocument
+from traceview.analysis.document import GapFill, Percentiles, StepFacts, SummaryDocument
 from traceview.analysis.names import short_name
 
 if TYPE_CHECKING:
@@ -113,3 +113,16 @@ def diff_rows(d: Diff, limit: int) -> list[DiffRow]:
         + [r for r in rest if r["role"] == "rate"]
         + [r for r in rest if r["role"] == "workload"]
     )
+
+
+def widest_line(fill: GapFill) -> str:
+    """What filled the widest gaps, in one line: "97% busy: linear_attention.prefill 61%,
+    gemm 30%; idle 3%: launch 3%" (shares of their span; the largest two families and
+    causes)."""
+    span = fill["span_ns"] or 1
+    fams = ", ".join(f"{f} {v / span:.0%}" for f, v in list(fill["busy_by_family"].items())[:2])
+    idle = sorted(((v, c) for c, v in fill["idle_ns"].items() if v), reverse=True)[:2]
+    causes = ", ".join(f"{c} {v / span:.0%}" for v, c in idle)
+    busy = f"{fill['busy_ns'] / span:.0%} busy" + (f": {fams}" if fams else "")
+    idle_ns = span - fill["busy_ns"] if fill["span_ns"] else 0
+    return busy + f"; idle {idle_ns / span:.0%}" + (f": {causes}" if causes else "")

@@ -30,6 +30,7 @@ from traceview.render.format import (
     fmt_value,
     gap_title,
     phase_rows,
+    widest_line,
 )
 from traceview.render.safe import terminal
 
@@ -193,6 +194,16 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
             fmt_ns(g["max_ns"]),
         )
     out.print(gaps)
+    for g in doc["decode_gaps"]:
+        if g["widest"] is not None:
+            out.print(
+                Text(
+                    terminal(
+                        f"widest {g['population']} gaps (≥ p99, n={g['widest']['gaps']}): "
+                        + widest_line(g["widest"])
+                    )
+                )
+            )
 
 
 def render_time_breakdown(doc: SummaryDocument, out: Console) -> None:
