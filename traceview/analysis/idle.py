@@ -196,18 +196,48 @@ def _split(
     return out
 
 
+@dataclass(frozen=True)
+class FamilyActivity:
+    """The device's activity by family, prepared once for :meth:`busy_by_family`: its
+    starts (in time order) and ends, and per family its kernels' sorted starts and ends
+    (how many of a family run at an instant is then a count)."""
+
+    ts: I64
+    ends: I64
+    families: int
+    by_family: dict[int, tuple[I64, I64]]
+
+    @classmethod
+    def of(cls, ts: I64, ends: I64, codes: np.ndarray, families: int) -> FamilyActivity:
+        order = None if bool(np.all(ts[1:] >= ts[:-1])) else np.argsort(ts, kind="stable")
+        if order is not None:
+            ts, ends, codes = ts[order], ends[order], codes[order]
+        by_family = {
+            f: (ts[codes == f], np.sort(ends[codes == f]))
+            for f in range(families)
+            if (codes == f).any()
+        }
+        return cls(ts, ends, families, by_family)
+
+    def busy_by_family(self, lo: I64, hi: I64) -> np.ndarray:
+        """Busy time per window and family (:func:`_busy_by_family`)."""
+        return _busy_by_family(self, lo, hi)
+
+
 def busy_by_family(
     ts: I64, ends: I64, codes: np.ndarray, families: int, lo: I64, hi: I64
 ) -> np.ndarray:
+    """:meth:`FamilyActivity.busy_by_family` of the given activity."""
+    return FamilyActivity.of(ts, ends, codes, families).busy_by_family(lo, hi)
+
+
+def _busy_by_family(activity: FamilyActivity, lo: I64, hi: I64) -> np.ndarray:
     """Busy time per window ``[lo[i], hi[i])`` (disjoint, in order) and family code, where
     each instant is shared equally among the families running then, so a window's families
     add up to its busy time exactly (ns, int64; the rounding remainder goes to the window's
     largest family). Shape: (windows, families)."""
-    present = [f for f in range(families) if (codes == f).any()]
-    # per family its kernels' starts and ends, sorted: how many run at a time is a count
-    sorted_by_family = {f: (ts[codes == f], np.sort(ends[codes == f])) for f in present}
-    if not bool(np.all(ts[1:] >= ts[:-1])):  # kernels come in time order; sort if not
-        sorted_by_family = {f: (np.sort(a), b) for f, (a, b) in sorted_by_family.items()}
+    ts, ends, families = activity.ts, activity.ends, activity.families
+    sorted_by_family = activity.by_family
     points = np.sort(np.concatenate((lo, hi)))
     out = np.zeros((lo.size, families), dtype=np.float64)
     busy_f = np.zeros(lo.size, dtype=np.float64)
@@ -254,11 +284,31 @@ def busy_by_family(
     return whole
 
 
+@dataclass(frozen=True)
+class HostCalls:
+    """What the split reads from the host, once per trace: the submitting calls and, per
+    thread, the synchronising calls' ends."""
+
+    calls: Calls
+    sync_ends: dict[int, I64]
+
+    @classmethod
+    def of(cls, trace: Trace) -> HostCalls:
+        return cls(Calls.of(trace), _sync_ends(trace))
+
+
 def idle_in_windows(
-    trace: Trace, ts: I64, correlation: np.ndarray, u: Union, lo: I64, hi: I64
+    trace: Trace,
+    ts: I64,
+    correlation: np.ndarray,
+    u: Union,
+    lo: I64,
+    hi: I64,
+    host: HostCalls | None = None,
 ) -> dict[str, int]:
     """Per cause, its idle time inside the disjoint windows ``[lo[i], hi[i])`` (in order),
-    added up: only the union's idle intervals that reach a window are split."""
+    added up: only the union's idle intervals that reach a window are split. ``host``: the
+    trace's host calls, where the caller has read them already."""
     starts, ends = u.gap_starts, u.gap_ends
     # a gap [s, e) reaches the first window ending after s, if that window starts before e
     j = np.searchsorted(hi, starts, side="right")
@@ -268,9 +318,8 @@ def idle_in_windows(
     out = dict.fromkeys(CAUSES, 0)
     if gaps.size == 0:
         return out
-    parts = _split(
-        trace, Calls.of(trace), ts, correlation, starts[gaps], ends[gaps], _sync_ends(trace)
-    )
+    host = host or HostCalls.of(trace)
+    parts = _split(trace, host.calls, ts, correlation, starts[gaps], ends[gaps], host.sync_ends)
     for cause, (s, e) in parts.items():
         if s.size:
             out[cause] = int(Union(s, e).clipped_lengths(lo, hi).sum())

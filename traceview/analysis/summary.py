@@ -31,7 +31,7 @@ from traceview.analysis.document import (
 from traceview.analysis.families import Rules, family_rows, load_rules
 from traceview.analysis.figures import DECODING, KINDS, decoding_cadence, kind_cadence
 from traceview.analysis.gaps import gap_table, summarize_gaps
-from traceview.analysis.idle import CAUSES, busy_by_family, idle_in_windows
+from traceview.analysis.idle import CAUSES, FamilyActivity, HostCalls, idle_in_windows
 from traceview.analysis.intervals import merge_windows, union
 from traceview.analysis.names import short_name
 from traceview.analysis.precision import line_ends, sig, sig_or_none
@@ -201,8 +201,12 @@ def build(rules: Rules, result: StepResult) -> Summary:
             f"decode gaps: p99 rests on fewer than {SMALL_N} samples ({', '.join(small)}); "
             "it is close to the maximum"
         )
+    shares = family_activity(k)
+    host = HostCalls.of(trace) if any(g["p99_ns"] is not None for g in gap_stats) else None
     for g in gap_stats:
-        g["widest"] = gap_fill(result, gaps, g)
+        g["widest"] = None if host is None else gap_fill(result, gaps, g, shares, host)
+    del host  # the host calls' arrays, before the phases' breakdown
+    release_free_memory()
     p99_all = gap_stats[0]["p99_ns"]
     assert result.union is not None
     start_ns, end_ns = int(result.union.starts[0]), int(result.union.ends[-1])
@@ -243,7 +247,7 @@ def build(rules: Rules, result: StepResult) -> Summary:
         "decode_marker_source": None if marker is None else marker.source,
         "decode_marker_kernels": [] if marker is None else list(marker.names),
         "busy": busy_document(result.union, result.device, gaps, p99_all),
-        "time_breakdown": time_breakdown(table, phases, k),
+        "time_breakdown": time_breakdown(table, phases, k, shares),
         "capture": {"regions": result.capture_regions, "kernels": result.capture_kernels},
         "warnings": warnings,
     }
@@ -279,7 +283,26 @@ def verdict(span_ns: int, busy_ns: int, idle: dict[str, int]) -> str:
     return "balanced"
 
 
-def gap_fill(result: StepResult, gaps: pl.DataFrame, stats: GapStats) -> GapFill | None:
+def family_activity(kernels: pl.DataFrame) -> FamilyActivity:
+    """The device's kernels by family, prepared once for the busy-by-family shares."""
+    family = kernels["family"]
+    assert isinstance(family.dtype, pl.Enum)
+    ts = kernels["ts_ns"].to_numpy().astype(np.int64, copy=False)
+    return FamilyActivity.of(
+        ts,
+        ts + kernels["dur_ns"].to_numpy(),
+        family.to_physical().to_numpy(),
+        len(family.dtype.categories),
+    )
+
+
+def gap_fill(
+    result: StepResult,
+    gaps: pl.DataFrame,
+    stats: GapStats,
+    activity: FamilyActivity,
+    host: HostCalls,
+) -> GapFill | None:
     """What filled one population's widest gaps (at or above its p99, overlaps aside): the
     merged windows' span, busy time by family and idle time by cause."""
     p99 = stats["p99_ns"]
@@ -298,11 +321,9 @@ def gap_fill(result: StepResult, gaps: pl.DataFrame, stats: GapStats) -> GapFill
     assert result.trace is not None
     names = [str(x) for x in family.dtype.categories.to_list()]
     ts = k["ts_ns"].to_numpy().astype(np.int64, copy=False)
-    by_family = busy_by_family(
-        ts, ts + k["dur_ns"].to_numpy(), family.to_physical().to_numpy(), len(names), lo, hi
-    ).sum(axis=0)
+    by_family = activity.busy_by_family(lo, hi).sum(axis=0)
     corr = k["correlation"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
-    idle = idle_in_windows(result.trace, ts, corr, result.union, lo, hi)
+    idle = idle_in_windows(result.trace, ts, corr, result.union, lo, hi, host)
     fams = {names[f]: int(v) for f, v in enumerate(by_family) if v}
     return {
         "gaps": sel.height,
@@ -314,7 +335,7 @@ def gap_fill(result: StepResult, gaps: pl.DataFrame, stats: GapStats) -> GapFill
 
 
 def time_breakdown(
-    table: pl.DataFrame, phases: list[Phase], kernels: pl.DataFrame
+    table: pl.DataFrame, phases: list[Phase], kernels: pl.DataFrame, activity: FamilyActivity
 ) -> list[TimeBreakdown]:
     """Per phase: its span, busy time by family (each instant shared equally among the
     families running then) and idle time by cause, summed from its steps, and the verdict."""
@@ -324,12 +345,9 @@ def time_breakdown(
     family = kernels["family"]
     assert isinstance(family.dtype, pl.Enum)
     names = [str(x) for x in family.dtype.categories.to_list()]
-    ts = kernels["ts_ns"].to_numpy().astype(np.int64, copy=False)
     lo = np.array([p["start_ns"] for p in phases], dtype=np.int64)
     hi = np.array([p["end_ns"] for p in phases], dtype=np.int64)
-    by_family = busy_by_family(
-        ts, ts + kernels["dur_ns"].to_numpy(), family.to_physical().to_numpy(), len(names), lo, hi
-    )
+    by_family = activity.busy_by_family(lo, hi)
     out: list[TimeBreakdown] = []
     for i, p in enumerate(phases):
         steps = table.slice(p["first_step"], p["steps"])
