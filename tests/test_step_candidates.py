@@ -8,7 +8,7 @@ import pytest
 from conftest import GENERATED, truth
 
 import traceview as tv
-from traceview.analysis.annotations import parse, record, stated_prompt_work
+from traceview.analysis.annotations import parse, record, stated_composition
 from traceview.analysis.families import family_codes, load_rules
 from traceview.analysis.intervals import union
 from traceview.analysis.step_candidates import (
@@ -64,7 +64,7 @@ def test_annotation_names_state_the_batch(name: str, fields: dict, prompt: bool 
     rec = record([name])
     for key, value in fields.items():
         assert rec[key] == value, key
-    assert stated_prompt_work(rec) is prompt
+    assert stated_composition(rec)[0] is prompt  # what the record says of prompt work
 
 
 def test_nested_annotations_merge_first_statement_wins() -> None:

@@ -147,12 +147,6 @@ def stated_composition(rec: StepRecord) -> tuple[bool | None, bool | None]:
     return None, None
 
 
-def stated_prompt_work(rec: StepRecord) -> bool | None:
-    """Whether the step carried prompt work, as far as its record states the batch's
-    composition (the first half of :func:`stated_composition`)."""
-    return stated_composition(rec)[0]
-
-
 def stated_requests(rec: StepRecord) -> int | None:
     """The step's request count, where its record states it (context plus generation
     requests, or new plus cached ones)."""

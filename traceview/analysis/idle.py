@@ -37,6 +37,13 @@ SYNC = re.compile(
 )
 
 
+# a host thread as one int64: pid in the high half, tid in the low (-1 where absent)
+THREAD_KEY = (
+    pl.col("pid").cast(pl.Int64).fill_null(-1) * (1 << 32)
+    + pl.col("tid").cast(pl.Int64).fill_null(-1)
+).alias("thread")
+
+
 @dataclass(frozen=True)
 class Calls:
     """The trace's host calls that may submit device work: their rows in ``trace.events``
@@ -74,13 +81,11 @@ def _launches(trace: Trace, calls: Calls, wanted: I64) -> tuple[I64, I64, I64, I
     del at
     if hit.size == 0:
         return none, none, none, none
-    picked = trace.events.select("ts_ns", "dur_ns", "pid", "tid")[calls.rows[hit]]
+    picked = trace.events.select("ts_ns", "dur_ns", THREAD_KEY)[calls.rows[hit]]
     c = calls.correlation[hit]
     l0 = picked["ts_ns"].to_numpy().astype(np.int64)
     l1 = l0 + picked["dur_ns"].to_numpy()
-    pid = picked["pid"].cast(pl.Int64).fill_null(-1).to_numpy()
-    tid = picked["tid"].cast(pl.Int64).fill_null(-1).to_numpy()
-    thread = pid * (1 << 32) + tid
+    thread = picked["thread"].to_numpy()
     order = np.lexsort((l0, c))  # by correlation, then the earliest call first
     c, l0, l1, thread = c[order], l0[order], l1[order], thread[order]
     first = np.ones(c.size, dtype=bool)
@@ -98,13 +103,7 @@ def _sync_ends(trace: Trace) -> dict[int, I64]:
         return {}
     ends = (
         calls.filter(pl.col("name").cast(pl.String).is_in(sync))
-        .select(
-            (
-                pl.col("pid").cast(pl.Int64).fill_null(-1) * (1 << 32)
-                + pl.col("tid").cast(pl.Int64).fill_null(-1)
-            ).alias("thread"),
-            (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"),
-        )
+        .select(THREAD_KEY, (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
         .collect()
         .sort("thread", "end")
     )
@@ -124,17 +123,16 @@ def idle_per_window(
     idle intervals split by cause (the module docstring). ``ts`` and ``correlation`` are
     the device's activity in time order (correlation -1 where there is none). The intervals
     are split and added up :data:`GAP_CHUNK` at a time, never all held at once."""
-    ends, calls = _sync_ends(trace), Calls.of(trace)
+    host = HostCalls.of(trace)
     out = {cause: np.zeros(lo.size, dtype=np.int64) for cause in CAUSES}
     for c0 in range(0, u.gap_starts.size, GAP_CHUNK):
         parts = _split(
             trace,
-            calls,
+            host,
             ts,
             correlation,
             u.gap_starts[c0 : c0 + GAP_CHUNK],
             u.gap_ends[c0 : c0 + GAP_CHUNK],
-            ends,
         )
         for cause, (s, e) in parts.items():
             if s.size:
@@ -144,12 +142,11 @@ def idle_per_window(
 
 def _split(
     trace: Trace,
-    calls: Calls,
+    host: HostCalls,
     ts: I64,
     correlation: np.ndarray,
     gap_starts: I64,
     gap_ends: I64,
-    ends: dict[int, I64],
 ) -> dict[str, tuple[I64, I64]]:
     """One slice of idle intervals split by cause, as disjoint intervals per cause in time
     order (see :func:`idle_per_window`)."""
@@ -159,7 +156,7 @@ def _split(
         return dict.fromkeys(CAUSES, (empty, empty))
     # the activity that ends each gap: the first to start at its end, and its host call
     corr = correlation[np.searchsorted(ts, i1, side="left")]
-    c_corr, c_l0, c_l1, c_thread = _launches(trace, calls, corr)
+    c_corr, c_l0, c_l1, c_thread = _launches(trace, host.calls, corr)
     at = np.searchsorted(c_corr, corr)
     at_ok = np.minimum(at, max(c_corr.size - 1, 0))
     linked = (at < c_corr.size) & (corr >= 0)
@@ -170,9 +167,9 @@ def _split(
     l1 = np.where(linked, c_l1[at_ok] if c_corr.size else -1, -1)
     # a synchronising call on the launching thread that ended inside [i0, L0]
     synced = np.zeros(i0.size, dtype=bool)
-    if ends:
+    if host.sync_ends:
         thread = np.where(linked, c_thread[at_ok], -1)
-        for key, e in ends.items():
+        for key, e in host.sync_ends.items():
             mine = np.flatnonzero(linked & (thread == key))
             if mine.size == 0:
                 continue
@@ -318,8 +315,7 @@ def idle_in_windows(
     out = dict.fromkeys(CAUSES, 0)
     if gaps.size == 0:
         return out
-    host = host or HostCalls.of(trace)
-    parts = _split(trace, host.calls, ts, correlation, starts[gaps], ends[gaps], host.sync_ends)
+    parts = _split(trace, host or HostCalls.of(trace), ts, correlation, starts[gaps], ends[gaps])
     for cause, (s, e) in parts.items():
         if s.size:
             out[cause] = int(Union(s, e).clipped_lengths(lo, hi).sum())

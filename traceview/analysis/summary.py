@@ -341,7 +341,6 @@ def time_breakdown(
     families running then) and idle time by cause, summed from its steps, and the verdict."""
     if not phases:
         return []
-    release_free_memory()  # the step finder's and the gaps' temporaries, first
     family = kernels["family"]
     assert isinstance(family.dtype, pl.Enum)
     names = [str(x) for x in family.dtype.categories.to_list()]
