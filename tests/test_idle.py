@@ -32,6 +32,26 @@ def test_every_step_splits_its_time_as_planted(planted: tuple[tv.Summary, list[d
         assert sum(row[c] for c in COLUMNS[2:]) == row["end_ns"] - row["start_ns"]
 
 
+def test_each_step_has_its_host_side_as_planted(
+    planted: tuple[tv.Summary, list[dict]],
+) -> None:
+    """The CPU step annotation's length and its lead before the first submitting call (a
+    planted scheduling time that differs per step)."""
+    summary, truth = planted
+    host = ["host_step_ns", "host_before_gpu_ns"]
+    assert summary.steps.select(host).to_dicts() == [{k: t[k] for k in host} for t in truth]
+    assert len({t["host_before_gpu_ns"] for t in truth}) > 1
+
+
+def test_steps_without_a_cpu_annotation_have_no_host_side() -> None:
+    """Bursts with no step annotation, and steps with GPU-projected annotations only:
+    null, never a made-up figure."""
+    for name in ("hybrid_tight", "hybrid_monolithic"):
+        steps = tv.summarize(tv.load(GENERATED / f"{name}.json.gz")).steps
+        for column in ("host_step_ns", "host_before_gpu_ns"):
+            assert steps[column].null_count() == steps.height
+
+
 def test_each_stretch_shows_its_cause(planted: tuple[tv.Summary, list[dict]]) -> None:
     """Inside each stretch's steps (the between-step pause aside, which is the host's):
     slow launches are host_late, held-back queued work dependency, a synchronise sync, and

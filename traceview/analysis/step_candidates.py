@@ -24,10 +24,11 @@ from typing import cast
 import numpy as np
 import polars as pl
 
-from traceview.analysis.annotations import STEP_ANNOTATION, StepRecord, record
+from traceview.analysis.annotations import StepRecord, record
 from traceview.analysis.families import FamilyCodes
 from traceview.analysis.intervals import I64, Union
 from traceview.analysis.launches import launches_within, range_holding
+from traceview.analysis.step_ranges import step_clusters, step_ranges
 from traceview.model import Trace
 
 PERIODIC_MIN_SCORE = 0.8  # share of chosen boundaries that must beat their neighbourhood
@@ -369,45 +370,6 @@ def idle_candidate(k: DeviceKernels, u: Union) -> Candidate:
 # --- annotations --------------------------------------------------------------------------
 
 
-SAME_STEP_OVERLAP = 0.5  # ranges sharing this much of the shorter one's time are one step
-
-
-def _clusters(spans: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """Step ranges (per ``by`` group) that describe one step, as one: ``a0``, ``a1`` (the
-    union's bounds) and ``names`` (the distinct names, outermost first).
-
-    Two ranges are one step when they share at least half of the shorter one's time:
-    SGLang's ``execute_…`` around its ``step[…]``, or one range projected once per stream.
-    Consecutive steps whose ranges merely touch or overlap a little (asynchronous
-    scheduling, a range projected on a slow stream) stay apart."""
-    spans = spans.sort([*by, "a0", pl.col("a1")], descending=[False] * len(by) + [False, True])
-    keys = spans.select(by).rows() if by else [()] * spans.height
-    cluster = []
-    current_key: tuple[object, ...] | None = None
-    c0 = c1 = 0
-    n = -1
-    for key, a0, a1 in zip(keys, spans["a0"].to_list(), spans["a1"].to_list(), strict=True):
-        shared = min(a1, c1) - max(a0, c0)
-        shorter = max(min(a1 - a0, c1 - c0), 1)
-        if key == current_key and n >= 0 and shared >= SAME_STEP_OVERLAP * shorter:
-            c0, c1 = min(c0, a0), max(c1, a1)
-        else:
-            n, current_key, c0, c1 = n + 1, key, a0, a1
-        cluster.append(n)
-    spans = spans.with_columns(pl.Series("_c", cluster, dtype=pl.Int64))
-    return (
-        spans.group_by([*by, "_c"])
-        .agg(
-            pl.col("a0").min(),
-            pl.col("a1").max(),
-            pl.col("name").unique(maintain_order=True).alias("names"),
-        )
-        .drop("_c")
-        .sort("a0")
-        .with_row_index("cid")
-    )
-
-
 def _launched_in(trace: Trace, k: DeviceKernels, cpu: pl.DataFrame) -> np.ndarray:
     """Per kernel, the CPU step cluster (``cpu``: ``cid``, ``pid``, ``tid``, ``a0``,
     ``a1``) its launch lies inside on the launching thread (:func:`launches_within`), by
@@ -435,7 +397,7 @@ def _launched_in(trace: Trace, k: DeviceKernels, cpu: pl.DataFrame) -> np.ndarra
 def _annotation_groups(
     trace: Trace, k: DeviceKernels, device: int
 ) -> tuple[list[list[str]], np.ndarray] | None:
-    """Per-step annotations as clusters (see :func:`_clusters`, in time order): each
+    """Per-step annotations as clusters (see :func:`step_clusters`, in time order): each
     cluster's names, and per kernel the cluster that holds it (int32, -1 for none); None if the
     trace has none linked to the device's kernels.
 
@@ -443,30 +405,15 @@ def _annotation_groups(
     take the kernels launched from inside them, through correlation ids (or, in a CPU
     capture with no launches, the activity of their own process that starts inside them).
     """
-    ev = trace.events
-    ann = ev.filter(pl.col("kind").is_in(["user_annotation", "gpu_user_annotation"]))
-    ann = ann.filter(pl.col("name").cast(pl.String).str.contains(STEP_ANNOTATION.pattern))
-    if ann.height == 0:
+    ann = step_ranges(trace)
+    if ann is None:
         return None
-    # an engine's own step ranges win over torch.profiler's iterations, which may hold many
-    # engine steps (a benchmark loop profiled as one ProfilerStep)
-    engine = ~pl.col("name").cast(pl.String).str.starts_with("ProfilerStep#")
-    if ann.select(engine.any()).item():
-        ann = ann.filter(engine)
-    ann = ann.select(
-        pl.col("name").cast(pl.String),
-        "kind",
-        "pid",
-        "tid",
-        pl.col("ts_ns").alias("a0"),
-        (pl.col("ts_ns") + pl.col("dur_ns")).alias("a1"),
-    )
     gpu = ann.filter((pl.col("kind") == "gpu_user_annotation") & (pl.col("pid") == device))
     if gpu.height:
-        clusters = _clusters(gpu.drop("kind", "pid", "tid"), [])
+        clusters = step_clusters(gpu.drop("kind", "pid", "tid"), [])
         held = range_holding(k.ts, clusters["a0"].to_numpy(), clusters["a1"].to_numpy())
     else:
-        clusters = _clusters(
+        clusters = step_clusters(
             ann.filter(pl.col("kind") == "user_annotation").drop("kind"), ["pid", "tid"]
         )
         cpu = clusters.select("cid", "pid", "tid", "a0", "a1")

@@ -44,6 +44,7 @@ from traceview.analysis.annotations import (
 from traceview.analysis.capture_regions import capture_regions
 from traceview.analysis.document import Activity, StepFinding
 from traceview.analysis.families import Rules, family_codes, load_rules
+from traceview.analysis.host_steps import with_host_columns
 from traceview.analysis.idle import CAUSES, idle_per_window
 from traceview.analysis.intervals import I64, Union, union
 from traceview.analysis.shapes import shape_families, shape_tokens
@@ -419,6 +420,7 @@ def find_steps(
     del bursts, annotations, idle, chosen, c  # the candidates, before the breakdown's arrays
     release_free_memory()
     table = with_time_breakdown(table, trace, k, u)
+    table = with_host_columns(table, trace, k)
     warnings.extend(
         f"step kinds: the annotations state decode-only batches, but the {what} show prompt "
         f"work in {n} step(s); the annotations decide (kind_source)"
@@ -481,7 +483,10 @@ def steps(
         in the step); and where the step's time went (:mod:`traceview.analysis.idle`):
         ``busy_ns`` and ``idle_host_late_ns``, ``idle_launch_ns``, ``idle_sync_ns``,
         ``idle_dependency_ns``, ``idle_other_ns`` (Int64, ns), which add up to
-        ``end_ns - start_ns`` exactly.
+        ``end_ns - start_ns`` exactly; ``host_step_ns`` and ``host_before_gpu_ns`` (Int64,
+        ns: the length of the engine's CPU step annotation that issued the step, and the
+        time from its start to the step's first submitting call; null without one, see
+        :mod:`traceview.analysis.host_steps`).
 
         A trace with no device activity is analysed through its CPU ranges, as
         :func:`traceview.summarize` does.

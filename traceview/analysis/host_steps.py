@@ -1,0 +1,93 @@
+"""The host side of each step (docs/metrics.md, "Where the step time went"): the engine's
+CPU step annotation that issued the step, its length (``host_step_ns``) and the time from
+its start to the step's first submitting call (``host_before_gpu_ns``: scheduling and
+input preparation).
+
+A step's CPU annotation is the one (after merging the ranges that describe one step, as
+the step finder does) from inside which most of the step's kernels were launched, on the
+launching thread, when that annotation also launched more of this step's kernels than of
+any other step's: one annotation never stands for two steps. Steps with no such annotation
+(GPU-projected annotations only, bursts without annotations, a CPU capture) have nulls.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from traceview.analysis.launches import timed_launches_within
+from traceview.analysis.step_candidates import DeviceKernels
+from traceview.analysis.step_ranges import step_clusters, step_ranges
+from traceview.model import Trace
+
+HOST_COLUMNS = ("host_step_ns", "host_before_gpu_ns")
+
+
+def with_host_columns(table: pl.DataFrame, trace: Trace, k: DeviceKernels) -> pl.DataFrame:
+    """The steps with ``host_step_ns`` and ``host_before_gpu_ns`` (Int64, ns; null where the
+    step has no CPU annotation of its own, see the module docstring)."""
+    host_step, before = _host_parts(table, trace, k)
+    return table.with_columns(
+        pl.Series("host_step_ns", host_step, dtype=pl.Int64),
+        pl.Series("host_before_gpu_ns", before, dtype=pl.Int64),
+    )
+
+
+def _host_parts(
+    table: pl.DataFrame, trace: Trace, k: DeviceKernels
+) -> tuple[list[int | None], list[int | None]]:
+    n = table.height
+    nulls: list[int | None] = [None] * n
+    ranges = step_ranges(trace)
+    if ranges is None or n == 0:
+        return nulls, list(nulls)
+    cpu = ranges.filter(pl.col("kind") == "user_annotation").drop("kind")
+    if cpu.height == 0:
+        return nulls, list(nulls)
+    clusters = step_clusters(cpu, ["pid", "tid"])  # row i is cluster i, in start order
+    launched, row, l0 = timed_launches_within(trace, clusters.select("pid", "tid", "a0", "a1"))
+    if launched.size == 0:
+        return nulls, list(nulls)
+    launched, first = np.unique(launched, return_index=True)  # one launch per id
+    row, l0 = row[first], l0[first]
+    del first
+    kc, known = k.correlation()
+    pos = np.minimum(np.searchsorted(launched, kc), launched.size - 1)
+    known &= launched[pos] == kc
+    kern = np.flatnonzero(known)
+    del kc, known
+    cid, start = row[pos[kern]], l0[pos[kern]]
+    del pos, launched, row, l0
+    lo = table["start_ns"].to_numpy().astype(np.int64, copy=False)
+    hi = table["end_ns"].to_numpy().astype(np.int64, copy=False)
+    step = np.searchsorted(lo, k.ts[kern], side="right") - 1
+    ok = step >= 0
+    ok[ok] = k.ts[kern[ok]] < hi[step[ok]]
+    cid, start, step = cid[ok], start[ok], step[ok]
+    del kern, ok
+    if step.size == 0:
+        return nulls, list(nulls)
+    c = clusters.height
+    pairs, counts = np.unique(step * c + cid, return_counts=True)
+    p_step, p_cid = pairs // c, pairs % c
+    # each step's annotation: the one that launched most of its kernels (the earliest on a
+    # tie); kept where that annotation launched most of its own kernels into this step
+    by_step = np.lexsort((p_cid, -counts, p_step))
+    top_of_step = by_step[np.r_[True, p_step[by_step][1:] != p_step[by_step][:-1]]]
+    by_cid = np.lexsort((p_step, -counts, p_cid))
+    top_of_cid = by_cid[np.r_[True, p_cid[by_cid][1:] != p_cid[by_cid][:-1]]]
+    mutual = np.intersect1d(top_of_step, top_of_cid)
+    best = np.full(n, -1, dtype=np.int64)
+    best[p_step[mutual]] = p_cid[mutual]
+    mine = best[step] == cid
+    first_call = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_call, step[mine], start[mine])
+    a0 = clusters["a0"].to_numpy().astype(np.int64)
+    a1 = clusters["a1"].to_numpy().astype(np.int64)
+    host_step: list[int | None] = list(nulls)
+    before: list[int | None] = list(nulls)
+    for i in np.flatnonzero(best >= 0).tolist():
+        j = int(best[i])
+        host_step[i] = int(a1[j] - a0[j])
+        before[i] = int(first_call[i] - a0[j])
+    return host_step, before
