@@ -5,7 +5,9 @@ synchronise then host work, CUDA-graph replays), exact to the ns; and on real tr
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import GENERATED, SHARED_TRACES
@@ -86,8 +88,6 @@ def test_the_phase_breakdown_and_its_verdict(planted: tuple[tv.Summary, list[dic
 
 
 def test_busy_is_shared_equally_among_overlapping_families() -> None:
-    import numpy as np
-
     # family 0 runs [0, 100), family 1 [50, 150): 50 alone, 50 shared, 50 alone
     ts, ends = np.array([0, 50]), np.array([100, 150])
     out = busy_by_family(ts, ends, np.array([0, 1]), 2, np.array([0]), np.array([150]))
@@ -129,3 +129,55 @@ def test_what_filled_the_widest_gaps_adds_up_to_their_span(name: str) -> None:
         assert sum(w["busy_by_family"].values()) == w["busy_ns"]
     every = doc["decode_gaps"][0]["widest"]
     assert every["busy_ns"] / every["span_ns"] == pytest.approx(doc["busy"]["in_widest_gaps"])
+
+
+def test_the_heartbeat_breakdown_draws_each_steps_planted_parts(
+    planted: tuple[tv.Summary, list[dict]], tmp_path: Path
+) -> None:
+    """``heartbeat --breakdown``: per step, busy and each cause as shares of its span, the
+    steps' edges at their planted bounds; one stacked artist per part that occurs."""
+    from traceview.render.charts import heartbeat_data, heartbeat_figure
+
+    summary, truth = planted
+    data = heartbeat_data(summary)
+    b = data.breakdown
+    assert b is not None
+    t0 = data.t0_ns
+    edges = [t["start_ns"] for t in truth] + [truth[-1]["end_ns"]]
+    np.testing.assert_allclose(b.edges_ms, [(e - t0) / 1e6 for e in edges], rtol=0, atol=1e-9)
+    for part, column in [("busy", "busy_ns"), *((c, f"idle_{c}_ns") for c in CAUSES)]:
+        want = [t[column] / (t["end_ns"] - t["start_ns"]) for t in truth]
+        np.testing.assert_allclose(b.shares[part], want, rtol=1e-12)
+    fig = heartbeat_figure([data], breakdown=True)
+    parts = fig.axes[-1]
+    drawn = {t.get_text() for t in parts.get_legend().get_texts()}
+    columns = {"busy": "busy_ns", **{c: f"idle_{c}_ns" for c in CAUSES}}
+    occurs = {p for p, column in columns.items() if any(t[column] for t in truth)}
+    assert len(drawn) == len(occurs) and "idle: after a sync" in drawn
+    out = tmp_path / "hb.svg"
+    result = CliRunner().invoke(cli, ["heartbeat", str(IDLE), "-o", str(out), "--breakdown"])
+    assert result.exit_code == 0, result.stderr
+    assert "where the step time went" in out.read_text()
+
+
+def test_breakdown_of_a_run_is_one_clear_line(tmp_path: Path) -> None:
+    from fixtures.ranks import RankRun, build
+
+    run = tmp_path / "tp2"
+    run.mkdir()
+    build(RankRun(ranks=2, slow_rank=1, steps=4), run)
+    result = CliRunner().invoke(
+        cli, ["heartbeat", str(run), "-o", str(tmp_path / "h.png"), "--breakdown"]
+    )
+    assert result.exit_code == 2 and "--breakdown charts one or two traces" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_the_report_shows_the_breakdown_table_and_chart(tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(cli, ["report", str(IDLE), "-o", str(out)])
+    assert result.exit_code == 0, result.stderr
+    page = out.read_text()
+    assert "Where the step time went (share of each phase" in page
+    assert 'class="breakdown"' in page and "host-bound" in page
+    assert "idle: after a sync" in page  # the chart's legend, in the SVG

@@ -71,6 +71,12 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
     "--window", help="Time range to show, from the first kernel: T0:T1 (e.g. 0:2s, 150ms:900ms)."
 )
 @click.option("--title", help="Chart title (default: the file name).")
+@click.option(
+    "--breakdown",
+    is_flag=True,
+    help="Add a panel under each heartbeat: per step, a stacked bar of where its time went "
+    "(busy against idle: host late, launch, after a sync, dependency, unlinked).",
+)
 @style_option
 @force_option
 @analysis_options
@@ -81,6 +87,7 @@ def heartbeat(
     force: bool,
     window: str | None,
     title: str | None,
+    breakdown: bool,
     style: str,
     jobs: int | None,
     strict: bool,
@@ -97,6 +104,11 @@ def heartbeat(
     span = parse_window(window)
     output_file(output, traces, force=force, suffixes=FORMATS)
     if len(traces) > 2 or (len(traces) == 1 and is_run(traces)):
+        if breakdown:
+            raise TraceviewError(
+                "--breakdown charts one or two traces; for a run, chart one rank's trace "
+                "(each rank's breakdown is in `summarize RUN --json`)"
+            )
         run = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict)
         ranks = run_heartbeat_data(run, title=title or "")
         say(f"wrote {save_figure(run_heartbeat_figure(ranks, style=style), output)}")
@@ -114,7 +126,7 @@ def heartbeat(
                 "step's timeline by family instead"
             )
         datas.append(data)
-    saved = save_figure(heartbeat_figure(datas, style=style), output)
+    saved = save_figure(heartbeat_figure(datas, style=style, breakdown=breakdown), output)
     say(f"wrote {saved}")
 
 

@@ -20,6 +20,7 @@ import polars as pl
 
 from traceview.errors import MissingDependencyError, TraceviewError
 from traceview.render.base import atomic_write
+from traceview.render.breakdown_chart import StepBreakdown, draw_breakdown, step_breakdown
 from traceview.render.format import fmt_ns
 from traceview.render.safe import chart
 
@@ -121,6 +122,8 @@ class HeartbeatData:
         timeline: with fewer than 2 steps there is no cadence to draw: per family, its
             device activity as (start ms, length ms) arrays, what the step did; else None.
         busy: the device's busy fraction over the trace (for the timeline's title).
+        breakdown: each step's span split into busy and the idle causes (the heartbeat's
+            ``--breakdown`` panel); None without steps.
     """
 
     title: str
@@ -133,6 +136,7 @@ class HeartbeatData:
     window_ms: tuple[float, float] | None = None
     timeline: list[tuple[str, np.ndarray, np.ndarray]] | None = None
     busy: float | None = None
+    breakdown: StepBreakdown | None = None
 
 
 def heartbeat_data(
@@ -180,6 +184,7 @@ def heartbeat_data(
         window_ms=window_ms,
         timeline=_timeline(summary, t0),
         busy=doc["busy"]["fraction"],
+        breakdown=step_breakdown(steps, t0),
     )
 
 
@@ -405,15 +410,19 @@ def draw_timeline(data: HeartbeatData, tick_ax: Axes, ax: Axes, *, style: str = 
         ax.set_xlim(*data.window_ms)
 
 
-def heartbeat_figure(datas: list[HeartbeatData], *, style: str = "light") -> Figure:
-    """One heartbeat, or several stacked on the same scales (before/after)."""
+def heartbeat_figure(
+    datas: list[HeartbeatData], *, style: str = "light", breakdown: bool = False
+) -> Figure:
+    """One heartbeat, or several stacked on the same scales (before/after). ``breakdown``:
+    under each, a panel of where each step's time went (busy against each idle cause)."""
     mpl = load_matplotlib()
     rows = len(datas)
+    panels = [1, 4, 2] if breakdown else [1, 4]
     with chart_style(mpl, style):
         fig: Figure = mpl.figure.Figure(
-            figsize=(12, 4.2 * rows + 0.6), dpi=150, layout="constrained"
+            figsize=(12, (5.6 if breakdown else 4.2) * rows + 0.6), dpi=150, layout="constrained"
         )
-        grid = fig.add_gridspec(2 * rows, 1, height_ratios=[1, 4] * rows)
+        grid = fig.add_gridspec(len(panels) * rows, 1, height_ratios=panels * rows)
         x_max = max(_x_end(d) for d in datas)
         y_max = (
             max(
@@ -424,11 +433,17 @@ def heartbeat_figure(datas: list[HeartbeatData], *, style: str = "light") -> Fig
         )
         first_ax = None
         for i, data in enumerate(datas):
-            ax = fig.add_subplot(grid[2 * i + 1], sharex=first_ax)
+            at = len(panels) * i
+            ax = fig.add_subplot(grid[at + 1], sharex=first_ax)
             first_ax = first_ax or ax
-            tick_ax = fig.add_subplot(grid[2 * i], sharex=first_ax)
+            tick_ax = fig.add_subplot(grid[at], sharex=first_ax)
             tick_ax.tick_params(labelbottom=False)
             draw_heartbeat(data, tick_ax, ax, style=style, y_max=y_max)
+            if breakdown and data.breakdown is not None:
+                ax.set_xlabel("")
+                ax.tick_params(labelbottom=False)
+                parts_ax = fig.add_subplot(grid[at + 2], sharex=first_ax)
+                draw_breakdown(data.breakdown, parts_ax, text=COLORS[style]["text"])
             if data.window_ms is None:
                 ax.set_xlim(-0.01 * x_max, x_max * 1.01)
     return fig

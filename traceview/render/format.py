@@ -8,6 +8,7 @@ import math
 from typing import TYPE_CHECKING, cast
 
 from traceview.analysis.document import GapFill, Percentiles, StepFacts, SummaryDocument
+from traceview.analysis.idle import CAUSES
 from traceview.analysis.names import short_name
 
 if TYPE_CHECKING:
@@ -126,3 +127,30 @@ def widest_line(fill: GapFill) -> str:
     busy = f"{fill['busy_ns'] / span:.0%} busy" + (f": {fams}" if fams else "")
     idle_ns = span - fill["busy_ns"] if fill["span_ns"] else 0
     return busy + f"; idle {idle_ns / span:.0%}" + (f": {causes}" if causes else "")
+
+
+CAUSE_HEADS = {"host_late": "host", "dependency": "dep."}
+BREAKDOWN_COLUMNS = ("phase", "steps", "busy", *(CAUSE_HEADS.get(c, c) for c in CAUSES), "verdict")
+BREAKDOWN_CAPTION = (
+    "idle by cause: host = the host was late, launch = submitted to started, sync = after a "
+    "synchronising call, dep. = queued but waiting (docs/metrics.md)"
+)
+
+
+def breakdown_rows(doc: SummaryDocument) -> list[list[str]]:
+    """The "where the step time went" table, shared by the terminal and the report: per
+    phase, busy and idle by cause as shares of its span, and the verdict; cells under
+    :data:`BREAKDOWN_COLUMNS`."""
+    rows = []
+    for r in doc["time_breakdown"]:
+        span = r["span_ns"] or 1
+        rows.append(
+            [
+                r["kind"],
+                f"{r['first_step']}–{r['last_step']}",
+                f"{r['busy_ns'] / span:.0%}",
+                *(f"{r['idle_ns'][c] / span:.0%}" for c in CAUSES),
+                r["verdict"],
+            ]
+        )
+    return rows

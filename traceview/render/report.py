@@ -19,8 +19,11 @@ from traceview.analysis.compare import Diff
 from traceview.analysis.summary import SMALL_N, Summary
 from traceview.render.charts import gaps_data, gaps_figure, heartbeat_data, heartbeat_figure
 from traceview.render.format import (
+    BREAKDOWN_CAPTION,
+    BREAKDOWN_COLUMNS,
     PHASE_COLUMNS,
     UNCHANGED,
+    breakdown_rows,
     diff_rows,
     fmt_ns,
     fmt_pct,
@@ -126,6 +129,12 @@ def _summary_section(summary: Summary, label: str) -> str:
     phases = [cells for _, cells in phase_rows(s)]
     out.append("<h3>Steps and cadence by phase</h3>")
     out.append(_table(list(PHASE_COLUMNS), phases, {2, 3, 4, 5, 6}, "phases"))
+    breakdown = breakdown_rows(d)
+    if breakdown:
+        out.append("<h3>Where the step time went (share of each phase's span)</h3>")
+        shares = set(range(2, len(BREAKDOWN_COLUMNS) - 1))
+        out.append(_table(list(BREAKDOWN_COLUMNS), breakdown, shares, "breakdown"))
+        out.append(f'<p class="muted">{esc(BREAKDOWN_CAPTION)}</p>')
     gaps = [
         [
             g["population"],
@@ -214,7 +223,7 @@ def report_html(summaries: list[Summary], diff: Diff | None = None) -> str:
         f"population sizes, GPU busy and layer families. A p99 over fewer than {SMALL_N} "
         "samples is close to the maximum.</p>",
         "<h2>Heartbeat</h2>",
-        f'<div class="chart heartbeat-chart">{_svg(heartbeat_figure(datas))}</div>',
+        f'<div class="chart heartbeat-chart">{_svg(heartbeat_figure(datas, breakdown=True))}</div>',
     ]
     if diff is not None:
         parts.append(_diff_section(diff))

@@ -19,10 +19,12 @@ from rich.text import Text
 from traceview.analysis.checks import CheckResult
 from traceview.analysis.compare import Diff
 from traceview.analysis.document import InfoDocument, RunDocument, SummaryDocument
-from traceview.analysis.idle import CAUSES
 from traceview.render.format import (
+    BREAKDOWN_CAPTION,
+    BREAKDOWN_COLUMNS,
     PHASE_COLUMNS,
     UNCHANGED,
+    breakdown_rows,
     diff_rows,
     fmt_ns,
     fmt_pct,
@@ -209,7 +211,7 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
 def render_time_breakdown(doc: SummaryDocument, out: Console) -> None:
     """The "where the step time went" table: per phase, busy and idle by cause, as shares
     of the phase's span, and the verdict (busy by family is in the document)."""
-    rows = doc["time_breakdown"]
+    rows = breakdown_rows(doc)
     if not rows:
         return
     table = Table(
@@ -218,23 +220,12 @@ def render_time_breakdown(doc: SummaryDocument, out: Console) -> None:
         box=box.SIMPLE_HEAD,
         pad_edge=False,
     )
-    heads = {"host_late": "host", "dependency": "dep."}
-    for col in ("phase", "steps", "busy", *(heads.get(c, c) for c in CAUSES), "verdict"):
+    for col in BREAKDOWN_COLUMNS:
         left = col in ("phase", "verdict")
         table.add_column(col, justify="left" if left else "right", no_wrap=True)
-    for r in rows:
-        span = r["span_ns"] or 1
-        table.add_row(
-            r["kind"],
-            f"{r['first_step']}–{r['last_step']}",
-            f"{r['busy_ns'] / span:.0%}",
-            *(f"{r['idle_ns'][c] / span:.0%}" for c in CAUSES),
-            r["verdict"],
-        )
-    table.caption = (
-        "idle by cause: host = the host was late, launch = submitted to started, sync = "
-        "after a synchronising call, dep. = queued but waiting (docs/metrics.md)"
-    )
+    for cells in rows:
+        table.add_row(*cells)
+    table.caption = BREAKDOWN_CAPTION
     table.caption_justify = "left"
     out.print(table)
 
