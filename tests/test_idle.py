@@ -131,6 +131,24 @@ def test_what_filled_the_widest_gaps_adds_up_to_their_span(name: str) -> None:
     assert every["busy_ns"] / every["span_ns"] == pytest.approx(doc["busy"]["in_widest_gaps"])
 
 
+@pytest.mark.parametrize("name", ["hybrid_chunked", "dense_sglang", "hybrid_tight"])
+def test_what_filled_every_gap_adds_up_and_is_busy_in_gaps(name: str) -> None:
+    """Each population's gaps, all of them (overlaps aside): busy by family plus idle by
+    cause is their merged span exactly; over the ``all`` population the busy share is the
+    summary's busy.in_gaps (planted-truth tested in test_analysis.py), and its gaps are the
+    population's n less its overlaps."""
+    doc = tv.summarize(tv.load(GENERATED / f"{name}.json.gz")).to_dict()
+    for g in doc["decode_gaps"]:
+        f = g["filled"]
+        assert f is not None and f["gaps"] == g["n"] - g["overlaps"]
+        assert f["busy_ns"] + sum(f["idle_ns"].values()) == f["span_ns"]
+        assert sum(f["busy_by_family"].values()) == f["busy_ns"]
+        w = g["widest"]
+        assert w is not None and w["span_ns"] <= f["span_ns"]
+    every = doc["decode_gaps"][0]["filled"]
+    assert every["busy_ns"] / every["span_ns"] == pytest.approx(doc["busy"]["in_gaps"])
+
+
 def test_the_heartbeat_breakdown_draws_each_steps_planted_parts(
     planted: tuple[tv.Summary, list[dict]], tmp_path: Path
 ) -> None:

@@ -52,10 +52,11 @@ def test_same_events_summarize_identically(tmp_path: Path, sc) -> None:  # type:
     for key in ("trace", "warnings", "time_breakdown"):
         a.pop(key), b.pop(key)
     for ga, gb in zip(a["decode_gaps"], b["decode_gaps"], strict=True):  # the same reason
-        wa, wb = ga.pop("widest"), gb.pop("widest")
-        assert (wa is None) == (wb is None)
-        if wa is not None and wb is not None:
-            assert wa["busy_by_family"] == wb["busy_by_family"]
+        for key in ("filled", "widest"):
+            wa, wb = ga.pop(key), gb.pop(key)
+            assert (wa is None) == (wb is None)
+            if wa is not None and wb is not None:
+                assert wa["busy_by_family"] == wb["busy_by_family"]
     assert a == b
     j, p = tv.load(json_path), b_trace
     assert j.kernels.drop("cat").equals(p.kernels.drop("cat"))

@@ -130,9 +130,9 @@ class Work(TypedDict):
 
 
 class GapFill(TypedDict):
-    """What filled a population's widest gaps (at or above its p99): their merged span,
-    its busy time by family (shared equally where families overlap) and its idle time by
-    cause (docs/metrics.md)."""
+    """What filled a population's gaps, or its widest (at or above its p99): their merged
+    span, its busy time by family (shared equally where families overlap) and its idle
+    time by cause (docs/metrics.md)."""
 
     gaps: int
     span_ns: int
@@ -152,6 +152,7 @@ class GapStats(TypedDict):
     p90_ns: int | None
     p99_ns: int | None
     max_ns: int | None
+    filled: GapFill | None  # what filled all its gaps; None without gaps
     widest: GapFill | None  # what filled the gaps at or above p99; None without gaps
 
 

@@ -167,7 +167,8 @@ def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[GapStats]:
                 "p90_ns": stats["p90_ns"],
                 "p99_ns": stats["p99_ns"],
                 "max_ns": stats["max_ns"],
-                "widest": None,  # filled in by the summary, which holds the device's activity
+                "filled": None,  # filled in by the summary, which holds the device's activity
+                "widest": None,
             }
         )
     return out

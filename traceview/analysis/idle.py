@@ -216,9 +216,11 @@ class FamilyActivity:
         }
         return cls(ts, ends, families, by_family)
 
-    def busy_by_family(self, lo: I64, hi: I64) -> np.ndarray:
-        """Busy time per window and family (:func:`_busy_by_family`)."""
-        return _busy_by_family(self, lo, hi)
+    def busy_by_family(self, lo: I64, hi: I64, *, summed: bool = False) -> np.ndarray:
+        """Busy time per window and family (:func:`_busy_by_family`); ``summed``: over
+        all the windows together, as one row (no array per window: a population's gaps
+        can be a million windows)."""
+        return _busy_by_family(self, lo, hi, summed=summed)
 
 
 def busy_by_family(
@@ -228,16 +230,19 @@ def busy_by_family(
     return FamilyActivity.of(ts, ends, codes, families).busy_by_family(lo, hi)
 
 
-def _busy_by_family(activity: FamilyActivity, lo: I64, hi: I64) -> np.ndarray:
+def _busy_by_family(
+    activity: FamilyActivity, lo: I64, hi: I64, *, summed: bool = False
+) -> np.ndarray:
     """Busy time per window ``[lo[i], hi[i])`` (disjoint, in order) and family code, where
     each instant is shared equally among the families running then, so a window's families
     add up to its busy time exactly (ns, int64; the rounding remainder goes to the window's
-    largest family). Shape: (windows, families)."""
+    largest family). Shape: (windows, families), or (1, families) ``summed``."""
     ts, ends, families = activity.ts, activity.ends, activity.families
     sorted_by_family = activity.by_family
     points = np.sort(np.concatenate((lo, hi)))
-    out = np.zeros((lo.size, families), dtype=np.float64)
-    busy_f = np.zeros(lo.size, dtype=np.float64)
+    rows = 1 if summed else lo.size
+    out = np.zeros((rows, families), dtype=np.float64)
+    busy_f = np.zeros(rows, dtype=np.float64)
     first, last = int(min(ts.min(initial=lo.min()), lo.min())), int(max(ends.max(), hi.max()))
     # time slices of about CHUNK kernels each: the segment bounds of one slice at a time
     cuts = [first, *np.sort(ts[CHUNK::CHUNK]).tolist(), last]
@@ -269,15 +274,17 @@ def _busy_by_family(activity: FamilyActivity, lo: I64, hi: I64) -> np.ndarray:
             n += running[f]
         window = np.searchsorted(lo, seg_lo, side="right") - 1
         inside = (window >= 0) & (seg_lo < hi[np.clip(window, 0, None)]) & (n > 0)
+        if summed:
+            window[:] = 0
         share = seg_len / np.maximum(n, 1)
         for f, on in running.items():
             sel = inside & on
-            out[:, f] += np.bincount(window[sel], weights=share[sel], minlength=lo.size)
-        busy_f += np.bincount(window[inside], weights=seg_len[inside], minlength=lo.size)
+            out[:, f] += np.bincount(window[sel], weights=share[sel], minlength=rows)
+        busy_f += np.bincount(window[inside], weights=seg_len[inside], minlength=rows)
     busy = np.rint(busy_f).astype(np.int64)
     whole = np.floor(out).astype(np.int64)
     rest = busy - whole.sum(axis=1)
-    whole[np.arange(lo.size), np.argmax(out, axis=1)] += rest
+    whole[np.arange(rows), np.argmax(out, axis=1)] += rest
     return whole
 
 
@@ -312,11 +319,13 @@ def idle_in_windows(
     reach = j < lo.size
     reach[reach] = lo[j[reach]] < ends[reach]
     gaps = np.flatnonzero(reach)
+    del j, reach
     out = dict.fromkeys(CAUSES, 0)
-    if gaps.size == 0:
-        return out
-    parts = _split(trace, host or HostCalls.of(trace), ts, correlation, starts[gaps], ends[gaps])
-    for cause, (s, e) in parts.items():
-        if s.size:
-            out[cause] = int(Union(s, e).clipped_lengths(lo, hi).sum())
+    host = host or HostCalls.of(trace)
+    for c0 in range(0, gaps.size, GAP_CHUNK):  # split GAP_CHUNK at a time, as per window
+        some = gaps[c0 : c0 + GAP_CHUNK]
+        parts = _split(trace, host, ts, correlation, starts[some], ends[some])
+        for cause, (s, e) in parts.items():
+            if s.size:
+                out[cause] += int(Union(s, e).clipped_lengths(lo, hi).sum())
     return out

@@ -204,7 +204,8 @@ def build(rules: Rules, result: StepResult) -> Summary:
     shares = family_activity(k)
     host = HostCalls.of(trace) if any(g["p99_ns"] is not None for g in gap_stats) else None
     for g in gap_stats:
-        g["widest"] = None if host is None else gap_fill(result, gaps, g, shares, host)
+        g["filled"] = None if host is None else gap_fill(result, gaps, g, shares, host)
+        g["widest"] = None if host is None else gap_fill(result, gaps, g, shares, host, p99=True)
     del host  # the host calls' arrays, before the phases' breakdown
     release_free_memory()
     p99_all = gap_stats[0]["p99_ns"]
@@ -302,13 +303,16 @@ def gap_fill(
     stats: GapStats,
     activity: FamilyActivity,
     host: HostCalls,
+    *,
+    p99: bool = False,
 ) -> GapFill | None:
-    """What filled one population's widest gaps (at or above its p99, overlaps aside): the
-    merged windows' span, busy time by family and idle time by cause."""
-    p99 = stats["p99_ns"]
-    if p99 is None:
+    """What filled one population's gaps (overlaps aside), or only its widest (``p99``: at
+    or above its p99): the merged windows' span, busy time by family and idle time by
+    cause."""
+    at_least = stats["p99_ns"]
+    if at_least is None:
         return None
-    sel = gaps.filter(~pl.col("overlap") & (pl.col("gap_ns") >= p99))
+    sel = gaps.filter(~pl.col("overlap") & (pl.col("gap_ns") >= (at_least if p99 else 0)))
     if stats["population"] != "all":
         sel = sel.filter(pl.col("population") == stats["population"])
     if sel.height == 0:
@@ -321,7 +325,7 @@ def gap_fill(
     assert result.trace is not None
     names = [str(x) for x in family.dtype.categories.to_list()]
     ts = k["ts_ns"].to_numpy().astype(np.int64, copy=False)
-    by_family = activity.busy_by_family(lo, hi).sum(axis=0)
+    by_family = activity.busy_by_family(lo, hi, summed=True)[0]
     corr = k["correlation"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
     idle = idle_in_windows(result.trace, ts, corr, result.union, lo, hi, host)
     fams = {names[f]: int(v) for f, v in enumerate(by_family) if v}

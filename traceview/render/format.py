@@ -117,7 +117,8 @@ def diff_rows(d: Diff, limit: int) -> list[DiffRow]:
 
 
 def widest_line(fill: GapFill) -> str:
-    """What filled the widest gaps, in one line: "97% busy: linear_attention.prefill 61%,
+    """What filled gaps (all of a population's, or its widest), in one line: "97% busy:
+    linear_attention.prefill 61%,
     gemm 30%; idle 3%: launch 3%" (shares of their span; the largest two families and
     causes)."""
     span = fill["span_ns"] or 1

@@ -196,6 +196,9 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
             fmt_ns(g["max_ns"]),
         )
     out.print(gaps)
+    every = doc["decode_gaps"][0]["filled"] if doc["decode_gaps"] else None
+    if every is not None:
+        out.print(Text(terminal(f"in the gaps (n={every['gaps']}): " + widest_line(every))))
     for g in doc["decode_gaps"]:
         if g["widest"] is not None:
             out.print(
