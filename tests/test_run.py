@@ -61,6 +61,29 @@ def test_the_straggler_and_skew_equal_the_plan(planted: tuple[Path, dict, RankRu
     assert kernels == truth["kernels"]
 
 
+def test_each_ranks_breakdown_and_dependency_idle_equal_the_plan(
+    planted: tuple[Path, dict, RankRun],
+) -> None:
+    """Issue 22, item 4: every rank's breakdown in the run document, its queued-work idle
+    (dependency) beside its collective wait. The plan launches each step ahead of it, so a
+    rank's idle inside a step is all dependency, and the pause the host's."""
+    out, truth, run = planted
+    result = summarize_run([str(out)], RunOptions(jobs=1))
+    doc = result.to_dict()
+    for row, planned in zip(doc["ranks"], truth["idle"], strict=True):
+        b = row["time_breakdown"]
+        assert b["idle_ns"]["dependency"] == sum(p["dependency"] for p in planned)
+        assert b["idle_ns"]["host_late"] == sum(p["host_late"] for p in planned)
+        assert b["idle_ns"]["launch"] == sum(p["launch"] for p in planned)
+        assert b["idle_ns"]["sync"] == b["idle_ns"]["other"] == 0
+        assert b["busy_ns"] + sum(b["idle_ns"].values()) == b["span_ns"]
+        median = float(np.median([p["dependency"] for p in planned]))
+        assert row["idle_dependency_p50_ns"] == int(np.rint(median))
+        assert row["collective_wait_p50_ns"] is not None
+    shown = CliRunner().invoke(cli, ["summarize", str(out)], terminal_width=160).stdout
+    assert "coll. wait" in shown and "dep. idle" in shown
+
+
 def test_the_pool_and_one_process_agree(planted: tuple[Path, dict, RankRun]) -> None:
     out = planted[0]
     one = summarize_run([str(out)], RunOptions(jobs=1)).to_dict()

@@ -234,6 +234,15 @@ class TraceFigures(TypedDict):
     busy: float | None
 
 
+class RankBreakdown(TypedDict):
+    """Where one rank's step time went, over all its steps (docs/metrics.md)."""
+
+    span_ns: int
+    busy_ns: int
+    idle_ns: dict[str, int]  # host_late, launch, sync, dependency, other
+    verdict: str  # host-bound | device-bound | balanced
+
+
 class RankRow(TraceFigures):
     rank: int | None
     rank_source: str
@@ -242,6 +251,8 @@ class RankRow(TraceFigures):
     compute_p50_ns: int | None
     collective_ns_per_step: float | None
     collective_wait_p50_ns: int | None
+    idle_dependency_p50_ns: int | None  # per aligned step, beside the collective wait
+    time_breakdown: RankBreakdown
 
 
 AlignMethod = Literal["annotation name", "annotation order", "step order"]

@@ -41,17 +41,19 @@ from traceview.analysis.document import (
     AlignMethod,
     Percentiles,
     PhaseCadence,
+    RankBreakdown,
     RankRow,
     RunDocument,
     Straggler,
 )
 from traceview.analysis.families import family_is
 from traceview.analysis.figures import trace_figures
+from traceview.analysis.idle import CAUSES
 from traceview.analysis.intervals import union
 from traceview.analysis.precision import sig_or_none
 from traceview.analysis.stats import mean, median_ns, percentiles
 from traceview.analysis.steps import StepResult, ends_of
-from traceview.analysis.summary import Summary
+from traceview.analysis.summary import Summary, verdict
 from traceview.errors import RunError
 from traceview.model import Trace
 
@@ -86,7 +88,7 @@ class RunSummary:
         ranks: the analysed ranks, ascending.
         left_out: traces skipped or failed, each with its reason.
         aligned: one row per aligned step and rank: ``step``, ``rank``, ``compute_ns``,
-            ``collective_ns`` (Int64, ns).
+            ``collective_ns``, ``dependency_ns`` (Int64, ns).
         warnings: what a reader should know before trusting a figure.
     """
 
@@ -136,8 +138,8 @@ def rank_of(trace: Trace, path: str) -> tuple[int | None, str]:
 
 def step_work(result: StepResult) -> pl.DataFrame:
     """Per step: ``compute_ns`` (busy time not overlapped by collectives on any stream,
-    inside the step's span) and ``collective_ns`` (``communication`` kernel time starting in
-    the step)."""
+    inside the step's span), ``collective_ns`` (``communication`` kernel time starting in
+    the step) and ``dependency_ns`` (the step's idle time waiting on queued work)."""
     k, table = result.kernels, result.table
     comm = family_is(k["family"], "communication")
     coll = k.filter(comm)
@@ -163,6 +165,7 @@ def step_work(result: StepResult) -> pl.DataFrame:
             "annotation": table["annotation"],
             "compute_ns": compute.astype(np.int64),
             "collective_ns": collective,
+            "dependency_ns": table["idle_dependency_ns"],
         }
     )
 
@@ -220,7 +223,9 @@ def _alignment(ranks: list[RankResult]) -> tuple[AlignMethod, pl.DataFrame, list
             for rank, t in tables.items()
         ]
     aligned = (
-        pl.concat(rows).select("step", "rank", "compute_ns", "collective_ns").sort("step", "rank")
+        pl.concat(rows)
+        .select("step", "rank", "compute_ns", "collective_ns", "dependency_ns")
+        .sort("step", "rank")
         if rows
         else pl.DataFrame(
             schema={
@@ -228,6 +233,7 @@ def _alignment(ranks: list[RankResult]) -> tuple[AlignMethod, pl.DataFrame, list
                 "rank": pl.Int64,
                 "compute_ns": pl.Int64,
                 "collective_ns": pl.Int64,
+                "dependency_ns": pl.Int64,
             }
         )
     )
@@ -280,7 +286,17 @@ def cross_rank(aligned: pl.DataFrame, ranks: list[int]) -> CrossRank:
     return CrossRank(skew, straggler, wait)
 
 
-def _rank_row(r: RankResult, wait: dict[int, int | None]) -> RankRow:
+def rank_breakdown(steps: pl.DataFrame) -> RankBreakdown:
+    """Where a rank's step time went, summed over its steps, and the verdict."""
+    span = int((steps["end_ns"] - steps["start_ns"]).sum()) if steps.height else 0
+    busy = int(steps["busy_ns"].sum()) if steps.height else 0
+    idle = {c: int(steps[f"idle_{c}_ns"].sum()) if steps.height else 0 for c in CAUSES}
+    return {"span_ns": span, "busy_ns": busy, "idle_ns": idle, "verdict": verdict(span, busy, idle)}
+
+
+def _rank_row(
+    r: RankResult, wait: dict[int, int | None], dependency: dict[int, int | None]
+) -> RankRow:
     assert r.summary is not None and r.per_step is not None
     doc = r.summary.to_dict()
     phases: dict[str, PhaseCadence] = {
@@ -297,6 +313,8 @@ def _rank_row(r: RankResult, wait: dict[int, int | None]) -> RankRow:
         "compute_p50_ns": median_ns(per["compute_ns"].to_numpy()),
         "collective_ns_per_step": sig_or_none(mean(per["collective_ns"])),
         "collective_wait_p50_ns": wait.get(r.rank) if r.rank is not None else None,
+        "idle_dependency_p50_ns": dependency.get(r.rank) if r.rank is not None else None,
+        "time_breakdown": rank_breakdown(r.summary.steps),
     }
 
 
@@ -328,9 +346,13 @@ def assemble(paths: Sequence[str], results: list[RankResult]) -> RunSummary:
             "steps: the slow work may be outside the steps' compute (host, launches, a "
             "collective's own cost)"
         )
+    dependency = {  # beside each rank's collective wait: over the same aligned steps
+        int(rank): median_ns(g["dependency_ns"].to_numpy())
+        for (rank,), g in aligned.group_by(["rank"])
+    }
     doc: RunDocument = {
         "schema": SCHEMA,
-        "ranks": [_rank_row(r, cross.wait) for r in ranks],
+        "ranks": [_rank_row(r, cross.wait, dependency) for r in ranks],
         "alignment": {"method": method, "steps": int(aligned["step"].n_unique())},
         "skew": cross.skew,
         "straggler": cross.straggler,

@@ -4,6 +4,7 @@ below (the all-reduces even out the cadence, so the straggler shows in its compu
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -60,7 +61,9 @@ def run_heartbeat_data(run: RunSummary, *, title: str = "") -> RunHeartbeatData:
         n = min(a.size for _, a, _ in lines)
         xs = np.stack([a[:n] for _, a, _ in lines])
         ys = np.stack([v[:n] for _, _, v in lines])
-        with np.errstate(all="ignore"):
+        # the first step has no interval on any rank: an all-NaN column is NaN, not a warning
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             band = (
                 np.median(xs, axis=0),
                 np.nanmedian(ys, axis=0) if n else ys[0],

@@ -332,8 +332,8 @@ def render_run(doc: RunDocument, console: Console | None = None) -> None:
 
     ranks = Table(title=f"ranks ({len(doc['ranks'])})", title_justify="left", box=box.SIMPLE_HEAD)
     wide = out.width >= 140  # room for each rank's file name
-    cols = ("rank", "steps", "cadence", "busy", "compute", "coll.", "coll. wait")
-    for col in (*cols, *(["cad. p99", "gap p99", "trace"] if wide else [])):
+    cols = ("rank", "steps", "cadence", "busy", "compute", "coll.", "coll. wait", "dep. idle")
+    for col in (*cols, *(["verdict", "cad. p99", "gap p99", "trace"] if wide else [])):
         ranks.add_column(col, justify="left" if col == "trace" else "right", no_wrap=True)
     for r in doc["ranks"]:
         ranks.add_row(
@@ -344,8 +344,10 @@ def render_run(doc: RunDocument, console: Console | None = None) -> None:
             fmt_ns(r["compute_p50_ns"]),
             fmt_ns(r["collective_ns_per_step"]),
             fmt_ns(r["collective_wait_p50_ns"]),
+            fmt_ns(r["idle_dependency_p50_ns"]),
             *(
                 [
+                    r["time_breakdown"]["verdict"],
                     fmt_ns(r["cadence_p99_ns"]),
                     fmt_ns(r["decode_gap_p99_ns"]),
                     r["path"].rsplit("/", 1)[-1],
@@ -358,7 +360,8 @@ def render_run(doc: RunDocument, console: Console | None = None) -> None:
         "cadence: median step interval; compute: median busy time per step outside "
         "collectives; "
         "coll.: collective time per step; coll. wait: median collective time beyond the "
-        "fastest rank's in the same step"
+        "fastest rank's in the same step; dep. idle: median idle time per step with work "
+        "queued (waiting on another stream or an event; docs/metrics.md)"
     )
     ranks.caption_justify = "left"
     out.print(ranks)
