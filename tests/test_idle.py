@@ -199,3 +199,30 @@ def test_the_report_shows_the_breakdown_table_and_chart(tmp_path: Path) -> None:
     assert "Where the step time went (share of each phase" in page
     assert 'class="breakdown"' in page and "host-bound" in page
     assert "idle: after a sync" in page  # the chart's legend, in the SVG
+
+
+def test_annotate_draws_each_long_idle_interval_by_its_planted_cause(tmp_path: Path) -> None:
+    """Issue 22, item 5: one slice per idle interval of at least 50 µs on the "traceview
+    idle" track, named by its cause (the one with the most of its time), each cause's part
+    in its args; all against the plan, exact to the ns."""
+    truth = json.loads((GENERATED / "idle" / "idle_stretches.truth.json").read_text())
+    want = truth["long_idle"]
+    assert want  # the fixture plants long idle intervals
+    out = tmp_path / "annotated.json"
+    result = CliRunner().invoke(cli, ["annotate", str(IDLE), "-o", str(out)])
+    assert result.exit_code == 0, result.stderr
+    events = json.loads(out.read_bytes())["traceEvents"]
+    slices = [e for e in events if e.get("cat") == "traceview.idle"]
+    assert len(slices) == len(want)
+    for e, w in zip(sorted(slices, key=lambda e: float(e["ts"])), want, strict=True):
+        parts = {c: w[f"{c}_ns"] for c in CAUSES}
+        top = max(CAUSES, key=lambda c: (parts[c], -CAUSES.index(c)))
+        assert e["name"] == f"idle · {top}"
+        assert e["args"]["idle_ns"] == w["end_ns"] - w["start_ns"]
+        assert {c: e["args"].get(f"{c}_ns", 0) for c in CAUSES} == parts
+    names = [e["args"]["name"] for e in events if e.get("name") == "thread_name"]
+    assert any(n.startswith("traceview idle") for n in names)
+    # the slices' times, as traceview reads them back: the planted intervals, to the ns
+    read = tv.sql(out, "select ts, dur from slice where category = 'traceview.idle' order by ts")
+    assert read["ts"].to_list() == [w["start_ns"] for w in want]
+    assert read["dur"].to_list() == [w["end_ns"] - w["start_ns"] for w in want]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from traceview.analysis.intervals import first_of_each
 from traceview.analysis.launches import timed_launches_within
 from traceview.analysis.step_candidates import DeviceKernels
 from traceview.analysis.step_ranges import step_clusters, step_ranges
@@ -48,7 +49,7 @@ def _host_parts(
     launched, row, l0 = timed_launches_within(trace, clusters.select("pid", "tid", "a0", "a1"))
     if launched.size == 0:
         return nulls, list(nulls)
-    launched, first = np.unique(launched, return_index=True)  # one launch per id
+    launched, first = first_of_each(launched)  # one launch per id
     row, l0 = row[first], l0[first]
     del first
     kc, known = k.correlation()

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from traceview.analysis.intervals import I64, Union
+from traceview.analysis.intervals import I64, Union, distinct
 from traceview.model import Trace
 
 CAUSES = ("host_late", "launch", "sync", "dependency", "other")
@@ -72,7 +72,7 @@ def _launches(trace: Trace, calls: Calls, wanted: I64) -> tuple[I64, I64, I64, I
     key (pid, tid as one int64), as arrays. In numpy over the calls' ids, then a gather of
     the matching rows: a trace's launches can be millions, and a polars filter over them
     held ~150 MB more at the summary's peak."""
-    ids = np.unique(wanted[wanted >= 0])
+    ids = distinct(wanted[wanted >= 0])
     none = np.zeros(0, dtype=np.int64)
     if ids.size == 0 or calls.rows.size == 0:
         return none, none, none, none
@@ -250,7 +250,7 @@ def _busy_by_family(
         # a slice that no window reaches adds nothing
         if t_b <= t_a or np.searchsorted(lo, t_b) == np.searchsorted(hi, t_a, side="right"):
             continue
-        bounds = np.unique(
+        bounds = distinct(
             np.concatenate(
                 (
                     [t_a, t_b],
@@ -329,3 +329,41 @@ def idle_in_windows(
             if s.size:
                 out[cause] += int(Union(s, e).clipped_lengths(lo, hi).sum())
     return out
+
+
+LONG_IDLE_NS = 50_000  # idle intervals at least this long are listed one by one
+
+
+def long_idle(
+    trace: Trace,
+    ts: I64,
+    correlation: np.ndarray,
+    u: Union,
+    host: HostCalls,
+    min_ns: int = LONG_IDLE_NS,
+) -> pl.DataFrame:
+    """Each idle interval of the union at least ``min_ns`` long, split by cause:
+    ``start_ns``, ``end_ns``, ``cause`` (the cause with the most of its time; the first in
+    :data:`CAUSES` order on a tie) and one ``<cause>_ns`` column per cause (Int64), which
+    add up to its length."""
+    keep = (u.gap_ends - u.gap_starts) >= min_ns
+    starts, ends = u.gap_starts[keep].astype(np.int64), u.gap_ends[keep].astype(np.int64)
+    del keep
+    by_cause = np.zeros((len(CAUSES), starts.size), dtype=np.int64)
+    for c0 in range(0, starts.size, GAP_CHUNK):
+        s, e = starts[c0 : c0 + GAP_CHUNK], ends[c0 : c0 + GAP_CHUNK]
+        parts = _split(trace, host, ts, correlation, s, e)
+        for row, cause in enumerate(CAUSES):
+            a, b = parts[cause]
+            if a.size:  # each part lies in one interval: the last to start at or before it
+                at = np.searchsorted(s, a, side="right") - 1
+                np.add.at(by_cause[row], c0 + at, b - a)
+    top = np.argmax(by_cause, axis=0) if starts.size else np.zeros(0, dtype=np.int64)
+    return pl.DataFrame(
+        {
+            "start_ns": starts,
+            "end_ns": ends,
+            "cause": pl.Series([CAUSES[i] for i in top.tolist()], dtype=pl.String),
+            **{f"{cause}_ns": by_cause[row] for row, cause in enumerate(CAUSES)},
+        }
+    )

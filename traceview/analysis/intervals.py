@@ -13,6 +13,30 @@ import numpy.typing as npt
 I64 = npt.NDArray[np.int64]
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values (``np.unique``'s answer): a sort and a mask. numpy 2's
+    ``np.unique`` hashes, and on a million int64 that measured 50-100x slower here
+    (2.2 s against 0.03 s, docs/performance.md)."""
+    s = np.sort(values)
+    if s.size < 2:
+        return s
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
+def first_of_each(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct values and, for each, the index of its first occurrence
+    (``np.unique(values, return_index=True)``, by a stable sort)."""
+    order = np.argsort(values, kind="stable")
+    s = values[order]
+    keep = np.ones(s.size, dtype=bool)
+    if s.size > 1:
+        np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep], order[keep]
+
+
 @dataclass(frozen=True, slots=True)
 class Union:
     """The union of intervals as disjoint, sorted ``[starts[i], ends[i])``."""

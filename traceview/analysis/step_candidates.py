@@ -26,7 +26,7 @@ import polars as pl
 
 from traceview.analysis.annotations import StepRecord, record
 from traceview.analysis.families import FamilyCodes
-from traceview.analysis.intervals import I64, Union
+from traceview.analysis.intervals import I64, Union, distinct, first_of_each
 from traceview.analysis.launches import launches_within, range_holding
 from traceview.analysis.step_ranges import step_clusters, step_ranges
 from traceview.model import Trace
@@ -248,7 +248,7 @@ def _periodic_score(idle: I64, period: int) -> tuple[float, int]:
 def _natural_break(values: I64) -> int | None:
     """A threshold at the widest ratio between consecutive sorted positive values, if that
     ratio is at least 2 (a clear break); None otherwise."""
-    v = np.unique(values[values > 0]).astype(np.float64)
+    v = distinct(values[values > 0]).astype(np.float64)
     if v.size < 2:
         return None
     ratios = v[1:] / v[:-1]
@@ -382,7 +382,7 @@ def _launched_in(trace: Trace, k: DeviceKernels, cpu: pl.DataFrame) -> np.ndarra
     cid = cpu["cid"].to_numpy().astype(np.int32)[row]
     del row
     if launched.size > 1 and not bool((launched[1:] > launched[:-1]).all()):
-        launched, first = np.unique(launched, return_index=True)  # one launch per id
+        launched, first = first_of_each(launched)  # one launch per id
         cid = cid[first]
         del first
     kc, known = k.correlation()
@@ -450,7 +450,7 @@ def annotation_candidate(trace: Trace, k: DeviceKernels, device: int) -> Candida
     np.maximum.at(last, cid, linked)
     marks = linked[k.marker[linked]]
     first_mark, last_mark = first.copy(), last.copy()  # a step with no marker: its kernels
-    with_marks = np.unique(held[marks])
+    with_marks = distinct(held[marks])
     first_mark[with_marks], last_mark[with_marks] = k.height, -1
     np.minimum.at(first_mark, held[marks], marks)
     np.maximum.at(last_mark, held[marks], marks)

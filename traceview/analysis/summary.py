@@ -31,7 +31,13 @@ from traceview.analysis.document import (
 from traceview.analysis.families import Rules, family_rows, load_rules
 from traceview.analysis.figures import DECODING, KINDS, decoding_cadence, kind_cadence
 from traceview.analysis.gaps import gap_table, summarize_gaps
-from traceview.analysis.idle import CAUSES, FamilyActivity, HostCalls, idle_in_windows
+from traceview.analysis.idle import (
+    CAUSES,
+    FamilyActivity,
+    HostCalls,
+    idle_in_windows,
+    long_idle,
+)
 from traceview.analysis.intervals import merge_windows, union
 from traceview.analysis.names import short_name
 from traceview.analysis.precision import line_ends, sig, sig_or_none
@@ -59,6 +65,10 @@ class Summary:
             activity per family: ``family`` (String), ``start_ns``, ``end_ns`` (Int64), the
             union of each family's kernels (gaps under 1/4000 of the span closed); else
             None.
+        idle: the device's idle intervals of at least 50 µs, each split by cause
+            (:func:`traceview.analysis.idle.long_idle`: ``start_ns``, ``end_ns``,
+            ``cause``, ``host_late_ns``, ``launch_ns``, ``sync_ns``, ``dependency_ns``,
+            ``other_ns``); what ``annotate`` draws on its "traceview idle" track.
     """
 
     document: SummaryDocument
@@ -68,6 +78,7 @@ class Summary:
     kernel_table: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
     timeline: pl.DataFrame | None = None
+    idle: pl.DataFrame | None = None
 
     def to_dict(self) -> SummaryDocument:
         return self.document
@@ -202,10 +213,18 @@ def build(rules: Rules, result: StepResult) -> Summary:
             "it is close to the maximum"
         )
     shares = family_activity(k)
-    host = HostCalls.of(trace) if any(g["p99_ns"] is not None for g in gap_stats) else None
+    assert result.union is not None
+    host = HostCalls.of(trace)
     for g in gap_stats:
-        g["filled"] = None if host is None else gap_fill(result, gaps, g, shares, host)
-        g["widest"] = None if host is None else gap_fill(result, gaps, g, shares, host, p99=True)
+        g["filled"] = gap_fill(result, gaps, g, shares, host)
+        g["widest"] = gap_fill(result, gaps, g, shares, host, p99=True)
+    idle = long_idle(
+        trace,
+        k["ts_ns"].to_numpy().astype(np.int64, copy=False),
+        k["correlation"].fill_null(-1).to_numpy().astype(np.int64, copy=False),
+        result.union,
+        host,
+    )
     del host  # the host calls' arrays, before the phases' breakdown
     release_free_memory()
     p99_all = gap_stats[0]["p99_ns"]
@@ -266,6 +285,7 @@ def build(rules: Rules, result: StepResult) -> Summary:
         kernel_table=kernel_table,
         warnings=warnings,
         timeline=timeline(k, start_ns, end_ns) if table.height < 2 else None,
+        idle=idle,
     )
 
 

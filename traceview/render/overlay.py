@@ -11,7 +11,10 @@ Per analysed device, on threads of that process:
   ``kind_source``, kernels and the engine's token counts;
 - ``phases``: one slice per phase, with its median cadence;
 - ``widest decode gaps``: one slice per decode gap at or above the p99 of all gaps;
-- counters ``step interval`` (ms) at each step's anchor and ``step busy`` at its start.
+- counters ``step interval`` (ms) at each step's anchor and ``step busy`` at its start;
+- ``traceview idle``: one slice per device-idle interval of at least 50 µs, named by its
+  cause (``idle · host_late``; the cause with the most of its time), args: its length and
+  each cause's part (docs/metrics.md, "Where the step time went").
 
 Times are written in the trace's own microseconds with three decimals, exact to the ns.
 """
@@ -97,7 +100,8 @@ def overlay_events(summary: Summary) -> list[OverlayEvent]:
             args={"sort_index": -1},
         ),
     ]
-    for tid, label in ((1, "steps"), (2, "phases"), (3, "widest decode gaps")):
+    tracks = ((1, "steps"), (2, "phases"), (3, "widest decode gaps"), (4, "traceview idle"))
+    for tid, label in tracks:
         out.append(
             OverlayEvent(
                 "M",
@@ -190,7 +194,31 @@ def overlay_events(summary: Summary) -> list[OverlayEvent]:
                     args={"gap_ns": g["gap_ns"], "population": g["population"], "p99_ns": p99},
                 )
             )
+    out.extend(_idle_slices(summary, pid))
     return out
+
+
+def _idle_slices(summary: Summary, pid: int) -> Iterator[OverlayEvent]:
+    """One slice per idle interval of at least 50 µs on the "traceview idle" track."""
+    if summary.idle is None:
+        return
+    parts = [
+        c for c in summary.idle.columns if c.endswith("_ns") and c not in ("start_ns", "end_ns")
+    ]
+    for r in summary.idle.iter_rows(named=True):
+        length = r["end_ns"] - r["start_ns"]
+        args: dict[str, ArgValue] = {"idle_ns": length}
+        args.update({p: r[p] for p in parts if r[p]})
+        yield OverlayEvent(
+            "X",
+            f"idle · {r['cause']}",
+            f"{OVERLAY_CATEGORY}.idle",
+            pid,
+            4,
+            r["start_ns"],
+            dur_ns=length,
+            args=args,
+        )
 
 
 def _read_text(path: str) -> Iterator[bytes]:
