@@ -52,24 +52,19 @@ def _host_parts(
     launched, first = first_of_each(launched)  # one launch per id
     row, l0 = row[first], l0[first]
     del first
-    kc, known = k.correlation()
-    pos = np.minimum(np.searchsorted(launched, kc), launched.size - 1)
-    known &= launched[pos] == kc
-    kern = np.flatnonzero(known)
-    del kc, known
-    cid, start = row[pos[kern]], l0[pos[kern]]
-    del pos, launched, row, l0
     lo = table["start_ns"].to_numpy().astype(np.int64, copy=False)
     hi = table["end_ns"].to_numpy().astype(np.int64, copy=False)
-    step = np.searchsorted(lo, k.ts[kern], side="right") - 1
-    ok = step >= 0
-    ok[ok] = k.ts[kern[ok]] < hi[step[ok]]
-    cid, start, step = cid[ok], start[ok], step[ok]
-    del kern, ok
-    if step.size == 0:
-        return nulls, list(nulls)
     c = clusters.height
-    pairs, counts = np.unique(step * c + cid, return_counts=True)
+    slices = []
+    for c0 in range(0, k.height, CHUNK):  # per-kernel arrays one slice at a time
+        key, start = _pairs(k, c0, launched, row, l0, lo, hi, c)
+        slices.append(_per_pair(key, np.ones(key.size, dtype=np.int64), start))
+    del launched, row, l0
+    pairs, counts, first_call_of = _per_pair(
+        *(np.concatenate([part[i] for part in slices]) for i in range(3))
+    )
+    if pairs.size == 0:
+        return nulls, list(nulls)
     p_step, p_cid = pairs // c, pairs % c
     # each step's annotation: the one that launched most of its kernels (the earliest on a
     # tie); kept where that annotation launched most of its own kernels into this step
@@ -80,9 +75,8 @@ def _host_parts(
     mutual = np.intersect1d(top_of_step, top_of_cid)
     best = np.full(n, -1, dtype=np.int64)
     best[p_step[mutual]] = p_cid[mutual]
-    mine = best[step] == cid
     first_call = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first_call, step[mine], start[mine])
+    first_call[p_step[mutual]] = first_call_of[mutual]
     a0 = clusters["a0"].to_numpy().astype(np.int64)
     a1 = clusters["a1"].to_numpy().astype(np.int64)
     host_step: list[int | None] = list(nulls)
@@ -92,3 +86,46 @@ def _host_parts(
         host_step[i] = int(a1[j] - a0[j])
         before[i] = int(first_call[i] - a0[j])
     return host_step, before
+
+
+CHUNK = 1 << 18  # kernels per slice
+
+
+def _pairs(
+    k: DeviceKernels,
+    c0: int,
+    launched: np.ndarray,
+    row: np.ndarray,
+    l0: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    clusters: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """For the kernels ``[c0, c0 + CHUNK)`` launched inside a CPU step annotation and
+    starting inside a step: the key ``step * clusters + annotation`` of each, and its
+    launch's start."""
+    col = k.frame["correlation"].slice(c0, CHUNK)
+    kc = col.fill_null(0).to_numpy().astype(np.int64, copy=False)
+    known = col.is_not_null().to_numpy()
+    pos = np.minimum(np.searchsorted(launched, kc), launched.size - 1)
+    known &= launched[pos] == kc
+    kern = np.flatnonzero(known)
+    ts = k.ts[c0 : c0 + CHUNK][kern]
+    cid, start = row[pos[kern]], l0[pos[kern]]
+    step = np.searchsorted(lo, ts, side="right") - 1
+    ok = step >= 0
+    ok[ok] = ts[ok] < hi[step[ok]]
+    return step[ok] * clusters + cid[ok], start[ok]
+
+
+def _per_pair(
+    keys: np.ndarray, counts: np.ndarray, firsts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of (key, count, first launch) reduced to one per key: counts added, the
+    earliest launch kept; keys sorted."""
+    if keys.size == 0:
+        return keys, counts, firsts
+    order = np.lexsort((firsts, keys))
+    keys, counts, firsts = keys[order], counts[order], firsts[order]
+    head = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    return keys[head], np.add.reduceat(counts, head), firsts[head]

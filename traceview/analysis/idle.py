@@ -30,7 +30,7 @@ from traceview.analysis.intervals import I64, Union, distinct
 from traceview.model import Trace
 
 CAUSES = ("host_late", "launch", "sync", "dependency", "other")
-CHUNK = 1 << 18  # segments per slice when sharing busy time among families
+CHUNK = 1 << 16  # kernels per time slice when sharing busy time among families
 # calls that block the host until the device has drained (a blocking copy included)
 SYNC = re.compile(
     r"Synchronize|^(cuda|hip)Memcpy(_v\d+)?$|^(cuda|hip)Memcpy(DtoH|D2H)|^cuMemcpy(DtoH)?(_v\d+)?$"
@@ -196,11 +196,11 @@ def _split(
 @dataclass(frozen=True)
 class FamilyActivity:
     """The device's activity by family, prepared once for :meth:`busy_by_family`: its
-    starts (in time order) and ends, and per family its kernels' sorted starts and ends
-    (how many of a family run at an instant is then a count)."""
+    starts (in time order) and its last end, and per family its kernels' sorted starts and
+    ends (how many of a family run at an instant is then a count)."""
 
     ts: I64
-    ends: I64
+    last_end: int
     families: int
     by_family: dict[int, tuple[I64, I64]]
 
@@ -209,12 +209,12 @@ class FamilyActivity:
         order = None if bool(np.all(ts[1:] >= ts[:-1])) else np.argsort(ts, kind="stable")
         if order is not None:
             ts, ends, codes = ts[order], ends[order], codes[order]
-        by_family = {
-            f: (ts[codes == f], np.sort(ends[codes == f]))
-            for f in range(families)
-            if (codes == f).any()
-        }
-        return cls(ts, ends, families, by_family)
+        by_family = {}
+        for f in range(families):
+            mine = codes == f
+            if mine.any():
+                by_family[f] = (ts[mine], np.sort(ends[mine]))
+        return cls(ts, int(ends.max(initial=0)), families, by_family)
 
     def busy_by_family(self, lo: I64, hi: I64, *, summed: bool = False) -> np.ndarray:
         """Busy time per window and family (:func:`_busy_by_family`); ``summed``: over
@@ -237,13 +237,16 @@ def _busy_by_family(
     each instant is shared equally among the families running then, so a window's families
     add up to its busy time exactly (ns, int64; the rounding remainder goes to the window's
     largest family). Shape: (windows, families), or (1, families) ``summed``."""
-    ts, ends, families = activity.ts, activity.ends, activity.families
+    ts, families = activity.ts, activity.families
     sorted_by_family = activity.by_family
     points = np.sort(np.concatenate((lo, hi)))
     rows = 1 if summed else lo.size
     out = np.zeros((rows, families), dtype=np.float64)
     busy_f = np.zeros(rows, dtype=np.float64)
-    first, last = int(min(ts.min(initial=lo.min()), lo.min())), int(max(ends.max(), hi.max()))
+    first, last = (
+        int(min(ts.min(initial=lo.min()), lo.min())),
+        max(activity.last_end, int(hi.max())),
+    )
     # time slices of about CHUNK kernels each: the segment bounds of one slice at a time
     cuts = [first, *np.sort(ts[CHUNK::CHUNK]).tolist(), last]
     for t_a, t_b in zip(cuts[:-1], cuts[1:], strict=True):
