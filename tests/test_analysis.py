@@ -141,7 +141,30 @@ def test_random_engines_match_their_truth(tmp_path: Path, seed: int) -> None:
     tb, plan = build(sc)
     path = tb.write(tmp_path / "t.json.gz", shuffle_seed=seed if sc.shuffle else None)
     t = plan_truth(sc, plan, path.name, tb.event_count)
-    check_against_truth(tv.summarize(tv.load(path)).to_dict(), t)
+    summary = tv.summarize(tv.load(path))
+    check_against_truth(summary.to_dict(), t)
+    check_breakdown(summary.steps, t)
+
+
+BREAKDOWN = [
+    "busy_ns",
+    *(f"idle_{c}_ns" for c in ("host_late", "launch", "sync", "dependency", "other")),
+    "host_step_ns",
+    "host_before_gpu_ns",
+]
+
+
+def check_breakdown(steps: pl.DataFrame, t: dict) -> None:
+    """Issue 22: each step's busy and idle by cause, and its host side, equal the plan's,
+    and busy plus idle tile each step's span."""
+    assert steps.select(BREAKDOWN).to_dicts() == [{c: s[c] for c in BREAKDOWN} for s in t["steps"]]
+    spans = (steps["end_ns"] - steps["start_ns"]).to_list()
+    parts = steps.select(pl.sum_horizontal(BREAKDOWN[:6])).to_series().to_list()
+    assert parts == spans
+
+
+def test_each_fixtures_breakdown_is_the_plans(scenario: str) -> None:
+    check_breakdown(tv.steps(tv.load(GENERATED / f"{scenario}.json.gz")), truth(scenario))
 
 
 def test_disagreeing_annotations_fall_back_to_bursts(tmp_path: Path) -> None:
