@@ -81,7 +81,9 @@ def _launches(trace: Trace, calls: Calls, wanted: I64) -> tuple[I64, I64, I64, I
     del at
     if hit.size == 0:
         return none, none, none, none
-    picked = trace.events.select("ts_ns", "dur_ns", THREAD_KEY)[calls.rows[hit]]
+    # gather the rows first: the thread key over every event would be a column per event
+    picked = trace.events.select("ts_ns", "dur_ns", "pid", "tid")[calls.rows[hit]]
+    picked = picked.select("ts_ns", "dur_ns", THREAD_KEY)
     c = calls.correlation[hit]
     l0 = picked["ts_ns"].to_numpy().astype(np.int64)
     l1 = l0 + picked["dur_ns"].to_numpy()
