@@ -21,8 +21,6 @@ from traceview.analysis.step_candidates import DeviceKernels
 from traceview.analysis.step_ranges import step_clusters, step_ranges
 from traceview.model import Trace
 
-HOST_COLUMNS = ("host_step_ns", "host_before_gpu_ns")
-
 
 def with_host_columns(table: pl.DataFrame, trace: Trace, k: DeviceKernels) -> pl.DataFrame:
     """The steps with ``host_step_ns`` and ``host_before_gpu_ns`` (Int64, ns; null where the
