@@ -102,9 +102,7 @@ def _pairs(
     """For the kernels ``[c0, c0 + CHUNK)`` launched inside a CPU step annotation and
     starting inside a step: the key ``step * clusters + annotation`` of each, and its
     launch's start."""
-    col = k.frame["correlation"].slice(c0, CHUNK)
-    kc = col.fill_null(0).to_numpy().astype(np.int64, copy=False)
-    known = col.is_not_null().to_numpy()
+    kc, known = k.correlation(c0, CHUNK)
     pos = np.minimum(np.searchsorted(launched, kc), launched.size - 1)
     known &= launched[pos] == kc
     kern = np.flatnonzero(known)

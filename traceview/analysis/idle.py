@@ -44,6 +44,11 @@ THREAD_KEY = (
 ).alias("thread")
 
 
+def correlation_ids(activity: pl.DataFrame) -> I64:
+    """The activity's correlation ids as the split reads them: int64, -1 where none."""
+    return activity["correlation"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
+
+
 @dataclass(frozen=True)
 class Calls:
     """The trace's host calls that may submit device work: their rows in ``trace.events``

@@ -106,9 +106,10 @@ class DeviceKernels:
         null = -1 if low is None else int(cast(int, low)) - 1
         return values.fill_null(null).to_numpy().astype(np.int64, copy=False)
 
-    def correlation(self) -> tuple[I64, np.ndarray]:
-        """Each kernel's correlation id (0 where null) and whether it has one."""
-        values = self.frame["correlation"]
+    def correlation(self, start: int = 0, length: int | None = None) -> tuple[I64, np.ndarray]:
+        """Each kernel's correlation id (0 where null) and whether it has one; of the kernels
+        ``[start, start + length)`` only, where given."""
+        values = self.frame["correlation"].slice(start, length)
         filled = values.fill_null(0)
         ids = filled.to_numpy().astype(np.int64, copy=False)
         del filled

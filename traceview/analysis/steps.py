@@ -45,7 +45,7 @@ from traceview.analysis.capture_regions import capture_regions
 from traceview.analysis.document import Activity, StepFinding
 from traceview.analysis.families import Rules, family_codes, load_rules
 from traceview.analysis.host_steps import with_host_columns
-from traceview.analysis.idle import CAUSES, idle_per_window
+from traceview.analysis.idle import CAUSES, correlation_ids, idle_per_window
 from traceview.analysis.intervals import I64, Union, union
 from traceview.analysis.shapes import shape_families, shape_tokens
 from traceview.analysis.step_candidates import (
@@ -306,7 +306,7 @@ def with_time_breakdown(
     ``end_ns - start_ns`` exactly."""
     lo = table["start_ns"].to_numpy().astype(np.int64, copy=False)
     hi = table["end_ns"].to_numpy().astype(np.int64, copy=False)
-    corr = k.frame["correlation"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
+    corr = correlation_ids(k.frame)
     idle = idle_per_window(trace, k.ts, corr, u, lo, hi)
     del corr
     release_free_memory()

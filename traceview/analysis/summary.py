@@ -35,6 +35,7 @@ from traceview.analysis.idle import (
     CAUSES,
     FamilyActivity,
     HostCalls,
+    correlation_ids,
     idle_in_windows,
     long_idle,
 )
@@ -334,7 +335,7 @@ class DeviceActivity:
         return cls(
             result.trace,
             k["ts_ns"].to_numpy().astype(np.int64, copy=False),
-            k["correlation"].fill_null(-1).to_numpy().astype(np.int64, copy=False),
+            correlation_ids(k),
             result.union,
             [str(x) for x in family.dtype.categories.to_list()],
             family_activity(k),
