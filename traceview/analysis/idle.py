@@ -21,6 +21,7 @@ copy or a memset). First rule that applies:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,24 +124,41 @@ def _sync_ends(trace: Trace) -> dict[int, I64]:
 GAP_CHUNK = 1 << 18  # idle intervals split at a time: the arrays per gap stay bounded
 
 
+def _split_in_slices(
+    trace: Trace,
+    host: HostCalls,
+    ts: I64,
+    correlation: np.ndarray,
+    starts: I64,
+    ends: I64,
+    rows: I64 | None = None,
+) -> Iterator[tuple[int, I64, dict[str, tuple[I64, I64]]]]:
+    """The idle intervals ``[starts[i], ends[i])`` (only the ``rows`` given, where given)
+    split by cause :data:`GAP_CHUNK` at a time, never all held at once: per slice, its
+    first index, its starts and its parts."""
+    n = starts.size if rows is None else rows.size
+    for c0 in range(0, n, GAP_CHUNK):
+        at = slice(c0, c0 + GAP_CHUNK) if rows is None else rows[c0 : c0 + GAP_CHUNK]
+        s = starts[at]
+        yield c0, s, _split(trace, host, ts, correlation, s, ends[at])
+
+
 def idle_per_window(
-    trace: Trace, ts: I64, correlation: np.ndarray, u: Union, lo: I64, hi: I64
+    trace: Trace,
+    ts: I64,
+    correlation: np.ndarray,
+    u: Union,
+    lo: I64,
+    hi: I64,
+    host: HostCalls,
 ) -> dict[str, I64]:
     """Per cause, its idle time inside each window ``[lo[i], hi[i])`` (ns), the union's
     idle intervals split by cause (the module docstring). ``ts`` and ``correlation`` are
-    the device's activity in time order (correlation -1 where there is none). The intervals
-    are split and added up :data:`GAP_CHUNK` at a time, never all held at once."""
-    host = HostCalls.of(trace)
+    the device's activity in time order (correlation -1 where there is none); ``host`` the
+    trace's host calls."""
     out = {cause: np.zeros(lo.size, dtype=np.int64) for cause in CAUSES}
-    for c0 in range(0, u.gap_starts.size, GAP_CHUNK):
-        parts = _split(
-            trace,
-            host,
-            ts,
-            correlation,
-            u.gap_starts[c0 : c0 + GAP_CHUNK],
-            u.gap_ends[c0 : c0 + GAP_CHUNK],
-        )
+    slices = _split_in_slices(trace, host, ts, correlation, u.gap_starts, u.gap_ends)
+    for _, _, parts in slices:
         for cause, (s, e) in parts.items():
             if s.size:
                 out[cause] += Union(s, e).clipped_lengths(lo, hi)
@@ -332,9 +350,8 @@ def idle_in_windows(
     del j, reach
     out = dict.fromkeys(CAUSES, 0)
     host = host or HostCalls.of(trace)
-    for c0 in range(0, gaps.size, GAP_CHUNK):  # split GAP_CHUNK at a time, as per window
-        some = gaps[c0 : c0 + GAP_CHUNK]
-        parts = _split(trace, host, ts, correlation, starts[some], ends[some])
+    slices = _split_in_slices(trace, host, ts, correlation, starts, ends, gaps)
+    for _, _, parts in slices:
         for cause, (s, e) in parts.items():
             if s.size:
                 out[cause] += int(Union(s, e).clipped_lengths(lo, hi).sum())
@@ -360,9 +377,7 @@ def long_idle(
     starts, ends = u.gap_starts[keep].astype(np.int64), u.gap_ends[keep].astype(np.int64)
     del keep
     by_cause = np.zeros((len(CAUSES), starts.size), dtype=np.int64)
-    for c0 in range(0, starts.size, GAP_CHUNK):
-        s, e = starts[c0 : c0 + GAP_CHUNK], ends[c0 : c0 + GAP_CHUNK]
-        parts = _split(trace, host, ts, correlation, s, e)
+    for c0, s, parts in _split_in_slices(trace, host, ts, correlation, starts, ends):
         for row, cause in enumerate(CAUSES):
             a, b = parts[cause]
             if a.size:  # each part lies in one interval: the last to start at or before it

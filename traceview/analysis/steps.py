@@ -45,7 +45,7 @@ from traceview.analysis.capture_regions import capture_regions
 from traceview.analysis.document import Activity, StepFinding
 from traceview.analysis.families import Rules, family_codes, load_rules
 from traceview.analysis.host_steps import with_host_columns
-from traceview.analysis.idle import CAUSES, correlation_ids, idle_per_window
+from traceview.analysis.idle import CAUSES, HostCalls, correlation_ids, idle_per_window
 from traceview.analysis.intervals import I64, Union, union
 from traceview.analysis.shapes import shape_families, shape_tokens
 from traceview.analysis.step_candidates import (
@@ -88,6 +88,7 @@ class StepResult:
     trace: Trace | None = None  # the trace analysed (a CPU capture's with its stand-ins)
     capture_regions: int = 0  # CUDA-graph capture / warm-up regions left out
     capture_kernels: int = 0  # the kernels under them
+    host: HostCalls | None = None  # the trace's submitting and synchronising calls, read once
 
 
 def pick_device(trace: Trace, device: int | None) -> int:
@@ -299,7 +300,7 @@ def _assemble(
 
 
 def with_time_breakdown(
-    table: pl.DataFrame, trace: Trace, k: DeviceKernels, u: Union
+    table: pl.DataFrame, trace: Trace, k: DeviceKernels, u: Union, host: HostCalls
 ) -> pl.DataFrame:
     """The steps with where their time went (:mod:`traceview.analysis.idle`): ``busy_ns``
     and one ``idle_<cause>_ns`` column per cause, over each step's span; they add up to
@@ -307,7 +308,7 @@ def with_time_breakdown(
     lo = table["start_ns"].to_numpy().astype(np.int64, copy=False)
     hi = table["end_ns"].to_numpy().astype(np.int64, copy=False)
     corr = correlation_ids(k.frame)
-    idle = idle_per_window(trace, k.ts, corr, u, lo, hi)
+    idle = idle_per_window(trace, k.ts, corr, u, lo, hi, host)
     del corr
     release_free_memory()
     return table.with_columns(
@@ -419,7 +420,8 @@ def find_steps(
     annotation_steps, disagreements = chosen.annotation_steps, chosen.disagreements
     del bursts, annotations, idle, chosen, c  # the candidates, before the breakdown's arrays
     release_free_memory()
-    table = with_time_breakdown(table, trace, k, u)
+    host = HostCalls.of(trace)  # read once: the summary's gap fills split with it too
+    table = with_time_breakdown(table, trace, k, u, host)
     table = with_host_columns(table, trace, k)
     warnings.extend(
         f"step kinds: the annotations state decode-only batches, but the {what} show prompt "
@@ -444,6 +446,7 @@ def find_steps(
         trace=trace,
         capture_regions=capture.regions,
         capture_kernels=capture.kernels,
+        host=host,
     )
 
 

@@ -339,7 +339,7 @@ class DeviceActivity:
             result.union,
             [str(x) for x in family.dtype.categories.to_list()],
             family_activity(k),
-            HostCalls.of(result.trace),
+            result.host or HostCalls.of(result.trace),
         )
 
 
