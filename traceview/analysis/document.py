@@ -234,8 +234,9 @@ class TraceFigures(TypedDict):
     busy: float | None
 
 
-class RankBreakdown(TypedDict):
-    """Where one rank's step time went, over all its steps (docs/metrics.md)."""
+class StepTime(TypedDict):
+    """Where steps' time went, summed over them (docs/metrics.md): a rank's, over all its
+    steps."""
 
     span_ns: int
     busy_ns: int
@@ -252,7 +253,7 @@ class RankRow(TraceFigures):
     collective_ns_per_step: float | None
     collective_wait_p50_ns: int | None
     idle_dependency_p50_ns: int | None  # per aligned step, beside the collective wait
-    time_breakdown: RankBreakdown
+    time_breakdown: StepTime
 
 
 AlignMethod = Literal["annotation name", "annotation order", "step order"]

@@ -41,19 +41,17 @@ from traceview.analysis.document import (
     AlignMethod,
     Percentiles,
     PhaseCadence,
-    RankBreakdown,
     RankRow,
     RunDocument,
     Straggler,
 )
 from traceview.analysis.families import family_is
 from traceview.analysis.figures import trace_figures
-from traceview.analysis.idle import CAUSES
 from traceview.analysis.intervals import union
 from traceview.analysis.precision import sig_or_none
 from traceview.analysis.stats import mean, median_ns, percentiles
 from traceview.analysis.steps import StepResult, ends_of
-from traceview.analysis.summary import Summary, verdict
+from traceview.analysis.summary import Summary, step_time
 from traceview.errors import RunError
 from traceview.model import Trace
 
@@ -286,14 +284,6 @@ def cross_rank(aligned: pl.DataFrame, ranks: list[int]) -> CrossRank:
     return CrossRank(skew, straggler, wait)
 
 
-def rank_breakdown(steps: pl.DataFrame) -> RankBreakdown:
-    """Where a rank's step time went, summed over its steps, and the verdict."""
-    span = int((steps["end_ns"] - steps["start_ns"]).sum()) if steps.height else 0
-    busy = int(steps["busy_ns"].sum()) if steps.height else 0
-    idle = {c: int(steps[f"idle_{c}_ns"].sum()) if steps.height else 0 for c in CAUSES}
-    return {"span_ns": span, "busy_ns": busy, "idle_ns": idle, "verdict": verdict(span, busy, idle)}
-
-
 def _rank_row(
     r: RankResult, wait: dict[int, int | None], dependency: dict[int, int | None]
 ) -> RankRow:
@@ -314,7 +304,7 @@ def _rank_row(
         "collective_ns_per_step": sig_or_none(mean(per["collective_ns"])),
         "collective_wait_p50_ns": wait.get(r.rank) if r.rank is not None else None,
         "idle_dependency_p50_ns": dependency.get(r.rank) if r.rank is not None else None,
-        "time_breakdown": rank_breakdown(r.summary.steps),
+        "time_breakdown": step_time(r.summary.steps),
     }
 
 

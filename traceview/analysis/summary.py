@@ -23,6 +23,7 @@ from traceview.analysis.document import (
     PhaseWork,
     PrefillGrowth,
     StepFacts,
+    StepTime,
     SummaryDocument,
     TimeBreakdown,
     TraceFacts,
@@ -220,7 +221,7 @@ def build(rules: Rules, result: StepResult) -> Summary:
         g["widest"] = gap_fill(gaps, g, device, p99=True)
     idle = long_idle(trace, device.ts, device.correlation, device.union, device.host)
     shares = device.shares
-    del device  # the host calls' arrays, before the phases' breakdown
+    del device  # its correlation ids, before the phases' breakdown
     release_free_memory()
     p99_all = gap_stats[0]["p99_ns"]
     assert result.union is not None
@@ -368,12 +369,11 @@ def gap_fill(
     idle = idle_in_windows(
         device.trace, device.ts, device.correlation, device.union, lo, hi, device.host
     )
-    fams = {device.families[f]: int(v) for f, v in enumerate(by_family) if v}
     return {
         "gaps": int(rows.size),
         "span_ns": int((hi - lo).sum()),
         "busy_ns": int(by_family.sum()),
-        "busy_by_family": dict(sorted(fams.items(), key=lambda x: (-x[1], x[0]))),
+        "busy_by_family": family_ns(device.families, by_family),
         "idle_ns": idle,
     }
 
@@ -393,25 +393,37 @@ def time_breakdown(
     by_family = activity.busy_by_family(lo, hi)
     out: list[TimeBreakdown] = []
     for i, p in enumerate(phases):
-        steps = table.slice(p["first_step"], p["steps"])
-        idle = {c: int(steps[f"idle_{c}_ns"].sum()) for c in CAUSES}
-        busy = int(steps["busy_ns"].sum())
-        span = int(p["end_ns"] - p["start_ns"])
-        fams = {names[f]: int(v) for f, v in enumerate(by_family[i]) if v}
+        spent = step_time(table.slice(p["first_step"], p["steps"]))
         out.append(
             {
                 "kind": p["kind"],
                 "first_step": p["first_step"],
                 "last_step": p["last_step"],
                 "steps": p["steps"],
-                "span_ns": span,
-                "busy_ns": busy,
-                "busy_by_family": dict(sorted(fams.items(), key=lambda x: (-x[1], x[0]))),
-                "idle_ns": idle,
-                "verdict": verdict(span, busy, idle),
+                "span_ns": spent["span_ns"],  # the steps tile the phase's span
+                "busy_ns": spent["busy_ns"],
+                "busy_by_family": family_ns(names, by_family[i]),
+                "idle_ns": spent["idle_ns"],
+                "verdict": spent["verdict"],
             }
         )
     return out
+
+
+def step_time(steps: pl.DataFrame) -> StepTime:
+    """Where the steps' time went, summed over them: their span, busy time, idle time by
+    cause and the verdict."""
+    span = int((steps["end_ns"] - steps["start_ns"]).sum())
+    busy = int(steps["busy_ns"].sum())
+    idle = {c: int(steps[f"idle_{c}_ns"].sum()) for c in CAUSES}
+    return {"span_ns": span, "busy_ns": busy, "idle_ns": idle, "verdict": verdict(span, busy, idle)}
+
+
+def family_ns(names: list[str], values: np.ndarray) -> dict[str, int]:
+    """Busy time per family code as {family: ns}, largest first, families with none left
+    out."""
+    fams = {names[f]: int(v) for f, v in enumerate(values) if v}
+    return dict(sorted(fams.items(), key=lambda x: (-x[1], x[0])))
 
 
 TIMELINE_RESOLUTION = 4000  # a timeline's gaps shorter than its span over this are closed
