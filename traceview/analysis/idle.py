@@ -53,7 +53,8 @@ def correlation_ids(activity: pl.DataFrame) -> I64:
 @dataclass(frozen=True)
 class Calls:
     """The trace's host calls that may submit device work: their rows in ``trace.events``
-    (runtime or driver calls with a correlation id) and those ids, read once."""
+    (runtime or driver calls with a correlation id) and those ids, read once, ordered by
+    id and then by the call's start (so an id's first row is its earliest call)."""
 
     rows: I64
     correlation: I64
@@ -69,36 +70,33 @@ class Calls:
             & ev["correlation"].is_not_null().to_numpy()
         )
         corr = ev["correlation"].gather(rows).to_numpy().astype(np.int64)
-        return cls(rows, corr)
+        order = np.lexsort((ev["ts_ns"].gather(rows).to_numpy(), corr))
+        return cls(rows[order], corr[order])
 
 
 def _launches(trace: Trace, calls: Calls, wanted: I64) -> tuple[I64, I64, I64, I64]:
     """The host calls linked to the correlation ids ``wanted``, sorted by correlation id
-    (the first call where several share one): ``correlation``, ``l0``, ``l1`` and a thread
-    key (pid, tid as one int64), as arrays. In numpy over the calls' ids, then a gather of
-    the matching rows: a trace's launches can be millions, and a polars filter over them
-    held ~150 MB more at the summary's peak."""
+    (the earliest call where several share one): ``correlation``, ``l0``, ``l1`` and a
+    thread key (pid, tid as one int64), as arrays. Each wanted id is looked up in the calls'
+    sorted ids, then the matching rows gathered: a trace's launches can be millions, and
+    neither a polars filter over them (~150 MB more at the summary's peak) nor an array per
+    call is made here."""
     ids = distinct(wanted[wanted >= 0])
     none = np.zeros(0, dtype=np.int64)
     if ids.size == 0 or calls.rows.size == 0:
         return none, none, none, none
-    at = np.minimum(np.searchsorted(ids, calls.correlation), ids.size - 1)
-    hit = np.flatnonzero(ids[at] == calls.correlation)
-    del at
-    if hit.size == 0:
+    at = np.searchsorted(calls.correlation, ids)  # the id's first, earliest call
+    found = at < calls.correlation.size
+    found[found] = calls.correlation[at[found]] == ids[found]
+    c, at = ids[found], at[found]
+    if c.size == 0:
         return none, none, none, none
     # gather the rows first: the thread key over every event would be a column per event
-    picked = trace.events.select("ts_ns", "dur_ns", "pid", "tid")[calls.rows[hit]]
+    picked = trace.events.select("ts_ns", "dur_ns", "pid", "tid")[calls.rows[at]]
     picked = picked.select("ts_ns", "dur_ns", THREAD_KEY)
-    c = calls.correlation[hit]
     l0 = picked["ts_ns"].to_numpy().astype(np.int64)
     l1 = l0 + picked["dur_ns"].to_numpy()
-    thread = picked["thread"].to_numpy()
-    order = np.lexsort((l0, c))  # by correlation, then the earliest call first
-    c, l0, l1, thread = c[order], l0[order], l1[order], thread[order]
-    first = np.ones(c.size, dtype=bool)
-    first[1:] = c[1:] != c[:-1]
-    return c[first], l0[first], l1[first], thread[first]
+    return c, l0, l1, picked["thread"].to_numpy()
 
 
 def _sync_ends(trace: Trace) -> dict[int, I64]:
@@ -131,16 +129,24 @@ def _split_in_slices(
     correlation: np.ndarray,
     starts: I64,
     ends: I64,
-    rows: I64 | None = None,
+    within: tuple[I64, I64] | None = None,
 ) -> Iterator[tuple[int, I64, dict[str, tuple[I64, I64]]]]:
-    """The idle intervals ``[starts[i], ends[i])`` (only the ``rows`` given, where given)
-    split by cause :data:`GAP_CHUNK` at a time, never all held at once: per slice, its
-    first index, its starts and its parts."""
-    n = starts.size if rows is None else rows.size
-    for c0 in range(0, n, GAP_CHUNK):
-        at = slice(c0, c0 + GAP_CHUNK) if rows is None else rows[c0 : c0 + GAP_CHUNK]
-        s = starts[at]
-        yield c0, s, _split(trace, host, ts, correlation, s, ends[at])
+    """The idle intervals ``[starts[i], ends[i])`` split by cause :data:`GAP_CHUNK` at a
+    time, never all held at once: per slice, its first index, its starts and its parts.
+    ``within``: disjoint windows ``(lo, hi)`` in order; only the intervals that reach one
+    are split (the starts then those intervals')."""
+    for c0 in range(0, starts.size, GAP_CHUNK):
+        s, e = starts[c0 : c0 + GAP_CHUNK], ends[c0 : c0 + GAP_CHUNK]
+        if within is not None:
+            lo, hi = within
+            # [s, e) reaches the first window ending after s, if that one starts before e
+            j = np.searchsorted(hi, s, side="right")
+            reach = j < lo.size
+            reach[reach] = lo[j[reach]] < e[reach]
+            s, e = s[reach], e[reach]
+            del j, reach
+        if s.size:
+            yield c0, s, _split(trace, host, ts, correlation, s, e)
 
 
 def idle_per_window(
@@ -341,16 +347,11 @@ def idle_in_windows(
     """Per cause, its idle time inside the disjoint windows ``[lo[i], hi[i])`` (in order),
     added up: only the union's idle intervals that reach a window are split. ``host``: the
     trace's host calls, where the caller has read them already."""
-    starts, ends = u.gap_starts, u.gap_ends
-    # a gap [s, e) reaches the first window ending after s, if that window starts before e
-    j = np.searchsorted(hi, starts, side="right")
-    reach = j < lo.size
-    reach[reach] = lo[j[reach]] < ends[reach]
-    gaps = np.flatnonzero(reach)
-    del j, reach
     out = dict.fromkeys(CAUSES, 0)
     host = host or HostCalls.of(trace)
-    slices = _split_in_slices(trace, host, ts, correlation, starts, ends, gaps)
+    slices = _split_in_slices(
+        trace, host, ts, correlation, u.gap_starts, u.gap_ends, within=(lo, hi)
+    )
     for _, _, parts in slices:
         for cause, (s, e) in parts.items():
             if s.size:

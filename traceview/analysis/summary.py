@@ -300,11 +300,11 @@ def verdict(span_ns: int, busy_ns: int, idle: dict[str, int]) -> str:
     return "balanced"
 
 
-def family_activity(kernels: pl.DataFrame) -> FamilyActivity:
-    """The device's kernels by family, prepared once for the busy-by-family shares."""
+def family_activity(kernels: pl.DataFrame, ts: np.ndarray) -> FamilyActivity:
+    """The device's kernels by family, prepared once for the busy-by-family shares (``ts``:
+    their starts, as read already: a frame of many chunks copies on every read)."""
     family = kernels["family"]
     assert isinstance(family.dtype, pl.Enum)
-    ts = kernels["ts_ns"].to_numpy().astype(np.int64, copy=False)
     return FamilyActivity.of(
         ts,
         ts + kernels["dur_ns"].to_numpy(),
@@ -333,13 +333,14 @@ class DeviceActivity:
         family = k["family"]
         assert isinstance(family.dtype, pl.Enum) and result.union is not None
         assert result.trace is not None
+        ts = k["ts_ns"].to_numpy().astype(np.int64, copy=False)
         return cls(
             result.trace,
-            k["ts_ns"].to_numpy().astype(np.int64, copy=False),
+            ts,
             correlation_ids(k),
             result.union,
             [str(x) for x in family.dtype.categories.to_list()],
-            family_activity(k),
+            family_activity(k, ts),
             result.host or HostCalls.of(result.trace),
         )
 
@@ -445,8 +446,10 @@ def timeline(kernels: pl.DataFrame, start_ns: int, end_ns: int) -> pl.DataFrame:
     names = [str(x) for x in family.dtype.categories.to_list()]
     code = family.to_physical().to_numpy()
     ts = kernels["ts_ns"].to_numpy().astype(np.int64, copy=False)
-    ends = ts + kernels["dur_ns"].to_numpy()
-    totals = np.bincount(code, weights=ends - ts, minlength=len(names))
+    dur = kernels["dur_ns"].to_numpy()
+    totals = np.bincount(code, weights=dur, minlength=len(names))
+    ends = ts + dur
+    del dur
     frames = []
     for c in sorted(np.flatnonzero(totals > 0), key=lambda c: (-totals[c], names[c])):
         mine = code == c
