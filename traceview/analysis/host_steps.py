@@ -15,17 +15,20 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from traceview.analysis.intervals import first_of_each
-from traceview.analysis.launches import timed_launches_within
+from traceview.analysis.idle import THREAD_KEY, HostCalls, launches_of
+from traceview.analysis.launches import range_holding
 from traceview.analysis.step_candidates import DeviceKernels
 from traceview.analysis.step_ranges import step_clusters, step_ranges
 from traceview.model import Trace
 
 
-def with_host_columns(table: pl.DataFrame, trace: Trace, k: DeviceKernels) -> pl.DataFrame:
+def with_host_columns(
+    table: pl.DataFrame, trace: Trace, k: DeviceKernels, host: HostCalls
+) -> pl.DataFrame:
     """The steps with ``host_step_ns`` and ``host_before_gpu_ns`` (Int64, ns; null where the
-    step has no CPU annotation of its own, see the module docstring)."""
-    host_step, before = _host_parts(table, trace, k)
+    step has no CPU annotation of its own, see the module docstring). ``host``: the trace's
+    submitting calls, where each kernel's launch is looked up."""
+    host_step, before = _host_parts(table, trace, k, host)
     return table.with_columns(
         pl.Series("host_step_ns", host_step, dtype=pl.Int64),
         pl.Series("host_before_gpu_ns", before, dtype=pl.Int64),
@@ -33,7 +36,7 @@ def with_host_columns(table: pl.DataFrame, trace: Trace, k: DeviceKernels) -> pl
 
 
 def _host_parts(
-    table: pl.DataFrame, trace: Trace, k: DeviceKernels
+    table: pl.DataFrame, trace: Trace, k: DeviceKernels, host: HostCalls
 ) -> tuple[list[int | None], list[int | None]]:
     n = table.height
     nulls: list[int | None] = [None] * n
@@ -44,20 +47,20 @@ def _host_parts(
     if cpu.height == 0:
         return nulls, list(nulls)
     clusters = step_clusters(cpu, ["pid", "tid"])  # row i is cluster i, in start order
-    launched, row, l0 = timed_launches_within(trace, clusters.select("pid", "tid", "a0", "a1"))
-    if launched.size == 0:
-        return nulls, list(nulls)
-    launched, first = first_of_each(launched)  # one launch per id
-    row, l0 = row[first], l0[first]
-    del first
+    # per launching thread, its annotations' bounds (in start order) and their numbers
+    threads = {
+        int(key): (g["a0"].to_numpy(), g["a1"].to_numpy(), g["cid"].to_numpy())
+        for (key,), g in clusters.select(THREAD_KEY, "a0", "a1", "cid").group_by(
+            ["thread"], maintain_order=True
+        )
+    }
     lo = table["start_ns"].to_numpy().astype(np.int64, copy=False)
     hi = table["end_ns"].to_numpy().astype(np.int64, copy=False)
     c = clusters.height
     slices = []
     for c0 in range(0, k.height, CHUNK):  # per-kernel arrays one slice at a time
-        key, start = _pairs(k, c0, launched, row, l0, lo, hi, c)
+        key, start = _pairs(trace, host, k, c0, threads, lo, hi, c)
         slices.append(_per_pair(key, np.ones(key.size, dtype=np.int64), start))
-    del launched, row, l0
     pairs, counts, first_call_of = _per_pair(
         *(np.concatenate([part[i] for part in slices]) for i in range(3))
     )
@@ -90,26 +93,35 @@ CHUNK = 1 << 18  # kernels per slice
 
 
 def _pairs(
+    trace: Trace,
+    host: HostCalls,
     k: DeviceKernels,
     c0: int,
-    launched: np.ndarray,
-    row: np.ndarray,
-    l0: np.ndarray,
+    threads: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]],
     lo: np.ndarray,
     hi: np.ndarray,
     clusters: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """For the kernels ``[c0, c0 + CHUNK)`` launched inside a CPU step annotation and
-    starting inside a step: the key ``step * clusters + annotation`` of each, and its
-    launch's start."""
+    """For the kernels ``[c0, c0 + CHUNK)`` launched inside a CPU step annotation (the
+    innermost on the launching thread; their launches looked up among the trace's
+    submitting calls) and starting inside a step: the key ``step * clusters + annotation``
+    of each, and its launch's start."""
     kc, known = k.correlation(c0, CHUNK)
-    pos = np.minimum(np.searchsorted(launched, kc), launched.size - 1)
-    known &= launched[pos] == kc
     kern = np.flatnonzero(known)
+    c_corr, c_l0, _, c_thread = launches_of(trace, host.calls, kc[kern])
+    at = np.minimum(np.searchsorted(c_corr, kc[kern]), max(c_corr.size - 1, 0))
+    linked = np.flatnonzero(c_corr[at] == kc[kern]) if c_corr.size else at[:0]
+    kern, at = kern[linked], at[linked]
+    start, thread = c_l0[at], c_thread[at]
+    cid = np.full(kern.size, -1, dtype=np.int64)
+    for key, (a0, a1, cids) in threads.items():
+        mine = np.flatnonzero(thread == key)
+        inside = range_holding(start[mine], a0, a1)
+        ok = inside >= 0
+        cid[mine[ok]] = cids[inside[ok]]
     ts = k.ts[c0 : c0 + CHUNK][kern]
-    cid, start = row[pos[kern]], l0[pos[kern]]
     step = np.searchsorted(lo, ts, side="right") - 1
-    ok = step >= 0
+    ok = (step >= 0) & (cid >= 0)
     ok[ok] = ts[ok] < hi[step[ok]]
     return step[ok] * clusters + cid[ok], start[ok]
 

@@ -74,7 +74,7 @@ class Calls:
         return cls(rows[order], corr[order])
 
 
-def _launches(trace: Trace, calls: Calls, wanted: I64) -> tuple[I64, I64, I64, I64]:
+def launches_of(trace: Trace, calls: Calls, wanted: I64) -> tuple[I64, I64, I64, I64]:
     """The host calls linked to the correlation ids ``wanted``, sorted by correlation id
     (the earliest call where several share one): ``correlation``, ``l0``, ``l1`` and a
     thread key (pid, tid as one int64), as arrays. Each wanted id is looked up in the calls'
@@ -187,7 +187,7 @@ def _split(
         return dict.fromkeys(CAUSES, (empty, empty))
     # the activity that ends each gap: the first to start at its end, and its host call
     corr = correlation[np.searchsorted(ts, i1, side="left")]
-    c_corr, c_l0, c_l1, c_thread = _launches(trace, host.calls, corr)
+    c_corr, c_l0, c_l1, c_thread = launches_of(trace, host.calls, corr)
     at = np.searchsorted(c_corr, corr)
     at_ok = np.minimum(at, max(c_corr.size - 1, 0))
     linked = (at < c_corr.size) & (corr >= 0)

@@ -28,21 +28,7 @@ def launches_within(trace: Trace, ranges: pl.DataFrame) -> tuple[np.ndarray, np.
     time order. In numpy over each thread's launch times and correlation ids: polars joins
     of the million launches of a large trace held about 140 MB more at the summary's peak.
     """
-    corr, row, _ = _within(trace, ranges, times=False)
-    return corr, row
-
-
-def timed_launches_within(
-    trace: Trace, ranges: pl.DataFrame
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`launches_within`, with each launch's start (ns) as a third array."""
-    return _within(trace, ranges, times=True)
-
-
-def _within(
-    trace: Trace, ranges: pl.DataFrame, *, times: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    corrs, rows, starts = [], [], []
+    corrs, rows = [], []
     ordered = ranges.with_row_index("_row").sort("a0")
     for (pid, tid), spans in ordered.group_by(["pid", "tid"], maintain_order=True):
         launches = (
@@ -58,25 +44,19 @@ def _within(
         )
         if not launches["ts_ns"].is_sorted():  # a thread's launches are in time order
             launches = launches.sort("ts_ns", maintain_order=True)
-        ts = launches["ts_ns"].to_numpy().astype(np.int64, copy=False)
+        ts = launches["ts_ns"].to_numpy()
         corr = launches["correlation"].to_numpy().astype(np.int64, copy=False)
         del launches
         at = range_holding(ts, spans["a0"].to_numpy(), spans["a1"].to_numpy())
         inside = at >= 0
+        del ts
         if not inside.all():
-            corr, at, ts = corr[inside], at[inside], ts[inside]
+            corr, at = corr[inside], at[inside]
         corrs.append(corr)
         rows.append(spans["_row"].to_numpy().astype(np.int64)[at])
-        if times:
-            starts.append(ts)
-        del corr, at, inside, ts
-    empty = np.zeros(0, dtype=np.int64)
+        del corr, at, inside
     if not corrs:
-        return empty, empty, empty
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     if len(corrs) == 1:
-        return corrs[0], rows[0], starts[0] if times else empty
-    return (
-        np.concatenate(corrs),
-        np.concatenate(rows),
-        np.concatenate(starts) if times else empty,
-    )
+        return corrs[0], rows[0]
+    return np.concatenate(corrs), np.concatenate(rows)

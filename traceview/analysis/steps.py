@@ -422,7 +422,7 @@ def find_steps(
     release_free_memory()
     host = HostCalls.of(trace)  # read once: the summary's gap fills split with it too
     table = with_time_breakdown(table, trace, k, u, host)
-    table = with_host_columns(table, trace, k)
+    table = with_host_columns(table, trace, k, host)
     warnings.extend(
         f"step kinds: the annotations state decode-only batches, but the {what} show prompt "
         f"work in {n} step(s); the annotations decide (kind_source)"
