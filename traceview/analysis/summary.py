@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -216,7 +217,11 @@ def build(rules: Rules, result: StepResult) -> Summary:
         )
     device = DeviceActivity.of(result)
     release_free_memory()  # its temporaries (each kernel's end, family codes) go back
+    every = gap_stats[0]  # the "all" population
     for g in gap_stats:
+        if g is not every and g["n"] == every["n"]:  # the other one is empty: the same gaps
+            g["filled"], g["widest"] = deepcopy(every["filled"]), deepcopy(every["widest"])
+            continue
         g["filled"] = gap_fill(gaps, g, device)
         g["widest"] = gap_fill(gaps, g, device, p99=True)
     idle = long_idle(trace, device.ts, device.correlation, device.union, device.host)
