@@ -326,6 +326,6 @@ def test_inside_a_graph_replay_the_idle_is_queued_work() -> None:
     u = union(ts, ts + k["dur_ns"].to_numpy())
     lo = np.array([replay["ts_ns"].min()])
     hi = np.array([(replay["ts_ns"] + replay["dur_ns"]).max()])
-    idle = idle_in_windows(t, ts, k["correlation"].fill_null(-1).to_numpy(), u, lo, hi)
+    idle = idle_in_windows(t, ts, k["correlation"], u, lo, hi)
     assert idle["host_late"] == idle["sync"] == idle["other"] == 0
     assert idle["dependency"] > 0

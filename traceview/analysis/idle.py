@@ -45,9 +45,17 @@ THREAD_KEY = (
 ).alias("thread")
 
 
-def correlation_ids(activity: pl.DataFrame) -> I64:
-    """The activity's correlation ids as the split reads them: int64, -1 where none."""
-    return activity["correlation"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
+def correlation_ids(activity: pl.DataFrame) -> pl.Series:
+    """The activity's correlation ids, as the split reads them: the frame's own column,
+    gathered slice by slice (:func:`_ids_at`), never copied out whole (8 MB per million
+    kernels held through the summary)."""
+    return activity["correlation"]
+
+
+def _ids_at(correlation: pl.Series, rows: np.ndarray) -> I64:
+    """The correlation ids at ``rows``: int64, -1 where none."""
+    picked = correlation.gather(rows).fill_null(-1)
+    return picked.to_numpy().astype(np.int64, copy=False)
 
 
 @dataclass(frozen=True)
@@ -119,14 +127,14 @@ def _sync_ends(trace: Trace) -> dict[int, I64]:
     }
 
 
-GAP_CHUNK = 1 << 18  # idle intervals split at a time: the arrays per gap stay bounded
+GAP_CHUNK = 1 << 16  # idle intervals split at a time: the arrays per gap stay bounded
 
 
 def _split_in_slices(
     trace: Trace,
     host: HostCalls,
     ts: I64,
-    correlation: np.ndarray,
+    correlation: pl.Series,
     starts: I64,
     ends: I64,
     within: tuple[I64, I64] | None = None,
@@ -152,7 +160,7 @@ def _split_in_slices(
 def idle_per_window(
     trace: Trace,
     ts: I64,
-    correlation: np.ndarray,
+    correlation: pl.Series,
     u: Union,
     lo: I64,
     hi: I64,
@@ -160,7 +168,7 @@ def idle_per_window(
 ) -> dict[str, I64]:
     """Per cause, its idle time inside each window ``[lo[i], hi[i])`` (ns), the union's
     idle intervals split by cause (the module docstring). ``ts`` and ``correlation`` are
-    the device's activity in time order (correlation -1 where there is none); ``host`` the
+    the device's activity in time order and its correlation column; ``host`` the
     trace's host calls."""
     out = {cause: np.zeros(lo.size, dtype=np.int64) for cause in CAUSES}
     slices = _split_in_slices(trace, host, ts, correlation, u.gap_starts, u.gap_ends)
@@ -175,7 +183,7 @@ def _split(
     trace: Trace,
     host: HostCalls,
     ts: I64,
-    correlation: np.ndarray,
+    correlation: pl.Series,
     gap_starts: I64,
     gap_ends: I64,
 ) -> dict[str, tuple[I64, I64]]:
@@ -186,7 +194,7 @@ def _split(
     if i0.size == 0:
         return dict.fromkeys(CAUSES, (empty, empty))
     # the activity that ends each gap: the first to start at its end, and its host call
-    corr = correlation[np.searchsorted(ts, i1, side="left")]
+    corr = _ids_at(correlation, np.searchsorted(ts, i1, side="left"))
     c_corr, c_l0, c_l1, c_thread = launches_of(trace, host.calls, corr)
     at = np.searchsorted(c_corr, corr)
     at_ok = np.minimum(at, max(c_corr.size - 1, 0))
@@ -227,13 +235,15 @@ def _split(
 @dataclass(frozen=True)
 class FamilyActivity:
     """The device's activity by family, prepared once for :meth:`busy_by_family`: its
-    starts (in time order) and its last end, and per family its kernels' sorted starts and
-    ends (how many of a family run at an instant is then a count)."""
+    starts (in time order) and its last end, and per family its kernels' positions in
+    ``ts`` (int32: the starts themselves would be a second copy of ``ts``) and sorted ends.
+    How many of a family run at an instant is then a count: those whose position is before
+    the instant's in ``ts``, less those ended by it."""
 
     ts: I64
     last_end: int
     families: int
-    by_family: dict[int, tuple[I64, I64]]
+    by_family: dict[int, tuple[np.ndarray, I64]]
 
     @classmethod
     def of(cls, ts: I64, ends: I64, codes: np.ndarray, families: int) -> FamilyActivity:
@@ -241,10 +251,11 @@ class FamilyActivity:
         if order is not None:
             ts, ends, codes = ts[order], ends[order], codes[order]
         by_family = {}
+        position = np.int32 if ts.size < np.iinfo(np.int32).max else np.int64
         for f in range(families):
             mine = codes == f
             if mine.any():
-                by_family[f] = (ts[mine], np.sort(ends[mine]))
+                by_family[f] = (np.flatnonzero(mine).astype(position), np.sort(ends[mine]))
         return cls(ts, int(ends.max(initial=0)), families, by_family)
 
     def busy_by_family(self, lo: I64, hi: I64, *, summed: bool = False) -> np.ndarray:
@@ -301,8 +312,10 @@ def _busy_by_family(
         seg_lo = bounds[:-1]
         running = {}
         n = np.zeros(seg_lo.size, dtype=np.int16)  # families running in each segment
-        for f, (starts, stops) in sorted_by_family.items():
-            count = np.searchsorted(starts, seg_lo, side="right")
+        # kernels started at or before each segment's start, as a position in ts
+        started = np.searchsorted(ts, seg_lo, side="right")
+        for f, (positions, stops) in sorted_by_family.items():
+            count = np.searchsorted(positions, started.astype(positions.dtype), side="left")
             count -= np.searchsorted(stops, seg_lo, side="right")
             running[f] = count > 0
             n += running[f]
@@ -338,7 +351,7 @@ class HostCalls:
 def idle_in_windows(
     trace: Trace,
     ts: I64,
-    correlation: np.ndarray,
+    correlation: pl.Series,
     u: Union,
     lo: I64,
     hi: I64,
@@ -365,7 +378,7 @@ LONG_IDLE_NS = 50_000  # idle intervals at least this long are listed one by one
 def long_idle(
     trace: Trace,
     ts: I64,
-    correlation: np.ndarray,
+    correlation: pl.Series,
     u: Union,
     host: HostCalls,
     min_ns: int = LONG_IDLE_NS,

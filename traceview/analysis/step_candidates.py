@@ -386,13 +386,16 @@ def _launched_in(trace: Trace, k: DeviceKernels, cpu: pl.DataFrame) -> np.ndarra
         launched, first = first_of_each(launched)  # one launch per id
         cid = cid[first]
         del first
-    kc, known = k.correlation()
-    pos = np.searchsorted(launched, kc)
-    np.minimum(pos, launched.size - 1, out=pos)
-    known &= launched[pos] == kc
-    del kc
-    out[known] = cid[pos[known]]
+    for c0 in range(0, k.height, LOOKUP_CHUNK):  # per-kernel arrays one slice at a time
+        kc, known = k.correlation(c0, LOOKUP_CHUNK)
+        pos = np.searchsorted(launched, kc)
+        np.minimum(pos, launched.size - 1, out=pos)
+        known &= launched[pos] == kc
+        out[c0 : c0 + kc.size][known] = cid[pos[known]]
     return out
+
+
+LOOKUP_CHUNK = 1 << 18  # kernels whose launch is looked up at a time
 
 
 def _annotation_groups(

@@ -326,7 +326,7 @@ class DeviceActivity:
 
     trace: Trace
     ts: np.ndarray
-    correlation: np.ndarray
+    correlation: pl.Series
     union: Union
     families: list[str]
     shares: FamilyActivity
