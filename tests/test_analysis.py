@@ -195,7 +195,7 @@ def test_disagreeing_annotations_fall_back_to_bursts(tmp_path: Path) -> None:
 def test_steps_table_columns(scenario: str) -> None:
     t = truth(scenario)
     table = tv.steps(tv.load(GENERATED / f"{scenario}.json.gz"))
-    assert table.columns[:21] == [
+    assert table.columns[:23] == [
         "index",
         "start_ns",
         "anchor_ns",

@@ -6,8 +6,11 @@ from traceview import capture, plot
 from traceview.analysis.busy import busy
 from traceview.analysis.checks import Bounds, CheckResult, check
 from traceview.analysis.compare import Diff, diff
+from traceview.analysis.devices import DeviceSpec
+from traceview.analysis.devices import device_option as device_spec
 from traceview.analysis.families import families, kernels, load_rules
 from traceview.analysis.gaps import decode_gaps
+from traceview.analysis.model_config import ModelSpec, load_model
 from traceview.analysis.run import RunSummary
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import steps
@@ -18,6 +21,7 @@ from traceview.errors import (
     CaptureError,
     CheckError,
     CheckFailed,
+    EfficiencyInputError,
     MissingDependencyError,
     QueryError,
     RulesError,
@@ -49,6 +53,11 @@ __all__ = [
     "busy",
     "capture",
     "decode_gaps",
+    "device_spec",
+    "DeviceSpec",
+    "EfficiencyInputError",
+    "load_model",
+    "ModelSpec",
     "families",
     "kernels",
     "load_rules",

@@ -115,3 +115,8 @@ def describe_event(ph: Any, name: Any) -> str:
     if len(text) > 60:
         text = text[:57] + "..."
     return f"ph={ph!r}, name={text!r}"
+
+
+class EfficiencyInputError(TraceviewError):
+    """A device spec (``--gpu``) or a model config (``--model``) is unreadable, unknown or
+    lacks a field MFU and MBU need."""

@@ -7,6 +7,11 @@ Engines name the range around each step after the batch it ran (FIELD.md):
   requests (no token produced yet: a prompt, or a later chunk of one) and Ct their tokens in
   this step; G and Gt the same for generation (decode) requests. A token field may carry
   more than the count (``888_788544`` is 888 tokens and 888²): its first integer is the count.
+  The detailed field ``sq{Q}sk{K}sqsq{Q2}sqsk{QK}`` states, over its requests, the query
+  tokens Q, the key (context) lengths K, and the sums of sq² and sq·sk: the step's
+  ``kv_tokens`` are K over both fields, its ``attention_pairs`` the causal (query, key)
+  pairs, QK − (Q2 − Q)/2 (each request's sq new tokens see sk − sq earlier keys and the
+  new ones before them).
 - vLLM V1, older: ``execute_new_{N}_cached_{M}``: N requests scheduled for the first time, M
   continuing ones (which may still be mid-prefill under chunking).
 - SGLang: ``step[{MODE} bs={B} …]`` with the forward mode ``EXTEND``, ``MIXED``, ``DECODE``
@@ -34,6 +39,7 @@ _CACHED_FORM = re.compile(r"^execute_new_(\d+)_cached_(\d+)$")
 _SGLANG_FORM = re.compile(r"^step\[([A-Z_]+)(.*)\]")
 _LEADING_INT = re.compile(r"^(?:sq)?(\d+)")
 _FIELD = re.compile(r"\b(bs|toks)=(\d+)")
+_DETAILED = re.compile(r"^sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)")
 
 # Columns of the step record, in the order the steps table shows them (all nullable).
 RECORD_COLUMNS = (
@@ -43,6 +49,8 @@ RECORD_COLUMNS = (
     "generation_tokens",
     "new_requests",
     "cached_requests",
+    "kv_tokens",
+    "attention_pairs",
     "forward_mode",
 )
 
@@ -57,6 +65,8 @@ class StepRecord(TypedDict, total=False):
     generation_tokens: int | None
     new_requests: int | None
     cached_requests: int | None
+    kv_tokens: int | None
+    attention_pairs: int | None
     forward_mode: str | None
 
 
@@ -72,12 +82,17 @@ def parse(name: str) -> StepRecord:
     """The fields one annotation name states (an empty dict when it states none)."""
     m = _CONTEXT_FORM.match(name)
     if m:
-        return {
+        out: StepRecord = {
             "context_requests": int(m.group(2)),
             "context_tokens": _tokens(m.group(3)),
             "generation_requests": int(m.group(4)),
             "generation_tokens": _tokens(m.group(5)),
         }
+        both = [_DETAILED.match(m.group(3)), _DETAILED.match(m.group(5))]
+        if all(both):
+            q, k, q2, qk = (sum(int(d.group(i)) for d in both if d) for i in (1, 2, 3, 4))
+            out["kv_tokens"], out["attention_pairs"] = k, qk - (q2 - q) // 2
+        return out
     m = _CACHED_FORM.match(name)
     if m:
         return {"new_requests": int(m.group(1)), "cached_requests": int(m.group(2))}
@@ -85,15 +100,15 @@ def parse(name: str) -> StepRecord:
     if m:
         mode = m.group(1)
         fields = {k: int(v) for k, v in _FIELD.findall(m.group(2))}
-        out: StepRecord = {"forward_mode": mode}
+        sglang: StepRecord = {"forward_mode": mode}
         bs = fields.get("bs")
         if mode == "DECODE" and bs is not None:  # one token per request
-            out["context_requests"], out["context_tokens"] = 0, 0
-            out["generation_requests"], out["generation_tokens"] = bs, bs
+            sglang["context_requests"], sglang["context_tokens"] = 0, 0
+            sglang["generation_requests"], sglang["generation_tokens"] = bs, bs
         elif mode == "EXTEND" and bs is not None:  # every request extends its prompt
-            out["context_requests"], out["context_tokens"] = bs, fields.get("toks")
-            out["generation_requests"], out["generation_tokens"] = 0, 0
-        return out
+            sglang["context_requests"], sglang["context_tokens"] = bs, fields.get("toks")
+            sglang["generation_requests"], sglang["generation_tokens"] = 0, 0
+        return sglang
     return {}
 
 
@@ -108,6 +123,8 @@ def record(names: list[str]) -> StepRecord:
         "generation_tokens": None,
         "new_requests": None,
         "cached_requests": None,
+        "kv_tokens": None,
+        "attention_pairs": None,
         "forward_mode": None,
     }
     for name in names:

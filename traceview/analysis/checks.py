@@ -66,6 +66,16 @@ def lookup(doc: object, path: str) -> list[tuple[str, object]]:
         if isinstance(node, dict):
             if parts[i] in node:
                 walk(node[parts[i]], i + 1, f"{trail}.{parts[i]}" if trail else parts[i])
+                return
+            # a section whose entries are named by kind or family may skip its list's
+            # name: efficiency.decode.mbu_p50 is efficiency.phases.decode.mbu_p50
+            for key, child in node.items():
+                if isinstance(child, list) and any(
+                    isinstance(x, dict) and any(str(x.get(f)) == parts[i] for f in _ID_FIELDS)
+                    for x in child
+                ):
+                    walk(child, i, f"{trail}.{key}" if trail else key)
+                    return
             return
         if isinstance(node, list):
             by_rank = [x for x in node if isinstance(x, dict) and str(x.get("rank")) == parts[i]]
@@ -108,7 +118,20 @@ class CheckResult:
         return [r for r in self.rows if not r["ok"]]
 
 
-_FRACTION_KEYS = {"fraction", "share", "busy", "busy_fraction", "in_gaps", "in_widest_gaps"}
+_FRACTION_KEYS = {
+    "fraction",
+    "share",
+    "busy",
+    "busy_fraction",
+    "in_gaps",
+    "in_widest_gaps",
+    "mfu",
+    "mbu",
+    "mfu_p50",
+    "mfu_p90",
+    "mbu_p50",
+    "mbu_p90",
+}
 
 
 def unit_of(key: str) -> Unit:

@@ -138,6 +138,16 @@ def metrics(summary: Summary) -> list[Metric]:
     out.append(Metric("busy", "fraction", busy["fraction"], None, "fraction"))
     out.append(Metric("busy", "in_gaps", busy["in_gaps"], None, "fraction"))
     out.append(Metric("busy", "in_widest_gaps", busy["in_widest_gaps"], None, "fraction"))
+    for p in doc["efficiency"]["phases"] or []:  # with --model: rates, so judged
+        kind, n = p["kind"], p["steps"]
+        for key, label, unit in (
+            ("mfu_p50", "MFU p50", "fraction"),
+            ("mbu_p50", "MBU p50", "fraction"),
+            ("tflops_p50", "TFLOP/s p50", "count"),
+            ("gbps_p50", "GB/s p50", "count"),
+        ):
+            value = p[key]  # type: ignore[literal-required]
+            out.append(Metric("efficiency", f"{kind} {label}", value, "higher", unit, n))
     steps = doc["steps"]["count"]
     for f in doc["families"]:
         name = f["family"]

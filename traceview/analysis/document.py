@@ -182,6 +182,61 @@ class TimeBreakdown(TypedDict):
     verdict: str
 
 
+class DevicePeaks(TypedDict):
+    """The device's peaks (``traceview/presets/devices.toml`` or ``--gpu``): FLOP/s per
+    dtype, bytes/s; empty and null where the device is not known."""
+
+    name: str | None
+    peak_flops: dict[str, float]
+    peak_bytes_per_s: float | None
+    source: str | None
+
+
+class ModelFacts(TypedDict):
+    """The model ``--model`` gave: its config's ``model_type``, parameters in all and per
+    token, and blocks."""
+
+    name: str
+    params: int
+    active_params: int
+    layers: int
+
+
+class EfficiencyPhase(TypedDict):
+    """MFU and MBU over the steps of one kind (those with tokens and busy time)."""
+
+    kind: str
+    steps: int
+    mfu_p50: float | None
+    mfu_p90: float | None
+    mbu_p50: float | None
+    mbu_p90: float | None
+    tflops_p50: float | None
+    gbps_p50: float | None
+
+
+class EfficiencyFamily(TypedDict):
+    """A family's FLOPs and bytes from record_shapes' GEMM and attention ops, over its
+    kernels' time: rates, and ``bound`` (compute or memory) by the device's roofline."""
+
+    family: str
+    flops: int
+    bytes: int
+    tflops: float | None
+    gbps: float | None
+    bound: str | None
+
+
+class Efficiency(TypedDict):
+    """How close to the hardware (docs/metrics.md): ``model`` and ``phases`` null without
+    ``--model``; ``families`` null without record_shapes."""
+
+    device: DevicePeaks
+    model: ModelFacts | None
+    phases: list[EfficiencyPhase] | None
+    families: list[EfficiencyFamily] | None
+
+
 class Capture(TypedDict):
     """CUDA-graph capture / warm-up regions left out of the analysis (engine start-up)."""
 
@@ -205,6 +260,7 @@ class SummaryDocument(TypedDict):
     decode_marker_kernels: list[str]
     busy: Busy
     time_breakdown: list[TimeBreakdown]  # one entry per phase, as the cadence table
+    efficiency: Efficiency
     capture: Capture
     warnings: list[str]
 

@@ -125,8 +125,13 @@ def presets() -> list[str]:
     """Names of the built-in presets."""
     folder = resources.files("traceview") / "presets"
     return sorted(
-        p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")
+        p.name.removesuffix(".toml")
+        for p in folder.iterdir()
+        if p.name.endswith(".toml") and p.name not in NOT_PRESETS
     )
+
+
+NOT_PRESETS = ("devices.toml",)  # the device peaks live beside the presets (analysis/devices)
 
 
 def load_rules(preset: str = "default", rules_file: str | Path | None = None) -> Rules:

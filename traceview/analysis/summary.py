@@ -14,6 +14,7 @@ import polars as pl
 from traceview._io import release_free_memory
 from traceview.analysis import display
 from traceview.analysis.busy import busy_document
+from traceview.analysis.devices import DeviceSpec
 from traceview.analysis.document import (
     SUMMARY_SCHEMA,
     FamilyRow,
@@ -30,6 +31,7 @@ from traceview.analysis.document import (
     TraceFacts,
     Work,
 )
+from traceview.analysis.efficiency import efficiency_section
 from traceview.analysis.families import Rules, family_rows, load_rules
 from traceview.analysis.figures import DECODING, KINDS, decoding_cadence, kind_cadence
 from traceview.analysis.gaps import gap_table, summarize_gaps
@@ -42,6 +44,7 @@ from traceview.analysis.idle import (
     long_idle,
 )
 from traceview.analysis.intervals import Union, merge_windows, union
+from traceview.analysis.model_config import ModelSpec
 from traceview.analysis.names import short_name
 from traceview.analysis.precision import line_ends, sig, sig_or_none
 from traceview.analysis.stats import mean, percentiles
@@ -140,6 +143,8 @@ def summarize(
     layers: int | None = None,
     step_gap_ns: int | None = None,
     device: int | None = None,
+    model: ModelSpec | None = None,
+    gpu: DeviceSpec | None = None,
 ) -> Summary:
     """Everything traceview knows about a trace, as the ``traceview.summary/1`` document.
 
@@ -148,6 +153,10 @@ def summarize(
         rules: classification (default: the built-in preset).
         options: how to find steps (:class:`~traceview.StepOptions`); ``method``,
             ``layers``, ``step_gap_ns`` and ``device`` are shortcuts that replace its fields.
+        model: the model (:func:`~traceview.load_model`): each step's FLOPs, bytes, MFU
+            and MBU, and the ``efficiency`` section's phases.
+        gpu: the device's peaks (:func:`~traceview.device_spec`), instead of the ones
+            matched from the trace's ``deviceProperties``.
 
     Raises:
         UnsupportedTraceError: the trace has no device activity and no CPU ops.
@@ -158,10 +167,15 @@ def summarize(
     )
     result = find_steps(trace, rules, opts)
     release_free_memory()  # the step finder's temporaries, before the document's own
-    return build(rules, result)
+    return build(rules, result, model, gpu)
 
 
-def build(rules: Rules, result: StepResult) -> Summary:
+def build(
+    rules: Rules,
+    result: StepResult,
+    model: ModelSpec | None = None,
+    gpu: DeviceSpec | None = None,
+) -> Summary:
     assert result.trace is not None
     trace, activity = result.trace, result.activity
     warnings = list(result.warnings)
@@ -175,7 +189,8 @@ def build(rules: Rules, result: StepResult) -> Summary:
     assert result.totals is not None
     fam = family_rows(result.totals)
     rolled = family_rows(result.totals, roll_up=True)
-    table = result.table
+    table, efficiency, said = efficiency_section(trace, result.device, result.table, model, gpu)
+    warnings += said
     intervals = table["interval_ns"].drop_nulls().to_numpy()
     cadence = percentiles(intervals)
     phases: list[Phase] = []
@@ -269,6 +284,7 @@ def build(rules: Rules, result: StepResult) -> Summary:
         "decode_marker_kernels": [] if marker is None else list(marker.names),
         "busy": busy_document(result.union, result.device, gaps, p99_all),
         "time_breakdown": time_breakdown(table, phases, k, shares),
+        "efficiency": efficiency,
         "capture": {"regions": result.capture_regions, "kernels": result.capture_kernels},
         "warnings": warnings,
     }

@@ -11,7 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
+from traceview.analysis.devices import DeviceSpec
 from traceview.analysis.families import load_rules
+from traceview.analysis.model_config import ModelSpec
 from traceview.analysis.run import RankResult, RunSummary, assemble, rank_of, step_work
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import find_steps
@@ -32,6 +34,8 @@ class RunOptions:
     steps: StepOptions = field(default_factory=StepOptions)
     jobs: int = 1
     strict: bool = False  # a truncated trace fails (and so, with summarize_run's strict, the run)
+    model: ModelSpec | None = None  # each rank's FLOPs, bytes, MFU and MBU (--model)
+    gpu: DeviceSpec | None = None  # the device's peaks (--gpu), else matched per rank
 
 
 def analyse_rank(path: str, options: RunOptions) -> RankResult:
@@ -42,7 +46,7 @@ def analyse_rank(path: str, options: RunOptions) -> RankResult:
             return RankResult(path, skipped="no device activity (a CPU-only trace)")
         rules = load_rules(options.preset, options.rules_file)
         result = find_steps(trace, rules, options.steps)
-        summary = build(rules, result)
+        summary = build(rules, result, options.model, options.gpu)
     except TraceviewError as exc:
         return RankResult(path, error=str(exc))
     rank, source = rank_of(trace, path)

@@ -21,7 +21,9 @@ from traceview.model import Trace
 from traceview.render.safe import terminal
 
 if TYPE_CHECKING:  # the CLI imports analysis lazily, so --help stays fast
+    from traceview.analysis.devices import DeviceSpec
     from traceview.analysis.families import Rules
+    from traceview.analysis.model_config import ModelSpec
     from traceview.analysis.run import RunSummary
     from traceview.analysis.step_candidates import StepOptions
     from traceview.analysis.summary import Summary
@@ -167,6 +169,16 @@ class AnalysisOptions:
     layers: int | None = None
     step_gap: str | None = None
     device: int | None = None
+    gpu: str | None = None
+    model: str | None = None
+
+    def efficiency(self) -> tuple[ModelSpec | None, DeviceSpec | None]:
+        """``--model`` and ``--gpu``, read (each None where not given)."""
+        from traceview.analysis.devices import device_option
+        from traceview.analysis.model_config import load_model
+
+        model = None if self.model is None else load_model(self.model)
+        return model, None if self.gpu is None else device_option(self.gpu)
 
     def step_options(self) -> StepOptions:
         """How to find steps (``--step-gap`` read as a duration)."""
@@ -186,7 +198,16 @@ class AnalysisOptions:
         return load_rules(self.preset, self.rules)
 
 
-_ANALYSIS_FIELDS = ("preset", "rules", "steps_method", "layers", "step_gap", "device")
+_ANALYSIS_FIELDS = (
+    "preset",
+    "rules",
+    "steps_method",
+    "layers",
+    "step_gap",
+    "device",
+    "gpu",
+    "model",
+)
 
 
 def analysis_options(func: Callable[..., R]) -> Callable[..., R]:
@@ -199,6 +220,18 @@ def analysis_options(func: Callable[..., R]) -> Callable[..., R]:
         return func(*args, analysis=AnalysisOptions(**fields), **kwargs)
 
     opts = [
+        click.option(
+            "--model",
+            type=click.Path(dir_okay=True),
+            help="The model's Hugging Face config.json (a path): FLOPs, bytes, MFU and MBU "
+            "per step.",
+        ),
+        click.option(
+            "--gpu",
+            type=str,
+            help="The device's peaks: a built-in part (e.g. H100, 'NVIDIA H200 NVL') or a "
+            "SPEC.toml (default: matched from the trace's deviceProperties).",
+        ),
         click.option("--device", type=int, help="Device to analyse (default: most kernel time)."),
         click.option(
             "--step-gap",
@@ -256,8 +289,13 @@ def summarize_trace(
     printing the summary's warnings on stderr. Returns the Summary."""
     from traceview.analysis.summary import summarize
 
+    model, gpu = analysis.efficiency()  # read before the trace: a bad config fails fast
     summary = summarize(
-        load_trace(path, strict=strict), analysis.load_rules(), options=analysis.step_options()
+        load_trace(path, strict=strict),
+        analysis.load_rules(),
+        options=analysis.step_options(),
+        model=model,
+        gpu=gpu,
     )
     for line in summary.warnings:
         warn_once(path, line, label)
@@ -304,11 +342,14 @@ def summarize_run_paths(
 
     from traceview.batch.run import RunOptions, summarize_run
 
+    model, gpu = analysis.efficiency()
     options = RunOptions(
         preset=analysis.preset,
         rules_file=analysis.rules,
         steps=analysis.step_options(),
         jobs=jobs or os.cpu_count() or 1,
+        model=model,
+        gpu=gpu,
     )
     close: Callable[[], None] = lambda: None  # noqa: E731
     progress = None

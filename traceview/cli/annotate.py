@@ -81,5 +81,6 @@ def annotate(
         if trace.kernels.height == 0 and len(pairs) > 1:
             warn(f"{source}: skipped: no device activity")
             continue
-        summary = summarize(trace, rules, options=analysis.step_options())
+        model, gpu = analysis.efficiency()
+        summary = summarize(trace, rules, options=analysis.step_options(), model=model, gpu=gpu)
         say(f"wrote {write_annotated(source, target, trace, summary)}")

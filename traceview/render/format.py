@@ -155,3 +155,52 @@ def breakdown_rows(doc: SummaryDocument) -> list[list[str]]:
             ]
         )
     return rows
+
+
+EFFICIENCY_COLUMNS = (
+    "kind",
+    "steps",
+    "MFU p50",
+    "MFU p90",
+    "MBU p50",
+    "MBU p90",
+    "TFLOP/s",
+    "GB/s",
+)
+
+
+def _share(x: float | None) -> str:
+    return "—" if x is None else f"{x:.1%}"
+
+
+def efficiency_rows(doc: SummaryDocument) -> list[list[str]]:
+    """The "efficiency by phase" table, shared by the terminal and the report: per kind of
+    step, MFU and MBU (p50, p90) and the p50 rates; empty without a model."""
+    phases = doc["efficiency"]["phases"] or []
+    return [
+        [
+            p["kind"],
+            f"{p['steps']:,}",
+            _share(p["mfu_p50"]),
+            _share(p["mfu_p90"]),
+            _share(p["mbu_p50"]),
+            _share(p["mbu_p90"]),
+            "—" if p["tflops_p50"] is None else f"{p['tflops_p50']:,.1f}",
+            "—" if p["gbps_p50"] is None else f"{p['gbps_p50']:,.0f}",
+        ]
+        for p in phases
+    ]
+
+
+def efficiency_caption(doc: SummaryDocument) -> str:
+    """Which device's peaks and which model the table is against."""
+    eff = doc["efficiency"]
+    device, model = eff["device"], eff["model"]
+    peaks = (
+        "no known peaks"
+        if device["peak_bytes_per_s"] is None and not device["peak_flops"]
+        else "peaks"
+    )
+    name = device["name"] or "an unnamed device"
+    about = f"{model['name']}, {model['active_params'] / 1e9:.2f}B active params" if model else ""
+    return f"{about}; {name} {peaks} (p50 rates over each step's busy time; docs/metrics.md)"

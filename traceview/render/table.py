@@ -22,10 +22,13 @@ from traceview.analysis.document import InfoDocument, RunDocument, SummaryDocume
 from traceview.render.format import (
     BREAKDOWN_CAPTION,
     BREAKDOWN_COLUMNS,
+    EFFICIENCY_COLUMNS,
     PHASE_COLUMNS,
     UNCHANGED,
     breakdown_rows,
     diff_rows,
+    efficiency_caption,
+    efficiency_rows,
     fmt_ns,
     fmt_pct,
     fmt_ratio,
@@ -181,6 +184,7 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
         ph.add_row(*cells, *([_count(prompt)] if show_tokens else []), end_section=first is None)
     out.print(ph)
     render_time_breakdown(doc, out)
+    render_efficiency(doc, out)
 
     gaps = Table(title=gap_title(doc), title_justify="left")
     for col in ("population", "n", "overlaps", "p50", "p90", "p99", "max"):
@@ -229,6 +233,21 @@ def render_time_breakdown(doc: SummaryDocument, out: Console) -> None:
     for cells in rows:
         table.add_row(*cells)
     table.caption = BREAKDOWN_CAPTION
+    table.caption_justify = "left"
+    out.print(table)
+
+
+def render_efficiency(doc: SummaryDocument, out: Console) -> None:
+    """The "efficiency by phase" table (with ``--model``): MFU and MBU per kind of step."""
+    rows = efficiency_rows(doc)
+    if not rows:
+        return
+    table = Table(title="efficiency by phase", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in EFFICIENCY_COLUMNS:
+        table.add_column(col, justify="left" if col == "kind" else "right", no_wrap=True)
+    for cells in rows:
+        table.add_row(*cells)
+    table.caption = Text(terminal(efficiency_caption(doc)))
     table.caption_justify = "left"
     out.print(table)
 
@@ -435,5 +454,7 @@ def steps_view(table: pl.DataFrame) -> pl.DataFrame:
         ((pl.col(c) - zero) if c in times else pl.col(c)).truediv(1e6).round(3).alias(ms_name(c))
         for c in ns
     ).drop(ns)
+    empty = {c for c in shown.columns if shown[c].null_count() == shown.height}
     first = [c for c in STEP_SCREEN if c in shown.columns]
-    return shown.select([*first, *[c for c in shown.columns if c not in first]])
+    rest = [c for c in shown.columns if c not in first and c not in empty]
+    return shown.select([*first, *rest])  # a column no step fills says nothing on a screen

@@ -1,0 +1,267 @@
+"""How close to the hardware (issue 23): device peaks, models from their configs, and each
+step's FLOPs, bytes, MFU and MBU against planted truth, by formulas written out here."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+import traceview as tv
+from traceview.analysis.devices import match_device
+from traceview.cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "fixtures" / "configs"
+GENERATED = ROOT / "fixtures" / "generated"
+H200_BF16, H200_BYTES = 989.5e12, 4.8e12  # the H200 SXM datasheet: dense bf16, HBM3e
+
+
+def truth(name: str) -> dict:
+    return json.loads((GENERATED / f"{name}.truth.json").read_text())
+
+
+# --- published parameter counts ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "total", "active"),
+    [
+        ("llama-3.1-8b", 8.03e9, 8.03e9),  # dense
+        ("qwen3-30b-a3b", 30.5e9, 3.3e9),  # MoE; head_dim 128 is not hidden / heads (64)
+        ("deepseek-v3", 671e9, 37e9),  # MoE with MLA, 3 dense blocks, a shared expert
+    ],
+)
+def test_published_configs_give_their_published_sizes(
+    config: str, total: float, active: float
+) -> None:
+    m = tv.load_model(CONFIGS / f"{config}.json")
+    assert m.params == pytest.approx(total, rel=0.005)
+    # the cards round the active count to two digits
+    assert m.active_params == pytest.approx(active, rel=0.03)
+
+
+def test_the_worked_example_in_the_docs_is_llama_3_1_8b() -> None:
+    """docs/metrics.md works Llama-3.1-8B's count out by hand: the figures there are
+    traceview's."""
+    m = tv.load_model(CONFIGS / "llama-3.1-8b.json")
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    assert f"{m.params:,}" in text
+    assert f"{m.layers[0].params:,}" in text
+
+
+def test_a_config_missing_a_field_names_it(tmp_path: Path) -> None:
+    doc = json.loads((CONFIGS / "llama-3.1-8b.json").read_text())
+    del doc["num_attention_heads"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(tv.EfficiencyInputError, match="num_attention_heads"):
+        tv.load_model(path)
+    trace = str(GENERATED / "dense_vllm_detailed.json.gz")
+    r = CliRunner().invoke(cli, ["summarize", trace, "--model", str(path)])
+    assert r.exit_code == 2
+    assert r.stderr.count("\n") == 1 and "num_attention_heads" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# --- device peaks -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "memory_gib", "compute", "part", "bandwidth"),
+    [
+        ("NVIDIA H100 80GB HBM3", 79.2, "9.0", "NVIDIA H100 SXM", 3.35e12),
+        ("NVIDIA H100 PCIe", 79.6, "9.0", "NVIDIA H100 PCIe", 2.0e12),
+        ("NVIDIA H100 NVL", 93.6, "9.0", "NVIDIA H100 NVL", 3.9e12),
+        ("NVIDIA A100-SXM4-80GB", 79.2, "8.0", "NVIDIA A100 SXM 80GB", 2.039e12),
+        ("NVIDIA A100-SXM4-40GB", 39.4, "8.0", "NVIDIA A100 SXM 40GB", 1.555e12),
+        ("NVIDIA A100 80GB PCIe", 79.2, "8.0", "NVIDIA A100 PCIe 80GB", 1.935e12),
+        ("NVIDIA A100-PCIE-40GB", 39.4, "8.0", "NVIDIA A100 PCIe 40GB", 1.555e12),
+        ("NVIDIA H200", 139.8, "9.0", "NVIDIA H200 SXM", 4.8e12),
+        ("NVIDIA B200", 178.4, "10.0", "NVIDIA B200", 8.0e12),
+        ("NVIDIA A10G", 22.0, "8.6", "NVIDIA A10G", 600e9),
+        ("NVIDIA L4", 22.0, "8.9", "NVIDIA L4", 300e9),
+        ("NVIDIA L40S", 44.4, "8.9", "NVIDIA L40S", 864e9),
+        ("Tesla V100-SXM2-32GB", 31.7, "7.0", "NVIDIA V100 SXM2", 900e9),
+        ("NVIDIA GeForce RTX 4090", 23.6, "8.9", "NVIDIA GeForce RTX 4090", 1008e9),
+        ("NVIDIA GeForce RTX 3090", 23.7, "8.6", "NVIDIA GeForce RTX 3090", 936e9),
+        ("NVIDIA GB10", 119.7, "12.1", "NVIDIA GB10", 273e9),
+        ("AMD Instinct MI300X", 192.0, "9.4", "AMD Instinct MI300X", 5.3e12),
+        ("", 192.0, "9.4", "AMD Instinct MI300X", 5.3e12),  # ROCm leaves it unnamed
+        ("AMD Instinct MI325X", 256.0, "9.4", "AMD Instinct MI325X", 6.0e12),
+        ("AMD Radeon Graphics", 64.0, "9.0", "AMD Instinct MI250X (one GCD)", 1.6e12),
+    ],
+)
+def test_devices_match_by_name_and_memory(
+    name: str, memory_gib: float, compute: str, part: str, bandwidth: float
+) -> None:
+    major, minor = compute.split(".")
+    props = {
+        "name": name,
+        "totalGlobalMem": int(memory_gib * (1 << 30)),
+        "computeMajor": int(major),
+        "computeMinor": int(minor),
+    }
+    spec = match_device(props)
+    assert spec is not None and spec.name == part
+    assert spec.peak_bytes_per_s == bandwidth
+    assert spec.source
+
+
+def test_an_unknown_device_gives_rates_without_ratios(tmp_path: Path) -> None:
+    t = tv.load(GENERATED / "dense_vllm_detailed.json.gz")
+    unknown = tv.DeviceSpec("NVIDIA Imaginary X1")  # a --gpu with no peaks at all is refused
+    assert unknown.peak_bytes_per_s is None
+    s = tv.summarize(
+        t,
+        model=tv.load_model(CONFIGS / "engine-dense.json"),
+        gpu=tv.DeviceSpec("made up", {"fp8": 1e15}, None),
+    )
+    assert s.steps["mfu"].null_count() == s.steps.height  # no bf16 peak
+    assert s.steps["mbu"].null_count() == s.steps.height  # no bandwidth
+    assert s.steps["flops"].null_count() == 0
+    phase = s.document["efficiency"]["phases"][0]
+    assert phase["mfu_p50"] is None and phase["tflops_p50"] is not None
+    assert any("no bf16 peak" in w for w in s.warnings)
+
+
+def test_gpu_option_takes_a_name_or_a_spec_file(tmp_path: Path) -> None:
+    spec = tmp_path / "x.toml"
+    spec.write_text(
+        'name = "lab part"\npeak_bytes_per_s = 1e12\nsource = "our measurement"\n'
+        "[peak_flops]\nbf16 = 5e14\n"
+    )
+    got = tv.device_spec(str(spec))
+    assert (got.name, got.peak_flops, got.peak_bytes_per_s) == ("lab part", {"bf16": 5e14}, 1e12)
+    assert tv.device_spec("h100").name == "NVIDIA H100 SXM"
+    assert tv.device_spec("NVIDIA H100 80GB HBM3").peak_bytes_per_s == 3.35e12
+    trace = str(GENERATED / "dense_vllm_detailed.json.gz")
+    r = CliRunner().invoke(cli, ["summarize", trace, "--gpu", "NVIDIA Imaginary X1"])
+    assert r.exit_code == 2 and "unknown device" in r.stderr and "Traceback" not in r.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n[peak_flops]\nbf17 = 1\n')
+    r = CliRunner().invoke(cli, ["summarize", trace, "--gpu", str(bad)])
+    assert r.exit_code == 2 and "bf17" in r.stderr
+
+
+# --- planted truth: each step's FLOPs, bytes, MFU and MBU --------------------------------
+
+
+def dense_truth(step: dict) -> tuple[int, float]:
+    """engine-dense.json by hand: 8 Llama blocks, hidden 2048, 16 heads of 128, 4 KV heads,
+    MLP 5632, vocab 32000 (tied), bf16."""
+    h, heads, kvh, hd, inter, layers, vocab = 2048, 16, 4, 128, 5632, 8, 32000
+    block = h * heads * hd + 2 * h * kvh * hd + heads * hd * h + 3 * h * inter + 2 * h
+    n = layers * block
+    tokens = step["context_tokens"] + step["generation_tokens"]
+    flops = 2 * n * tokens + 2 * heads * (hd + hd) * step["attention_pairs"] * layers
+    kv_per_token = 2 * kvh * hd * 2  # keys and values, bf16
+    nbytes = 2 * (n + vocab * h) + step["kv_tokens"] * kv_per_token * layers
+    return flops, nbytes
+
+
+def hybrid_moe_truth(step: dict) -> tuple[int, float]:
+    """engine-hybrid-moe.json by hand: LLLF twice, hidden 1024; Gated DeltaNet (8 key heads
+    of 64, 16 value heads of 64, kernel 4); attention 8 heads of 128, 2 KV heads, q/k norms;
+    per block 16 experts of 3·1024·256 (top 2), a router, a shared expert of 3·1024·256 with
+    its gate; vocab 32000 untied, bf16."""
+    h, e, k = 1024, 16, 2
+    gdn_conv = 2 * 8 * 64 + 16 * 64
+    gdn = h * (2 * 8 * 64 + 2 * 16 * 64) + h * 2 * 16 + gdn_conv * 4 + 2 * 16 + 64 + 16 * 64 * h
+    attn = h * 8 * 128 + 2 * h * 2 * 128 + 8 * 128 * h + 2 * 128
+    expert = 3 * h * 256
+    shared = 3 * h * 256 + h
+    fixed = h * e + shared + 2 * h  # router, shared expert, norms
+    mixers = 6 * gdn + 2 * attn
+    tokens = step["context_tokens"] + step["generation_tokens"]
+    active = mixers + 8 * (fixed + k * expert)
+    flops = 2 * active * tokens  # no context lengths in this annotation: no attention term
+    nbytes = 2 * (mixers + 8 * fixed + 32000 * h + 8 * min(e, k * tokens) * expert)
+    return flops, nbytes
+
+
+@pytest.mark.parametrize(
+    ("scenario", "config", "by_hand", "attention"),
+    [
+        ("dense_vllm_detailed", "engine-dense", dense_truth, True),
+        ("hybrid_chunked", "engine-hybrid-moe", hybrid_moe_truth, False),
+    ],
+)
+def test_each_step_is_as_planted(scenario: str, config: str, by_hand, attention: bool) -> None:  # type: ignore[no-untyped-def]
+    t = truth(scenario)
+    s = tv.summarize(
+        tv.load(GENERATED / f"{scenario}.json.gz"), model=tv.load_model(CONFIGS / f"{config}.json")
+    )
+    assert s.document["efficiency"]["device"]["name"] == "NVIDIA H200 SXM"
+    rows = s.steps.to_dicts()
+    assert len(rows) == len(t["steps"])
+    for row, step in zip(rows, t["steps"], strict=True):
+        flops, nbytes = by_hand(step)
+        busy_s = step["busy_ns"] / 1e9
+        assert row["tokens"] == step["context_tokens"] + step["generation_tokens"]
+        assert row["attention_counted"] is attention
+        assert row["flops"] == flops
+        assert row["bytes"] == pytest.approx(nbytes, rel=1e-9)
+        assert row["mfu"] == pytest.approx(flops / busy_s / H200_BF16, rel=1e-9)
+        assert row["mbu"] == pytest.approx(nbytes / busy_s / H200_BYTES, rel=1e-9)
+    # per kind: the p50 and p90 over that kind's steps
+    for phase in s.document["efficiency"]["phases"]:
+        mine = [r for r in rows if r["kind"] == phase["kind"]]
+        assert phase["steps"] == len(mine)
+        mbu = sorted(r["mbu"] for r in mine)
+        assert phase["mbu_p50"] == pytest.approx(_percentile(mbu, 50), rel=1e-8)
+        assert phase["mfu_p90"] == pytest.approx(
+            _percentile(sorted(r["mfu"] for r in mine), 90), rel=1e-8
+        )
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks, written out."""
+    pos = (len(values) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def test_without_a_model_the_section_gives_the_device_only() -> None:
+    s = tv.summarize(tv.load(GENERATED / "hybrid_chunked.json.gz"))
+    eff = s.document["efficiency"]
+    assert eff["device"]["peak_flops"]["bf16"] == H200_BF16
+    assert (eff["model"], eff["phases"], eff["families"]) == (None, None, None)
+    assert "mfu" not in s.steps.columns
+
+
+def test_steps_without_tokens_have_no_figures() -> None:
+    """A trace whose steps state no tokens (no annotation, no record_shapes): FLOPs are
+    null, never a guess, and a warning says why."""
+    s = tv.summarize(
+        tv.load(GENERATED / "hybrid_tight.json.gz"),
+        model=tv.load_model(CONFIGS / "engine-hybrid-moe.json"),
+    )
+    assert s.steps["flops"].null_count() == s.steps.height
+    assert any("state no tokens" in w for w in s.warnings)
+
+
+def test_check_and_diff_read_mfu_and_mbu_as_rates() -> None:
+    t = tv.load(GENERATED / "dense_vllm_detailed.json.gz")
+    model = tv.load_model(CONFIGS / "engine-dense.json")
+    a = tv.summarize(t, model=model)
+    decode = next(p for p in a.document["efficiency"]["phases"] if p["kind"] == "decode")
+    # efficiency.decode.mbu_p50 names the decode phase's entry without its list's name
+    result = tv.check(a, tv.Bounds(minimum={"efficiency.decode.mbu_p50": decode["mbu_p50"]}))
+    assert result.ok and [r["value"] for r in result.rows] == [decode["mbu_p50"]]
+    assert result.rows[0]["kind"] == "fraction"
+    failing = tv.check(a, tv.Bounds(minimum={"efficiency.decode.mbu_p50": "99%"}))
+    assert not failing.ok
+    # the same steps against a device of half the bandwidth: MBU doubles, judged better
+    half = tv.DeviceSpec("half", {"bf16": H200_BF16}, H200_BYTES / 2)
+    b = tv.summarize(t, model=model, gpu=half)
+    rows = tv.diff(a, b).rows.filter(pl.col("section") == "efficiency")
+    mbu = rows.filter(pl.col("metric").str.starts_with("decode MBU p50")).row(0, named=True)
+    assert mbu["ratio"] == pytest.approx(2.0, rel=1e-6) and mbu["verdict"] == "better"
+    assert mbu["role"] == "rate"
+    mfu = rows.filter(pl.col("metric").str.starts_with("decode MFU p50")).row(0, named=True)
+    assert mfu["verdict"] == "same"

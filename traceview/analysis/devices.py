@@ -1,0 +1,162 @@
+"""Device peaks for MFU and MBU: the built-in table (``traceview/presets/devices.toml``),
+matched by the trace's ``deviceProperties``, or a part named or described with ``--gpu``.
+
+A peak is the vendor's dense datasheet figure, per dtype (``fp32``, ``tf32``, ``bf16``,
+``fp16``, ``fp8``, ``fp4``), in FLOP/s, and the memory bandwidth in bytes/s
+(docs/metrics.md, "How close to the hardware").
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from traceview.analysis.document import DevicePeaks
+from traceview.errors import EfficiencyInputError
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A device's peaks: ``peak_flops`` by dtype (FLOP/s; a dtype the part has no figure
+    for is absent), ``peak_bytes_per_s`` (memory bandwidth) and where they come from."""
+
+    name: str
+    peak_flops: dict[str, float] = field(default_factory=dict)
+    peak_bytes_per_s: float | None = None
+    source: str | None = None
+
+    def to_dict(self) -> DevicePeaks:
+        return {
+            "name": self.name,
+            "peak_flops": {d: self.peak_flops[d] for d in DTYPES if d in self.peak_flops},
+            "peak_bytes_per_s": self.peak_bytes_per_s,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class _Entry:
+    spec: DeviceSpec
+    match: re.Pattern[str] | None
+    match_empty: bool
+    compute: str | None
+    memory_gib: tuple[float, float] | None
+
+
+def _spec(table: Mapping[str, object], where: str) -> DeviceSpec:
+    """A :class:`DeviceSpec` from one TOML table (``name``, ``peak_bytes_per_s``,
+    ``source``, ``[peak_flops]``)."""
+    name = table.get("name")
+    if not isinstance(name, str) or not name:
+        raise EfficiencyInputError(f"{where}: a device needs a name")
+    flops = table.get("peak_flops", {})
+    if not isinstance(flops, dict):
+        raise EfficiencyInputError(f"{where}: [peak_flops] must be a table of dtype = FLOP/s")
+    unknown = set(flops) - set(DTYPES)
+    if unknown:
+        raise EfficiencyInputError(
+            f"{where}: unknown dtype(s) {', '.join(sorted(unknown))} in [peak_flops] "
+            f"(use {', '.join(DTYPES)})"
+        )
+    peaks: dict[str, float] = {}
+    for dtype, value in flops.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise EfficiencyInputError(f"{where}: peak_flops.{dtype} must be a positive number")
+        peaks[dtype] = float(value)
+    bandwidth = table.get("peak_bytes_per_s")
+    if bandwidth is not None and (
+        isinstance(bandwidth, bool) or not isinstance(bandwidth, int | float) or bandwidth <= 0
+    ):
+        raise EfficiencyInputError(f"{where}: peak_bytes_per_s must be a positive number")
+    if not peaks and bandwidth is None:
+        raise EfficiencyInputError(f"{where}: neither [peak_flops] nor peak_bytes_per_s given")
+    source = table.get("source")
+    return DeviceSpec(
+        name,
+        peaks,
+        None if bandwidth is None else float(bandwidth),
+        str(source) if source is not None else None,
+    )
+
+
+@cache
+def builtin_devices() -> tuple[_Entry, ...]:
+    """The built-in table, in match order."""
+    text = (resources.files("traceview") / "presets" / "devices.toml").read_text()
+    out = []
+    for i, table in enumerate(tomllib.loads(text)["device"]):
+        memory = table.get("memory_gib")
+        pattern = table.get("match")
+        out.append(
+            _Entry(
+                _spec(table, f"devices.toml entry {i}"),
+                None if pattern is None else re.compile(pattern, re.IGNORECASE),
+                bool(table.get("match_empty", False)),
+                table.get("compute"),
+                None if memory is None else (float(memory[0]), float(memory[1])),
+            )
+        )
+    return tuple(out)
+
+
+def match_device(properties: Mapping[str, object] | None) -> DeviceSpec | None:
+    """The built-in entry for a trace's ``deviceProperties`` entry (its ``name``,
+    ``totalGlobalMem``, ``computeMajor``/``computeMinor``), or None where none matches."""
+    if not properties:
+        return None
+    name = str(properties.get("name") or "").strip()
+    memory = properties.get("totalGlobalMem")
+    gib = float(memory) / GIB if isinstance(memory, int | float) else None
+    major, minor = properties.get("computeMajor"), properties.get("computeMinor")
+    compute = f"{major}.{minor}" if major is not None and minor is not None else None
+    for e in builtin_devices():
+        if name:
+            if e.match is None or not e.match.search(name):
+                continue
+        elif not e.match_empty:
+            continue
+        if e.compute is not None and e.compute != compute:
+            continue
+        if e.memory_gib is not None and (
+            gib is None or not e.memory_gib[0] <= gib <= e.memory_gib[1]
+        ):
+            continue
+        return e.spec
+    return None
+
+
+def device_option(text: str) -> DeviceSpec:
+    """``--gpu``: a spec file (``*.toml``: ``name``, ``peak_bytes_per_s``, ``source``,
+    ``[peak_flops]``) or a built-in part, by its name (any case) or by a name its pattern
+    matches (``"NVIDIA H100 80GB HBM3"``).
+
+    Raises:
+        EfficiencyInputError: an unreadable or malformed spec file, or an unknown part.
+    """
+    if text.endswith(".toml") or Path(text).is_file():
+        try:
+            with open(text, "rb") as f:
+                table = tomllib.load(f)
+        except OSError as exc:
+            raise EfficiencyInputError(f"{text}: cannot read device spec: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise EfficiencyInputError(f"{text}: not valid TOML: {exc}") from None
+        return _spec(table, text)
+    for e in builtin_devices():
+        if e.spec.name.lower() == text.strip().lower():
+            return e.spec
+    for e in builtin_devices():
+        if e.match is not None and e.match.search(text):
+            return e.spec
+    names = sorted({e.spec.name for e in builtin_devices()})
+    raise EfficiencyInputError(
+        f"--gpu {text!r}: unknown device (built-in: {', '.join(names)}; or give a SPEC.toml)"
+    )

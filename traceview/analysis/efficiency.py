@@ -1,0 +1,204 @@
+"""How close to the hardware: each step's FLOPs and bytes from the model's config and its
+tokens, MFU and MBU against the device's peaks, and their spread per kind of step
+(docs/metrics.md, "How close to the hardware").
+
+Per step, with ``T`` its tokens (context plus generation tokens from the engine's
+annotation, else the query tokens record_shapes states), ``N`` the active parameters of
+the transformer blocks (no embedding, no lm_head; for a mixture of experts only the top-k
+experts) and, where the annotation states them, the causal attention pairs ``P`` and the
+context (KV) lengths ``K``:
+
+- ``flops = 2·N·T + 2·heads·(qk_dim + v_dim)·P·full_attention_layers`` (the second term
+  only where ``P`` is known: ``attention_counted``);
+- ``bytes = w·(dense + lm_head + Σ_moe min(E, k·T)·expert) + K·kv_bytes_per_token·
+  full_attention_layers`` (``w`` bytes per weight; the KV term only where ``K`` is known);
+- ``mfu = flops / busy_s / peak_flops[compute dtype]``, ``mbu = bytes / busy_s /
+  peak_bytes_per_s``, ``busy_s`` the step's device activity inside its span.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import polars as pl
+
+from traceview.analysis.devices import DeviceSpec, match_device
+from traceview.analysis.document import (
+    DevicePeaks,
+    Efficiency,
+    EfficiencyPhase,
+)
+from traceview.analysis.model_config import ModelSpec
+from traceview.analysis.precision import sig
+from traceview.model import Trace
+
+KINDS = ("decode", "mixed", "prefill")
+STEP_COLUMNS = ("tokens", "attention_counted", "flops", "bytes", "mfu", "mbu")
+
+
+def _weights_read(model: ModelSpec, tokens: np.ndarray) -> np.ndarray:
+    """Per step, the weights it reads (parameters): every block's dense part and lm_head,
+    and per mixture-of-experts layer ``min(E, k·T)`` experts (an upper bound on the experts
+    its tokens touch)."""
+    dense = model.lm_head_params
+    moe: dict[tuple[int, int, int], int] = {}  # (E, k, one expert's params) -> layers
+    for layer in model.layers:
+        dense += layer.params - layer.experts * layer.expert_params
+        if layer.experts:
+            key = (layer.experts, layer.experts_per_token, layer.expert_params)
+            moe[key] = moe.get(key, 0) + 1
+    out = np.full(tokens.size, float(dense))
+    for (experts, per_token, expert), layers in moe.items():
+        out += layers * np.minimum(experts, per_token * tokens).astype(np.float64) * expert
+    return out
+
+
+def step_efficiency(
+    table: pl.DataFrame, model: ModelSpec, device: DeviceSpec | None
+) -> pl.DataFrame:
+    """The steps table with ``tokens``, ``attention_counted``, ``flops``, ``bytes``, ``mfu``
+    and ``mbu`` (the module docstring): null where a step states no tokens; a ratio null
+    where the device's peak is not known or the step has no busy time."""
+    stated = pl.col("context_tokens").is_not_null() & pl.col("generation_tokens").is_not_null()
+    t = table.select(
+        pl.when(stated)
+        .then(pl.col("context_tokens") + pl.col("generation_tokens"))
+        .otherwise(pl.col("shape_tokens"))
+        .cast(pl.Int64)
+        .alias("tokens")
+    )["tokens"]
+    known = t.is_not_null().to_numpy()
+    tokens = t.fill_null(0).to_numpy().astype(np.int64)
+    full = model.full_attention_layers
+    pairs = table["attention_pairs"]
+    counted = pairs.is_not_null().to_numpy()
+    per_pair = 2 * model.heads * (model.qk_dim + model.v_dim) * full
+    flops = 2 * model.active_block_params * tokens + np.where(
+        counted, pairs.fill_null(0).to_numpy().astype(np.int64) * per_pair, 0
+    )
+    kv = table["kv_tokens"]
+    kv_read = kv.fill_null(0).to_numpy().astype(np.float64) * model.kv_bytes_per_token * full
+    nbytes = _weights_read(model, tokens) * model.weight_bytes_per_param + np.where(
+        kv.is_not_null().to_numpy(), kv_read, 0.0
+    )
+    busy_s = table["busy_ns"].to_numpy().astype(np.float64) / 1e9
+    ok = known & (busy_s > 0)
+    seconds = np.where(ok, busy_s, np.nan)
+    peak = None if device is None else device.peak_flops.get(model.compute_dtype)
+    bandwidth = None if device is None else device.peak_bytes_per_s
+    nan = np.full(tokens.size, np.nan)
+    frame = pl.DataFrame(
+        {
+            "known": known,
+            "tokens": tokens,
+            "attention_counted": counted,
+            "flops": flops,
+            "bytes": nbytes,
+            "mfu": flops / seconds / peak if peak else nan,
+            "mbu": nbytes / seconds / bandwidth if bandwidth else nan,
+        }
+    )
+    when = pl.col("known")
+    return table.with_columns(
+        frame.select(
+            pl.when(when).then(pl.col("tokens")).alias("tokens"),
+            pl.when(when).then(pl.col("attention_counted")).alias("attention_counted"),
+            pl.when(when).then(pl.col("flops")).alias("flops"),
+            pl.when(when).then(pl.col("bytes")).alias("bytes"),
+            pl.col("mfu").fill_nan(None),
+            pl.col("mbu").fill_nan(None),
+        )
+    )
+
+
+def _quantile(values: np.ndarray, q: float) -> float | None:
+    """numpy's linear percentile, to the document's precision (:func:`sig`)."""
+    return sig(float(np.percentile(values, q))) if values.size else None
+
+
+def phases(table: pl.DataFrame) -> list[EfficiencyPhase]:
+    """Per kind of step (decode, mixed, prefill) that the trace has: ``steps`` (those with
+    a rate), the p50 and p90 of ``mfu`` and ``mbu``, and ``tflops_p50`` (1e12 FLOP/s) and
+    ``gbps_p50`` (1e9 B/s) over the steps' busy time."""
+    out: list[EfficiencyPhase] = []
+    for kind in KINDS:
+        rows = table.filter((pl.col("kind") == kind) & pl.col("flops").is_not_null())
+        rows = rows.filter(pl.col("busy_ns") > 0)
+        if table.filter(pl.col("kind") == kind).height == 0:
+            continue
+        busy = rows["busy_ns"].to_numpy().astype(np.float64) / 1e9
+        mfu = rows["mfu"].drop_nulls().to_numpy()
+        mbu = rows["mbu"].drop_nulls().to_numpy()
+        out.append(
+            {
+                "kind": kind,
+                "steps": rows.height,
+                "mfu_p50": _quantile(mfu, 50),
+                "mfu_p90": _quantile(mfu, 90),
+                "mbu_p50": _quantile(mbu, 50),
+                "mbu_p90": _quantile(mbu, 90),
+                "tflops_p50": _quantile(rows["flops"].to_numpy() / busy / 1e12, 50),
+                "gbps_p50": _quantile(rows["bytes"].to_numpy() / busy / 1e9, 50),
+            }
+        )
+    return out
+
+
+def device_of(trace: Trace, device: int | None) -> Mapping[str, object] | None:
+    """The analysed device's ``deviceProperties`` entry (by its ``id``; else the first)."""
+    props = trace.meta.device_properties
+    mine = [p for p in props if p.get("id") == device]
+    return mine[0] if mine else (props[0] if props else None)
+
+
+def efficiency_section(
+    trace: Trace,
+    device: int | None,
+    table: pl.DataFrame,
+    model: ModelSpec | None,
+    gpu: DeviceSpec | None,
+) -> tuple[pl.DataFrame, Efficiency, list[str]]:
+    """The steps table (with the per-step columns where ``model`` is given), the summary's
+    ``efficiency`` section and its warnings. ``gpu``: the device's peaks as ``--gpu`` gave
+    them, else matched from the trace's ``deviceProperties``."""
+    props = device_of(trace, device)
+    spec = gpu or match_device(props)
+    warnings: list[str] = []
+    name = str(props.get("name") or "") if props else ""
+    facts: DevicePeaks = (
+        spec.to_dict()
+        if spec is not None
+        else {"name": name or None, "peak_flops": {}, "peak_bytes_per_s": None, "source": None}
+    )
+    if model is None:
+        return table, {"device": facts, "model": None, "phases": None, "families": None}, []
+    if spec is None:
+        warnings.append(
+            f"efficiency: device {name or '(unnamed)'!r} is not in traceview's device table: "
+            "MFU and MBU are not given, the rates are (name its peaks with --gpu)"
+        )
+    elif model.compute_dtype not in spec.peak_flops:
+        warnings.append(
+            f"efficiency: {spec.name} has no {model.compute_dtype} peak: MFU is not given"
+        )
+    table = step_efficiency(table, model, spec)
+    missing = int(table["tokens"].null_count())
+    if missing:
+        warnings.append(
+            f"efficiency: {missing} step(s) state no tokens (no engine annotation, no "
+            "record_shapes): their FLOPs and bytes are not given"
+        )
+    over = int((table["mbu"] > 1).sum())
+    if over:
+        warnings.append(
+            f"efficiency: MBU above 1 in {over} step(s): the weights read count every expert "
+            "a step's tokens could reach, min(E, k·tokens), an upper bound"
+        )
+    section: Efficiency = {
+        "device": facts,
+        "model": model.to_dict(),
+        "phases": phases(table),
+        "families": None,
+    }
+    return table, section, warnings
