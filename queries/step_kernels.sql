@@ -4,7 +4,8 @@
 -- Steps: vLLM's execute_context_N(...)_generation_M(...) and older execute_new_N_cached_M,
 -- SGLang's step[...] and ProfilerStep#N. GPU-projected annotations (gpu_user_annotation) take the kernels of their
 -- process that start inside them; CPU annotations (user_annotation) take the kernels
--- launched from inside them, linked through args.correlation.
+-- launched from inside them (runtime or driver launches: cuLaunchKernel too), linked
+-- through args.correlation.
 -- Columns: source (gpu | cpu), step (annotation name), ts, dur (ns, the annotation),
 --          kernels (count), kernel_ns (sum of kernel durations).
 -- Example:
@@ -24,7 +25,7 @@ k AS MATERIALIZED (
 launch AS MATERIALIZED (
   SELECT s.ts, tt.utid, EXTRACT_ARG(s.arg_set_id, 'args.correlation') AS corr
   FROM slice s JOIN thread_track tt ON s.track_id = tt.id
-  WHERE lower(s.category) IN ('cuda_runtime', 'runtime')
+  WHERE lower(s.category) IN ('cuda_runtime', 'runtime', 'cuda_driver', 'driver')
 ),
 gpu AS (
   SELECT 'gpu' AS source, a.name AS step, a.ts, a.dur, COUNT(k.ts) AS kernels,

@@ -108,10 +108,13 @@ SHAPE_SCHEMA: dict[str, pl.DataType] = {
     "pid": ID,
     "tid": ID,
     "input_dims": pl.String(),
+    "input_types": pl.String(),
 }
 """Columns of :attr:`Trace.shapes`: the host ops recorded with ``record_shapes`` (those whose
 ``args`` carry ``Input Dims``), in file order. ``input_dims`` is that value as JSON text
-(a list of each input's dimensions, e.g. ``[[888, 8, 64], [888, 1, 64], []]``)."""
+(a list of each input's dimensions, e.g. ``[[888, 8, 64], [888, 1, 64], []]``), and
+``input_types`` its ``Input type`` (each input's dtype, e.g. ``["c10::BFloat16", "float",
+"Scalar"]``; null where the trace has none)."""
 
 FLOW_SCHEMA: dict[str, pl.DataType] = {
     "ts_ns": pl.Int64(),

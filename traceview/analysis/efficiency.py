@@ -27,6 +27,7 @@ from traceview.analysis.devices import DeviceSpec, match_device
 from traceview.analysis.document import (
     DevicePeaks,
     Efficiency,
+    EfficiencyFamily,
     EfficiencyPhase,
 )
 from traceview.analysis.model_config import ModelSpec
@@ -152,6 +153,12 @@ def device_of(trace: Trace, device: int | None) -> Mapping[str, object] | None:
     return mine[0] if mine else (props[0] if props else None)
 
 
+def device_peaks(trace: Trace, device: int | None, gpu: DeviceSpec | None) -> DeviceSpec | None:
+    """The analysed device's peaks: ``gpu`` (``--gpu``), else the built-in entry matched
+    from its ``deviceProperties``; None where neither."""
+    return gpu or match_device(device_of(trace, device))
+
+
 def efficiency_section(
     trace: Trace,
     device: int | None,
@@ -160,10 +167,11 @@ def efficiency_section(
     gpu: DeviceSpec | None,
 ) -> tuple[pl.DataFrame, Efficiency, list[str]]:
     """The steps table (with the per-step columns where ``model`` is given), the summary's
-    ``efficiency`` section and its warnings. ``gpu``: the device's peaks as ``--gpu`` gave
-    them, else matched from the trace's ``deviceProperties``."""
+    ``efficiency`` section (``families`` left for :func:`family_work`) and its warnings.
+    ``gpu``: the device's peaks as ``--gpu`` gave them, else matched from the trace's
+    ``deviceProperties``."""
     props = device_of(trace, device)
-    spec = gpu or match_device(props)
+    spec = device_peaks(trace, device, gpu)
     warnings: list[str] = []
     name = str(props.get("name") or "") if props else ""
     facts: DevicePeaks = (
@@ -202,3 +210,98 @@ def efficiency_section(
         "families": None,
     }
     return table, section, warnings
+
+
+def _bound(flops: float, nbytes: float, dtype: str | None, spec: DeviceSpec | None) -> str | None:
+    """``compute`` where the arithmetic intensity (FLOPs per byte) reaches the roofline's
+    ridge, ``peak_flops[dtype] / peak_bytes_per_s``, else ``memory``; None where either
+    peak is not known."""
+    if spec is None or spec.peak_bytes_per_s is None or dtype is None or nbytes <= 0:
+        return None
+    peak = spec.peak_flops.get(dtype)
+    if peak is None:
+        return None
+    return "compute" if flops / nbytes >= peak / spec.peak_bytes_per_s else "memory"
+
+
+def _work_by(
+    kernels: pl.DataFrame, work: pl.DataFrame, key: str, spec: DeviceSpec | None
+) -> pl.DataFrame:
+    """FLOPs, bytes, rates over the kernels that carry work, arithmetic intensity and
+    bound, per value of ``key`` (``name`` or ``family``), for kernels given work."""
+    frame = pl.DataFrame(
+        {
+            key: kernels[key].cast(pl.String),
+            "dur_ns": kernels["dur_ns"],
+            "flops": work["flops"],
+            "bytes": work["bytes"],
+            "dtype": work["dtype"],
+        }
+    ).filter(pl.col("flops").is_not_null())
+    by = (
+        frame.group_by(key)
+        .agg(
+            pl.col("flops").sum(),
+            pl.col("bytes").sum(),
+            pl.col("dur_ns").sum().alias("_ns"),
+            # the dtype carrying most of the FLOPs sets the roofline
+            pl.col("dtype").sort_by("flops").last().alias("_dtype"),
+        )
+        .sort(key)
+    )
+    seconds = pl.col("_ns").cast(pl.Float64) / 1e9
+    by = by.with_columns(
+        (pl.col("flops") / seconds / 1e12).alias("tflops"),
+        (pl.col("bytes") / seconds / 1e9).alias("gbps"),
+        (pl.col("flops") / pl.col("bytes")).alias("intensity"),
+    )
+    bounds = [
+        _bound(f, b, d, spec)
+        for f, b, d in zip(by["flops"], by["bytes"], by["_dtype"], strict=True)
+    ]
+    return by.with_columns(pl.Series("bound", bounds, dtype=pl.String)).drop("_ns", "_dtype")
+
+
+WORK_COLUMNS = {
+    "flops": pl.Float64,
+    "bytes": pl.Float64,
+    "tflops": pl.Float64,
+    "gbps": pl.Float64,
+    "intensity": pl.Float64,
+    "bound": pl.String,
+}
+
+
+def kernel_table_work(
+    table: pl.DataFrame,
+    kernels: pl.DataFrame,
+    work: pl.DataFrame | None,
+    spec: DeviceSpec | None,
+) -> pl.DataFrame:
+    """The kernel table with ``flops``, ``bytes``, ``tflops``, ``gbps``, ``intensity`` and
+    ``bound`` per kernel name (null where no read op launched it, or without shapes)."""
+    if work is None:
+        return table.with_columns(pl.lit(None, dtype=t).alias(c) for c, t in WORK_COLUMNS.items())
+    return table.join(_work_by(kernels, work, "name", spec), on="name", how="left")
+
+
+def family_work(
+    kernels: pl.DataFrame, work: pl.DataFrame | None, spec: DeviceSpec | None
+) -> list[EfficiencyFamily] | None:
+    """``efficiency.families``: per family with work, its FLOPs and bytes (rounded to
+    integers), the rates over its kernels that carry work, and the bound."""
+    if work is None:
+        return None
+    out: list[EfficiencyFamily] = []
+    for r in _work_by(kernels, work, "family", spec).iter_rows(named=True):
+        out.append(
+            {
+                "family": r["family"],
+                "flops": int(round(r["flops"])),
+                "bytes": int(round(r["bytes"])),
+                "tflops": None if r["tflops"] is None else sig(r["tflops"]),
+                "gbps": None if r["gbps"] is None else sig(r["gbps"]),
+                "bound": r["bound"],
+            }
+        )
+    return out

@@ -19,9 +19,13 @@ def range_holding(ts: np.ndarray, a0: np.ndarray, a1: np.ndarray) -> np.ndarray:
     return np.where(inside, at, -1).astype(np.int32)
 
 
-def launches_within(trace: Trace, ranges: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def launches_within(
+    trace: Trace, ranges: pl.DataFrame, kinds: tuple[str, ...] = ("runtime", "driver")
+) -> tuple[np.ndarray, np.ndarray]:
     """The launches that lie inside one of ``ranges`` (``pid``, ``tid``, ``a0``, ``a1``, ns)
     on their own thread: their correlation ids and the row of ``ranges`` each falls in.
+    ``kinds``: the event kinds that count as launches: runtime and driver calls
+    (``cuLaunchKernel`` launches Triton's and cuBLASLt's kernels in real traces).
 
     A launch falls in the last range of its thread starting at or before it (the innermost,
     for nested ranges), if it starts before that range's end. Per thread, launches come in
@@ -35,7 +39,7 @@ def launches_within(trace: Trace, ranges: pl.DataFrame) -> tuple[np.ndarray, np.
         launches = (
             trace.events.lazy()
             .filter(
-                (pl.col("kind") == "runtime")
+                pl.col("kind").is_in(kinds)
                 & (pl.col("pid") == pid)
                 & (pl.col("tid") == tid)
                 & pl.col("correlation").is_not_null()

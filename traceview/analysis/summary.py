@@ -31,7 +31,12 @@ from traceview.analysis.document import (
     TraceFacts,
     Work,
 )
-from traceview.analysis.efficiency import efficiency_section
+from traceview.analysis.efficiency import (
+    device_peaks,
+    efficiency_section,
+    family_work,
+    kernel_table_work,
+)
 from traceview.analysis.families import Rules, family_rows, load_rules
 from traceview.analysis.figures import DECODING, KINDS, decoding_cadence, kind_cadence
 from traceview.analysis.gaps import gap_table, summarize_gaps
@@ -46,6 +51,7 @@ from traceview.analysis.idle import (
 from traceview.analysis.intervals import Union, merge_windows, union
 from traceview.analysis.model_config import ModelSpec
 from traceview.analysis.names import short_name
+from traceview.analysis.op_flops import kernel_work
 from traceview.analysis.precision import line_ends, sig, sig_or_none
 from traceview.analysis.stats import mean, percentiles
 from traceview.analysis.step_candidates import StepOptions, with_shortcuts
@@ -288,11 +294,17 @@ def build(
         "capture": {"regions": result.capture_regions, "kernels": result.capture_kernels},
         "warnings": warnings,
     }
-    kernel_table = (
+    peaks = device_peaks(trace, result.device, gpu)
+    op_work = kernel_work(trace, k)  # record_shapes' GEMM and attention ops, where present
+    efficiency["families"] = family_work(k, op_work, peaks)
+    kernel_table = kernel_table_work(
         result.totals.group_by("name", "family")
         .agg(pl.col("count").sum(), pl.col("total_ns").sum())
         .with_columns(pl.col("name").cast(pl.String), pl.col("family").cast(pl.String))
-        .sort(["total_ns", "name"], descending=[True, False])
+        .sort(["total_ns", "name"], descending=[True, False]),
+        k,
+        op_work,
+        peaks,
     )
     return Summary(
         document=doc,

@@ -24,6 +24,7 @@ class _Args(msgspec.Struct, frozen=True):
     sort_index: int | None = None  # ph M: *_sort_index
     # record_shapes: kept as raw JSON text, never parsed here (empty: absent)
     input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
 
 
 _NO_ARGS = _Args()
@@ -75,6 +76,7 @@ class Block:
     external_id: list[Any] = field(default_factory=list)
     meta_value: list[Any] = field(default_factory=list)
     input_dims: list[Any] | None = None  # None: no event of the block carries Input Dims
+    input_types: list[Any] | None = None  # beside input_dims: each input's dtype (JSON text)
     args_json: list[Any] | None = None
     counters: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
@@ -107,6 +109,9 @@ class Block:
             if "M" in ph
             else [None] * len(events),
             input_dims=[bytes(a.input_dims).decode() if a.input_dims else None for a in args]
+            if shapes
+            else None,
+            input_types=[bytes(a.input_types).decode() if a.input_types else None for a in args]
             if shapes
             else None,
         )
@@ -142,11 +147,14 @@ class Block:
             if ph == "C":
                 block.counters.append((i, args))
             if "Input Dims" in args:
-                if block.input_dims is None:
-                    block.input_dims = [None] * i
+                if block.input_dims is None or block.input_types is None:
+                    block.input_dims, block.input_types = [None] * i, [None] * i
                 block.input_dims.append(orjson.dumps(args["Input Dims"]).decode())
-            elif block.input_dims is not None:
+                types = args.get("Input type")
+                block.input_types.append(None if types is None else orjson.dumps(types).decode())
+            elif block.input_dims is not None and block.input_types is not None:
                 block.input_dims.append(None)
+                block.input_types.append(None)
         if keep_args:
             block.args_json = [
                 orjson.dumps(e["args"]).decode()
@@ -178,7 +186,10 @@ class Block:
                 **(
                     {}
                     if self.input_dims is None
-                    else {"input_dims": pl.Series(self.input_dims, dtype=pl.String)}
+                    else {
+                        "input_dims": pl.Series(self.input_dims, dtype=pl.String),
+                        "input_types": pl.Series(self.input_types, dtype=pl.String),
+                    }
                 ),
                 **(
                     {}

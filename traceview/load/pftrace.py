@@ -319,6 +319,10 @@ class _Reader:
                 "pid": [r["pid"] for r in shaped],
                 "tid": [r["tid"] for r in shaped],
                 "input_dims": [_json_text(r["args"]["Input Dims"]) for r in shaped],
+                "input_types": [
+                    _json_text(r["args"]["Input type"]) if "Input type" in r["args"] else None
+                    for r in shaped
+                ],
             },
             schema=wide(SHAPE_SCHEMA),
         )
