@@ -345,3 +345,30 @@ def test_real_gemm_flops_match_a_stdlib_reading(name: str) -> None:
     # every read GEMM's work reached a kernel: the driver's launches count
     kernel_flops = s.kernel_table["flops"].sum()
     assert kernel_flops > 0
+
+
+def test_heartbeat_efficiency_panel_and_report_table(tmp_path: Path) -> None:
+    from traceview.render.charts import heartbeat_data
+
+    trace = str(GENERATED / "dense_vllm_detailed.json.gz")
+    config = str(CONFIGS / "engine-dense.json")
+    s = tv.summarize(tv.load(trace), model=tv.load_model(config))
+    data = heartbeat_data(s)
+    assert data.efficiency is not None
+    assert data.efficiency.mbu.tolist() == s.steps["mbu"].to_list()
+    assert data.efficiency.edges_ms.size == s.steps.height + 1
+    assert heartbeat_data(tv.summarize(tv.load(trace))).efficiency is None
+    out = tmp_path / "hb.png"
+    r = CliRunner().invoke(cli, ["heartbeat", trace, "--efficiency", "-o", str(out)])
+    assert r.exit_code == 2 and "--efficiency needs --model" in r.stderr and not out.exists()
+    args = ["heartbeat", trace, "--efficiency", "--model", config, "-o", str(out)]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = tmp_path / "r.html"
+    r = CliRunner().invoke(cli, ["report", trace, "--model", config, "-o", str(page)])
+    assert r.exit_code == 0, r.stderr
+    html = page.read_text()
+    assert "Efficiency by phase" in html and "MBU p50" in html
+    r = CliRunner().invoke(cli, ["summarize", trace, "--model", config])
+    assert "efficiency by phase" in r.stdout

@@ -175,7 +175,10 @@ def test_breakdown_of_a_run_is_one_clear_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         cli, ["heartbeat", str(run), "-o", str(tmp_path / "h.png"), "--breakdown"]
     )
-    assert result.exit_code == 2 and "--breakdown charts one or two traces" in result.stderr
+    assert (
+        result.exit_code == 2
+        and "--breakdown and --efficiency chart one or two traces" in result.stderr
+    )
     assert "Traceback" not in result.output
 
 

@@ -77,6 +77,11 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
     help="Add a panel under each heartbeat: per step, a stacked bar of where its time went "
     "(busy against idle: host late, launch, after a sync, dependency, unlinked).",
 )
+@click.option(
+    "--efficiency",
+    is_flag=True,
+    help="Add a panel of each step's MBU and MFU (needs --model).",
+)
 @style_option
 @force_option
 @analysis_options
@@ -88,6 +93,7 @@ def heartbeat(
     window: str | None,
     title: str | None,
     breakdown: bool,
+    efficiency: bool,
     style: str,
     jobs: int | None,
     strict: bool,
@@ -102,12 +108,14 @@ def heartbeat(
     the straggler named.
     """
     span = parse_window(window)
+    if efficiency and analysis.model is None:
+        raise TraceviewError("--efficiency needs --model (the model's config.json)")
     output_file(output, traces, force=force, suffixes=FORMATS)
     if len(traces) > 2 or (len(traces) == 1 and is_run(traces)):
-        if breakdown:
+        if breakdown or efficiency:
             raise TraceviewError(
-                "--breakdown charts one or two traces; for a run, chart one rank's trace "
-                "(each rank's breakdown is in `summarize RUN --json`)"
+                "--breakdown and --efficiency chart one or two traces; for a run, chart one "
+                "rank's trace (each rank's breakdown is in `summarize RUN --json`)"
             )
         run = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict)
         ranks = run_heartbeat_data(run, title=title or "")
@@ -126,7 +134,8 @@ def heartbeat(
                 "step's timeline by family instead"
             )
         datas.append(data)
-    saved = save_figure(heartbeat_figure(datas, style=style, breakdown=breakdown), output)
+    figure = heartbeat_figure(datas, style=style, breakdown=breakdown, efficiency=efficiency)
+    saved = save_figure(figure, output)
     say(f"wrote {saved}")
 
 

@@ -1,7 +1,8 @@
-"""The heartbeat's ``--breakdown`` panel: per step, a stacked bar of where its span went,
+"""The heartbeat's per-step panels. ``--breakdown``: per step, a stacked bar of where its span went,
 busy against each idle cause (docs/metrics.md, "Where the step time went"), as shares of
 the step's span. The steps tile the device's timeline, so the bars do too: each part is one
-step function over the step edges, drawn as one artist however many steps there are."""
+step function over the step edges, drawn as one artist however many steps there are.
+``--efficiency``: each step's MBU and MFU (docs/metrics.md, "How close to the hardware")."""
 
 from __future__ import annotations
 
@@ -93,5 +94,64 @@ def draw_breakdown(data: StepBreakdown, ax: Axes, *, text: str) -> None:
         fontsize=7,
         frameon=False,
         title="where the step time went",
+        title_fontsize=7,
+    )
+
+
+@dataclass
+class StepEfficiency:
+    """Each step's MBU and MFU (the heartbeat's ``--efficiency`` panel).
+
+    Attributes:
+        edges_ms: the steps' bounds, as :class:`StepBreakdown`'s.
+        mbu, mfu: per step, NaN where not known (no tokens, or no peak).
+    """
+
+    edges_ms: np.ndarray
+    mbu: np.ndarray
+    mfu: np.ndarray
+
+
+def step_efficiency(steps: pl.DataFrame, t0_ns: int) -> StepEfficiency | None:
+    """The MBU and MFU of a steps table summarized with a model; None without them."""
+    if steps.height == 0 or "mbu" not in steps.columns:
+        return None
+    start = steps["start_ns"].to_numpy().astype(np.int64)
+    end = steps["end_ns"].to_numpy().astype(np.int64)
+    edges = np.append(start, end[-1]) - t0_ns
+
+    def ratio(column: str) -> np.ndarray:
+        return steps[column].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+
+    return StepEfficiency(edges / 1e6, ratio("mbu"), ratio("mfu"))
+
+
+def draw_efficiency(data: StepEfficiency, ax: Axes, *, text: str) -> None:
+    """MBU (and MFU, dashed) per step over the step's span, on ``ax``, the y axis scaled
+    to the largest."""
+    for values, label, style in ((data.mbu, "MBU", "-"), (data.mfu, "MFU", "--")):
+        if np.isfinite(values).any():
+            ax.stairs(
+                values,
+                data.edges_ms,
+                color="#1f77b4" if label == "MBU" else "#d62728",
+                linestyle=style,
+                linewidth=1.2,
+                label=label,
+            )
+    values = np.concatenate((data.mbu, data.mfu))
+    top = float(np.nanmax(values)) if np.isfinite(values).any() else 1.0
+    if top >= 1.0:  # an upper bound passing the peak (docs/metrics.md): the peak marked
+        ax.axhline(1.0, color="#888888", linewidth=0.6, linestyle=":")
+    ax.set_ylim(0, max(top * 1.15, 0.01))  # scaled to the data: decode's MFU is small
+    ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+    ax.set_ylabel("of peak", color=text)
+    ax.set_xlabel("time from first kernel (ms)")
+    ax.legend(
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=7,
+        frameon=False,
+        title="per step",
         title_fontsize=7,
     )

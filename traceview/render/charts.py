@@ -20,7 +20,14 @@ import polars as pl
 
 from traceview.errors import MissingDependencyError, TraceviewError
 from traceview.render.base import atomic_write
-from traceview.render.breakdown_chart import StepBreakdown, draw_breakdown, step_breakdown
+from traceview.render.breakdown_chart import (
+    StepBreakdown,
+    StepEfficiency,
+    draw_breakdown,
+    draw_efficiency,
+    step_breakdown,
+    step_efficiency,
+)
 from traceview.render.format import fmt_ns
 from traceview.render.safe import chart
 
@@ -124,6 +131,8 @@ class HeartbeatData:
         busy: the device's busy fraction over the trace (for the timeline's title).
         breakdown: each step's span split into busy and the idle causes (the heartbeat's
             ``--breakdown`` panel); None without steps.
+        efficiency: each step's MBU and MFU (the ``--efficiency`` panel); None without a
+            model.
     """
 
     title: str
@@ -137,6 +146,7 @@ class HeartbeatData:
     timeline: list[tuple[str, np.ndarray, np.ndarray]] | None = None
     busy: float | None = None
     breakdown: StepBreakdown | None = None
+    efficiency: StepEfficiency | None = None
 
 
 def heartbeat_data(
@@ -185,6 +195,7 @@ def heartbeat_data(
         timeline=_timeline(summary, t0),
         busy=doc["busy"]["fraction"],
         breakdown=step_breakdown(steps, t0),
+        efficiency=step_efficiency(steps, t0),
     )
 
 
@@ -411,16 +422,22 @@ def draw_timeline(data: HeartbeatData, tick_ax: Axes, ax: Axes, *, style: str = 
 
 
 def heartbeat_figure(
-    datas: list[HeartbeatData], *, style: str = "light", breakdown: bool = False
+    datas: list[HeartbeatData],
+    *,
+    style: str = "light",
+    breakdown: bool = False,
+    efficiency: bool = False,
 ) -> Figure:
     """One heartbeat, or several stacked on the same scales (before/after). ``breakdown``:
-    under each, a panel of where each step's time went (busy against each idle cause)."""
+    under each, a panel of where each step's time went (busy against each idle cause);
+    ``efficiency``: a panel of each step's MBU and MFU."""
     mpl = load_matplotlib()
     rows = len(datas)
-    panels = [1, 4, 2] if breakdown else [1, 4]
+    panels = [1, 4] + [2] * (int(breakdown) + int(efficiency))
     with chart_style(mpl, style):
+        height = 4.2 + 1.4 * (len(panels) - 2)
         fig: Figure = mpl.figure.Figure(
-            figsize=(12, (5.6 if breakdown else 4.2) * rows + 0.6), dpi=150, layout="constrained"
+            figsize=(12, height * rows + 0.6), dpi=150, layout="constrained"
         )
         grid = fig.add_gridspec(len(panels) * rows, 1, height_ratios=panels * rows)
         x_max = max(_x_end(d) for d in datas)
@@ -439,11 +456,20 @@ def heartbeat_figure(
             tick_ax = fig.add_subplot(grid[at], sharex=first_ax)
             tick_ax.tick_params(labelbottom=False)
             draw_heartbeat(data, tick_ax, ax, style=style, y_max=y_max)
-            if breakdown and data.breakdown is not None:
-                ax.set_xlabel("")
-                ax.tick_params(labelbottom=False)
-                parts_ax = fig.add_subplot(grid[at + 2], sharex=first_ax)
-                draw_breakdown(data.breakdown, parts_ax, text=COLORS[style]["text"])
+            below = at + 2
+            extra = [(breakdown, data.breakdown), (efficiency, data.efficiency)]
+            for wanted, panel in extra:
+                if not wanted:
+                    continue
+                if panel is not None:
+                    ax.set_xlabel("")
+                    ax.tick_params(labelbottom=False)
+                    ax = fig.add_subplot(grid[below], sharex=first_ax)
+                    if isinstance(panel, StepBreakdown):
+                        draw_breakdown(panel, ax, text=COLORS[style]["text"])
+                    else:
+                        draw_efficiency(panel, ax, text=COLORS[style]["text"])
+                below += 1
             if data.window_ms is None:
                 ax.set_xlim(-0.01 * x_max, x_max * 1.01)
     return fig

@@ -21,10 +21,13 @@ from traceview.render.charts import gaps_data, gaps_figure, heartbeat_data, hear
 from traceview.render.format import (
     BREAKDOWN_CAPTION,
     BREAKDOWN_COLUMNS,
+    EFFICIENCY_COLUMNS,
     PHASE_COLUMNS,
     UNCHANGED,
     breakdown_rows,
     diff_rows,
+    efficiency_caption,
+    efficiency_rows,
     fmt_ns,
     fmt_pct,
     fmt_ratio,
@@ -135,6 +138,12 @@ def _summary_section(summary: Summary, label: str) -> str:
         shares = set(range(2, len(BREAKDOWN_COLUMNS) - 1))
         out.append(_table(list(BREAKDOWN_COLUMNS), breakdown, shares, "breakdown"))
         out.append(f'<p class="muted">{esc(BREAKDOWN_CAPTION)}</p>')
+    efficiency = efficiency_rows(d)
+    if efficiency:  # with --model
+        out.append("<h3>Efficiency by phase</h3>")
+        numeric = set(range(1, len(EFFICIENCY_COLUMNS)))
+        out.append(_table(list(EFFICIENCY_COLUMNS), efficiency, numeric, "efficiency"))
+        out.append(f'<p class="muted">{esc(efficiency_caption(d))}</p>')
     gaps = [
         [
             g["population"],
