@@ -4,6 +4,7 @@
     python benchmarks/summarize.py --steps 2000    # smaller
     python benchmarks/summarize.py --shape kineto  # load.py's Kineto-shaped 1M-kernel trace
     python benchmarks/summarize.py --shape vllm    # load.py's vLLM-shaped 1M-kernel trace
+    python benchmarks/summarize.py --model fixtures/configs/engine-hybrid-moe.json  # + MFU/MBU
 
 The trace comes from the fixture simulator (fixtures/engine.py): a hybrid model with
 linear- and full-attention layers, thousands of decode steps with chunked prefill phases,
@@ -69,15 +70,37 @@ def generate(steps: int) -> tuple[Path, int]:
     return path, kernels
 
 
-def child(what: str, path: str) -> None:
+def _timed_efficiency() -> list[float]:
+    """Wrap the summary's efficiency steps (per-step figures, the op work from shapes, the
+    kernel table's and families' work) with timers: the seconds they took, added up."""
+    import traceview.analysis.summary as summary
+
+    spent = [0.0]
+    for name in ("efficiency_section", "kernel_work", "family_work", "kernel_table_work"):
+        original = getattr(summary, name)
+
+        def timed(*args, _f=original, **kwargs):  # type: ignore[no-untyped-def]
+            t = time.perf_counter()
+            try:
+                return _f(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - t
+
+        setattr(summary, name, timed)
+    return spent
+
+
+def child(what: str, path: str, config: str | None = None) -> None:
     import traceview as tv
 
+    spent = _timed_efficiency()
+    model = tv.load_model(config) if config else None
     t0 = time.perf_counter()
     trace = tv.load(path, options=tv.LoadOptions(cache=False))  # time the parse, not the cache
     t1 = time.perf_counter()
     steps = 0
     if what == "summarize":
-        steps = tv.summarize(trace).to_dict()["steps"]["count"]
+        steps = tv.summarize(trace, model=model).to_dict()["steps"]["count"]
     t2 = time.perf_counter()
     print(
         json.dumps(
@@ -87,6 +110,7 @@ def child(what: str, path: str) -> None:
                 "total_s": t2 - t0,
                 "kernels": trace.kernels.height,
                 "steps": steps,
+                "efficiency_s": spent[0],
                 "peak_rss": peak_rss(),
             }
         )
@@ -109,7 +133,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8_000)
     parser.add_argument("--shape", choices=["engine", "kineto", "vllm"], default="engine")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--model",
+        help="a config.json: also time summarize with it (MFU/MBU per step), against "
+        "summarize without (target: efficiency adds <= 10%% to the analysis)",
+    )
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
@@ -124,17 +153,21 @@ def main() -> None:
         f"{path.stat().st_size / 1e6:.0f} MB gz; ready in {time.perf_counter() - t0:.0f} s)"
     )
     best: dict[str, dict[str, float]] = {}
+    runs = [("load", []), ("summarize", [])]
+    if args.model:
+        runs.append(("summarize", [args.model]))
     for _ in range(args.repeat):
-        for what in ("load", "summarize"):
+        for what, extra in runs:
             proc = subprocess.run(
-                [sys.executable, __file__, "--child", what, str(path)],
+                [sys.executable, __file__, "--child", what, str(path), *extra],
                 capture_output=True,
                 text=True,
                 check=True,
             )
             r = json.loads(proc.stdout.strip().splitlines()[-1])
-            if what not in best or r["total_s"] < best[what]["total_s"]:
-                best[what] = r
+            key = what + ("+model" if extra else "")
+            if key not in best or r["total_s"] < best[key]["total_s"]:
+                best[key] = r
     load, summ = best["load"], best["summarize"]
     print(f"load alone:           {load['total_s']:.2f} s")
     print(
@@ -145,6 +178,17 @@ def main() -> None:
         f"ratio (load+summarize)/load: {summ['total_s'] / load['total_s']:.2f}x  "
         f"(target <= {TIME_TARGET}x)"
     )
+    print(
+        f"efficiency inside summarize, no model: {summ['efficiency_s']:.3f} s "
+        f"({summ['efficiency_s'] / summ['analysis_s']:.1%} of the analysis)"
+    )
+    if "summarize+model" in best:
+        m = best["summarize+model"]
+        print(
+            f"with --model: analysis {m['analysis_s']:.2f} s, of which efficiency "
+            f"{m['efficiency_s']:.3f} s ({m['efficiency_s'] / m['analysis_s']:.1%}; target "
+            f"<= 10%); analysis with/without the model {m['analysis_s'] / summ['analysis_s']:.2f}x"
+        )
     with gzip.open(path, "rb") as f:
         json_bytes = sum(len(chunk) for chunk in iter(lambda: f.read(64 << 20), b""))
     print(

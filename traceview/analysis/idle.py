@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import polars as pl
@@ -237,8 +238,8 @@ class FamilyActivity:
     """The device's activity by family, prepared once for :meth:`busy_by_family`: its
     starts (in time order) and its last end, and per family its kernels' positions in
     ``ts`` (int32: the starts themselves would be a second copy of ``ts``) and sorted ends.
-    How many of a family run at an instant is then a count: those whose position is before
-    the instant's in ``ts``, less those ended by it."""
+    How many of a family run at an instant is then a count: those started by it, less
+    those ended by it."""
 
     ts: I64
     last_end: int
@@ -310,16 +311,24 @@ def _busy_by_family(
         )
         seg_len = np.diff(bounds)
         seg_lo = bounds[:-1]
+        first_lo, last_lo = seg_lo[0], seg_lo[-1]
         running = {}
         n = np.zeros(seg_lo.size, dtype=np.int16)  # families running in each segment
-        # kernels started at or before each segment's start, as a position in ts
-        started = np.searchsorted(ts, seg_lo, side="right")
+        # a family's kernels running at each segment's start: those started before the
+        # slice, less those ended before it, then a running sum of the starts and ends
+        # inside it (each is a segment bound)
+        in_a, in_b = np.searchsorted(ts, t_a), np.searchsorted(ts, t_b)
         for f, (positions, stops) in sorted_by_family.items():
-            count = np.searchsorted(positions, started.astype(positions.dtype), side="left")
-            count -= np.searchsorted(stops, seg_lo, side="right")
+            p0, p1 = np.searchsorted(positions, in_a), np.searchsorted(positions, in_b)
+            q0, q1 = np.searchsorted(stops, t_a), np.searchsorted(stops, t_b)
+            delta = np.bincount(
+                np.searchsorted(seg_lo, ts[positions[p0:p1]]), minlength=seg_lo.size
+            )
+            delta -= np.bincount(np.searchsorted(seg_lo, stops[q0:q1]), minlength=seg_lo.size)
+            count = int(p0 - q0) + np.cumsum(delta)
             running[f] = count > 0
             n += running[f]
-        window = np.searchsorted(lo, seg_lo, side="right") - 1
+        window = _search_within(lo, seg_lo, first_lo, last_lo, "right") - 1
         inside = (window >= 0) & (seg_lo < hi[np.clip(window, 0, None)]) & (n > 0)
         if summed:
             window[:] = 0
@@ -333,6 +342,21 @@ def _busy_by_family(
     rest = busy - whole.sum(axis=1)
     whole[np.arange(rows), np.argmax(out, axis=1)] += rest
     return whole
+
+
+def _search_within(
+    haystack: np.ndarray,
+    needles: np.ndarray,
+    low: int | np.integer,
+    high: int | np.integer,
+    side: Literal["left", "right"],
+) -> np.ndarray:
+    """``np.searchsorted(haystack, needles, side)`` for sorted ``needles`` that all lie in
+    ``[low, high]``: the search runs over the part of ``haystack`` between those two only
+    (a slice of time searches its own values, not the trace's million)."""
+    i0 = int(np.searchsorted(haystack, low, side=side))
+    i1 = int(np.searchsorted(haystack, high, side=side))
+    return i0 + np.searchsorted(haystack[i0:i1], needles, side=side)
 
 
 @dataclass(frozen=True)
