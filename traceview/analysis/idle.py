@@ -65,7 +65,7 @@ class Calls:
     (runtime or driver calls with a correlation id) and those ids, read once, ordered by
     id and then by the call's start (so an id's first row is its earliest call)."""
 
-    rows: I64
+    rows: np.ndarray  # int32 where the events allow
     correlation: I64
 
     @classmethod
@@ -78,6 +78,8 @@ class Calls:
             np.isin(ev["kind"].to_physical().to_numpy(), codes)
             & ev["correlation"].is_not_null().to_numpy()
         )
+        if ev.height < np.iinfo(np.int32).max:  # a launch per kernel: 4 bytes each saved
+            rows = rows.astype(np.int32)
         corr = ev["correlation"].gather(rows).to_numpy().astype(np.int64)
         order = np.lexsort((ev["ts_ns"].gather(rows).to_numpy(), corr))
         return cls(rows[order], corr[order])

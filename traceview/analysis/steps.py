@@ -89,6 +89,9 @@ class StepResult:
     capture_regions: int = 0  # CUDA-graph capture / warm-up regions left out
     capture_kernels: int = 0  # the kernels under them
     host: HostCalls | None = None  # the trace's submitting and synchronising calls, read once
+    # the kernels' starts as read once (int64, time order): a frame of many chunks copies
+    # its column on every read, 8 MB per million kernels
+    starts: np.ndarray | None = None
 
 
 def pick_device(trace: Trace, device: int | None) -> int:
@@ -423,6 +426,7 @@ def find_steps(
     host = HostCalls.of(trace)  # read once: the summary's gap fills split with it too
     table = with_time_breakdown(table, trace, k, u, host)
     table = with_host_columns(table, trace, k, host)
+    release_free_memory()  # the breakdown's temporaries, before the summary's
     warnings.extend(
         f"step kinds: the annotations state decode-only batches, but the {what} show prompt "
         f"work in {n} step(s); the annotations decide (kind_source)"
@@ -447,6 +451,7 @@ def find_steps(
         capture_regions=capture.regions,
         capture_kernels=capture.kernels,
         host=host,
+        starts=k.ts,
     )
 
 

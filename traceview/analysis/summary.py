@@ -366,7 +366,9 @@ class DeviceActivity:
         family = k["family"]
         assert isinstance(family.dtype, pl.Enum) and result.union is not None
         assert result.trace is not None
-        ts = k["ts_ns"].to_numpy().astype(np.int64, copy=False)
+        ts = result.starts
+        if ts is None or ts.size != k.height:
+            ts = k["ts_ns"].to_numpy().astype(np.int64, copy=False)
         return cls(
             result.trace,
             ts,

@@ -51,6 +51,13 @@ def scan(
     dataset are safe."""
     from traceview.batch.scan import ScanOptions
     from traceview.batch.scan import scan as run_scan
+    from traceview.errors import UsageError
+
+    if analysis.model is not None or analysis.gpu is not None:
+        raise UsageError(
+            "scan: --model and --gpu are not used by scan (its tables hold no MFU or MBU); "
+            "use summarize or steps with --model"
+        )
 
     options = ScanOptions(
         preset=analysis.preset, rules_file=analysis.rules, steps=analysis.step_options()
