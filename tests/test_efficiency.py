@@ -387,3 +387,76 @@ def test_scan_refuses_model_rather_than_ignoring_it(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 2 and "not used by scan" in r.stderr
     assert not (tmp_path / "ds").exists()
+
+
+def test_context_from_record_shapes_counts_attention() -> None:
+    """Hugging Face generate with SDPA: the keys' dims give each step's context (a stdlib
+    reading of the same ops), and with the model the attention term is in the FLOPs."""
+    import gzip
+
+    path = ROOT.parent / "shared" / "traces" / "tracelens" / "h100-hf-qwen1.5-0.5b-chat.json.gz"
+    if not path.exists():
+        pytest.skip("../shared/traces is not here")
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    read = set()
+    for e in events:
+        if e.get("name") == "aten::scaled_dot_product_attention" and e.get("ph") == "X":
+            q, k = e["args"]["Input Dims"][0], e["args"]["Input Dims"][1]
+            b, s, s_kv = q[0], q[2], k[2]
+            read.add((b * s_kv, b * (s * (s_kv - s) + s * (s + 1) // 2)))
+    model = tv.load_model(CONFIGS / "qwen1.5-0.5b-chat.json")
+    t = tv.load(path)
+    # the bursts cut the prefill forward in two (1 + 23 of its 24 attention layers): such
+    # parts get no figures, never 2·N·T over a part of the model
+    bursts = tv.summarize(t, model=model)
+    assert bursts.steps["flops"].null_count() == bursts.steps.height
+    assert any("hold part of a forward" in w for w in bursts.warnings)
+    # the ProfilerStep annotation holds the whole forward
+    s = tv.summarize(t, model=model, method="annotations")
+    rows = [r for r in s.steps.to_dicts() if r["shape_kv_tokens"] is not None]
+    assert rows and {(r["shape_kv_tokens"], r["shape_attention_pairs"]) for r in rows} <= read
+    for r in rows:
+        assert r["shape_attention_ops"] == 24
+        assert r["attention_counted"] is True
+        # hand-written: 24 blocks of 16 heads of 64, attention 2·16·(64 + 64) per pair
+        attention = 2 * 16 * (64 + 64) * r["shape_attention_pairs"] * 24
+        assert r["flops"] == 2 * model.active_block_params * r["tokens"] + attention
+        assert 0 < r["mfu"] < 1
+
+
+def test_convolution_work_reads_stride_and_padding() -> None:
+    """OWLv2's patch embedding, a 14×14 convolution of stride 14 over a 1008×1008 image:
+    its FLOPs from the recorded stride, padding and dilation, by hand, and they reach the
+    kernel cuDNN ran for it."""
+    from traceview.analysis.op_flops import op_work, ops_with_work
+
+    path = ROOT.parent / "shared" / "traces" / "tracelens" / "h100-hf-owlv2-large.json.gz"
+    if not path.exists():
+        pytest.skip("../shared/traces is not here")
+    t = tv.load(path)
+    convs = ops_with_work(t).filter(pl.col("name") == "aten::cudnn_convolution")
+    assert convs.height >= 1
+    by_hand = 2 * 1 * 1024 * (1008 // 14) ** 2 * 3 * 14 * 14  # N·O·out²·C·k²
+    assert convs["flops"].to_list() == [float(by_hand)] * convs.height
+    # stride 1 and 'same' padding keep the size; a transposed convolution is not read
+    dims = json.dumps([[2, 8, 32, 32], [16, 8, 3, 3], [16]])
+    types = json.dumps(["float", "float", "float"])
+    same = op_work(
+        "aten::conv2d", dims, types, json.dumps(["", "", "", "[1, 1]", "same", "[1, 1]", "1"])
+    )
+    assert same is not None and same[0] == 2 * 2 * 16 * 32 * 32 * 8 * 9
+    grouped = op_work(
+        "aten::convolution",
+        json.dumps([[1, 8, 10, 10], [8, 2, 3, 3], []]),
+        types,
+        json.dumps(["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "4"]),
+    )
+    assert grouped is not None and grouped[0] == 2 * 1 * 8 * 5 * 5 * 2 * 9
+    transposed = ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "True", "[0, 0]", "4"]
+    assert op_work("aten::convolution", dims, types, json.dumps(transposed)) is None
+    assert op_work("aten::conv2d", dims, types, None) is None  # no concrete inputs recorded
+    s = tv.summarize(t)
+    # cuDNN's kernel for it carries the work of every such convolution, nothing else does
+    conv_kernels = s.kernel_table.filter(pl.col("flops") == float(by_hand * convs.height))
+    assert conv_kernels.height == 1 and "cudnn" in conv_kernels["name"][0]

@@ -109,12 +109,14 @@ SHAPE_SCHEMA: dict[str, pl.DataType] = {
     "tid": ID,
     "input_dims": pl.String(),
     "input_types": pl.String(),
+    "concrete_inputs": pl.String(),
 }
 """Columns of :attr:`Trace.shapes`: the host ops recorded with ``record_shapes`` (those whose
 ``args`` carry ``Input Dims``), in file order. ``input_dims`` is that value as JSON text
 (a list of each input's dimensions, e.g. ``[[888, 8, 64], [888, 1, 64], []]``), and
 ``input_types`` its ``Input type`` (each input's dtype, e.g. ``["c10::BFloat16", "float",
-"Scalar"]``; null where the trace has none)."""
+"Scalar"]``; null where the trace has none) and ``concrete_inputs`` its ``Concrete
+Inputs`` (scalar arguments' values, e.g. a convolution's stride ``"[14, 14]"``)."""
 
 FLOW_SCHEMA: dict[str, pl.DataType] = {
     "ts_ns": pl.Int64(),

@@ -62,23 +62,37 @@ def step_efficiency(
     and ``mbu`` (the module docstring): null where a step states no tokens; a ratio null
     where the device's peak is not known or the step has no busy time."""
     stated = pl.col("context_tokens").is_not_null() & pl.col("generation_tokens").is_not_null()
+    # record_shapes' tokens count only where the step holds a whole forward: one read
+    # attention op per full-attention layer (a burst may hold part of one)
+    whole = pl.col("shape_attention_ops") == model.full_attention_layers
     t = table.select(
         pl.when(stated)
         .then(pl.col("context_tokens") + pl.col("generation_tokens"))
-        .otherwise(pl.col("shape_tokens"))
+        .otherwise(pl.when(whole).then(pl.col("shape_tokens")))
         .cast(pl.Int64)
         .alias("tokens")
     )["tokens"]
     known = t.is_not_null().to_numpy()
     tokens = t.fill_null(0).to_numpy().astype(np.int64)
     full = model.full_attention_layers
-    pairs = table["attention_pairs"]
+    # the context lengths the annotation states, else those record_shapes' attention ops do
+    context = table.select(
+        pl.when(stated & pl.col("attention_pairs").is_not_null())
+        .then(pl.col("attention_pairs"))
+        .otherwise(pl.when(~stated).then(pl.col("shape_attention_pairs")))
+        .alias("pairs"),
+        pl.when(stated & pl.col("kv_tokens").is_not_null())
+        .then(pl.col("kv_tokens"))
+        .otherwise(pl.when(~stated).then(pl.col("shape_kv_tokens")))
+        .alias("kv"),
+    )
+    pairs = context["pairs"]
     counted = pairs.is_not_null().to_numpy()
     per_pair = 2 * model.heads * (model.qk_dim + model.v_dim) * full
     flops = 2 * model.active_block_params * tokens + np.where(
         counted, pairs.fill_null(0).to_numpy().astype(np.int64) * per_pair, 0
     )
-    kv = table["kv_tokens"]
+    kv = context["kv"]
     kv_read = kv.fill_null(0).to_numpy().astype(np.float64) * model.kv_bytes_per_token * full
     nbytes = _weights_read(model, tokens) * model.weight_bytes_per_param + np.where(
         kv.is_not_null().to_numpy(), kv_read, 0.0
@@ -191,7 +205,18 @@ def efficiency_section(
             f"efficiency: {spec.name} has no {model.compute_dtype} peak: MFU is not given"
         )
     table = step_efficiency(table, model, spec)
-    missing = int(table["tokens"].null_count())
+    partial = table.filter(
+        pl.col("tokens").is_null()
+        & pl.col("shape_tokens").is_not_null()
+        & (pl.col("shape_attention_ops") != model.full_attention_layers)
+    ).height
+    if partial:
+        warnings.append(
+            f"efficiency: {partial} step(s) hold part of a forward (record_shapes states their "
+            f"tokens, but not one attention op per layer, {model.full_attention_layers}): "
+            "their FLOPs and bytes are not given"
+        )
+    missing = int(table["tokens"].null_count()) - partial
     if missing:
         warnings.append(
             f"efficiency: {missing} step(s) state no tokens (no engine annotation, no "

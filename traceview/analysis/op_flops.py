@@ -15,8 +15,14 @@ An op's work, from its ``Input Dims`` and ``Input type`` (``s`` the bytes per el
   ``2·B·H·S·S_kv·(D + D_v)`` (the full score matrix: a causal mask is not deducted);
   bytes, the four tensors once.
 
-Convolutions need their strides and padding, which ``Input Dims`` do not carry: they are
-not counted. The innermost such op around a launch (runtime or driver: ``cuLaunchKernel``
+- a convolution (``aten::conv1d/2d/3d``, ``aten::convolution``, ``aten::_convolution``,
+  ``aten::cudnn_convolution``, ``aten::miopen_convolution``), ``[N,C,*in]`` by a weight
+  ``[O,C/g,*k]``, its stride, padding, dilation and groups read from ``Concrete Inputs``:
+  each output size ``(in + 2·pad − dil·(k − 1) − 1) // stride + 1``, FLOPs ``2·N·O·
+  prod(out)·(C/g)·prod(k)``; bytes, input, weight and output once. A transposed
+  convolution, or one whose arguments are not recorded, is not counted.
+
+The innermost such op around a launch (runtime or driver: ``cuLaunchKernel``
 too) on its thread owns the kernels that launch started, through the correlation id; its
 FLOPs and bytes go to the longest of its compute kernels (never to a copy or a memset it
 also launched, nor to the layout copy a matmul may run before its GEMM).
@@ -35,6 +41,7 @@ from traceview.analysis.launches import launches_within
 from traceview.model import Trace
 
 Dims = list[list[int]]
+Concrete = list[str]  # each input's value as record_shapes writes it ("" for a tensor)
 Work = tuple[float, float, str] | None  # FLOPs, bytes, the dtype the math runs in
 
 ELEMENT = {  # Input type -> (bytes per element, the dtype of its peak)
@@ -61,6 +68,71 @@ def _element(types: list[str], i: int) -> tuple[float, str] | None:
 def _gemm(m: int, k: int, n: int, batch: int, s: float, dtype: str, extra: float = 0) -> Work:
     flops = 2.0 * batch * m * k * n
     return flops, (batch * (m * k + k * n + m * n) + extra) * s, dtype
+
+
+# where a convolution op keeps stride, padding, dilation, groups (and transposed) among its
+# inputs, by the op's schema
+CONV_ARGS = {
+    "aten::conv1d": (3, 4, 5, 6, None),
+    "aten::conv2d": (3, 4, 5, 6, None),
+    "aten::conv3d": (3, 4, 5, 6, None),
+    "aten::convolution": (3, 4, 5, 8, 6),
+    "aten::_convolution": (3, 4, 5, 8, 6),
+    "aten::cudnn_convolution": (3, 2, 4, 5, None),
+    "aten::miopen_convolution": (4, 3, 5, 6, None),
+}
+
+
+def _value(text: str) -> object:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text  # 'same', 'valid', 'False' as written
+
+
+def _conv(name: str, dims: Dims, types: list[str], concrete: Concrete) -> Work:
+    x, w, e = dims[0], dims[1], _element(types, 0)
+    spatial = len(x) - 2
+    if e is None or spatial < 1 or len(w) != len(x) or not concrete:
+        return None
+    at_stride, at_pad, at_dil, at_groups, at_transposed = CONV_ARGS[name]
+    if at_transposed is not None and str(_value(concrete[at_transposed])) in ("True", "true"):
+        return None
+    stride, pad, dil, groups = (_value(concrete[i]) for i in (at_stride, at_pad, at_dil, at_groups))
+    if not isinstance(groups, int) or groups < 1 or x[1] != w[1] * groups:
+        return None
+
+    def per_dim(v: object, default: int) -> list[int] | None:
+        if isinstance(v, int):
+            return [v] * spatial
+        if isinstance(v, list) and len(v) == spatial and all(isinstance(i, int) for i in v):
+            return v
+        return None if v not in ("", None) else [default] * spatial
+
+    s, d = per_dim(stride, 1), per_dim(dil, 1)
+    if s is None or d is None:
+        return None
+    if pad == "valid":
+        p: list[int] | None = [0] * spatial
+    elif pad == "same":
+        p = None
+    else:
+        p = per_dim(pad, 0)
+        if p is None:
+            return None
+    kernel = w[2:]
+    if p is None:  # 'same': the output keeps the input's size (stride 1)
+        out = list(x[2:])
+    else:
+        out = [
+            (n + 2 * pp - dd * (k - 1) - 1) // ss + 1
+            for n, pp, dd, k, ss in zip(x[2:], p, d, kernel, s, strict=True)
+        ]
+    if min(out) < 1:
+        return None
+    flops = 2.0 * x[0] * w[0] * math.prod(out) * w[1] * math.prod(kernel)
+    nbytes = (_numel(x) + _numel(w) + x[0] * w[0] * math.prod(out)) * e[0]
+    return flops, nbytes, e[1]
 
 
 def _mm(dims: Dims, types: list[str], a: int = 0) -> Work:
@@ -126,7 +198,7 @@ def _attention(dims: Dims, types: list[str]) -> Work:
     return flops, (_numel(q) + _numel(k) + _numel(v) + b * h * s * d_v) * e[0], e[1]
 
 
-READERS: dict[str, Callable[[Dims, list[str]], Work]] = {
+READERS: dict[str, Callable[[Dims, list[str]], Work] | None] = {
     "aten::mm": _mm,
     "aten::_scaled_mm": _mm,
     "aten::addmm": _addmm,
@@ -138,21 +210,29 @@ READERS: dict[str, Callable[[Dims, list[str]], Work]] = {
     "aten::_scaled_dot_product_flash_attention": _attention,
     "aten::_scaled_dot_product_efficient_attention": _attention,
     "aten::_scaled_dot_product_cudnn_attention": _attention,
+    **dict.fromkeys(CONV_ARGS),  # read with their concrete inputs (_conv)
 }
 
 
-def op_work(name: str, dims_text: str, types_text: str | None) -> Work:
+def op_work(
+    name: str, dims_text: str, types_text: str | None, concrete_text: str | None = None
+) -> Work:
     """One op's FLOPs, bytes and compute dtype from its shapes, or None where its name,
     shapes or dtypes are not read (the module docstring)."""
-    reader = READERS.get(name)
-    if reader is None or types_text is None:
+    if name not in READERS or types_text is None:
         return None
     try:
         dims, types = orjson.loads(dims_text), orjson.loads(types_text)
         if not isinstance(dims, list) or not isinstance(types, list) or len(dims) < 2:
             return None
+        reader = READERS[name]
+        if reader is None:
+            concrete = orjson.loads(concrete_text) if concrete_text else []
+            if not isinstance(concrete, list):
+                return None
+            return _conv(name, dims, [str(x) for x in types], [str(x) for x in concrete])
         return reader(dims, [str(x) for x in types])
-    except (orjson.JSONDecodeError, TypeError, ValueError, IndexError):
+    except (orjson.JSONDecodeError, TypeError, ValueError, IndexError, ZeroDivisionError):
         return None
 
 
@@ -162,7 +242,9 @@ def ops_with_work(trace: Trace) -> pl.DataFrame:
     shapes = trace.shapes.filter(pl.col("name").cast(pl.String).is_in(list(READERS)))
     rows = []
     for r in shapes.iter_rows(named=True):
-        work = op_work(str(r["name"]), r["input_dims"], r.get("input_types"))
+        work = op_work(
+            str(r["name"]), r["input_dims"], r.get("input_types"), r.get("concrete_inputs")
+        )
         if work is not None:
             rows.append(
                 (r["pid"], r["tid"], r["ts_ns"], r["ts_ns"] + r["dur_ns"], str(r["name"]), *work)

@@ -8,7 +8,12 @@ from the dims of its first input (the query):
 - ``aten::scaled_dot_product_attention``: ``[B, heads, S, head_size]`` → B·S.
 
 Other attention ops are not read: their layouts differ (FlashAttention's own ``[B, S, heads,
-head_size]``), so a guess could be wrong. An op belongs to the step whose span holds the
+head_size]``), so a guess could be wrong. ``aten::scaled_dot_product_attention``'s keys
+``[B, heads_kv, S_kv, head_size]`` also give the step's context: ``B·S_kv`` KV tokens and,
+its S queries being the last of each sequence (a causal forward), ``B·(S·(S_kv − S) +
+S·(S + 1)/2)`` causal (query, key) pairs (``shape_kv_tokens``, ``shape_attention_pairs``).
+``shape_attention_ops`` counts the read ops that belong to the step: one per attention
+layer when the step holds a whole forward. An op belongs to the step whose span holds the
 first kernel it launched (linked through the launch's correlation id). A step's count is
 known only when every read op in it agrees (the layers of one forward see the same tokens);
 otherwise, and where no op was read, it is null. The count is all query tokens of the
@@ -56,6 +61,24 @@ def _read(name: str, text: str) -> Read:
         return None
 
 
+def _context(name: str, text: str) -> tuple[int, int] | None:
+    """KV tokens and causal pairs of an ``aten::scaled_dot_product_attention`` op (module
+    docstring); None for every other op, or a layout that does not fit."""
+    if name != "aten::scaled_dot_product_attention":
+        return None
+    try:
+        dims = orjson.loads(text)
+        q, k = dims[0], dims[1]
+        if len(q) != 4 or len(k) != 4 or q[0] != k[0]:
+            return None
+        b, s, s_kv = int(q[0]), int(q[2]), int(k[2])
+        if s > s_kv:
+            return None
+    except (orjson.JSONDecodeError, TypeError, ValueError, IndexError):
+        return None
+    return b * s_kv, b * (s * (s_kv - s) + s * (s + 1) // 2)
+
+
 def _tokens(name: str, text: str) -> int | None:
     read = _read(name, text)
     return None if read is None else read[0]
@@ -76,20 +99,24 @@ def _launches_in(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
     return ops[row].with_columns(pl.Series("correlation", corr, dtype=pl.Int64))
 
 
-def shape_tokens(
-    trace: Trace, kernels: pl.DataFrame, starts: I64
-) -> tuple[list[int | None], list[int | None]]:
-    """Query tokens per step (see the module docstring), and the requests they belong to
-    where the op's layout says (``aten::scaled_dot_product_attention``'s batch dim; null
-    for vLLM's flattened layout); ``kernels`` are the analysed device's, ``starts`` the
-    steps' starts (ns)."""
+Column = list[int | None]
+ShapeColumns = tuple[Column, Column, Column, Column, Column]
+
+
+def shape_tokens(trace: Trace, kernels: pl.DataFrame, starts: I64) -> ShapeColumns:
+    """Per step (see the module docstring): query tokens; the requests they belong to where
+    the op's layout says (``aten::scaled_dot_product_attention``'s batch dim; null for
+    vLLM's flattened layout); KV tokens and causal attention pairs, where the ops' keys say;
+    how many read ops belong to the step.
+    ``kernels`` are the analysed device's, ``starts`` the steps' starts (ns)."""
     none: list[int | None] = [None] * starts.size
+    nothing = (none, none.copy(), none.copy(), none.copy(), none.copy())
     shapes = trace.shapes
     if shapes.height == 0 or starts.size == 0:
-        return none, none.copy()
+        return nothing
     ops = shapes.filter(pl.col("name").cast(pl.String).is_in(list(READERS)))
     if ops.height == 0:
-        return none, none.copy()
+        return nothing
     both = pl.struct(pl.col("name").cast(pl.String), "input_dims")
     ops = ops.with_columns(
         both.map_elements(
@@ -98,15 +125,24 @@ def shape_tokens(
         both.map_elements(
             lambda r: _requests(r["name"], r["input_dims"]), return_dtype=pl.Int64
         ).alias("requests"),
+        both.map_elements(
+            lambda r: (_context(r["name"], r["input_dims"]) or (None, None))[0],
+            return_dtype=pl.Int64,
+        ).alias("kv"),
+        both.map_elements(
+            lambda r: (_context(r["name"], r["input_dims"]) or (None, None))[1],
+            return_dtype=pl.Int64,
+        ).alias("pairs"),
         (pl.col("ts_ns") + pl.col("dur_ns")).alias("op_end"),
     ).filter(pl.col("tokens").is_not_null())
-    linked = _launches_in(trace, ops.select("pid", "tid", "ts_ns", "op_end", "tokens", "requests"))
+    per_op = ("tokens", "requests", "kv", "pairs")
+    linked = _launches_in(trace, ops.select("pid", "tid", "ts_ns", "op_end", *per_op))
     if linked.height == 0:
-        return none, none.copy()
+        return nothing
     first_kernel = (
         kernels.select("correlation", pl.col("ts_ns").alias("k_ts"))
-        .join(linked.select("correlation", "op_end", "tokens", "requests"), on="correlation")
-        .group_by("op_end", "tokens", "requests")
+        .join(linked.select("correlation", "op_end", *per_op), on="correlation")
+        .group_by("op_end", *per_op)
         .agg(pl.col("k_ts").min())
     )
     step = np.searchsorted(starts, first_kernel["k_ts"].to_numpy(), side="right") - 1
@@ -114,15 +150,18 @@ def shape_tokens(
         first_kernel.with_columns(pl.Series("step", step, dtype=pl.Int64))
         .filter(pl.col("step") >= 0)
         .group_by("step")
-        .agg(pl.col("tokens").unique(), pl.col("requests").unique())
+        .agg(*(pl.col(c).unique() for c in per_op), pl.len().alias("ops"))
     )
-    tokens, requests = none.copy(), none.copy()
-    for i, t, r in per_step.iter_rows():
-        if len(t) == 1:
-            tokens[i] = int(t[0])
+    tokens, requests, kv, pairs = none.copy(), none.copy(), none.copy(), none.copy()
+    ops_in = none.copy()
+    for i, t, r, k, p, n in per_step.iter_rows():
+        if len(t) == 1:  # every read op of the step agrees
+            tokens[i], ops_in[i] = int(t[0]), int(n)
             if len(r) == 1 and r[0] is not None:
                 requests[i] = int(r[0])
-    return tokens, requests
+            if len(k) == 1 and len(p) == 1 and k[0] is not None and p[0] is not None:
+                kv[i], pairs[i] = int(k[0]), int(p[0])
+    return tokens, requests, kv, pairs, ops_in
 
 
 # PyTorch's own softmax kernels: the name says softmax, not whose. The sampler's softmax over

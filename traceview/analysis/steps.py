@@ -248,7 +248,7 @@ def _assemble(
     busy = u.clipped_lengths(starts, ends)
     span = ends - starts
     recs = [record(n) for n in names]
-    tokens, requests = shape_tokens(trace, k.frame, starts)
+    tokens, requests, shape_kv, shape_pairs, shape_ops = shape_tokens(trace, k.frame, starts)
     kinds = step_kinds((prefill_kernels > 0).tolist(), recs, tokens, requests)
     kind = np.array(kinds.kind, dtype=object)
     phase = np.concatenate(([0], np.cumsum(kind[1:] != kind[:-1]))).astype(np.int64)
@@ -272,6 +272,9 @@ def _assemble(
                 for c, dtype in RECORD_DTYPES.items()
             },
             "shape_tokens": pl.Series(tokens, dtype=pl.Int64),
+            "shape_kv_tokens": pl.Series(shape_kv, dtype=pl.Int64),
+            "shape_attention_pairs": pl.Series(shape_pairs, dtype=pl.Int64),
+            "shape_attention_ops": pl.Series(shape_ops, dtype=pl.Int64),
             **{
                 f"ns_{name}": fam_ns[:, i].astype(np.int64)
                 for i, name in enumerate(k.family.names)

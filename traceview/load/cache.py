@@ -44,7 +44,7 @@ from traceview.errors import TraceviewWarning
 from traceview.model import Trace, TraceMeta
 
 FRAMES = ("kernels", "events", "flows", "counters", "metadata", "shapes")
-FORMAT = 7  # bump when the entry layout, a frame schema or TraceMeta changes
+FORMAT = 8  # bump when the entry layout, a frame schema or TraceMeta changes
 _CHUNK = 1 << 20  # bytes hashed at a time (small: a first open is at its memory peak)
 _STALE_TMP_S = 3600
 

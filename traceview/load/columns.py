@@ -25,6 +25,7 @@ class _Args(msgspec.Struct, frozen=True):
     # record_shapes: kept as raw JSON text, never parsed here (empty: absent)
     input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Concrete Inputs")
 
 
 _NO_ARGS = _Args()
@@ -77,6 +78,7 @@ class Block:
     meta_value: list[Any] = field(default_factory=list)
     input_dims: list[Any] | None = None  # None: no event of the block carries Input Dims
     input_types: list[Any] | None = None  # beside input_dims: each input's dtype (JSON text)
+    concrete: list[Any] | None = None  # beside input_dims: scalar inputs' values (JSON text)
     args_json: list[Any] | None = None
     counters: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
@@ -114,6 +116,9 @@ class Block:
             input_types=[bytes(a.input_types).decode() if a.input_types else None for a in args]
             if shapes
             else None,
+            concrete=[bytes(a.concrete).decode() if a.concrete else None for a in args]
+            if shapes
+            else None,
         )
 
     @classmethod
@@ -147,14 +152,27 @@ class Block:
             if ph == "C":
                 block.counters.append((i, args))
             if "Input Dims" in args:
-                if block.input_dims is None or block.input_types is None:
-                    block.input_dims, block.input_types = [None] * i, [None] * i
+                if block.input_dims is None or block.input_types is None or block.concrete is None:
+                    block.input_dims, block.input_types, block.concrete = (
+                        [None] * i,
+                        [None] * i,
+                        [None] * i,
+                    )
                 block.input_dims.append(orjson.dumps(args["Input Dims"]).decode())
-                types = args.get("Input type")
-                block.input_types.append(None if types is None else orjson.dumps(types).decode())
-            elif block.input_dims is not None and block.input_types is not None:
+                for column, key in (
+                    (block.input_types, "Input type"),
+                    (block.concrete, "Concrete Inputs"),
+                ):
+                    value = args.get(key)
+                    column.append(None if value is None else orjson.dumps(value).decode())
+            elif (
+                block.input_dims is not None
+                and block.input_types is not None
+                and block.concrete is not None
+            ):
                 block.input_dims.append(None)
                 block.input_types.append(None)
+                block.concrete.append(None)
         if keep_args:
             block.args_json = [
                 orjson.dumps(e["args"]).decode()
@@ -189,6 +207,7 @@ class Block:
                     else {
                         "input_dims": pl.Series(self.input_dims, dtype=pl.String),
                         "input_types": pl.Series(self.input_types, dtype=pl.String),
+                        "concrete_inputs": pl.Series(self.concrete, dtype=pl.String),
                     }
                 ),
                 **(

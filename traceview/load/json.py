@@ -406,7 +406,7 @@ class _Loader:
                 to_ns("ts").alias("ts_ns"),
                 to_ns("dur").alias("dur_ns"),
                 pl.col("name").fill_null(""),
-                *("pid", "tid", "input_dims", "input_types"),
+                *("pid", "tid", "input_dims", "input_types", "concrete_inputs"),
             )
             if shapes.height:
                 self.parts["shapes"].append(self._cast(shapes, SHAPE_SCHEMA))

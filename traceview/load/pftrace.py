@@ -319,10 +319,15 @@ class _Reader:
                 "pid": [r["pid"] for r in shaped],
                 "tid": [r["tid"] for r in shaped],
                 "input_dims": [_json_text(r["args"]["Input Dims"]) for r in shaped],
-                "input_types": [
-                    _json_text(r["args"]["Input type"]) if "Input type" in r["args"] else None
-                    for r in shaped
-                ],
+                **{
+                    column: [
+                        _json_text(r["args"][key]) if key in r["args"] else None for r in shaped
+                    ]
+                    for column, key in (
+                        ("input_types", "Input type"),
+                        ("concrete_inputs", "Concrete Inputs"),
+                    )
+                },
             },
             schema=wide(SHAPE_SCHEMA),
         )
