@@ -460,3 +460,14 @@ def test_convolution_work_reads_stride_and_padding() -> None:
     # cuDNN's kernel for it carries the work of every such convolution, nothing else does
     conv_kernels = s.kernel_table.filter(pl.col("flops") == float(by_hand * convs.height))
     assert conv_kernels.height == 1 and "cudnn" in conv_kernels["name"][0]
+
+
+def test_a_rank_of_a_parallel_run_is_warned_about() -> None:
+    """The figures count the whole model: on one rank of several that is said, not hidden."""
+    path = ROOT.parent / "shared" / "traces" / "param" / "dlrm_8rank"
+    if not path.exists():
+        pytest.skip("../shared/traces is not here")
+    trace = sorted(path.glob("worker0_*.json.gz"))[0]
+    s = tv.summarize(tv.load(trace), model=tv.load_model(CONFIGS / "engine-dense.json"))
+    assert any("one rank of 8" in w for w in s.warnings)
+    assert not any("one rank of" in w for w in tv.summarize(tv.load(trace)).warnings)

@@ -204,6 +204,14 @@ def efficiency_section(
         warnings.append(
             f"efficiency: {spec.name} has no {model.compute_dtype} peak: MFU is not given"
         )
+    dist = trace.meta.extra.get("distributedInfo")
+    world = dist.get("world_size") if isinstance(dist, dict) else None
+    if isinstance(world, int) and world > 1:
+        warnings.append(
+            f"efficiency: this trace is one rank of {world}: the figures count the whole "
+            "model per step; under tensor or expert parallelism each rank runs a share of "
+            "it, and its MFU and MBU read that many times too high"
+        )
     table = step_efficiency(table, model, spec)
     partial = table.filter(
         pl.col("tokens").is_null()
