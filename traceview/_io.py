@@ -97,3 +97,17 @@ def release_free_memory() -> None:
     1M kernels, about 50 MB of them. Memory only; no result depends on it."""
     if _TRIM is not None:
         _TRIM(0)
+
+
+def read_toml(path: str | Path, what: str, error: type[TraceviewError]) -> dict[str, object]:
+    """A TOML file as a table; an unreadable file or invalid TOML is one ``error`` naming
+    the file and ``what`` it was (``checks file``, ``device spec``)."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{path}: not valid TOML: {exc}") from None

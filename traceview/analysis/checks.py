@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from traceview._io import read_toml
 from traceview.analysis.compare import diff
 from traceview.analysis.document import CheckRow, Unit
 from traceview.analysis.run import RunSummary
@@ -256,24 +257,18 @@ def load_checks(path: str) -> ChecksFile:
         CheckError: an unreadable file, invalid TOML, an unknown table or option, or a
             table that is not one.
     """
-    import tomllib
-
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except OSError as exc:
-        raise CheckError(f"{path}: cannot read checks file: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CheckError(f"{path}: not valid TOML: {exc}") from None
+    doc = read_toml(path, "checks file", CheckError)
     unknown = set(doc) - {"max", "min", "options"}
     if unknown:
         raise CheckError(
             f"{path}: unknown table(s) {', '.join(sorted(unknown))} (use [max], [min], [options])"
         )
-    tables = {name: doc.get(name, {}) for name in ("max", "min", "options")}
-    for name, table in tables.items():
+    tables: dict[str, dict[str, object]] = {}
+    for name in ("max", "min", "options"):
+        table = doc.get(name, {})
         if not isinstance(table, dict):
             raise CheckError(f"{path}: [{name}] must be a table of key = value")
+        tables[name] = table
     options = tables["options"]
     unknown_options = set(options) - set(_OPTIONS)
     if unknown_options:

@@ -16,6 +16,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from traceview._io import read_toml
 from traceview.analysis.document import DevicePeaks
 from traceview.errors import EfficiencyInputError
 
@@ -142,14 +143,7 @@ def device_option(text: str) -> DeviceSpec:
         EfficiencyInputError: an unreadable or malformed spec file, or an unknown part.
     """
     if text.endswith(".toml") or Path(text).is_file():
-        try:
-            with open(text, "rb") as f:
-                table = tomllib.load(f)
-        except OSError as exc:
-            raise EfficiencyInputError(f"{text}: cannot read device spec: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise EfficiencyInputError(f"{text}: not valid TOML: {exc}") from None
-        return _spec(table, text)
+        return _spec(read_toml(text, "device spec", EfficiencyInputError), text)
     for e in builtin_devices():
         if e.spec.name.lower() == text.strip().lower():
             return e.spec

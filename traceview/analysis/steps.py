@@ -487,17 +487,22 @@ def steps(
         ``annotation`` (String, the engine's outermost step annotation, when there is one);
         the engine's step record, null where its annotations do not say:
         ``context_requests``, ``context_tokens``, ``generation_requests``,
-        ``generation_tokens``, ``new_requests``, ``cached_requests`` (Int64) and
+        ``generation_tokens``, ``new_requests``, ``cached_requests``, ``kv_tokens``,
+        ``attention_pairs`` (Int64; the last two from vLLM's detailed form) and
         ``forward_mode`` (String, SGLang's); ``shape_tokens`` (Int64, the step's query
         tokens read from ``record_shapes``, see :mod:`traceview.analysis.shapes`; null where
-        not recorded or ambiguous); ``ns_<family>`` (Int64, ns of kernel time per family
+        not recorded or ambiguous), ``shape_kv_tokens``, ``shape_attention_pairs`` and
+        ``shape_attention_ops`` (Int64, the context and the attention ops read there);
+        ``ns_<family>`` (Int64, ns of kernel time per family
         in the step); and where the step's time went (:mod:`traceview.analysis.idle`):
         ``busy_ns`` and ``idle_host_late_ns``, ``idle_launch_ns``, ``idle_sync_ns``,
         ``idle_dependency_ns``, ``idle_other_ns`` (Int64, ns), which add up to
         ``end_ns - start_ns`` exactly; ``host_step_ns`` and ``host_before_gpu_ns`` (Int64,
         ns: the length of the engine's CPU step annotation that issued the step, and the
         time from its start to the step's first submitting call; null without one, see
-        :mod:`traceview.analysis.host_steps`).
+        :mod:`traceview.analysis.host_steps`). :func:`traceview.summarize` with a model
+        adds ``tokens``, ``attention_counted``, ``flops``, ``bytes``, ``mfu`` and ``mbu``
+        (:mod:`traceview.analysis.efficiency`).
 
         A trace with no device activity is analysed through its CPU ranges, as
         :func:`traceview.summarize` does.

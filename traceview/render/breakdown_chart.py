@@ -86,14 +86,19 @@ def draw_breakdown(data: StepBreakdown, ax: Axes, *, text: str) -> None:
         bottom = top
     ax.set_ylim(0, 1)
     ax.set_yticks([0, 0.5, 1], ["0%", "50%", "100%"])
-    ax.set_ylabel("share of step", color=text)
+    _label_panel(ax, "share of step", "where the step time went", text)
+
+
+def _label_panel(ax: Axes, ylabel: str, legend: str, text: str) -> None:
+    """A per-step panel's axis labels, and its legend outside the axes on the right."""
+    ax.set_ylabel(ylabel, color=text)
     ax.set_xlabel("time from first kernel (ms)")
     ax.legend(
         loc="upper left",
         bbox_to_anchor=(1.0, 1.0),
         fontsize=7,
         frameon=False,
-        title="where the step time went",
+        title=legend,
         title_fontsize=7,
     )
 
@@ -145,13 +150,4 @@ def draw_efficiency(data: StepEfficiency, ax: Axes, *, text: str) -> None:
         ax.axhline(1.0, color="#888888", linewidth=0.6, linestyle=":")
     ax.set_ylim(0, max(top * 1.15, 0.01))  # scaled to the data: decode's MFU is small
     ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
-    ax.set_ylabel("of peak", color=text)
-    ax.set_xlabel("time from first kernel (ms)")
-    ax.legend(
-        loc="upper left",
-        bbox_to_anchor=(1.0, 1.0),
-        fontsize=7,
-        frameon=False,
-        title="per step",
-        title_fontsize=7,
-    )
+    _label_panel(ax, "of peak", "per step", text)
