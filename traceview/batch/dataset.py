@@ -39,12 +39,17 @@ def content_hash(path: str | os.PathLike[str]) -> str:
     return content_digest(os.fspath(path))
 
 
+FORMAT = 2  # bump when a table's columns or a column's meaning change
+FORMAT_FILE = "FORMAT"  # the dataset's format, written by the scan that made it
+
+
 def prepare(dataset: Path, *, force: bool = False) -> None:
-    """Make the dataset's folders (a dataset is a folder).
+    """Make the dataset's folders (a dataset is a folder) and its ``FORMAT`` file.
 
     Raises:
-        TraceviewError: ``dataset`` is a file, or a folder that holds other things and is
-            not a dataset (unless ``force``).
+        TraceviewError: ``dataset`` is a file, a folder that holds other things and is
+            not a dataset (unless ``force``), or a dataset another format of traceview
+            wrote (its files would not share one set of columns).
     """
     if dataset.exists() and not dataset.is_dir():
         raise TraceviewError(f"{dataset}: not a directory (a dataset is a folder)")
@@ -58,8 +63,19 @@ def prepare(dataset: Path, *, force: bool = False) -> None:
             f"{dataset}: holds other files and is not a traceview dataset "
             "(use --force to write a dataset into it)"
         )
+    marker = dataset / FORMAT_FILE
+    if (dataset / "traces").is_dir():
+        written = marker.read_text().strip() if marker.is_file() else "1"
+        if written != str(FORMAT):
+            raise TraceviewError(
+                f"{dataset}: a dataset of format {written}, written by another traceview "
+                f"(this one writes format {FORMAT}: other columns, and run names relative "
+                "to the scanned root); scan into a new folder"
+            )
     for table in (*TABLES, ".tmp"):
         (dataset / table).mkdir(parents=True, exist_ok=True)
+    if not marker.is_file():
+        marker.write_text(f"{FORMAT}\n")
 
 
 def has_trace(dataset: Path, trace_id: str) -> bool:

@@ -51,6 +51,7 @@ def _model_of(extra: dict[str, Any]) -> str | None:
 def trace_row(
     trace_id: str,
     path: Path,
+    run: str,
     stat: os.stat_result,
     trace: Trace,
     summary: Summary,
@@ -67,7 +68,7 @@ def trace_row(
     row: dict[str, Any] = {
         "trace_id": trace_id,
         "path": str(path.resolve()),
-        "run": str(path.resolve().parent),
+        "run": run,
         "size": stat.st_size,
         "mtime_ns": stat.st_mtime_ns,
         "rank": rank,
@@ -95,10 +96,14 @@ def trace_row(
 
 
 def table_rows(
-    trace_id: str, rank: int | None, rules: Rules, summary: Summary, result: StepResult
+    trace_id: str, run: str, rank: int | None, rules: Rules, summary: Summary, result: StepResult
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The trace's ``steps/``, ``families/`` and ``gaps/`` frames, and its per-step work."""
-    ids = [pl.lit(trace_id).alias("trace_id"), pl.lit(rank, dtype=pl.Int64).alias("rank")]
+    ids = [
+        pl.lit(trace_id).alias("trace_id"),
+        pl.lit(run, dtype=pl.String).alias("run"),
+        pl.lit(rank, dtype=pl.Int64).alias("rank"),
+    ]
     work = step_work(result).select("compute_ns", "collective_ns")
     steps = pl.concat([summary.steps, work], how="horizontal")
     fixed = _family_columns(rules)

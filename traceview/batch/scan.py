@@ -40,7 +40,7 @@ from typing import Literal, TypedDict
 import polars as pl
 
 from traceview.analysis.families import load_rules
-from traceview.analysis.run import rank_of
+from traceview.analysis.run import rank_from_name, rank_of
 from traceview.analysis.step_candidates import StepOptions
 from traceview.analysis.steps import find_steps
 from traceview.analysis.summary import build
@@ -56,7 +56,7 @@ from traceview.batch.dataset import (
     table_file,
     write_table,
 )
-from traceview.batch.discover import discover
+from traceview.batch.discover import discover_tree, run_name
 from traceview.batch.pool import map_tasks
 from traceview.batch.rows import table_rows, trace_row
 from traceview.errors import MissingDependencyError, NotATraceError, TraceviewError
@@ -105,23 +105,33 @@ def _commit(out: Path, trace_id: str, tables: dict[str, pl.DataFrame], row: pl.D
             write_table(out, table, trace_id, df)
 
 
-def scan_trace(path: str, dataset: str, options: ScanOptions) -> ScanStatus:
-    """Scan one trace into the dataset (the work of one task)."""
+def scan_trace(
+    path: str, dataset: str, options: ScanOptions, root: str | None = None
+) -> ScanStatus:
+    """Scan one trace into the dataset (the work of one task); ``root``: the folder its run
+    is named from (:func:`.discover.run_name`; default its own folder)."""
     out = Path(dataset)
     p = Path(path)
+    root_dir = Path(root) if root is not None else p.parent
     stat = p.stat()  # before the hash: the row's size and mtime describe the hashed bytes
     trace_id = content_hash(p)
     if has_trace(out, trace_id):
         return {"path": path, "trace_id": trace_id, "status": "skipped", "error": None}
     marker = lock(out, trace_id)
     try:
-        return _scan_locked(p, path, out, trace_id, stat, options)
+        return _scan_locked(p, path, out, trace_id, stat, options, root_dir)
     finally:
         marker.unlink(missing_ok=True)
 
 
 def _scan_locked(
-    p: Path, path: str, out: Path, trace_id: str, stat: os.stat_result, options: ScanOptions
+    p: Path,
+    path: str,
+    out: Path,
+    trace_id: str,
+    stat: os.stat_result,
+    options: ScanOptions,
+    root: Path,
 ) -> ScanStatus:
     try:
         try:
@@ -133,15 +143,17 @@ def _scan_locked(
         rules = load_rules(options.preset, options.rules_file)
         result = find_steps(trace, rules, options.steps)
         summary = build(rules, result)
-    except TraceviewError as exc:
+    except TraceviewError as exc:  # no rank read: the file's name may still say one
+        run = run_name(p, root, rank_from_name(p.name) is not None)
         err = pl.DataFrame(
-            {"trace_id": [trace_id], "path": [str(p.resolve())], "error": [str(exc)]}
+            {"trace_id": [trace_id], "path": [str(p.resolve())], "run": [run], "error": [str(exc)]}
         )
         write_table(out, "errors", trace_id, err)
         return {"path": path, "trace_id": trace_id, "status": "failed", "error": str(exc)}
     rank, rank_source = rank_of(trace, path)
-    steps, families, gaps, work = table_rows(trace_id, rank, rules, summary, result)
-    row = trace_row(trace_id, p, stat, trace, summary, work, rank, rank_source)
+    run = run_name(p, root, rank is not None)
+    steps, families, gaps, work = table_rows(trace_id, run, rank, rules, summary, result)
+    row = trace_row(trace_id, p, run, stat, trace, summary, work, rank, rank_source)
     _commit(out, trace_id, {"steps": steps, "families": families, "gaps": gaps}, row)
     drop_error(out, trace_id)
     return {"path": path, "trace_id": trace_id, "status": "scanned", "error": None}
@@ -157,8 +169,11 @@ def scan(
     address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     force: bool = False,
+    pattern: str | None = None,
 ) -> ScanReport:
-    """Scan traces (directories, globs, files) into a Parquet dataset (see the module doc).
+    """Scan traces (directories and their subfolders, globs, files) into a Parquet dataset
+    (see the module doc); ``pattern`` keeps the files whose path relative to their root,
+    or whose name, matches it (``--glob``).
 
     Raises:
         RunError: no trace files among ``paths``.
@@ -169,18 +184,19 @@ def scan(
     options = options or ScanOptions()
     started = time.monotonic()
     out = Path(dataset)
-    files = discover(paths)
+    files = discover_tree(paths, pattern)
     prepare(out, force=force)
     sweep_tmp(out)
     orphans = remove_orphans(out)
     seen = known(out)
-    todo, skipped = [], []
-    for f in files:
+    todo: list[tuple[str, str]] = []
+    skipped = []
+    for f, root in files:
         st = f.stat()
         if (str(f.resolve()), st.st_size, st.st_mtime_ns) in seen:
             skipped.append(str(f))
         else:
-            todo.append(str(f))
+            todo.append((str(f), str(root)))
     if engine == "local":
         statuses = _run_local(todo, str(out), options, jobs, progress)
     elif engine == "ray":
@@ -198,18 +214,23 @@ def scan(
     )
 
 
+def _scan_one(item: tuple[str, str], dataset: str, options: ScanOptions) -> ScanStatus:
+    path, root = item
+    return scan_trace(path, dataset, options, root)
+
+
 def _run_local(
-    todo: list[str],
+    todo: list[tuple[str, str]],
     dataset: str,
     options: ScanOptions,
     jobs: int,
     progress: Callable[[int, int], None] | None,
 ) -> list[ScanStatus]:
-    return map_tasks(partial(scan_trace, dataset=dataset, options=options), todo, jobs, progress)
+    return map_tasks(partial(_scan_one, dataset=dataset, options=options), todo, jobs, progress)
 
 
 def _run_ray(
-    todo: list[str],
+    todo: list[tuple[str, str]],
     dataset: str,
     options: ScanOptions,
     address: str | None,
@@ -230,7 +251,7 @@ def _run_ray(
         )
     try:
         task = ray.remote(scan_trace)
-        pending = [task.remote(path, dataset, options) for path in todo]
+        pending = [task.remote(path, dataset, options, root) for path, root in todo]
         statuses = []
         while pending:
             done, pending = ray.wait(pending, num_returns=1)

@@ -31,6 +31,12 @@ from traceview.cli._options import AnalysisOptions, analysis_options, count_bar,
 @click.option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local one).")
 @click.option("--force", is_flag=True, help="Write a dataset into a folder that holds other files.")
 @click.option(
+    "--glob",
+    "pattern",
+    help="Only the trace files whose path under the scanned folder, or whose name, matches "
+    "this pattern (e.g. '*rank*', 'runs-2026-*/*').",
+)
+@click.option(
     "-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: every core)."
 )
 @analysis_options
@@ -40,11 +46,14 @@ def scan(
     engine: str,
     address: str | None,
     force: bool,
+    pattern: str | None,
     jobs: int | None,
     analysis: AnalysisOptions,
 ) -> None:
-    """Scan traces (directories, globs, files) into a Parquet dataset of traces, steps,
-    families, gaps and errors, one file per trace in each table. Traces already in the
+    """Scan traces (directories and all their subfolders, globs, files) into a Parquet
+    dataset of traces, steps, families, gaps and errors, one file per trace in each table.
+    A folder of rank traces is one run; every other trace is its own; runs are named by
+    their path under the scanned folder (the run column of every table). Traces already in the
     dataset (by content) are skipped; a trace that fails becomes a row in errors/.
     Read it with polars or DuckDB, through the traces/ rows that commit each trace's other
     rows (docs/datasets.md). Workers exit if the scan is killed; concurrent scans into one
@@ -76,6 +85,7 @@ def scan(
             address=address,
             progress=progress,
             force=force,
+            pattern=pattern,
         )
     finally:
         close()
