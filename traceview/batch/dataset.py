@@ -53,17 +53,18 @@ def prepare(dataset: Path, *, force: bool = False) -> None:
     """
     if dataset.exists() and not dataset.is_dir():
         raise TraceviewError(f"{dataset}: not a directory (a dataset is a folder)")
+    marker = dataset / FORMAT_FILE
     if (
         dataset.is_dir()
         and not force
         and not (dataset / "traces").is_dir()
-        and any(dataset.iterdir())
+        and not marker.is_file()  # a dataset a concurrent scan is creating now
+        and any(not c.name.startswith(f".{FORMAT_FILE}.") for c in dataset.iterdir())
     ):
         raise TraceviewError(
             f"{dataset}: holds other files and is not a traceview dataset "
             "(use --force to write a dataset into it)"
         )
-    marker = dataset / FORMAT_FILE
     if (dataset / "traces").is_dir():
         written = marker.read_text().strip() if marker.is_file() else "1"
         if written != str(FORMAT):
@@ -72,10 +73,13 @@ def prepare(dataset: Path, *, force: bool = False) -> None:
                 f"(this one writes format {FORMAT}: other columns, and run names relative "
                 "to the scanned root); scan into a new folder"
             )
+    if not marker.is_file():  # before traces/: a dataset with traces/ always has its FORMAT
+        dataset.mkdir(parents=True, exist_ok=True)
+        staged = dataset / f".{FORMAT_FILE}.{os.getpid()}.{uuid.uuid4().hex}"
+        staged.write_text(f"{FORMAT}\n")
+        os.replace(staged, marker)  # whole, even with a concurrent scan writing it too
     for table in (*TABLES, ".tmp"):
         (dataset / table).mkdir(parents=True, exist_ok=True)
-    if not marker.is_file():
-        marker.write_text(f"{FORMAT}\n")
 
 
 def has_trace(dataset: Path, trace_id: str) -> bool:

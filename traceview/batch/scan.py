@@ -250,8 +250,8 @@ def _run_ray(
             log_to_driver=False,
         )
     try:
-        task = ray.remote(scan_trace)
-        pending = [task.remote(path, dataset, options, root) for path, root in todo]
+        task = ray.remote(_scan_one)
+        pending = [task.remote(item, dataset, options) for item in todo]
         statuses = []
         while pending:
             done, pending = ray.wait(pending, num_returns=1)

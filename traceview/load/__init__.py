@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, cast
 from isal.igzip_lib import IsalError
 
 from traceview.errors import TraceFormatError, TraceviewWarning
-from traceview.load import cache
+from traceview.load import cache, remote
 from traceview.load.json import BLOCK_BYTES, read_json
 from traceview.load.strings import STRING_CAP, CappedText
 from traceview.model import Trace
@@ -77,27 +77,34 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
     time is an error, since every figure would be wrong without it.
 
     Args:
-        path: the trace file.
+        path: the trace file, or an ``s3://``, ``gs://``, ``az://`` or ``http(s)://`` URL
+            (streamed through fsspec, the ``traceview[cloud]`` extra; not cached).
         options: :class:`LoadOptions`.
 
     Returns:
         The :class:`~traceview.model.Trace`.
 
     Raises:
-        TraceFormatError: the file is missing, not JSON, a truncated gzip, not a trace, or
-            holds a kernel with a missing or invalid ``ts``/``dur``.
+        TraceFormatError: the file (or object) is missing, unreachable, not JSON, a
+            truncated gzip, not a trace, or holds a kernel with a missing or invalid
+            ``ts``/``dur``.
     """
     opts = options or LoadOptions()
     name = os.fspath(path)
-    if not os.path.exists(name):
-        raise TraceFormatError(name, "no such file")
-    if os.path.isdir(name):
-        raise TraceFormatError(name, "is a directory, not a trace file")
-    total = os.path.getsize(name)
+    if remote.is_url(name):  # streamed through fsspec; not cached (no content digest here)
+        total = remote.size(name)
+    else:
+        if not os.path.exists(name):
+            raise TraceFormatError(name, "no such file")
+        if os.path.isdir(name):
+            raise TraceFormatError(name, "is a directory, not a trace file")
+        total = os.path.getsize(name)
     if total == 0:
         raise TraceFormatError(name, "empty file")
 
-    caching = opts.cache and total >= opts.cache_min_bytes and cache.enabled()
+    caching = (
+        opts.cache and not remote.is_url(name) and total >= opts.cache_min_bytes and cache.enabled()
+    )
     variant = f"raw_args={opts.raw_args}"
     if caching:
         before = cache.identity(name)
@@ -193,13 +200,26 @@ class _CountingReader(io.RawIOBase):
         super().close()
 
 
+def open_source(path: str) -> BinaryIO:
+    """The trace file, or the object at a URL (:mod:`.remote`), as a binary stream: for
+    whoever reads a trace's bytes besides the loader (``annotate`` copies them)."""
+    return _open_raw(path)
+
+
+def _open_raw(path: str) -> BinaryIO:
+    """The file, or the object at a URL, as a binary stream."""
+    if remote.is_url(path):
+        return remote.open_binary(path)
+    return open(path, "rb")  # noqa: SIM115 - the caller closes it
+
+
 def _is_gzip(path: str) -> bool:
-    with open(path, "rb") as f:
+    with _open_raw(path) as f:
         return f.read(2) == _GZIP_MAGIC
 
 
 def _open_text(path: str, total: int, progress: Progress | None) -> BinaryIO:
-    raw = open(path, "rb")  # noqa: SIM115 - closed by the returned stream
+    raw = _open_raw(path)  # closed by the returned stream
     magic = raw.read(4)
     raw.seek(0)
     counting = _CountingReader(raw, total, progress)
@@ -261,7 +281,7 @@ class _EndsEarly:
 def _gzip_until_cut(path: str, *, skip: int) -> Iterator[bytes]:
     """The decompressed text of a gzip file whose end is missing, from byte ``skip`` of the
     text up to the cut (every gzip member in turn)."""
-    with open(path, "rb") as f:
+    with _open_raw(path) as f:
         d = zlib.decompressobj(wbits=31)
         while chunk := f.read(1 << 20):
             while chunk:

@@ -33,6 +33,7 @@ import orjson
 from traceview._io import atomic_write
 from traceview.analysis.summary import Summary
 from traceview.errors import UnsupportedTraceError
+from traceview.load import open_source
 from traceview.load.frames import OVERLAY_CATEGORY, OVERLAY_PID
 from traceview.model import Trace
 
@@ -222,11 +223,14 @@ def _idle_slices(summary: Summary, pid: int) -> Iterator[OverlayEvent]:
 
 
 def _read_text(path: str) -> Iterator[bytes]:
-    with open(path, "rb") as f:
+    """The trace's text (a file or a URL's object), decompressed where it is gzip."""
+    with open_source(path) as f:
         gz = f.read(2) == b"\x1f\x8b"
-    with gzip.open(path, "rb") if gz else open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            yield chunk
+    with open_source(path) as raw:
+        stream: BinaryIO | gzip.GzipFile = gzip.GzipFile(fileobj=raw) if gz else raw
+        with stream:
+            while chunk := stream.read(_CHUNK):
+                yield chunk
 
 
 # how the overlay's first event begins (the process_name metadata event overlay_events writes)
