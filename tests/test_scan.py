@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -277,3 +278,21 @@ def test_a_dataset_of_another_format_is_refused(runs: Path, tmp_path: Path) -> N
     r = CliRunner().invoke(cli, ["scan", str(runs / "single"), "-o", str(ds)])
     assert r.exit_code == 2 and "a dataset of format 1" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_a_ray_address_where_nothing_listens_fails_within_the_timeout(
+    runs: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("ray")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    address = f"127.0.0.1:{port}"
+    started = time.monotonic()
+    args = ["scan", str(runs / "single"), "-o", str(tmp_path / "ds"), "--engine", "ray"]
+    r = CliRunner().invoke(cli, [*args, "--address", address, "--connect-timeout", "5"])
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1 and f"Ray cluster {address}: nothing answers" in r.stderr
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "ds").exists()  # checked before the dataset is touched

@@ -30,6 +30,7 @@ file of a table has the same columns.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,8 @@ from traceview.batch.pool import map_tasks
 from traceview.batch.rows import table_rows, trace_row
 from traceview.errors import MissingDependencyError, NotATraceError, TraceviewError
 from traceview.load import LoadOptions, load
+
+CONNECT_TIMEOUT_S = 30.0  # --connect-timeout: how long a Ray cluster may take to answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +173,7 @@ def scan(
     progress: Callable[[int, int], None] | None = None,
     force: bool = False,
     pattern: str | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT_S,
 ) -> ScanReport:
     """Scan traces (directories and their subfolders, globs, files) into a Parquet dataset
     (see the module doc); ``pattern`` keeps the files whose path relative to their root,
@@ -185,6 +189,10 @@ def scan(
     started = time.monotonic()
     out = Path(dataset)
     files = discover_tree(paths, pattern)
+    if engine == "ray":  # before the dataset is touched: a cluster that is not there
+        where = address or os.environ.get("RAY_ADDRESS")
+        if where:
+            _reachable(where, connect_timeout)
     prepare(out, force=force)
     sweep_tmp(out)
     orphans = remove_orphans(out)
@@ -229,6 +237,25 @@ def _run_local(
     return map_tasks(partial(_scan_one, dataset=dataset, options=options), todo, jobs, progress)
 
 
+def _reachable(address: str, timeout: float) -> None:
+    """A ``host:port`` cluster address must accept a connection within ``timeout``: Ray
+    itself retries an address where nothing listens for minutes.
+
+    Raises:
+        TraceviewError: nothing answers there in time (one line naming the address).
+    """
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", "ray://…" and the like: Ray resolves them itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise TraceviewError(
+            f"Ray cluster {address}: nothing answers there within {timeout:g} s "
+            f"({exc.strerror or exc}); start one with `ray start --head`, or set RAY_ADDRESS"
+        ) from None
+
+
 def _run_ray(
     todo: list[tuple[str, str]],
     dataset: str,
@@ -244,11 +271,14 @@ def _run_ray(
         ) from None
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(
-            address=address or os.environ.get("RAY_ADDRESS") or None,
-            include_dashboard=False,
-            log_to_driver=False,
-        )
+        where = address or os.environ.get("RAY_ADDRESS") or None  # checked by scan()
+        try:
+            ray.init(address=where, include_dashboard=False, log_to_driver=False)
+        except (ConnectionError, RuntimeError, TimeoutError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise TraceviewError(
+                f"Ray cluster {where or '(local)'}: cannot connect: {first}"
+            ) from None
     try:
         task = ray.remote(_scan_one)
         pending = [task.remote(item, dataset, options) for item in todo]

@@ -29,6 +29,13 @@ from traceview.cli._options import AnalysisOptions, analysis_options, count_bar,
     help="local: a process pool on this machine; ray: Ray tasks (RAY_ADDRESS or --address).",
 )
 @click.option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local one).")
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="Seconds a Ray cluster's address may take to answer before the scan gives up.",
+)
 @click.option("--force", is_flag=True, help="Write a dataset into a folder that holds other files.")
 @click.option(
     "--glob",
@@ -45,6 +52,7 @@ def scan(
     dataset: str,
     engine: str,
     address: str | None,
+    connect_timeout: float,
     force: bool,
     pattern: str | None,
     jobs: int | None,
@@ -86,6 +94,7 @@ def scan(
             progress=progress,
             force=force,
             pattern=pattern,
+            connect_timeout=connect_timeout,
         )
     finally:
         close()
