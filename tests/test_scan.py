@@ -296,3 +296,59 @@ def test_a_ray_address_where_nothing_listens_fails_within_the_timeout(
     assert r.stderr.count("\n") == 1 and f"Ray cluster {address}: nothing answers" in r.stderr
     assert time.monotonic() - started < 30
     assert not (tmp_path / "ds").exists()  # checked before the dataset is touched
+
+
+@pytest.mark.slow
+def test_a_ray_worker_needs_only_the_traces_bytes(runs: Path, tmp_path: Path) -> None:
+    """The Ray task sees a trace's bytes, never its path nor the dataset: analysed under a
+    path that exists nowhere here, it gives the rows the local scan writes."""
+    from traceview.batch.scan import ScanOptions, _analyse_shipped, _Stat
+
+    source = runs / "single" / "hybrid_chunked.json.gz"
+    elsewhere = "/nowhere/on/this/worker/single/hybrid_chunked.json.gz"
+    stat = source.stat()
+    tid = content_hash(source)
+    a = _analyse_shipped(
+        source.read_bytes(),
+        elsewhere,
+        "/nowhere/on/this/worker",
+        tid,
+        _Stat(stat.st_size, stat.st_mtime_ns),
+        ScanOptions(),
+    )
+    assert a["status"]["status"] == "scanned" and a["row"] is not None and a["tables"]
+    local = tmp_path / "ds"
+    scan([str(source)], local)
+    steps = a["tables"]["steps"]
+    assert steps.drop("run").equals(_table(local, "steps").drop("run"))
+    assert a["row"]["path"].to_list() == [elsewhere]
+    assert a["row"]["run"].to_list() == ["single/hybrid_chunked.json.gz"]
+
+
+@pytest.mark.slow
+def test_ray_start_head_cluster_writes_the_same_rows(runs: Path, tmp_path: Path) -> None:
+    """A cluster as users run one: `ray start --head` on 127.0.0.1 in a subprocess, the
+    scan joining it."""
+    pytest.importorskip("ray")
+    ray_cli = Path(sys.executable).with_name("ray")
+    if not ray_cli.exists():
+        pytest.skip("the ray command is not installed beside this Python")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    start = [str(ray_cli), "start", "--head", "--node-ip-address", "127.0.0.1"]
+    start += [f"--port={port}", "--num-cpus=2", "--include-dashboard=false"]
+    subprocess.run(start, env=env, check=True, capture_output=True, timeout=120)
+    try:
+        local, remote = tmp_path / "local", tmp_path / "ray"
+        scan([str(runs / "*")], local, jobs=2)
+        # joined as users do, by RAY_ADDRESS=auto: the head's own record of its address
+        # (and of its auth token, where Ray sets one) is found on this machine
+        args = ["scan", str(runs / "*"), "-o", str(remote), "--engine", "ray"]
+        r = CliRunner().invoke(cli, [*args, "--address", "auto"])
+        assert r.exit_code == 0, r.stderr
+        assert "scanned 7" in r.stderr and "failed 1" in r.stderr
+        _assert_same_dataset(local, remote)
+    finally:
+        subprocess.run([str(ray_cli), "stop", "--force"], env=env, capture_output=True, timeout=120)

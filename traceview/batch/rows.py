@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import polars as pl
 
@@ -48,11 +47,21 @@ def _model_of(extra: dict[str, Any]) -> str | None:
     return None
 
 
+class FileStat(Protocol):
+    """What a ``traces/`` row reads of the file's stat (``os.stat_result`` has both)."""
+
+    @property
+    def st_size(self) -> int: ...
+
+    @property
+    def st_mtime_ns(self) -> int: ...
+
+
 def trace_row(
     trace_id: str,
     path: Path,
     run: str,
-    stat: os.stat_result,
+    stat: FileStat,
     trace: Trace,
     summary: Summary,
     work: pl.DataFrame,

@@ -23,8 +23,10 @@ file of a table has the same columns.
   writers' temporary files (:mod:`.dataset`).
 - A trace that fails becomes a row in ``errors/`` and the scan goes on. The user's traces
   are only ever read.
-- ``engine="ray"`` runs the same per-trace task on a Ray cluster (``RAY_ADDRESS`` or
-  ``address``, else a local one); the rows are the same as the local engine's.
+- ``engine="ray"`` runs the analysis on a Ray cluster (``RAY_ADDRESS`` or ``address``,
+  else a local one) without a shared disk: the driver ships each new trace's bytes and
+  writes the rows the workers return (:func:`_ray_tasks`); the rows are the same as the
+  local engine's.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from types import ModuleType
 from typing import Literal, TypedDict
 
 import polars as pl
@@ -59,7 +62,7 @@ from traceview.batch.dataset import (
 )
 from traceview.batch.discover import discover_tree, run_name
 from traceview.batch.pool import map_tasks
-from traceview.batch.rows import table_rows, trace_row
+from traceview.batch.rows import FileStat, table_rows, trace_row
 from traceview.errors import MissingDependencyError, NotATraceError, TraceviewError
 from traceview.load import LoadOptions, load
 
@@ -127,6 +130,72 @@ def scan_trace(
         marker.unlink(missing_ok=True)
 
 
+class Analysis(TypedDict):
+    """One trace's rows, made where the trace is read and written where the dataset is:
+    ``tables`` (steps, families, gaps) and ``row`` (its ``traces/`` row) when scanned,
+    ``errors`` (its ``errors/`` row) when it failed."""
+
+    status: ScanStatus
+    tables: dict[str, pl.DataFrame] | None
+    row: pl.DataFrame | None
+    errors: pl.DataFrame | None
+
+
+def analyse(
+    read_from: Path, p: Path, trace_id: str, stat: FileStat, options: ScanOptions, root: Path
+) -> Analysis:
+    """Load the trace at ``read_from`` (``p`` itself, or a copy of its bytes on a worker
+    that cannot see ``p``) and make its rows, named after ``p`` (absolute where they are
+    made away from it)."""
+    path = str(p)
+
+    def said(exc: Exception) -> str:  # the user's path, not a worker's copy of it
+        return str(exc).replace(str(read_from), path)
+
+    def status(kind: Literal["scanned", "failed", "not_a_trace"], error: str | None) -> ScanStatus:
+        return {"path": path, "trace_id": trace_id, "status": kind, "error": error}
+
+    try:
+        try:
+            trace = load(read_from, options=LoadOptions(cache=False))  # once: no cache entry
+        except NotATraceError as exc:  # a sidecar (*.truth.json, a config): not a failure
+            return {
+                "status": status("not_a_trace", said(exc)),
+                "tables": None,
+                "row": None,
+                "errors": None,
+            }
+        if trace.kernels.height == 0:
+            raise TraceviewError(f"{path}: no device activity (a CPU-only trace)")
+        rules = load_rules(options.preset, options.rules_file)
+        result = find_steps(trace, rules, options.steps)
+        summary = build(rules, result)
+    except TraceviewError as exc:  # no rank read: the file's name may still say one
+        run = run_name(p, root, rank_from_name(p.name) is not None)
+        error = said(exc)
+        err = pl.DataFrame(
+            {"trace_id": [trace_id], "path": [str(p.resolve())], "run": [run], "error": [error]}
+        )
+        return {"status": status("failed", error), "tables": None, "row": None, "errors": err}
+    rank, rank_source = rank_of(trace, path)
+    run = run_name(p, root, rank is not None)
+    steps, families, gaps, work = table_rows(trace_id, run, rank, rules, summary, result)
+    row = trace_row(trace_id, p, run, stat, trace, summary, work, rank, rank_source)
+    tables = {"steps": steps, "families": families, "gaps": gaps}
+    return {"status": status("scanned", None), "tables": tables, "row": row, "errors": None}
+
+
+def _write(out: Path, a: Analysis) -> ScanStatus:
+    """Commit one analysis into the dataset (under the trace's lock, held by the caller)."""
+    trace_id = a["status"]["trace_id"]
+    if a["errors"] is not None:
+        write_table(out, "errors", trace_id, a["errors"])
+    if a["tables"] is not None and a["row"] is not None:
+        _commit(out, trace_id, a["tables"], a["row"])
+        drop_error(out, trace_id)
+    return a["status"]
+
+
 def _scan_locked(
     p: Path,
     path: str,
@@ -136,30 +205,7 @@ def _scan_locked(
     options: ScanOptions,
     root: Path,
 ) -> ScanStatus:
-    try:
-        try:
-            trace = load(p, options=LoadOptions(cache=False))  # read once: no cache entry
-        except NotATraceError as exc:  # a sidecar (*.truth.json, a config): not a failure
-            return {"path": path, "trace_id": trace_id, "status": "not_a_trace", "error": str(exc)}
-        if trace.kernels.height == 0:
-            raise TraceviewError(f"{path}: no device activity (a CPU-only trace)")
-        rules = load_rules(options.preset, options.rules_file)
-        result = find_steps(trace, rules, options.steps)
-        summary = build(rules, result)
-    except TraceviewError as exc:  # no rank read: the file's name may still say one
-        run = run_name(p, root, rank_from_name(p.name) is not None)
-        err = pl.DataFrame(
-            {"trace_id": [trace_id], "path": [str(p.resolve())], "run": [run], "error": [str(exc)]}
-        )
-        write_table(out, "errors", trace_id, err)
-        return {"path": path, "trace_id": trace_id, "status": "failed", "error": str(exc)}
-    rank, rank_source = rank_of(trace, path)
-    run = run_name(p, root, rank is not None)
-    steps, families, gaps, work = table_rows(trace_id, run, rank, rules, summary, result)
-    row = trace_row(trace_id, p, run, stat, trace, summary, work, rank, rank_source)
-    _commit(out, trace_id, {"steps": steps, "families": families, "gaps": gaps}, row)
-    drop_error(out, trace_id)
-    return {"path": path, "trace_id": trace_id, "status": "scanned", "error": None}
+    return _write(out, analyse(p, p, trace_id, stat, options, root))
 
 
 def scan(
@@ -280,15 +326,92 @@ def _run_ray(
                 f"Ray cluster {where or '(local)'}: cannot connect: {first}"
             ) from None
     try:
-        task = ray.remote(_scan_one)
-        pending = [task.remote(item, dataset, options) for item in todo]
-        statuses = []
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            statuses.extend(ray.get(done))
-            if progress:
-                progress(len(statuses), len(todo))
-        return statuses
+        return _ray_tasks(ray, todo, Path(dataset), options, progress)
     finally:
         if started_here:
             ray.shutdown()
+
+
+@dataclass(frozen=True)
+class _Stat:
+    """A file's size and mtime, as read where the file is (a worker sees only its bytes)."""
+
+    st_size: int
+    st_mtime_ns: int
+
+
+def _analyse_shipped(
+    data: bytes, path: str, root: str, trace_id: str, stat: _Stat, options: ScanOptions
+) -> Analysis:
+    """A Ray task: analyse a trace from its bytes (shipped through Ray's object store, so
+    the worker needs no view of the driver's disk) and return its rows."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="traceview-scan-") as tmp:
+        copy = Path(tmp) / Path(path).name
+        copy.write_bytes(data)
+        return analyse(copy, Path(path), trace_id, stat, options, Path(root))
+
+
+RAY_IN_FLIGHT_PER_CPU = 2  # traces shipped ahead of the workers: bounds the object store
+
+
+def _ray_tasks(
+    ray: ModuleType,
+    todo: list[tuple[str, str]],
+    out: Path,
+    options: ScanOptions,
+    progress: Callable[[int, int], None] | None,
+) -> list[ScanStatus]:
+    """The driver's loop: it hashes each trace, ships the bytes of those the dataset lacks,
+    and writes the rows the workers return (neither the traces nor the dataset need to be
+    on a disk the workers share). A worker that dies is retried once; a trace whose task
+    fails twice becomes a row in ``errors/``."""
+    task = ray.remote(max_retries=1)(_analyse_shipped)
+    limit = max(2, int(ray.cluster_resources().get("CPU", 1)) * RAY_IN_FLIGHT_PER_CPU)
+    queue = list(todo)
+    pending: dict[object, tuple[Path, str, Path, Path]] = {}  # by the task's ObjectRef
+    statuses: list[ScanStatus] = []
+
+    def ship() -> None:
+        while queue and len(pending) < limit:
+            given, root = queue.pop(0)
+            p = Path(given).resolve()
+            stat = p.stat()  # before the hash, as scan_trace does
+            trace_id = content_hash(p)
+            if has_trace(out, trace_id):
+                statuses.append(
+                    {"path": given, "trace_id": trace_id, "status": "skipped", "error": None}
+                )
+                continue
+            marker = lock(out, trace_id)
+            ref = task.remote(
+                ray.put(p.read_bytes()),
+                str(p),
+                str(Path(root).resolve()),
+                trace_id,
+                _Stat(stat.st_size, stat.st_mtime_ns),
+                options,
+            )
+            pending[ref] = (p, trace_id, Path(root).resolve(), marker)
+
+    ship()
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        p, trace_id, root, marker = pending.pop(done[0])
+        try:
+            statuses.append(_write(out, ray.get(done[0])))
+        except Exception as exc:  # the task failed twice (a dying worker, an analysis bug)
+            error = f"{p}: the Ray task failed twice: {str(exc).strip().splitlines()[-1]}"
+            run = run_name(p, root, rank_from_name(p.name) is not None)
+            err = {"trace_id": [trace_id], "path": [str(p)], "run": [run], "error": [error]}
+            write_table(out, "errors", trace_id, pl.DataFrame(err))
+            statuses.append(
+                {"path": str(p), "trace_id": trace_id, "status": "failed", "error": error}
+            )
+        finally:
+            marker.unlink(missing_ok=True)
+        if progress:
+            progress(len(statuses), len(todo))
+        ship()
+    return statuses
