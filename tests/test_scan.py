@@ -352,3 +352,15 @@ def test_ray_start_head_cluster_writes_the_same_rows(runs: Path, tmp_path: Path)
         _assert_same_dataset(local, remote)
     finally:
         subprocess.run([str(ray_cli), "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def test_a_symlinked_trace_is_named_where_it_is_linked(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "store" / "hybrid_chunked.json.gz"
+    elsewhere.parent.mkdir()
+    shutil.copy(GENERATED / "hybrid_chunked.json.gz", elsewhere)
+    root = tmp_path / "runs"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "linked.json.gz").symlink_to(elsewhere)
+    ds = tmp_path / "ds"
+    assert scan([str(root)], ds).scanned
+    assert _table(ds, "traces")["run"].to_list() == ["a/linked.json.gz"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -115,9 +116,14 @@ def discover_tree(paths: Sequence[str], pattern: str | None = None) -> list[tupl
 def run_name(path: Path, root: Path, ranked: bool) -> str:
     """The run a scanned trace belongs to, named by its path relative to ``root``: a trace
     that carries a rank belongs to its folder's run (``dlrm``; the root's own name where
-    the folder is the root), any other trace is a run of its own (``y/z/trace.json.gz``)."""
+    the folder is the root), any other trace is a run of its own (``y/z/trace.json.gz``).
+    Paths are made absolute, not resolved: a symlinked trace is named where it is linked."""
+    where, base = Path(os.path.abspath(path)), Path(os.path.abspath(root))
     if ranked:
-        folder = path.resolve().parent
-        rel = folder.relative_to(root.resolve()) if folder != root.resolve() else None
-        return rel.as_posix() if rel is not None else root.resolve().name
-    return path.resolve().relative_to(root.resolve()).as_posix()
+        where = where.parent
+        if where == base:
+            return base.name
+    try:
+        return where.relative_to(base).as_posix()
+    except ValueError:  # not under the root (it cannot be, as discover_tree finds them)
+        return where.name

@@ -376,7 +376,7 @@ def _ray_tasks(
     def ship() -> None:
         while queue and len(pending) < limit:
             given, root = queue.pop(0)
-            p = Path(given).resolve()
+            p = Path(os.path.abspath(given))  # absolute, not resolved: named where linked
             stat = p.stat()  # before the hash, as scan_trace does
             trace_id = content_hash(p)
             if has_trace(out, trace_id):
@@ -388,12 +388,12 @@ def _ray_tasks(
             ref = task.remote(
                 ray.put(p.read_bytes()),
                 str(p),
-                str(Path(root).resolve()),
+                os.path.abspath(root),
                 trace_id,
                 _Stat(stat.st_size, stat.st_mtime_ns),
                 options,
             )
-            pending[ref] = (p, trace_id, Path(root).resolve(), marker)
+            pending[ref] = (p, trace_id, Path(os.path.abspath(root)), marker)
 
     ship()
     while pending:
