@@ -35,7 +35,6 @@ from traceview.analysis.precision import sig
 from traceview.model import Trace
 
 KINDS = ("decode", "mixed", "prefill")
-STEP_COLUMNS = ("tokens", "attention_counted", "flops", "bytes", "mfu", "mbu")
 
 
 def _weights_read(model: ModelSpec, tokens: np.ndarray) -> np.ndarray:
