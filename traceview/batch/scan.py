@@ -125,7 +125,7 @@ def scan_trace(
         return {"path": path, "trace_id": trace_id, "status": "skipped", "error": None}
     marker = lock(out, trace_id)
     try:
-        return _scan_locked(p, path, out, trace_id, stat, options, root_dir)
+        return _write(out, analyse(p, p, trace_id, stat, options, root_dir))
     finally:
         marker.unlink(missing_ok=True)
 
@@ -194,18 +194,6 @@ def _write(out: Path, a: Analysis) -> ScanStatus:
         _commit(out, trace_id, a["tables"], a["row"])
         drop_error(out, trace_id)
     return a["status"]
-
-
-def _scan_locked(
-    p: Path,
-    path: str,
-    out: Path,
-    trace_id: str,
-    stat: os.stat_result,
-    options: ScanOptions,
-    root: Path,
-) -> ScanStatus:
-    return _write(out, analyse(p, p, trace_id, stat, options, root))
 
 
 def scan(
