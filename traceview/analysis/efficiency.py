@@ -177,14 +177,12 @@ def efficiency_section(
     device: int | None,
     table: pl.DataFrame,
     model: ModelSpec | None,
-    gpu: DeviceSpec | None,
+    spec: DeviceSpec | None,
 ) -> tuple[pl.DataFrame, Efficiency, list[str]]:
     """The steps table (with the per-step columns where ``model`` is given), the summary's
     ``efficiency`` section (``families`` left for :func:`family_work`) and its warnings.
-    ``gpu``: the device's peaks as ``--gpu`` gave them, else matched from the trace's
-    ``deviceProperties``."""
+    ``spec``: the device's peaks (:func:`device_peaks`), None where not known."""
     props = device_of(trace, device)
-    spec = device_peaks(trace, device, gpu)
     warnings: list[str] = []
     name = str(props.get("name") or "") if props else ""
     facts: DevicePeaks = (

@@ -195,7 +195,8 @@ def build(
     assert result.totals is not None
     fam = family_rows(result.totals)
     rolled = family_rows(result.totals, roll_up=True)
-    table, efficiency, said = efficiency_section(trace, result.device, result.table, model, gpu)
+    peaks = device_peaks(trace, result.device, gpu)  # --gpu, else matched from the trace
+    table, efficiency, said = efficiency_section(trace, result.device, result.table, model, peaks)
     warnings += said
     intervals = table["interval_ns"].drop_nulls().to_numpy()
     cadence = percentiles(intervals)
@@ -294,7 +295,6 @@ def build(
         "capture": {"regions": result.capture_regions, "kernels": result.capture_kernels},
         "warnings": warnings,
     }
-    peaks = device_peaks(trace, result.device, gpu)
     op_work = kernel_work(trace, k)  # record_shapes' GEMM and attention ops, where present
     efficiency["families"] = family_work(k, op_work, peaks)
     kernel_table = kernel_table_work(
