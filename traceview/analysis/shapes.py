@@ -53,40 +53,39 @@ READERS: dict[str, Callable[[list[list[int]]], Read]] = {
 }
 
 
-def _read(name: str, text: str) -> Read:
-    try:
-        dims = orjson.loads(text)
-        return READERS[name](dims)
-    except (orjson.JSONDecodeError, TypeError, ValueError, IndexError, KeyError):
-        return None
+PER_OP = ("tokens", "requests", "kv", "pairs")
+OP_VALUES = pl.Struct(dict.fromkeys(PER_OP, pl.Int64))
 
 
-def _context(name: str, text: str) -> tuple[int, int] | None:
+def _context(name: str, dims: list[list[int]]) -> tuple[int, int] | None:
     """KV tokens and causal pairs of an ``aten::scaled_dot_product_attention`` op (module
     docstring); None for every other op, or a layout that does not fit."""
     if name != "aten::scaled_dot_product_attention":
         return None
-    try:
-        dims = orjson.loads(text)
-        q, k = dims[0], dims[1]
-        if len(q) != 4 or len(k) != 4 or q[0] != k[0]:
-            return None
-        b, s, s_kv = int(q[0]), int(q[2]), int(k[2])
-        if s > s_kv:
-            return None
-    except (orjson.JSONDecodeError, TypeError, ValueError, IndexError):
+    q, k = dims[0], dims[1]
+    if len(q) != 4 or len(k) != 4 or q[0] != k[0]:
+        return None
+    b, s, s_kv = int(q[0]), int(q[2]), int(k[2])
+    if s > s_kv:
         return None
     return b * s_kv, b * (s * (s_kv - s) + s * (s + 1) // 2)
 
 
-def _tokens(name: str, text: str) -> int | None:
-    read = _read(name, text)
-    return None if read is None else read[0]
-
-
-def _requests(name: str, text: str) -> int | None:
-    read = _read(name, text)
-    return None if read is None else read[1]
+def _op_values(name: str, text: str) -> dict[str, int | None]:
+    """An op's query tokens, requests, KV tokens and causal pairs (:data:`PER_OP`), from
+    its input dims, parsed once; null where its layout does not say."""
+    out: dict[str, int | None] = dict.fromkeys(PER_OP)
+    try:
+        dims = orjson.loads(text)
+        read: Read = READERS[name](dims)
+        if read is not None:
+            out["tokens"], out["requests"] = read
+        context = _context(name, dims)
+        if context is not None:
+            out["kv"], out["pairs"] = context
+    except (orjson.JSONDecodeError, TypeError, ValueError, IndexError, KeyError):
+        pass
+    return out
 
 
 def _launches_in(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
@@ -118,31 +117,24 @@ def shape_tokens(trace: Trace, kernels: pl.DataFrame, starts: I64) -> ShapeColum
     if ops.height == 0:
         return nothing
     both = pl.struct(pl.col("name").cast(pl.String), "input_dims")
-    ops = ops.with_columns(
-        both.map_elements(
-            lambda r: _tokens(r["name"], r["input_dims"]), return_dtype=pl.Int64
-        ).alias("tokens"),
-        both.map_elements(
-            lambda r: _requests(r["name"], r["input_dims"]), return_dtype=pl.Int64
-        ).alias("requests"),
-        both.map_elements(
-            lambda r: (_context(r["name"], r["input_dims"]) or (None, None))[0],
-            return_dtype=pl.Int64,
-        ).alias("kv"),
-        both.map_elements(
-            lambda r: (_context(r["name"], r["input_dims"]) or (None, None))[1],
-            return_dtype=pl.Int64,
-        ).alias("pairs"),
-        (pl.col("ts_ns") + pl.col("dur_ns")).alias("op_end"),
-    ).filter(pl.col("tokens").is_not_null())
-    per_op = ("tokens", "requests", "kv", "pairs")
-    linked = _launches_in(trace, ops.select("pid", "tid", "ts_ns", "op_end", *per_op))
+    values = both.map_elements(
+        lambda r: _op_values(r["name"], r["input_dims"]), return_dtype=OP_VALUES
+    )
+    ops = (
+        ops.with_columns(
+            values.alias("_values"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("op_end")
+        )
+        .unnest("_values")
+        .filter(pl.col("tokens").is_not_null())
+    )
+
+    linked = _launches_in(trace, ops.select("pid", "tid", "ts_ns", "op_end", *PER_OP))
     if linked.height == 0:
         return nothing
     first_kernel = (
         kernels.select("correlation", pl.col("ts_ns").alias("k_ts"))
-        .join(linked.select("correlation", "op_end", *per_op), on="correlation")
-        .group_by("op_end", *per_op)
+        .join(linked.select("correlation", "op_end", *PER_OP), on="correlation")
+        .group_by("op_end", *PER_OP)
         .agg(pl.col("k_ts").min())
     )
     step = np.searchsorted(starts, first_kernel["k_ts"].to_numpy(), side="right") - 1
@@ -150,7 +142,7 @@ def shape_tokens(trace: Trace, kernels: pl.DataFrame, starts: I64) -> ShapeColum
         first_kernel.with_columns(pl.Series("step", step, dtype=pl.Int64))
         .filter(pl.col("step") >= 0)
         .group_by("step")
-        .agg(*(pl.col(c).unique() for c in per_op), pl.len().alias("ops"))
+        .agg(*(pl.col(c).unique() for c in PER_OP), pl.len().alias("ops"))
     )
     tokens, requests, kv, pairs = none.copy(), none.copy(), none.copy(), none.copy()
     ops_in = none.copy()
