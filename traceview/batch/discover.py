@@ -17,36 +17,12 @@ def discover(paths: Sequence[str]) -> list[Path]:
     """The trace files a run names: each directory's traces (not recursive), each glob's
     matching trace files (a matching directory gives its traces; other files, such as
     ``*.png`` or ``*.html`` beside the traces, are left out), each file as given; sorted,
-    without duplicates.
+    without duplicates (:func:`discover_tree`, one level deep).
 
     Raises:
         RunError: a path that does not exist, or a run with no trace file.
     """
-    found: list[Path] = []
-
-    def folder(p: Path) -> list[Path]:
-        return [c for c in p.iterdir() if c.is_file() and c.name.endswith(TRACE_SUFFIXES)]
-
-    for text in paths:
-        p = Path(text)
-        if p.is_dir():
-            found += folder(p)
-        elif p.is_file():
-            found.append(p)
-        elif any(ch in text for ch in "*?["):
-            for m in map(Path, glob.glob(text)):
-                if m.is_dir():
-                    found += folder(m)
-                elif m.is_file() and m.name.endswith(TRACE_SUFFIXES):
-                    found.append(m)
-        else:
-            raise RunError(f"{text}: no such file or directory")
-    unique = sorted(set(found), key=lambda q: str(q))
-    if not unique:
-        raise RunError(
-            f"{', '.join(paths)}: no trace files (looked for {', '.join(TRACE_SUFFIXES)})"
-        )
-    return unique
+    return [f for f, _ in discover_tree(paths, recursive=False)]
 
 
 def _root_of(pattern: str) -> Path:
@@ -64,13 +40,16 @@ def _hidden(path: Path, root: Path) -> bool:
     return any(part.startswith(".") for part in path.relative_to(root).parts[:-1])
 
 
-def discover_tree(paths: Sequence[str], pattern: str | None = None) -> list[tuple[Path, Path]]:
-    """The trace files under each path, recursively, each with the root its run is named
-    from (:func:`run_name`): a directory is searched through its subfolders (hidden ones
-    left out) and is its files' root; a glob's matches are rooted at its fixed leading
-    folders; a file's root is its folder. ``pattern`` (``--glob``) keeps the files whose
-    path relative to their root, or whose name, matches it. Only trace files
-    (:data:`TRACE_SUFFIXES`) are kept; sorted, without duplicates.
+def discover_tree(
+    paths: Sequence[str], pattern: str | None = None, *, recursive: bool = True
+) -> list[tuple[Path, Path]]:
+    """The trace files under each path, each with the root its run is named from
+    (:func:`run_name`): a directory is searched through its subfolders (hidden ones left
+    out; only its own files where not ``recursive``) and is its files' root; a glob's
+    matches are rooted at its fixed leading folders; a file's root is its folder.
+    ``pattern`` (``--glob``) keeps the files whose path relative to their root, or whose
+    name, matches it. Only trace files (:data:`TRACE_SUFFIXES`) are kept, but a file
+    named alone; sorted, without duplicates.
 
     Raises:
         RunError: a path that does not exist, or no trace file at all.
@@ -78,7 +57,7 @@ def discover_tree(paths: Sequence[str], pattern: str | None = None) -> list[tupl
     found: dict[Path, Path] = {}
 
     def tree(folder: Path, root: Path) -> None:
-        for f in folder.rglob("*"):
+        for f in folder.rglob("*") if recursive else folder.iterdir():
             if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not _hidden(f, root):
                 found.setdefault(f, root)
 
@@ -106,9 +85,10 @@ def discover_tree(paths: Sequence[str], pattern: str | None = None) -> list[tupl
         }
     if not found:
         what = f" matching {pattern!r}" if pattern else ""
+        where = ", in every subfolder" if recursive else ""
         raise RunError(
-            f"{', '.join(paths)}: no trace files{what} (looked for {', '.join(TRACE_SUFFIXES)}, "
-            "in every subfolder)"
+            f"{', '.join(paths)}: no trace files{what} "
+            f"(looked for {', '.join(TRACE_SUFFIXES)}{where})"
         )
     return sorted(found.items(), key=lambda item: str(item[0]))
 
