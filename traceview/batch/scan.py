@@ -119,15 +119,24 @@ def scan_trace(
     out = Path(dataset)
     p = Path(path)
     root_dir = Path(root) if root is not None else p.parent
-    stat = p.stat()  # before the hash: the row's size and mtime describe the hashed bytes
-    trace_id = content_hash(p)
-    if has_trace(out, trace_id):
+    stat, trace_id, marker = _claim(out, p)
+    if marker is None:
         return {"path": path, "trace_id": trace_id, "status": "skipped", "error": None}
-    marker = lock(out, trace_id)
     try:
         return _write(out, analyse(p, p, trace_id, stat, options, root_dir))
     finally:
         marker.unlink(missing_ok=True)
+
+
+def _claim(out: Path, p: Path) -> tuple[os.stat_result, str, Path | None]:
+    """The file's stat (read before its bytes are hashed: the row's size and mtime describe
+    the hashed content), its trace id, and the lock taken on it for this scan; no lock
+    where the dataset holds the trace already."""
+    stat = p.stat()
+    trace_id = content_hash(p)
+    if has_trace(out, trace_id):
+        return stat, trace_id, None
+    return stat, trace_id, lock(out, trace_id)
 
 
 class Analysis(TypedDict):
@@ -152,7 +161,7 @@ def analyse(
     def said(exc: Exception) -> str:  # the user's path, not a worker's copy of it
         return str(exc).replace(str(read_from), path)
 
-    def status(kind: Literal["scanned", "failed", "not_a_trace"], error: str | None) -> ScanStatus:
+    def status(kind: Literal["scanned", "not_a_trace"], error: str | None) -> ScanStatus:
         return {"path": path, "trace_id": trace_id, "status": kind, "error": error}
 
     try:
@@ -170,19 +179,25 @@ def analyse(
         rules = load_rules(options.preset, options.rules_file)
         result = find_steps(trace, rules, options.steps)
         summary = build(rules, result)
-    except TraceviewError as exc:  # no rank read: the file's name may still say one
-        run = run_name(p, root, rank_from_name(p.name) is not None)
-        error = said(exc)
-        err = pl.DataFrame(
-            {"trace_id": [trace_id], "path": [str(p.resolve())], "run": [run], "error": [error]}
-        )
-        return {"status": status("failed", error), "tables": None, "row": None, "errors": err}
+    except TraceviewError as exc:
+        return failed(p, root, trace_id, said(exc))
     rank, rank_source = rank_of(trace, path)
     run = run_name(p, root, rank is not None)
     steps, families, gaps, work = table_rows(trace_id, run, rank, rules, summary, result)
     row = trace_row(trace_id, p, run, stat, trace, summary, work, rank, rank_source)
     tables = {"steps": steps, "families": families, "gaps": gaps}
     return {"status": status("scanned", None), "tables": tables, "row": row, "errors": None}
+
+
+def failed(p: Path, root: Path, trace_id: str, error: str) -> Analysis:
+    """A trace that could not be analysed: its ``errors/`` row (no rank was read: its run
+    is named as the file's name alone says)."""
+    run = run_name(p, root, rank_from_name(p.name) is not None)
+    err = pl.DataFrame(
+        {"trace_id": [trace_id], "path": [str(p.resolve())], "run": [run], "error": [error]}
+    )
+    status: ScanStatus = {"path": str(p), "trace_id": trace_id, "status": "failed", "error": error}
+    return {"status": status, "tables": None, "row": None, "errors": err}
 
 
 def _write(out: Path, a: Analysis) -> ScanStatus:
@@ -365,14 +380,12 @@ def _ray_tasks(
         while queue and len(pending) < limit:
             given, root = queue.pop(0)
             p = Path(os.path.abspath(given))  # absolute, not resolved: named where linked
-            stat = p.stat()  # before the hash, as scan_trace does
-            trace_id = content_hash(p)
-            if has_trace(out, trace_id):
+            stat, trace_id, marker = _claim(out, p)
+            if marker is None:
                 statuses.append(
                     {"path": given, "trace_id": trace_id, "status": "skipped", "error": None}
                 )
                 continue
-            marker = lock(out, trace_id)
             ref = task.remote(
                 ray.put(p.read_bytes()),
                 str(p),
@@ -391,12 +404,7 @@ def _ray_tasks(
             statuses.append(_write(out, ray.get(done[0])))
         except Exception as exc:  # the task failed twice (a dying worker, an analysis bug)
             error = f"{p}: the Ray task failed twice: {str(exc).strip().splitlines()[-1]}"
-            run = run_name(p, root, rank_from_name(p.name) is not None)
-            err = {"trace_id": [trace_id], "path": [str(p)], "run": [run], "error": [error]}
-            write_table(out, "errors", trace_id, pl.DataFrame(err))
-            statuses.append(
-                {"path": str(p), "trace_id": trace_id, "status": "failed", "error": error}
-            )
+            statuses.append(_write(out, failed(p, root, trace_id, error)))
         finally:
             marker.unlink(missing_ok=True)
         if progress:
