@@ -60,12 +60,19 @@ def step_breakdown(steps: pl.DataFrame, t0_ns: int) -> StepBreakdown | None:
     start = steps["start_ns"].to_numpy().astype(np.int64)
     end = steps["end_ns"].to_numpy().astype(np.int64)
     span = np.maximum(end - start, 1).astype(np.float64)
-    edges = np.append(start, end[-1]) - t0_ns  # in int64: ns since 1970 lose µs as floats
     shares = {
         part: steps[column].to_numpy().astype(np.float64) / span
         for part, column in zip(PARTS, columns, strict=True)
     }
-    return StepBreakdown(edges / 1e6, shares)
+    return StepBreakdown(_edges_ms(steps, t0_ns), shares)
+
+
+def _edges_ms(steps: pl.DataFrame, t0_ns: int) -> np.ndarray:
+    """The steps' bounds in ms from ``t0_ns``: each step's start, then the last one's end."""
+    start = steps["start_ns"].to_numpy().astype(np.int64)
+    # subtracted in int64: ns since 1970 as floats would lose microseconds
+    edges = np.append(start, int(steps["end_ns"][-1])) - t0_ns
+    return edges / 1e6
 
 
 def draw_breakdown(data: StepBreakdown, ax: Axes, *, text: str) -> None:
@@ -121,14 +128,11 @@ def step_efficiency(steps: pl.DataFrame, t0_ns: int) -> StepEfficiency | None:
     """The MBU and MFU of a steps table summarized with a model; None without them."""
     if steps.height == 0 or "mbu" not in steps.columns:
         return None
-    start = steps["start_ns"].to_numpy().astype(np.int64)
-    end = steps["end_ns"].to_numpy().astype(np.int64)
-    edges = np.append(start, end[-1]) - t0_ns
 
     def ratio(column: str) -> np.ndarray:
         return steps[column].cast(pl.Float64).fill_null(float("nan")).to_numpy()
 
-    return StepEfficiency(edges / 1e6, ratio("mbu"), ratio("mfu"))
+    return StepEfficiency(_edges_ms(steps, t0_ns), ratio("mbu"), ratio("mfu"))
 
 
 def draw_efficiency(data: StepEfficiency, ax: Axes, *, text: str) -> None:
