@@ -201,25 +201,20 @@ class _CountingReader(io.RawIOBase):
 
 
 def open_source(path: str) -> BinaryIO:
-    """The trace file, or the object at a URL (:mod:`.remote`), as a binary stream: for
-    whoever reads a trace's bytes besides the loader (``annotate`` copies them)."""
-    return _open_raw(path)
-
-
-def _open_raw(path: str) -> BinaryIO:
-    """The file, or the object at a URL, as a binary stream."""
+    """The trace file, or the object at a URL (:mod:`.remote`), as a binary stream: what
+    the loader reads, and whoever else reads a trace's bytes (``annotate`` copies them)."""
     if remote.is_url(path):
         return remote.open_binary(path)
     return open(path, "rb")  # noqa: SIM115 - the caller closes it
 
 
 def _is_gzip(path: str) -> bool:
-    with _open_raw(path) as f:
+    with open_source(path) as f:
         return f.read(2) == _GZIP_MAGIC
 
 
 def _open_text(path: str, total: int, progress: Progress | None) -> BinaryIO:
-    raw = _open_raw(path)  # closed by the returned stream
+    raw = open_source(path)  # closed by the returned stream
     magic = raw.read(4)
     raw.seek(0)
     counting = _CountingReader(raw, total, progress)
@@ -281,7 +276,7 @@ class _EndsEarly:
 def _gzip_until_cut(path: str, *, skip: int) -> Iterator[bytes]:
     """The decompressed text of a gzip file whose end is missing, from byte ``skip`` of the
     text up to the cut (every gzip member in turn)."""
-    with _open_raw(path) as f:
+    with open_source(path) as f:
         d = zlib.decompressobj(wbits=31)
         while chunk := f.read(1 << 20):
             while chunk:
