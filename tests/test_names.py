@@ -69,7 +69,8 @@ DEFINITIONS: dict[str, Callable[[Summary], object]] = {
     ),
 }
 # columns of traces/ that are about the file or the dataset, not a figure of the trace
-NOT_FIGURES = {"trace_id", "path", "run", "size", "mtime_ns", "scanned_at_ns", "engine", "model"}
+NOT_FIGURES = {"trace_id", "path", "run", "size", "mtime_ns", "version", "scanned_at_ns"}
+NOT_FIGURES |= {"engine", "model"}
 # names the run document and the scan share that need the rank's per-step work
 RUN_ONLY = {"rank", "rank_source", "compute_p50_ns"}
 

@@ -158,7 +158,7 @@ def test_ray_writes_the_same_rows(runs: Path, tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     local, remote = tmp_path / "local", tmp_path / "ray"
     scan([str(runs / "*")], local, jobs=2)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         report = scan([str(runs / "*")], remote, engine="ray")
     finally:
@@ -273,11 +273,14 @@ def test_scan_recurses_and_names_runs_by_the_tree(tmp_path: Path) -> None:
 def test_a_dataset_of_another_format_is_refused(runs: Path, tmp_path: Path) -> None:
     ds = tmp_path / "ds"
     scan([str(runs / "single" / "hybrid_chunked.json.gz")], ds)
-    assert (ds / "FORMAT").read_text().strip() == "2"
+    assert (ds / "FORMAT").read_text().strip() == "3"
+    (ds / "FORMAT").write_text("2\n")  # as the datasets before the version column were written
+    r = CliRunner().invoke(cli, ["scan", str(runs / "single"), "-o", str(ds)])
+    assert r.exit_code == 2 and "a dataset of format 2" in r.stderr
+    assert "Traceback" not in r.stderr
     (ds / "FORMAT").unlink()  # as the datasets before the run column were written
     r = CliRunner().invoke(cli, ["scan", str(runs / "single"), "-o", str(ds)])
     assert r.exit_code == 2 and "a dataset of format 1" in r.stderr
-    assert "Traceback" not in r.stderr
 
 
 @pytest.mark.slow
@@ -302,18 +305,17 @@ def test_a_ray_address_where_nothing_listens_fails_within_the_timeout(
 def test_a_ray_worker_needs_only_the_traces_bytes(runs: Path, tmp_path: Path) -> None:
     """The Ray task sees a trace's bytes, never its path nor the dataset: analysed under a
     path that exists nowhere here, it gives the rows the local scan writes."""
-    from traceview.batch.scan import ScanOptions, _analyse_shipped, _Stat
+    from traceview.batch.scan import ScanOptions, Source
+    from traceview.batch.scan_ray import analyse_shipped
 
     source = runs / "single" / "hybrid_chunked.json.gz"
     elsewhere = "/nowhere/on/this/worker/single/hybrid_chunked.json.gz"
     stat = source.stat()
     tid = content_hash(source)
-    a = _analyse_shipped(
+    a = analyse_shipped(
         source.read_bytes(),
-        elsewhere,
-        "/nowhere/on/this/worker",
+        Source(elsewhere, "/nowhere/on/this/worker", stat.st_size, stat.st_mtime_ns),
         tid,
-        _Stat(stat.st_size, stat.st_mtime_ns),
         ScanOptions(),
     )
     assert a["status"]["status"] == "scanned" and a["row"] is not None and a["tables"]

@@ -1,110 +1,136 @@
 """The scan dataset's files: one Parquet file per trace in each table, written whole.
 
 Layout (docs/datasets.md): ``DATASET/{traces,steps,families,gaps,errors}/<trace_id>.parquet``,
-``trace_id`` being the BLAKE2b-128 of the trace's bytes. A file is written to
-``DATASET/.tmp/`` and renamed into place, so a reader never sees half a file.
+``trace_id`` being the BLAKE2b-128 of the trace's bytes. ``DATASET`` is a folder or an
+object-store prefix (:mod:`.store`); either way a reader never sees half a file.
 
 Safe under concurrent scans and kills:
-- a temporary file's name carries its writer (pid and host), and a sweep removes only its
-  own or those whose writer is dead (on this host; on another, only after a day);
+- on disk, a temporary file's name carries its writer (pid and host), and a sweep removes
+  only its own or those whose writer is dead (on this host; on another, only after a day);
 - while a trace is being written, ``.tmp/lock.<trace_id>.<pid>.<host>`` says so;
 - a trace's ``traces/`` row, written last, commits its rows in the other tables; readers
   read committed traces only (:func:`committed`), and the next scan removes the rows of a
   trace that has neither a ``traces/`` row nor a live writer (:func:`remove_orphans`).
+  In an object store, which cannot rename, this is the whole of the commit: every file is
+  written under its final name.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import time
 import uuid
-from pathlib import Path
+from pathlib import PurePosixPath
 
 import polars as pl
 
+from traceview.batch.store import HOST, LocalStore, Store, open_store, to_frame
 from traceview.errors import TraceviewError
+from traceview.load import remote
 from traceview.load.cache import content_digest
 
 TABLES = ("traces", "steps", "families", "gaps", "errors")
 # the tables a trace's traces/ row commits (errors/ rows stand alone)
 COMMITTED_BY_TRACES = ("steps", "families", "gaps")
-_HOST = socket.gethostname().replace(os.sep, "_")
+_HOST = HOST
 FOREIGN_AGE_S = 24 * 3600  # a file of a writer on another host is left this long
+
+Dataset = Store | str | os.PathLike[str]
+
+
+def _store(dataset: Dataset) -> Store:
+    if isinstance(dataset, str | os.PathLike):
+        return open_store(dataset)
+    return dataset
 
 
 def content_hash(path: str | os.PathLike[str]) -> str:
     """The trace's identity in the dataset: BLAKE2b (128 bits) of its bytes, as hex (the
-    loaded-trace cache's content key, :func:`traceview.load.cache.content_digest`)."""
-    return content_digest(os.fspath(path))
+    loaded-trace cache's content key, :func:`traceview.load.cache.content_digest`; for an
+    object, :func:`traceview.load.remote.digest`, the same digest)."""
+    name = os.fspath(path)
+    return remote.digest(name) if remote.is_url(name) else content_digest(name)
 
 
-FORMAT = 2  # bump when a table's columns or a column's meaning change
+FORMAT = 3  # bump when a table's columns or a column's meaning change
 FORMAT_FILE = "FORMAT"  # the dataset's format, written by the scan that made it
 
 
-def prepare(dataset: Path, *, force: bool = False) -> None:
-    """Make the dataset's folders (a dataset is a folder) and its ``FORMAT`` file.
+def prepare(store: Store, *, force: bool = False) -> None:
+    """Make the dataset's folders (a dataset is a folder, or a prefix) and its ``FORMAT``.
 
     Raises:
         TraceviewError: ``dataset`` is a file, a folder that holds other things and is
             not a dataset (unless ``force``), or a dataset another format of traceview
             wrote (its files would not share one set of columns).
     """
-    if dataset.exists() and not dataset.is_dir():
-        raise TraceviewError(f"{dataset}: not a directory (a dataset is a folder)")
-    marker = dataset / FORMAT_FILE
+    where = store.where
+    if store.is_file():
+        raise TraceviewError(f"{where}: not a directory (a dataset is a folder)")
+    has_format = store.exists(FORMAT_FILE)
+    has_traces = bool(store.names("traces"))
     if (
-        dataset.is_dir()
-        and not force
-        and not (dataset / "traces").is_dir()
-        and not marker.is_file()  # a dataset a concurrent scan is creating now
-        and any(not c.name.startswith(f".{FORMAT_FILE}.") for c in dataset.iterdir())
+        not force
+        and not has_traces
+        and not has_format  # a dataset a concurrent scan is creating now
+        and any(not n.startswith(f".{FORMAT_FILE}.") for n in _top(store))
     ):
         raise TraceviewError(
-            f"{dataset}: holds other files and is not a traceview dataset "
+            f"{where}: holds other files and is not a traceview dataset "
             "(use --force to write a dataset into it)"
         )
-    if (dataset / "traces").is_dir():
-        written = marker.read_text().strip() if marker.is_file() else "1"
+    if has_traces or has_format:
+        written = store.read(FORMAT_FILE).decode().strip() if has_format else "1"
         if written != str(FORMAT):
             raise TraceviewError(
-                f"{dataset}: a dataset of format {written}, written by another traceview "
-                f"(this one writes format {FORMAT}: other columns, and run names relative "
-                "to the scanned root); scan into a new folder"
+                f"{where}: a dataset of format {written}, written by another traceview "
+                f"(this one writes format {FORMAT}: other columns); scan into a new folder"
             )
-    if not marker.is_file():  # before traces/: a dataset with traces/ always has its FORMAT
-        dataset.mkdir(parents=True, exist_ok=True)
-        staged = dataset / f".{FORMAT_FILE}.{os.getpid()}.{uuid.uuid4().hex}"
-        staged.write_text(f"{FORMAT}\n")
-        os.replace(staged, marker)  # whole, even with a concurrent scan writing it too
-    for table in (*TABLES, ".tmp"):
-        (dataset / table).mkdir(parents=True, exist_ok=True)
+    store.prepare()
+    if not has_format:  # before traces/: a dataset with traces/ always has its FORMAT
+        if isinstance(store, LocalStore):  # whole, even with a concurrent scan writing it
+            staged = store.root / f".{FORMAT_FILE}.{os.getpid()}.{uuid.uuid4().hex}"
+            staged.write_text(f"{FORMAT}\n")
+            os.replace(staged, store.root / FORMAT_FILE)
+        else:
+            store.write(FORMAT_FILE, f"{FORMAT}\n".encode())
+    if isinstance(store, LocalStore):
+        for table in (*TABLES, ".tmp"):
+            (store.root / table).mkdir(parents=True, exist_ok=True)
 
 
-def has_trace(dataset: Path, trace_id: str) -> bool:
+def _top(store: Store) -> list[str]:
+    """What the dataset's folder holds (files and folders)."""
+    if isinstance(store, LocalStore):
+        return [c.name for c in store.root.iterdir()] if store.root.is_dir() else []
+    return store.names("") + [t for t in (*TABLES, ".tmp") if store.names(t)]
+
+
+def has_trace(store: Store, trace_id: str) -> bool:
     """Whether the trace's ``traces/`` row (written last) is there: the trace is scanned."""
-    return (dataset / "traces" / f"{trace_id}.parquet").exists()
+    return store.exists(table_file(table="traces", trace_id=trace_id))
 
 
-def table_file(dataset: Path, table: str, trace_id: str) -> Path:
-    """Where one trace's rows of one table live."""
-    return dataset / table / f"{trace_id}.parquet"
+def table_file(table: str, trace_id: str) -> str:
+    """Where one trace's rows of one table live, under the dataset."""
+    return f"{table}/{trace_id}.parquet"
 
 
-def write_table(dataset: Path, table: str, trace_id: str, df: pl.DataFrame) -> None:
-    """Write one table's file for one trace: to .tmp/ under a name that carries this
-    process, then renamed into place."""
-    tmp = dataset / ".tmp" / f"{table}.{trace_id}.{os.getpid()}.{uuid.uuid4().hex}.{_HOST}.tmp"
-    df.write_parquet(tmp)
-    os.replace(tmp, table_file(dataset, table, trace_id))
+def write_table(store: Store, table: str, trace_id: str, df: pl.DataFrame) -> None:
+    """Write one table's file for one trace, whole (:meth:`.store.Store.write`)."""
+    store.write(table_file(table, trace_id), to_frame(df))
 
 
-def lock(dataset: Path, trace_id: str) -> Path:
+def lock(store: Store, trace_id: str) -> str:
     """Mark the trace as being written by this process (see :func:`remove_orphans`)."""
-    path = dataset / ".tmp" / f"lock.{trace_id}.{os.getpid()}.{_HOST}"
-    path.touch()
-    return path
+    rel = f".tmp/lock.{trace_id}.{os.getpid()}.{_HOST}"
+    store.write(rel, b"")
+    return rel
+
+
+def unlock(store: Store, rel: str) -> None:
+    """Remove a :func:`lock`."""
+    store.delete(rel)
 
 
 def _writer(name: str) -> tuple[int, str] | None:
@@ -130,79 +156,108 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _writer_gone(path: Path, *, mine_too: bool) -> bool:
-    """Whether nobody is writing ``path`` any more: its writer is this process (when
+def _writer_gone(store: Store, rel: str, *, mine_too: bool) -> bool:
+    """Whether nobody is writing ``rel`` any more: its writer is this process (when
     ``mine_too``) or dead, or is on another host and the file is older than a day."""
-    writer = _writer(path.name)
+    writer = _writer(PurePosixPath(rel).name)
     if writer is None:
         return False
     pid, host = writer
     if host != _HOST:
-        try:
-            return time.time() - path.stat().st_mtime > FOREIGN_AGE_S
-        except FileNotFoundError:
-            return False
+        written = store.mtime(rel)
+        return written is not None and time.time() - written > FOREIGN_AGE_S
     if pid == os.getpid():
         return mine_too
     return not _pid_alive(pid)
 
 
-def drop_error(dataset: Path, trace_id: str) -> None:
+def drop_error(store: Store, trace_id: str) -> None:
     """Remove the trace's ``errors/`` row: it failed before and scans now."""
-    (dataset / "errors" / f"{trace_id}.parquet").unlink(missing_ok=True)
+    store.delete(table_file("errors", trace_id))
 
 
-def known(dataset: Path) -> set[tuple[str, int, int]]:
-    """(path, size, mtime_ns) of every trace already in the dataset."""
-    files = list((dataset / "traces").glob("*.parquet"))
+def known(store: Store) -> set[tuple[str, int, int | str | None]]:
+    """(path, size, mtime_ns or the object's version) of every trace already in the
+    dataset."""
+    files = [table_file("traces", n.removesuffix(".parquet")) for n in _parquet(store, "traces")]
     if not files:
         return set()
-    rows = pl.read_parquet(files, columns=["path", "size", "mtime_ns"])
-    return {(p, int(s), int(m)) for p, s, m in rows.iter_rows()}
+    rows = store.read_parquet(files, ["path", "size", "mtime_ns", "version"])
+    return {
+        (p, int(s), v if v is not None else m)
+        for p, s, m, v in rows.select("path", "size", "mtime_ns", "version").iter_rows()
+    }
 
 
-def sweep_tmp(dataset: Path) -> list[Path]:
+def _parquet(store: Store, table: str) -> list[str]:
+    return [n for n in store.names(table) if n.endswith(".parquet")]
+
+
+def sweep_tmp(dataset: Dataset) -> list[PurePosixPath]:
     """Remove the ``.tmp/`` files of this process and of writers that are gone (an
     interrupted earlier scan); another live scan's files are left alone. Returns what
     was removed."""
+    store = _store(dataset)
     removed = []
-    for leftover in (dataset / ".tmp").glob("*"):
-        if _writer_gone(leftover, mine_too=True):
-            leftover.unlink(missing_ok=True)
-            removed.append(leftover)
+    for name in store.names(".tmp"):
+        rel = f".tmp/{name}"
+        if _writer_gone(store, rel, mine_too=True):
+            store.delete(rel)
+            removed.append(PurePosixPath(rel))
     return removed
 
 
-def _being_written(dataset: Path, trace_id: str) -> bool:
+def _being_written(store: Store, trace_id: str, tmp: list[str]) -> bool:
     return any(
-        not _writer_gone(f, mine_too=False) for f in (dataset / ".tmp").glob(f"lock.{trace_id}.*")
+        not _writer_gone(store, f".tmp/{n}", mine_too=False)
+        for n in tmp
+        if n.startswith(f"lock.{trace_id}.")
     )
 
 
-def remove_orphans(dataset: Path) -> list[Path]:
+def remove_orphans(dataset: Dataset) -> list[str]:
     """Remove the rows of traces that were never committed: a file in steps/, families/
     or gaps/ whose trace has no ``traces/`` row and no live writer (a scan killed between
     a trace's files and its row). Returns what was removed."""
-    committed_ids = {f.stem for f in (dataset / "traces").glob("*.parquet")}
+    store = _store(dataset)
+    committed_ids = {n.removesuffix(".parquet") for n in _parquet(store, "traces")}
+    tmp = store.names(".tmp")
     removed = []
     for table in COMMITTED_BY_TRACES:
-        for f in (dataset / table).glob("*.parquet"):
-            tid = f.stem
-            if tid in committed_ids or _being_written(dataset, tid):
+        for name in _parquet(store, table):
+            tid = name.removesuffix(".parquet")
+            if tid in committed_ids or _being_written(store, tid, tmp):
                 continue
-            if table_file(dataset, "traces", tid).exists():  # committed meanwhile
+            if has_trace(store, tid):  # committed meanwhile
                 continue
-            f.unlink(missing_ok=True)
-            removed.append(f)
+            store.delete(table_file(table, tid))
+            removed.append(table_file(table, tid))
     return removed
+
+
+def polars_options(url: str) -> dict[str, str] | None:
+    """polars' ``storage_options`` for a dataset URL: the S3 endpoint of
+    ``AWS_ENDPOINT_URL`` (plain HTTP allowed where it says ``http://``); None elsewhere
+    (polars reads the store's standard settings itself)."""
+    if not url.lower().startswith("s3://"):
+        return None
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not endpoint:
+        return None
+    options = {"aws_endpoint_url": endpoint}
+    if endpoint.lower().startswith("http://"):
+        options["aws_allow_http"] = "true"
+    return options
 
 
 def committed(dataset: str | os.PathLike[str], table: str) -> pl.LazyFrame:
     """One table's rows of committed traces only (those with a ``traces/`` row): what a
-    reader should see while a scan runs or after one was killed."""
-    root = Path(dataset)
-    rows = pl.scan_parquet(root / table / "*.parquet")
+    reader should see while a scan runs or after one was killed. ``dataset`` is a folder
+    or a URL (read by polars itself)."""
+    root = os.fspath(dataset).rstrip("/")
+    opts = polars_options(root) if remote.is_url(root) else None
+    rows = pl.scan_parquet(f"{root}/{table}/*.parquet", storage_options=opts)
     if table in ("traces", "errors"):
         return rows
-    ids = pl.scan_parquet(root / "traces" / "*.parquet").select("trace_id")
+    ids = pl.scan_parquet(f"{root}/traces/*.parquet", storage_options=opts).select("trace_id")
     return rows.join(ids, on="trace_id", how="semi")

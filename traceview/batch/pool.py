@@ -35,18 +35,22 @@ def map_tasks(
     items: Sequence[T],
     jobs: int,
     progress: Callable[[int, int], None] | None = None,
+    *,
+    finished: Callable[[int], None] | None = None,
 ) -> list[R]:
     """``[task(item) for item in items]``, in order: in this process when ``jobs`` is 1 or
     there is one item, else in ``min(jobs, len(items))`` spawned processes (a forked child
     of a process that ran polars' thread pool can deadlock), which exit when this process
     dies. ``task`` must be importable
     (a module-level function or a ``functools.partial`` of one). ``progress(done, total)``
-    is called after each item."""
+    is called after each item, and ``finished(index)`` with the index of the item done."""
     total = len(items)
     if jobs <= 1 or total <= 1:
         out = []
         for i, item in enumerate(items, start=1):
             out.append(task(item))
+            if finished:
+                finished(i - 1)
             if progress:
                 progress(i, total)
         return out
@@ -60,6 +64,8 @@ def map_tasks(
         futures = {pool.submit(task, item): i for i, item in enumerate(items)}
         for done, fut in enumerate(as_completed(futures), start=1):
             results[futures[fut]] = fut.result()
+            if finished:
+                finished(futures[fut])
             if progress:
                 progress(done, total)
     return [results[i] for i in range(total)]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 from typing import Any, Protocol
 
 import polars as pl
@@ -47,39 +46,45 @@ def _model_of(extra: dict[str, Any]) -> str | None:
     return None
 
 
-class FileStat(Protocol):
-    """What a ``traces/`` row reads of the file's stat (``os.stat_result`` has both)."""
+class Scanned(Protocol):
+    """What a ``traces/`` row says of the trace's file or object (:class:`.scan.Source`)."""
 
     @property
-    def st_size(self) -> int: ...
+    def row_path(self) -> str: ...
 
     @property
-    def st_mtime_ns(self) -> int: ...
+    def size(self) -> int: ...
+
+    @property
+    def mtime_ns(self) -> int | None: ...
+
+    @property
+    def version(self) -> str | None: ...
 
 
 def trace_row(
     trace_id: str,
-    path: Path,
+    source: Scanned,
     run: str,
-    stat: FileStat,
     trace: Trace,
     summary: Summary,
     work: pl.DataFrame,
     rank: int | None,
     rank_source: str,
 ) -> pl.DataFrame:
-    """The trace's one ``traces/`` row (``stat``: the file's, read before its bytes were
-    hashed into ``trace_id``, so size and mtime describe that content; ``work``:
-    :func:`step_work`'s per-step table)."""
+    """The trace's one ``traces/`` row (``source``: the file's size and mtime, read before
+    its bytes were hashed into ``trace_id``, so they describe that content, or the object's
+    size and version; ``work``: :func:`step_work`'s per-step table)."""
     doc = summary.to_dict()
     figures = trace_figures(doc)
     annotations = summary.steps["annotation"].drop_nulls().unique().to_list()
     row: dict[str, Any] = {
         "trace_id": trace_id,
-        "path": str(path.resolve()),
+        "path": source.row_path,
         "run": run,
-        "size": stat.st_size,
-        "mtime_ns": stat.st_mtime_ns,
+        "size": source.size,
+        "mtime_ns": source.mtime_ns,
+        "version": source.version,
         "rank": rank,
         "rank_source": rank_source or None,
         "engine": _engine_of(annotations),
@@ -96,7 +101,8 @@ def trace_row(
         "decode_tokens": doc["work"]["decode_tokens"],
         "scanned_at_ns": time.time_ns(),
     }
-    strings = ("trace_id", "path", "run", "rank_source", "engine", "model", "gpu", "format")
+    strings: tuple[str, ...] = ("trace_id", "path", "run", "version", "rank_source", "engine")
+    strings += ("model", "gpu", "format")
     schema = {
         k: pl.Float64 if k == "busy" else pl.String if k in (*strings, "step_method") else pl.Int64
         for k in row

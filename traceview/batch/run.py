@@ -81,7 +81,7 @@ def summarize_run(
     options = options or RunOptions()
     if strict:
         options = replace(options, strict=True)
-    files = [str(p) for p in discover(paths)]
+    files = discover(paths)
     results = map_tasks(partial(analyse_rank, options=options), files, options.jobs, progress)
     failed = [r for r in results if r.error]
     if failed and strict:

@@ -115,16 +115,27 @@ def load_trace(path: str, *, strict: bool = False) -> Trace:
 force_option = click.option("--force", is_flag=True, help="Overwrite an existing output.")
 
 
+def local_files(paths: list[str]) -> list[Path]:
+    """The files among ``paths`` (a URL is never a local output's input)."""
+    from traceview.load.remote import is_url
+
+    return [Path(p) for p in paths if not is_url(p)]
+
+
 def input_files(paths: tuple[str, ...] | list[str]) -> list[Path]:
-    """Every file the command reads, as :func:`traceview.batch.discover.discover` finds
-    them; a path that names nothing adds none here (the command reports it when it reads)."""
+    """Every local file the command reads, as :func:`traceview.batch.discover.discover`
+    finds them; a path that names nothing adds none here (the command reports it when it
+    reads), nor does a URL."""
     from traceview.batch.discover import discover
     from traceview.errors import RunError
+    from traceview.load.remote import is_url
 
     found: list[Path] = []
     for text in paths:
+        if is_url(text):
+            continue
         with contextlib.suppress(RunError):
-            found += discover([text])
+            found += local_files(discover([text]))
     return found
 
 
@@ -324,7 +335,11 @@ def is_run(paths: tuple[str, ...] | list[str]) -> bool:
         return True
     import os
 
+    from traceview.load import remote
+
     p = paths[0]
+    if remote.is_url(p):
+        return remote.is_folder(p)
     return os.path.isdir(p) or (not os.path.exists(p) and any(c in p for c in "*?["))
 
 
@@ -362,6 +377,35 @@ def summarize_run_paths(
     for line in run.warnings:
         warn_once(", ".join(paths), line, label)
     return run
+
+
+def bytes_bar(what: str) -> tuple[Callable[[int, int, int, int], None], Callable[[], None]]:
+    """A progress bar over items and their bytes: items done of total, bytes per second
+    and the time left (from the bytes), shown on a terminal."""
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    bar = Progress(
+        f"[progress.description]{what}",
+        BarColumn(),
+        TextColumn("{task.fields[items]}"),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=stderr,
+        transient=True,
+    )
+    bar.start()
+    task = bar.add_task(what, total=None, items="")
+
+    def update(done: int, total: int, bytes_done: int, bytes_total: int) -> None:
+        bar.update(task, completed=bytes_done, total=bytes_total, items=f"{done}/{total}")
+
+    return update, bar.stop
 
 
 def count_bar(what: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 
 import click
@@ -13,6 +14,7 @@ from traceview.cli._options import (
     force_option,
     is_run,
     load_trace,
+    local_files,
     output_file,
     run_options,
     say,
@@ -64,12 +66,12 @@ def annotate(
         if folder.exists() and not folder.is_dir():
             raise TraceviewError(f"{folder}: not a folder (a run is annotated into a folder)")
         sources = discover(list(traces))
-        pairs = [(str(p), folder / _json_name(p.name)) for p in sources]
+        pairs = [(p, folder / _json_name(posixpath.basename(p))) for p in sources]
         created = not folder.exists()
         folder.mkdir(parents=True, exist_ok=True)
         try:
             for _, target in pairs:  # every target checked before any is written
-                check_output(target, inputs=sources, force=force, suffixes=SUFFIXES)
+                check_output(target, inputs=local_files(sources), force=force, suffixes=SUFFIXES)
         except TraceviewError:
             if created:
                 folder.rmdir()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import click
 
-from traceview.cli._options import AnalysisOptions, analysis_options, count_bar, say, warn
+from traceview.cli._options import AnalysisOptions, analysis_options, bytes_bar, say, warn
 
 
 @click.command()
@@ -66,7 +66,7 @@ def scan(
     Read it with polars or DuckDB, through the traces/ rows that commit each trace's other
     rows (docs/datasets.md). Workers exit if the scan is killed; concurrent scans into one
     dataset are safe."""
-    from traceview.batch.scan import ScanOptions
+    from traceview.batch.scan import ScanOptions, ScanProgress
     from traceview.batch.scan import scan as run_scan
     from traceview.errors import UsageError
 
@@ -79,10 +79,10 @@ def scan(
     options = ScanOptions(
         preset=analysis.preset, rules_file=analysis.rules, steps=analysis.step_options()
     )
-    progress: Callable[[int, int], None] | None = None
+    progress: ScanProgress | None = None
     close: Callable[[], None] = lambda: None  # noqa: E731
     if sys.stderr.isatty():
-        progress, close = count_bar("traces")
+        progress, close = bytes_bar("traces")
     try:
         report = run_scan(
             list(paths),
@@ -112,4 +112,9 @@ def scan(
         f"the dataset), failed {len(report.failed)} (in errors/)"
         + (f", {len(report.not_traces)} not traces (left out)" if report.not_traces else "")
         + f" in {report.seconds:.1f} s"
+        + (
+            f" ({report.bytes_read / 1e6 / report.seconds:.1f} MB/s)"
+            if report.bytes_read and report.seconds > 0
+            else ""
+        )
     )

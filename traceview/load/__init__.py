@@ -16,7 +16,7 @@ import warnings
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO, Protocol, cast
 
 from isal.igzip_lib import IsalError
 
@@ -41,6 +41,12 @@ _CORRUPT_GZIP: tuple[type[Exception], ...] = (zlib.error, cast(type[Exception], 
 __all__ = ["LoadOptions", "load"]
 
 
+class Hasher(Protocol):
+    """What :attr:`LoadOptions.hasher` must do: take the bytes as they are read."""
+
+    def update(self, data: bytes | memoryview, /) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class LoadOptions:
     """Options of :func:`load`.
@@ -57,6 +63,8 @@ class LoadOptions:
             and store them after a first load (see :mod:`traceview.load.cache`; also off
             with ``TRACEVIEW_CACHE=0``).
         cache_min_bytes: only files at least this large are cached.
+        hasher: given every byte of the file as it is read (a ``hashlib`` object): a
+            scan's content digest of an object it streams once; not given on a cache hit.
     """
 
     block_bytes: int = BLOCK_BYTES
@@ -65,6 +73,7 @@ class LoadOptions:
     strict: bool = False
     cache: bool = True
     cache_min_bytes: int = 16 << 20
+    hasher: Hasher | None = None
 
 
 def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) -> Trace:
@@ -78,7 +87,8 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
 
     Args:
         path: the trace file, or an ``s3://``, ``gs://``, ``az://`` or ``http(s)://`` URL
-            (streamed through fsspec, the ``traceview[cloud]`` extra; not cached).
+            (streamed through fsspec, the ``traceview[cloud]`` extra; cached by the
+            object's version id or strong ETag and size, where the store gives one).
         options: :class:`LoadOptions`.
 
     Returns:
@@ -91,8 +101,10 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
     """
     opts = options or LoadOptions()
     name = os.fspath(path)
-    if remote.is_url(name):  # streamed through fsspec; not cached (no content digest here)
-        total = remote.size(name)
+    url = remote.is_url(name)
+    if url:  # streamed through fsspec
+        obj = remote.stat(name)
+        total = obj.size
     else:
         if not os.path.exists(name):
             raise TraceFormatError(name, "no such file")
@@ -103,12 +115,16 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
         raise TraceFormatError(name, "empty file")
 
     caching = (
-        opts.cache and not remote.is_url(name) and total >= opts.cache_min_bytes and cache.enabled()
+        opts.cache
+        and opts.hasher is None
+        and (not url or obj.version is not None)  # an object with no version: not cached
+        and total >= opts.cache_min_bytes
+        and cache.enabled()
     )
     variant = f"raw_args={opts.raw_args}"
     if caching:
         before = cache.identity(name)
-        digest = cache.content_digest(name)
+        digest = cache.object_key(obj) if url else cache.content_digest(name)
         hit = cache.get(name, variant, digest)
         if hit is not None:
             return hit
@@ -122,7 +138,7 @@ def _load(name: str, total: int, opts: LoadOptions) -> Trace:
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the cyclic GC costs several times the parse on millions of objects
     try:
-        with _open_text(name, total, opts.progress) as stream:
+        with _open_text(name, total, opts.progress, opts.hasher) as stream:
             reader: Any = _EndsEarly(stream, name) if _is_gzip(name) else stream
             head = reader.read(opts.block_bytes)
             if _is_protobuf(head):
@@ -179,10 +195,13 @@ def _with_cuts(trace: Trace, cuts: int) -> Trace:
 class _CountingReader(io.RawIOBase):
     """A raw file that reports how many bytes have been read from it."""
 
-    def __init__(self, raw: BinaryIO, total: int, progress: Progress | None) -> None:
+    def __init__(
+        self, raw: BinaryIO, total: int, progress: Progress | None, hasher: Hasher | None
+    ) -> None:
         self._raw = raw
         self._total = total
         self._progress = progress
+        self._hasher = hasher
         self.done = 0
 
     def readable(self) -> bool:
@@ -190,6 +209,8 @@ class _CountingReader(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         n = self._raw.readinto(buffer)  # type: ignore[attr-defined]
+        if n and self._hasher is not None:
+            self._hasher.update(memoryview(buffer)[:n])
         self.done += n or 0
         if self._progress is not None:
             self._progress(self.done, self._total)
@@ -213,11 +234,11 @@ def _is_gzip(path: str) -> bool:
         return f.read(2) == _GZIP_MAGIC
 
 
-def _open_text(path: str, total: int, progress: Progress | None) -> BinaryIO:
+def _open_text(path: str, total: int, progress: Progress | None, hasher: Hasher | None) -> BinaryIO:
     raw = open_source(path)  # closed by the returned stream
     magic = raw.read(4)
     raw.seek(0)
-    counting = _CountingReader(raw, total, progress)
+    counting = _CountingReader(raw, total, progress, hasher)
     if magic[:2] == _GZIP_MAGIC:
         from isal import igzip_threaded
 

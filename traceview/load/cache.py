@@ -7,6 +7,9 @@ cache folder; the next load of the same, unchanged file reads them back.
 - **Key**: a BLAKE2b digest of the file's whole content (read on every open, hit or miss),
   plus traceview's version, the entry format and the load options that shape the frames.
   A changed file has another key: it is never served stale, whatever its size and mtime.
+  An object at a URL is keyed by its URL, version id or strong ETag, and size
+  (:func:`object_key`), which the store changes with every write; an object with neither
+  is not cached.
 - **Only whole, stable parses are stored**: the file's identity (device, inode, size,
   mtime) is read before and after the parse, and nothing is stored if it changed (a
   profiler still flushing, a copy in progress); a truncated trace is never stored.
@@ -40,7 +43,8 @@ from typing import TypedDict
 import orjson
 import polars as pl
 
-from traceview.errors import TraceviewWarning
+from traceview.errors import TraceviewError, TraceviewWarning
+from traceview.load import remote
 from traceview.model import Trace, TraceMeta
 
 FRAMES = ("kernels", "events", "flows", "counters", "metadata", "shapes")
@@ -79,14 +83,24 @@ def max_bytes() -> int:
         return 4 << 30
 
 
-Identity = tuple[int, int, int, int]  # device, inode, size, mtime (ns)
+Identity = tuple[object, ...]  # device, inode, size, mtime (ns); an object's size, version
 
 
 def identity(path: str) -> Identity:
-    """What the file system says of the file: read before and after a parse, so a file that
-    changed while it was read is never stored."""
+    """What the file system (or the store) says of the file: read before and after a
+    parse, so a file that changed while it was read is never stored."""
+    if remote.is_url(path):
+        obj = remote.stat(path)
+        return obj.size, obj.version
     st = os.stat(path)
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def object_key(obj: remote.RemoteObject) -> str:
+    """An object's stand-in for a content digest: its URL, version and size (the store
+    gives a new version id or ETag to every write)."""
+    text = f"{obj.url}|{obj.version}|{obj.size}"
+    return "object-" + hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def content_digest(path: str | Path) -> str:
@@ -148,7 +162,10 @@ def put(path: str, variant: str, trace: Trace, digest: str, before: Identity) ->
         return False
     root = cache_dir()
     try:
-        if identity(path) != before:
+        try:
+            if identity(path) != before:
+                return False
+        except TraceviewError:  # the object is gone now
             return False
         key = _key(digest, variant)
         if (root / key).exists():

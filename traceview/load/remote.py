@@ -3,13 +3,24 @@ fsspec (the ``traceview[cloud]`` extra) as streams, never downloaded whole first
 
 The standard settings are honoured: the AWS, Google Cloud and Azure credential chains, and
 ``AWS_ENDPOINT_URL`` for an S3-compatible server (used as given, so a local server's
-``http://`` works). A missing object, denied access or an unreachable endpoint is one
+``http://`` works). ``--storage-option KEY=VALUE`` (kept in ``TRACEVIEW_STORAGE_OPTIONS``,
+so worker processes see it too) passes the rest to the store's driver. A missing object,
+denied access or an unreachable endpoint is one
 :class:`~traceview.errors.TraceFormatError` naming the URL.
+
+An object's **version** is its version id, else its strong ETag (a weak ``W/`` ETag says
+nothing about the bytes): with its size, it keys the loaded-trace cache and a scan's
+incremental skip without reading the object.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import posixpath
+from dataclasses import dataclass
+from datetime import datetime
 from typing import BinaryIO, Protocol, cast
 
 from traceview.errors import MissingDependencyError, TraceFormatError
@@ -23,17 +34,87 @@ def is_url(name: str) -> bool:
     return name.lower().startswith(SCHEMES)
 
 
-class _FileSystem(Protocol):
-    """What this module asks of an fsspec filesystem."""
+class FileSystem(Protocol):
+    """What traceview asks of an fsspec filesystem."""
 
     def info(self, path: str) -> dict[str, object]: ...
 
-    def open(self, path: str, mode: str, block_size: int) -> BinaryIO: ...
+    def open(self, path: str, mode: str, block_size: int = ...) -> BinaryIO: ...
+
+    def find(self, path: str, detail: bool) -> dict[str, dict[str, object]]: ...
+
+    def isdir(self, path: str) -> bool: ...
+
+    def ls(self, path: str, detail: bool) -> list[str]: ...
+
+    def rm(self, path: str) -> None: ...
+
+    def cat(self, path: str | list[str]) -> bytes | dict[str, bytes]: ...
+
+    def pipe(self, path: str, value: bytes) -> None: ...
+
+    def invalidate_cache(self, path: str | None = None) -> None: ...
+
+
+STORAGE_OPTIONS_ENV = "TRACEVIEW_STORAGE_OPTIONS"  # JSON object: --storage-option's pairs
+
+
+def option_value(text: str) -> object:
+    """A ``--storage-option`` value as its driver wants it: true/false, an integer, a
+    number, else the text."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def storage_options() -> dict[str, object]:
+    """The ``--storage-option`` pairs this process was given (``TRACEVIEW_STORAGE_OPTIONS``)."""
+    text = os.environ.get(STORAGE_OPTIONS_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        given = json.loads(text)
+    except ValueError:
+        raise TraceFormatError(
+            STORAGE_OPTIONS_ENV, "not a JSON object of storage options"
+        ) from None
+    if not isinstance(given, dict):
+        raise TraceFormatError(STORAGE_OPTIONS_ENV, "not a JSON object of storage options")
+    return given
+
+
+ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
+
+
+def settings() -> dict[str, str]:
+    """The endpoint and storage options this process was given, to hand to workers on
+    other machines (their credentials come from their own environment)."""
+    return {k: os.environ[k] for k in (*ENDPOINT_ENV, STORAGE_OPTIONS_ENV) if k in os.environ}
+
+
+def apply_settings(given: dict[str, str]) -> None:
+    """Use a driver's :func:`settings` in this (worker) process."""
+    for k in (*ENDPOINT_ENV, STORAGE_OPTIONS_ENV):
+        if k in given:
+            os.environ[k] = given[k]
+        else:
+            os.environ.pop(k, None)
 
 
 def _options(url: str) -> dict[str, object]:
     """fsspec's options for ``url``: an S3 endpoint from ``AWS_ENDPOINT_URL``, short
-    connect timeouts and one retry, so a wrong endpoint is an error soon."""
+    connect timeouts and one retry, so a wrong endpoint is an error soon; then the
+    ``--storage-option`` pairs, which win."""
+    return {**_defaults(url), **storage_options()}
+
+
+def _defaults(url: str) -> dict[str, object]:
     if url.lower().startswith("s3://"):
         options: dict[str, object] = {
             "config_kwargs": {
@@ -49,7 +130,12 @@ def _options(url: str) -> dict[str, object]:
     return {}
 
 
-def _fs(url: str) -> tuple[_FileSystem, str]:
+def filesystem(url: str) -> tuple[FileSystem, str]:
+    """The fsspec filesystem of ``url`` and the path within it.
+
+    Raises:
+        MissingDependencyError: fsspec or the store's driver is not installed.
+    """
     try:
         import fsspec
     except ImportError:
@@ -63,10 +149,10 @@ def _fs(url: str) -> tuple[_FileSystem, str]:
         raise MissingDependencyError(
             f"{url}: no driver for this store ({exc}); pip install 'traceview[cloud]'"
         ) from None
-    return cast(_FileSystem, fs), str(path)
+    return cast(FileSystem, fs), str(path)
 
 
-def _failure(url: str, exc: BaseException) -> TraceFormatError:
+def failure(url: str, exc: BaseException) -> TraceFormatError:
     """One line for what went wrong reaching ``url``."""
     if isinstance(exc, FileNotFoundError):
         return TraceFormatError(url, "no such object")
@@ -76,21 +162,124 @@ def _failure(url: str, exc: BaseException) -> TraceFormatError:
     return TraceFormatError(url, f"cannot read the object: {text}")
 
 
-def size(url: str) -> int:
-    """The object's size in bytes.
+@dataclass(frozen=True, slots=True)
+class RemoteObject:
+    """An object at a URL: its size and version (None where the store gives neither a
+    version id nor a strong ETag)."""
+
+    url: str
+    size: int
+    version: str | None
+    mtime_ns: int | None = None
+
+
+def version_of(info: dict[str, object]) -> str | None:
+    """The object's version id, else its strong ETag, from the driver's ``info``."""
+    for key in ("VersionId", "version_id", "generation"):
+        v = info.get(key)
+        if v not in (None, "", "null"):
+            return f"version:{v}"
+    for key in ("ETag", "etag", "Etag"):
+        v = info.get(key)
+        if isinstance(v, str) and v and not v.startswith("W/"):
+            return "etag:" + v.strip('"')
+    return None
+
+
+def _object(url: str, info: dict[str, object]) -> RemoteObject:
+    size = info.get("size")
+    when = info.get("LastModified") or info.get("last_modified") or info.get("updated")
+    mtime_ns = int(when.timestamp() * 1e9) if isinstance(when, datetime) else None
+    return RemoteObject(
+        url, int(size) if isinstance(size, int | float) else 0, version_of(info), mtime_ns
+    )
+
+
+def stat(url: str) -> RemoteObject:
+    """The object's size and version.
 
     Raises:
-        TraceFormatError: a missing object, denied access, an unreachable endpoint.
+        TraceFormatError: a missing object, denied access, an unreachable endpoint, a folder.
     """
-    fs, path = _fs(url)
+    fs, path = filesystem(url)
     try:
+        fs.invalidate_cache(path)  # a listing cached earlier in this process may be stale
         info = fs.info(path)
     except Exception as exc:  # botocore, aiohttp and the store drivers each raise their own
-        raise _failure(url, exc) from None
+        raise failure(url, exc) from None
     if info.get("type") == "directory":
         raise TraceFormatError(url, "is a folder, not a trace object")
-    size = info.get("size")
-    return int(size) if isinstance(size, int | float) else 0
+    return _object(url, info)
+
+
+def size(url: str) -> int:
+    """The object's size in bytes (:func:`stat`)."""
+    return stat(url).size
+
+
+def scheme(url: str) -> str:
+    """``s3://`` of ``s3://bucket/key``."""
+    return url[: url.index("://") + 3]
+
+
+def is_folder(url: str) -> bool:
+    """Whether ``url`` names a folder (a prefix holding objects) rather than an object.
+
+    Raises:
+        TraceFormatError: an unreachable endpoint, denied access.
+    """
+    fs, path = filesystem(url)
+    try:
+        fs.invalidate_cache(path)
+        return bool(fs.isdir(path))
+    except FileNotFoundError:
+        return False
+    except Exception as exc:  # as in stat()
+        raise failure(url, exc) from None
+
+
+def listing(url: str) -> list[RemoteObject]:
+    """Every object under the folder ``url``, in all its subfolders, sorted by URL.
+
+    Raises:
+        TraceFormatError: an unreachable endpoint, denied access.
+    """
+    fs, path = filesystem(url)
+    prefix = scheme(url)
+    try:
+        fs.invalidate_cache(path)
+        found = fs.find(path, detail=True)
+    except Exception as exc:  # as in stat()
+        raise failure(url, exc) from None
+    objects = []
+    for key, info in found.items():
+        if info.get("type") == "directory":
+            continue
+        full = key if "://" in key else prefix + key.lstrip("/")
+        objects.append(_object(full, info))
+    return sorted(objects, key=lambda o: o.url)
+
+
+def relative(url: str, root: str) -> str:
+    """``url``'s path under the folder URL ``root`` (``a/b.json`` of ``s3://x/r/a/b.json``
+    under ``s3://x/r``)."""
+    base = root.rstrip("/") + "/"
+    return url[len(base) :] if url.startswith(base) else posixpath.basename(url)
+
+
+def join(root: str, name: str) -> str:
+    """``root/name`` for a folder URL."""
+    return f"{root.rstrip('/')}/{name}"
+
+
+def digest(url: str) -> str:
+    """BLAKE2b-128 of the object's bytes (read whole, in blocks): a trace's identity in a
+    dataset, the same digest a local copy of it has."""
+    h = hashlib.blake2b(digest_size=16)
+    with open_binary(url) as f:
+        while chunk := f.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def open_binary(url: str) -> BinaryIO:
@@ -99,9 +288,9 @@ def open_binary(url: str) -> BinaryIO:
     Raises:
         TraceFormatError: a missing object, denied access, an unreachable endpoint.
     """
-    fs, path = _fs(url)
+    fs, path = filesystem(url)
     try:
         stream: BinaryIO = fs.open(path, "rb", block_size=8 << 20)
     except Exception as exc:  # as in size()
-        raise _failure(url, exc) from None
+        raise failure(url, exc) from None
     return stream
