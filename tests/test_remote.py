@@ -5,10 +5,6 @@ figures as the local file; a missing object or an unreachable endpoint is one li
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,67 +12,23 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import GENERATED
+from s3server import filesystem, free_port, s3_server
 
 import traceview as tv
 from traceview.cli import cli
 
-pytest.importorskip("moto")
-pytest.importorskip("s3fs")
-
 FILES = ["hybrid_chunked", "dense_vllm_detailed"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    """moto's S3 server on 127.0.0.1, a bucket holding fixtures, and the environment a user
-    would set for an S3-compatible server."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                pytest.fail("moto's S3 server did not start")
-            time.sleep(0.1)
-    env = {
-        "AWS_ENDPOINT_URL": url,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        import s3fs
-
-        fs = s3fs.S3FileSystem(endpoint_url=url)
+    """moto's S3 server on 127.0.0.1 and a bucket holding fixtures."""
+    with s3_server() as url:
+        fs = filesystem(url)
         fs.mkdir("traces")
         for name in FILES:
             fs.put(str(GENERATED / f"{name}.json.gz"), f"traces/runs/{name}.json.gz")
         yield url
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.terminate()
-        server.wait(10)
 
 
 def _without_path(doc: dict) -> dict:  # type: ignore[type-arg]
@@ -139,7 +91,7 @@ def test_a_missing_object_is_one_line(endpoint: str) -> None:
 
 
 def test_an_unreachable_endpoint_is_one_line_soon(endpoint: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    closed = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     monkeypatch.setenv("AWS_ENDPOINT_URL", closed)
     started = time.monotonic()
     r = CliRunner().invoke(cli, ["summarize", "s3://traces/runs/hybrid_chunked.json.gz"])

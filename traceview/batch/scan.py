@@ -285,12 +285,24 @@ def failed(source: Source, trace_id: str, error: str) -> Analysis:
 def _write(store: Store, a: Analysis) -> ScanStatus:
     """Commit one analysis into the dataset (under the trace's lock, held by the caller)."""
     trace_id = a["status"]["trace_id"]
-    if a["errors"] is not None:
+    if a["errors"] is not None and not _said_before(store, trace_id, a["errors"]):
         write_table(store, "errors", trace_id, a["errors"])
     if a["tables"] is not None and a["row"] is not None:
         _commit(store, trace_id, a["tables"], a["row"])
         drop_error(store, trace_id)
     return a["status"]
+
+
+def _said_before(store: Store, trace_id: str, errors: pl.DataFrame) -> bool:
+    """Whether the dataset's ``errors/`` row of the trace says this already (a failure
+    tried again and failing the same way is not written again)."""
+    rel = table_file("errors", trace_id)
+    if not store.exists(rel):
+        return False
+    try:
+        return store.read_parquet([rel], errors.columns).equals(errors)
+    except (OSError, pl.exceptions.PolarsError):
+        return False
 
 
 def sources(paths: Sequence[str], pattern: str | None) -> list[Source]:

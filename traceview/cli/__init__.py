@@ -18,8 +18,10 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         from traceview.cli._options import forget_warnings
+        from traceview.load.remote import STORAGE_OPTIONS_ENV
 
         forget_warnings()
+        given = os.environ.get(STORAGE_OPTIONS_ENV)  # --storage-option sets it for one command
         try:
             with warnings.catch_warnings():
                 # commands print trace.meta.warnings themselves, once, in a summary line
@@ -31,6 +33,11 @@ class _Group(click.Group):
             prefix = "" if exc.exit_code == EXIT_OK else "Error: "
             click.echo(f"{prefix}{terminal(exc)}", err=True)
             ctx.exit(exc.exit_code)
+        finally:
+            if given is None:
+                os.environ.pop(STORAGE_OPTIONS_ENV, None)
+            else:
+                os.environ[STORAGE_OPTIONS_ENV] = given
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -65,7 +72,7 @@ def _register() -> None:
         summarize,
     )
 
-    for command in (
+    readers = (
         info.info,
         summarize.summarize,
         summarize.steps,
@@ -75,14 +82,43 @@ def _register() -> None:
         compare.diff_command,
         compare.check_command,
         scan.scan,
-        cache.cache,
         annotate.annotate,
         report.report,
-        capture.capture,
-        capture.itl,
-        capture.demo,
-    ):
+    )
+    for command in readers:  # every command that reads traces reads them at URLs too
+        command.params.append(_storage_option())
+    for command in (*readers, cache.cache, capture.capture, capture.itl, capture.demo):
         cli.add_command(command)
+
+
+def _storage_option() -> click.Option:
+    """``--storage-option KEY=VALUE``: passed to the object store's driver (fsspec's
+    s3fs, gcsfs, adlfs) for every URL the command reads or writes, and to its workers."""
+
+    def keep(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
+        import json
+
+        from traceview.load.remote import STORAGE_OPTIONS_ENV, option_value, storage_options
+
+        if not value:
+            return
+        pairs = storage_options()
+        for item in value:
+            key, sep, text = item.partition("=")
+            if not sep or not key.strip():
+                raise click.BadParameter(f"{item!r}: expected KEY=VALUE", ctx, param)
+            pairs[key.strip()] = option_value(text)
+        os.environ[STORAGE_OPTIONS_ENV] = json.dumps(pairs)  # worker processes see it too
+
+    return click.Option(
+        ["--storage-option"],
+        multiple=True,
+        metavar="KEY=VALUE",
+        expose_value=False,
+        callback=keep,
+        help="Passed to the object store's driver for URLs (e.g. anon=true, "
+        "requester_pays=true, profile=NAME); repeatable.",
+    )
 
 
 _register()

@@ -143,11 +143,16 @@ def filesystem(url: str) -> tuple[FileSystem, str]:
             f"{url}: reading URLs needs fsspec and the store's driver: "
             "pip install 'traceview[cloud]'"
         ) from None
+    options = _options(url)
     try:
-        fs, path = fsspec.core.url_to_fs(url, **_options(url))
+        fs, path = fsspec.core.url_to_fs(url, **options)
     except (ImportError, ValueError) as exc:
         raise MissingDependencyError(
             f"{url}: no driver for this store ({exc}); pip install 'traceview[cloud]'"
+        ) from None
+    except TypeError as exc:  # an option the driver does not take
+        raise TraceFormatError(
+            url, f"the store's driver refused its options {sorted(options)}: {exc}"
         ) from None
     return cast(FileSystem, fs), str(path)
 

@@ -1,0 +1,296 @@
+"""Runs and scans where they live (issue 24): a folder of objects in a real S3 API (moto's
+server on 127.0.0.1) summarizes as the same run as the local folder, and `scan s3://… -o
+s3://…` writes the same rows as a local scan of the same tree; it is incremental by the
+objects' versions, a second scan writes nothing, a killed scan resumes to the same
+dataset, the cache keys an object by its ETag, and a Ray cluster started as users start
+one reads the inputs from the bucket only."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from conftest import GENERATED, ROOT, SHARED_TRACES
+from s3server import environment, filesystem, s3_server
+
+import traceview as tv
+from fixtures.ranks import RankRun, build
+from traceview.batch.scan import scan
+from traceview.cli import cli
+from traceview.load import LoadOptions
+
+DLRM = SHARED_TRACES / "param" / "dlrm_8rank"
+BUCKET = "bkt"
+RUNS = f"s3://{BUCKET}/runs"
+# columns that say where and when a trace was read, not what it holds
+WHERE = ["path", "version", "mtime_ns", "scanned_at_ns"]
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tree of runs: a 2-rank run, lone traces beside it and deeper down, a corrupt
+    trace, a sidecar and a hidden folder."""
+    root = tmp_path_factory.mktemp("tree")
+    build(RankRun(ranks=2, slow_rank=1, slow_factor=1.3, steps=10), root / "tp2")
+    single = root / "single"
+    single.mkdir()
+    for name in ("hybrid_chunked", "dense_sglang"):
+        shutil.copy(GENERATED / f"{name}.json.gz", single / f"{name}.json.gz")
+    shutil.copy(GENERATED / "hybrid_chunked.truth.json", single / "hybrid_chunked.truth.json")
+    (single / "broken.json").write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": ')
+    (root / "y" / "z").mkdir(parents=True)
+    shutil.copy(GENERATED / "hybrid_vllm_old.json.gz", root / "y" / "z" / "old.json.gz")
+    (root / ".hidden").mkdir()
+    shutil.copy(GENERATED / "dense_sglang.json.gz", root / ".hidden" / "skip.json.gz")
+    return root
+
+
+@pytest.fixture(scope="module")
+def bucket(tree: Path) -> Iterator[str]:
+    """The tree uploaded to a bucket of moto's S3 server (and the 8-rank run, where
+    ../shared/traces is present); yields the server's endpoint."""
+    with s3_server() as url:
+        fs = filesystem(url)
+        fs.mkdir(BUCKET)
+        for f in sorted(tree.rglob("*")):
+            if f.is_file():
+                fs.put(str(f), f"{BUCKET}/runs/{f.relative_to(tree).as_posix()}")
+        if DLRM.is_dir():
+            for f in sorted(DLRM.glob("*.json.gz")):
+                fs.put(str(f), f"{BUCKET}/dlrm/{f.name}")
+        yield url
+
+
+def _s3_table(url: str, ds: str, table: str) -> pl.DataFrame:
+    fs = filesystem(url)
+    prefix = ds.removeprefix("s3://")
+    keys = sorted(k for k in fs.find(f"{prefix}/{table}") if k.endswith(".parquet"))
+    return pl.concat([pl.read_parquet(io.BytesIO(fs.cat(k))) for k in keys])
+
+
+def _local_table(ds: Path, table: str) -> pl.DataFrame:
+    return pl.read_parquet(ds / table / "*.parquet")
+
+
+def _same(a: pl.DataFrame, b: pl.DataFrame, table: str, where: tuple[str, str] = ("", "")) -> None:
+    """Equal row for row, but for where each trace was read (``where``: the local root and
+    the URL it stands for, in an error's message)."""
+    a = a.drop(WHERE, strict=False)
+    b = b.drop(WHERE, strict=False)
+    if where[0] and "error" in a.columns:
+        a = a.with_columns(pl.col("error").str.replace_all(where[0], where[1], literal=True))
+    assert a.columns == b.columns, table
+    assert a.sort(pl.all()).equals(b.sort(pl.all())), table
+
+
+def _snapshot(url: str, prefix: str) -> dict[str, tuple[object, object]]:
+    """Every object under ``prefix``: its ETag and last write."""
+    fs = filesystem(url)
+    return {
+        k: (i.get("ETag"), i.get("LastModified")) for k, i in fs.find(prefix, detail=True).items()
+    }
+
+
+def _run_doc(paths: list[str]) -> dict:  # type: ignore[type-arg]
+    r = CliRunner().invoke(cli, ["summarize", *paths, "--json", "-j", "1"])
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    "local, url",
+    [
+        pytest.param("tp2", f"{RUNS}/tp2", id="tp2"),
+        pytest.param(
+            str(DLRM),
+            f"s3://{BUCKET}/dlrm",
+            id="dlrm_8rank",
+            marks=pytest.mark.skipif(not DLRM.is_dir(), reason="../shared/traces not present"),
+        ),
+    ],
+)
+def test_a_folder_of_rank_objects_is_the_same_run(
+    bucket: str, tree: Path, local: str, url: str
+) -> None:
+    folder = tree / local if not Path(local).is_absolute() else Path(local)
+    remote_doc = _run_doc([url])
+    local_doc = _run_doc([str(folder)])
+    assert len(remote_doc["ranks"]) == len(local_doc["ranks"]) >= 2
+    # the same document, but for where each rank was read from
+    text = json.dumps(local_doc).replace(str(folder), url)
+    assert json.loads(text) == remote_doc
+
+
+def test_scan_from_s3_into_s3_equals_a_local_scan(bucket: str, tree: Path, tmp_path: Path) -> None:
+    local = tmp_path / "local"
+    report = scan([str(tree)], local, jobs=2)
+    assert len(report.scanned) == 5 and len(report.failed) == 1 and len(report.not_traces) == 1
+    r = CliRunner().invoke(cli, ["scan", RUNS, "-o", f"s3://{BUCKET}/ds", "-j", "2"])
+    assert r.exit_code == 0, r.stderr
+    assert "scanned 5, skipped 0" in r.stderr and "failed 1" in r.stderr
+    for table in ("traces", "steps", "families", "gaps", "errors"):
+        remote = _s3_table(bucket, f"s3://{BUCKET}/ds", table)
+        _same(_local_table(local, table), remote, table, (str(tree), RUNS))
+    traces = _s3_table(bucket, f"s3://{BUCKET}/ds", "traces").sort("path")
+    # named where they are: the object's URL, its version (the ETag), the same run names
+    assert all(p.startswith(f"{RUNS}/") for p in traces["path"])
+    assert all(v.startswith("etag:") for v in traces["version"])
+    assert sorted(set(traces["run"])) == [
+        "single/dense_sglang.json.gz",
+        "single/hybrid_chunked.json.gz",
+        "tp2",
+        "y/z/old.json.gz",
+    ]
+    errors = _s3_table(bucket, f"s3://{BUCKET}/ds", "errors")
+    assert errors["path"].to_list() == [f"{RUNS}/single/broken.json"]
+    # the docs' helper reads the dataset in the bucket (polars, with the endpoint's settings)
+    from traceview.batch.dataset import committed
+
+    assert committed(f"s3://{BUCKET}/ds", "steps").collect().height == (
+        _local_table(local, "steps").height
+    )
+
+
+def test_a_second_scan_writes_nothing_and_a_changed_object_is_scanned_again(
+    bucket: str, tmp_path: Path
+) -> None:
+    ds = f"s3://{BUCKET}/incremental"
+    first = scan([RUNS], ds, jobs=1)
+    before = _snapshot(bucket, f"{BUCKET}/incremental")
+    again = scan([RUNS], ds, jobs=1)
+    assert again.scanned == [] and len(again.skipped) == len(first.scanned)
+    assert again.failed == first.failed  # tried again, and failing the same way
+    assert _snapshot(bucket, f"{BUCKET}/incremental") == before  # not one object written
+    # an object written again with other bytes has another ETag: it alone is read again
+    fs = filesystem(bucket)
+    fs.put(str(GENERATED / "hybrid_tight.json.gz"), f"{BUCKET}/runs/single/dense_sglang.json.gz")
+    try:
+        third = scan([RUNS], ds, jobs=1)
+        assert third.scanned == [f"{RUNS}/single/dense_sglang.json.gz"]
+        assert len(third.skipped) == len(first.scanned) - 1
+    finally:
+        fs.put(
+            str(GENERATED / "dense_sglang.json.gz"), f"{BUCKET}/runs/single/dense_sglang.json.gz"
+        )
+
+
+@pytest.mark.slow
+def test_a_killed_scan_resumes_to_the_same_dataset(bucket: str, tmp_path: Path) -> None:
+    clean = f"s3://{BUCKET}/clean"
+    scan([RUNS], clean, jobs=1)
+    killed = f"s3://{BUCKET}/killed"
+    cmd = [sys.executable, "-m", "traceview", "scan", RUNS, "-o", killed, "-j", "1"]
+    env = {**os.environ, **environment(bucket)}
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    fs = filesystem(bucket)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if fs.exists(f"{BUCKET}/killed/steps") and fs.find(f"{BUCKET}/killed/steps"):
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL  # killed mid-way, not finished
+    # and, whatever the kill hit, a trace whose rows were written but not committed, its
+    # writer dead: as a scan killed between them leaves it
+    traces = sorted(fs.find(f"{BUCKET}/killed/traces"))
+    if traces:
+        tid = traces[0].rsplit("/", 1)[-1].removesuffix(".parquet")
+        fs.rm(traces[0])
+        fs.pipe(f"{BUCKET}/killed/.tmp/lock.{tid}.999999999.{os.uname().nodename}", b"")
+    resumed = scan([RUNS], killed, jobs=1)
+    if traces:  # its steps, families and gaps files, and any the kill left
+        assert resumed.orphans_removed >= 3
+    assert not fs.find(f"{BUCKET}/killed/.tmp")
+    for table in ("traces", "steps", "families", "gaps", "errors"):
+        _same(_s3_table(bucket, clean, table), _s3_table(bucket, killed, table), table)
+
+
+def test_the_cache_keys_an_object_by_its_etag(
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    loader = importlib.import_module("traceview.load")  # the module, not tv.load
+
+    monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(tmp_path / "cache"))
+    parses: list[str] = []
+    real = loader._load
+
+    def counted(name: str, total: int, opts: LoadOptions) -> tv.Trace:
+        parses.append(name)
+        return real(name, total, opts)
+
+    monkeypatch.setattr(loader, "_load", counted)
+    url = f"{RUNS}/single/hybrid_chunked.json.gz"
+    opts = LoadOptions(cache_min_bytes=0)
+    first = tv.load(url, options=opts)
+    second = tv.load(url, options=opts)
+    assert len(parses) == 1 and second.kernels.equals(first.kernels)
+    assert second.meta.path == url
+    # another write of the object: another ETag, so the cache is not served
+    fs = filesystem(bucket)
+    fs.put(str(GENERATED / "dense_sglang.json.gz"), f"{BUCKET}/runs/single/hybrid_chunked.json.gz")
+    try:
+        third = tv.load(url, options=opts)
+        assert len(parses) == 2
+        assert third.kernels.equals(tv.load(GENERATED / "dense_sglang.json.gz").kernels)
+    finally:
+        fs.put(
+            str(GENERATED / "hybrid_chunked.json.gz"),
+            f"{BUCKET}/runs/single/hybrid_chunked.json.gz",
+        )
+
+
+def test_storage_options_reach_the_driver(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    url = f"{RUNS}/single/dense_sglang.json.gz"
+    r = CliRunner().invoke(cli, ["info", url, "--storage-option", f"endpoint_url={bucket}"])
+    assert r.exit_code == 0, r.stderr
+    r = CliRunner().invoke(cli, ["info", url, "--storage-option", "no_such_option=1"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and url in r.stderr
+    r = CliRunner().invoke(cli, ["info", url, "--storage-option", "novalue"])
+    assert r.exit_code == 2 and "expected KEY=VALUE" in r.stderr
+    assert "TRACEVIEW_STORAGE_OPTIONS" not in os.environ  # set for one command only
+
+
+@pytest.mark.slow
+def test_a_ray_cluster_reads_the_inputs_from_the_bucket_only(bucket: str, tmp_path: Path) -> None:
+    """`ray start --head` on 127.0.0.1 in a subprocess whose environment has the bucket's
+    credentials but not its endpoint: the driver hands its endpoint to the workers, which
+    read each object by URL; the dataset, in the bucket too, equals the local engine's."""
+    pytest.importorskip("ray")
+    ray_cli = Path(sys.executable).with_name("ray")
+    if not ray_cli.exists():
+        pytest.skip("the ray command is not installed beside this Python")
+    from s3server import free_port
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT_URL")}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    start = [str(ray_cli), "start", "--head", "--node-ip-address", "127.0.0.1"]
+    start += [f"--port={free_port()}", "--num-cpus=2", "--include-dashboard=false"]
+    subprocess.run(start, env=env, check=True, capture_output=True, timeout=120)
+    try:
+        local = f"s3://{BUCKET}/by-local"
+        scan([RUNS], local, jobs=2)
+        on_ray = f"s3://{BUCKET}/by-ray"
+        args = ["scan", RUNS, "-o", on_ray, "--engine", "ray", "--address", "auto"]
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 0, r.stderr
+        assert "scanned 5" in r.stderr and "failed 1" in r.stderr
+        for table in ("traces", "steps", "families", "gaps", "errors"):
+            _same(_s3_table(bucket, local, table), _s3_table(bucket, on_ray, table), table)
+    finally:
+        subprocess.run([str(ray_cli), "stop", "--force"], env=env, capture_output=True, timeout=120)
