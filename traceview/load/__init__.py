@@ -138,8 +138,9 @@ def _load(name: str, total: int, opts: LoadOptions) -> Trace:
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the cyclic GC costs several times the parse on millions of objects
     try:
-        with _open_text(name, total, opts.progress, opts.hasher) as stream:
-            reader: Any = _EndsEarly(stream, name) if _is_gzip(name) else stream
+        stream, gzipped = _open_text(name, total, opts.progress, opts.hasher)
+        with stream:
+            reader: Any = _EndsEarly(stream, name) if gzipped else stream
             head = reader.read(opts.block_bytes)
             if _is_protobuf(head):
                 from traceview.load.pftrace import load_pftrace
@@ -229,12 +230,11 @@ def open_source(path: str) -> BinaryIO:
     return open(path, "rb")  # noqa: SIM115 - the caller closes it
 
 
-def _is_gzip(path: str) -> bool:
-    with open_source(path) as f:
-        return f.read(2) == _GZIP_MAGIC
-
-
-def _open_text(path: str, total: int, progress: Progress | None, hasher: Hasher | None) -> BinaryIO:
+def _open_text(
+    path: str, total: int, progress: Progress | None, hasher: Hasher | None
+) -> tuple[BinaryIO, bool]:
+    """The file's text as a stream (decompressed where it is gzip), and whether it is gzip
+    (an object is opened once: every open of a URL is a request)."""
     raw = open_source(path)  # closed by the returned stream
     magic = raw.read(4)
     raw.seek(0)
@@ -247,11 +247,11 @@ def _open_text(path: str, total: int, progress: Progress | None, hasher: Hasher 
         stream: BinaryIO = igzip_threaded.open(  # type: ignore[no-untyped-call]
             counting, "rb", threads=1, block_size=_GZIP_BLOCK
         )
-        return stream
+        return stream, True
     if magic == _ZSTD_MAGIC:
         counting.close()
         raise TraceFormatError(path, "zstd-compressed traces are not supported; run zstd -d")
-    return io.BufferedReader(counting, buffer_size=1 << 20)
+    return io.BufferedReader(counting, buffer_size=1 << 20), False
 
 
 class _EndsEarly:
