@@ -162,6 +162,24 @@ def test_scan_from_s3_into_s3_equals_a_local_scan(bucket: str, tree: Path, tmp_p
     )
 
 
+def test_the_datasets_doc_reads_a_dataset_in_a_bucket(bucket: str) -> None:
+    """docs/datasets.md's bucket queries (polars, the committed() helper, DuckDB through
+    fsspec) run against a dataset scanned into the bucket, and agree."""
+    pytest.importorskip("duckdb")
+    import re
+
+    scan([RUNS], f"s3://{BUCKET}/docs-ds", jobs=1)
+    text = (ROOT / "docs" / "datasets.md").read_text()
+    blocks = re.findall(r"```python bucket\n(.*?)```", text, re.S)
+    assert blocks
+    namespace: dict[str, object] = {}
+    for block in blocks:
+        code = block.replace("s3://my-bucket/ds", f"s3://{BUCKET}/docs-ds")
+        exec(compile(code, "docs/datasets.md", "exec"), namespace)
+    by_run = namespace["by_run"]
+    assert isinstance(by_run, list) and len(by_run) == 4  # tp2 and the three lone traces
+
+
 def test_a_second_scan_writes_nothing_and_a_changed_object_is_scanned_again(
     bucket: str, tmp_path: Path
 ) -> None:
