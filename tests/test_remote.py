@@ -119,3 +119,42 @@ def test_every_single_trace_command_reads_a_url(endpoint: str, tmp_path: Path) -
     # annotate kept the object's events byte for byte: the copy loads to the same kernels
     annotated = tv.load(tmp_path / "a.json.gz")
     assert annotated.kernels.height == tv.load(GENERATED / "hybrid_chunked.json.gz").kernels.height
+
+
+def test_outputs_at_urls_are_written_whole_and_by_the_writer_rule(endpoint: str) -> None:
+    """-o s3://…: the same writer rule as a file (no overwrite without --force, never an
+    input, a known suffix), the object written once the command has succeeded, and none
+    when it fails."""
+    url = "s3://traces/runs/hybrid_chunked.json.gz"
+    fs = filesystem(endpoint)
+    outputs = {
+        "s3://traces/out/hb.png": ["heartbeat", url],
+        "s3://traces/out/gaps.svg": ["gaps", url],
+        "s3://traces/out/steps.csv": ["steps", url],
+        "s3://traces/out/report.html": ["report", url],
+        "s3://traces/out/kernels.parquet": ["sql", "top_kernels", url],
+    }
+    for out, args in outputs.items():
+        r = CliRunner().invoke(cli, [*args, "-o", out])
+        assert r.exit_code == 0, (args[0], r.stderr)
+        assert fs.exists(out.removeprefix("s3://")), out
+        assert not [ln for ln in r.stderr.splitlines() if "traceview-out-" in ln]  # the URL
+    local = tv.steps(tv.load(GENERATED / "hybrid_chunked.json.gz"))
+    assert fs.cat("traces/out/steps.csv").decode().count("\n") == local.height + 1
+    assert fs.cat("traces/out/hb.png")[:4] == b"\x89PNG"
+    r = CliRunner().invoke(cli, ["heartbeat", url, "-o", "s3://traces/out/hb.png"])
+    assert r.exit_code == 2 and "already exists (use --force" in r.stderr
+    r = CliRunner().invoke(cli, ["heartbeat", url, "-o", "s3://traces/out/hb.png", "--force"])
+    assert r.exit_code == 0 and "wrote s3://traces/out/hb.png" in r.stderr
+    r = CliRunner().invoke(cli, ["annotate", url, "-o", url])
+    assert r.exit_code == 2 and "is one of this command's inputs" in r.stderr
+    # a command that fails after the rule was checked (a CPU capture has no decode gaps
+    # to chart) writes nothing
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 5}
+    cpu = json.dumps({"traceEvents": [op]}).encode()
+    fs.pipe("traces/runs/cpu.json", cpu)
+    r = CliRunner().invoke(
+        cli, ["gaps", "s3://traces/runs/cpu.json", "-o", "s3://traces/out/never.png"]
+    )
+    assert r.exit_code == 2 and "no decode gaps" in r.stderr
+    assert not fs.exists("traces/out/never.png")

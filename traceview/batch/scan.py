@@ -40,7 +40,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Literal, TypedDict
@@ -229,6 +229,12 @@ def analyse(read_from: str, source: Source, trace_id: str | None, options: ScanO
     None: the content hash is taken as the trace is read."""
     path = source.path
     digest = _Digest() if trace_id is None else None
+    if read_from == path and remote.is_url(path):
+        try:  # the row describes the object as it is now, not as it was listed
+            now = remote.stat(path)
+            source = replace(source, size=now.size, mtime_ns=now.mtime_ns, version=now.version)
+        except TraceviewError as exc:
+            return failed(source, _identity(read_from, source, None), str(exc))
 
     def said(exc: Exception) -> str:  # the user's path, not a worker's copy of it
         return str(exc).replace(read_from, path)

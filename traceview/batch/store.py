@@ -223,7 +223,9 @@ def open_store(dataset: str | os.PathLike[str]) -> Store:
     name = os.fspath(dataset)
     if remote.is_url(name):
         if name.lower().startswith(("http://", "https://")):
-            raise TraceviewError(f"{name}: a dataset cannot be written over plain HTTP")
+            raise TraceviewError(
+                f"{name}: a dataset cannot be written to an HTTP URL (use s3://, gs:// or az://)"
+            )
         return ObjectStore(name)
     return LocalStore(name)
 

@@ -26,7 +26,7 @@ class _Group(click.Group):
             with warnings.catch_warnings():
                 # commands print trace.meta.warnings themselves, once, in a summary line
                 warnings.simplefilter("ignore", TraceviewWarning)
-                return super().invoke(ctx)
+                return self._invoke_and_publish(ctx)
         except TraceviewError as exc:
             if ctx.params.get("debug"):
                 raise
@@ -38,6 +38,21 @@ class _Group(click.Group):
                 os.environ.pop(STORAGE_OPTIONS_ENV, None)
             else:
                 os.environ[STORAGE_OPTIONS_ENV] = given
+
+    def _invoke_and_publish(self, ctx: click.Context) -> Any:
+        """The command, then its outputs bound for URLs uploaded if it succeeded."""
+        from traceview.cli._options import publish_outputs
+
+        try:
+            result = super().invoke(ctx)
+        except click.exceptions.Exit as done:
+            publish_outputs(done.exit_code == 0)
+            raise
+        except BaseException:
+            publish_outputs(False)
+            raise
+        publish_outputs(True)
+        return result
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

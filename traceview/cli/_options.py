@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from traceview._io import check_output
+from traceview.errors import TraceviewError
 from traceview.load import LoadOptions, load
 from traceview.model import Trace
 from traceview.render.safe import terminal
@@ -38,9 +39,43 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 
+_STAGED: dict[str, str] = {}  # an output written here first (its local path) -> its URL
+_DEFERRED: list[str] = []  # what say() will print once the staged outputs are uploaded
+
+
 def say(text: str) -> None:
-    """One line on stderr, its trace text neutralised for the terminal."""
+    """One line on stderr, its trace text neutralised for the terminal. A line that names
+    an output bound for a URL names the URL, and is printed once it is uploaded."""
+    for local, url in _STAGED.items():
+        if local in text:
+            _DEFERRED.append(text.replace(local, url))
+            return
     stderr.print(Text(terminal(text)))
+
+
+def publish_outputs(ok: bool) -> None:
+    """After a command: upload the outputs it wrote for URLs (when it succeeded), then
+    remove their staging folders; a command that failed uploads nothing.
+
+    Raises:
+        TraceFormatError: an upload the store refused (one line naming the URL).
+    """
+    import shutil
+
+    from traceview.load import remote
+
+    try:
+        for local, url in list(_STAGED.items()):
+            if ok and Path(local).is_file():
+                remote.upload(local, url)
+        if ok:
+            for line in _DEFERRED:
+                stderr.print(Text(terminal(line)))
+    finally:
+        for local in _STAGED:
+            shutil.rmtree(Path(local).parent, ignore_errors=True)
+        _STAGED.clear()
+        _DEFERRED.clear()
 
 
 def warn(text: str) -> None:
@@ -147,8 +182,43 @@ def output_file(
     suffixes: tuple[str, ...] | None = None,
 ) -> Path:
     """The writer rule (:func:`traceview._io.check_output`) for ``-o``, against every file
-    ``inputs`` names; checked before any work is done."""
+    ``inputs`` names; checked before any work is done. An output at a URL gets the same
+    rule, and a local path to write it to; it is uploaded when the command succeeds
+    (:func:`publish_outputs`)."""
+    from traceview.load import remote
+
+    if remote.is_url(output):
+        return _staged(output, inputs, force=force, suffixes=suffixes)
     return check_output(output, inputs=input_files(inputs), force=force, suffixes=suffixes)
+
+
+def _staged(
+    url: str,
+    inputs: tuple[str, ...] | list[str],
+    *,
+    force: bool,
+    suffixes: tuple[str, ...] | None,
+) -> Path:
+    import posixpath
+    import tempfile
+
+    from traceview.load import remote
+
+    name = posixpath.basename(url)
+    if not name:
+        raise TraceviewError(f"{url}: is a folder; give a file name for the output")
+    if url in inputs:
+        raise TraceviewError(
+            f"{url}: is one of this command's inputs; traceview never writes over its "
+            "inputs (choose another output)"
+        )
+    if suffixes is not None and not name.lower().endswith(suffixes):
+        raise TraceviewError(f"{url}: unknown output suffix; known: {', '.join(suffixes)}")
+    if not force and remote.exists(url):
+        raise TraceviewError(f"{url}: already exists (use --force to overwrite)")
+    path = Path(tempfile.mkdtemp(prefix="traceview-out-")) / name
+    _STAGED[str(path)] = url
+    return path
 
 
 def output_options(func: F) -> F:

@@ -21,6 +21,7 @@ from traceview.cli._options import (
     warn,
 )
 from traceview.errors import TraceviewError
+from traceview.load.remote import is_url
 
 SUFFIXES = (".json", ".json.gz")
 
@@ -62,6 +63,10 @@ def annotate(
 
     rules = analysis.load_rules()
     if is_run(traces):
+        if is_url(output):
+            raise TraceviewError(
+                f"{output}: a run is annotated into a local folder (-o URL takes one trace)"
+            )
         folder = Path(output)
         if folder.exists() and not folder.is_dir():
             raise TraceviewError(f"{folder}: not a folder (a run is annotated into a folder)")

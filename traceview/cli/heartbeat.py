@@ -110,7 +110,7 @@ def heartbeat(
     span = parse_window(window)
     if efficiency and analysis.model is None:
         raise TraceviewError("--efficiency needs --model (the model's config.json)")
-    output_file(output, traces, force=force, suffixes=FORMATS)
+    target = output_file(output, traces, force=force, suffixes=FORMATS)
     if len(traces) > 2 or (len(traces) == 1 and is_run(traces)):
         if breakdown or efficiency:
             raise TraceviewError(
@@ -119,7 +119,7 @@ def heartbeat(
             )
         run = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict)
         ranks = run_heartbeat_data(run, title=title or "")
-        say(f"wrote {save_figure(run_heartbeat_figure(ranks, style=style), output)}")
+        say(f"wrote {save_figure(run_heartbeat_figure(ranks, style=style), target)}")
         return
     datas = []
     for path in traces:
@@ -135,7 +135,7 @@ def heartbeat(
             )
         datas.append(data)
     figure = heartbeat_figure(datas, style=style, breakdown=breakdown, efficiency=efficiency)
-    saved = save_figure(figure, output)
+    saved = save_figure(figure, target)
     say(f"wrote {saved}")
 
 
@@ -156,7 +156,7 @@ def gaps(
 ) -> None:
     """Chart the decode-gap distribution per population (CDF on a log time axis, p50/p90/p99
     marked, n in the legend)."""
-    output_file(output, [trace], force=force, suffixes=FORMATS)
+    target = output_file(output, [trace], force=force, suffixes=FORMATS)
     summary = summarize_trace(trace, analysis=analysis)
     if summary.gaps.height == 0:
         title_says = gap_title(summary.document)
@@ -171,4 +171,4 @@ def gaps(
         title=title or f"{gap_title(summary.document)} — {Path(trace).name}",
         style=style,
     )
-    say(f"wrote {save_figure(fig, output)}")
+    say(f"wrote {save_figure(fig, target)}")

@@ -70,7 +70,9 @@ def sql(
     text, where = resolve_query(query)
     chosen = guess_format(output, fmt)
     if output is not None:
-        output_file(output, [trace_path, *([str(where)] if where else [])], force=force)
+        output = str(
+            output_file(output, [trace_path, *([str(where)] if where else [])], force=force)
+        )
     if engine == "perfetto" or (engine == "auto" and tp_bin):
         df = run(trace_path, query, engine=engine, timeout_s=timeout, tp_bin=tp_bin)
     else:

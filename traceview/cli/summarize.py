@@ -78,7 +78,7 @@ def steps(
     other formats keep every column, in ns."""
     chosen = guess_format(output, fmt)
     if output is not None:
-        output_file(output, traces, force=force)
+        output = str(output_file(output, traces, force=force))
     if is_run(traces):
         table = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict).steps
     else:

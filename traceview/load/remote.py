@@ -53,6 +53,8 @@ class FileSystem(Protocol):
 
     def pipe(self, path: str, value: bytes) -> None: ...
 
+    def put(self, lpath: str, rpath: str) -> None: ...
+
     def invalidate_cache(self, path: str | None = None) -> None: ...
 
 
@@ -275,6 +277,37 @@ def relative(url: str, root: str) -> str:
 def join(root: str, name: str) -> str:
     """``root/name`` for a folder URL."""
     return f"{root.rstrip('/')}/{name}"
+
+
+def exists(url: str) -> bool:
+    """Whether an object (or a folder) is at ``url``.
+
+    Raises:
+        TraceFormatError: an unreachable endpoint, denied access.
+    """
+    fs, path = filesystem(url)
+    try:
+        fs.invalidate_cache(path)
+        fs.info(path)
+    except FileNotFoundError:
+        return False
+    except Exception as exc:  # as in stat()
+        raise failure(url, exc) from None
+    return True
+
+
+def upload(local: str, url: str) -> None:
+    """Write the file ``local`` to ``url`` (one PUT, or a multipart upload the store
+    completes whole: a reader never sees half of it).
+
+    Raises:
+        TraceFormatError: the store refused it or cannot be reached.
+    """
+    fs, path = filesystem(url)
+    try:
+        fs.put(local, path)
+    except Exception as exc:  # as in stat()
+        raise failure(url, exc) from None
 
 
 def digest(url: str) -> str:
