@@ -162,6 +162,18 @@ def test_scan_from_s3_into_s3_equals_a_local_scan(bucket: str, tree: Path, tmp_p
     )
 
 
+def test_a_prefix_that_holds_other_things_is_not_written_into(bucket: str) -> None:
+    fs = filesystem(bucket)
+    fs.pipe(f"{BUCKET}/notes/2026/readme.txt", b"not a dataset")
+    r = CliRunner().invoke(cli, ["scan", f"{RUNS}/single", "-o", f"s3://{BUCKET}/notes"])
+    assert r.exit_code == 2 and "holds other files and is not a traceview dataset" in r.stderr
+    assert fs.find(f"{BUCKET}/notes") == [f"{BUCKET}/notes/2026/readme.txt"]
+    r = CliRunner().invoke(
+        cli, ["scan", f"{RUNS}/single", "-o", f"s3://{BUCKET}/notes/2026/readme.txt"]
+    )
+    assert r.exit_code == 2 and "not a directory" in r.stderr
+
+
 def test_the_datasets_doc_reads_a_dataset_in_a_bucket(bucket: str) -> None:
     """docs/datasets.md's bucket queries (polars, the committed() helper, DuckDB through
     fsspec) run against a dataset scanned into the bucket, and agree."""

@@ -73,7 +73,7 @@ def prepare(store: Store, *, force: bool = False) -> None:
         not force
         and not has_traces
         and not has_format  # a dataset a concurrent scan is creating now
-        and any(not n.startswith(f".{FORMAT_FILE}.") for n in _top(store))
+        and any(not n.startswith(f".{FORMAT_FILE}.") for n in store.children())
     ):
         raise TraceviewError(
             f"{where}: holds other files and is not a traceview dataset "
@@ -97,13 +97,6 @@ def prepare(store: Store, *, force: bool = False) -> None:
     if isinstance(store, LocalStore):
         for table in (*TABLES, ".tmp"):
             (store.root / table).mkdir(parents=True, exist_ok=True)
-
-
-def _top(store: Store) -> list[str]:
-    """What the dataset's folder holds (files and folders)."""
-    if isinstance(store, LocalStore):
-        return [c.name for c in store.root.iterdir()] if store.root.is_dir() else []
-    return store.names("") + [t for t in (*TABLES, ".tmp") if store.names(t)]
 
 
 def has_trace(store: Store, trace_id: str) -> bool:

@@ -370,8 +370,13 @@ def scan(
     sweep_tmp(store)
     orphans = remove_orphans(store)
     seen = known(store)
-    todo = [s for s in found if s.seen_key not in seen]
-    skipped = [s.path for s in found if s.seen_key in seen]
+    todo: list[Source] = []
+    skipped: list[str] = []
+    for source in found:
+        if source.seen_key in seen:
+            skipped.append(source.path)
+        else:
+            todo.append(source)
     if engine == "local":
         statuses = _run_local(todo, store.where, options, jobs, progress)
     else:

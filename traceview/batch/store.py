@@ -44,6 +44,10 @@ class Store(Protocol):
         """The names of the files in ``folder`` (not its subfolders); none if it is absent."""
         ...
 
+    def children(self) -> list[str]:
+        """The names of everything at the dataset's top: files and folders."""
+        ...
+
     def mtime(self, rel: str) -> float | None:
         """When ``rel`` was last written (seconds since the epoch); None if it is gone."""
         ...
@@ -91,6 +95,9 @@ class LocalStore:
         d = self.root / folder
         return sorted(f.name for f in d.iterdir() if f.is_file()) if d.is_dir() else []
 
+    def children(self) -> list[str]:
+        return sorted(c.name for c in self.root.iterdir()) if self.root.is_dir() else []
+
     def mtime(self, rel: str) -> float | None:
         try:
             return (self.root / rel).stat().st_mtime
@@ -101,6 +108,10 @@ class LocalStore:
         return (self.root / rel).read_bytes()
 
     def write(self, rel: str, data: bytes) -> None:
+        if not data:  # an empty file (a lock) is whole by itself
+            (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (self.root / rel).touch()
+            return
         folder, _, name = rel.rpartition("/")
         stem = name.removesuffix(".parquet")
         # the temporary name says who writes it (folder.stem.pid.uuid.host.tmp: .dataset's sweep)
@@ -162,6 +173,18 @@ class ObjectStore:
             str(e["name"]).rsplit("/", 1)[-1]
             for e in listed
             if isinstance(e, dict) and e.get("type") != "directory"
+        )
+
+    def children(self) -> list[str]:
+        key = self.path.rstrip("/")
+        self.fs.invalidate_cache(key)
+        try:
+            listed = self._call("", "ls", key, True)
+        except FileNotFoundError:
+            return []
+        assert isinstance(listed, list)
+        return sorted(
+            str(e["name"]).rstrip("/").rsplit("/", 1)[-1] for e in listed if isinstance(e, dict)
         )
 
     def mtime(self, rel: str) -> float | None:
