@@ -13,6 +13,7 @@ import contextlib
 import io
 import os
 import socket
+import time
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -200,7 +201,9 @@ class ObjectStore:
         when = info.get("LastModified") or info.get("last_modified") or info.get("mtime")
         if isinstance(when, datetime):
             return when.timestamp()
-        return float(when) if isinstance(when, int | float) else 0.0
+        if isinstance(when, int | float):
+            return float(when)
+        return time.time()  # a store that gives no time: never old, so never swept
 
     def read(self, rel: str) -> bytes:
         data = self._call(rel, "cat", self._key(rel))
