@@ -324,3 +324,39 @@ def test_a_ray_cluster_reads_the_inputs_from_the_bucket_only(bucket: str, tmp_pa
             _same(_s3_table(bucket, local, table), _s3_table(bucket, on_ray, table), table)
     finally:
         subprocess.run([str(ray_cli), "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def test_objects_without_a_version_are_read_again_and_skipped_by_content(
+    tree: Path, tmp_path: Path
+) -> None:
+    """A plain HTTP server gives no ETag: its objects' size and time could match changed
+    bytes, so every scan reads them, and skips those whose content the dataset holds."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(tree / "single"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        urls = [f"{base}/hybrid_chunked.json.gz", f"{base}/dense_sglang.json.gz"]
+        ds = tmp_path / "ds"
+        first = scan(urls, ds, jobs=1)
+        assert sorted(first.scanned) == sorted(urls)
+        traces = _local_table(ds, "traces")
+        assert traces["version"].to_list() == [None, None]
+        local = scan([str(tree / "single" / "hybrid_chunked.json.gz")], tmp_path / "local")
+        assert local.scanned  # the same bytes have the same trace id over HTTP
+        assert set(_local_table(tmp_path / "local", "traces")["trace_id"]) <= set(
+            traces["trace_id"]
+        )
+        again = scan(urls, ds, jobs=1)
+        assert again.scanned == [] and sorted(again.skipped) == sorted(urls)
+        assert again.bytes_read == first.bytes_read  # read again: no version to trust
+    finally:
+        server.shutdown()

@@ -170,14 +170,14 @@ def drop_error(store: Store, trace_id: str) -> None:
 
 
 def known(store: Store) -> set[tuple[str, int, int | str | None]]:
-    """(path, size, mtime_ns or the object's version) of every trace already in the
-    dataset."""
+    """(path, size, mtime_ns) of every file already in the dataset, (URL, size, version)
+    of every object."""
     files = [table_file("traces", n.removesuffix(".parquet")) for n in _parquet(store, "traces")]
     if not files:
         return set()
     rows = store.read_parquet(files, ["path", "size", "mtime_ns", "version"])
     return {
-        (p, int(s), v if v is not None else m)
+        (p, int(s), v if remote.is_url(p) else m)
         for p, s, m, v in rows.select("path", "size", "mtime_ns", "version").iter_rows()
     }
 

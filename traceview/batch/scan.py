@@ -105,9 +105,13 @@ class Source:
         return self.path if remote.is_url(self.path) else str(Path(self.path).resolve())
 
     @property
-    def seen_key(self) -> tuple[str, int, int | str | None]:
-        """What :func:`.dataset.known` holds of a trace scanned before."""
-        return self.row_path, self.size, self.version if self.version else self.mtime_ns
+    def seen_key(self) -> tuple[str, int, int | str | None] | None:
+        """What :func:`.dataset.known` holds of a trace scanned before; None for an object
+        whose store gives no version (its size and time could match changed bytes: it is
+        read every time, and skipped by its content hash)."""
+        if remote.is_url(self.path):
+            return (self.path, self.size, self.version) if self.version else None
+        return self.row_path, self.size, self.mtime_ns
 
 
 @dataclass
@@ -373,7 +377,8 @@ def scan(
     todo: list[Source] = []
     skipped: list[str] = []
     for source in found:
-        if source.seen_key in seen:
+        key = source.seen_key
+        if key is not None and key in seen:
             skipped.append(source.path)
         else:
             todo.append(source)
