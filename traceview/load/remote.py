@@ -101,12 +101,11 @@ def settings() -> dict[str, str]:
 
 
 def apply_settings(given: dict[str, str]) -> None:
-    """Use a driver's :func:`settings` in this (worker) process."""
+    """Use a driver's :func:`settings` in this (worker) process; what the driver was not
+    given, the worker's node keeps as its own environment says."""
     for k in (*ENDPOINT_ENV, STORAGE_OPTIONS_ENV):
         if k in given:
             os.environ[k] = given[k]
-        else:
-            os.environ.pop(k, None)
 
 
 def _options(url: str) -> dict[str, object]:
