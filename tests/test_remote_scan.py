@@ -204,6 +204,14 @@ def test_a_second_scan_writes_nothing_and_a_changed_object_is_scanned_again(
     assert _snapshot(bucket, f"{BUCKET}/incremental") == before  # not one object written
     # an object written again with other bytes has another ETag: it alone is read again
     fs = filesystem(bucket)
+    # a copy of a scanned object is read once, skipped by its content, and recorded as an
+    # alias: the scan after skips it unread
+    fs.copy(f"{BUCKET}/runs/single/dense_sglang.json.gz", f"{BUCKET}/copies/same.json.gz")
+    copy_url = f"s3://{BUCKET}/copies/same.json.gz"
+    once = scan([copy_url], ds, jobs=1)
+    assert once.skipped == [copy_url] and once.bytes_read > 0
+    twice = scan([copy_url], ds, jobs=1)
+    assert twice.skipped == [copy_url] and twice.bytes_read == 0
     fs.put(str(GENERATED / "hybrid_tight.json.gz"), f"{BUCKET}/runs/single/dense_sglang.json.gz")
     try:
         third = scan([RUNS], ds, jobs=1)

@@ -123,6 +123,12 @@ def test_a_second_scan_skips_what_is_there(runs: Path, tmp_path: Path) -> None:
     copy.mkdir()
     shutil.copy(runs / "single" / "dense_sglang.json.gz", copy / "renamed.json.gz")
     assert scan([str(copy)], ds).skipped == [str(copy / "renamed.json.gz")]
+    # and recorded as an alias of that trace: the next scan skips it without reading it
+    aliases = pl.read_parquet(ds / "aliases" / "*.parquet")
+    assert aliases["path"].to_list() == [str((copy / "renamed.json.gz").resolve())]
+    assert aliases["trace_id"].to_list() == [content_hash(copy / "renamed.json.gz")]
+    third = scan([str(copy)], ds)
+    assert third.skipped == [str(copy / "renamed.json.gz")] and third.bytes_read == 0
 
 
 def test_a_killed_scan_resumes_to_the_same_dataset(runs: Path, tmp_path: Path) -> None:
@@ -195,7 +201,11 @@ def test_the_datasets_doc_defines_every_column_of_every_table(runs: Path, tmp_pa
     ds = tmp_path / "ds"
     scan([str(runs / "*")], ds, jobs=1)
     text = (ROOT / "docs" / "datasets.md").read_text()
-    for table in ("traces", "steps", "families", "gaps", "errors"):
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(runs / "single" / "dense_sglang.json.gz", copy / "again.json.gz")
+    scan([str(copy)], ds)  # a copy: an aliases/ row
+    for table in ("traces", "steps", "families", "gaps", "errors", "aliases"):
         section = text.split(f"### `{table}/`")[1].split("###")[0]
         documented = set(re.findall(r"`([a-z0-9_<>]+)`", section))
         columns = set(_table(ds, table).columns)

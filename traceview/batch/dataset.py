@@ -17,6 +17,7 @@ Safe under concurrent scans and kills:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 import uuid
@@ -32,6 +33,7 @@ from traceview.load.cache import content_digest
 TABLES = ("traces", "steps", "families", "gaps", "errors")
 # the tables a trace's traces/ row commits (errors/ rows stand alone)
 COMMITTED_BY_TRACES = ("steps", "families", "gaps")
+ALIASES = "aliases"  # files and objects whose content is a trace already in traces/
 _HOST = HOST
 FOREIGN_AGE_S = 24 * 3600  # a file of a writer on another host is left this long
 
@@ -95,7 +97,7 @@ def prepare(store: Store, *, force: bool = False) -> None:
         else:
             store.write(FORMAT_FILE, f"{FORMAT}\n".encode())
     if isinstance(store, LocalStore):
-        for table in (*TABLES, ".tmp"):
+        for table in (*TABLES, ALIASES, ".tmp"):
             (store.root / table).mkdir(parents=True, exist_ok=True)
 
 
@@ -169,10 +171,40 @@ def drop_error(store: Store, trace_id: str) -> None:
     store.delete(table_file("errors", trace_id))
 
 
+def note_alias(store: Store, trace_id: str, path: str, size: int, stamp: int | str | None) -> None:
+    """Record that the file or object at ``path`` (this size, and mtime or version
+    ``stamp``) holds the trace ``trace_id``, already in the dataset under another name or
+    time: the next scan skips it without reading it (:func:`known`)."""
+    text = f"{path}|{size}|{stamp}"
+    key = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    rel = f"{ALIASES}/{key}.parquet"
+    if store.exists(rel):
+        return
+    url = remote.is_url(path)
+    row = pl.DataFrame(
+        {
+            "trace_id": [trace_id],
+            "path": [path],
+            "size": [size],
+            "mtime_ns": [None if url else stamp],
+            "version": [stamp if url else None],
+        },
+        schema={
+            "trace_id": pl.String,
+            "path": pl.String,
+            "size": pl.Int64,
+            "mtime_ns": pl.Int64,
+            "version": pl.String,
+        },
+    )
+    store.write(rel, to_frame(row))
+
+
 def known(store: Store) -> set[tuple[str, int, int | str | None]]:
     """(path, size, mtime_ns) of every file already in the dataset, (URL, size, version)
-    of every object."""
+    of every object: those of ``traces/``, and of ``aliases/``."""
     files = [table_file("traces", n.removesuffix(".parquet")) for n in _parquet(store, "traces")]
+    files += [f"{ALIASES}/{n}" for n in _parquet(store, ALIASES)]
     if not files:
         return set()
     rows = store.read_parquet(files, ["path", "size", "mtime_ns", "version"])

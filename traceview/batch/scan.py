@@ -11,6 +11,8 @@ Layout (one Parquet file per trace in each table, named by the trace's content h
     DATASET/families/<trace_id>.parquet  kernel time per family + trace_id, rank
     DATASET/gaps/<trace_id>.parquet      the decode gaps + trace_id, rank
     DATASET/errors/<trace_id>.parquet    a trace that could not be analysed: path, error
+    DATASET/aliases/<key>.parquet        a copy of a trace already there: its path, size and
+                                         mtime or version, so the next scan skips it unread
 
 Read it with polars or DuckDB, the tables other than ``traces`` and ``errors`` through
 their committed traces (:func:`.dataset.committed`, a semi-join on ``traces/``). Every
@@ -58,6 +60,7 @@ from traceview.batch.dataset import (
     has_trace,
     known,
     lock,
+    note_alias,
     prepare,
     remove_orphans,
     sweep_tmp,
@@ -170,7 +173,7 @@ def scan_trace(source: Source, dataset: str, options: ScanOptions) -> ScanStatus
         return settle(store, analyse(source.path, source, None, options))
     source, trace_id, marker = claim(store, source)
     if marker is None:
-        return {"path": source.path, "trace_id": trace_id, "status": "skipped", "error": None}
+        return skipped_as(store, source, trace_id)
     try:
         return _write(store, analyse(source.path, source, trace_id, options))
     finally:
@@ -189,11 +192,25 @@ def claim(store: Store, source: Source) -> tuple[Source, str, str | None]:
     return source, trace_id, lock(store, trace_id)
 
 
+def skipped_as(store: Store, source: Source, trace_id: str) -> ScanStatus:
+    """A file whose content the dataset holds already (a copy, a touched file): skipped,
+    and recorded as that trace's alias, so the next scan skips it unread."""
+    key = source.seen_key
+    if key is not None:
+        note_alias(store, trace_id, key[0], key[1], key[2])
+    return {"path": source.path, "trace_id": trace_id, "status": "skipped", "error": None}
+
+
 def settle(store: Store, a: Analysis) -> ScanStatus:
     """Commit an analysis whose trace id was known only after the read (an object's):
-    skipped where the dataset holds that content already, else written under its lock."""
+    skipped where the dataset holds that content already (and the object recorded as
+    its alias, where it has a version), else written under its lock."""
     trace_id = a["status"]["trace_id"]
     if a["status"]["status"] in ("scanned", "not_a_trace") and has_trace(store, trace_id):
+        row = a["row"]
+        if row is not None and row["version"][0] is not None:
+            path, size, version = row.select("path", "size", "version").row(0)
+            note_alias(store, trace_id, path, size, version)
         return {**a["status"], "status": "skipped"}
     marker = lock(store, trace_id)
     try:

@@ -29,6 +29,7 @@ from traceview.batch.scan import (
     counted,
     failed,
     settle,
+    skipped_as,
 )
 from traceview.batch.scan import _identity as identity
 from traceview.batch.scan import _write as write
@@ -147,9 +148,7 @@ def _tasks(
                 continue
             source, trace_id, marker = claim(store, source)
             if marker is None:
-                statuses.append(
-                    {"path": source.path, "trace_id": trace_id, "status": "skipped", "error": None}
-                )
+                statuses.append(skipped_as(store, source, trace_id))
                 finished(index)
                 continue
             with open(source.path, "rb") as f:
