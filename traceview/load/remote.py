@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import BinaryIO, Protocol, cast
@@ -201,18 +202,37 @@ def _object(url: str, info: dict[str, object]) -> RemoteObject:
     )
 
 
+_ABSENT = object()
+
+
+def _ask(url: str, question: Callable[[FileSystem, str], object]) -> object:
+    """``question(fs, path)`` of the store at ``url``, its cached listing dropped first (a
+    scan's own writes, or another writer's, may have changed it); ``_ABSENT`` where the
+    store says there is nothing there.
+
+    Raises:
+        TraceFormatError: an unreachable endpoint, denied access.
+    """
+    fs, path = filesystem(url)
+    try:
+        fs.invalidate_cache(path)
+        return question(fs, path)
+    except FileNotFoundError:
+        return _ABSENT
+    except Exception as exc:  # botocore, aiohttp and the store drivers each raise their own
+        raise failure(url, exc) from None
+
+
 def stat(url: str) -> RemoteObject:
     """The object's size and version.
 
     Raises:
         TraceFormatError: a missing object, denied access, an unreachable endpoint, a folder.
     """
-    fs, path = filesystem(url)
-    try:
-        fs.invalidate_cache(path)  # a listing cached earlier in this process may be stale
-        info = fs.info(path)
-    except Exception as exc:  # botocore, aiohttp and the store drivers each raise their own
-        raise failure(url, exc) from None
+    info = _ask(url, lambda fs, path: fs.info(path))
+    if info is _ABSENT:
+        raise TraceFormatError(url, "no such object")
+    assert isinstance(info, dict)
     if info.get("type") == "directory":
         raise TraceFormatError(url, "is a folder, not a trace object")
     return _object(url, info)
@@ -234,14 +254,7 @@ def is_folder(url: str) -> bool:
     Raises:
         TraceFormatError: an unreachable endpoint, denied access.
     """
-    fs, path = filesystem(url)
-    try:
-        fs.invalidate_cache(path)
-        return bool(fs.isdir(path))
-    except FileNotFoundError:
-        return False
-    except Exception as exc:  # as in stat()
-        raise failure(url, exc) from None
+    return _ask(url, lambda fs, path: fs.isdir(path)) is True
 
 
 def listing(url: str) -> list[RemoteObject]:
@@ -250,13 +263,10 @@ def listing(url: str) -> list[RemoteObject]:
     Raises:
         TraceFormatError: an unreachable endpoint, denied access.
     """
-    fs, path = filesystem(url)
+    found = _ask(url, lambda fs, path: fs.find(path, detail=True))
+    if not isinstance(found, dict):
+        return []
     prefix = scheme(url)
-    try:
-        fs.invalidate_cache(path)
-        found = fs.find(path, detail=True)
-    except Exception as exc:  # as in stat()
-        raise failure(url, exc) from None
     objects = []
     for key, info in found.items():
         if info.get("type") == "directory":
@@ -284,15 +294,7 @@ def exists(url: str) -> bool:
     Raises:
         TraceFormatError: an unreachable endpoint, denied access.
     """
-    fs, path = filesystem(url)
-    try:
-        fs.invalidate_cache(path)
-        fs.info(path)
-    except FileNotFoundError:
-        return False
-    except Exception as exc:  # as in stat()
-        raise failure(url, exc) from None
-    return True
+    return _ask(url, lambda fs, path: fs.info(path)) is not _ABSENT
 
 
 def upload(local: str, url: str) -> None:
