@@ -132,6 +132,24 @@ def test_a_folder_of_rank_objects_is_the_same_run(
     assert json.loads(text) == remote_doc
 
 
+def test_a_glob_url_is_read_as_a_local_glob(bucket: str, tree: Path, tmp_path: Path) -> None:
+    run = _run_doc([f"{RUNS}/tp2/*.json.gz"])
+    assert (
+        json.loads(
+            json.dumps(_run_doc([str(tree / "tp2")])).replace(str(tree / "tp2"), f"{RUNS}/tp2")
+        )
+        == run
+    )
+    local = scan([str(tree / "*" / "*.json.gz")], tmp_path / "local")
+    remote = scan([f"{RUNS}/*/*.json.gz"], tmp_path / "remote")
+    assert len(remote.scanned) == len(local.scanned) == 4  # tp2's two ranks, single's two
+    _same(
+        _local_table(tmp_path / "local", "traces"),
+        _local_table(tmp_path / "remote", "traces"),
+        "traces",
+    )
+
+
 def test_scan_from_s3_into_s3_equals_a_local_scan(bucket: str, tree: Path, tmp_path: Path) -> None:
     local = tmp_path / "local"
     report = scan([str(tree)], local, jobs=2)

@@ -34,20 +34,33 @@ def _objects(url: str, recursive: bool) -> tuple[dict[str, str], dict[str, remot
     """The trace objects a URL names: itself, or those under the folder it names (every
     subfolder's where ``recursive``, hidden ones left out), each with the root it is named
     from."""
-    if not remote.is_folder(url):
+    globbed = any(ch in url.split("://", 1)[1] for ch in "*?[")
+    if not globbed and not remote.is_folder(url):
         obj = remote.stat(url)
         return {url: url.rsplit("/", 1)[0]}, {url: obj}
-    root = url.rstrip("/")
+    root = _url_root(url) if globbed else url.rstrip("/")
     found, objects = {}, {}
-    for obj in remote.listing(root):
+    for obj in remote.matching(url) if globbed else remote.listing(root):
         rel = remote.relative(obj.url, root)
         parts = rel.split("/")
         if not obj.url.endswith(TRACE_SUFFIXES) or any(p.startswith(".") for p in parts[:-1]):
             continue
-        if recursive or len(parts) == 1:
+        if globbed or recursive or len(parts) == 1:
             found[obj.url] = root
             objects[obj.url] = obj
     return found, objects
+
+
+def _url_root(pattern: str) -> str:
+    """A glob URL's fixed leading folders: the root its matches are named from."""
+    scheme, _, rest = pattern.partition("://")
+    parts = rest.split("/")
+    fixed = []
+    for part in parts[:-1]:
+        if any(ch in part for ch in "*?["):
+            break
+        fixed.append(part)
+    return f"{scheme}://{'/'.join(fixed)}"
 
 
 def _root_of(pattern: str) -> Path:

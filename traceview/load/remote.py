@@ -44,6 +44,8 @@ class FileSystem(Protocol):
 
     def find(self, path: str, detail: bool) -> dict[str, dict[str, object]]: ...
 
+    def glob(self, path: str, detail: bool) -> dict[str, dict[str, object]]: ...
+
     def isdir(self, path: str) -> bool: ...
 
     def ls(self, path: str, detail: bool) -> list[str]: ...
@@ -273,6 +275,24 @@ def listing(url: str) -> list[RemoteObject]:
             continue
         full = key if "://" in key else prefix + key.lstrip("/")
         objects.append(_object(full, info))
+    return sorted(objects, key=lambda o: o.url)
+
+
+def matching(pattern: str) -> list[RemoteObject]:
+    """The objects a glob URL matches (``s3://b/runs/*/rank*.json.gz``), sorted by URL;
+    a matching folder gives every object under it.
+
+    Raises:
+        TraceFormatError: an unreachable endpoint, denied access.
+    """
+    found = _ask(pattern, lambda fs, path: fs.glob(path, detail=True))
+    objects = []
+    for key, info in found.items() if isinstance(found, dict) else ():
+        full = key if "://" in key else scheme(pattern) + key.lstrip("/")
+        if info.get("type") == "directory":
+            objects += listing(full)
+        else:
+            objects.append(_object(full, info))
     return sorted(objects, key=lambda o: o.url)
 
 
