@@ -175,7 +175,7 @@ def scan_trace(source: Source, dataset: str, options: ScanOptions) -> ScanStatus
     if marker is None:
         return skipped_as(store, source, trace_id)
     try:
-        return _write(store, analyse(source.path, source, trace_id, options))
+        return commit_analysis(store, analyse(source.path, source, trace_id, options))
     finally:
         unlock(store, marker)
 
@@ -214,7 +214,7 @@ def settle(store: Store, a: Analysis) -> ScanStatus:
         return {**a["status"], "status": "skipped"}
     marker = lock(store, trace_id)
     try:
-        return _write(store, a)
+        return commit_analysis(store, a)
     finally:
         unlock(store, marker)
 
@@ -231,7 +231,7 @@ class _Digest:
         self.seen += len(data)
 
 
-def _identity(read_from: str, source: Source, digest: _Digest | None) -> str:
+def content_identity(read_from: str, source: Source, digest: _Digest | None) -> str:
     """The trace id of what was read: the digest taken while loading where it saw every
     byte, else a read of its own (a load that stopped early), else, for an object that
     cannot be read at all, a stand-in made from its URL and version."""
@@ -255,13 +255,13 @@ def analyse(read_from: str, source: Source, trace_id: str | None, options: ScanO
             now = remote.stat(path)
             source = replace(source, size=now.size, mtime_ns=now.mtime_ns, version=now.version)
         except TraceviewError as exc:
-            return failed(source, _identity(read_from, source, None), str(exc))
+            return failed(source, content_identity(read_from, source, None), str(exc))
 
     def said(exc: Exception) -> str:  # the user's path, not a worker's copy of it
         return str(exc).replace(read_from, path)
 
     def ident() -> str:
-        return trace_id if trace_id is not None else _identity(read_from, source, digest)
+        return trace_id if trace_id is not None else content_identity(read_from, source, digest)
 
     try:
         try:
@@ -309,7 +309,7 @@ def failed(source: Source, trace_id: str, error: str) -> Analysis:
     return {"status": status, "tables": None, "row": None, "errors": err}
 
 
-def _write(store: Store, a: Analysis) -> ScanStatus:
+def commit_analysis(store: Store, a: Analysis) -> ScanStatus:
     """Commit one analysis into the dataset (under the trace's lock, held by the caller)."""
     trace_id = a["status"]["trace_id"]
     if a["errors"] is not None and not _said_before(store, trace_id, a["errors"]):

@@ -26,13 +26,13 @@ from traceview.batch.scan import (
     Source,
     analyse,
     claim,
+    commit_analysis,
+    content_identity,
     counted,
     failed,
     settle,
     skipped_as,
 )
-from traceview.batch.scan import _identity as identity
-from traceview.batch.scan import _write as write
 from traceview.batch.store import Store
 from traceview.errors import MissingDependencyError, TraceviewError
 from traceview.load import remote
@@ -164,13 +164,13 @@ def _tasks(
             result: Analysis = ray.get(done[0])
         except Exception as exc:  # the task failed twice (a dying worker, an analysis bug)
             error = f"{task.source.path}: the Ray task failed twice: {_last_line(exc)}"
-            tid = task.trace_id or identity(task.source.path, task.source, None)
+            tid = task.trace_id or content_identity(task.source.path, task.source, None)
             result = failed(task.source, tid, error)
         try:
             if task.marker is None:
                 statuses.append(settle(store, result))
             else:
-                statuses.append(write(store, result))
+                statuses.append(commit_analysis(store, result))
         finally:
             if task.marker is not None:
                 unlock(store, task.marker)
