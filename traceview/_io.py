@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from traceview.errors import TraceviewError
 
@@ -56,23 +56,73 @@ def check_output(
         TraceviewError: one line naming the output and what is wrong.
     """
     path = Path(output)
-    if path.is_dir():
-        raise TraceviewError(f"{path}: is a folder; give a file name for the output")
-    for source in inputs:
-        if _same_file(path, Path(source)):
-            raise TraceviewError(
-                f"{path}: is one of this command's inputs; traceview never writes over its "
-                "inputs (choose another output)"
-            )
-    name = path.name.lower()
-    if suffixes is not None and not any(name.endswith(s) for s in suffixes):
-        got = "".join(path.suffixes[-2:]) or "(none)"
-        raise TraceviewError(f"{path}: unknown output suffix {got!r}; known: {', '.join(suffixes)}")
-    if path.exists() and not force:
-        raise TraceviewError(f"{path}: already exists (use --force to overwrite)")
+    _writer_rule(
+        str(path),
+        path.name,
+        folder=path.is_dir(),
+        an_input=any(_same_file(path, Path(source)) for source in inputs),
+        exists=lambda: path.exists(),
+        force=force,
+        suffixes=suffixes,
+    )
     if not path.parent.is_dir():
         raise TraceviewError(f"{path}: no such directory {path.parent}")
     return path
+
+
+def check_url_output(
+    url: str,
+    *,
+    inputs: Iterable[str] = (),
+    force: bool = False,
+    suffixes: Sequence[str] | None = None,
+) -> None:
+    """:func:`check_output`'s rule for an output at a URL (``s3://…``), asked of its store.
+
+    Raises:
+        TraceviewError: one line naming the output and what is wrong (or the store that
+            cannot be reached).
+    """
+    import posixpath
+
+    from traceview.load import remote
+
+    name = posixpath.basename(url)
+    _writer_rule(
+        url,
+        name,
+        folder=not name,
+        an_input=url in set(inputs),
+        exists=lambda: remote.exists(url),
+        force=force,
+        suffixes=suffixes,
+    )
+
+
+def _writer_rule(
+    shown: str,
+    name: str,
+    *,
+    folder: bool,
+    an_input: bool,
+    exists: Callable[[], bool],
+    force: bool,
+    suffixes: Sequence[str] | None,
+) -> None:
+    if folder:
+        raise TraceviewError(f"{shown}: is a folder; give a file name for the output")
+    if an_input:
+        raise TraceviewError(
+            f"{shown}: is one of this command's inputs; traceview never writes over its "
+            "inputs (choose another output)"
+        )
+    if suffixes is not None and not any(name.lower().endswith(s) for s in suffixes):
+        got = "".join(PurePosixPath(name).suffixes[-2:]) or "(none)"
+        raise TraceviewError(
+            f"{shown}: unknown output suffix {got!r}; known: {', '.join(suffixes)}"
+        )
+    if not force and exists():
+        raise TraceviewError(f"{shown}: already exists (use --force to overwrite)")
 
 
 def _malloc_trim() -> Callable[[int], int] | None:

@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from traceview._io import check_output
+from traceview._io import check_output, check_url_output
 from traceview.errors import TraceviewError
 from traceview.load import LoadOptions, load
 from traceview.model import Trace
@@ -199,24 +199,11 @@ def _staged(
     force: bool,
     suffixes: tuple[str, ...] | None,
 ) -> Path:
-    import posixpath
+    """The writer rule for an output at a URL, and the local path to write it to."""
     import tempfile
 
-    from traceview.load import remote
-
-    name = posixpath.basename(url)
-    if not name:
-        raise TraceviewError(f"{url}: is a folder; give a file name for the output")
-    if url in inputs:
-        raise TraceviewError(
-            f"{url}: is one of this command's inputs; traceview never writes over its "
-            "inputs (choose another output)"
-        )
-    if suffixes is not None and not name.lower().endswith(suffixes):
-        raise TraceviewError(f"{url}: unknown output suffix; known: {', '.join(suffixes)}")
-    if not force and remote.exists(url):
-        raise TraceviewError(f"{url}: already exists (use --force to overwrite)")
-    path = Path(tempfile.mkdtemp(prefix="traceview-out-")) / name
+    check_url_output(url, inputs=inputs, force=force, suffixes=suffixes)
+    path = Path(tempfile.mkdtemp(prefix="traceview-out-")) / url.rsplit("/", 1)[-1]
     _STAGED[str(path)] = url
     return path
 
@@ -353,7 +340,6 @@ def parse_duration(text: str | None, what: str = "duration") -> int | None:
     are never guessed."""
     if text is None:
         return None
-    from traceview.errors import TraceviewError
     from traceview.units import DURATION_HINT, duration_ns, unitless_number
 
     ns = duration_ns(text)
