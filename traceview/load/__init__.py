@@ -123,7 +123,7 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
     )
     variant = f"raw_args={opts.raw_args}"
     if caching:
-        before = cache.identity(name)
+        before = cache.object_identity(obj) if url else cache.identity(name)
         digest = cache.object_key(obj) if url else cache.content_digest(name)
         hit = cache.get(name, variant, digest)
         if hit is not None:

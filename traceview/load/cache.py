@@ -90,10 +90,14 @@ def identity(path: str) -> Identity:
     """What the file system (or the store) says of the file: read before and after a
     parse, so a file that changed while it was read is never stored."""
     if remote.is_url(path):
-        obj = remote.stat(path)
-        return obj.size, obj.version
+        return object_identity(remote.stat(path))
     st = os.stat(path)
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def object_identity(obj: remote.RemoteObject) -> Identity:
+    """An object's :func:`identity`, from a stat already made."""
+    return obj.size, obj.version
 
 
 def object_key(obj: remote.RemoteObject) -> str:
