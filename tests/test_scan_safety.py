@@ -184,3 +184,19 @@ def test_the_output_must_be_a_dataset_a_new_folder_or_forced(traces: Path, tmp_p
     result = CliRunner().invoke(cli, ["scan", str(traces), "-o", str(busy), "-j", "1", "--force"])
     assert result.exit_code == 0, result.stderr
     assert (busy / "notes.txt").read_text() == "keep" and (busy / "traces").is_dir()
+
+
+def test_workers_print_no_trace_text_raw(tmp_path: Path) -> None:
+    """A pool worker follows the command's warning filters: the loader's warning about a
+    truncated trace whose name holds an ESC byte and markup is not printed raw by the
+    worker; the command's own lines escape it."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    hostile = "a\x1b[31m[red]$`<!--.json"  # ("/" cannot be in a file name)
+    (runs / hostile).write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": ')
+    shutil.copy(GENERATED / "hybrid_chunked.json.gz", runs / "ok.json.gz")
+    cmd = [sys.executable, "-m", "traceview", "scan", str(runs), "-o", str(tmp_path / "ds")]
+    r = subprocess.run([*cmd, "-j", "2"], cwd=ROOT, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert b"\x1b" not in r.stderr and b"TraceviewWarning" not in r.stderr
+    assert b"not scanned" in r.stderr and b"\\x1b[31m[red]" in r.stderr

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
@@ -17,10 +19,22 @@ R = TypeVar("R")
 PARENT_POLL_S = 0.5
 
 
-def _exit_with_parent(parent: int) -> None:
-    """A worker's initializer: a daemon thread that ends the worker as soon as its parent
-    is gone (killed, even by SIGKILL, which runs no clean-up), instead of leaving it
-    waiting on the pool's queue."""
+_Filter = tuple[
+    str,
+    re.Pattern[str] | None,
+    type[Warning] | tuple[type[Warning], ...],
+    re.Pattern[str] | None,
+    int,
+]
+
+
+def _start_worker(parent: int, filters: list[_Filter]) -> None:
+    """A worker's initializer: the caller's warning filters (a command that prints its
+    traces' warnings itself, escaped, ignores the loader's; a worker must not print them
+    raw on its own), and a daemon thread that ends the worker as soon as its parent is gone
+    (killed, even by SIGKILL, which runs no clean-up), instead of leaving it waiting on
+    the pool's queue."""
+    warnings.filters[:] = filters  # type: ignore[index]  # typeshed: a Sequence; it is a list
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -58,8 +72,8 @@ def map_tasks(
     with ProcessPoolExecutor(
         max_workers=min(jobs, total),
         mp_context=get_context("spawn"),
-        initializer=_exit_with_parent,
-        initargs=(os.getpid(),),
+        initializer=_start_worker,
+        initargs=(os.getpid(), list(warnings.filters)),
     ) as pool:
         futures = {pool.submit(task, item): i for i, item in enumerate(items)}
         for done, fut in enumerate(as_completed(futures), start=1):
