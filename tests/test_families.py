@@ -320,10 +320,10 @@ def test_softmax_family_follows_the_launching_ops_shape(tmp_path: Path) -> None:
 def test_fixture_families_equal_truth(scenario: str) -> None:
     t = truth(scenario)
     fam = tv.families(tv.load(GENERATED / f"{scenario}.json.gz"))
-    # tv.families counts every kernel the file holds; the summary leaves start-up out
+    # the analysed device's kernels, CUDA-graph capture (start-up) left out, as the summary
     assert {
         r["family"]: {"count": r["count"], "total_ns": r["total_ns"]} for r in fam.to_dicts()
-    } == t["in_trace"]["families"]  # the summary's (start-up left out): test_analysis.py
+    } == t["families"]
     assert fam["share"].sum() == pytest.approx(1.0)
     assert fam["total_ns"].is_sorted(descending=True)
 

@@ -3,18 +3,16 @@
 from importlib.metadata import version as _version
 
 from traceview import capture, plot
-from traceview.analysis.busy import busy
+from traceview.analysis.analyze import Analysis, AnalysisConfig, analyze
 from traceview.analysis.checks import Bounds, CheckResult, check
 from traceview.analysis.compare import Diff, diff
 from traceview.analysis.devices import DeviceSpec
 from traceview.analysis.devices import device_option as device_spec
-from traceview.analysis.families import families, kernels, load_rules
-from traceview.analysis.gaps import decode_gaps
+from traceview.analysis.families import load_rules
 from traceview.analysis.model_config import ModelSpec, load_model
 from traceview.analysis.run import RunSummary
-from traceview.analysis.step_candidates import StepOptions
-from traceview.analysis.steps import steps
-from traceview.analysis.summary import Summary, summarize
+from traceview.analysis.shortcuts import busy, decode_gaps, families, kernels, steps, summarize
+from traceview.analysis.summary import Summary
 from traceview.batch.run import RunOptions, summarize_run
 from traceview.batch.scan import ScanOptions, scan
 from traceview.errors import (
@@ -43,8 +41,10 @@ __version__ = _version("traceview")  # pyproject.toml is the one place it is wri
 
 __all__ = [
     "__version__",
+    "analyze",
+    "Analysis",
+    "AnalysisConfig",
     "Bounds",
-    "StepOptions",
     "CheckResult",
     "Diff",
     "check",

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from traceview.analysis.summary import Summary, summarize
+from traceview.analysis import display
+from traceview.analysis.analyze import Analysis, analyze
+from traceview.analysis.summary import Summary
 from traceview.errors import UsageError
 from traceview.model import Trace
 from traceview.render.charts import (
@@ -26,12 +28,17 @@ if TYPE_CHECKING:
 __all__ = ["gaps", "heartbeat"]
 
 
-def _summary(x: Trace | Summary) -> Summary:
-    return x if isinstance(x, Summary) else summarize(x)
+Chartable = Trace | Analysis | Summary
+
+
+def _summary(x: Chartable) -> Summary:
+    if isinstance(x, Summary):
+        return x
+    return (x if isinstance(x, Analysis) else analyze(x)).summary
 
 
 def heartbeat(
-    trace_or_summary: Trace | Summary | list[Trace | Summary],
+    trace_or_summary: Chartable | list[Chartable],
     ax: Axes | None = None,
     *,
     title: str | None = None,
@@ -42,7 +49,8 @@ def heartbeat(
     phases shaded, each phase's median cadence drawn and labelled with its n.
 
     Args:
-        trace_or_summary: a Trace, a Summary, or a list of them (stacked on the same scales).
+        trace_or_summary: a Trace, an Analysis, a Summary, or a list of them (stacked on
+            the same scales).
         ax: draw only the interval panel onto this axes (single trace).
         title: chart title (default: the file name).
         window_ms: x range to show, in ms from the first kernel.
@@ -60,9 +68,7 @@ def heartbeat(
     return heartbeat_figure(datas, style=style)
 
 
-def gaps(
-    trace_or_summary: Trace | Summary, *, title: str | None = None, style: str = "light"
-) -> Figure:
+def gaps(trace_or_summary: Chartable, *, title: str | None = None, style: str = "light") -> Figure:
     """Decode-gap distribution per population (CDF, log time axis, p50/p90/p99, n)."""
     summary = _summary(trace_or_summary)
     doc = summary.to_dict()
@@ -72,3 +78,11 @@ def gaps(
         title=title or f"{gap_title(doc)} — {trace_path}",
         style=style,
     )
+
+
+display.register_charts(
+    lambda summary, title, window_ms, style: heartbeat(
+        summary, title=title, window_ms=window_ms, style=style
+    ),
+    lambda summary, title, style: gaps(summary, title=title, style=style),
+)

@@ -6,9 +6,8 @@ import numpy as np
 import polars as pl
 
 from traceview.analysis.document import Busy
-from traceview.analysis.intervals import Union, merge_windows, union
+from traceview.analysis.intervals import Union, merge_windows
 from traceview.analysis.precision import sig, sig_or_none
-from traceview.model import Trace
 
 
 def busy_fraction(u: Union, lo: np.ndarray, hi: np.ndarray) -> float | None:
@@ -51,46 +50,3 @@ def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None)
             busy_fraction(u, widest["start_ns"].to_numpy(), widest["end_ns"].to_numpy())
         ),
     }
-
-
-def busy(
-    trace: Trace, t0_ns: int | None = None, t1_ns: int | None = None, *, device: int | None = None
-) -> pl.DataFrame:
-    """GPU-busy fraction per device over a window (default: each device's first kernel
-    start to last kernel end).
-
-    Returns:
-        DataFrame: ``device`` (Int64), ``window_start_ns``, ``window_end_ns`` (Int64, ns),
-        ``busy_ns`` (Int64, ns: length of the union of all streams' activity inside the
-        window), ``fraction`` (Float64, busy_ns / window length).
-    """
-    rows = []
-    devices = [device] if device is not None else trace.devices
-    for d in devices:
-        k = trace.kernels.filter(pl.col("device") == d)
-        if k.height == 0:
-            continue
-        ts = k["ts_ns"].to_numpy()
-        u = union(ts, ts + k["dur_ns"].to_numpy())
-        lo = int(u.starts[0]) if t0_ns is None else t0_ns
-        hi = int(u.ends[-1]) if t1_ns is None else t1_ns
-        covered = int(u.clipped_lengths(np.array([lo]), np.array([hi]))[0])
-        rows.append(
-            {
-                "device": d,
-                "window_start_ns": lo,
-                "window_end_ns": hi,
-                "busy_ns": covered,
-                "fraction": covered / (hi - lo) if hi > lo else None,
-            }
-        )
-    return pl.DataFrame(
-        rows,
-        schema={
-            "device": pl.Int64,
-            "window_start_ns": pl.Int64,
-            "window_end_ns": pl.Int64,
-            "busy_ns": pl.Int64,
-            "fraction": pl.Float64,
-        },
-    )

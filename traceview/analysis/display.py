@@ -6,7 +6,7 @@ functions :mod:`traceview.render.markup` registers here when it is imported (the
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
@@ -14,12 +14,62 @@ from traceview.analysis.document import SummaryDocument
 
 if TYPE_CHECKING:
     from traceview.analysis.compare import Diff
+    from traceview.analysis.summary import Summary
 
 SummaryHtml = Callable[[SummaryDocument], str]
 DiffMarkdown = Callable[["Diff", int], str]
 
 _summary_html: list[SummaryHtml] = []
 _diff_markdown: list[DiffMarkdown] = []
+
+
+class Figure(Protocol):
+    """A chart (a matplotlib Figure: analysis never imports matplotlib)."""
+
+    def savefig(self, fname: str) -> None: ...
+
+
+HeartbeatChart = Callable[["Summary", str | None, tuple[float, float] | None, str], Figure]
+GapsChart = Callable[["Summary", str | None, str], Figure]
+_heartbeat: list[HeartbeatChart] = []
+_gaps: list[GapsChart] = []
+
+
+def register_charts(heartbeat: HeartbeatChart, gaps: GapsChart) -> None:
+    """Set the functions that draw an analysis' charts (:mod:`traceview.plot` registers
+    them when it is imported)."""
+    _heartbeat[:] = [heartbeat]
+    _gaps[:] = [gaps]
+
+
+def _charts_missing() -> Exception:
+    from traceview.errors import MissingDependencyError
+
+    return MissingDependencyError("charts need traceview.plot (matplotlib): import traceview")
+
+
+def heartbeat(
+    summary: Summary, title: str | None, window_ms: tuple[float, float] | None, style: str
+) -> Figure:
+    """The heartbeat chart of a summary (the registered drawing).
+
+    Raises:
+        MissingDependencyError: no drawing is registered.
+    """
+    if not _heartbeat:
+        raise _charts_missing()
+    return _heartbeat[0](summary, title, window_ms, style)
+
+
+def gaps(summary: Summary, title: str | None, style: str) -> Figure:
+    """The decode-gap chart of a summary (the registered drawing).
+
+    Raises:
+        MissingDependencyError: no drawing is registered.
+    """
+    if not _gaps:
+        raise _charts_missing()
+    return _gaps[0](summary, title, style)
 
 
 def register(summary_html: SummaryHtml, diff_markdown: DiffMarkdown) -> None:

@@ -18,9 +18,7 @@ from typing import Any, cast
 import numpy as np
 import polars as pl
 
-from traceview.analysis.shapes import shape_families
 from traceview.errors import RulesError
-from traceview.model import Trace
 
 OTHER = "other"
 
@@ -397,51 +395,3 @@ def family_rows(per: pl.DataFrame, *, roll_up: bool = False) -> pl.DataFrame:
         (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
         (pl.col("total_ns") / total if total else pl.lit(0.0)).alias("share"),
     ).sort(["total_ns", "family"], descending=[True, False])
-
-
-def families(
-    trace: Trace,
-    rules: Rules | None = None,
-    *,
-    roll_up: bool = False,
-    device: int | None = None,
-) -> pl.DataFrame:
-    """Kernel time per layer family.
-
-    Args:
-        trace: the trace.
-        rules: classification (default: the built-in preset).
-        roll_up: report top-level families (``linear_attention``) instead of leaves.
-        device: restrict to one device (default: all devices).
-
-    Returns:
-        DataFrame sorted by ``total_ns`` descending: ``family`` (String), ``count``
-        (Int64, kernels), ``total_ns`` (Int64, ns of kernel time), ``mean_ns`` (Float64,
-        ns), ``share`` (Float64, fraction of all kernel time, 0..1).
-    """
-    kernels = trace.kernels if device is None else trace.device(device).kernels
-    by_shape = shape_families(trace, kernels)
-    return family_table(classify(kernels, rules or load_rules(), by_shape), roll_up=roll_up)
-
-
-def kernels(trace: Trace, rules: Rules | None = None, *, device: int | None = None) -> pl.DataFrame:
-    """Kernel time per kernel name, with its family.
-
-    Returns:
-        DataFrame sorted by ``total_ns`` descending: ``name`` (String), ``family`` (String),
-        ``count`` (Int64), ``total_ns`` (Int64, ns), ``mean_ns`` (Float64, ns),
-        ``share`` (Float64, fraction of all kernel time).
-    """
-    ks = trace.kernels if device is None else trace.device(device).kernels
-    k = classify(ks, rules or load_rules(), shape_families(trace, ks))
-    total = k["dur_ns"].sum() if k.height else 0
-    return (
-        k.group_by("name", "family")
-        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
-        .with_columns(
-            pl.col("name").cast(pl.String),
-            (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
-            (pl.col("total_ns") / total if total else pl.lit(0.0)).alias("share"),
-        )
-        .sort(["total_ns", "name"], descending=[True, False])
-    )

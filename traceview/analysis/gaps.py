@@ -17,12 +17,10 @@ import numpy as np
 import polars as pl
 
 from traceview.analysis.document import GapStats
-from traceview.analysis.families import Rules, distinct_names, family_is, load_rules
+from traceview.analysis.families import Rules, distinct_names, family_is
 from traceview.analysis.figures import DECODING
 from traceview.analysis.stats import percentiles
-from traceview.analysis.step_candidates import StepOptions, with_shortcuts
-from traceview.analysis.steps import StepResult, find_steps
-from traceview.model import Trace
+from traceview.analysis.steps import StepResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,33 +170,3 @@ def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[GapStats]:
             }
         )
     return out
-
-
-def decode_gaps(
-    trace: Trace,
-    rules: Rules | None = None,
-    *,
-    options: StepOptions | None = None,
-    method: str | None = None,
-    layers: int | None = None,
-    step_gap_ns: int | None = None,
-    device: int | None = None,
-) -> pl.DataFrame:
-    """The decode gaps of one device, one row per gap.
-
-    Args:
-        trace: the trace.
-        rules: classification (default: the built-in preset).
-        options: how to find steps (:class:`~traceview.StepOptions`); ``method``,
-            ``layers``, ``step_gap_ns`` and ``device`` are shortcuts that replace its fields.
-
-    Returns:
-        DataFrame: ``start_ns`` (Int64, ns: the earlier marker's end), ``end_ns`` (Int64,
-        ns: the next marker's start), ``gap_ns`` (Int64, ns, overlaps as 0), ``overlap``
-        (Boolean), ``phase`` (Int64), ``population`` (String: decode|mixed).
-    """
-    rules = rules or load_rules()
-    opts = with_shortcuts(
-        options, method=method, layers=layers, step_gap_ns=step_gap_ns, device=device
-    )
-    return gap_table(find_steps(trace, rules, opts), rules)[0]

@@ -56,7 +56,6 @@ from traceview.analysis.step_candidates import (
     choose,
     device_kernels,
     idle_candidate,
-    with_shortcuts,
 )
 from traceview.errors import CaptureOnlyError, UnsupportedTraceError
 from traceview.model import Trace
@@ -456,64 +455,6 @@ def find_steps(
         host=host,
         starts=k.ts,
     )
-
-
-def steps(
-    trace: Trace,
-    rules: Rules | None = None,
-    *,
-    options: StepOptions | None = None,
-    method: str | None = None,
-    layers: int | None = None,
-    step_gap_ns: int | None = None,
-    device: int | None = None,
-) -> pl.DataFrame:
-    """The engine steps of one device, one row per step.
-
-    Args:
-        trace: the trace.
-        rules: classification (default: the built-in preset).
-        options: how to find steps (:class:`~traceview.StepOptions`); ``method``,
-            ``layers``, ``step_gap_ns`` and ``device`` are shortcuts that replace its fields.
-
-    Returns:
-        DataFrame: ``index`` (Int64), ``start_ns``, ``anchor_ns``, ``end_ns`` (Int64, ns),
-        ``interval_ns`` (Int64, ns, anchor-to-anchor; null for the first step), ``kind``
-        (String: decode|mixed|prefill), ``kind_source`` (String: annotation|shapes|kernels,
-        the evidence that decided the kind), ``phase`` (Int64, index of the phase),
-        ``kernels`` (Int64, kernels starting in the step), ``busy_fraction`` (Float64,
-        device-busy share of the step's span), ``prefill_ns`` and ``prefill_kernels``
-        (Int64: ns and count of the prefill-only kernels starting in the step),
-        ``annotation`` (String, the engine's outermost step annotation, when there is one);
-        the engine's step record, null where its annotations do not say:
-        ``context_requests``, ``context_tokens``, ``generation_requests``,
-        ``generation_tokens``, ``new_requests``, ``cached_requests``, ``kv_tokens``,
-        ``attention_pairs`` (Int64; the last two from vLLM's detailed form) and
-        ``forward_mode`` (String, SGLang's); ``shape_tokens`` (Int64, the step's query
-        tokens read from ``record_shapes``, see :mod:`traceview.analysis.shapes`; null where
-        not recorded or ambiguous), ``shape_kv_tokens``, ``shape_attention_pairs`` and
-        ``shape_attention_ops`` (Int64, the context and the attention ops read there);
-        ``ns_<family>`` (Int64, ns of kernel time per family
-        in the step); and where the step's time went (:mod:`traceview.analysis.idle`):
-        ``busy_ns`` and ``idle_host_late_ns``, ``idle_launch_ns``, ``idle_sync_ns``,
-        ``idle_dependency_ns``, ``idle_other_ns`` (Int64, ns), which add up to
-        ``end_ns - start_ns`` exactly; ``host_step_ns`` and ``host_before_gpu_ns`` (Int64,
-        ns: the length of the engine's CPU step annotation that issued the step, and the
-        time from its start to the step's first submitting call; null without one, see
-        :mod:`traceview.analysis.host_steps`). :func:`traceview.summarize` with a model
-        adds ``tokens``, ``attention_counted``, ``flops``, ``bytes``, ``mfu`` and ``mbu``
-        (:mod:`traceview.analysis.efficiency`).
-
-        A trace with no device activity is analysed through its CPU ranges, as
-        :func:`traceview.summarize` does.
-
-    Raises:
-        UnsupportedTraceError: no kernels on the device.
-    """
-    opts = with_shortcuts(
-        options, method=method, layers=layers, step_gap_ns=step_gap_ns, device=device
-    )
-    return find_steps(trace, rules, opts).table
 
 
 def describe(result: StepResult) -> StepFinding:

@@ -37,7 +37,7 @@ from traceview.analysis.efficiency import (
     family_work,
     kernel_table_work,
 )
-from traceview.analysis.families import Rules, family_rows, load_rules
+from traceview.analysis.families import Rules, family_rows
 from traceview.analysis.figures import DECODING, KINDS, decoding_cadence, kind_cadence
 from traceview.analysis.gaps import gap_table, summarize_gaps
 from traceview.analysis.idle import (
@@ -54,8 +54,7 @@ from traceview.analysis.names import short_name
 from traceview.analysis.op_flops import kernel_work
 from traceview.analysis.precision import line_ends, sig, sig_or_none
 from traceview.analysis.stats import mean, percentiles
-from traceview.analysis.step_candidates import StepOptions, with_shortcuts
-from traceview.analysis.steps import StepResult, describe, find_steps
+from traceview.analysis.steps import StepResult, describe
 from traceview.model import Trace
 
 SCHEMA = SUMMARY_SCHEMA
@@ -88,9 +87,9 @@ class Summary:
     families: pl.DataFrame
     gaps: pl.DataFrame
     kernel_table: pl.DataFrame
+    idle: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
     timeline: pl.DataFrame | None = None
-    idle: pl.DataFrame | None = None
 
     def to_dict(self) -> SummaryDocument:
         return self.document
@@ -138,42 +137,6 @@ class Summary:
         """The summary as an HTML table, for notebooks (drawn by
         :mod:`traceview.render.markup`, through :mod:`traceview.analysis.display`)."""
         return display.summary_html(self.document)
-
-
-def summarize(
-    trace: Trace,
-    rules: Rules | None = None,
-    *,
-    options: StepOptions | None = None,
-    method: str | None = None,
-    layers: int | None = None,
-    step_gap_ns: int | None = None,
-    device: int | None = None,
-    model: ModelSpec | None = None,
-    gpu: DeviceSpec | None = None,
-) -> Summary:
-    """Everything traceview knows about a trace, as the ``traceview.summary/1`` document.
-
-    Args:
-        trace: the trace.
-        rules: classification (default: the built-in preset).
-        options: how to find steps (:class:`~traceview.StepOptions`); ``method``,
-            ``layers``, ``step_gap_ns`` and ``device`` are shortcuts that replace its fields.
-        model: the model (:func:`~traceview.load_model`): each step's FLOPs, bytes, MFU
-            and MBU, and the ``efficiency`` section's phases.
-        gpu: the device's peaks (:func:`~traceview.device_spec`), instead of the ones
-            matched from the trace's ``deviceProperties``.
-
-    Raises:
-        UnsupportedTraceError: the trace has no device activity and no CPU ops.
-    """
-    rules = rules or load_rules()
-    opts = with_shortcuts(
-        options, method=method, layers=layers, step_gap_ns=step_gap_ns, device=device
-    )
-    result = find_steps(trace, rules, opts)
-    release_free_memory()  # the step finder's temporaries, before the document's own
-    return build(rules, result, model, gpu)
 
 
 def build(
@@ -297,11 +260,17 @@ def build(
     }
     op_work = kernel_work(trace, k)  # record_shapes' GEMM and attention ops, where present
     efficiency["families"] = family_work(k, op_work, peaks)
+    per_name = result.totals.group_by("name", "family").agg(
+        pl.col("count").sum(), pl.col("total_ns").sum()
+    )
+    all_ns = int(per_name["total_ns"].sum()) if per_name.height else 0
     kernel_table = kernel_table_work(
-        result.totals.group_by("name", "family")
-        .agg(pl.col("count").sum(), pl.col("total_ns").sum())
-        .with_columns(pl.col("name").cast(pl.String), pl.col("family").cast(pl.String))
-        .sort(["total_ns", "name"], descending=[True, False]),
+        per_name.with_columns(
+            pl.col("name").cast(pl.String),
+            pl.col("family").cast(pl.String),
+            (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
+            (pl.col("total_ns") / all_ns if all_ns else pl.lit(0.0)).alias("share"),
+        ).sort(["total_ns", "name"], descending=[True, False]),
         k,
         op_work,
         peaks,

@@ -49,11 +49,9 @@ from typing import Literal, TypedDict
 
 import polars as pl
 
-from traceview.analysis.families import load_rules
+from traceview.analysis.analyze import Analysis as TraceAnalysis
+from traceview.analysis.analyze import AnalysisConfig
 from traceview.analysis.run import rank_from_name, rank_of
-from traceview.analysis.step_candidates import StepOptions
-from traceview.analysis.steps import find_steps
-from traceview.analysis.summary import build
 from traceview.batch.dataset import (
     content_hash,
     drop_error,
@@ -83,11 +81,9 @@ ScanProgress = Callable[[int, int, int, int], None]
 
 @dataclass(frozen=True, slots=True)
 class ScanOptions:
-    """How to analyse each trace (as :func:`traceview.summarize`) and where to write."""
+    """How to analyse each trace (``config``, :class:`~traceview.AnalysisConfig`)."""
 
-    preset: str = "default"
-    rules_file: str | None = None
-    steps: StepOptions = StepOptions()
+    config: AnalysisConfig = field(default_factory=AnalysisConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,9 +273,9 @@ def analyse(read_from: str, source: Source, trace_id: str | None, options: ScanO
             return {"status": status, "tables": None, "row": None, "errors": None}
         if trace.kernels.height == 0:
             raise TraceviewError(f"{path}: no device activity (a CPU-only trace)")
-        rules = load_rules(options.preset, options.rules_file)
-        result = find_steps(trace, rules, options.steps)
-        summary = build(rules, result)
+        analysis = TraceAnalysis(trace, options.config)
+        summary = analysis.summary
+        rules, result = analysis.rules, analysis.step_result
     except TraceviewError as exc:
         return failed(source, ident(), said(exc))
     tid = ident()

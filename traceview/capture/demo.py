@@ -50,8 +50,7 @@ def experiment(
 
 
 def run_demo(out: Path, *, prompt_tokens: int, echo: Callable[[str], None], err: Any) -> None:
-    from traceview.analysis.summary import summarize
-    from traceview.load import load
+    from traceview.analysis.analyze import analyze
     from traceview.render.table import render_itl, render_summary
 
     rows = []
@@ -59,7 +58,7 @@ def run_demo(out: Path, *, prompt_tokens: int, echo: Callable[[str], None], err:
         label = "chunked prefill " + ("on" if chunked else "off")
         err.print(f"{label}: serving the lab engine and probing it ...")
         result, steps = experiment(out, chunked=chunked, prompt_tokens=prompt_tokens)
-        summary = summarize(load(result.traces[0]))
+        summary = analyze(result.traces[0]).summary
         echo(f"\n=== {label}: {result.traces[0]} ({len(steps)} engine steps logged) ===")
         render_summary(summary.to_dict())
         rows.append((label, itl(result.probe)))

@@ -7,7 +7,6 @@ import functools
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -22,11 +21,8 @@ from traceview.model import Trace
 from traceview.render.safe import terminal
 
 if TYPE_CHECKING:  # the CLI imports analysis lazily, so --help stays fast
-    from traceview.analysis.devices import DeviceSpec
-    from traceview.analysis.families import Rules
-    from traceview.analysis.model_config import ModelSpec
+    from traceview.analysis.analyze import Analysis, AnalysisConfig
     from traceview.analysis.run import RunSummary
-    from traceview.analysis.step_candidates import StepOptions
     from traceview.analysis.summary import Summary
 
 R = TypeVar("R")
@@ -225,47 +221,6 @@ def output_options(func: F) -> F:
     )(func)
 
 
-@dataclass(frozen=True, slots=True)
-class AnalysisOptions:
-    """The classification and step options every analysis command shares, as given on the
-    command line (``--preset``, ``--rules``, ``--steps``, ``--layers``, ``--step-gap``,
-    ``--device``)."""
-
-    preset: str = "default"
-    rules: str | None = None
-    steps_method: str = "auto"
-    layers: int | None = None
-    step_gap: str | None = None
-    device: int | None = None
-    gpu: str | None = None
-    model: str | None = None
-
-    def efficiency(self) -> tuple[ModelSpec | None, DeviceSpec | None]:
-        """``--model`` and ``--gpu``, read (each None where not given)."""
-        from traceview.analysis.devices import device_option
-        from traceview.analysis.model_config import load_model
-
-        model = None if self.model is None else load_model(self.model)
-        return model, None if self.gpu is None else device_option(self.gpu)
-
-    def step_options(self) -> StepOptions:
-        """How to find steps (``--step-gap`` read as a duration)."""
-        from traceview.analysis.step_candidates import StepOptions
-
-        return StepOptions(
-            self.steps_method,
-            self.layers,
-            parse_duration(self.step_gap, "--step-gap"),
-            self.device,
-        )
-
-    def load_rules(self) -> Rules:
-        """The classification rules: ``--rules`` before the preset's."""
-        from traceview.analysis.families import load_rules
-
-        return load_rules(self.preset, self.rules)
-
-
 _ANALYSIS_FIELDS = (
     "preset",
     "rules",
@@ -278,14 +233,42 @@ _ANALYSIS_FIELDS = (
 )
 
 
+def analysis_config(
+    *,
+    preset: str,
+    rules: str | None,
+    steps_method: str,
+    layers: int | None,
+    step_gap: str | None,
+    device: int | None,
+    gpu: str | None,
+    model: str | None,
+) -> AnalysisConfig:
+    """The one :class:`~traceview.AnalysisConfig` of a command, from its analysis options
+    as given on the command line (``--step-gap`` read as a duration; ``--model`` and
+    ``--gpu`` read here, so a bad one fails before any trace is loaded)."""
+    from traceview.analysis.analyze import AnalysisConfig
+
+    return AnalysisConfig(
+        method=steps_method,
+        layers=layers,
+        step_gap_ns=parse_duration(step_gap, "--step-gap"),
+        device=device,
+        preset=preset,
+        rules=rules,
+        model=model,
+        gpu=gpu,
+    )
+
+
 def analysis_options(func: Callable[..., R]) -> Callable[..., R]:
-    """Classification and step options shared by the analysis commands: the command gets
-    them as one ``analysis: AnalysisOptions`` argument."""
+    """Classification, step and efficiency options shared by the analysis commands: the
+    command gets them as one ``analysis: AnalysisConfig`` argument."""
 
     @functools.wraps(func)
     def command(*args: Any, **kwargs: Any) -> R:
         fields = {name: kwargs.pop(name) for name in _ANALYSIS_FIELDS}
-        return func(*args, analysis=AnalysisOptions(**fields), **kwargs)
+        return func(*args, analysis=analysis_config(**fields), **kwargs)
 
     opts = [
         click.option(
@@ -349,24 +332,24 @@ def parse_duration(text: str | None, what: str = "duration") -> int | None:
     return ns
 
 
-def summarize_trace(
-    path: str, analysis: AnalysisOptions, *, label: str = "", strict: bool = False
-) -> Summary:
-    """Load and summarize a trace with the shared analysis options (``analysis_options``),
-    printing the summary's warnings on stderr. Returns the Summary."""
-    from traceview.analysis.summary import summarize
+def analyze_trace(
+    path: str, analysis: AnalysisConfig, *, label: str = "", strict: bool = False
+) -> Analysis:
+    """Load and analyse a trace with the command's config, printing the loader's and the
+    summary's warnings on stderr. Returns the Analysis, its summary computed."""
+    from traceview.analysis.analyze import Analysis
 
-    model, gpu = analysis.efficiency()  # read before the trace: a bad config fails fast
-    summary = summarize(
-        load_trace(path, strict=strict),
-        analysis.load_rules(),
-        options=analysis.step_options(),
-        model=model,
-        gpu=gpu,
-    )
-    for line in summary.warnings:
+    result = Analysis(load_trace(path, strict=strict), analysis)
+    for line in result.summary.warnings:
         warn_once(path, line, label)
-    return summary
+    return result
+
+
+def summarize_trace(
+    path: str, analysis: AnalysisConfig, *, label: str = "", strict: bool = False
+) -> Summary:
+    """The summary of :func:`analyze_trace`."""
+    return analyze_trace(path, analysis, label=label, strict=strict).summary
 
 
 def run_options(func: F) -> F:
@@ -401,7 +384,7 @@ def is_run(paths: tuple[str, ...] | list[str]) -> bool:
 
 def summarize_run_paths(
     paths: tuple[str, ...] | list[str],
-    analysis: AnalysisOptions,
+    analysis: AnalysisConfig,
     *,
     jobs: int | None = None,
     strict: bool = False,
@@ -413,21 +396,13 @@ def summarize_run_paths(
 
     from traceview.batch.run import RunOptions, summarize_run
 
-    model, gpu = analysis.efficiency()
-    options = RunOptions(
-        preset=analysis.preset,
-        rules_file=analysis.rules,
-        steps=analysis.step_options(),
-        jobs=jobs or os.cpu_count() or 1,
-        model=model,
-        gpu=gpu,
-    )
+    options = RunOptions(config=analysis, jobs=jobs or os.cpu_count() or 1, strict=strict)
     close: Callable[[], None] = lambda: None  # noqa: E731
     progress = None
     if sys.stderr.isatty():
         progress, close = count_bar("traces")
     try:
-        run = summarize_run(list(paths), options, strict=strict, progress=progress)
+        run = summarize_run(list(paths), options, progress=progress)
     finally:
         close()
     for line in run.warnings:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import posixpath
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from traceview._io import check_output
 from traceview.cli._options import (
-    AnalysisOptions,
     analysis_options,
     force_option,
     is_run,
@@ -22,6 +22,9 @@ from traceview.cli._options import (
 )
 from traceview.errors import TraceviewError
 from traceview.load.remote import is_url
+
+if TYPE_CHECKING:
+    from traceview.analysis.analyze import AnalysisConfig
 
 SUFFIXES = (".json", ".json.gz")
 
@@ -49,7 +52,7 @@ def annotate(
     force: bool,
     jobs: int | None,
     strict: bool,
-    analysis: AnalysisOptions,
+    analysis: AnalysisConfig,
 ) -> None:
     """Write a copy of the trace with traceview's findings as extra tracks for Perfetto UI
     (or another Chrome-JSON trace viewer): a "traceview" process with a slice per engine
@@ -57,11 +60,10 @@ def annotate(
     the step interval and busy fraction. The original events are kept byte for byte. For a
     run (a directory, a glob or several traces), each rank is annotated into the -o folder.
     A trace annotated before gets its overlay replaced, not a second one."""
-    from traceview.analysis.summary import summarize
+    from traceview.analysis.analyze import Analysis
     from traceview.batch.discover import discover
     from traceview.render.overlay import annotate as write_annotated
 
-    rules = analysis.load_rules()
     if is_run(traces):
         if is_url(output):
             raise TraceviewError(
@@ -88,6 +90,5 @@ def annotate(
         if trace.kernels.height == 0 and len(pairs) > 1:
             warn(f"{source}: skipped: no device activity")
             continue
-        model, gpu = analysis.efficiency()
-        summary = summarize(trace, rules, options=analysis.step_options(), model=model, gpu=gpu)
+        summary = Analysis(trace, analysis).summary
         say(f"wrote {write_annotated(source, target, trace, summary)}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 import orjson
 
@@ -17,7 +19,6 @@ from traceview.analysis.compare import diff
 from traceview.analysis.run import RunSummary
 from traceview.analysis.summary import Summary
 from traceview.cli._options import (
-    AnalysisOptions,
     analysis_options,
     is_run,
     run_options,
@@ -26,6 +27,9 @@ from traceview.cli._options import (
 )
 from traceview.errors import CheckError, CheckFailed
 from traceview.render.table import render_check, render_diff
+
+if TYPE_CHECKING:
+    from traceview.analysis.analyze import AnalysisConfig
 
 
 @click.command(name="diff")
@@ -57,7 +61,7 @@ def diff_command(
     limit: int,
     jobs: int | None,
     strict: bool,
-    analysis: AnalysisOptions,
+    analysis: AnalysisConfig,
 ) -> None:
     """Compare trace B against trace A (the baseline): cadence and gap percentiles per phase
     and population, busy fractions, kernel time per family, launches and prompt work per
@@ -78,7 +82,7 @@ def diff_command(
 
 
 def _summary_or_run(
-    path: str, label: str, jobs: int | None, strict: bool, analysis: AnalysisOptions
+    path: str, label: str, jobs: int | None, strict: bool, analysis: AnalysisConfig
 ) -> Summary | RunSummary:
     if is_run([path]):
         return summarize_run_paths([path], analysis, jobs=jobs, strict=strict, label=label)
@@ -147,7 +151,7 @@ def check_command(
     as_json: bool,
     jobs: int | None,
     strict: bool,
-    analysis: AnalysisOptions,
+    analysis: AnalysisConfig,
 ) -> None:
     """Check TRACE (or a run: a directory or quoted glob of rank traces) against bounds:
     exit 0 when all hold, 1 when any fails (with a table of what failed), 2 on bad input.

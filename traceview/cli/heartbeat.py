@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from traceview.cli._options import (
-    AnalysisOptions,
     analysis_options,
     force_option,
     is_run,
@@ -29,6 +29,9 @@ from traceview.render.charts import (
 )
 from traceview.render.format import gap_title
 from traceview.render.run_chart import run_heartbeat_data, run_heartbeat_figure
+
+if TYPE_CHECKING:
+    from traceview.analysis.analyze import AnalysisConfig
 
 style_option = click.option(
     "--style",
@@ -97,7 +100,7 @@ def heartbeat(
     style: str,
     jobs: int | None,
     strict: bool,
-    analysis: AnalysisOptions,
+    analysis: AnalysisConfig,
 ) -> None:
     """Chart the engine's heartbeat: one tick per step at its true time and the
     step-to-step interval over time, mixed and prefill phases shaded, each phase's median
@@ -152,7 +155,7 @@ def gaps(
     title: str | None,
     style: str,
     force: bool,
-    analysis: AnalysisOptions,
+    analysis: AnalysisConfig,
 ) -> None:
     """Chart the decode-gap distribution per population (CDF on a log time axis, p50/p90/p99
     marked, n in the legend)."""

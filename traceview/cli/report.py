@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from traceview.cli._options import (
-    AnalysisOptions,
     analysis_options,
     force_option,
     output_file,
     say,
     summarize_trace,
 )
+
+if TYPE_CHECKING:
+    from traceview.analysis.analyze import AnalysisConfig
 
 
 @click.command()
@@ -23,7 +26,7 @@ from traceview.cli._options import (
 @force_option
 @analysis_options
 def report(
-    traces: tuple[str, ...], output: str, strict: bool, force: bool, analysis: AnalysisOptions
+    traces: tuple[str, ...], output: str, strict: bool, force: bool, analysis: AnalysisConfig
 ) -> None:
     """Write one self-contained HTML page (inline SVG charts and CSS, no network) to attach
     to a pull request: the summary, the heartbeat and gap charts, the warnings and the

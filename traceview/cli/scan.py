@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
-from traceview.cli._options import AnalysisOptions, analysis_options, bytes_bar, say, warn
+from traceview.cli._options import analysis_options, bytes_bar, say, warn
+
+if TYPE_CHECKING:
+    from traceview.analysis.analyze import AnalysisConfig
 
 
 @click.command()
@@ -56,7 +60,7 @@ def scan(
     force: bool,
     pattern: str | None,
     jobs: int | None,
-    analysis: AnalysisOptions,
+    analysis: AnalysisConfig,
 ) -> None:
     """Scan traces (directories and all their subfolders, globs, files) into a Parquet
     dataset of traces, steps, families, gaps and errors, one file per trace in each table.
@@ -76,9 +80,7 @@ def scan(
             "use summarize or steps with --model"
         )
 
-    options = ScanOptions(
-        preset=analysis.preset, rules_file=analysis.rules, steps=analysis.step_options()
-    )
+    options = ScanOptions(config=analysis)
     progress: ScanProgress | None = None
     close: Callable[[], None] = lambda: None  # noqa: E731
     if sys.stderr.isatty():

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 import orjson
 
 from traceview.cli._options import (
-    AnalysisOptions,
     analysis_options,
     is_run,
     json_option,
@@ -20,6 +20,9 @@ from traceview.cli._options import (
 )
 from traceview.render.base import guess_format, write_output
 from traceview.render.table import render_run, render_summary, steps_view
+
+if TYPE_CHECKING:
+    from traceview.analysis.analyze import AnalysisConfig
 
 traces_argument = click.argument(
     "traces", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str)
@@ -36,7 +39,7 @@ def summarize(
     as_json: bool,
     jobs: int | None,
     strict: bool,
-    analysis: AnalysisOptions,
+    analysis: AnalysisConfig,
 ) -> None:
     """One screen on a trace: families, steps and cadence by phase, decode gaps, GPU busy.
 
@@ -70,7 +73,7 @@ def steps(
     force: bool,
     jobs: int | None,
     strict: bool,
-    analysis: AnalysisOptions,
+    analysis: AnalysisConfig,
 ) -> None:
     """Export the engine steps, one row per step (table, csv, json or parquet). For a run of
     rank traces, every rank's steps with ``rank`` and ``path`` columns. On the screen, times

@@ -1,0 +1,297 @@
+"""One analysis of one trace: :func:`analyze` and its :class:`AnalysisConfig`.
+
+Every surface reads a trace's figures from one :class:`Analysis`: the CLI's commands, the
+module-level shortcuts (``tv.busy(t)`` is ``tv.analyze(t).busy``), runs, scans, ``diff``,
+``check``, ``report`` and ``annotate``. The steps are found once per analysis and every
+figure is computed once, on first use, by the module that defines it; so a figure has one
+value (and one population) wherever it is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from traceview._io import release_free_memory
+from traceview.analysis import display
+from traceview.analysis.devices import DeviceSpec, device_option
+from traceview.analysis.document import Efficiency
+from traceview.analysis.families import Rules, family_rows, load_rules
+from traceview.analysis.model_config import ModelSpec, load_model
+from traceview.analysis.step_candidates import StepOptions
+from traceview.analysis.steps import StepResult, find_steps
+from traceview.analysis.summary import Summary, build
+from traceview.errors import UsageError
+from traceview.load import LoadOptions, load
+from traceview.model import Trace
+
+METHODS = ("auto", "bursts", "annotations")
+
+BUSY_SCHEMA: dict[str, pl.DataType] = {
+    "device": pl.Int64(),
+    "window_start_ns": pl.Int64(),
+    "window_end_ns": pl.Int64(),
+    "busy_ns": pl.Int64(),
+    "fraction": pl.Float64(),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysisConfig:
+    """How a trace is analysed: the one way to configure an analysis, on every surface
+    (the CLI builds one from its options; ``RunOptions`` and ``ScanOptions`` carry one).
+
+    Attributes:
+        method: how to find engine steps: ``auto`` (the engine's annotations where they
+            cover the trace and agree with the bursts, else bursts), ``bursts`` or
+            ``annotations``.
+        layers: step-marker bursts per step (default: found from the trace).
+        step_gap_ns: cut steps at every device-idle gap at least this long (ns) instead.
+        device: the device to analyse (default: the one with the most kernel time).
+        preset: the built-in classification preset.
+        rules: a TOML rules file tried before the preset's rules, or :class:`Rules`
+            (``tv.load_rules(...)``) used as they are.
+        model: the model (``tv.load_model(path)``, or a ``config.json`` path, read here):
+            each step's FLOPs, bytes, MFU and MBU.
+        gpu: the device's peaks (``tv.device_spec(...)``, or a part name or a
+            ``SPEC.toml`` path, read here), instead of those matched from the trace.
+        window: ``(t0_ns, t1_ns)``: analyse only the events starting in this window, in
+            ns from the trace's first device activity (``Trace.window``).
+
+    Raises:
+        UsageError: an unknown method, or a window whose end is not after its start.
+        EfficiencyInputError: a model or device spec that cannot be read.
+    """
+
+    method: str = "auto"
+    layers: int | None = None
+    step_gap_ns: int | None = None
+    device: int | None = None
+    preset: str = "default"
+    rules: str | Path | Rules | None = None
+    model: ModelSpec | str | Path | None = None
+    gpu: DeviceSpec | str | None = None
+    window: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise UsageError(f"unknown step method {self.method!r} (one of: {', '.join(METHODS)})")
+        if isinstance(self.model, str | Path):
+            object.__setattr__(self, "model", load_model(self.model))
+        if isinstance(self.gpu, str):
+            object.__setattr__(self, "gpu", device_option(self.gpu))
+        if self.window is not None and self.window[1] <= self.window[0]:
+            raise UsageError(f"window {self.window}: its end is not after its start")
+
+    @property
+    def model_spec(self) -> ModelSpec | None:
+        """The model, as read (a path given is read when the config is made)."""
+        assert not isinstance(self.model, str | Path)
+        return self.model
+
+    @property
+    def device_spec(self) -> DeviceSpec | None:
+        """The device's peaks, as read (a name or path given is read when the config is
+        made)."""
+        assert not isinstance(self.gpu, str)
+        return self.gpu
+
+    def step_options(self) -> StepOptions:
+        """How the step finder finds steps."""
+        return StepOptions(self.method, self.layers, self.step_gap_ns, self.device)
+
+    def load_rules(self) -> Rules:
+        """The classification rules: ``rules`` as given, else the file's before the
+        preset's, else the preset's."""
+        if isinstance(self.rules, Rules):
+            return self.rules
+        return load_rules(self.preset, self.rules)
+
+
+def config_with(
+    config: AnalysisConfig | None,
+    rules: Rules | None = None,
+    *,
+    method: str | None = None,
+    layers: int | None = None,
+    step_gap_ns: int | None = None,
+    device: int | None = None,
+    model: ModelSpec | None = None,
+    gpu: DeviceSpec | None = None,
+) -> AnalysisConfig:
+    """``config`` (default: ``AnalysisConfig()``) with each shortcut keyword that is given
+    (not None) replacing its field: how the module-level shortcuts map their keywords."""
+    base = config or AnalysisConfig()
+    given = {
+        "rules": rules,
+        "method": method,
+        "layers": layers,
+        "step_gap_ns": step_gap_ns,
+        "device": device,
+        "model": model,
+        "gpu": gpu,
+    }
+    changed = {k: v for k, v in given.items() if v is not None}
+    return replace(base, **changed) if changed else base  # type: ignore[arg-type]
+
+
+class Analysis:
+    """One trace and how it is analysed; each figure computed once, on first use, and
+    kept. Made by :func:`analyze`.
+
+    Attributes:
+        trace: the trace analysed (the config's window applied).
+        config: the :class:`AnalysisConfig`.
+    """
+
+    def __init__(self, trace: Trace, config: AnalysisConfig | None = None) -> None:
+        self.config = config or AnalysisConfig()
+        self.trace = trace if self.config.window is None else trace.window(*self.config.window)
+
+    @cached_property
+    def rules(self) -> Rules:
+        """The classification rules, read once."""
+        return self.config.load_rules()
+
+    @cached_property
+    def step_result(self) -> StepResult:
+        """The step finder's whole result (steps, phases, the device's kernels with their
+        families, their union): found once per analysis."""
+        result = find_steps(self.trace, self.rules, self.config.step_options())
+        release_free_memory()  # the step finder's temporaries, before the document's own
+        return result
+
+    @cached_property
+    def summary(self) -> Summary:
+        """The ``traceview.summary/1`` document and the tables beside it."""
+        return build(self.rules, self.step_result, self.config.model_spec, self.config.device_spec)
+
+    @property
+    def steps(self) -> pl.DataFrame:
+        """One row per engine step (columns: :func:`traceview.steps`)."""
+        return self.summary.steps
+
+    @property
+    def families(self) -> pl.DataFrame:
+        """Kernel time per layer family on the analysed device, capture kernels left out
+        (columns: :func:`traceview.families`)."""
+        return self.summary.families
+
+    @cached_property
+    def families_rollup(self) -> pl.DataFrame:
+        """:attr:`families` with dotted families rolled up (``linear_attention``)."""
+        assert self.step_result.totals is not None
+        return family_rows(self.step_result.totals, roll_up=True)
+
+    @property
+    def kernels(self) -> pl.DataFrame:
+        """Kernel time per kernel name on the analysed device, with its family and work
+        (columns: :func:`traceview.kernels`)."""
+        return self.summary.kernel_table
+
+    @cached_property
+    def busy(self) -> pl.DataFrame:
+        """The summary's GPU-busy fraction as one row: ``device``, ``window_start_ns``,
+        ``window_end_ns``, ``busy_ns`` (Int64, ns) and ``fraction`` (Float64); the window
+        is the analysed device's first kernel start to its last kernel end, capture
+        kernels left out."""
+        b = self.summary.document["busy"]
+        if b["fraction"] is None and b["busy_ns"] is None:
+            return pl.DataFrame(schema=BUSY_SCHEMA)
+        row = {k: [b[k]] for k in BUSY_SCHEMA}  # type: ignore[literal-required]
+        return pl.DataFrame(row, schema=BUSY_SCHEMA)
+
+    def busy_between(self, t0_ns: int, t1_ns: int) -> pl.DataFrame:
+        """GPU busy of the analysed device (capture kernels left out) over the window
+        ``[t0_ns, t1_ns)`` on the trace's clock; columns as :attr:`busy`."""
+        u = self.step_result.union
+        assert u is not None
+        covered = int(u.clipped_lengths(np.array([t0_ns]), np.array([t1_ns]))[0])
+        row = {
+            "device": [self.step_result.device],
+            "window_start_ns": [t0_ns],
+            "window_end_ns": [t1_ns],
+            "busy_ns": [covered],
+            "fraction": [covered / (t1_ns - t0_ns) if t1_ns > t0_ns else None],
+        }
+        return pl.DataFrame(row, schema=BUSY_SCHEMA)
+
+    @property
+    def decode_gaps(self) -> pl.DataFrame:
+        """One row per decode gap (columns: :func:`traceview.decode_gaps`)."""
+        return self.summary.gaps
+
+    @property
+    def idle(self) -> pl.DataFrame:
+        """The analysed device's idle intervals of at least 50 µs, each split by cause
+        (``Summary.idle``)."""
+        return self.summary.idle
+
+    @property
+    def efficiency(self) -> Efficiency:
+        """The summary's ``efficiency`` section: FLOPs, bytes, MFU and MBU per phase where
+        the config gives a model (docs/metrics.md).
+
+        Raises:
+            UsageError: the config gives no model.
+        """
+        if self.config.model_spec is None:
+            raise UsageError(
+                "efficiency needs a model: tv.analyze(trace, tv.AnalysisConfig(model=PATH))"
+            )
+        return self.summary.document["efficiency"]
+
+    def heartbeat(
+        self,
+        *,
+        title: str | None = None,
+        window_ms: tuple[float, float] | None = None,
+        style: str = "light",
+    ) -> display.Figure:
+        """The heartbeat chart (a matplotlib Figure; as ``tv.plot.heartbeat``)."""
+        return display.heartbeat(self.summary, title, window_ms, style)
+
+    def gaps(self, *, title: str | None = None, style: str = "light") -> display.Figure:
+        """The decode-gap chart (a matplotlib Figure; as ``tv.plot.gaps``)."""
+        return display.gaps(self.summary, title, style)
+
+    def __repr__(self) -> str:
+        done = [name for name in ("step_result", "summary") if name in self.__dict__]
+        said = f", computed: {', '.join(done)}" if done else ""
+        return f"Analysis({self.trace.meta.path!r}, {self.config!r}{said})"
+
+    def _repr_html_(self) -> str:
+        return self.summary._repr_html_()
+
+
+def analyze(
+    source: str | Path | Trace,
+    config: AnalysisConfig | None = None,
+    *,
+    load_options: LoadOptions | None = None,
+) -> Analysis:
+    """One analysis of one trace: every figure computed once, on first use, and kept.
+
+    Args:
+        source: a path, a URL or a loaded :class:`~traceview.Trace`.
+        config: how to analyse it (default: ``AnalysisConfig()``).
+        load_options: how to load a path or URL (``tv.LoadOptions``).
+
+    Returns:
+        Analysis: ``.summary``, ``.steps``, ``.families``, ``.kernels``, ``.busy``,
+        ``.decode_gaps``, ``.idle``, ``.efficiency`` (with a model); ``.heartbeat()`` and
+        ``.gaps()`` draw its charts.
+
+    Raises:
+        TraceFormatError: a path or URL that is not a trace (when it is loaded).
+        UsageError: a source that is none of these.
+    """
+    if isinstance(source, Trace):
+        return Analysis(source, config)
+    if isinstance(source, str | Path):
+        return Analysis(load(str(source), options=load_options), config)
+    raise UsageError(f"analyze: a path, URL or Trace, not {type(source).__name__}")
