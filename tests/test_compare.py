@@ -93,9 +93,11 @@ def test_workload_is_shown_never_judged_and_the_headline_is_decode_cadence(
         f"{chunked['decode_tokens'] / mono['decode_tokens']:.2f}× the decode tokens"
     )
     heads = d.rows.filter(pl.col("role") == "headline")["metric"].to_list()
-    assert heads[0].startswith("decode cadence p50") and heads[2].startswith("decode cadence p99")
+    assert heads[0].startswith("decoding cadence p50")
+    assert heads[2].startswith("decoding cadence p99")
     for q in ("p50", "p90", "p99"):
-        row = _row(d, "headline", f"decode cadence {q}")
+        row = _row(d, "headline", f"decoding cadence {q}")
+        assert row["field"] == f"steps.decoding_cadence.{q}_ns"
         planted = chunked["decoding_cadence"][f"{q}_ns"] / mono["decoding_cadence"][f"{q}_ns"]
         assert (row["a"], row["b"]) == (
             mono["decoding_cadence"][f"{q}_ns"],
@@ -103,7 +105,7 @@ def test_workload_is_shown_never_judged_and_the_headline_is_decode_cadence(
         )
         assert row["ratio"] == pytest.approx(planted, rel=1e-12)
     # the chunked prompt stretches every tenth interval a decoding request sees: the p90
-    p90 = _row(d, "headline", "decode cadence p90")
+    p90 = _row(d, "headline", "decoding cadence p90")
     assert p90["verdict"] == "worse" and p90["ratio"] > 3
 
 
@@ -309,3 +311,36 @@ def test_lookup_and_units(s: dict[str, tv.Summary]) -> None:
     assert parse_value("90%") == 0.9 and parse_value("1.5") == 1.5
     with pytest.raises(CheckError):
         parse_value("fast")
+
+
+@pytest.mark.parametrize("pair", [("hybrid_monolithic", "hybrid_chunked")], ids=str)
+def test_every_row_with_a_field_shows_the_documents_value_there(
+    s: dict[str, tv.Summary], pair: tuple[str, str]
+) -> None:
+    """Issue 33: one name, one figure. A diff row that names its ``field`` shows, as A and
+    B, the values at that path of the two summary documents (read with check's path
+    reader), and every headline row names its field; the headline's cadence is the
+    decoding cadence (decode + mixed steps), labelled so, never the run's and dataset's
+    ``decode_cadence`` (decode phases only)."""
+    from traceview.analysis.checks import lookup
+
+    a, b = s[pair[0]], s[pair[1]]
+    d = diff(a, b)
+    rows = d.rows.iter_rows(named=True)
+    headline = [r for r in d.rows.iter_rows(named=True) if r["role"] == "headline"]
+    assert headline and all(r["field"] for r in headline)
+    checked = 0
+    for r in rows:
+        if r["field"] is None or r["field"].endswith("(max)"):
+            continue
+        for side, summary in (("a", a), ("b", b)):
+            found = lookup(summary.to_dict(), r["field"])
+            assert len(found) == 1, r["field"]
+            value = found[0][1]
+            assert r[side] == (None if value is None else pytest.approx(float(value))), r
+        checked += 1
+    assert checked >= 20
+    growth = _row(d, "headline", "prefill growth (largest)")
+    largest = max(g["growth"] for g in b.to_dict()["work"]["prefill_growth"])
+    assert growth["b"] == pytest.approx(largest)
+    assert not any("decode cadence" in r for r in d.rows["metric"].to_list())

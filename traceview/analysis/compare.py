@@ -52,6 +52,7 @@ class Metric:
     unit: str  # ns | count | fraction | ratio
     n: int | None = None
     role: Role = "rate"
+    field: str | None = None  # the document's path of the figure (check's path syntax)
 
 
 def _per(total: float | None, count: float | None) -> float | None:
@@ -60,22 +61,59 @@ def _per(total: float | None, count: float | None) -> float | None:
 
 def headline(summary: Summary) -> list[Metric]:
     """The figures that answer "did decode slow down while prompts were prefilled?": the
-    cadence a decoding request experiences (p50, p90, p99), the decode population's gap p99, the
-    largest growth of prompt work within a mixed phase, and how busy the GPU is inside the
-    widest gaps."""
+    cadence a decoding request experiences (``steps.decoding_cadence``: the intervals
+    between consecutive steps with decode work, decode and mixed; p50, p90, p99), the decode
+    population's gap p99, the largest growth of prompt work within a mixed phase, and how
+    busy the GPU is inside the widest gaps. Each carries ``field``, the summary document's
+    path of the figure (as ``check`` reads it), and is labelled by that field's name."""
     doc = summary.to_dict()
     cad = doc["steps"]["decoding_cadence"]
     gaps = next(g for g in doc["decode_gaps"] if g["population"] == "decode")
     growth = [g["growth"] for g in doc["work"]["prefill_growth"]]
     h = "headline"
     return [
-        Metric(h, "decode cadence p50", cad["p50_ns"], "lower", "ns", cad["n"], h),
-        Metric(h, "decode cadence p90", cad["p90_ns"], "lower", "ns", cad["n"], h),
-        Metric(h, "decode cadence p99", cad["p99_ns"], "lower", "ns", cad["n"], h),
-        Metric(h, "decode gap p99 (decode steps)", gaps["p99_ns"], "lower", "ns", gaps["n"], h),
-        Metric(h, "prefill growth (largest)", max(growth, default=None), "lower", "ratio", None, h),
+        *(
+            Metric(
+                h,
+                f"decoding cadence {q[:-3]}",
+                cad[q],
+                "lower",
+                "ns",
+                cad["n"],
+                h,
+                f"steps.decoding_cadence.{q}",
+            )
+            for q in ("p50_ns", "p90_ns", "p99_ns")
+        ),
         Metric(
-            h, "busy in the widest gaps", doc["busy"]["in_widest_gaps"], None, "fraction", None, h
+            h,
+            "decode gap p99 (decode steps)",
+            gaps["p99_ns"],
+            "lower",
+            "ns",
+            gaps["n"],
+            h,
+            "decode_gaps.decode.p99_ns",
+        ),
+        Metric(
+            h,
+            "prefill growth (largest)",
+            max(growth, default=None),
+            "lower",
+            "ratio",
+            None,
+            h,
+            "work.prefill_growth.growth (max)",
+        ),
+        Metric(
+            h,
+            "busy in the widest gaps",
+            doc["busy"]["in_widest_gaps"],
+            None,
+            "fraction",
+            None,
+            h,
+            "busy.in_widest_gaps",
         ),
     ]
 
@@ -87,15 +125,38 @@ def metrics(summary: Summary) -> list[Metric]:
     w = doc["work"]
     load = "workload"
     out = headline(summary)
-    out.append(Metric("steps", "steps", doc["steps"]["count"], None, "count", role=load))
+    out.append(
+        Metric(
+            "steps", "steps", doc["steps"]["count"], None, "count", role=load, field="steps.count"
+        )
+    )
     for q in QUANTILES:
-        out.append(Metric("cadence", f"all {q[:-3]}", doc["steps"]["cadence"][q], "lower", "ns"))
+        out.append(
+            Metric(
+                "cadence",
+                f"all {q[:-3]}",
+                doc["steps"]["cadence"][q],
+                "lower",
+                "ns",
+                field=f"steps.cadence.{q}",
+            )
+        )
     for kind in KINDS:
         steps_of = t.filter(pl.col("kind") == kind)
         out.append(Metric("steps", f"{kind} steps", steps_of.height, None, "count", role=load))
         cad = doc["steps"]["cadence_by_kind"][kind]
         for q in QUANTILES:
-            out.append(Metric("cadence", f"{kind} {q[:-3]}", cad[q], "lower", "ns", cad["n"]))
+            out.append(
+                Metric(
+                    "cadence",
+                    f"{kind} {q[:-3]}",
+                    cad[q],
+                    "lower",
+                    "ns",
+                    cad["n"],
+                    field=f"steps.cadence_by_kind.{kind}.{q}",
+                )
+            )
         if steps_of.height:
             per = f"per {kind} step"
             out.append(
@@ -131,13 +192,32 @@ def metrics(summary: Summary) -> list[Metric]:
     out.append(Metric("work", "decode tokens total", w["decode_tokens"], None, "count", role=load))
     for g in doc["decode_gaps"]:
         pop = g["population"]
-        out.append(Metric("decode gaps", f"{pop} n", g["n"], None, "count", role=load))
+        out.append(
+            Metric(
+                "decode gaps",
+                f"{pop} n",
+                g["n"],
+                None,
+                "count",
+                role=load,
+                field=f"decode_gaps.{pop}.n",
+            )
+        )
         for q in QUANTILES:
-            out.append(Metric("decode gaps", f"{pop} {q[:-3]}", g[q], "lower", "ns", g["n"]))
+            out.append(
+                Metric(
+                    "decode gaps",
+                    f"{pop} {q[:-3]}",
+                    g[q],
+                    "lower",
+                    "ns",
+                    g["n"],
+                    field=f"decode_gaps.{pop}.{q}",
+                )
+            )
     busy = doc["busy"]
-    out.append(Metric("busy", "fraction", busy["fraction"], None, "fraction"))
-    out.append(Metric("busy", "in_gaps", busy["in_gaps"], None, "fraction"))
-    out.append(Metric("busy", "in_widest_gaps", busy["in_widest_gaps"], None, "fraction"))
+    for key in ("fraction", "in_gaps", "in_widest_gaps"):
+        out.append(Metric("busy", key, busy[key], None, "fraction", field=f"busy.{key}"))
     for p in doc["efficiency"]["phases"] or []:  # with --model: rates, so judged
         kind, n = p["kind"], p["steps"]
         for key, label, unit in (
@@ -204,7 +284,9 @@ class Diff:
 
     Attributes:
         a, b: the paths compared (A is the baseline; ratios are B/A).
-        rows: DataFrame ``section``, ``metric``, ``a``, ``b`` (Float64), ``ratio`` (B/A),
+        rows: DataFrame ``section``, ``metric``, ``field`` (the document's path of the
+            figure, as ``check`` reads it; null where the figure is derived, e.g. a mean
+            per step), ``a``, ``b`` (Float64), ``ratio`` (B/A),
             ``verdict`` (same, better, worse, changed, new, gone, n/a; null for a workload
             row), ``unit``, ``better`` (lower, higher or none: which way is an
             improvement), ``role`` (headline, rate, workload): the headline first, then
@@ -276,8 +358,8 @@ def run_metrics(run: RunSummary) -> list[Metric]:
     h, load = "headline", "workload"
     skew, s = doc["skew"], doc["straggler"]
     out = [
-        Metric(h, "compute skew p50", skew["p50_ns"], "lower", "ns", skew["n"], h),
-        Metric(h, "compute skew p99", skew["p99_ns"], "lower", "ns", skew["n"], h),
+        Metric(h, "compute skew p50", skew["p50_ns"], "lower", "ns", skew["n"], h, "skew.p50_ns"),
+        Metric(h, "compute skew p99", skew["p99_ns"], "lower", "ns", skew["n"], h, "skew.p99_ns"),
         Metric(
             h,
             "straggler excess p50",
@@ -286,20 +368,42 @@ def run_metrics(run: RunSummary) -> list[Metric]:
             "ns",
             None,
             h,
+            "straggler.excess_p50_ns",
         ),
         Metric("run", "ranks", len(doc["ranks"]), None, "count", role=load),
-        Metric("run", "aligned steps", doc["alignment"]["steps"], None, "count", role=load),
-        Metric("skew", "compute skew max", skew["max_ns"], "lower", "ns", skew["n"]),
+        Metric(
+            "run",
+            "aligned steps",
+            doc["alignment"]["steps"],
+            None,
+            "count",
+            role=load,
+            field="alignment.steps",
+        ),
+        Metric(
+            "skew",
+            "compute skew max",
+            skew["max_ns"],
+            "lower",
+            "ns",
+            skew["n"],
+            field="skew.max_ns",
+        ),
     ]
     for r in doc["ranks"]:
         rank = f"rank {r['rank']}"
-        out.append(Metric(rank, "cadence p50", r["cadence_p50_ns"], "lower", "ns"))
-        out.append(Metric(rank, "cadence p99", r["cadence_p99_ns"], "lower", "ns"))
-        out.append(Metric(rank, "compute p50", r["compute_p50_ns"], "lower", "ns"))
-        out.append(Metric(rank, "collective wait p50", r["collective_wait_p50_ns"], "lower", "ns"))
-        out.append(Metric(rank, "decode gap p99", r["decode_gap_p99_ns"], "lower", "ns"))
-        out.append(Metric(rank, "busy", r["busy"], None, "fraction"))
-        out.append(Metric(rank, "steps", r["steps"], None, "count", role=load))
+        at = f"ranks.{r['rank']}"
+        for key, label, unit, better, role in (
+            ("cadence_p50_ns", "cadence p50", "ns", "lower", "rate"),
+            ("cadence_p99_ns", "cadence p99", "ns", "lower", "rate"),
+            ("compute_p50_ns", "compute p50", "ns", "lower", "rate"),
+            ("collective_wait_p50_ns", "collective wait p50", "ns", "lower", "rate"),
+            ("decode_gap_p99_ns", "decode gap p99", "ns", "lower", "rate"),
+            ("busy", "busy", "fraction", None, "rate"),
+            ("steps", "steps", "count", None, "workload"),
+        ):
+            value = r[key]  # type: ignore[literal-required]
+            out.append(Metric(rank, label, value, better, unit, role=role, field=f"{at}.{key}"))
     return out
 
 
@@ -363,6 +467,7 @@ def _diff(
                 "role": m.role,
                 "section": key[0],
                 "metric": name,
+                "field": m.field,
                 "a": None if av is None else float(av),
                 "b": None if bv is None else float(bv),
                 "ratio": ratio,
@@ -380,6 +485,7 @@ def _diff(
             "role": pl.String,
             "section": pl.String,
             "metric": pl.String,
+            "field": pl.String,
             "a": pl.Float64,
             "b": pl.Float64,
             "ratio": pl.Float64,
@@ -401,7 +507,9 @@ def _diff(
         )
         .sort(["_group", "_order"], descending=[False, True], maintain_order=True)
         .drop("_order", "_group", "_seen")
-        .select("section", "metric", "a", "b", "ratio", "verdict", "unit", "better", "role")
+        .select(
+            "section", "metric", "field", "a", "b", "ratio", "verdict", "unit", "better", "role"
+        )
     )
     ka = kernels_a.select("name", pl.col("total_ns").alias("a_ns"))
     kb = kernels_b.select("name", pl.col("total_ns").alias("b_ns"))

@@ -362,6 +362,7 @@ class DiffRow(TypedDict):
 
     section: str
     metric: str
+    field: str | None  # the document's path of the figure (check's syntax); None: derived
     a: float | None
     b: float | None
     ratio: float | None  # B/A; None where A is 0 and B is not, or either is absent
