@@ -152,11 +152,23 @@ def test_the_cli_switch_and_management(
     assert cleared.exit_code == 0 and "removed 1 cached trace" in cleared.stderr
     assert cache.info()["entries"] == 0
     monkeypatch.setenv("TRACEVIEW_CACHE", "1")  # restored after the test
+    import traceview.cli._options as cli_options
+
+    seen: list[bool] = []
+    real_load = cli_options.load
+
+    def load(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(cache.enabled())
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(cli_options, "load", load)
     no_cache = CliRunner().invoke(cli, ["--no-cache", "info", str(big)])
-    assert no_cache.exit_code == 0 and os.environ.get("TRACEVIEW_CACHE") == "0"
-    assert not cache.enabled()
+    assert no_cache.exit_code == 0
+    assert seen == [False]  # off while the command loads
+    # ... and for that command only: the process' setting is what it was (issue 33)
+    assert os.environ.get("TRACEVIEW_CACHE") == "1" and cache.enabled()
     tv.load(big, options=ALWAYS)
-    assert cache.info()["entries"] == 0
+    assert cache.info()["entries"] == 1
 
 
 def test_a_file_that_grows_during_the_parse_is_not_stored(

@@ -12,6 +12,8 @@ import click
 from traceview.errors import EXIT_OK, TraceviewError, TraceviewWarning
 from traceview.render.safe import terminal
 
+CACHE_ENV = "TRACEVIEW_CACHE"  # the switch load/cache.py reads
+
 
 class _Group(click.Group):
     """Turns a TraceviewError into ``Error: <message>`` on stderr and its exit code."""
@@ -21,7 +23,9 @@ class _Group(click.Group):
         from traceview.load.remote import STORAGE_OPTIONS_ENV
 
         forget_warnings()
-        given = os.environ.get(STORAGE_OPTIONS_ENV)  # --storage-option sets it for one command
+        # --storage-option and --no-cache set these for one command (its workers see them)
+        scoped = (STORAGE_OPTIONS_ENV, CACHE_ENV)
+        given = {name: os.environ.get(name) for name in scoped}
         try:
             with warnings.catch_warnings():
                 # commands print trace.meta.warnings themselves, once, in a summary line
@@ -34,10 +38,11 @@ class _Group(click.Group):
             click.echo(f"{prefix}{terminal(exc)}", err=True)
             ctx.exit(exc.exit_code)
         finally:
-            if given is None:
-                os.environ.pop(STORAGE_OPTIONS_ENV, None)
-            else:
-                os.environ[STORAGE_OPTIONS_ENV] = given
+            for name, value in given.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
     def _invoke_and_publish(self, ctx: click.Context) -> Any:
         """The command, then its outputs bound for URLs uploaded if it succeeded."""
@@ -69,8 +74,9 @@ def cli(debug: bool, no_cache: bool) -> None:
     Exit codes: 0 ok, 1 a check failed, 2 bad input or usage, 3 missing optional dependency.
     """
     if no_cache:
-        # the switch the cache reads, so the run and scan workers see it too
-        os.environ["TRACEVIEW_CACHE"] = "0"
+        # the switch the cache reads, so the run and scan workers see it too; for this
+        # command only (_Group.invoke restores it)
+        os.environ[CACHE_ENV] = "0"
 
 
 def _register() -> None:
