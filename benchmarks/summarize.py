@@ -73,7 +73,7 @@ def generate(steps: int) -> tuple[Path, int]:
 def _timed_efficiency() -> list[float]:
     """Wrap the summary's efficiency steps (per-step figures, the op work from shapes, the
     kernel table's and families' work) with timers: the seconds they took, added up."""
-    import traceview.analysis.summary as summary
+    import traceview.analysis.documents.summary as summary
 
     spent = [0.0]
     for name in ("efficiency_section", "kernel_work", "family_work", "kernel_table_work"):

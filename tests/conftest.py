@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:
 os.environ.setdefault("TRACEVIEW_CACHE_DIR", tempfile.mkdtemp(prefix="traceview-test-cache-"))
 
 GENERATED = ROOT / "fixtures" / "generated"
-# a document's floats carry 9 significant digits (traceview.analysis.precision): a figure
+# a document's floats carry 9 significant digits (traceview.analysis.base.precision): a figure
 # equals its planted truth when it is within half a unit of the 9th digit
 DOC_REL = 5e-9
 SHARED_TRACES = ROOT.parent / "shared" / "traces"

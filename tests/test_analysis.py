@@ -17,9 +17,9 @@ from conftest import DOC_REL, GENERATED, truth
 import traceview as tv
 from fixtures.engine import RECORD_COLUMNS, SCENARIOS, Scenario, build
 from fixtures.truth import truth as plan_truth
-from traceview.analysis.intervals import union
-from traceview.analysis.step_candidates import StepOptions
-from traceview.analysis.steps import find_steps
+from traceview.analysis.base.intervals import union
+from traceview.analysis.steps.candidates import StepOptions
+from traceview.analysis.steps.find import find_steps
 from traceview.cli import cli
 from traceview.render.format import fmt_ns
 

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from conftest import CAPTURE_ONLY_NAMES, GENERATED, SHARED_TRACES, truth
 
 import traceview as tv
-from traceview.analysis.annotations import record
-from traceview.analysis.capture_regions import capture_regions
-from traceview.analysis.steps import step_kinds
+from traceview.analysis.steps.capture import capture_regions
+from traceview.analysis.steps.find import step_kinds
+from traceview.analysis.steps.records import record
 from traceview.cli import cli
 from traceview.errors import CaptureOnlyError
 

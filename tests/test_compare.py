@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from conftest import GENERATED, truth
 
 import traceview as tv
-from traceview.analysis.checks import Bounds, CheckError, check, lookup, parse_value
-from traceview.analysis.compare import diff
+from traceview.analysis.documents.checks import Bounds, CheckError, check, lookup, parse_value
+from traceview.analysis.documents.compare import diff
 from traceview.cli import cli
 
 
@@ -322,7 +322,7 @@ def test_every_row_with_a_field_shows_the_documents_value_there(
     reader), and every headline row names its field; the headline's cadence is the
     decoding cadence (decode + mixed steps), labelled so, never the run's and dataset's
     ``decode_cadence`` (decode phases only)."""
-    from traceview.analysis.checks import lookup
+    from traceview.analysis.documents.checks import lookup
 
     a, b = s[pair[0]], s[pair[1]]
     d = diff(a, b)

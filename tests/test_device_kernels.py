@@ -12,9 +12,9 @@ import polars as pl
 import pytest
 
 import traceview as tv
-from traceview.analysis.families import family_codes, family_rows, load_rules
-from traceview.analysis.intervals import union
-from traceview.analysis.step_candidates import _bursts, annotation_candidate, device_kernels
+from traceview.analysis.base.intervals import union
+from traceview.analysis.classify.families import family_codes, family_rows, load_rules
+from traceview.analysis.steps.candidates import _bursts, annotation_candidate, device_kernels
 
 NAMES = [
     "flash_fwd_kernel",

@@ -1,5 +1,5 @@
 """The summary and run documents hold exactly the keys and types that
-traceview/analysis/document.py declares (the types mypy checks every reader against), on
+traceview/analysis/base/document.py declares (the types mypy checks every reader against), on
 every fixture, every shared trace and the 8-rank run: a TypedDict that drifted from what
 analysis builds would let mypy pass readers of keys that are not there."""
 
@@ -14,7 +14,7 @@ import pytest
 
 import traceview as tv
 from tests.golden import GOLDEN, cases
-from traceview.analysis.document import RunDocument, SummaryDocument
+from traceview.analysis.base.document import RunDocument, SummaryDocument
 
 CASES = cases()
 
@@ -70,7 +70,7 @@ def mismatches(value: Any, hint: Any, where: str = "") -> list[str]:
 def test_the_validator_finds_what_it_should() -> None:
     """The checker itself: a missing key, an extra key, a float for an int, a bad literal."""
     p = {"n": 3, "p50_ns": 1, "p90_ns": None, "p99_ns": 2, "max_ns": 2}
-    from traceview.analysis.document import Percentiles
+    from traceview.analysis.base.document import Percentiles
 
     assert mismatches(p, Percentiles) == []
     assert mismatches({**p, "extra": 1}, Percentiles) == [".extra: not declared"]

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import traceview as tv
-from traceview.analysis.devices import match_device
+from traceview.analysis.work.devices import match_device
 from traceview.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -327,7 +327,7 @@ def _stdlib_gemm_flops(path: Path) -> list[tuple[int, float]]:
 
 @pytest.mark.parametrize("name", ["h100-hf-qwen1.5-0.5b-chat", "h100-hf-owlv2-large"])
 def test_real_gemm_flops_match_a_stdlib_reading(name: str) -> None:
-    from traceview.analysis.op_flops import ops_with_work
+    from traceview.analysis.work.op_flops import ops_with_work
 
     path = ROOT.parent / "shared" / "traces" / "tracelens" / f"{name}.json.gz"
     if not path.exists():
@@ -429,7 +429,7 @@ def test_convolution_work_reads_stride_and_padding() -> None:
     """OWLv2's patch embedding, a 14×14 convolution of stride 14 over a 1008×1008 image:
     its FLOPs from the recorded stride, padding and dilation, by hand, and they reach the
     kernel cuDNN ran for it."""
-    from traceview.analysis.op_flops import op_work, ops_with_work
+    from traceview.analysis.work.op_flops import op_work, ops_with_work
 
     path = ROOT.parent / "shared" / "traces" / "tracelens" / "h100-hf-owlv2-large.json.gz"
     if not path.exists():

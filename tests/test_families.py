@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from conftest import GENERATED, SHARED_TRACES, trace_params, truth
 
 import traceview as tv
-from traceview.analysis.families import RulesError, load_rules, presets
+from traceview.analysis.classify.families import RulesError, load_rules, presets
 from traceview.cli import cli
 
 # (trace under ../shared/traces, kernel-name prefix, expected family, why): real names on real

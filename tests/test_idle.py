@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from conftest import GENERATED, SHARED_TRACES
 
 import traceview as tv
-from traceview.analysis.idle import CAUSES, busy_by_family
+from traceview.analysis.timing.idle import CAUSES, busy_by_family
 from traceview.cli import cli
 
 IDLE = GENERATED / "idle" / "idle_stretches.json.gz"
@@ -313,8 +313,8 @@ def test_inside_a_graph_replay_the_idle_is_queued_work() -> None:
     import numpy as np
     import polars as pl
 
-    from traceview.analysis.idle import idle_in_windows
-    from traceview.analysis.intervals import union
+    from traceview.analysis.base.intervals import union
+    from traceview.analysis.timing.idle import idle_in_windows
 
     path = REAL / "b300-sglang-qwen3-30b-a3b-moe-decode-graph.json.gz"
     if not path.exists():

@@ -14,7 +14,7 @@ import pytest
 
 import traceview as tv
 from tests.conftest import GENERATED, SHARED_TRACES
-from traceview.analysis.summary import Summary
+from traceview.analysis.documents.summary import Summary
 from traceview.batch.scan import scan
 
 DLRM = SHARED_TRACES / "param" / "dlrm_8rank"

@@ -14,8 +14,8 @@ import pytest
 
 import traceview as tv
 from tests.conftest import GENERATED, SCENARIO_NAMES
-from traceview.analysis.precision import SIGNIFICANT, line_ends, sig
-from traceview.analysis.stats import mean
+from traceview.analysis.base.precision import SIGNIFICANT, line_ends, sig
+from traceview.analysis.base.stats import mean
 
 
 def _centred_fit_ends(y: list[int]) -> tuple[Fraction, Fraction]:

@@ -116,8 +116,8 @@ def test_decode_marker_fallback_is_one_kernel_per_layer() -> None:
 def test_every_command_on_every_real_trace(path: Path, tmp_path: Path) -> None:
     """Issue 21: on every shared trace, every command gives an answer a user can act on: no
     empty chart, no step invented from start-up, no verdict on a total."""
-    from traceview.analysis.capture_regions import capture_regions
-    from traceview.analysis.compare import diff
+    from traceview.analysis.documents.compare import diff
+    from traceview.analysis.steps.capture import capture_regions
     from traceview.errors import CaptureOnlyError
     from traceview.render.charts import heartbeat_data
 

@@ -17,7 +17,7 @@ from conftest import DOC_REL, SHARED_TRACES
 import traceview as tv
 from fixtures.build import TraceBuilder
 from fixtures.ranks import RankRun, build
-from traceview.analysis.run import rank_from_name
+from traceview.analysis.documents.run import rank_from_name
 from traceview.batch.run import RunOptions, summarize_run
 from traceview.cli import cli
 from traceview.errors import RunError

@@ -72,7 +72,7 @@ def test_kernel_families_equal_the_classifier(loaded: tv.Trace) -> None:
     """The query is the preset's name rules; the classifier by name alone gives the same rows
     (summarize's record_shapes rule for softmax and its MoE-by-position rule are out of
     SQL's reach, and documented)."""
-    from traceview.analysis.families import classify, family_table, load_rules
+    from traceview.analysis.classify.families import classify, family_table, load_rules
 
     sql = run_sql(loaded, "kernel_families")
     fam = family_table(classify(loaded.kernels, load_rules(), by_position=False))

@@ -8,10 +8,9 @@ import pytest
 from conftest import GENERATED, truth
 
 import traceview as tv
-from traceview.analysis.annotations import parse, record, stated_composition
-from traceview.analysis.families import family_codes, load_rules
-from traceview.analysis.intervals import union
-from traceview.analysis.step_candidates import (
+from traceview.analysis.base.intervals import union
+from traceview.analysis.classify.families import family_codes, load_rules
+from traceview.analysis.steps.candidates import (
     Candidate,
     DeviceKernels,
     StepOptions,
@@ -20,6 +19,7 @@ from traceview.analysis.step_candidates import (
     choose,
     device_kernels,
 )
+from traceview.analysis.steps.records import parse, record, stated_composition
 
 
 @pytest.mark.parametrize(
@@ -131,7 +131,7 @@ def test_launches_belong_to_the_step_range_that_holds_them_on_their_thread(tmp_p
     range or on another thread is in none, and every kernel of one launch (a graph) goes
     with it. Planted by hand; compared kernel by kernel."""
     from fixtures.build import CPU_PID, CPU_TID, Event, TraceBuilder
-    from traceview.analysis.step_candidates import _annotation_groups
+    from traceview.analysis.steps.candidates import _annotation_groups
 
     tb = TraceBuilder()
     t0, step = 1_000_000_000, 100_000

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from conftest import GENERATED, ROOT
 
 import traceview as tv
-from traceview.analysis.checks import lookup
+from traceview.analysis.documents.checks import lookup
 from traceview.cli import cli
 
 SHARED = ROOT.parent / "shared" / "traces"
@@ -158,7 +158,7 @@ def test_every_surface_gives_the_summarys_figures(path: Path, tmp_path: Path) ->
 )
 def test_every_surface_on_the_shared_traces(path: Path, tmp_path: Path) -> None:
     try:
-        tv.analyze(path).summary
+        _ = tv.analyze(path).summary
     except tv.UnsupportedTraceError as exc:  # nothing served (a CPU trace with no ops)
         pytest.skip(str(exc))
     every_surface(path, tmp_path)

@@ -4,15 +4,15 @@ from importlib.metadata import version as _version
 
 from traceview import capture, plot
 from traceview.analysis.analyze import Analysis, AnalysisConfig, analyze
-from traceview.analysis.checks import Bounds, CheckResult, check
-from traceview.analysis.compare import Diff, diff
-from traceview.analysis.devices import DeviceSpec
-from traceview.analysis.devices import device_option as device_spec
-from traceview.analysis.families import load_rules
-from traceview.analysis.model_config import ModelSpec, load_model
-from traceview.analysis.run import RunSummary
+from traceview.analysis.classify.families import load_rules
+from traceview.analysis.documents.checks import Bounds, CheckResult, check
+from traceview.analysis.documents.compare import Diff, diff
+from traceview.analysis.documents.run import RunSummary
+from traceview.analysis.documents.summary import Summary
 from traceview.analysis.shortcuts import busy, decode_gaps, families, kernels, steps, summarize
-from traceview.analysis.summary import Summary
+from traceview.analysis.work.devices import DeviceSpec
+from traceview.analysis.work.devices import device_option as device_spec
+from traceview.analysis.work.model_config import ModelSpec, load_model
 from traceview.batch.run import RunOptions, summarize_run
 from traceview.batch.scan import ScanOptions, scan
 from traceview.errors import (

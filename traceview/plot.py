@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from traceview.analysis import display
 from traceview.analysis.analyze import Analysis, analyze
-from traceview.analysis.summary import Summary
+from traceview.analysis.documents import display
+from traceview.analysis.documents.summary import Summary
 from traceview.errors import UsageError
 from traceview.model import Trace
 from traceview.render.charts import (

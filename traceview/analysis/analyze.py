@@ -17,14 +17,14 @@ import numpy as np
 import polars as pl
 
 from traceview._io import release_free_memory
-from traceview.analysis import display
-from traceview.analysis.devices import DeviceSpec, device_option
-from traceview.analysis.document import Efficiency
-from traceview.analysis.families import Rules, family_rows, load_rules
-from traceview.analysis.model_config import ModelSpec, load_model
-from traceview.analysis.step_candidates import StepOptions
-from traceview.analysis.steps import StepResult, find_steps
-from traceview.analysis.summary import Summary, build
+from traceview.analysis.base.document import Efficiency
+from traceview.analysis.classify.families import Rules, family_rows, load_rules
+from traceview.analysis.documents import display
+from traceview.analysis.documents.summary import Summary, build
+from traceview.analysis.steps.candidates import StepOptions
+from traceview.analysis.steps.find import StepResult, find_steps
+from traceview.analysis.work.devices import DeviceSpec, device_option
+from traceview.analysis.work.model_config import ModelSpec, load_model
 from traceview.errors import UsageError
 from traceview.load import LoadOptions, load
 from traceview.model import Trace

@@ -9,10 +9,10 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analysis.analyze import AnalysisConfig, analyze, config_with
-from traceview.analysis.devices import DeviceSpec
-from traceview.analysis.families import Rules
-from traceview.analysis.model_config import ModelSpec
-from traceview.analysis.summary import Summary
+from traceview.analysis.classify.families import Rules
+from traceview.analysis.documents.summary import Summary
+from traceview.analysis.work.devices import DeviceSpec
+from traceview.analysis.work.model_config import ModelSpec
 from traceview.model import Trace
 
 

@@ -9,12 +9,12 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from traceview.analysis.families import Rules
-from traceview.analysis.figures import trace_figures
-from traceview.analysis.run import step_work
-from traceview.analysis.stats import median_ns
-from traceview.analysis.steps import StepResult
-from traceview.analysis.summary import Summary
+from traceview.analysis.base.stats import median_ns
+from traceview.analysis.classify.families import Rules
+from traceview.analysis.documents.figures import trace_figures
+from traceview.analysis.documents.run import step_work
+from traceview.analysis.documents.summary import Summary
+from traceview.analysis.steps.find import StepResult
 from traceview.model import Trace
 
 

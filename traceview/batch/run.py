@@ -2,7 +2,7 @@
 
 Each worker loads and summarizes one trace and returns its summary and a small per-step
 table, never the frames, so memory stays near one trace per worker. The cross-rank
-computation is :func:`traceview.analysis.run.assemble`.
+computation is :func:`traceview.analysis.documents.run.assemble`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from traceview.analysis.analyze import Analysis, AnalysisConfig
-from traceview.analysis.run import RankResult, RunSummary, assemble, rank_of, step_work
+from traceview.analysis.documents.run import RankResult, RunSummary, assemble, rank_of, step_work
 from traceview.batch.discover import discover
 from traceview.batch.pool import map_tasks
 from traceview.errors import RunError, TraceviewError

@@ -51,7 +51,7 @@ import polars as pl
 
 from traceview.analysis.analyze import Analysis as TraceAnalysis
 from traceview.analysis.analyze import AnalysisConfig
-from traceview.analysis.run import rank_from_name, rank_of
+from traceview.analysis.documents.run import rank_from_name, rank_of
 from traceview.batch.dataset import (
     content_hash,
     drop_error,

@@ -355,7 +355,7 @@ def itl(probe_path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     import numpy as np
 
-    from traceview.analysis.stats import percentiles
+    from traceview.analysis.base.stats import percentiles
 
     path = Path(probe_path)
     try:

@@ -22,8 +22,8 @@ from traceview.render.safe import terminal
 
 if TYPE_CHECKING:  # the CLI imports analysis lazily, so --help stays fast
     from traceview.analysis.analyze import Analysis, AnalysisConfig
-    from traceview.analysis.run import RunSummary
-    from traceview.analysis.summary import Summary
+    from traceview.analysis.documents.run import RunSummary
+    from traceview.analysis.documents.summary import Summary
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., object])

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 import orjson
 
-from traceview.analysis.checks import (
+from traceview.analysis.documents.checks import (
     Bounds,
     ChecksFile,
     check,
@@ -15,9 +15,9 @@ from traceview.analysis.checks import (
     parse_value,
     unit_of,
 )
-from traceview.analysis.compare import diff
-from traceview.analysis.run import RunSummary
-from traceview.analysis.summary import Summary
+from traceview.analysis.documents.compare import diff
+from traceview.analysis.documents.run import RunSummary
+from traceview.analysis.documents.summary import Summary
 from traceview.cli._options import (
     analysis_options,
     is_run,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import orjson
 
-from traceview.analysis.info import info as info_doc
+from traceview.analysis.documents.info import info as info_doc
 from traceview.cli._options import json_option, load_trace, trace_argument
 from traceview.render.table import render_info
 

@@ -32,7 +32,7 @@ def report(
     to a pull request: the summary, the heartbeat and gap charts, the warnings and the
     summary JSON. Give two traces (before, after) for their diff and both heartbeats on
     shared scales."""
-    from traceview.analysis.compare import diff
+    from traceview.analysis.documents.compare import diff
     from traceview.render.base import atomic_write
     from traceview.render.report import report_html
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from traceview.analysis.idle import CAUSES
+from traceview.analysis.timing.idle import CAUSES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

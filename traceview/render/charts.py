@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from traceview.analysis.base.document import KINDS
 from traceview.errors import MissingDependencyError, TraceviewError
 from traceview.render.base import atomic_write
 from traceview.render.breakdown_chart import (
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from traceview.analysis.summary import Summary
+    from traceview.analysis.documents.summary import Summary
 
 FORMATS = (".png", ".svg", ".pdf")
 COLORS = {
@@ -54,7 +55,7 @@ COLORS = {
         "text": "#eeeeee",
     },
 }
-KIND_ORDER = ("decode", "mixed", "prefill")
+KIND_ORDER = KINDS
 POPULATION_COLORS = {"all": "#7f7f7f", "decode": "#1f77b4", "mixed": "#d62728"}
 
 

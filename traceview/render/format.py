@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, cast
 
-from traceview.analysis.document import GapFill, Percentiles, StepFacts, SummaryDocument
-from traceview.analysis.idle import CAUSES
-from traceview.analysis.names import short_name
+from traceview.analysis.base.document import GapFill, Percentiles, StepFacts, SummaryDocument
+from traceview.analysis.base.names import short_name
+from traceview.analysis.timing.idle import CAUSES
 
 if TYPE_CHECKING:
-    from traceview.analysis.compare import Diff
-    from traceview.analysis.document import DiffRow
+    from traceview.analysis.base.document import DiffRow
+    from traceview.analysis.documents.compare import Diff
 
 
 def fmt_ns(ns: int | float | None) -> str:

@@ -4,9 +4,9 @@
 
 from __future__ import annotations
 
-from traceview.analysis import display
-from traceview.analysis.compare import Diff
-from traceview.analysis.document import SummaryDocument
+from traceview.analysis.base.document import SummaryDocument
+from traceview.analysis.documents import display
+from traceview.analysis.documents.compare import Diff
 from traceview.render.format import UNCHANGED, diff_rows, fmt_ns, fmt_pct, fmt_ratio, fmt_value
 from traceview.render.safe import html_text as esc
 from traceview.render.safe import markdown_code, markdown_text

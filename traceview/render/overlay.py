@@ -31,7 +31,7 @@ from typing import BinaryIO
 import orjson
 
 from traceview._io import atomic_write
-from traceview.analysis.summary import Summary
+from traceview.analysis.documents.summary import Summary
 from traceview.errors import UnsupportedTraceError
 from traceview.load import open_source
 from traceview.load.frames import OVERLAY_CATEGORY, OVERLAY_PID

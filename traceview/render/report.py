@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-from traceview.analysis.compare import Diff
-from traceview.analysis.summary import SMALL_N, Summary
+from traceview.analysis.documents.compare import Diff
+from traceview.analysis.documents.summary import SMALL_N, Summary
 from traceview.render.charts import gaps_data, gaps_figure, heartbeat_data, heartbeat_figure
 from traceview.render.format import (
     BREAKDOWN_CAPTION,

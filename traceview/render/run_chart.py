@@ -17,7 +17,7 @@ from traceview.render.safe import chart
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from traceview.analysis.run import RunSummary
+    from traceview.analysis.documents.run import RunSummary
 
 
 @dataclass
@@ -46,7 +46,7 @@ BAND_RANKS = 8  # past this many ranks, a band instead of a line each
 
 
 def run_heartbeat_data(run: RunSummary, *, title: str = "") -> RunHeartbeatData:
-    """The run heartbeat's data from a :class:`~traceview.analysis.run.RunSummary`."""
+    """The run heartbeat's data from a :class:`~traceview.analysis.documents.run.RunSummary`."""
     lines = []
     for r in run.ranks:
         assert r.summary is not None and r.rank is not None  # an analysed rank has both

@@ -16,9 +16,9 @@ from rich import table as rich_table
 from rich.console import Console, RenderableType
 from rich.text import Text
 
-from traceview.analysis.checks import CheckResult
-from traceview.analysis.compare import Diff
-from traceview.analysis.document import InfoDocument, RunDocument, SummaryDocument
+from traceview.analysis.base.document import InfoDocument, RunDocument, SummaryDocument
+from traceview.analysis.documents.checks import CheckResult
+from traceview.analysis.documents.compare import Diff
 from traceview.render.format import (
     BREAKDOWN_CAPTION,
     BREAKDOWN_COLUMNS,

@@ -9,7 +9,7 @@ checks it is up to date. Patterns are matched with ``REGEXP`` on the lower-cased
 
 from __future__ import annotations
 
-from traceview.analysis.families import Rules, load_rules
+from traceview.analysis.classify.families import Rules, load_rules
 
 HEADER = """\
 -- Kernel time by layer family (traceview's built-in classification preset).

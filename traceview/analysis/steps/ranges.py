@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceview.analysis.annotations import STEP_ANNOTATION
+from traceview.analysis.steps.records import STEP_ANNOTATION
 from traceview.model import Trace
 
 

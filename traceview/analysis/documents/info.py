@@ -6,7 +6,7 @@ from typing import cast
 
 import polars as pl
 
-from traceview.analysis.document import INFO_SCHEMA, CategoryCount, DeviceFacts, InfoDocument
+from traceview.analysis.base.document import INFO_SCHEMA, CategoryCount, DeviceFacts, InfoDocument
 from traceview.model import Trace
 
 

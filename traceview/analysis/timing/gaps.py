@@ -16,11 +16,9 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from traceview.analysis.document import GapStats
-from traceview.analysis.families import Rules, distinct_names, family_is
-from traceview.analysis.figures import DECODING
-from traceview.analysis.stats import percentiles
-from traceview.analysis.steps import StepResult
+from traceview.analysis.base.document import DECODING, GapStats
+from traceview.analysis.base.stats import percentiles
+from traceview.analysis.classify.families import Rules, distinct_names, family_is
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +103,15 @@ def decode_markers(
     return chosen, replace(marker, names=tuple(sorted(hits)))
 
 
-def gap_table(result: StepResult, rules: Rules) -> tuple[pl.DataFrame, Marker | None, str | None]:
-    """One row per decode gap: ``start_ns`` (prev end), ``end_ns`` (next start),
+def gap_table(
+    kernels: pl.DataFrame, totals: pl.DataFrame, phases: pl.DataFrame, rules: Rules
+) -> tuple[pl.DataFrame, Marker | None, str | None]:
+    """One row per decode gap between the device's decode-marker kernels (``kernels``, with
+    their ``family``; ``totals`` per name; the steps' ``phases``): ``start_ns`` (prev end),
+    ``end_ns`` (next start),
     ``gap_ns`` (Int64, ns, ≥ 0), ``overlap`` (Boolean), ``phase`` (Int64), ``population``
     (String: decode|mixed); plus the marker pattern and the markers' family."""
-    assert result.totals is not None
-    markers, used = decode_markers(result.kernels, result.totals, rules)
+    markers, used = decode_markers(kernels, totals, rules)
     family = None
     if markers.height:
         family = Counter(markers["family"].to_list()).most_common(1)[0][0]
@@ -131,7 +132,6 @@ def gap_table(result: StepResult, rules: Rules) -> tuple[pl.DataFrame, Marker | 
     prev_end = (m["ts_ns"] + m["dur_ns"]).to_numpy()[:-1]
     next_start = m["ts_ns"].to_numpy()[1:]
     raw = next_start - prev_end
-    phases = result.phases
     p_start = phases["start_ns"].to_numpy()
     idx = np.clip(np.searchsorted(p_start, prev_end, side="right") - 1, 0, len(p_start) - 1)
     table = pl.DataFrame(

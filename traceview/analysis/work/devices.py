@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from traceview._io import read_toml
-from traceview.analysis.document import DevicePeaks
+from traceview.analysis.base.document import DevicePeaks
 from traceview.errors import EfficiencyInputError
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")

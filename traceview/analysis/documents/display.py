@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
-from traceview.analysis.document import SummaryDocument
+from traceview.analysis.base.document import SummaryDocument
 
 if TYPE_CHECKING:
-    from traceview.analysis.compare import Diff
-    from traceview.analysis.summary import Summary
+    from traceview.analysis.documents.compare import Diff
+    from traceview.analysis.documents.summary import Summary
 
 SummaryHtml = Callable[[SummaryDocument], str]
 DiffMarkdown = Callable[["Diff", int], str]

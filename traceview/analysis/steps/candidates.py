@@ -24,11 +24,11 @@ from typing import cast
 import numpy as np
 import polars as pl
 
-from traceview.analysis.annotations import StepRecord, record
-from traceview.analysis.families import FamilyCodes
-from traceview.analysis.intervals import I64, Union, distinct, first_of_each
-from traceview.analysis.launches import launches_within, range_holding
-from traceview.analysis.step_ranges import step_clusters, step_ranges
+from traceview.analysis.base.intervals import I64, Union, distinct, first_of_each
+from traceview.analysis.base.launches import launches_within, range_holding
+from traceview.analysis.classify.families import FamilyCodes
+from traceview.analysis.steps.ranges import step_clusters, step_ranges
+from traceview.analysis.steps.records import StepRecord, record
 from traceview.model import Trace
 
 PERIODIC_MIN_SCORE = 0.8  # share of chosen boundaries that must beat their neighbourhood
@@ -546,5 +546,5 @@ def choose(
 
 
 def records(names: list[list[str]]) -> list[StepRecord]:
-    """Each step's record (see :func:`traceview.analysis.annotations.record`)."""
+    """Each step's record (see :func:`traceview.analysis.steps.records.record`)."""
     return [record(n) for n in names]

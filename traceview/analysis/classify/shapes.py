@@ -29,8 +29,8 @@ import numpy as np
 import orjson
 import polars as pl
 
-from traceview.analysis.intervals import I64
-from traceview.analysis.launches import launches_within
+from traceview.analysis.base.intervals import I64
+from traceview.analysis.base.launches import launches_within
 from traceview.model import Trace
 
 Read = tuple[int, int | None] | None  # (query tokens, requests where the layout says)

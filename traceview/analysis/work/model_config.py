@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from traceview.analysis.document import ModelFacts
+from traceview.analysis.base.document import ModelFacts
 from traceview.errors import EfficiencyInputError
 
 FULL, LINEAR, MAMBA = "full_attention", "linear_attention", "mamba"

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceview._io import read_toml
-from traceview.analysis.compare import diff
-from traceview.analysis.document import CheckRow, Unit
-from traceview.analysis.run import RunSummary
-from traceview.analysis.summary import Summary
+from traceview.analysis.base.document import CheckRow, Unit
+from traceview.analysis.documents.compare import diff
+from traceview.analysis.documents.run import RunSummary
+from traceview.analysis.documents.summary import Summary
 from traceview.errors import CheckError
 from traceview.units import DURATION_HINT, NS_PER, read_quantity
 

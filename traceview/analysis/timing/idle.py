@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from traceview.analysis.intervals import I64, Union, distinct
+from traceview.analysis.base.intervals import I64, Union, distinct
 from traceview.model import Trace
 
 CAUSES = ("host_late", "launch", "sync", "dependency", "other")

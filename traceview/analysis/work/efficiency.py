@@ -23,18 +23,17 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
-from traceview.analysis.devices import DeviceSpec, match_device
-from traceview.analysis.document import (
+from traceview.analysis.base.document import (
+    KINDS,
     DevicePeaks,
     Efficiency,
     EfficiencyFamily,
     EfficiencyPhase,
 )
-from traceview.analysis.model_config import ModelSpec
-from traceview.analysis.precision import sig
+from traceview.analysis.base.precision import sig
+from traceview.analysis.work.devices import DeviceSpec, match_device
+from traceview.analysis.work.model_config import ModelSpec
 from traceview.model import Trace
-
-KINDS = ("decode", "mixed", "prefill")
 
 
 def _weights_read(model: ModelSpec, tokens: np.ndarray) -> np.ndarray:

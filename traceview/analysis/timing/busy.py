@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from traceview.analysis.document import Busy
-from traceview.analysis.intervals import Union, merge_windows
-from traceview.analysis.precision import sig, sig_or_none
+from traceview.analysis.base.document import Busy
+from traceview.analysis.base.intervals import Union, merge_windows
+from traceview.analysis.base.precision import sig, sig_or_none
 
 
 def busy_fraction(u: Union, lo: np.ndarray, hi: np.ndarray) -> float | None:
@@ -22,7 +22,7 @@ def busy_fraction(u: Union, lo: np.ndarray, hi: np.ndarray) -> float | None:
 
 def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None) -> Busy:
     """The summary's ``busy`` section (window: first kernel start to last kernel end); the
-    fractions at the document's precision (:func:`~traceview.analysis.precision.sig`)."""
+    fractions at the document's precision (:func:`~traceview.analysis.base.precision.sig`)."""
     if u.starts.size == 0:
         return {
             "device": device,

@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from traceview.analysis.idle import THREAD_KEY, HostCalls, launches_of
-from traceview.analysis.launches import range_holding
-from traceview.analysis.step_candidates import DeviceKernels
-from traceview.analysis.step_ranges import step_clusters, step_ranges
+from traceview.analysis.base.launches import range_holding
+from traceview.analysis.steps.candidates import DeviceKernels
+from traceview.analysis.steps.ranges import step_clusters, step_ranges
+from traceview.analysis.timing.idle import THREAD_KEY, HostCalls, launches_of
 from traceview.model import Trace
 
 

@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from traceview.analysis.document import (
+from traceview.analysis.base.document import (
     RUN_SCHEMA,
     AlignMethod,
     Percentiles,
@@ -45,13 +45,13 @@ from traceview.analysis.document import (
     RunDocument,
     Straggler,
 )
-from traceview.analysis.families import family_is
-from traceview.analysis.figures import trace_figures
-from traceview.analysis.intervals import union
-from traceview.analysis.precision import sig_or_none
-from traceview.analysis.stats import mean, median_ns, percentiles
-from traceview.analysis.steps import StepResult, ends_of
-from traceview.analysis.summary import Summary, step_time
+from traceview.analysis.base.intervals import union
+from traceview.analysis.base.precision import sig_or_none
+from traceview.analysis.base.stats import mean, median_ns, percentiles
+from traceview.analysis.classify.families import family_is
+from traceview.analysis.documents.figures import trace_figures
+from traceview.analysis.documents.summary import Summary, step_time
+from traceview.analysis.steps.find import StepResult, ends_of
 from traceview.errors import RunError
 from traceview.model import Trace
 

@@ -57,6 +57,10 @@ class FamilyRow(TypedDict):
     share: float
 
 
+KINDS = ("decode", "mixed", "prefill")  # the step kinds, each with a cadence of its own
+DECODING = ("decode", "mixed")  # the kinds that carry decode work
+
+
 class Phase(TypedDict):
     """A run of consecutive steps of one kind; ``cadence`` excludes the crossing interval."""
 
@@ -273,7 +277,7 @@ class PhaseCadence(TypedDict):
 
 class TraceFigures(TypedDict):
     """The figures a run document's rank rows and a scan's ``traces/`` rows share, each the
-    same population everywhere (:mod:`traceview.analysis.figures`, docs/datasets.md)."""
+    same population everywhere (:mod:`traceview.analysis.documents.figures`, docs/datasets.md)."""
 
     steps: int
     cadence_p50_ns: int | None

@@ -1,4 +1,6 @@
-"""The per-trace figures that several documents share, computed once.
+"""The per-trace figures that several documents share, read from the summary document
+(each is computed once, by its own module: cadence in :mod:`traceview.analysis.timing.cadence`,
+gaps in :mod:`traceview.analysis.timing.gaps`, busy in :mod:`traceview.analysis.timing.busy`).
 
 A run document's rank row, a scan dataset's ``traces/`` row and a diff all report a trace's
 step count, cadence, per-kind cadence, decode gaps and busy fraction under the same names;
@@ -17,29 +19,7 @@ each equals):
 
 from __future__ import annotations
 
-import polars as pl
-
-from traceview.analysis.document import GapStats, Percentiles, SummaryDocument, TraceFigures
-from traceview.analysis.stats import percentiles
-
-KINDS = ("decode", "mixed", "prefill")  # the step kinds, each with a cadence of its own
-DECODING = ("decode", "mixed")  # the kinds that carry decode work
-
-
-def decoding_cadence(steps: pl.DataFrame) -> Percentiles:
-    """The cadence a decoding request experiences: the anchor-to-anchor intervals between
-    consecutive steps that carry decode work (``decode`` and ``mixed``), whatever runs
-    between them (a prefill-only step between two decode steps lengthens the interval)."""
-    anchors = steps.filter(pl.col("kind").is_in(DECODING))["anchor_ns"]
-    return percentiles(anchors.diff().drop_nulls().to_numpy())
-
-
-def kind_cadence(steps: pl.DataFrame, kind: str) -> Percentiles:
-    """Cadence over the intervals inside every phase of one kind: a step's interval counts
-    when the step before it is in the same phase (so a phase's first interval, which crosses
-    from the previous phase, is left out)."""
-    inside = steps.filter((pl.col("kind") == kind) & (pl.col("phase") == pl.col("phase").shift(1)))
-    return percentiles(inside["interval_ns"].drop_nulls().to_numpy())
+from traceview.analysis.base.document import GapStats, SummaryDocument, TraceFigures
 
 
 def gap_population(doc: SummaryDocument, population: str) -> GapStats:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from traceview.analysis.launches import launches_within, range_holding
+from traceview.analysis.base.launches import launches_within, range_holding
 from traceview.model import Trace
 
 CAPTURE_ANNOTATION = re.compile(r"^capture_\d+(?:_[A-Za-z0-9_]+)?$")

@@ -5,7 +5,7 @@ correct answers while doing many times the work. So the diff opens with the head
 cadence a decoding request experiences, the decode-gap tail, prefill growth), judges only
 rates (per step, per token, per kernel, cadence, gaps, fractions), and shows the totals as
 workload, never judged: a bigger workload is not a regression. ``check`` is
-:mod:`traceview.analysis.checks`.
+:mod:`traceview.analysis.documents.checks`.
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ from typing import Any, cast
 
 import polars as pl
 
-from traceview.analysis import display
-from traceview.analysis.document import (
+from traceview.analysis.base.document import (
     DIFF_SCHEMA,
+    KINDS,
     QUANTILES,
     DiffDocument,
     DiffRow,
     KernelChange,
 )
-from traceview.analysis.figures import KINDS
-from traceview.analysis.run import RunSummary
-from traceview.analysis.stats import mean
-from traceview.analysis.summary import Summary
+from traceview.analysis.base.stats import mean
+from traceview.analysis.documents import display
+from traceview.analysis.documents.run import RunSummary
+from traceview.analysis.documents.summary import Summary
 from traceview.errors import CheckError
 
 SAME = 0.05  # a ratio within ±5% is "same"
@@ -331,7 +331,7 @@ class Diff:
 
     def to_markdown(self, limit: int = 40) -> str:
         """The diff as a markdown table for a pull request (drawn by
-        :mod:`traceview.render.markup`, through :mod:`traceview.analysis.display`)."""
+        :mod:`traceview.render.markup`, through :mod:`traceview.analysis.documents.display`)."""
         return display.diff_markdown(self, limit)
 
 

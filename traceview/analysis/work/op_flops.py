@@ -37,7 +37,7 @@ import numpy as np
 import orjson
 import polars as pl
 
-from traceview.analysis.launches import launches_within
+from traceview.analysis.base.launches import launches_within
 from traceview.model import Trace
 
 Dims = list[list[int]]

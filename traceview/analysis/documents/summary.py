@@ -12,10 +12,9 @@ import orjson
 import polars as pl
 
 from traceview._io import release_free_memory
-from traceview.analysis import display
-from traceview.analysis.busy import busy_document
-from traceview.analysis.devices import DeviceSpec
-from traceview.analysis.document import (
+from traceview.analysis.base.document import (
+    DECODING,
+    KINDS,
     SUMMARY_SCHEMA,
     FamilyRow,
     GapFill,
@@ -31,16 +30,17 @@ from traceview.analysis.document import (
     TraceFacts,
     Work,
 )
-from traceview.analysis.efficiency import (
-    device_peaks,
-    efficiency_section,
-    family_work,
-    kernel_table_work,
-)
-from traceview.analysis.families import Rules, family_rows
-from traceview.analysis.figures import DECODING, KINDS, decoding_cadence, kind_cadence
-from traceview.analysis.gaps import gap_table, summarize_gaps
-from traceview.analysis.idle import (
+from traceview.analysis.base.intervals import Union, merge_windows, union
+from traceview.analysis.base.names import short_name
+from traceview.analysis.base.precision import line_ends, sig, sig_or_none
+from traceview.analysis.base.stats import mean
+from traceview.analysis.classify.families import Rules, family_rows
+from traceview.analysis.documents import display
+from traceview.analysis.steps.find import StepResult, describe
+from traceview.analysis.timing.busy import busy_document
+from traceview.analysis.timing.cadence import cadence, decoding_cadence, kind_cadence, phase_rows
+from traceview.analysis.timing.gaps import gap_table, summarize_gaps
+from traceview.analysis.timing.idle import (
     CAUSES,
     FamilyActivity,
     HostCalls,
@@ -48,13 +48,15 @@ from traceview.analysis.idle import (
     idle_in_windows,
     long_idle,
 )
-from traceview.analysis.intervals import Union, merge_windows, union
-from traceview.analysis.model_config import ModelSpec
-from traceview.analysis.names import short_name
-from traceview.analysis.op_flops import kernel_work
-from traceview.analysis.precision import line_ends, sig, sig_or_none
-from traceview.analysis.stats import mean, percentiles
-from traceview.analysis.steps import StepResult, describe
+from traceview.analysis.work.devices import DeviceSpec
+from traceview.analysis.work.efficiency import (
+    device_peaks,
+    efficiency_section,
+    family_work,
+    kernel_table_work,
+)
+from traceview.analysis.work.model_config import ModelSpec
+from traceview.analysis.work.op_flops import kernel_work
 from traceview.model import Trace
 
 SCHEMA = SUMMARY_SCHEMA
@@ -77,7 +79,7 @@ class Summary:
             union of each family's kernels (gaps under 1/4000 of the span closed); else
             None.
         idle: the device's idle intervals of at least 50 µs, each split by cause
-            (:func:`traceview.analysis.idle.long_idle`: ``start_ns``, ``end_ns``,
+            (:func:`traceview.analysis.timing.idle.long_idle`: ``start_ns``, ``end_ns``,
             ``cause``, ``host_late_ns``, ``launch_ns``, ``sync_ns``, ``dependency_ns``,
             ``other_ns``); what ``annotate`` draws on its "traceview idle" track.
     """
@@ -135,7 +137,7 @@ class Summary:
 
     def _repr_html_(self) -> str:
         """The summary as an HTML table, for notebooks (drawn by
-        :mod:`traceview.render.markup`, through :mod:`traceview.analysis.display`)."""
+        :mod:`traceview.render.markup`, through :mod:`traceview.analysis.documents.display`)."""
         return display.summary_html(self.document)
 
 
@@ -161,26 +163,8 @@ def build(
     peaks = device_peaks(trace, result.device, gpu)  # --gpu, else matched from the trace
     table, efficiency, said = efficiency_section(trace, result.device, result.table, model, peaks)
     warnings += said
-    intervals = table["interval_ns"].drop_nulls().to_numpy()
-    cadence = percentiles(intervals)
-    phases: list[Phase] = []
-    for row in result.phases.iter_rows(named=True):
-        members = table.filter(pl.col("phase") == row["phase"])
-        within = members["interval_ns"].to_numpy()[1:]  # the crossing interval is excluded
-        stats = percentiles(within)
-        phases.append(
-            {
-                "kind": row["kind"],
-                "first_step": row["first_step"],
-                "last_step": row["last_step"],
-                "steps": row["steps"],
-                "start_ns": row["start_ns"],
-                "end_ns": row["end_ns"],
-                "cadence_p50_ns": stats["p50_ns"],
-                "cadence": stats,
-            }
-        )
-    gaps, marker, gap_family = gap_table(result, rules)
+    phases = phase_rows(result.phases, table)
+    gaps, marker, gap_family = gap_table(k, result.totals, result.phases, rules)
     gap_stats = summarize_gaps(gaps, gap_family)
     decoding = table["kind"].is_in(DECODING).any()
     if not decoding:
@@ -235,7 +219,7 @@ def build(
     step_facts: StepFacts = {
         **describe(result),
         "count": table.height,
-        "cadence": cadence,
+        "cadence": cadence(table),
         "cadence_by_kind": {kind: kind_cadence(table, kind) for kind in KINDS},
         "decoding_cadence": decoding_cadence(table),
         "phases": phases,

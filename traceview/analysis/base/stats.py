@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from traceview.analysis.document import Percentiles
+from traceview.analysis.base.document import Percentiles
 
 
 def percentiles(values: Sequence[int] | np.ndarray) -> Percentiles:

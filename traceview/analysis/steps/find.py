@@ -13,7 +13,7 @@ A step's **kind** is decided by the strongest evidence there is (``kind_source``
   ``execute_context_C(Ct)_generation_…``, SGLang's forward mode, or new requests in the
   older ``execute_new_N_cached_M``): prompt work and no decode work is ``prefill``, both
   ``mixed``, no prompt work ``decode``, whatever the kernel names say
-  (:func:`~traceview.analysis.annotations.stated_composition`).
+  (:func:`~traceview.analysis.steps.records.stated_composition`).
 - ``shapes``: otherwise, query tokens read from ``record_shapes`` above
   :data:`DECODE_QUERY_PER_REQUEST` per request rule out decode: ``mixed``.
 - ``kernels``: otherwise a step is ``mixed`` when a prefill-only kernel starts in its span
@@ -22,7 +22,7 @@ A step's **kind** is decided by the strongest evidence there is (``kind_source``
   both (FlashInfer's ``BatchPrefillWith…``, Triton unified attention, FlashAttention varlen)
   never decides.
 
-How the candidates are found and chosen: :mod:`traceview.analysis.step_candidates`.
+How the candidates are found and chosen: :mod:`traceview.analysis.steps.candidates`.
 """
 
 from __future__ import annotations
@@ -33,22 +33,11 @@ import numpy as np
 import polars as pl
 
 from traceview._io import release_free_memory
-from traceview.analysis.annotations import (
-    RECORD_COLUMNS,
-    STEP_ANNOTATION,
-    StepRecord,
-    record,
-    stated_composition,
-    stated_requests,
-)
-from traceview.analysis.capture_regions import capture_regions
-from traceview.analysis.document import Activity, StepFinding
-from traceview.analysis.families import Rules, family_codes, load_rules
-from traceview.analysis.host_steps import with_host_columns
-from traceview.analysis.idle import CAUSES, HostCalls, correlation_ids, idle_per_window
-from traceview.analysis.intervals import I64, Union, union
-from traceview.analysis.shapes import shape_families, shape_tokens
-from traceview.analysis.step_candidates import (
+from traceview.analysis.base.document import Activity, StepFinding
+from traceview.analysis.base.intervals import I64, Union, union
+from traceview.analysis.classify.families import Rules, family_codes, load_rules
+from traceview.analysis.classify.shapes import shape_families, shape_tokens
+from traceview.analysis.steps.candidates import (
     DeviceKernels,
     StepOptions,
     annotation_candidate,
@@ -57,6 +46,17 @@ from traceview.analysis.step_candidates import (
     device_kernels,
     idle_candidate,
 )
+from traceview.analysis.steps.capture import capture_regions
+from traceview.analysis.steps.host import with_host_columns
+from traceview.analysis.steps.records import (
+    RECORD_COLUMNS,
+    STEP_ANNOTATION,
+    StepRecord,
+    record,
+    stated_composition,
+    stated_requests,
+)
+from traceview.analysis.timing.idle import CAUSES, HostCalls, correlation_ids, idle_per_window
 from traceview.errors import CaptureOnlyError, UnsupportedTraceError
 from traceview.model import Trace
 
@@ -307,7 +307,7 @@ def _assemble(
 def with_time_breakdown(
     table: pl.DataFrame, trace: Trace, k: DeviceKernels, u: Union, host: HostCalls
 ) -> pl.DataFrame:
-    """The steps with where their time went (:mod:`traceview.analysis.idle`): ``busy_ns``
+    """The steps with where their time went (:mod:`traceview.analysis.timing.idle`): ``busy_ns``
     and one ``idle_<cause>_ns`` column per cause, over each step's span; they add up to
     ``end_ns - start_ns`` exactly."""
     lo = table["start_ns"].to_numpy().astype(np.int64, copy=False)
@@ -358,7 +358,7 @@ def find_steps(
     trace: Trace, rules: Rules | None = None, options: StepOptions | None = None
 ) -> StepResult:
     """Find the engine steps of one device: each method proposes its steps (see
-    :mod:`traceview.analysis.step_candidates`), one arbiter chooses, and each step's kind
+    :mod:`traceview.analysis.steps.candidates`), one arbiter chooses, and each step's kind
     is decided by the strongest evidence there is (see the module docstring).
 
     A trace with no device activity (a CPU-only capture) is analysed through its CPU ranges

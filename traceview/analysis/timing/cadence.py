@@ -1,0 +1,60 @@
+"""Cadence: the anchor-to-anchor intervals between engine steps, over each population the
+documents report (docs/metrics.md). Every cadence figure is computed here:
+
+- ``cadence``: every step-to-step interval (n = steps - 1);
+- a **phase's** cadence and a **kind's** (``cadence_by_kind``): the intervals inside the
+  phase, or inside every phase of that kind; the interval that crosses a phase boundary
+  belongs to neither;
+- the **decoding cadence**: the intervals between consecutive steps that carry decode work
+  (decode and mixed), whatever runs between them.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceview.analysis.base.document import DECODING, Percentiles, Phase
+from traceview.analysis.base.stats import percentiles
+
+
+def cadence(steps: pl.DataFrame) -> Percentiles:
+    """Every step-to-step interval (the first step has none)."""
+    return percentiles(steps["interval_ns"].drop_nulls().to_numpy())
+
+
+def decoding_cadence(steps: pl.DataFrame) -> Percentiles:
+    """The cadence a decoding request experiences: the anchor-to-anchor intervals between
+    consecutive steps that carry decode work (``decode`` and ``mixed``), whatever runs
+    between them (a prefill-only step between two decode steps lengthens the interval)."""
+    anchors = steps.filter(pl.col("kind").is_in(DECODING))["anchor_ns"]
+    return percentiles(anchors.diff().drop_nulls().to_numpy())
+
+
+def kind_cadence(steps: pl.DataFrame, kind: str) -> Percentiles:
+    """Cadence over the intervals inside every phase of one kind: a step's interval counts
+    when the step before it is in the same phase (so a phase's first interval, which crosses
+    from the previous phase, is left out)."""
+    inside = steps.filter((pl.col("kind") == kind) & (pl.col("phase") == pl.col("phase").shift(1)))
+    return percentiles(inside["interval_ns"].drop_nulls().to_numpy())
+
+
+def phase_rows(phases: pl.DataFrame, steps: pl.DataFrame) -> list[Phase]:
+    """Each phase with the cadence over the intervals inside it (its first step's interval,
+    which crosses from the previous phase, left out)."""
+    out: list[Phase] = []
+    for row in phases.iter_rows(named=True):
+        members = steps.filter(pl.col("phase") == row["phase"])
+        stats = percentiles(members["interval_ns"].to_numpy()[1:])
+        out.append(
+            {
+                "kind": row["kind"],
+                "first_step": row["first_step"],
+                "last_step": row["last_step"],
+                "steps": row["steps"],
+                "start_ns": row["start_ns"],
+                "end_ns": row["end_ns"],
+                "cadence_p50_ns": stats["p50_ns"],
+                "cadence": stats,
+            }
+        )
+    return out
