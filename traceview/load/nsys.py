@@ -35,13 +35,14 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import warnings as warnings_module
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from traceview.errors import NotATraceError, TraceFormatError
+from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -253,6 +254,8 @@ class _Reader:
             f"{n} event{'s' if n != 1 else ''} skipped: {why}"
             for why, n in sorted(self.skipped.items())
         ]
+        for line in warnings:
+            warnings_module.warn(TraceviewWarning(f"{self.path}: {line}"), stacklevel=4)
         meta = TraceMeta(
             path=self.path,
             format="nsys",
@@ -390,9 +393,11 @@ class _Reader:
         ]
         if self.raw_args:
             out.append(
-                pl.format('{"correlation": {}}', pl.col("correlationId").fill_null(0)).alias(
-                    "args_json"
-                )
+                pl.concat_str(
+                    pl.lit('{"correlation": '),
+                    pl.col("correlationId").cast(pl.String).fill_null("null"),
+                    pl.lit("}"),
+                ).alias("args_json")
             )
         return f.select(out).cast(wide(EVENT_SCHEMA))  # type: ignore[arg-type]
 
