@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +90,11 @@ def test_two_gpus_in_two_processes(tmp_path: Path) -> None:
         k = trace.kernels.filter(pl.col("device") == sc.device)
         assert (k["correlation"] // 2**32).unique().to_list() == [pids[sc.device]]
     raw = trace.kernels["correlation"] % 2**32
-    assert raw.filter(trace.kernels["device"] == 0).is_in(
-        raw.filter(trace.kernels["device"] == 1).implode()
-    ).any()  # the ids do repeat
+    assert (
+        raw.filter(trace.kernels["device"] == 0)
+        .is_in(raw.filter(trace.kernels["device"] == 1).implode())
+        .any()
+    )  # the ids do repeat
     launches = trace.events.filter(pl.col("kind").is_in(["runtime", "driver"]))
     assert set(launches["pid"].unique().to_list()) == set(nsys.RANK_PIDS)
     assert ((launches["correlation"] // 2**32) == launches["pid"].cast(pl.Int64)).all()
@@ -157,7 +160,11 @@ def test_nvtx_marks_open_ranges_and_raw_args(tmp_path: Path) -> None:
             "CUPTI_ACTIVITY_KIND_KERNEL": (KERNEL, [(100, 350, 0, 7, 5, g & ~0xFFFFFF, 1, 2)]),
             "NVTX_EVENTS": (
                 NVTX,
-                [(50, 400, 59, "step", None, g), (60, None, 34, None, 3, g), (70, None, 60, "open", None, g)],
+                [
+                    (50, 400, 59, "step", None, g),
+                    (60, None, 34, None, 3, g),
+                    (70, None, 60, "open", None, g),
+                ],
             ),
         },
     )
@@ -185,9 +192,14 @@ def test_raw_args_carry_grid_block_and_graph_ids() -> None:
     assert {a["registers per thread"] for a in args} == {128}
     assert {a["shared memory"] for a in args} == {32_768}
     graphs = {a["graph id"] for a in args} - {None}
-    assert len(graphs) == sum(1 for s in _truth("nsys_vllm")["steps"] if s["planned_kind"] == "decode")
-    rows = tv.sql(trace, "SELECT EXTRACT_ARG(arg_set_id, 'args.registers per thread') AS r "
-                  "FROM slice WHERE category = 'kernel' LIMIT 1")
+    assert len(graphs) == sum(
+        1 for s in _truth("nsys_vllm")["steps"] if s["planned_kind"] == "decode"
+    )
+    rows = tv.sql(
+        trace,
+        "SELECT EXTRACT_ARG(arg_set_id, 'args.registers per thread') AS r "
+        "FROM slice WHERE category = 'kernel' LIMIT 1",
+    )
     assert rows["r"].to_list() == [128]
 
 
@@ -270,7 +282,10 @@ def test_bad_exports_are_one_line(tmp_path: Path) -> None:
 def test_kernel_rows_without_times_are_an_error(tmp_path: Path) -> None:
     path = _export(
         tmp_path / "k.sqlite",
-        {"StringIds": STRINGS, "CUPTI_ACTIVITY_KIND_KERNEL": (KERNEL, [(100, 50, 0, 7, 1, 0, 1, 2)])},
+        {
+            "StringIds": STRINGS,
+            "CUPTI_ACTIVITY_KIND_KERNEL": (KERNEL, [(100, 50, 0, 7, 1, 0, 1, 2)]),
+        },
     )
     assert "1 kernel row in CUPTI_ACTIVITY_KIND_KERNEL without a valid start and end" in _bad(path)
 
@@ -293,3 +308,45 @@ def test_detected_by_content_not_name(tmp_path: Path) -> None:
     odd.write_bytes((NSYS / "nsys_vllm_bursts.sqlite").read_bytes())
     assert tv.load(odd, options=tv.LoadOptions(cache=False)).meta.format == "nsys"
     assert loader.is_sqlite(odd.read_bytes()[:16])
+
+
+@pytest.mark.slow  # starts an S3 server (moto), ~5 s
+def test_an_export_at_a_url_is_copied_then_read(tmp_path: Path) -> None:
+    from s3server import filesystem, s3_server
+
+    with s3_server() as endpoint:
+        fs = filesystem(endpoint)
+        fs.mkdir("traces")
+        fs.put(str(NSYS / "nsys_vllm.sqlite"), "traces/report.sqlite")
+        url = "s3://traces/report.sqlite"
+        r = CliRunner().invoke(cli, ["summarize", url, "--json"])
+    assert r.exit_code == 0, r.stderr
+    remote = json.loads(r.stdout)
+    local = tv.summarize(tv.load(NSYS / "nsys_vllm.sqlite")).to_dict()
+    assert remote["trace"].pop("path") == url
+    local["trace"].pop("path")
+    assert remote == json.loads(json.dumps(local))
+    assert not list(Path(tempfile.gettempdir()).glob("traceview-*.sqlite"))  # removed
+
+
+def test_annotate_refuses_an_export_and_sql_auto_stays_embedded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = NSYS / "nsys_vllm_bursts.sqlite"
+    r = CliRunner().invoke(cli, ["annotate", str(path), "-o", str(tmp_path / "a.json")])
+    assert r.exit_code == 2
+    assert r.stderr == (
+        f"Error: {path}: annotate writes JSON traces; this is an Nsight Systems export\n"
+    )
+    # a configured trace_processor cannot read an export: auto runs it embedded
+    monkeypatch.setenv("TRACEVIEW_TRACE_PROCESSOR", str(tmp_path / "no-such-binary"))
+    r = CliRunner().invoke(cli, ["sql", "-e", "SELECT count(*) AS n FROM slice", str(path)])
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.split()[-1] == str(tv.load(path).kernels.height + tv.load(path).events.height)
+
+
+def test_a_scan_finds_exports(tmp_path: Path) -> None:
+    from traceview.batch.discover import discover
+
+    (tmp_path / "report.sqlite").write_bytes((NSYS / "nsys_vllm.sqlite").read_bytes())
+    assert discover([str(tmp_path)]) == [str(tmp_path / "report.sqlite")]

@@ -143,7 +143,10 @@ def _load(name: str, total: int, opts: LoadOptions) -> Trace:
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the cyclic GC costs several times the parse on millions of objects
     try:
-        stream, gzipped = _open_text(name, total, opts.progress, opts.hasher)
+        try:
+            stream, gzipped = _open_text(name, total, opts.progress, opts.hasher)
+        except _Export as export:  # an export at a URL: SQLite reads files, so copy it
+            return _load_sqlite_object(name, total, opts, export.stream)
         with stream:
             reader: Any = _EndsEarly(stream, name) if gzipped else stream
             head = reader.read(opts.block_bytes)
@@ -201,6 +204,35 @@ def _load_sqlite(name: str, total: int, opts: LoadOptions) -> Trace:
     if opts.progress is not None:
         opts.progress(total, total)
     return trace
+
+
+class _Export(Exception):  # noqa: N818 - a signal inside this module, never raised out
+    """The object at a URL is a SQLite file (an Nsight Systems export): its open stream."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        super().__init__()
+        self.stream = stream
+
+
+def _load_sqlite_object(name: str, total: int, opts: LoadOptions, stream: BinaryIO) -> Trace:
+    """An export at a URL, copied to a temporary file (SQLite reads files, not streams),
+    read there as ``name``, and removed."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix="traceview-", suffix=".sqlite")
+    try:
+        with os.fdopen(fd, "wb") as out, stream:
+            done = 0
+            while chunk := stream.read(8 << 20):
+                out.write(chunk)
+                done += len(chunk)
+                if opts.hasher is not None:
+                    opts.hasher.update(chunk)
+                if opts.progress is not None:
+                    opts.progress(done, total)
+        return nsys.load_nsys(tmp, raw_args=opts.raw_args, source=name)
+    finally:
+        os.unlink(tmp)
 
 
 def _with_cuts(trace: Trace, cuts: int) -> Trace:
@@ -265,11 +297,7 @@ def _open_text(
     magic = raw.read(len(nsys.SQLITE_MAGIC))
     raw.seek(0)
     if nsys.is_sqlite(magic):  # a local export never gets here (see _load)
-        raw.close()
-        raise TraceFormatError(
-            path,
-            "an Nsight Systems SQLite export is read from a local file; download it first",
-        )
+        raise _Export(raw)
     counting = _CountingReader(raw, total, progress, hasher)
     if magic[:2] == _GZIP_MAGIC:
         from isal import igzip_threaded

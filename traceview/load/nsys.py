@@ -33,7 +33,6 @@ table_info``), so the 2024 layout and 2025's (with its added kernel columns) bot
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 import warnings as warnings_module
 from collections import Counter
@@ -86,6 +85,16 @@ def is_sqlite(head: bytes) -> bool:
     return head.startswith(SQLITE_MAGIC)
 
 
+def is_export_file(path: str) -> bool:
+    """A local file that starts with SQLite's header (what ``sql --engine auto`` keeps off
+    Perfetto's trace processor, which cannot read it)."""
+    try:
+        with open(path, "rb") as f:
+            return is_sqlite(f.read(len(SQLITE_MAGIC)))
+    except OSError:
+        return False
+
+
 def report_problem(path: str) -> str | None:
     """What to say about an Nsight Systems report (``.nsys-rep``, ``.qdrep``), which
     traceview cannot read; None for any other name."""
@@ -100,21 +109,21 @@ def report_problem(path: str) -> str | None:
     return None
 
 
-def _check_length(path: str) -> None:
+def _check_length(path: str, name: str) -> None:
     """A file shorter than its header's page count says is cut (a copy or download that
     stopped): every later query would fail somewhere, or silently miss rows."""
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         head = f.read(100)
     if len(head) < 100:
-        raise TraceFormatError(path, f"a cut SQLite file ({size:,} bytes, not even a header)")
+        raise TraceFormatError(name, f"a cut SQLite file ({size:,} bytes, not even a header)")
     page = int.from_bytes(head[16:18], "big")
     page = 65_536 if page == 1 else page
     pages = int.from_bytes(head[28:32], "big")
     counter_valid = head[24:28] == head[92:96]
     if counter_valid and pages and size < page * pages:
         raise TraceFormatError(
-            path, f"a cut SQLite file: {size:,} of the {page * pages:,} bytes its header states"
+            name, f"a cut SQLite file: {size:,} of the {page * pages:,} bytes its header states"
         )
 
 
@@ -159,12 +168,18 @@ class _Strings:
     """``StringIds``: id -> text, applied to whole columns."""
 
     def __init__(self, con: sqlite3.Connection, tables: dict[str, set[str]]) -> None:
-        rows = con.execute("SELECT id, value FROM StringIds").fetchall() if "StringIds" in tables else []
+        rows = (
+            con.execute("SELECT id, value FROM StringIds").fetchall()
+            if "StringIds" in tables
+            else []
+        )
         self.ids = pl.Series("id", [r[0] for r in rows], dtype=pl.Int64)
         self.values = pl.Series("value", [r[1] for r in rows], dtype=pl.String)
 
     def text(self, col: str) -> pl.Expr:
-        return pl.col(col).replace_strict(self.ids, self.values, default=None, return_dtype=pl.String)
+        return pl.col(col).replace_strict(
+            self.ids, self.values, default=None, return_dtype=pl.String
+        )
 
 
 def _corr(key: bool) -> pl.Expr:
@@ -198,8 +213,9 @@ class _Reader:
             or {"TARGET_INFO_GPU", "NVTX_EVENTS"} & set(t)
         ):
             raise NotATraceError(
-                self.path, "a SQLite database, but not an Nsight Systems export (no StringIds "
-                "and CUPTI tables)"
+                self.path,
+                "a SQLite database, but not an Nsight Systems export (no StringIds "
+                "and CUPTI tables)",
             )
         present = [n for n in DEVICE_TABLES if n in t]
         if not present:
@@ -447,14 +463,10 @@ class _Reader:
             "globalTid": pl.Int64(),
         }
         kinds = (NVTX_PUSH_POP, NVTX_START_END, NVTX_MARK)
-        f = _select(
-            self.con, table, self.tables[table], cols, f"WHERE eventType IN {kinds!r}"
-        )
+        f = _select(self.con, table, self.tables[table], cols, f"WHERE eventType IN {kinds!r}")
         self.rows += f.height
         mark = pl.col("eventType") == NVTX_MARK
-        ok = mark | (
-            pl.col("end").is_not_null() & (pl.col("end") >= pl.col("start"))
-        )
+        ok = mark | (pl.col("end").is_not_null() & (pl.col("end") >= pl.col("start")))
         bad = f.height - f.filter(ok).height
         if bad:
             self.skipped["NVTX range without an end"] += bad
@@ -494,7 +506,9 @@ class _Reader:
                 if g is not None:
                     rows.append(("process_name", (g >> 24) & _MASK24, 0, str(name or "")))
         if "ThreadNames" in t and {"nameId", "globalTid"} <= t["ThreadNames"]:
-            names = dict(zip(self.strings.ids.to_list(), self.strings.values.to_list(), strict=True))
+            names = dict(
+                zip(self.strings.ids.to_list(), self.strings.values.to_list(), strict=True)
+            )
             for name_id, g in self.con.execute("SELECT nameId, globalTid FROM ThreadNames"):
                 if g is not None:
                     rows.append(
@@ -585,27 +599,29 @@ def _device_args(kind: str, columns: list[str], keyed: bool) -> pl.Expr:
     return pl.concat_str(parts).alias("args_json")  # type: ignore[arg-type]
 
 
-def load_nsys(path: str, *, raw_args: bool = False) -> Trace:
-    """Read an Nsight Systems SQLite export (see the module doc).
+def load_nsys(path: str, *, raw_args: bool = False, source: str | None = None) -> Trace:
+    """Read an Nsight Systems SQLite export (see the module doc); ``source``: the name to
+    give it (an object's URL, where ``path`` is the local copy).
 
     Raises:
         TraceFormatError: a cut or corrupt database, no CUDA activity, or activity rows
             without times.
         NotATraceError: a SQLite database that is not an Nsight Systems export.
     """
-    _check_length(path)
+    name = source or path
+    _check_length(path, name)
     try:
         con = _connect(path)
     except sqlite3.Error as exc:
-        raise TraceFormatError(path, f"cannot open the SQLite database ({exc})") from None
+        raise TraceFormatError(name, f"cannot open the SQLite database ({exc})") from None
     try:
-        return _Reader(path, con, raw_args).run()
+        return _Reader(name, con, raw_args).run()
     except sqlite3.DatabaseError as exc:
-        raise TraceFormatError(path, f"a corrupt SQLite database ({exc})") from None
+        raise TraceFormatError(name, f"a corrupt SQLite database ({exc})") from None
     except sqlite3.Error as exc:
-        raise TraceFormatError(path, f"cannot read the SQLite database ({exc})") from None
+        raise TraceFormatError(name, f"cannot read the SQLite database ({exc})") from None
     finally:
         con.close()
 
 
-__all__ = ["is_sqlite", "load_nsys", "report_problem", "SQLITE_MAGIC"]
+__all__ = ["SQLITE_MAGIC", "is_export_file", "is_sqlite", "load_nsys", "report_problem"]
