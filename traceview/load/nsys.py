@@ -279,7 +279,7 @@ class _Reader:
             gpu_name=next((str(p["name"]) for p in props if p.get("name")), None),
             events=self.rows,
             skipped_events=sum(self.skipped.values()),
-            warnings=tuple([*self.warnings, *warnings]),
+            warnings=(*self.warnings, *warnings),
             extra=self._export_info(),
         )
         return Trace(meta=meta, **narrow_ids(frames))
@@ -596,7 +596,7 @@ def _device_args(kind: str, columns: list[str], keyed: bool) -> pl.Expr:
     for i, (key, expr) in enumerate(fields):
         parts += [pl.lit(("{" if i == 0 else ", ") + f'"{key}": '), expr]
     parts.append(pl.lit("}"))
-    return pl.concat_str(parts).alias("args_json")  # type: ignore[arg-type]
+    return pl.concat_str(parts).alias("args_json")
 
 
 def load_nsys(path: str, *, raw_args: bool = False, source: str | None = None) -> Trace:
