@@ -37,7 +37,6 @@ import sqlite3
 import warnings as warnings_module
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -517,14 +516,14 @@ class _Reader:
         frame = pl.DataFrame(rows, schema=list(METADATA_SCHEMA), orient="row")
         return frame.cast(wide(METADATA_SCHEMA))  # type: ignore[arg-type]
 
-    def _rows(self, table: str) -> list[dict[str, Any]]:
+    def _rows(self, table: str) -> list[dict[str, object]]:
         if table not in self.tables:
             return []
         cur = self.con.execute(f'SELECT * FROM "{table}"')
         names = [d[0] for d in cur.description]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
-    def _device_properties(self, devices: list[int]) -> tuple[dict[str, Any], ...]:
+    def _device_properties(self, devices: list[int]) -> tuple[dict[str, object], ...]:
         """Per device with activity, Kineto's ``deviceProperties`` keys from
         ``TARGET_INFO_GPU`` (the GPU that ``TARGET_INFO_CUDA_DEVICE`` maps the CUDA device
         to, else the GPU with the device's id)."""
@@ -554,7 +553,7 @@ class _Reader:
             out.append({k: v for k, v in prop.items() if v is not None and v != ""})
         return tuple(out)
 
-    def _export_info(self) -> dict[str, Any]:
+    def _export_info(self) -> dict[str, object]:
         info = {}
         for table in ("META_DATA_EXPORT", "META_DATA_CAPTURE"):
             if table in self.tables and {"name", "value"} <= self.tables[table]:
