@@ -184,6 +184,18 @@ def test_nvtx_marks_open_ranges_and_raw_args(tmp_path: Path) -> None:
     assert args["device"] == 0 and args["correlation"] == 5 and args["grid"] == [None] * 3
 
 
+def test_processes_that_share_a_device_id_are_said(tmp_path: Path) -> None:
+    a, b = (1 << 48) | (11 << 24), (1 << 48) | (12 << 24)
+    rows = [(100, 200, 0, 7, 1, a, 1, 2), (150, 260, 0, 7, 1, b, 1, 2)]
+    path = _export(
+        tmp_path / "s.sqlite",
+        {"StringIds": STRINGS, "CUPTI_ACTIVITY_KIND_KERNEL": (KERNEL, rows)},
+    )
+    with pytest.warns(tv.TraceviewWarning, match="processes 11, 12 all report CUDA device 0"):
+        trace = tv.load(path)
+    assert trace.kernels["correlation"].to_list() == [11 * 2**32 + 1, 12 * 2**32 + 1]
+
+
 def test_raw_args_carry_grid_block_and_graph_ids() -> None:
     trace = tv.load(NSYS / "nsys_vllm.sqlite", options=tv.LoadOptions(raw_args=True))
     k = trace.kernels.filter(pl.col("kind") == "kernel")

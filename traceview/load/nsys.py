@@ -41,6 +41,14 @@ from pathlib import Path
 import polars as pl
 
 from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning
+from traceview.load.nsys_names import (
+    COPY_KINDS,
+    MEMORY_KINDS,
+    SYNC_KINDS,
+    device_args,
+    device_properties,
+    lookup,
+)
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -69,14 +77,6 @@ HOST_TABLES = {
 NVTX_PUSH_POP, NVTX_START_END, NVTX_MARK = 59, 60, 34
 _VERSION_SUFFIX = r"_v\d+$"
 _MASK24 = 0xFFFFFF
-
-# CUPTI's enums as Kineto spells them in event names (CUpti_ActivityMemcpyKind,
-# CUpti_ActivityMemoryKind, CUpti_ActivitySynchronizationType)
-COPY_KINDS = ["Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD"]
-COPY_KINDS += ["HtoH", "PtoP"]
-MEMORY_KINDS = ["Unknown", "Pageable", "Pinned", "Device", "Array", "Managed"]
-MEMORY_KINDS += ["Device Static", "Managed Static"]
-SYNC_KINDS = ["Unknown", "Event Sync", "Stream Wait Event", "Stream Sync", "Context Sync"]
 
 
 def is_sqlite(head: bytes) -> bool:
@@ -189,12 +189,6 @@ def _corr(key: bool) -> pl.Expr:
     return (((pl.col("globalPid") // (1 << 24)) % (1 << 24)) * (1 << 32) + c).alias("correlation")
 
 
-def _lookup(col: str, names: list[str]) -> pl.Expr:
-    return pl.col(col).replace_strict(
-        list(range(len(names))), names, default="Unknown", return_dtype=pl.String
-    )
-
-
 class _Reader:
     def __init__(self, path: str, con: sqlite3.Connection, raw_args: bool) -> None:
         self.path = path
@@ -237,6 +231,8 @@ class _Reader:
         for f in host.values():
             pids |= set(((f["globalTid"] // (1 << 24)) % (1 << 24)).drop_nulls().unique().to_list())
         keyed = len(pids) > 1
+        if keyed:
+            self._shared_devices(raw)
         kernels = pl.concat(
             [self._device(n, f, keyed) for n, f in raw.items()], how="vertical"
         ).sort("ts_ns", maintain_order=True)
@@ -264,12 +260,16 @@ class _Reader:
             "metadata": self._metadata(),
             "shapes": empty_frame(wide(SHAPE_SCHEMA)),
         }
-        props = self._device_properties(sorted(kernels["device"].drop_nulls().unique().to_list()))
+        props = device_properties(
+            self._rows("TARGET_INFO_GPU"),
+            self._rows("TARGET_INFO_CUDA_DEVICE"),
+            sorted(kernels["device"].drop_nulls().unique().to_list()),
+        )
         warnings = [
             f"{n} event{'s' if n != 1 else ''} skipped: {why}"
             for why, n in sorted(self.skipped.items())
         ]
-        for line in warnings:
+        for line in [*self.warnings, *warnings]:
             warnings_module.warn(TraceviewWarning(f"{self.path}: {line}"), stacklevel=4)
         meta = TraceMeta(
             path=self.path,
@@ -336,19 +336,19 @@ class _Reader:
         if kind == "kernel":
             name = self.strings.text("nameId").fill_null("")
         elif kind == "memcpy":
-            base = pl.concat_str(pl.lit("Memcpy "), _lookup("copyKind", COPY_KINDS))
+            base = pl.concat_str(pl.lit("Memcpy "), lookup("copyKind", COPY_KINDS))
             pair = pl.format(
                 "{} ({} -> {})",
                 base,
-                _lookup("srcKind", MEMORY_KINDS),
-                _lookup("dstKind", MEMORY_KINDS),
+                lookup("srcKind", MEMORY_KINDS),
+                lookup("dstKind", MEMORY_KINDS),
             )
             both = pl.col("srcKind").is_not_null() & pl.col("dstKind").is_not_null()
             name = pl.when(both).then(pair).otherwise(base)
         else:
             name = (
                 pl.when(pl.col("memKind").is_not_null())
-                .then(pl.format("Memset ({})", _lookup("memKind", MEMORY_KINDS)))
+                .then(pl.format("Memset ({})", lookup("memKind", MEMORY_KINDS)))
                 .otherwise(pl.lit("Memset"))
             )
         out = [
@@ -365,8 +365,21 @@ class _Reader:
             pl.lit(None, pl.Int64).alias("external_id"),
         ]
         if self.raw_args:
-            out.append(_device_args(kind, f.columns, keyed))
+            out.append(device_args(kind, f.columns, keyed))
         return f.select(out).cast(wide(KERNEL_SCHEMA))  # type: ignore[arg-type]
+
+    def _shared_devices(self, raw: dict[str, pl.DataFrame]) -> None:
+        """A warning per CUDA device id that several processes report (each saw its own GPU
+        as device 0, through CUDA_VISIBLE_DEVICES): their activity is analysed as one
+        device's, and ``--device`` cannot tell them apart."""
+        pairs = pl.concat([f.select("deviceId", "globalPid") for f in raw.values()]).unique()
+        pairs = pairs.with_columns(pid=(pl.col("globalPid") // (1 << 24)) % (1 << 24))
+        shared = pairs.group_by("deviceId").agg(pl.col("pid").unique().sort()).sort("deviceId")
+        for device, procs in shared.filter(pl.col("pid").list.len() > 1).iter_rows():
+            self.warnings.append(
+                f"processes {', '.join(map(str, procs))} all report CUDA device {device}: "
+                "their activity is analysed as one device's"
+            )
 
     # - host side -
 
@@ -439,7 +452,7 @@ class _Reader:
         out = [
             pl.col("start").alias("ts_ns"),
             (pl.col("end") - pl.col("start")).alias("dur_ns"),
-            _lookup("syncType", SYNC_KINDS).cast(pl.Categorical).alias("name"),
+            lookup("syncType", SYNC_KINDS).cast(pl.Categorical).alias("name"),
             pl.lit("cuda_sync").cast(pl.Categorical).alias("cat"),
             pl.lit("sync").cast(EVENT_SCHEMA["kind"]).alias("kind"),
             pl.col("deviceId").alias("pid"),
@@ -523,36 +536,6 @@ class _Reader:
         names = [d[0] for d in cur.description]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
-    def _device_properties(self, devices: list[int]) -> tuple[dict[str, object], ...]:
-        """Per device with activity, Kineto's ``deviceProperties`` keys from
-        ``TARGET_INFO_GPU`` (the GPU that ``TARGET_INFO_CUDA_DEVICE`` maps the CUDA device
-        to, else the GPU with the device's id)."""
-        gpus = {g.get("id"): g for g in self._rows("TARGET_INFO_GPU")}
-        cuda = self._rows("TARGET_INFO_CUDA_DEVICE")
-        out = []
-        for d in devices:
-            mapped = next((c for c in cuda if c.get("cudaId") == d), None)
-            gpu = gpus.get(mapped.get("gpuId")) if mapped else None
-            gpu = gpu or gpus.get(d)
-            if gpu is None and mapped is None:
-                continue
-            g, c = gpu or {}, mapped or {}
-            prop = {
-                "id": d,
-                "name": g.get("name"),
-                "totalGlobalMem": g.get("totalMemory"),
-                "numSms": g.get("smCount") or c.get("numMultiprocessors"),
-                "computeMajor": g.get("computeMajor", c.get("computeCapabilityMajor")),
-                "computeMinor": g.get("computeMinor", c.get("computeCapabilityMinor")),
-                "memoryBandwidth": g.get("memoryBandwidth"),
-                "clockRate": g.get("clockRate"),
-                "l2CacheSize": g.get("l2CacheSize"),
-                "chipName": g.get("chipName"),
-                "uuid": g.get("uuid") or c.get("uuid"),
-            }
-            out.append({k: v for k, v in prop.items() if v is not None and v != ""})
-        return tuple(out)
-
     def _export_info(self) -> dict[str, object]:
         info = {}
         for table in ("META_DATA_EXPORT", "META_DATA_CAPTURE"):
@@ -560,42 +543,6 @@ class _Reader:
                 for k, v in self.con.execute(f"SELECT name, value FROM {table}"):
                     info[str(k)] = v
         return {"nsys": info} if info else {}
-
-
-def _device_args(kind: str, columns: list[str], keyed: bool) -> pl.Expr:
-    """A device row's ``args_json``, under Kineto's key names."""
-
-    def num(c: str) -> pl.Expr:
-        return pl.col(c).cast(pl.String).fill_null("null")
-
-    fields: list[tuple[str, pl.Expr]] = [
-        ("device", num("deviceId")),
-        ("stream", num("streamId")),
-        ("correlation", num("correlationId")),
-    ]
-    if kind == "kernel":
-        fields += [
-            ("grid", pl.format("[{}, {}, {}]", num("gridX"), num("gridY"), num("gridZ"))),
-            ("block", pl.format("[{}, {}, {}]", num("blockX"), num("blockY"), num("blockZ"))),
-            ("registers per thread", num("registersPerThread")),
-            (
-                "shared memory",
-                (pl.col("staticSharedMemory") + pl.col("dynamicSharedMemory"))
-                .cast(pl.String)
-                .fill_null("null"),
-            ),
-            ("graph id", num("graphId")),
-            ("graph node id", num("graphNodeId")),
-        ]
-    else:
-        fields += [("bytes", num("bytes")), ("graph node id", num("graphNodeId"))]
-        if kind == "memcpy":
-            fields.append(("copy kind", num("copyKind")))
-    parts: list[pl.Expr | str] = []
-    for i, (key, expr) in enumerate(fields):
-        parts += [pl.lit(("{" if i == 0 else ", ") + f'"{key}": '), expr]
-    parts.append(pl.lit("}"))
-    return pl.concat_str(parts).alias("args_json")
 
 
 def load_nsys(path: str, *, raw_args: bool = False, source: str | None = None) -> Trace:
