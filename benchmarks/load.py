@@ -4,6 +4,7 @@
     python benchmarks/load.py --shape vllm       # the shape of a real vLLM trace
     python benchmarks/load.py --kernels 200000   # smaller
     python benchmarks/load.py --stages           # also time each stage (gzip, JSON decode)
+    python benchmarks/load.py --shape nsys       # an Nsight Systems export vs the same as JSON
 
 Generates (once, cached in benchmarks/out/) a trace of one of two shapes:
 
@@ -14,6 +15,11 @@ Generates (once, cached in benchmarks/out/) a trace of one of two shapes:
   step's ``user_annotation`` and ``gpu_user_annotation``, one ``cudaGraphLaunch`` whose flow
   fans out to the replay's 40 kernels (one ``s``, 40 ``f`` with the same id and
   correlation), and args on every kernel.
+- ``nsys``: the ``kineto`` trace's device activity and CUDA calls (each kernel and its
+  cudaLaunchKernel, every 20th kernel a memcpy with its cudaMemcpyAsync) as an Nsight
+  Systems SQLite export in the 2025 layout (every kernel column filled); ``traceview.load``
+  of the export is timed against ``traceview.load`` of the gzipped Kineto trace (target:
+  at most 1.5x). The Kineto trace also holds cpu_ops and flows, which nsys does not record.
 
 The peak memory target: the load's peak RSS at most 0.35x the JSON text. Each approach runs
 in a fresh process, so its peak RSS is its own, and every approach runs in the same
@@ -207,6 +213,73 @@ def generate(kernels: int) -> Path:
     """Write (once) a Kineto-shaped trace with ``kernels`` kernels; return its path."""
     path = OUT / f"bench_{kernels}.pt.trace.json.gz"
     return _write_once(path, "NVIDIA H200", "bench", _kineto_events(kernels))
+
+
+def generate_nsys(kernels: int) -> Path:
+    """Write (once) the ``kineto`` shape's device activity and CUDA calls as an export."""
+    import sqlite3
+
+    from fixtures.nsys import API, KERNEL_2025, MEMCPY
+
+    path = OUT / f"bench_{kernels}.nsys.sqlite"
+    if path.exists():
+        return path
+    OUT.mkdir(exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    con = sqlite3.connect(tmp)
+    con.execute("PRAGMA journal_mode = OFF")
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    strings = [*NAMES, "cudaLaunchKernel_v7000", "cudaMemcpyAsync_v3020", "short"]
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", list(enumerate(strings)))
+    con.execute("CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, totalMemory INTEGER)")
+    con.execute("INSERT INTO TARGET_INFO_GPU VALUES (0, 'NVIDIA H200', 150754820096)")
+    for table, cols in (
+        ("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL_2025),
+        ("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY),
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", API),
+    ):
+        con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in cols)})")
+    gpid, gtid = (1 << 48) | (4242 << 24), (1 << 48) | (4242 << 24) | 4242
+    launch, copy, short = len(NAMES), len(NAMES) + 1, len(NAMES) + 2
+
+    def kernel(i: int, t: int, dur: int, c: int) -> tuple[int, ...]:
+        row = dict.fromkeys(KERNEL_2025, 0)
+        row |= {"start": t, "end": t + dur, "streamId": 7, "correlationId": c}
+        row |= {"globalPid": gpid, "demangledName": i % len(NAMES), "shortName": short}
+        row |= {"gridX": 132, "gridY": 1, "gridZ": 1, "blockX": 128, "blockY": 1, "blockZ": 1}
+        row |= {"registersPerThread": 128, "dynamicSharedMemory": 32768, "gridId": i}
+        return tuple(row.values())
+
+    def api(t: int, c: int, name: int) -> tuple[int, ...]:
+        return (t, t + 4_250, 0, gtid, c, name, 0, 0)
+
+    t = 5_117_567_635_320_360
+    k_rows, m_rows, r_rows = [], [], []
+    for i in range(kernels):
+        c = 10_000 + i
+        t += 2_500
+        if i % 20 == 0:
+            m = dict.fromkeys(MEMCPY, 0)
+            m |= {"start": t, "end": t + 2_112, "streamId": 2, "correlationId": c + 900_000_000}
+            m |= {"globalPid": gpid, "bytes": 4096, "copyKind": 1, "srcKind": 2, "dstKind": 3}
+            m_rows.append(tuple(m.values()))
+            r_rows.append(api(t - 90_000, c + 900_000_000, copy))
+        r_rows.append(api(t - 90_000, c, launch))
+        dur = 1_000 + (i * 7919) % 40_000
+        k_rows.append(kernel(i, t, dur, c))
+        t += dur
+    for table, rows in (
+        ("CUPTI_ACTIVITY_KIND_KERNEL", k_rows),
+        ("CUPTI_ACTIVITY_KIND_MEMCPY", m_rows),
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", r_rows),
+    ):
+        marks = ", ".join("?" * len(rows[0]))
+        con.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+    con.commit()
+    con.close()
+    tmp.rename(path)
+    return path
 
 
 def _kineto_events(kernels: int) -> Iterator[list[str]]:
@@ -404,7 +477,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--kernels", type=int, default=1_000_000)
-    parser.add_argument("--shape", choices=["kineto", "vllm"], default="kineto")
+    parser.add_argument("--shape", choices=["kineto", "vllm", "nsys"], default="kineto")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--only", nargs="*", default=list(APPROACHES))
     parser.add_argument("--stages", action="store_true")
@@ -421,6 +494,9 @@ def main() -> None:
 
     # the cache's own folder for this benchmark, never the user's
     os.environ["TRACEVIEW_CACHE_DIR"] = str(OUT / "cache")
+    if args.shape == "nsys":
+        nsys_main(args.kernels, args.repeat)
+        return
     t0 = time.perf_counter()
     path = generate(args.kernels) if args.shape == "kineto" else generate_vllm(args.kernels)
     with gzip.open(path, "rb") as f:
@@ -478,6 +554,30 @@ def main() -> None:
             if tv_r
             else f"cache: re-open / first open {again['wall_s'] / first['wall_s']:.3f}x"
         )
+
+
+def nsys_main(kernels: int, repeat: int) -> None:
+    """``--shape nsys``: traceview.load of the export against the same as Kineto JSON."""
+    t0 = time.perf_counter()
+    json_path, nsys_path = generate(kernels), generate_nsys(kernels)
+    print(
+        f"traces: {json_path} ({json_path.stat().st_size / 1e6:.0f} MB gz) and {nsys_path} "
+        f"({nsys_path.stat().st_size / 1e6:.0f} MB), {kernels:,} kernels; ready in "
+        f"{time.perf_counter() - t0:.0f} s"
+    )
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores")
+    j = measure("traceview", json_path, repeat)
+    n = measure("traceview", nsys_path, repeat)
+    if not j or not n:
+        return
+    for label, r in (("kineto .json.gz", j), ("nsys .sqlite", n)):
+        print(
+            f"{label:<16} {r['wall_s']:>7.2f} s  {r['kernels']:>10,} kernels  "
+            f"peak RSS {r['peak_rss'] / 1e9:.2f} GB"
+        )
+    ratio = n["wall_s"] / j["wall_s"]
+    verdict = "meets" if ratio <= 1.5 else "MISSES"
+    print(f"nsys / kineto load wall: {ratio:.2f}x (target <= 1.5x: {verdict})")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from pathlib import Path
 from traceview.errors import RunError
 from traceview.load import remote
 
-TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace")
+TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace", ".sqlite")
 
 
 def discover(paths: Sequence[str]) -> list[str]:

@@ -8,6 +8,7 @@ import click
 
 from traceview.cli._options import load_trace, output_file, output_options
 from traceview.errors import QueryError
+from traceview.load.nsys import is_export_file
 from traceview.render.base import guess_format, write_output
 
 
@@ -73,6 +74,8 @@ def sql(
         output = str(
             output_file(output, [trace_path, *([str(where)] if where else [])], force=force)
         )
+    if engine == "auto" and tp_bin and is_export_file(trace_path):
+        engine = "embedded"  # an Nsight Systems export: trace_processor cannot read it
     if engine == "perfetto" or (engine == "auto" and tp_bin):
         df = run(trace_path, query, engine=engine, timeout_s=timeout, tp_bin=tp_bin)
     else:

@@ -1,10 +1,10 @@
-"""Loading traces: Chrome/Kineto JSON (plain or gzip) and Perfetto protobuf, into a
-:class:`~traceview.model.Trace`.
+"""Loading traces: Chrome/Kineto JSON (plain or gzip), Perfetto protobuf and Nsight Systems
+SQLite exports, into a :class:`~traceview.model.Trace`.
 
 ``load`` opens the file (gzip by its magic bytes, decompressed in a background thread),
 reads the first block and dispatches by what it holds: a Perfetto protobuf goes to
 :mod:`.pftrace`, JSON to the streaming reader in :mod:`.json`. Both build their frames with
-:mod:`.frames`.
+:mod:`.frames`. A local file that starts with SQLite's header goes to :mod:`.nsys`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, Protocol, cast
 from isal.igzip_lib import IsalError
 
 from traceview.errors import TraceFormatError, TraceviewWarning
-from traceview.load import cache, remote
+from traceview.load import cache, nsys, remote
 from traceview.load.json import BLOCK_BYTES, read_json
 from traceview.load.strings import STRING_CAP, CappedText
 from traceview.model import Trace
@@ -113,6 +113,9 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
         total = os.path.getsize(name)
     if total == 0:
         raise TraceFormatError(name, "empty file")
+    report = nsys.report_problem(name)
+    if report is not None:
+        raise TraceFormatError(name, report)
 
     caching = (
         opts.cache
@@ -135,10 +138,15 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
 
 
 def _load(name: str, total: int, opts: LoadOptions) -> Trace:
+    if not remote.is_url(name) and _is_sqlite_file(name):
+        return _load_sqlite(name, total, opts)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the cyclic GC costs several times the parse on millions of objects
     try:
-        stream, gzipped = _open_text(name, total, opts.progress, opts.hasher)
+        try:
+            stream, gzipped = _open_text(name, total, opts.progress, opts.hasher)
+        except _Export as export:  # an export at a URL: SQLite reads files, so copy it
+            return _load_sqlite_object(name, total, opts, export.stream)
         with stream:
             reader: Any = _EndsEarly(stream, name) if gzipped else stream
             head = reader.read(opts.block_bytes)
@@ -175,6 +183,56 @@ def _load(name: str, total: int, opts: LoadOptions) -> Trace:
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+def _is_sqlite_file(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return nsys.is_sqlite(f.read(len(nsys.SQLITE_MAGIC)))
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot read: {exc}") from None
+
+
+def _load_sqlite(name: str, total: int, opts: LoadOptions) -> Trace:
+    """An Nsight Systems SQLite export (:mod:`.nsys`), read through SQLite, not streamed:
+    a hasher is handed the file's bytes first."""
+    if opts.hasher is not None:
+        with open(name, "rb") as f:
+            while chunk := f.read(1 << 20):
+                opts.hasher.update(chunk)
+    trace = nsys.load_nsys(name, raw_args=opts.raw_args)
+    if opts.progress is not None:
+        opts.progress(total, total)
+    return trace
+
+
+class _Export(Exception):  # noqa: N818 - a signal inside this module, never raised out
+    """The object at a URL is a SQLite file (an Nsight Systems export): its open stream."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        super().__init__()
+        self.stream = stream
+
+
+def _load_sqlite_object(name: str, total: int, opts: LoadOptions, stream: BinaryIO) -> Trace:
+    """An export at a URL, copied to a temporary file (SQLite reads files, not streams),
+    read there as ``name``, and removed."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix="traceview-", suffix=".sqlite")
+    try:
+        with os.fdopen(fd, "wb") as out, stream:
+            done = 0
+            while chunk := stream.read(8 << 20):
+                out.write(chunk)
+                done += len(chunk)
+                if opts.hasher is not None:
+                    opts.hasher.update(chunk)
+                if opts.progress is not None:
+                    opts.progress(done, total)
+        return nsys.load_nsys(tmp, raw_args=opts.raw_args, source=name)
+    finally:
+        os.unlink(tmp)
 
 
 def _with_cuts(trace: Trace, cuts: int) -> Trace:
@@ -236,8 +294,10 @@ def _open_text(
     """The file's text as a stream (decompressed where it is gzip), and whether it is gzip
     (an object is opened once: every open of a URL is a request)."""
     raw = open_source(path)  # closed by the returned stream
-    magic = raw.read(4)
+    magic = raw.read(len(nsys.SQLITE_MAGIC))
     raw.seek(0)
+    if nsys.is_sqlite(magic):  # a local export never gets here (see _load)
+        raise _Export(raw)
     counting = _CountingReader(raw, total, progress, hasher)
     if magic[:2] == _GZIP_MAGIC:
         from isal import igzip_threaded
@@ -248,7 +308,7 @@ def _open_text(
             counting, "rb", threads=1, block_size=_GZIP_BLOCK
         )
         return stream, True
-    if magic == _ZSTD_MAGIC:
+    if magic[:4] == _ZSTD_MAGIC:
         counting.close()
         raise TraceFormatError(path, "zstd-compressed traces are not supported; run zstd -d")
     return io.BufferedReader(counting, buffer_size=1 << 20), False

@@ -261,11 +261,16 @@ def annotate(source: str, out: str | os.PathLike[str], trace: Trace, summary: Su
     trace was annotated before) is replaced, not stacked.
 
     Raises:
-        UnsupportedTraceError: a Perfetto protobuf trace, or a truncated one.
+        UnsupportedTraceError: a Perfetto protobuf trace, an Nsight Systems export, or a
+            truncated trace.
     """
     meta = trace.meta
     if meta.format == "perfetto":
         raise UnsupportedTraceError(f"{source}: annotate writes JSON traces; this is protobuf")
+    if meta.format == "nsys":
+        raise UnsupportedTraceError(
+            f"{source}: annotate writes JSON traces; this is an Nsight Systems export"
+        )
     if meta.truncated_at is not None:
         raise UnsupportedTraceError(f"{source}: truncated; annotate needs a whole trace")
     if meta.strings_cut:

@@ -19,6 +19,7 @@ from typing import Any
 import polars as pl
 
 from traceview.errors import QueryError
+from traceview.load.nsys import is_export_file
 from traceview.model import Trace
 
 ENV_TP_BIN = "TRACEVIEW_TRACE_PROCESSOR"
@@ -275,10 +276,12 @@ def run_sql(
     binary = tp_bin or os.environ.get(ENV_TP_BIN)
     if engine not in ("auto", "embedded", "perfetto"):
         raise QueryError(f"unknown engine {engine!r} (auto, embedded or perfetto)")
+    path = trace.meta.path if isinstance(trace, Trace) else os.fspath(trace)
+    if engine == "auto" and binary and is_export_file(path):
+        engine = "embedded"  # an Nsight Systems export: trace_processor cannot read it
     if engine == "perfetto" or (engine == "auto" and binary):
         from traceview.sql.perfetto_engine import run_perfetto
 
-        path = trace.meta.path if isinstance(trace, Trace) else os.fspath(trace)
         return run_perfetto(path, sql, where, binary=binary, timeout_s=timeout_s)
     if not isinstance(trace, Trace):
         from traceview.load import LoadOptions, load
