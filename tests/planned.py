@@ -10,8 +10,19 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from fixtures.engine import SCENARIOS, PlannedStep, Scenario, build, plan_steps
-from fixtures.truth import truth
+import numpy as np
+
+from fixtures.engine import (
+    CATEGORY,
+    DRIVER_LAUNCHED,
+    SCENARIOS,
+    PlannedKernel,
+    PlannedStep,
+    Scenario,
+    build,
+    plan_steps,
+)
+from fixtures.truth import truth, union_length
 
 HYBRID_CHUNKED = next(sc for sc in SCENARIOS if sc.name == "hybrid_chunked")
 
@@ -47,3 +58,150 @@ def line_ends(y: list[int]) -> tuple[Fraction, Fraction]:
         (x - mx) ** 2 for x in xs
     )
     return my - slope * mx, my + slope * (n - 1 - mx)
+
+
+# --- what each shipped SQL query returns on a generated fixture, by the plan ---------------
+
+
+def _pcts(values: list[int]) -> dict[str, float]:
+    """p50/p90/p99 by linear interpolation between closest ranks (the queries' method)."""
+    a = np.sort(np.asarray(values, dtype=np.float64))
+    return {f"p{q}_ns": float(np.percentile(a, q)) for q in (50, 90, 99)}
+
+
+def planned_query_rows(name: str) -> dict[str, list[dict[str, Any]]]:
+    """Each shipped query's rows on the generated fixture ``name``, from its plan: the
+    planned kernels (their names, families, streams, durations, launches) and the step
+    annotations the plan wrote. Device 0, one launching thread; no copy records bytes."""
+    sc = next(s for s in SCENARIOS if s.name == name)
+    tb, steps = build(sc)
+    kernels = sorted((k for s in steps for k in s.kernels), key=lambda k: (k.ts_ns, k.end_ns))
+    total = sum(k.dur_ns for k in kernels)
+    out: dict[str, list[dict[str, Any]]] = {}
+
+    def grouped(key: Any) -> dict[Any, list[PlannedKernel]]:
+        groups: dict[Any, list[PlannedKernel]] = {}
+        for k in kernels:
+            groups.setdefault(key(k), []).append(k)
+        return groups
+
+    def by_total(rows: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
+        return sorted(rows, key=lambda r: (-r["total_ns"], r[label]))
+
+    out["kernel_families"] = by_total(
+        [
+            {
+                "family": family,
+                "kernels": len(ks),
+                "total_ns": sum(k.dur_ns for k in ks),
+                "mean_ns": sum(k.dur_ns for k in ks) / len(ks),
+                "share": sum(k.dur_ns for k in ks) / total,
+            }
+            for family, ks in grouped(lambda k: k.family).items()
+        ],
+        "family",
+    )
+    out["top_kernels"] = by_total(
+        [
+            {
+                "name": kname,
+                "kernels": len(ks),
+                "total_ns": sum(k.dur_ns for k in ks),
+                "mean_ns": sum(k.dur_ns for k in ks) / len(ks),
+                "max_ns": max(k.dur_ns for k in ks),
+                "share": sum(k.dur_ns for k in ks) / total,
+            }
+            for kname, ks in grouped(lambda k: k.name).items()
+        ],
+        "name",
+    )[:25]
+    out["memcpy_summary"] = by_total(
+        [
+            {
+                "name": kname,
+                "count": len(ks),
+                "total_ns": sum(k.dur_ns for k in ks),
+                "mean_ns": sum(k.dur_ns for k in ks) / len(ks),
+                "bytes": None,
+                "gb_per_s": None,
+            }
+            for kname, ks in grouped(lambda k: k.name).items()
+            if k_is_copy(ks[0])
+        ],
+        "name",
+    )
+    streams = []
+    for stream, ks in sorted(grouped(lambda k: k.stream).items()):
+        lo, hi = min(k.ts_ns for k in ks), max(k.end_ns for k in ks)
+        busy = union_length([(k.ts_ns, k.end_ns) for k in ks], lo, hi)
+        streams.append(
+            {
+                "device": 0,
+                "stream": stream,
+                "kernels": len(ks),
+                "kernel_ns": sum(k.dur_ns for k in ks),
+                "busy_ns": busy,
+                "first_ts": lo,
+                "last_end": hi,
+                "busy_fraction": busy / (hi - lo),
+            }
+        )
+    out["stream_busy"] = streams
+    # decode gaps: every recurrent decode kernel of the trace (a model without linear
+    # attention has none: the query's population is empty)
+    markers = [k for k in kernels if k.key == sc.linear_decode] if "L" in sc.layers else []
+    raw = [b.ts_ns - a.end_ns for a, b in zip(markers, markers[1:], strict=False)]
+    gaps = [max(g, 0) for g in raw]
+    out["decode_gaps"] = (
+        [
+            {
+                "device": 0,
+                "n": len(gaps),
+                "overlaps": sum(g < 0 for g in raw),
+                **_pcts(gaps),
+                "max_ns": max(gaps),
+            }
+        ]
+        if gaps
+        else []
+    )
+    # kernels per step annotation: every kernel of the step is launched inside its CPU
+    # annotation, or starts inside its GPU-projected one; the plan writes one annotation
+    # per step, in step order
+    cpu = sc.annotations.endswith("cpu")
+    category = "user_annotation" if cpu else "gpu_user_annotation"
+    written = iter(e for e in tb.events if e.cat == category)
+    rows = []
+    for s in steps:
+        if s.annotation is None:
+            continue
+        e = next(written)
+        assert e.name == s.annotation and e.ts_ns is not None
+        rows.append(
+            {
+                "source": "cpu" if cpu else "gpu",
+                "step": s.annotation,
+                "ts": e.ts_ns,
+                "dur": e.dur_ns,
+                "kernels": len(s.kernels),
+                "kernel_ns": sum(k.dur_ns for k in s.kernels),
+            }
+        )
+    out["step_kernels"] = sorted(rows, key=lambda r: r["ts"])
+    # launch latency: kernel start less its runtime call's start (driver launches, such as
+    # record_shapes' cuLaunchKernel of the down projection, are not runtime calls)
+    lat = [
+        k.ts_ns - k.launch[0]
+        for k in kernels
+        if k.launch is not None and not (sc.record_shapes and k.key in DRIVER_LAUNCHED)
+    ]
+    out["launch_latency"] = (
+        [{"launch": "cudaLaunchKernel", "kernels": len(lat), **_pcts(lat), "max_ns": max(lat)}]
+        if lat
+        else []
+    )
+    return out
+
+
+def k_is_copy(k: PlannedKernel) -> bool:
+    return k.key in CATEGORY
