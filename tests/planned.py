@@ -5,6 +5,7 @@ from traceview."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from fractions import Fraction
 from pathlib import Path
@@ -22,7 +23,7 @@ from fixtures.engine import (
     build,
     plan_steps,
 )
-from fixtures.truth import truth, union_length
+from fixtures.truth import planned_gaps, truth, union_length
 
 HYBRID_CHUNKED = next(sc for sc in SCENARIOS if sc.name == "hybrid_chunked")
 
@@ -205,3 +206,108 @@ def planned_query_rows(name: str) -> dict[str, list[dict[str, Any]]]:
 
 def k_is_copy(k: PlannedKernel) -> bool:
     return k.key in CATEGORY
+
+
+# --- what filled the decode gaps, by the plan ---------------------------------------------
+
+CAUSES = ("host_late", "launch", "sync", "dependency", "other")
+
+
+def _merge(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(windows):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _clipped(a: int, b: int, windows: list[tuple[int, int]]) -> int:
+    """The length of [a, b) inside the disjoint, ordered ``windows``."""
+    first = max(bisect.bisect_right(windows, (a, a)) - 1, 0)
+    last = bisect.bisect_left(windows, (b, b))
+    return sum(max(0, min(b, hi) - max(a, lo)) for lo, hi in windows[first:last])
+
+
+def planned_gap_fill(name: str) -> dict[str, dict[str, dict[str, Any] | None]]:
+    """Per decode-gap population, what filled all its gaps (``filled``) and its gaps at or
+    above its p99 (``widest``), overlaps aside, by docs/metrics.md's definitions applied to
+    the plan of fixture ``name``: the gaps' merged windows, their span, the planned kernels'
+    busy time in them, that busy time by family (each instant shared equally among the
+    families running then; exact fractions) and the device's idle time in them by cause
+    (the plan's launches: an idle interval ended by a kernel launched after the device went
+    idle is host_late up to the launch's end, then launch; by one launched before it,
+    dependency; by one with no launch, other; the engine never synchronises)."""
+    sc = next(s for s in SCENARIOS if s.name == name)
+    tb, steps = build(sc)
+    t = truth(sc, steps, name, tb.event_count)
+    served = sorted(
+        (k for s in steps if s.kind != "warmup" for k in s.kernels), key=lambda k: k.ts_ns
+    )
+    device = sorted((k for s in steps for k in s.kernels), key=lambda k: k.ts_ns)
+    gaps = planned_gaps(sc, served, t["phases"])
+    # the device's idle intervals, each split by cause
+    idle: list[tuple[int, int, str]] = []
+    reach = device[0].end_ns
+    for k in device[1:]:
+        i0, i1 = reach, k.ts_ns
+        reach = max(reach, k.end_ns)
+        if i1 <= i0:
+            continue
+        if k.launch is None:
+            idle.append((i0, i1, "other"))
+        elif k.launch[1] > i0:
+            cut = min(k.launch[1], i1)
+            idle += [(i0, cut, "host_late"), (cut, i1, "launch")]
+        else:
+            idle.append((i0, i1, "dependency"))
+    starts = [k.ts_ns for k in device]
+    longest = max(k.dur_ns for k in device)
+
+    def fill(windows: list[tuple[int, int]], count: int) -> dict[str, Any]:
+        by_family: dict[str, Fraction] = {}
+        busy = 0
+        for lo, hi in windows:
+            near = device[bisect.bisect_left(starts, lo - longest) : bisect.bisect_left(starts, hi)]
+            # a sweep over the window: each kernel's start and end clipped to it, and per
+            # family how many of its kernels run
+            marks = sorted(
+                mark
+                for k in near
+                if k.end_ns > lo
+                for mark in ((max(k.ts_ns, lo), 1, k.family), (min(k.end_ns, hi), -1, k.family))
+            )
+            running: dict[str, int] = {}
+            at = lo
+            for t, step, family in marks:
+                on = [f for f, n in running.items() if n > 0]
+                if t > at and on:
+                    busy += t - at
+                    for f in on:
+                        by_family[f] = by_family.get(f, Fraction(0)) + Fraction(t - at, len(on))
+                at = max(at, t)
+                running[family] = running.get(family, 0) + step
+        idle_ns = dict.fromkeys(CAUSES, 0)
+        for a, b, cause in idle:
+            idle_ns[cause] += _clipped(a, b, windows)
+        return {
+            "gaps": count,
+            "span_ns": sum(hi - lo for lo, hi in windows),
+            "busy_ns": busy,
+            "busy_by_family": by_family,
+            "idle_ns": idle_ns,
+        }
+
+    out: dict[str, dict[str, dict[str, Any] | None]] = {}
+    for entry in t["decode_gaps"]:
+        pop, p99 = entry["population"], entry["p99_ns"]
+        mine = [g for g in gaps if not g["overlap"] and pop in ("all", g["population"])]
+        widest = [g for g in mine if p99 is not None and g["gap_ns"] >= p99]
+        out[pop] = {
+            part: fill(_merge([(g["start_ns"], g["end_ns"]) for g in sel]), len(sel))
+            if sel
+            else None
+            for part, sel in (("filled", mine), ("widest", widest))
+        }
+    return out
