@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from fixtures.build import Event, TraceBuilder
 from fixtures.engine import (
     CATEGORY,
     DRIVER_LAUNCHED,
@@ -311,3 +312,118 @@ def planned_gap_fill(name: str) -> dict[str, dict[str, dict[str, Any] | None]]:
             for part, sel in (("filled", mine), ("widest", widest))
         }
     return out
+
+
+# --- a phase whose verdict is planted: where the step time went -----------------------------
+
+STEP_KERNELS = ("attention", "gemm", "norm", "gemm")  # a step's kernels, back to back
+KERNEL_NS = 200_000
+STEP_BUSY_NS = KERNEL_NS * len(STEP_KERNELS)
+LAUNCH_CALL_NS = 3_000
+
+
+def breakdown_trace(
+    path: Path,
+    *,
+    steps: int,
+    pause_ns: int,
+    host_late_ns: int,
+    other_ns: int = 0,
+    dependency_ns: int = 0,
+) -> dict[str, Any]:
+    """A decode phase of ``steps`` steps, each four 200 µs kernels back to back (launched
+    from inside a vLLM CPU step annotation), a device-idle pause of ``pause_ns`` before
+    each step but the first: of it, the first ``host_late_ns`` pass before the step's first
+    launch call ends (host_late), the rest between that call and its kernel (launch).
+    ``other_ns``: in the second step, its third kernel waits that long after the second
+    and has no submitting call at all (other); ``dependency_ns``: in the third step, its
+    fourth kernel waits that long, though launched long before (dependency). Writes the
+    trace to ``path``; returns the plan's steps (span, busy, idle by cause) and their sum."""
+    from fixtures.idle import ATTENTION, GEMM, NORM
+
+    names = {"attention": ATTENTION, "gemm": GEMM, "norm": NORM}
+    assert 0 <= host_late_ns <= pause_ns
+    tb = TraceBuilder(base_time_ns=1_767_189_500_000_000_000)
+    t = 1_767_189_500_000_000_000 // 1_000 + 5_000_000  # the first kernel's start
+    rows: list[dict[str, Any]] = []
+    for i in range(steps):
+        idle = dict.fromkeys(CAUSES, 0)
+        if i:
+            t += pause_ns  # the device idles before this step
+            # the pause lies in the previous step: steps tile the phase
+            rows[-1]["idle"]["host_late"] += host_late_ns
+            rows[-1]["idle"]["launch"] += pause_ns - host_late_ns
+            rows[-1]["end_ns"] = t
+        start = t
+        first_call_end = start - pause_ns + host_late_ns if i else start - 50_000
+        calls = first_call_end - LAUNCH_CALL_NS
+        annotation = "execute_context_0(0)_generation_4(4)"
+        tb.cpu_op(annotation, calls - 10_000, 4 * LAUNCH_CALL_NS + 20_000, cat="user_annotation")
+        for j, key in enumerate(STEP_KERNELS):
+            if i == 1 and j == 2 and other_ns:
+                t += other_ns
+                idle["other"] += other_ns
+                tb.kernel(names[key], t, KERNEL_NS)  # no submitting call links to it
+            else:
+                if i == 2 and j == 3 and dependency_ns:
+                    t += dependency_ns
+                    idle["dependency"] += dependency_ns
+                corr = tb.next_correlation()
+                tb.launch(names[key], calls + j * LAUNCH_CALL_NS, corr, t, dur_ns=LAUNCH_CALL_NS)
+                tb.kernel(names[key], t, KERNEL_NS, correlation=corr)
+            t += KERNEL_NS
+        rows.append({"start_ns": start, "end_ns": t, "busy_ns": STEP_BUSY_NS, "idle": idle})
+    tb.write(path)
+    span = rows[-1]["end_ns"] - rows[0]["start_ns"]
+    return {
+        "steps": rows,
+        "span_ns": span,
+        "busy_ns": steps * STEP_BUSY_NS,
+        "idle_ns": {c: sum(r["idle"][c] for r in rows) for c in CAUSES},
+    }
+
+
+# --- two devices in one trace -----------------------------------------------------------------
+
+# the second device runs a shorter workload with no annotations (its steps are found from
+# its kernels): less kernel time than the first, so the first is the default
+SECOND_DEVICE = dataclasses.replace(
+    HYBRID_CHUNKED,
+    name="second_device",
+    seed=21,
+    decode_before=8,
+    chunks=3,
+    decode_after=6,
+    annotations="none",
+)
+
+
+def two_devices(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """hybrid_chunked's plan on device 0 and :data:`SECOND_DEVICE`'s on device 1, side by
+    side in one trace (the second's kernels moved to process 1, their correlation ids
+    past the first's); each device's truth from its own plan."""
+    tb, steps0 = build(HYBRID_CHUNKED)
+    other, steps1 = build(SECOND_DEVICE)
+    offset = 1_000_000
+    for e in other.events:
+        assert e.pid == 0, "the second plan writes device work only"
+        e.pid = 1
+        if e.args is not None:
+            e.args = {**e.args, "device": 1}
+            for key in ("External id", "correlation"):
+                if key in e.args:
+                    e.args[key] += offset
+        if "id" in e.extra:
+            e.extra = {**e.extra, "id": e.extra["id"] + offset}
+        tb.events.append(e)
+    for name, value in (
+        ("process_name", {"name": "python"}),
+        ("process_labels", {"labels": "GPU 1"}),
+    ):
+        tb.events.append(Event("M", name, None, 1, 0, 0, args=value))
+    tb.events.append(Event("M", "thread_name", None, 1, 7, 0, args={"name": "stream 7 "}))
+    tb.write(path)
+    return (
+        truth(HYBRID_CHUNKED, steps0, path.name, tb.event_count),
+        truth(SECOND_DEVICE, steps1, path.name, tb.event_count),
+    )
