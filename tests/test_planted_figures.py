@@ -27,7 +27,6 @@ from fixtures.truth import union_length
 from traceview.cli import cli
 
 CAPTURE = GENERATED / "vllm_capture_then_serve.json.gz"
-XFAIL_33 = pytest.mark.xfail(strict=True, reason="issue 33: surfaces disagree; fixed by tv.analyze")
 
 
 # --- two devices --------------------------------------------------------------------------
@@ -53,7 +52,7 @@ def _busy_row_as_planned(row: dict, t: dict, device: int) -> None:
         b["window_end_ns"],
         b["busy_ns"],
     )
-    assert row["fraction"] == pytest.approx(b["fraction"], rel=1e-12)
+    assert row["fraction"] == pytest.approx(b["fraction"], rel=DOC_REL)
 
 
 def test_the_default_device_is_the_one_with_the_most_kernel_time(
@@ -98,12 +97,14 @@ def test_device_1_gives_the_second_plans_figures(two: tuple[tv.Trace, dict, dict
     assert orjson.loads(result.stdout)["steps"]["count"] == second["step_count"]
 
 
-def test_busy_per_device_is_each_plans(two: tuple[tv.Trace, dict, dict]) -> None:
+def test_busy_is_the_analysed_devices(two: tuple[tv.Trace, dict, dict]) -> None:
+    """tv.busy gives the analysed device's row: the default device's by default (one row,
+    not one per device), device 1's with ``device=1``, each as its plan says."""
     trace, first, second = two
-    rows = tv.busy(trace).sort("device").to_dicts()
-    assert len(rows) == 2
-    _busy_row_as_planned(rows[0], first, 0)
-    _busy_row_as_planned(rows[1], second, 1)
+    (row,) = tv.busy(trace).to_dicts()
+    _busy_row_as_planned(row, first, 0)
+    (row,) = tv.busy(trace, device=1).to_dicts()
+    _busy_row_as_planned(row, second, 1)
 
 
 # --- capture then serve: the API figures leave the start-up out -----------------------------
@@ -150,18 +151,17 @@ def test_decode_gaps_on_capture_then_serve_are_the_serving_gaps(
         assert int(sel["overlap"].sum()) == g["overlaps"]
 
 
-@XFAIL_33
 def test_busy_on_capture_then_serve_leaves_the_capture_out(
     capture: tuple[tv.Trace, dict],
 ) -> None:
     """tv.busy's window and busy time are the serving plan's (the summary's), not the
-    capture's kernels' too (today: 0.674 over a window from the first capture kernel)."""
+    capture's kernels' too (before issue 33's fix: 0.674 over a window from the first
+    capture kernel)."""
     trace, t = capture
     (row,) = tv.busy(trace).to_dicts()
     _busy_row_as_planned(row, t, 0)
 
 
-@XFAIL_33
 def test_families_on_capture_then_serve_leave_the_capture_out(
     capture: tuple[tv.Trace, dict],
 ) -> None:
@@ -172,7 +172,6 @@ def test_families_on_capture_then_serve_leave_the_capture_out(
     } == t["families"]
 
 
-@XFAIL_33
 def test_kernels_on_capture_then_serve_leave_the_capture_out(
     capture: tuple[tv.Trace, dict],
 ) -> None:
@@ -199,7 +198,6 @@ def test_busy_over_the_serving_window_is_the_plans(capture: tuple[tv.Trace, dict
         assert row["fraction"] == pytest.approx(want / (b - a), rel=1e-12)
 
 
-@XFAIL_33
 def test_busy_over_a_window_that_holds_the_capture_leaves_it_out(
     capture: tuple[tv.Trace, dict],
 ) -> None:
