@@ -6,10 +6,13 @@ analysis builds would let mypy pass readers of keys that are not there."""
 from __future__ import annotations
 
 import json
+import math
 import types
 import typing
+from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
+import orjson
 import pytest
 
 import traceview as tv
@@ -89,9 +92,27 @@ def test_documents_match_their_types(name: str) -> None:
 
 
 def test_a_live_summary_matches_its_type() -> None:
-    """Straight from summarize, not through a golden file."""
+    """Straight from summarize, as orjson writes it (what `summarize --json` prints), not
+    through a golden file nor a round trip through the standard library's json."""
     from tests.conftest import GENERATED
 
-    doc = tv.summarize(tv.load(str(GENERATED / "hybrid_refeed.json.gz"))).to_dict()
-    assert mismatches(json.loads(json.dumps(doc)), SummaryDocument) == []
-    assert doc["work"]["prefill_growth"], "the re-feed fixture has a growth row to check"
+    summary = tv.summarize(tv.load(str(GENERATED / "hybrid_refeed.json.gz")))
+    assert mismatches(orjson.loads(summary.to_json()), SummaryDocument) == []
+    assert summary.to_dict()["work"]["prefill_growth"], "the re-feed fixture has a growth row"
+
+
+def test_an_unbounded_prefill_growth_matches_its_type(tmp_path: Path) -> None:
+    """A prompt whose chunks grow from nearly nothing (64, 2,048, 8,192 tokens): the fitted
+    line starts at or below zero, so the growth is unbounded: math.inf in Python, null in
+    the document as written (JSON holds no infinity), and the type says so."""
+    from tests.planned import GROWTH_FROM_NOTHING, growth_from_nothing, line_ends
+
+    path, _ = growth_from_nothing(tmp_path)
+    first, _ = line_ends(GROWTH_FROM_NOTHING)
+    assert first <= 0  # the plan's line: the branch under test
+    summary = tv.summarize(tv.load(path))
+    (growth,) = summary.to_dict()["work"]["prefill_growth"]
+    assert growth["growth"] == math.inf
+    written = orjson.loads(summary.to_json())
+    assert written["work"]["prefill_growth"][0]["growth"] is None
+    assert mismatches(written, SummaryDocument) == []

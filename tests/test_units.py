@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import GENERATED
+from conftest import DOC_REL, GENERATED, truth
 
 from traceview.cli import cli
 from traceview.render.format import fmt_ns, fmt_ratio, fmt_value
@@ -92,16 +92,50 @@ def test_units_are_never_guessed(tmp_path: Path, argv: list[str], message: str) 
     assert message in result.stderr and result.stderr.count("\n") == 1
 
 
-def test_zero_and_percentages_where_they_fit(tmp_path: Path) -> None:
+def test_zero_and_percentages_where_they_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bare 0 and a percentage are read where they fit, to their exact values: each check
+    reports the planted figure against the limit as read, and a limit just past the planted
+    figure, as a percentage, fails."""
+    import orjson
+
+    from traceview.cli import heartbeat as heartbeat_cli
+
     t = str(GENERATED / "dense_sglang.json.gz")
-    for argv in (
-        ["check", t, "--min", "decode_gaps.decode.p99_ns=0"],
-        ["check", t, "--max", "busy.fraction=100%"],
-        ["check", t, "--max", "busy.fraction=1"],
-        ["heartbeat", t, "-o", str(tmp_path / "h.png"), "--window", "0:5ms"],
-    ):
-        result = CliRunner().invoke(cli, argv)
-        assert result.exit_code == 0, (argv, result.output)
+    planted = truth("dense_sglang")
+    fraction = planted["busy"]["fraction"]
+    decode_p99 = next(g for g in planted["decode_gaps"] if g["population"] == "decode")["p99_ns"]
+    argv = ["check", t, "--json", "--min", "decode_gaps.decode.p99_ns=0"]
+    argv += ["--max", "busy.fraction=100%"]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0, result.output
+    got = {r["check"]: r for r in orjson.loads(result.stdout)["checks"]}
+    p99 = got["decode_gaps.decode.p99_ns >= 0"]
+    assert (p99["value"], p99["limit"], p99["ok"]) == (decode_p99, 0, True)
+    whole = got["busy.fraction <= 100%"]
+    assert whole["limit"] == 1.0 and whole["value"] == pytest.approx(fraction, rel=DOC_REL)
+    # the planted fraction (77.79%) against a maximum just under it (fails: exit 1) and
+    # just over it (holds: exit 0)
+    assert f"{fraction:.4f}" == "0.7779"
+    for limit, exit_code in (("77.7%", 1), ("77.8%", 0)):
+        result = CliRunner().invoke(cli, ["check", t, "--json", "--max", f"busy.fraction={limit}"])
+        assert result.exit_code == exit_code, (limit, result.output)
+        (row,) = orjson.loads(result.stdout)["checks"]
+        assert row["limit"] == pytest.approx(float(limit[:-1]) / 100, rel=1e-12)
+    # a window from a bare 0 to 5 ms reaches the chart as (0.0, 5.0) ms
+    seen = []
+    real = heartbeat_cli.heartbeat_data
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(kwargs["window_ms"])
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(heartbeat_cli, "heartbeat_data", spy)
+    out = tmp_path / "h.png"
+    result = CliRunner().invoke(cli, ["heartbeat", t, "-o", str(out), "--window", "0:5ms"])
+    assert result.exit_code == 0, result.output
+    assert seen == [(0.0, 5.0)] and out.stat().st_size > 0
 
 
 def test_a_window_outside_the_trace_names_its_span(tmp_path: Path) -> None:

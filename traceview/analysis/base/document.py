@@ -117,7 +117,9 @@ class PrefillGrowth(TypedDict):
     last: int
     prefill_ns_first: int
     prefill_ns_last: int
-    growth: float
+    # None: unbounded (the fitted line's first value is <= 0). to_dict() holds math.inf
+    # there, which JSON cannot hold: the document as written says null
+    growth: float | None
 
 
 class Work(TypedDict):

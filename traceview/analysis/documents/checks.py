@@ -5,6 +5,7 @@ chunk to chunk (the signature of a chunked prefill that re-feeds the prompt from
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -203,13 +204,14 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
         else:
             growths = [("", g) for g in summary.document["work"]["prefill_growth"]]
         for where, g in growths:
+            growth = math.inf if g["growth"] is None else g["growth"]  # None: unbounded
             rows.append(
                 {
                     "check": f"prefill growth, {where}steps {g['first_step']}–{g['last_step']} "
                     f"<= {bounds.prefill_growth:g}x",
-                    "value": g["growth"],
+                    "value": growth,
                     "limit": bounds.prefill_growth,
-                    "ok": g["growth"] <= bounds.prefill_growth,
+                    "ok": growth <= bounds.prefill_growth,
                     "kind": "ratio",
                 }
             )

@@ -69,7 +69,10 @@ def headline(summary: Summary) -> list[Metric]:
     doc = summary.to_dict()
     cad = doc["steps"]["decoding_cadence"]
     gaps = next(g for g in doc["decode_gaps"] if g["population"] == "decode")
-    growth = [g["growth"] for g in doc["work"]["prefill_growth"]]
+    # None: unbounded (a document read back from JSON, which holds no infinity)
+    growth = [
+        math.inf if g["growth"] is None else g["growth"] for g in doc["work"]["prefill_growth"]
+    ]
     h = "headline"
     return [
         *(
