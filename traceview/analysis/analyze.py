@@ -184,7 +184,6 @@ class Analysis:
     @cached_property
     def families_rollup(self) -> pl.DataFrame:
         """:attr:`families` with dotted families rolled up (``linear_attention``)."""
-        assert self.step_result.totals is not None
         return family_rows(self.step_result.totals, roll_up=True)
 
     @property
@@ -209,7 +208,6 @@ class Analysis:
         """GPU busy of the analysed device (capture kernels left out) over the window
         ``[t0_ns, t1_ns)`` on the trace's clock; columns as :attr:`busy`."""
         u = self.step_result.union
-        assert u is not None
         covered = int(u.clipped_lengths(np.array([t0_ns]), np.array([t1_ns]))[0])
         row = {
             "device": [self.step_result.device],

@@ -44,7 +44,6 @@ from traceview.analysis.timing.idle import (
     CAUSES,
     FamilyActivity,
     HostCalls,
-    correlation_ids,
     idle_in_windows,
     long_idle,
 )
@@ -147,7 +146,6 @@ def build(
     model: ModelSpec | None = None,
     gpu: DeviceSpec | None = None,
 ) -> Summary:
-    assert result.trace is not None
     trace, activity = result.trace, result.activity
     warnings = list(result.warnings)
     if activity == "cpu_op":
@@ -157,7 +155,6 @@ def build(
             "(else leaf cpu_ops) stand in for kernels",
         )
     k = result.kernels
-    assert result.totals is not None
     fam = family_rows(result.totals)
     rolled = family_rows(result.totals, roll_up=True)
     peaks = device_peaks(trace, result.device, gpu)  # --gpu, else matched from the trace
@@ -198,7 +195,6 @@ def build(
     del device  # its correlation ids, before the phases' breakdown
     release_free_memory()
     p99_all = gap_stats[0]["p99_ns"]
-    assert result.union is not None
     start_ns, end_ns = int(result.union.starts[0]), int(result.union.ends[-1])
     streams = sorted(k["stream"].drop_nulls().unique().to_list())
     facts: TraceFacts = {
@@ -317,19 +313,18 @@ class DeviceActivity:
     def of(cls, result: StepResult) -> DeviceActivity:
         k = result.kernels
         family = k["family"]
-        assert isinstance(family.dtype, pl.Enum) and result.union is not None
-        assert result.trace is not None
+        assert isinstance(family.dtype, pl.Enum)
         ts = result.starts
         if ts is None or ts.size != k.height:
             ts = k["ts_ns"].to_numpy().astype(np.int64, copy=False)
         return cls(
             result.trace,
             ts,
-            correlation_ids(k),
+            k["correlation"],
             result.union,
             [str(x) for x in family.dtype.categories.to_list()],
             family_activity(k, ts),
-            result.host or HostCalls.of(result.trace),
+            result.host,
         )
 
 

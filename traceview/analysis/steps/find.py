@@ -56,7 +56,7 @@ from traceview.analysis.steps.records import (
     stated_composition,
     stated_requests,
 )
-from traceview.analysis.timing.idle import CAUSES, HostCalls, correlation_ids, idle_per_window
+from traceview.analysis.timing.idle import CAUSES, HostCalls, idle_per_window
 from traceview.errors import CaptureOnlyError, UnsupportedTraceError
 from traceview.model import Trace
 
@@ -72,25 +72,25 @@ class StepResult:
 
     device: int
     kernels: pl.DataFrame  # the device's kernels with ``family`` (Enum), sorted by ts_ns
-    table: pl.DataFrame  # one row per step (see :func:`steps`)
+    table: pl.DataFrame  # one row per step (see :func:`traceview.steps`)
     phases: pl.DataFrame  # one row per phase
     method: str  # annotations | bursts | idle
-    marker: str | None  # description of the step marker used
+    marker: str | None  # description of the step marker used (None: idle gaps)
     layers: int | None  # bursts per step (bursts method)
     detail: str  # how the boundaries were chosen, in words
+    union: Union  # the union of the device's activity
+    totals: pl.DataFrame  # per (name, cat): family, count, total_ns
+    trace: Trace  # the trace analysed (a CPU capture's with its stand-ins)
+    host: HostCalls  # the trace's submitting and synchronising calls, read once
+    # the kernels' starts as read once (int64, time order): a frame of many chunks copies
+    # its column on every read, 8 MB per million kernels
+    starts: np.ndarray
     annotation_steps: int = 0
     disagreements: int | None = None  # steps the annotation and burst methods disagree on
     warnings: list[str] = field(default_factory=list)
-    union: Union | None = None
-    totals: pl.DataFrame | None = None  # per (name, cat): family, count, total_ns
     activity: Activity = "kernel"  # kernel | cpu_op (a CPU capture: CPU ranges stand in)
-    trace: Trace | None = None  # the trace analysed (a CPU capture's with its stand-ins)
     capture_regions: int = 0  # CUDA-graph capture / warm-up regions left out
     capture_kernels: int = 0  # the kernels under them
-    host: HostCalls | None = None  # the trace's submitting and synchronising calls, read once
-    # the kernels' starts as read once (int64, time order): a frame of many chunks copies
-    # its column on every read, 8 MB per million kernels
-    starts: np.ndarray | None = None
 
 
 def pick_device(trace: Trace, device: int | None) -> int:
@@ -279,6 +279,7 @@ def _assemble(
                 for i, name in enumerate(k.family.names)
                 if fam_present[i]
             },
+            "busy_ns": busy.astype(np.int64),
         }
     )
     table = table.with_columns(pl.col("anchor_ns").diff().alias("interval_ns")).select(
@@ -307,18 +308,15 @@ def _assemble(
 def with_time_breakdown(
     table: pl.DataFrame, trace: Trace, k: DeviceKernels, u: Union, host: HostCalls
 ) -> pl.DataFrame:
-    """The steps with where their time went (:mod:`traceview.analysis.timing.idle`): ``busy_ns``
-    and one ``idle_<cause>_ns`` column per cause, over each step's span; they add up to
-    ``end_ns - start_ns`` exactly."""
+    """The steps with where their idle time went (:mod:`traceview.analysis.timing.idle`):
+    one ``idle_<cause>_ns`` column per cause, over each step's span; with ``busy_ns`` they
+    add up to ``end_ns - start_ns`` exactly."""
     lo = table["start_ns"].to_numpy().astype(np.int64, copy=False)
     hi = table["end_ns"].to_numpy().astype(np.int64, copy=False)
-    corr = correlation_ids(k.frame)
-    idle = idle_per_window(trace, k.ts, corr, u, lo, hi, host)
-    del corr
+    idle = idle_per_window(trace, k.ts, k.frame["correlation"], u, lo, hi, host)
     release_free_memory()
     return table.with_columns(
-        pl.Series("busy_ns", u.clipped_lengths(lo, hi).astype(np.int64)),
-        *[pl.Series(f"idle_{cause}_ns", idle[cause].astype(np.int64)) for cause in CAUSES],
+        pl.Series(f"idle_{cause}_ns", idle[cause].astype(np.int64)) for cause in CAUSES
     )
 
 

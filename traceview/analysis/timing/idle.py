@@ -46,13 +46,6 @@ THREAD_KEY = (
 ).alias("thread")
 
 
-def correlation_ids(activity: pl.DataFrame) -> pl.Series:
-    """The activity's correlation ids, as the split reads them: the frame's own column,
-    gathered slice by slice (:func:`_ids_at`), never copied out whole (8 MB per million
-    kernels held through the summary)."""
-    return activity["correlation"]
-
-
 def _ids_at(correlation: pl.Series, rows: np.ndarray) -> I64:
     """The correlation ids at ``rows``: int64, -1 where none."""
     picked = correlation.gather(rows).fill_null(-1)
