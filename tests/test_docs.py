@@ -115,3 +115,53 @@ def test_the_docs_index_lists_every_page_and_the_design_is_in_the_repo() -> None
         and "DESIGN" + ".md" in p.read_text(encoding="utf-8", errors="replace")
     ]
     assert not cited, f"these cite a design file outside the repository: {cited}"
+
+
+def _sections(text: str) -> dict[str, str]:
+    """docs/cli.md's hand-written part, by its ``## traceview CMD`` headings."""
+    prose = text.split("<!-- Everything below is generated")[0]
+    parts = re.split(r"^## (traceview [a-z]+)\n", prose, flags=re.M)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def test_each_commands_usage_in_the_reference_names_every_option() -> None:
+    """Issue 33: the usage lines of docs/cli.md's prose are tested against the click
+    definitions: each command's section names every option the command takes (by its long
+    or short name), where "the analysis options" stands for those the page's introduction
+    lists, and "--storage-option" may be said once there for every command that reads
+    traces; and no section names an option its command does not take."""
+    import click
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    intro = " ".join(text.split("## traceview ")[0].split())
+    analysis = set(re.findall(r"--[a-z][a-z-]*", intro.split("The analysis options")[1]))
+    everywhere = {"--storage-option"} if "--storage-option" in intro else set()
+    root = click.Context(cli, info_name="traceview")
+    missing: list[str] = []
+    stray: list[str] = []
+    for heading, raw in _sections(text).items():
+        body = " ".join(raw.split())
+        name = heading.split()[1]
+        cmd = cli.commands[name]
+        commands = (
+            [(c, f"{name} {n}") for n, c in cmd.commands.items()]
+            if isinstance(cmd, click.Group)
+            else [(cmd, name)]
+        )
+        said = set(re.findall(r"(?<![\w-])--?[a-zA-Z][a-z-]*", body)) | everywhere
+        if "the analysis options" in body:
+            said |= analysis
+        taken: set[str] = set()
+        for c, where in commands:
+            for p in c.get_params(click.Context(c, parent=root)):
+                if not isinstance(p, click.Option) or "--help" in p.opts:
+                    continue
+                names = {*p.opts, *p.secondary_opts}
+                taken |= names
+                if not names & said:
+                    missing.append(f"{where}: {max(names, key=len)}")
+        if "the analysis options" in body:
+            taken |= analysis
+        stray += [f"{name}: {o}" for o in sorted(said - taken - everywhere) if o.startswith("--")]
+    assert not missing, "docs/cli.md's usage lines leave out:\n" + "\n".join(missing)
+    assert not stray, "docs/cli.md names options its commands do not take:\n" + "\n".join(stray)
