@@ -95,6 +95,7 @@ def check_url_output(
         force=force,
         suffixes=suffixes,
     )
+    remote.check_bucket(url)
 
 
 def url_output_name(url: str) -> str:

@@ -186,6 +186,14 @@ def filesystem(url: str) -> tuple[FileSystem, str]:
             f"{url}: reading URLs needs fsspec and the store's driver: "
             "pip install 'traceview[cloud]'"
         ) from None
+    where = url.split("://", 1)[1].split("/", 1)[0] if "://" in url else ""
+    if not where:  # s3://, s3:///key: fsspec would name the store's root, or fail
+        http = url.lower().startswith(("http://", "https://"))
+        raise TraceFormatError(
+            url,
+            f"names no {'host' if http else 'bucket'}; give "
+            f"{scheme(url).lower()}{'HOST' if http else 'BUCKET'}/PATH",
+        )
     try:
         options = _options(url)
     except ImportError:  # aiohttp, for an http(s) URL
@@ -194,7 +202,8 @@ def filesystem(url: str) -> tuple[FileSystem, str]:
             "pip install 'traceview[cloud]'"
         ) from None
     try:
-        fs, path = fsspec.core.url_to_fs(url, **options)
+        # schemes are case-insensitive (RFC 3986); fsspec knows only their lower case
+        fs, path = fsspec.core.url_to_fs(scheme(url).lower() + url[len(scheme(url)) :], **options)
     except (ImportError, ValueError) as exc:
         raise MissingDependencyError(
             f"{url}: no driver for this store ({exc}); pip install 'traceview[cloud]'"
@@ -455,6 +464,31 @@ def exists(url: str) -> bool:
         TraceFormatError: an unreachable endpoint, denied access.
     """
     return _ask(url, lambda fs, path: fs.info(path)) is not _ABSENT
+
+
+def check_bucket(url: str) -> None:
+    """That the bucket (or container) an output at ``url`` goes into exists, asked before
+    any work; an HTTP server is not asked (only the upload can tell). A store that will not
+    say (denied) is left to the upload.
+
+    Raises:
+        TraceFormatError: the bucket does not exist, or the store cannot be reached.
+    """
+    if url.lower().startswith(("http://", "https://")):
+        return
+    fs, path = filesystem(url)
+    bucket = path.strip("/").split("/", 1)[0]
+    try:
+        fs.invalidate_cache(bucket)
+        there = fs.info(bucket) is not None
+    except FileNotFoundError:
+        there = False
+    except PermissionError:
+        return
+    except Exception as exc:  # as in stat()
+        raise failure(url, exc) from None
+    if not there:
+        raise failure(url, FileNotFoundError(bucket), writing=True)
 
 
 def upload(local: str, url: str) -> None:
