@@ -338,14 +338,9 @@ def _object(url: str, info: dict[str, object]) -> RemoteObject:
     size = info.get("size")
     when = info.get("LastModified") or info.get("last_modified") or info.get("updated")
     mtime_ns = int(when.timestamp() * 1e9) if isinstance(when, datetime) else None
-    sized = isinstance(size, int | float)
-    return RemoteObject(
-        url,
-        int(size) if sized else 0,
-        version_of(info),
-        mtime_ns,
-        sized,  # type: ignore[arg-type]
-    )
+    if isinstance(size, int | float):
+        return RemoteObject(url, int(size), version_of(info), mtime_ns)
+    return RemoteObject(url, 0, version_of(info), mtime_ns, sized=False)  # chunked HTTP
 
 
 _ABSENT = object()
