@@ -83,20 +83,35 @@ def check_url_output(
         TraceviewError: one line naming the output and what is wrong (or the store that
             cannot be reached).
     """
-    import posixpath
-
     from traceview.load import remote
 
-    name = posixpath.basename(url)
+    name = url_output_name(url)
     _writer_rule(
         url,
         name,
-        folder=not name,
+        folder=False,
         an_input=url in set(inputs),
         exists=lambda: remote.exists(url),
         force=force,
         suffixes=suffixes,
     )
+    remote.check_bucket(url)
+
+
+def url_output_name(url: str) -> str:
+    """The object name an output URL ends in (``x.csv`` of ``s3://b/out/x.csv``): the name
+    its local copy is written under before the upload.
+
+    Raises:
+        TraceviewError: a URL that names a folder rather than an object: its last segment
+            is empty, ``.`` or ``..`` (``s3://b/out/``, ``s3://b/out/.``).
+    """
+    name = url.split("://", 1)[-1].rsplit("/", 1)[-1] if "/" in url.split("://", 1)[-1] else ""
+    if name in ("", ".", ".."):
+        raise TraceviewError(
+            f"{url}: names a folder, not an object; give a file name for the output"
+        )
+    return name
 
 
 def _writer_rule(

@@ -211,7 +211,10 @@ class ObjectStore:
         return data
 
     def write(self, rel: str, data: bytes) -> None:
-        self._call(rel, "pipe", self._key(rel), data)  # one PUT: whole, or not there
+        try:
+            self._call(rel, "pipe", self._key(rel), data)  # one PUT: whole, or not there
+        except FileNotFoundError as exc:  # no bucket to write into
+            raise remote.failure(self.full(rel), exc, writing=True) from None
 
     def delete(self, rel: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -228,7 +231,9 @@ class ObjectStore:
         )
 
     def prepare(self) -> None:
-        pass  # an object store has no folders to make
+        """An object store has no folders to make, but its bucket must be there: checked
+        before any trace is read."""
+        remote.check_bucket(self.url)
 
     def is_file(self) -> bool:
         key = self.path

@@ -7,6 +7,7 @@ import functools
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -14,7 +15,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from traceview._io import check_output, check_url_output
+from traceview._io import check_output, check_url_output, url_output_name
 from traceview.errors import TraceviewError
 from traceview.load import LoadOptions, load
 from traceview.model import Trace
@@ -35,23 +36,34 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 
-_STAGED: dict[str, str] = {}  # an output written here first (its local path) -> its URL
+@dataclass(frozen=True, slots=True)
+class _Staged:
+    """An output bound for a URL: the folder this command created for it (the only thing
+    it removes afterwards) and the file written in it."""
+
+    url: str
+    folder: Path
+    path: Path
+
+
+_STAGED: list[_Staged] = []  # this command's outputs written here first, for URLs
 _DEFERRED: list[str] = []  # what say() will print once the staged outputs are uploaded
 
 
 def say(text: str) -> None:
     """One line on stderr, its trace text neutralised for the terminal. A line that names
     an output bound for a URL names the URL, and is printed once it is uploaded."""
-    for local, url in _STAGED.items():
-        if local in text:
-            _DEFERRED.append(text.replace(local, url))
+    for staged in _STAGED:
+        if str(staged.path) in text:
+            _DEFERRED.append(text.replace(str(staged.path), staged.url))
             return
     stderr.print(Text(terminal(text)))
 
 
 def publish_outputs(ok: bool) -> None:
     """After a command: upload the outputs it wrote for URLs (when it succeeded), then
-    remove their staging folders; a command that failed uploads nothing.
+    remove the staging folders it created, each by the name recorded when it was made
+    (never a folder derived from a path); a command that failed uploads nothing.
 
     Raises:
         TraceFormatError: an upload the store refused (one line naming the URL).
@@ -61,15 +73,15 @@ def publish_outputs(ok: bool) -> None:
     from traceview.load import remote
 
     try:
-        for local, url in list(_STAGED.items()):
-            if ok and Path(local).is_file():
-                remote.upload(local, url)
+        for staged in _STAGED:
+            if ok and staged.path.is_file():
+                remote.upload(str(staged.path), staged.url)
         if ok:
             for line in _DEFERRED:
                 stderr.print(Text(terminal(line)))
     finally:
-        for local in _STAGED:
-            shutil.rmtree(Path(local).parent, ignore_errors=True)
+        for staged in _STAGED:
+            shutil.rmtree(staged.folder, ignore_errors=True)
         _STAGED.clear()
         _DEFERRED.clear()
 
@@ -199,8 +211,10 @@ def _staged(
     import tempfile
 
     check_url_output(url, inputs=inputs, force=force, suffixes=suffixes)
-    path = Path(tempfile.mkdtemp(prefix="traceview-out-")) / url.rsplit("/", 1)[-1]
-    _STAGED[str(path)] = url
+    name = url_output_name(url)  # a plain name: never empty, ".", ".." (checked above)
+    folder = Path(tempfile.mkdtemp(prefix="traceview-out-"))
+    path = folder / name
+    _STAGED.append(_Staged(url, folder, path))
     return path
 
 

@@ -111,7 +111,7 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
         if os.path.isdir(name):
             raise TraceFormatError(name, "is a directory, not a trace file")
         total = os.path.getsize(name)
-    if total == 0:
+    if total == 0 and (not url or obj.sized):  # a chunked HTTP object gives no size
         raise TraceFormatError(name, "empty file")
     report = nsys.report_problem(name)
     if report is not None:
@@ -120,7 +120,7 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
     caching = (
         opts.cache
         and opts.hasher is None
-        and (not url or obj.version is not None)  # an object with no version: not cached
+        and (not url or (obj.version is not None and obj.sized))  # else not cached
         and total >= opts.cache_min_bytes
         and cache.enabled()
     )
@@ -179,7 +179,13 @@ def _load(name: str, total: int, opts: LoadOptions) -> Trace:
     except (OSError, ValueError) as exc:
         if isinstance(exc, TraceFormatError):
             raise
+        if remote.is_url(name) and isinstance(exc, OSError):  # a server that stalled
+            raise remote.failure(name, exc) from None
         raise TraceFormatError(name, f"cannot read: {exc}") from None
+    except Exception as exc:  # a driver's own error around a timeout (s3fs: an IndexError)
+        if remote.is_url(name) and remote.timed_out(exc) is not None:
+            raise remote.failure(name, exc) from None
+        raise
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -295,7 +301,10 @@ def _open_text(
     (an object is opened once: every open of a URL is a request)."""
     raw = open_source(path)  # closed by the returned stream
     magic = raw.read(len(nsys.SQLITE_MAGIC))
-    raw.seek(0)
+    try:
+        raw.seek(0)
+    except (OSError, ValueError):  # a stream read once: an object served without a length
+        raw = cast(BinaryIO, _Prefixed(magic, raw))
     if nsys.is_sqlite(magic):  # a local export never gets here (see _load)
         raise _Export(raw)
     counting = _CountingReader(raw, total, progress, hasher)
@@ -402,3 +411,7 @@ class _Prefixed(io.RawIOBase):
         data = self._stream.read(len(buffer))
         buffer[: len(data)] = data
         return len(data)
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()

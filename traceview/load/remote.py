@@ -27,7 +27,12 @@ from typing import BinaryIO, Protocol, cast
 from traceview.errors import MissingDependencyError, TraceFormatError
 
 SCHEMES = ("s3://", "gs://", "gcs://", "az://", "abfs://", "http://", "https://")
-CONNECT_TIMEOUT_S = 10  # an endpoint that does not answer fails in seconds, not minutes
+# an endpoint that does not answer fails in seconds, not minutes: each request waits this
+# long for a connection, and this long for each read (``--storage-option connect_timeout=S``,
+# ``read_timeout=S`` change them)
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 10.0
+TIMEOUT_OPTIONS = ("connect_timeout", "read_timeout")
 
 
 def is_url(name: str) -> bool:
@@ -112,18 +117,45 @@ def apply_settings(given: dict[str, str]) -> None:
 
 
 def _options(url: str) -> dict[str, object]:
-    """fsspec's options for ``url``: an S3 endpoint from ``AWS_ENDPOINT_URL``, short
-    connect timeouts and one retry, so a wrong endpoint is an error soon; then the
-    ``--storage-option`` pairs, which win."""
-    return {**_defaults(url), **storage_options()}
+    """fsspec's options for ``url``: an S3 endpoint from ``AWS_ENDPOINT_URL``, connect and
+    read timeouts (:func:`timeouts`) and one retry, so a wrong endpoint or a server that
+    does not answer is an error soon; then the other ``--storage-option`` pairs, which
+    win."""
+    given = {k: v for k, v in storage_options().items() if k not in TIMEOUT_OPTIONS}
+    return {**_defaults(url, *timeouts(url)), **given}
 
 
-def _defaults(url: str) -> dict[str, object]:
-    if url.lower().startswith("s3://"):
+def timeouts(url: str) -> tuple[float, float]:
+    """The connect and read timeouts, in seconds, of a request for ``url``:
+    ``--storage-option connect_timeout=S`` and ``read_timeout=S``, else
+    :data:`CONNECT_TIMEOUT_S` and :data:`READ_TIMEOUT_S`.
+
+    Raises:
+        TraceFormatError: a timeout that is not a number of seconds above 0.
+    """
+    given = storage_options()
+    chosen = []
+    for key, default in zip(TIMEOUT_OPTIONS, (CONNECT_TIMEOUT_S, READ_TIMEOUT_S), strict=True):
+        value = given.get(key, default)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 < value < 86400 * 365
+        ):
+            raise TraceFormatError(
+                url, f"--storage-option {key}={value!r}: not a number of seconds above 0"
+            )
+        chosen.append(float(value))
+    return chosen[0], chosen[1]
+
+
+def _defaults(url: str, connect: float, read: float) -> dict[str, object]:
+    low = url.lower()
+    if low.startswith("s3://"):
         options: dict[str, object] = {
             "config_kwargs": {
-                "connect_timeout": CONNECT_TIMEOUT_S,
-                "read_timeout": 60,
+                "connect_timeout": connect,
+                "read_timeout": read,
                 "retries": {"max_attempts": 2, "mode": "standard"},
             }
         }
@@ -131,6 +163,13 @@ def _defaults(url: str) -> dict[str, object]:
         if endpoint:
             options["endpoint_url"] = endpoint
         return options
+    if low.startswith(("http://", "https://")):
+        import aiohttp  # fsspec's HTTP driver is built on it
+
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=connect, sock_connect=connect, sock_read=read
+        )
+        return {"client_kwargs": {"timeout": timeout}}
     return {}
 
 
@@ -147,9 +186,24 @@ def filesystem(url: str) -> tuple[FileSystem, str]:
             f"{url}: reading URLs needs fsspec and the store's driver: "
             "pip install 'traceview[cloud]'"
         ) from None
-    options = _options(url)
+    where = url.split("://", 1)[1].split("/", 1)[0] if "://" in url else ""
+    if not where:  # s3://, s3:///key: fsspec would name the store's root, or fail
+        http = url.lower().startswith(("http://", "https://"))
+        raise TraceFormatError(
+            url,
+            f"names no {'host' if http else 'bucket'}; give "
+            f"{scheme(url).lower()}{'HOST' if http else 'BUCKET'}/PATH",
+        )
     try:
-        fs, path = fsspec.core.url_to_fs(url, **options)
+        options = _options(url)
+    except ImportError:  # aiohttp, for an http(s) URL
+        raise MissingDependencyError(
+            f"{url}: reading URLs needs fsspec and the store's driver: "
+            "pip install 'traceview[cloud]'"
+        ) from None
+    try:
+        # schemes are case-insensitive (RFC 3986); fsspec knows only their lower case
+        fs, path = fsspec.core.url_to_fs(scheme(url).lower() + url[len(scheme(url)) :], **options)
     except (ImportError, ValueError) as exc:
         raise MissingDependencyError(
             f"{url}: no driver for this store ({exc}); pip install 'traceview[cloud]'"
@@ -158,28 +212,113 @@ def filesystem(url: str) -> tuple[FileSystem, str]:
         raise TraceFormatError(
             url, f"the store's driver refused its options {sorted(options)}: {exc}"
         ) from None
+    if url.lower().startswith("s3://"):
+        # botocore already tries twice (``_defaults``); s3fs's own 5 tries on top of that
+        # made a server that never answers cost 5 x 2 x the read timeout
+        fs.retries = 1
     return cast(FileSystem, fs), str(path)
 
 
-def failure(url: str, exc: BaseException) -> TraceFormatError:
-    """One line for what went wrong reaching ``url``."""
+def failure(url: str, exc: BaseException, *, writing: bool = False) -> TraceFormatError:
+    """One line for what went wrong reaching ``url`` (``writing``: an upload to it)."""
+    waited = timed_out(exc)
+    if waited is not None:
+        kind = "connect" if "connect" in type(waited).__name__.lower() else "read"
+        seconds = dict(zip(TIMEOUT_OPTIONS, timeouts(url), strict=True))[f"{kind}_timeout"]
+        return TraceFormatError(
+            url,
+            f"no answer from {_server(url, waited)} within {seconds:g} s ({kind} timeout); "
+            f"--storage-option {kind}_timeout=SECONDS waits longer",
+        )
+    if writing:
+        return TraceFormatError(url, f"cannot be written: {_write_problem(url, exc)}")
     if isinstance(exc, FileNotFoundError):
         return TraceFormatError(url, "no such object")
     if isinstance(exc, PermissionError):
         return TraceFormatError(url, "access denied (check the store's credentials)")
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return TraceFormatError(url, f"cannot read the object: {text}")
+    return TraceFormatError(url, f"cannot read the object: {_reason(exc)}")
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception's first line, else its type's name (a bare ``TimeoutError()``)."""
+    text = str(exc).splitlines()[0].strip() if str(exc).strip() else ""
+    return text or type(exc).__name__
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from (fsspec's HTTP driver turns any
+    failure of a request into a ``FileNotFoundError`` raised from the real one)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen and len(seen) < 16:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def timed_out(exc: BaseException) -> BaseException | None:
+    """The timeout among ``exc``'s chain (Python's, asyncio's, aiohttp's, botocore's)."""
+    for e in _chain(exc):
+        if isinstance(e, TimeoutError) or "Timeout" in type(e).__name__:
+            return e
+    return None
+
+
+def _server(url: str, exc: BaseException) -> str:
+    """``host:port`` of the server that did not answer: the endpoint botocore names, else
+    the S3 endpoint this process was given, else the URL's own host (never its userinfo)."""
+    from urllib.parse import urlsplit
+
+    candidates = []
+    for e in _chain(exc):
+        kwargs = getattr(e, "kwargs", None)
+        if isinstance(kwargs, dict) and isinstance(kwargs.get("endpoint_url"), str):
+            candidates.append(kwargs["endpoint_url"])
+    if url.lower().startswith("s3://"):
+        endpoint = _options(url).get("endpoint_url")
+        if isinstance(endpoint, str):
+            candidates.append(endpoint)
+    candidates.append(url)
+    for text in candidates:
+        try:
+            parts = urlsplit(text)
+            host, port = parts.hostname, parts.port
+        except ValueError:
+            continue
+        if host and parts.scheme.lower() in ("http", "https"):
+            return f"{host}:{port or (443 if parts.scheme.lower() == 'https' else 80)}"
+    return "the store"
+
+
+def _write_problem(url: str, exc: BaseException) -> str:
+    """Why an object could not be written at ``url``, in words."""
+    if isinstance(exc, FileNotFoundError) and not url.lower().startswith(("http:", "https:")):
+        bucket = url.split("://", 1)[1].split("/", 1)[0]
+        return f"the bucket {bucket!r} does not exist"
+    if isinstance(exc, PermissionError):
+        return "access denied (check the store's credentials)"
+    for e in _chain(exc):
+        status = getattr(e, "status", None)
+        if isinstance(status, int) and url.lower().startswith(("http:", "https:")):
+            message = getattr(e, "message", "") or ""
+            method = getattr(getattr(e, "request_info", None), "method", "") or ""
+            said = f"{status} {message}".strip()
+            return f"the server refused the upload{f' ({method})' if method else ''}: {said}"
+    return _reason(exc)
 
 
 @dataclass(frozen=True, slots=True)
 class RemoteObject:
     """An object at a URL: its size and version (None where the store gives neither a
-    version id nor a strong ETag)."""
+    version id nor a strong ETag). ``sized`` is False where the store gave no size (an
+    HTTP server sending the object in chunks, without a Content-Length): ``size`` is 0
+    then, and says nothing."""
 
     url: str
     size: int
     version: str | None
     mtime_ns: int | None = None
+    sized: bool = True
 
 
 def version_of(info: dict[str, object]) -> str | None:
@@ -199,9 +338,9 @@ def _object(url: str, info: dict[str, object]) -> RemoteObject:
     size = info.get("size")
     when = info.get("LastModified") or info.get("last_modified") or info.get("updated")
     mtime_ns = int(when.timestamp() * 1e9) if isinstance(when, datetime) else None
-    return RemoteObject(
-        url, int(size) if isinstance(size, int | float) else 0, version_of(info), mtime_ns
-    )
+    if isinstance(size, int | float):
+        return RemoteObject(url, int(size), version_of(info), mtime_ns)
+    return RemoteObject(url, 0, version_of(info), mtime_ns, sized=False)  # chunked HTTP
 
 
 _ABSENT = object()
@@ -219,7 +358,12 @@ def _ask(url: str, question: Callable[[FileSystem, str], object]) -> object:
     try:
         fs.invalidate_cache(path)
         return question(fs, path)
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
+        underlying = exc.__cause__  # fsspec's HTTP driver says "not found" for any failure
+        if timed_out(exc) is not None or (
+            isinstance(underlying, OSError) and not isinstance(underlying, FileNotFoundError)
+        ):
+            raise failure(url, underlying or exc) from None  # no answer, or refused
         return _ABSENT
     except Exception as exc:  # botocore, aiohttp and the store drivers each raise their own
         raise failure(url, exc) from None
@@ -317,6 +461,31 @@ def exists(url: str) -> bool:
     return _ask(url, lambda fs, path: fs.info(path)) is not _ABSENT
 
 
+def check_bucket(url: str) -> None:
+    """That the bucket (or container) an output at ``url`` goes into exists, asked before
+    any work; an HTTP server is not asked (only the upload can tell). A store that will not
+    say (denied) is left to the upload.
+
+    Raises:
+        TraceFormatError: the bucket does not exist, or the store cannot be reached.
+    """
+    if url.lower().startswith(("http://", "https://")):
+        return
+    fs, path = filesystem(url)
+    bucket = path.strip("/").split("/", 1)[0]
+    try:
+        fs.invalidate_cache(bucket)
+        there = fs.info(bucket) is not None
+    except FileNotFoundError:
+        there = False
+    except PermissionError:
+        return
+    except Exception as exc:  # as in stat()
+        raise failure(url, exc) from None
+    if not there:
+        raise failure(url, FileNotFoundError(bucket), writing=True)
+
+
 def upload(local: str, url: str) -> None:
     """Write the file ``local`` to ``url`` (one PUT, or a multipart upload the store
     completes whole: a reader never sees half of it).
@@ -328,7 +497,7 @@ def upload(local: str, url: str) -> None:
     try:
         fs.put(local, path)
     except Exception as exc:  # as in stat()
-        raise failure(url, exc) from None
+        raise failure(url, exc, writing=True) from None
 
 
 def digest(url: str) -> str:
