@@ -330,3 +330,15 @@ def test_mfu_and_mbu_above_one_are_warned_with_their_cause(
         tv.load(GENERATED / f"{scenario}.json.gz"), model=tv.load_model(CONFIGS / f"{config}.json")
     )
     assert not any("above 1" in w for w in plain.warnings)
+
+
+def test_the_docs_state_the_bounds_the_code_holds() -> None:
+    from traceview.analysis.devices import PEAK_BYTES_PER_S, PEAK_FLOPS
+    from traceview.analysis.model_config import LIMITS, MAX_PARAMS
+
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    for bound in LIMITS.values():
+        assert f"| {bound:,} |" in text
+    assert MAX_PARAMS == 10**15 and "at most 10^15 parameters" in text
+    assert (PEAK_FLOPS, PEAK_BYTES_PER_S) == ((1e6, 1e18), (1e6, 1e16))
+    assert "from 1e6 to 1e18 FLOP/s" in text and "from 1e6 to 1e16 B/s" in text
