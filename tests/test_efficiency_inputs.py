@@ -342,3 +342,46 @@ def test_the_docs_state_the_bounds_the_code_holds() -> None:
     assert MAX_PARAMS == 10**15 and "at most 10^15 parameters" in text
     assert (PEAK_FLOPS, PEAK_BYTES_PER_S) == ((1e6, 1e18), (1e6, 1e16))
     assert "from 1e6 to 1e18 FLOP/s" in text and "from 1e6 to 1e16 B/s" in text
+
+
+@pytest.mark.parametrize(
+    ("quantization", "weights", "compute"),
+    [
+        ({"quant_method": "fp8"}, "fp8", "fp8"),
+        ({"quant_method": "mxfp4"}, "fp4", "fp4"),
+        ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8", "fp8"),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "fp4", "fp4"),
+        ({"quant_method": "awq", "bits": 4}, "int4", "bf16"),
+        ({"quant_method": "gptq", "bits": 4}, "int4", "bf16"),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "int4", "bf16"),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float"}}},
+            },
+            "fp8",
+            "fp8",
+        ),
+    ],
+)
+def test_a_known_quantization_is_read(
+    tmp_path: Path, quantization: dict, weights: str, compute: str
+) -> None:
+    m = tv.load_model(_write(tmp_path, DENSE, "quantization_config", quantization))
+    assert (m.weight_dtype, m.compute_dtype) == (weights, compute)
+
+
+@pytest.mark.parametrize(
+    "quantization",
+    [
+        {"bits": 3},
+        {"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"},
+        {"quant_method": "hqq", "nbits": 4},
+        {"quant_method": "bitsandbytes", "load_in_8bit": True},
+    ],
+)
+def test_an_unknown_quantization_is_named_never_taken_for_bf16(
+    tmp_path: Path, quantization: dict
+) -> None:
+    with pytest.raises(tv.EfficiencyInputError, match="quantization_config"):
+        tv.load_model(_write(tmp_path, DENSE, "quantization_config", quantization))

@@ -214,8 +214,9 @@ def activation_dtype(c: _Config) -> str:
 
 
 _QUANTIZATIONS = (
-    "fp8 or fbgemm_fp8; mxfp4, nvfp4 or modelopt_fp4; compressed-tensors with 8-bit float or "
-    "4-bit weights; 4-bit weights (bits or w_bit 4, load_in_4bit)"
+    "fp8 or fbgemm_fp8; mxfp4, nvfp4 or modelopt_fp4; modelopt FP8 or NVFP4; "
+    "compressed-tensors with 8-bit float or 4-bit weights; 4-bit weights (bits or w_bit 4, "
+    "load_in_4bit)"
 )
 
 
@@ -240,6 +241,9 @@ def _dtypes(c: _Config) -> tuple[str, str]:
         return "fp8", "fp8"
     if method in ("mxfp4", "nvfp4", "modelopt_fp4"):
         return "fp4", "fp4"
+    algo = q.get("quant_algo")
+    if method == "modelopt" and isinstance(algo, str) and algo.upper() in ("FP8", "NVFP4"):
+        return ("fp8", "fp8") if algo.upper() == "FP8" else ("fp4", "fp4")
     bits = q.get("bits", q.get("w_bit"))
     if method == "compressed-tensors":
         groups = q.get("config_groups")
