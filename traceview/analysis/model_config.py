@@ -271,9 +271,10 @@ def _dtypes(c: _Config) -> tuple[str, str]:
             f"{c.where}: quantization_config: 8-bit integer weights "
             f"({_show(method or 'no quant_method')}) are not understood"
         )
+    named = f"quant_method {_show(raw_method)}" if raw_method else "no quant_method"
     raise EfficiencyInputError(
-        f"{c.where}: quantization_config (quant_method {_show(method or None)}, bits "
-        f"{_show(bits)}) is not understood; known: {_QUANTIZATIONS}"
+        f"{c.where}: quantization_config ({named}, bits {_show(bits)}) is not understood; "
+        f"known: {_QUANTIZATIONS}"
     )
 
 
