@@ -344,3 +344,57 @@ def test_every_row_with_a_field_shows_the_documents_value_there(
     largest = max(g["growth"] for g in b.to_dict()["work"]["prefill_growth"])
     assert growth["b"] == pytest.approx(largest)
     assert not any("decode cadence" in r for r in d.rows["metric"].to_list())
+
+
+def test_a_bound_given_twice_is_refused_not_half_checked(tmp_path: Path) -> None:
+    """`--max busy.fraction=0.5 --max busy.fraction=0.9` once kept only the last bound and
+    passed at a busy fraction above 0.5: a bound given twice is one line, exit 2."""
+    path = str(GENERATED / "hybrid_chunked.json.gz")
+    busy = truth("hybrid_chunked")["busy"]["fraction"]
+    assert 0.5 < busy < 0.9  # the first bound fails, the second holds
+    args = ["check", path, "--max", "busy.fraction=0.5", "--max", "busy.fraction=0.9"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stdout + r.stderr
+    assert "busy.fraction" in r.stderr and "twice" in r.stderr
+    # the same key in a checks file and on the command line
+    checks = tmp_path / "checks.toml"
+    checks.write_text('[max]\n"busy.fraction" = 0.5\n')
+    r = CliRunner().invoke(
+        cli, ["check", path, "--checks", str(checks), "--max", "busy.fraction=0.9"]
+    )
+    assert r.exit_code == 2 and "busy.fraction" in r.stderr and "checks file" in r.stderr
+    # a lower and an upper bound on one figure are two bounds, both checked
+    r = CliRunner().invoke(
+        cli, ["check", path, "--min", "busy.fraction=0.5", "--max", "busy.fraction=0.9", "--json"]
+    )
+    assert r.exit_code == 0 and len(json.loads(r.stdout)["checks"]) == 2
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1", "0.5"])
+def test_prefill_growth_must_be_a_finite_number_of_at_least_one(tmp_path: Path, value: str) -> None:
+    """Growth is last chunk over first (1 is flat): a bound below 1, or nan, bounds
+    nothing a user means; it is bad input, never a failed check."""
+    path = str(GENERATED / "hybrid_chunked.json.gz")
+    r = CliRunner().invoke(cli, ["check", path, "--prefill-growth", value])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stdout + r.stderr
+    assert "--prefill-growth" in r.stderr and "Traceback" not in r.stderr
+    checks = tmp_path / "checks.toml"
+    checks.write_text(f"[options]\nprefill_growth = {value}\n")
+    r = CliRunner().invoke(cli, ["check", path, "--checks", str(checks)])
+    assert r.exit_code == 2 and "prefill_growth" in r.stderr and str(checks) in r.stderr
+    with pytest.raises(CheckError, match="prefill_growth"):
+        check(tv.summarize(tv.load(path)), Bounds(prefill_growth=float(value)))
+
+
+def test_prefill_growth_of_one_is_a_flat_prefill() -> None:
+    path = str(GENERATED / "hybrid_chunked.json.gz")
+    assert CliRunner().invoke(cli, ["check", path, "--prefill-growth", "1"]).exit_code == 0
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_bound_that_is_not_finite_is_bad_input(tmp_path: Path, value: str) -> None:
+    checks = tmp_path / "checks.toml"
+    checks.write_text(f'[max]\n"busy.fraction" = {value}\n')
+    path = str(GENERATED / "hybrid_chunked.json.gz")
+    r = CliRunner().invoke(cli, ["check", path, "--checks", str(checks)])
+    assert r.exit_code == 2 and "busy.fraction" in r.stderr and "finite" in r.stderr

@@ -164,15 +164,40 @@ def release_free_memory() -> None:
         _TRIM(0)
 
 
-def read_toml(path: str | Path, what: str, error: type[TraceviewError]) -> dict[str, object]:
-    """A TOML file as a table; an unreadable file or invalid TOML is one ``error`` naming
-    the file and ``what`` it was (``checks file``, ``device spec``)."""
-    import tomllib
+MAX_INPUT_BYTES = 16 << 20  # a config, device spec, checks or rules file: far above any real one
 
+
+def read_capped(
+    path: str | Path, what: str, error: type[TraceviewError], cap: int = MAX_INPUT_BYTES
+) -> bytes:
+    """A small input file's bytes, never more than ``cap`` read: a larger file (or
+    ``/dev/zero``) is one ``error`` naming the file and ``what`` it was, at once."""
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = f.read(cap + 1)
     except OSError as exc:
-        raise error(f"{path}: cannot read {what}: {exc.strerror}") from None
+        raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    if len(data) > cap:
+        raise error(f"{path}: larger than {cap >> 20} MiB; not a {what}")
+    return data
+
+
+def read_toml(path: str | Path, what: str, error: type[TraceviewError]) -> dict[str, object]:
+    """A TOML file as a table; an unreadable, too large (:func:`read_capped`) or non-UTF-8
+    file, or invalid TOML, is one ``error`` naming the file and ``what`` it was (``checks
+    file``, ``device spec``)."""
+    import tomllib
+
+    data = read_capped(path, what, error)
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise error(
+            f"{path}: not a {what}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
+    except RecursionError:
+        raise error(f"{path}: not a {what}: nested too deeply to read") from None
     except tomllib.TOMLDecodeError as exc:
         raise error(f"{path}: not valid TOML: {exc}") from None
+    except ValueError:  # Python reads no integer of over 4300 digits
+        raise error(f"{path}: not a {what}: an integer too long to read") from None

@@ -13,6 +13,7 @@ from traceview.analysis.documents.checks import (
     check,
     load_checks,
     parse_value,
+    prefill_growth_bound,
     unit_of,
 )
 from traceview.analysis.documents.compare import diff
@@ -89,15 +90,29 @@ def _summary_or_run(
     return summarize_trace(path, analysis, label=label, strict=strict)
 
 
-def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
-    out = {}
+def _pairs(values: tuple[str, ...], flag: str, file: dict[str, object]) -> dict[str, object]:
+    """The ``flag`` bounds (KEY=VALUE) with the checks file's of the same direction. A KEY
+    bounded twice is refused: one of the two would silently not be checked."""
+    out = dict(file)
+    given: set[str] = set()
     for item in values:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
             raise CheckError(
                 f"{flag} {item!r}: expected KEY=VALUE, e.g. decode_gaps.decode.p99_ns=5ms"
             )
-        out[key.strip()] = value.strip()
+        if key in given:
+            raise CheckError(
+                f"{flag} {key}: bounded twice ({out[key]!r} and {value!r}); give each bound once"
+            )
+        if key in out:
+            raise CheckError(
+                f"{flag} {key}: also bounded by the checks file ({out[key]!r}); give each "
+                "bound once"
+            )
+        given.add(key)
+        out[key] = value
     return out
 
 
@@ -135,7 +150,7 @@ def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
     "--prefill-growth",
     type=float,
     help="Fail if a mixed phase's prompt work per step grows more than this factor "
-    "from its first chunk to its last (re-prefill from token 0).",
+    "from its first chunk to its last (re-prefill from token 0); a number ≥ 1 (1 is flat).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @analysis_options
@@ -170,10 +185,12 @@ def check_command(
         raise click.UsageError(
             "nothing to check: give --max, --min, --checks, --baseline or --prefill-growth"
         )
-    bounds_max = {**file.maximum, **_pairs(maximum, "--max")}
-    bounds_min = {**file.minimum, **_pairs(minimum, "--min")}
+    bounds_max = _pairs(maximum, "--max", file.maximum)
+    bounds_min = _pairs(minimum, "--min", file.minimum)
     for path, raw in (*bounds_max.items(), *bounds_min.items()):  # before any trace is read
         parse_value(raw, path, unit_of(path.rsplit(".", 1)[-1]))
+    where = "--prefill-growth" if prefill_growth is not None else f"{checks_file}: prefill_growth"
+    growth_bound = None if growth is None else prefill_growth_bound(growth, where)
     ruleset = Bounds(
         maximum=bounds_max,
         minimum=bounds_min,
@@ -183,9 +200,7 @@ def check_command(
         max_regression=parse_value(regression, "--max-regression", "fraction")
         if regression
         else None,
-        prefill_growth=parse_value(growth, "prefill_growth", "ratio")
-        if growth is not None
-        else None,
+        prefill_growth=growth_bound,
     )
     result = check(_summary_or_run(trace, "", jobs, strict, analysis), ruleset)
     if as_json:

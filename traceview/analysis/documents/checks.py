@@ -38,6 +38,8 @@ def parse_value(text: object, key: str = "", unit: Unit | None = None) -> float:
     if quantity is None:
         raise CheckError(f"{what}: cannot read {text!r} (e.g. 5ms, 250us, 90%, 0.9)")
     number, given = quantity
+    if not math.isfinite(number):
+        raise CheckError(f"{what}: {text!r} is not a finite number")
     if unit == "ns" and not given and number != 0:
         raise CheckError(f"{what}: {text!r} has no unit; {DURATION_HINT}")
     if (
@@ -161,13 +163,34 @@ class Bounds:
     prefill_growth: float | None = None  # largest first-to-last growth of prompt work
 
 
+def prefill_growth_bound(value: object, key: str = "prefill_growth") -> float:
+    """A prefill growth bound: a finite ratio of at least 1. Growth is the last chunk's
+    prompt work over the first's, 1 for a flat prefill: a bound below 1 would fail every
+    healthy prefill, and 0, a negative number or nan is no bound a user means.
+
+    Raises:
+        CheckError: anything else, naming ``key``.
+    """
+    growth = parse_value(value, key, "ratio")
+    if growth < 1:
+        raise CheckError(
+            f"{key}: {value!r} is below 1; the bound is the growth a prefill may reach "
+            "from its first chunk to its last (1 is flat, e.g. 1.5)"
+        )
+    return growth
+
+
 def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
     """Evaluate ``bounds`` on a summary (or a run).
 
     Raises:
-        CheckError: a path that names nothing in the summary, or an unreadable value.
+        CheckError: a path that names nothing in the summary, an unreadable value, or a
+            prefill growth bound that is not a number ≥ 1.
     """
     doc = summary.to_dict()
+    growth_bound = (
+        None if bounds.prefill_growth is None else prefill_growth_bound(bounds.prefill_growth)
+    )
     rows: list[CheckRow] = []
     for bound, op in ((bounds.maximum, "max"), (bounds.minimum, "min")):
         for path, raw in bound.items():
@@ -193,7 +216,7 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                         "kind": unit_of(trail.rsplit(".", 1)[-1]),
                     }
                 )
-    if bounds.prefill_growth is not None:
+    if growth_bound is not None:
         if isinstance(summary, RunSummary):
             run = summary.document
             growths = [
@@ -208,10 +231,10 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
             rows.append(
                 {
                     "check": f"prefill growth, {where}steps {g['first_step']}–{g['last_step']} "
-                    f"<= {bounds.prefill_growth:g}x",
+                    f"<= {growth_bound:g}x",
                     "value": growth,
-                    "limit": bounds.prefill_growth,
-                    "ok": growth <= bounds.prefill_growth,
+                    "limit": growth_bound,
+                    "ok": growth <= growth_bound,
                     "kind": "ratio",
                 }
             )

@@ -22,6 +22,26 @@ from traceview.errors import EfficiencyInputError
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 GIB = 1 << 30
+# A peak a spec may give (docs/metrics.md): finite, and within these bounds, far outside
+# any real part's; a figure beyond them is a typo (or 1e-300), not a device.
+PEAK_FLOPS = (1e6, 1e18)  # FLOP/s
+PEAK_BYTES_PER_S = (1e6, 1e16)  # B/s
+
+
+def _peak(value: object, key: str, bounds: tuple[float, float], where: str) -> float:
+    """A peak: a finite number within ``bounds``; else one error naming the key."""
+    low, high = bounds
+    # nan and inf fail the comparison, a huge integer too (no float conversion)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        if isinstance(value, int) and not isinstance(value, bool):
+            shown = f"{value:.3g}" if abs(value) < 10**300 else "a huge integer"
+        else:
+            shown = ascii(value) if isinstance(value, bool | float | str) else type(value).__name__
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise EfficiencyInputError(
+            f"{where}: {key} = {shown} is not a peak (a number from {low:.0e} to {high:.0e})"
+        )
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -67,25 +87,20 @@ def _spec(table: Mapping[str, object], where: str) -> DeviceSpec:
             f"{where}: unknown dtype(s) {', '.join(sorted(unknown))} in [peak_flops] "
             f"(use {', '.join(DTYPES)})"
         )
-    peaks: dict[str, float] = {}
-    for dtype, value in flops.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise EfficiencyInputError(f"{where}: peak_flops.{dtype} must be a positive number")
-        peaks[dtype] = float(value)
-    bandwidth = table.get("peak_bytes_per_s")
-    if bandwidth is not None and (
-        isinstance(bandwidth, bool) or not isinstance(bandwidth, int | float) or bandwidth <= 0
-    ):
-        raise EfficiencyInputError(f"{where}: peak_bytes_per_s must be a positive number")
+    peaks = {
+        dtype: _peak(value, f"peak_flops.{dtype}", PEAK_FLOPS, where)
+        for dtype, value in flops.items()
+    }
+    raw_bandwidth = table.get("peak_bytes_per_s")
+    bandwidth = (
+        None
+        if raw_bandwidth is None
+        else _peak(raw_bandwidth, "peak_bytes_per_s", PEAK_BYTES_PER_S, where)
+    )
     if not peaks and bandwidth is None:
         raise EfficiencyInputError(f"{where}: neither [peak_flops] nor peak_bytes_per_s given")
     source = table.get("source")
-    return DeviceSpec(
-        name,
-        peaks,
-        None if bandwidth is None else float(bandwidth),
-        str(source) if source is not None else None,
-    )
+    return DeviceSpec(name, peaks, bandwidth, str(source) if source is not None else None)
 
 
 @cache

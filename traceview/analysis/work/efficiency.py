@@ -48,8 +48,9 @@ def _weights_read(model: ModelSpec, tokens: np.ndarray) -> np.ndarray:
             key = (layer.experts, layer.experts_per_token, layer.expert_params)
             moe[key] = moe.get(key, 0) + 1
     out = np.full(tokens.size, float(dense))
+    reach = tokens.astype(np.float64)  # k·T in floats: a trace's T never wraps around
     for (experts, per_token, expert), layers in moe.items():
-        out += layers * np.minimum(experts, per_token * tokens).astype(np.float64) * expert
+        out += layers * np.minimum(float(experts), per_token * reach) * float(expert)
     return out
 
 
@@ -87,8 +88,16 @@ def step_efficiency(
     pairs = context["pairs"]
     counted = pairs.is_not_null().to_numpy()
     per_pair = 2 * model.heads * (model.qk_dim + model.v_dim) * full
-    flops = 2 * model.active_block_params * tokens + np.where(
-        counted, pairs.fill_null(0).to_numpy().astype(np.int64) * per_pair, 0
+    pair_counts = pairs.fill_null(0).to_numpy()
+    # FLOPs are exact integers: a step whose count would pass 2^62 (its tokens or pairs
+    # beyond any real step's) gets none rather than an int64 that wrapped around
+    estimate = 2.0 * model.active_block_params * tokens.astype(np.float64) + np.where(
+        counted, pair_counts.astype(np.float64) * float(per_pair), 0.0
+    )
+    fits = estimate < 2.0**62
+    safe_tokens = np.where(fits, tokens, 0)
+    flops = 2 * model.active_block_params * safe_tokens + np.where(
+        counted & fits, np.where(fits, pair_counts, 0).astype(np.int64) * per_pair, 0
     )
     kv = context["kv"]
     kv_read = kv.fill_null(0).to_numpy().astype(np.float64) * model.kv_bytes_per_token * full
@@ -96,7 +105,7 @@ def step_efficiency(
         kv.is_not_null().to_numpy(), kv_read, 0.0
     )
     busy_s = table["busy_ns"].to_numpy().astype(np.float64) / 1e9
-    ok = known & (busy_s > 0)
+    ok = known & fits & (busy_s > 0)
     seconds = np.where(ok, busy_s, np.nan)
     peak = None if device is None else device.peak_flops.get(model.compute_dtype)
     bandwidth = None if device is None else device.peak_bytes_per_s
@@ -104,6 +113,7 @@ def step_efficiency(
     frame = pl.DataFrame(
         {
             "known": known,
+            "fits": fits,
             "tokens": tokens,
             "attention_counted": counted,
             "flops": flops,
@@ -117,7 +127,7 @@ def step_efficiency(
         frame.select(
             pl.when(when).then(pl.col("tokens")).alias("tokens"),
             pl.when(when).then(pl.col("attention_counted")).alias("attention_counted"),
-            pl.when(when).then(pl.col("flops")).alias("flops"),
+            pl.when(when & pl.col("fits")).then(pl.col("flops")).alias("flops"),
             pl.when(when).then(pl.col("bytes")).alias("bytes"),
             pl.col("mfu").fill_nan(None),
             pl.col("mbu").fill_nan(None),
@@ -226,12 +236,13 @@ def efficiency_section(
             f"efficiency: {missing} step(s) state no tokens (no engine annotation, no "
             "record_shapes): their FLOPs and bytes are not given"
         )
-    over = int((table["mbu"] > 1).sum())
-    if over:
+    huge = table.filter(pl.col("tokens").is_not_null() & pl.col("flops").is_null()).height
+    if huge:
         warnings.append(
-            f"efficiency: MBU above 1 in {over} step(s): the weights read count every expert "
-            "a step's tokens could reach, min(E, k·tokens), an upper bound"
+            f"efficiency: {huge} step(s) state more tokens or attention pairs than their "
+            "FLOPs can be counted for (over 2^62): their figures are not given"
         )
+    warnings += _over_one(table, model)
     section: Efficiency = {
         "device": facts,
         "model": model.to_dict(),
@@ -239,6 +250,43 @@ def efficiency_section(
         "families": None,
     }
     return table, section, warnings
+
+
+def _over_one(table: pl.DataFrame, model: ModelSpec) -> list[str]:
+    """A warning for each of MFU and MBU that passes 1 in any step, naming its likely
+    causes (on a dense model, never experts)."""
+    out = []
+    moe = any(layer.experts for layer in model.layers)
+    parallel = "tensor- or expert-parallel" if moe else "tensor-parallel"
+    causes = (
+        f"the config is not the traced model's (a larger one), the trace is one rank of a "
+        f"{parallel} run (each rank runs a share of the model)"
+    )
+    over = int((table["mfu"] > 1).sum())
+    if over:
+        out.append(
+            f"efficiency: MFU above 1 in {over} step(s): more FLOPs counted than the device's "
+            f"{model.compute_dtype} peak allows in their busy time; likely {causes}, or the "
+            f"peak is too low (a wrong --gpu, or weights that are not {model.compute_dtype})"
+        )
+    over = int((table["mbu"] > 1).sum())
+    if over:
+        if moe:
+            counted = (
+                "the weights read count every expert a step's tokens could reach, "
+                "min(E, k·tokens), an upper bound; or"
+            )
+        else:
+            counted = (
+                "every weight is counted as read from memory once per step (a small model's "
+                "may stay in cache); or"
+            )
+        out.append(
+            f"efficiency: MBU above 1 in {over} step(s): more bytes counted than the device's "
+            f"bandwidth moves in their busy time; {counted} {causes}, or the bandwidth is too "
+            "low (a wrong --gpu)"
+        )
+    return out
 
 
 def _bound(flops: float, nbytes: float, dtype: str | None, spec: DeviceSpec | None) -> str | None:

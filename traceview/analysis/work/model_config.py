@@ -3,11 +3,14 @@ active parameters of a mixture of experts, the layer types of hybrid models, the
 bytes per token of a full-attention layer, and the weights' dtype (docs/metrics.md, "How
 close to the hardware", where each formula is written out with a worked example).
 
-The config is read as data, never fetched: a path to the file (or a folder holding one).
-A field the formulas need and the config lacks is one :class:`EfficiencyInputError` naming
-it. Every layer is taken as a pre-norm transformer block: an attention (or linear-attention,
-or Mamba) mixer, then a gated MLP (three matrices: gate, up, down) or a mixture of gated
-experts, each with its norm.
+The config is read as data, never fetched: a path to the file (or a folder holding one),
+at most :data:`~traceview._io.MAX_INPUT_BYTES`. A field the formulas need and the config
+lacks is one :class:`EfficiencyInputError` naming it, and so is one that is not what it
+claims: every count a JSON integer within its bound in :data:`LIMITS` (zero only where it
+means "none"), every flag a JSON boolean, a quantization traceview knows. Every layer is
+taken as a pre-norm transformer block: an attention (or linear-attention, or Mamba) mixer,
+then a gated MLP (three matrices: gate, up, down) or a mixture of gated experts, each with
+its norm.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+from traceview._io import read_capped
 from traceview.analysis.base.document import ModelFacts
 from traceview.errors import EfficiencyInputError
 
@@ -29,6 +33,19 @@ _TORCH_DTYPES = {
     "float32": "fp32",
     "float": "fp32",
 }
+
+# The bound on every count a config gives, by what it counts (docs/metrics.md, "The
+# model's config"): far above any published model, low enough that no figure overflows.
+LIMITS = {
+    "layers": 10_000,  # num_hidden_layers, and the layer indices and intervals
+    "width": 1_000_000,  # hidden_size, intermediate sizes, LoRA ranks, state sizes
+    "heads": 100_000,  # attention, key-value, linear-attention and Mamba heads, groups
+    "head_dim": 100_000,  # head_dim and every per-head width
+    "experts": 100_000,  # num_experts, num_experts_per_tok, n_shared_experts
+    "vocab": 100_000_000,  # vocab_size
+    "factor": 1_000,  # mamba_expand, convolution kernels
+}
+MAX_PARAMS = 10**15  # the whole model: a config counting more is refused
 
 
 @dataclass(frozen=True)
@@ -114,6 +131,23 @@ class ModelSpec:
         }
 
 
+class _Digits(str):
+    """An integer too long to be a count (JSON allows any length), kept as its digits so
+    that the key holding it is named (Python refuses to read over 4300 digits)."""
+
+
+def _parse_int(text: str) -> int | _Digits:
+    return int(text) if len(text) <= 30 else _Digits(text)
+
+
+def _show(value: object) -> str:
+    """A config's value as an error shows it: ASCII, escaped, at most 40 characters."""
+    if isinstance(value, _Digits):
+        return f"a {len(value.lstrip('-'))}-digit integer"
+    text = ascii(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 class _Config:
     """The config's fields, read with the path in every error."""
 
@@ -121,6 +155,10 @@ class _Config:
         text = doc.get("text_config")  # multimodal wrappers keep the language model here
         self.doc = {**doc, **cast(dict[str, object], text)} if isinstance(text, dict) else doc
         self.where = where
+
+    def key(self, *keys: str) -> str:
+        """The first of ``keys`` the config gives (else the first)."""
+        return next((k for k in keys if self.doc.get(k) is not None), keys[0])
 
     def has(self, *keys: str) -> bool:
         return any(self.doc.get(k) is not None for k in keys)
@@ -131,7 +169,9 @@ class _Config:
                 return self.doc[k]
         return default
 
-    def int(self, *keys: str, default: int | None = None) -> int:
+    def int(self, *keys: str, kind: str, default: int | None = None, zero: bool = False) -> int:
+        """The count at the first of ``keys`` given: a JSON integer from 1 (0 where
+        ``zero``: it means none) to ``LIMITS[kind]``; ``default`` where none is given."""
         value = self.get(*keys)
         if value is None:
             if default is not None:
@@ -139,32 +179,71 @@ class _Config:
             raise EfficiencyInputError(
                 f"{self.where}: model not understood: no {' or '.join(keys)} in the config"
             )
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise EfficiencyInputError(f"{self.where}: {keys[0]} = {value!r} is not a count")
-        return int(value)
+        low, high = (0 if zero else 1), LIMITS[kind]
+        if type(value) is not int or not low <= value <= high:
+            raise EfficiencyInputError(
+                f"{self.where}: {self.key(*keys)} = {_show(value)} is not a count "
+                f"(a whole number from {low} to {high:,})"
+            )
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        """A JSON boolean (``"false"``, a string, is not one)."""
+        value = self.doc.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise EfficiencyInputError(
+                f"{self.where}: {key} = {_show(value)} is not true or false (a JSON boolean)"
+            )
+        return value
 
 
 def activation_dtype(c: _Config) -> str:
     """The model's own dtype (``torch_dtype``, or ``dtype``): its activations' and its KV
     cache's, whatever the weights are quantized to."""
-    raw = str(c.get("torch_dtype", "dtype", default="bfloat16")).removeprefix("torch.")
-    base = _TORCH_DTYPES.get(raw)
+    value = c.get("torch_dtype", "dtype", default="bfloat16")
+    raw = value.removeprefix("torch.") if isinstance(value, str) else None
+    base = _TORCH_DTYPES.get(raw) if raw is not None else None
     if base is None:
-        raise EfficiencyInputError(f"{c.where}: torch_dtype {raw!r} is not understood")
+        raise EfficiencyInputError(
+            f"{c.where}: {c.key('torch_dtype', 'dtype')} = {_show(value)} is not understood "
+            f"(known: {', '.join(_TORCH_DTYPES)})"
+        )
     return base
 
 
+_QUANTIZATIONS = (
+    "fp8 or fbgemm_fp8; mxfp4, nvfp4 or modelopt_fp4; modelopt FP8 or NVFP4; "
+    "compressed-tensors with 8-bit float or 4-bit weights; 4-bit weights (bits or w_bit 4, "
+    "load_in_4bit)"
+)
+
+
 def _dtypes(c: _Config) -> tuple[str, str]:
-    """The weights' dtype and the dtype their GEMMs run at."""
+    """The weights' dtype and the dtype their GEMMs run at; a quantization not known here
+    is refused, never taken for the model's own dtype."""
     base = activation_dtype(c)
     q = c.get("quantization_config")
-    if not isinstance(q, dict):
+    if q is None:
         return base, base
-    method = str(q.get("quant_method", "")).lower()
+    if not isinstance(q, dict):
+        raise EfficiencyInputError(
+            f"{c.where}: quantization_config = {_show(q)} is not a table of the quantization"
+        )
+    raw_method = q.get("quant_method", "")
+    if not isinstance(raw_method, str):
+        raise EfficiencyInputError(
+            f"{c.where}: quantization_config.quant_method = {_show(raw_method)} is not a name"
+        )
+    method = raw_method.lower()
     if method in ("fp8", "fbgemm_fp8"):
         return "fp8", "fp8"
     if method in ("mxfp4", "nvfp4", "modelopt_fp4"):
         return "fp4", "fp4"
+    algo = q.get("quant_algo")
+    if method == "modelopt" and isinstance(algo, str) and algo.upper() in ("FP8", "NVFP4"):
+        return ("fp8", "fp8") if algo.upper() == "FP8" else ("fp4", "fp4")
     bits = q.get("bits", q.get("w_bit"))
     if method == "compressed-tensors":
         groups = q.get("config_groups")
@@ -176,36 +255,61 @@ def _dtypes(c: _Config) -> tuple[str, str]:
             bits, kind = None, None
         if bits == 8 and kind == "float":
             return "fp8", "fp8"
-    if bits == 4 or q.get("load_in_4bit"):
+    flags = {}
+    for key in ("load_in_4bit", "load_in_8bit"):
+        value = q.get(key, False)
+        if not isinstance(value, bool):
+            raise EfficiencyInputError(
+                f"{c.where}: quantization_config.{key} = {_show(value)} is not true or false "
+                "(a JSON boolean)"
+            )
+        flags[key] = value
+    if (type(bits) is int and bits == 4) or flags["load_in_4bit"]:
         return "int4", base  # weight-only: dequantized into the activations' dtype
-    if bits == 8 or q.get("load_in_8bit"):
+    if (type(bits) is int and bits == 8) or flags["load_in_8bit"]:
         raise EfficiencyInputError(
-            f"{c.where}: 8-bit integer weights ({method or 'quantization_config'}) are not "
-            "understood; give --gpu a spec whose peak fits them"
+            f"{c.where}: quantization_config: 8-bit integer weights "
+            f"({_show(method or 'no quant_method')}) are not understood"
         )
-    return base, base
+    named = f"quant_method {_show(raw_method)}" if raw_method else "no quant_method"
+    raise EfficiencyInputError(
+        f"{c.where}: quantization_config ({named}, bits {_show(bits)}) is not understood; "
+        f"known: {_QUANTIZATIONS}"
+    )
 
 
 def _attention(c: _Config, hidden: int) -> tuple[int, int, int, int, float]:
     """A full-attention block's mixer: its parameters, query heads, per-head query-key and
     value widths, and the KV cache elements per token (keys and values, every KV head)."""
-    heads = c.int("num_attention_heads", "n_head")
+    heads = c.int("num_attention_heads", "n_head", kind="heads")
     if c.has("kv_lora_rank"):  # multi-head latent attention (DeepSeek-V2/V3)
-        rank, rope = c.int("kv_lora_rank"), c.int("qk_rope_head_dim")
-        nope, v = c.int("qk_nope_head_dim"), c.int("v_head_dim")
-        q_rank = c.int("q_lora_rank", default=0)
+        rank, rope = c.int("kv_lora_rank", kind="width"), c.int("qk_rope_head_dim", kind="head_dim")
+        nope, v = c.int("qk_nope_head_dim", kind="head_dim"), c.int("v_head_dim", kind="head_dim")
+        q_rank = c.int("q_lora_rank", kind="width", default=0, zero=True)
         if q_rank:
             q = hidden * q_rank + q_rank + q_rank * heads * (nope + rope)
         else:
             q = hidden * heads * (nope + rope)
         kv = hidden * (rank + rope) + rank + rank * heads * (nope + v)
         return q + kv + heads * v * hidden, heads, nope + rope, v, float(rank + rope)
-    kv_heads = c.int("num_key_value_heads", default=heads)
-    head_dim = c.int("head_dim", default=hidden // heads)
+    kv_heads = c.int("num_key_value_heads", kind="heads", default=heads)
+    if heads % kv_heads:
+        raise EfficiencyInputError(
+            f"{c.where}: num_key_value_heads = {kv_heads} does not divide "
+            f"{c.key('num_attention_heads', 'n_head')} = {heads}"
+        )
+    if not c.has("head_dim") and hidden % heads:
+        raise EfficiencyInputError(
+            f"{c.where}: no head_dim, and {c.key('hidden_size', 'd_model', 'n_embd')} = "
+            f"{hidden} is not a multiple of {c.key('num_attention_heads', 'n_head')} = {heads}"
+        )
+    head_dim = c.int("head_dim", kind="head_dim", default=hidden // heads)
     q, kv = heads * head_dim, kv_heads * head_dim
     params = hidden * q + 2 * hidden * kv + q * hidden
-    if c.get("attention_bias", "qkv_bias", default=c.get("model_type") == "qwen2"):
-        params += q + 2 * kv + (hidden if c.get("attention_bias") else 0)
+    qwen2 = c.get("model_type") == "qwen2"
+    bias = c.flag("attention_bias", c.flag("qkv_bias", qwen2))
+    if bias:
+        params += q + 2 * kv + (hidden if c.flag("attention_bias", False) else 0)
     if c.get("model_type") in ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "olmo2"):
         params += 2 * head_dim  # q_norm and k_norm
     return params, heads, head_dim, head_dim, float(2 * kv)
@@ -213,9 +317,13 @@ def _attention(c: _Config, hidden: int) -> tuple[int, int, int, int, float]:
 
 def _linear_attention(c: _Config, hidden: int) -> int:
     """A Gated DeltaNet mixer (Qwen3-Next's ``linear_attention`` layers)."""
-    nk, dk = c.int("linear_num_key_heads"), c.int("linear_key_head_dim")
-    nv, dv = c.int("linear_num_value_heads"), c.int("linear_value_head_dim")
-    kernel = c.int("linear_conv_kernel_dim", default=4)
+    nk, dk = (
+        c.int("linear_num_key_heads", kind="heads"),
+        c.int("linear_key_head_dim", kind="head_dim"),
+    )
+    nv = c.int("linear_num_value_heads", kind="heads")
+    dv = c.int("linear_value_head_dim", kind="head_dim")
+    kernel = c.int("linear_conv_kernel_dim", kind="factor", default=4)
     conv = 2 * nk * dk + nv * dv
     return (
         hidden * (2 * nk * dk + 2 * nv * dv)  # in_proj_qkvz
@@ -230,11 +338,16 @@ def _linear_attention(c: _Config, hidden: int) -> int:
 def _mamba(c: _Config, hidden: int) -> int:
     """A Mamba-2 mixer (its in_proj, depthwise convolution, per-head A, D and dt bias, the
     gated norm and out_proj)."""
-    state = c.int("mamba_d_state", "ssm_state_size", "state_size")
-    inner = c.int("mamba_d_inner", default=c.int("mamba_expand", "expand", default=2) * hidden)
-    groups = c.int("mamba_n_groups", "n_groups", default=1)
-    nheads = c.int("mamba_n_heads", "mamba_num_heads", default=inner // 64)
-    kernel = c.int("mamba_d_conv", "conv_kernel", default=4)
+    state = c.int("mamba_d_state", "ssm_state_size", "state_size", kind="width")
+    expand = c.int("mamba_expand", "expand", kind="factor", default=2)
+    inner = c.int("mamba_d_inner", kind="width", default=expand * hidden)
+    groups = c.int("mamba_n_groups", "n_groups", kind="heads", default=1)
+    if not c.has("mamba_n_heads", "mamba_num_heads") and inner < 64:
+        raise EfficiencyInputError(
+            f"{c.where}: no mamba_n_heads, and the inner width {inner} holds no head of 64"
+        )
+    nheads = c.int("mamba_n_heads", "mamba_num_heads", kind="heads", default=inner // 64)
+    kernel = c.int("mamba_d_conv", "conv_kernel", kind="factor", default=4)
     conv = inner + 2 * groups * state
     return (
         hidden * (2 * inner + 2 * groups * state + nheads)
@@ -251,13 +364,16 @@ def _layer_kinds(c: _Config, n: int) -> list[str]:
     pattern field; full attention where the config names none."""
     named = c.get("layer_types", "layers_block_type")
     if isinstance(named, list):
+        key = c.key("layer_types", "layers_block_type")
         if len(named) != n:
             raise EfficiencyInputError(
-                f"{c.where}: layer_types lists {len(named)} layers, num_hidden_layers is {n}"
+                f"{c.where}: {key} lists {len(named)} layers, num_hidden_layers is {n}"
             )
         kinds = []
         for t in named:
-            t = str(t).lower()
+            if not isinstance(t, str):
+                raise EfficiencyInputError(f"{c.where}: {key} holds {_show(t)}, not a name")
+            t = t.lower()
             if "linear" in t:
                 kinds.append(LINEAR)
             elif "mamba" in t or "ssm" in t:
@@ -265,79 +381,108 @@ def _layer_kinds(c: _Config, n: int) -> list[str]:
             elif "attention" in t or t in ("attn", "full", "sliding", "global", "local"):
                 kinds.append(FULL)
             else:
-                raise EfficiencyInputError(f"{c.where}: layer type {t!r} is not understood")
+                raise EfficiencyInputError(f"{c.where}: layer type {_show(t)} is not understood")
         return kinds
+    if named is not None:
+        key = c.key("layer_types", "layers_block_type")
+        raise EfficiencyInputError(f"{c.where}: {key} = {_show(named)} is not a list of names")
     pattern = c.get("hybrid_override_pattern")  # Nemotron-H: M mamba, * attention, - MLP
     if isinstance(pattern, str):
         raise EfficiencyInputError(
             f"{c.where}: hybrid_override_pattern (Nemotron-H) is not understood yet"
         )
-    interval = c.int("full_attention_interval", default=0)
+    interval = c.int("full_attention_interval", kind="layers", default=0, zero=True)
     if interval:
         return [FULL if (i + 1) % interval == 0 else LINEAR for i in range(n)]
     return [FULL] * n
 
 
+_EXPERTS = ("num_experts", "n_routed_experts", "num_local_experts")
+_PER_TOKEN = ("num_experts_per_tok", "experts_per_token", "moe_top_k")
+
+
 def _moe_layers(c: _Config, n: int) -> list[bool]:
     """Which blocks carry a mixture of experts."""
-    experts = c.int("num_experts", "n_routed_experts", "num_local_experts", default=0)
+    experts = c.int(*_EXPERTS, kind="experts", default=0, zero=True)
     if experts == 0:
         return [False] * n
-    first_dense = c.int("first_k_dense_replace", default=0)
-    step = c.int("decoder_sparse_step", "moe_layer_freq", default=1)
+    first_dense = c.int("first_k_dense_replace", kind="layers", default=0, zero=True)
+    step = c.int("decoder_sparse_step", "moe_layer_freq", kind="layers", default=1)
     listed = c.get("mlp_only_layers")
-    dense_only = set(listed) if isinstance(listed, list) else set()
+    if listed is None:
+        listed = []
+    if not isinstance(listed, list) or not all(type(i) is int and 0 <= i < n for i in listed):
+        raise EfficiencyInputError(
+            f"{c.where}: mlp_only_layers = {_show(listed)} is not a list of layer indices "
+            f"(whole numbers from 0 to {n - 1})"
+        )
+    dense_only = set(listed)
     if c.has("decoder_sparse_step"):  # Qwen-MoE: every step-th block, 1-based
-        return [(i + 1) % max(step, 1) == 0 and i not in dense_only for i in range(n)]
+        return [(i + 1) % step == 0 and i not in dense_only for i in range(n)]
     # DeepSeek: after the first dense blocks, every freq-th; Mixtral and gpt-oss: all
-    return [i >= first_dense and i % max(step, 1) == 0 and i not in dense_only for i in range(n)]
+    return [i >= first_dense and i % step == 0 and i not in dense_only for i in range(n)]
 
 
 def model_spec(doc: dict[str, object], where: str = "config.json") -> ModelSpec:
     """A :class:`ModelSpec` from a parsed config.
 
     Raises:
-        EfficiencyInputError: a field the formulas need is missing or not understood.
+        EfficiencyInputError: a field the formulas need is missing or not understood, a
+            count is not a whole number within its bound (:data:`LIMITS`), a flag is not
+            a boolean, more experts per token than experts, or more than
+            :data:`MAX_PARAMS` parameters in all.
     """
     c = _Config(doc, where)
-    hidden = c.int("hidden_size", "d_model", "n_embd")
-    n = c.int("num_hidden_layers", "n_layer", "num_layers")
-    vocab = c.int("vocab_size")
+    hidden = c.int("hidden_size", "d_model", "n_embd", kind="width")
+    n = c.int("num_hidden_layers", "n_layer", "num_layers", kind="layers")
+    vocab = c.int("vocab_size", kind="vocab")
     weight_dtype, compute_dtype = _dtypes(c)
     kinds, moe = _layer_kinds(c, n), _moe_layers(c, n)
     attn, heads, qk, v, kv_elems = _attention(c, hidden) if FULL in kinds else (0, 0, 0, 0, 0.0)
-    experts = c.int("num_experts", "n_routed_experts", "num_local_experts", default=0)
-    per_token = c.int("num_experts_per_tok", "experts_per_token", "moe_top_k", default=0)
+    experts = c.int(*_EXPERTS, kind="experts", default=0, zero=True)
+    per_token = c.int(*_PER_TOKEN, kind="experts", default=0, zero=True)
     if experts and not per_token:
         raise EfficiencyInputError(f"{where}: model not understood: no num_experts_per_tok")
+    if experts and per_token > experts:
+        raise EfficiencyInputError(
+            f"{where}: {c.key(*_PER_TOKEN)} = {per_token} is more than {c.key(*_EXPERTS)} = "
+            f"{experts}: a token cannot reach more experts than there are"
+        )
     if any(moe):
         # Mixtral and gpt-oss give the expert's width as intermediate_size
-        expert_inter = c.int("moe_intermediate_size", default=c.int("intermediate_size"))
+        expert_inter = c.int(
+            "moe_intermediate_size",
+            kind="width",
+            default=c.int("intermediate_size", kind="width"),
+        )
+        shared = c.int("shared_expert_intermediate_size", kind="width", default=0, zero=True)
+        n_shared = c.int("n_shared_experts", kind="experts", default=0, zero=True)
     else:
-        expert_inter = 0
+        expert_inter = shared = n_shared = 0
+    dense_inter = (
+        c.int("intermediate_size", "ffn_dim", "n_inner", kind="width") if not all(moe) else 0
+    )
+    mixers = {
+        FULL: attn,
+        LINEAR: _linear_attention(c, hidden) if LINEAR in kinds else 0,
+        MAMBA: _mamba(c, hidden) if MAMBA in kinds else 0,
+    }
     layers = []
     for i, kind in enumerate(kinds):
-        if kind == FULL:
-            mixer = attn
-        elif kind == LINEAR:
-            mixer = _linear_attention(c, hidden)
-        else:
-            mixer = _mamba(c, hidden)
+        mixer = mixers[kind]
         norms = 2 * hidden
         if moe[i]:
             expert = 3 * hidden * expert_inter
-            shared = c.int("shared_expert_intermediate_size", default=0)
             shared_params = 3 * hidden * shared + (hidden if shared else 0)  # its gate
-            shared_params += c.int("n_shared_experts", default=0) * expert
+            shared_params += n_shared * expert
             router = hidden * experts
             mlp = experts * expert + shared_params + router
             layers.append(Layer(kind, mixer + mlp + norms, expert, experts, per_token))
         else:
-            inter = c.int("intermediate_size", "ffn_dim", "n_inner")
-            layers.append(Layer(kind, mixer + 3 * hidden * inter + norms, 0, 0, 0))
-    tied = bool(c.get("tie_word_embeddings", default=True))
+            layers.append(Layer(kind, mixer + 3 * hidden * dense_inter + norms, 0, 0, 0))
+    tied = c.flag("tie_word_embeddings", True)
     kv_bytes = kv_elems * BYTES[activation_dtype(c)]
-    return ModelSpec(
+    spec = ModelSpec(
         name=str(c.get("model_type", default=Path(where).parent.name or "model")),
         layers=tuple(layers),
         embedding_params=vocab * hidden + hidden,  # the table and the final norm
@@ -350,22 +495,36 @@ def model_spec(doc: dict[str, object], where: str = "config.json") -> ModelSpec:
         weight_dtype=weight_dtype,
         compute_dtype=compute_dtype,
     )
+    if spec.params > MAX_PARAMS:
+        raise EfficiencyInputError(
+            f"{where}: the config's counts make {spec.params:.3g} parameters, more than "
+            f"{MAX_PARAMS:.0e}: a count in it is not the model's"
+        )
+    return spec
 
 
 def load_model(path: str | Path) -> ModelSpec:
-    """``--model``: a Hugging Face ``config.json`` (or a folder holding one).
+    """``--model``: a Hugging Face ``config.json`` (or a folder holding one), at most
+    :data:`~traceview._io.MAX_INPUT_BYTES` and nested no deeper than Python's JSON reader
+    allows.
 
     Raises:
-        EfficiencyInputError: unreadable, not JSON, or a model not understood.
+        EfficiencyInputError: unreadable, too large, not UTF-8 JSON, or a model not
+            understood.
     """
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
+    data = read_capped(p, "model config", EfficiencyInputError)
     try:
-        doc = json.loads(p.read_text())
-    except OSError as exc:
-        raise EfficiencyInputError(f"{p}: cannot read model config: {exc.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        doc = json.loads(data.decode("utf-8"), parse_int=_parse_int)
+    except UnicodeDecodeError as exc:
+        raise EfficiencyInputError(
+            f"{p}: not a JSON model config: not UTF-8 ({exc.reason})"
+        ) from None
+    except RecursionError:
+        raise EfficiencyInputError(f"{p}: not a model config: nested too deeply to read") from None
+    except ValueError as exc:  # json.JSONDecodeError
         raise EfficiencyInputError(f"{p}: not a JSON model config: {exc}") from None
     if not isinstance(doc, dict):
         raise EfficiencyInputError(f"{p}: not a model config (a JSON object)")
