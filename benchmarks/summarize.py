@@ -5,6 +5,7 @@
     python benchmarks/summarize.py --shape kineto  # load.py's Kineto-shaped 1M-kernel trace
     python benchmarks/summarize.py --shape vllm    # load.py's vLLM-shaped 1M-kernel trace
     python benchmarks/summarize.py --model fixtures/configs/engine-hybrid-moe.json  # + MFU/MBU
+    python benchmarks/summarize.py --against 8c39115  # + summarize at that commit, same run
 
 The trace comes from the fixture simulator (fixtures/engine.py): a hybrid model with
 linear- and full-attention layers, thousands of decode steps with chunked prefill phases,
@@ -15,7 +16,11 @@ instead. Each measurement runs in a fresh process, alternating the two commands,
 fastest of ``--repeat`` runs is kept.
 
 Targets: load + summarize at most 1.5x the load's time, and its peak RSS at most 1.3x the
-load's peak.
+load's peak. Every accessor of the analysis after its first ``.summary`` (``.steps``,
+``.families``, ``.families_rollup``, ``.kernels``, ``.busy``, ``.decode_gaps``, ``.idle``)
+together at most 0.15x that first ``.summary``. With ``--against REF``: the same summarize
+at that commit (a git worktree under benchmarks/out/), alternating in the same run; its time
+and peak within 5% of it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import argparse
 import dataclasses
 import gzip
 import json
+import os
 import subprocess
 import sys
 import time
@@ -32,6 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).parent / "out"
 TIME_TARGET, MEMORY_TARGET = 1.5, 1.3
+ACCESSORS_TARGET = 0.15  # every accessor after the first .summary, over that .summary
+AGAINST_TARGET = 1.05  # summarize's time and peak against the --against commit
 
 
 def generate_shape(shape: str, kernels: int = 1_000_000) -> tuple[Path, int]:
@@ -73,7 +81,10 @@ def generate(steps: int) -> tuple[Path, int]:
 def _timed_efficiency() -> list[float]:
     """Wrap the summary's efficiency steps (per-step figures, the op work from shapes, the
     kernel table's and families' work) with timers: the seconds they took, added up."""
-    import traceview.analysis.documents.summary as summary
+    try:
+        import traceview.analysis.documents.summary as summary
+    except ImportError:  # a commit before the analysis was grouped by concern (--against)
+        import traceview.analysis.summary as summary  # type: ignore[no-redef]
 
     spent = [0.0]
     for name in ("efficiency_section", "kernel_work", "family_work", "kernel_table_work"):
@@ -98,10 +109,19 @@ def child(what: str, path: str, config: str | None = None) -> None:
     t0 = time.perf_counter()
     trace = tv.load(path, options=tv.LoadOptions(cache=False))  # time the parse, not the cache
     t1 = time.perf_counter()
-    steps = 0
+    steps, accessors_s = 0, 0.0
     if what == "summarize":
-        steps = tv.summarize(trace, model=model).to_dict()["steps"]["count"]
-    t2 = time.perf_counter()
+        if hasattr(tv, "analyze"):
+            a = tv.analyze(trace, tv.AnalysisConfig(model=model))
+            steps = a.summary.to_dict()["steps"]["count"]
+            t2 = time.perf_counter()
+            for name in ("steps", "families", "families_rollup", "kernels", "busy"):
+                getattr(a, name)
+            _ = (a.decode_gaps, a.idle)
+            accessors_s = time.perf_counter() - t2
+        else:  # a commit before tv.analyze (--against)
+            steps = tv.summarize(trace, model=model).to_dict()["steps"]["count"]
+    t2 = time.perf_counter() - accessors_s
     print(
         json.dumps(
             {
@@ -111,10 +131,25 @@ def child(what: str, path: str, config: str | None = None) -> None:
                 "kernels": trace.kernels.height,
                 "steps": steps,
                 "efficiency_s": spent[0],
+                "accessors_s": accessors_s,
                 "peak_rss": peak_rss(),
             }
         )
     )
+
+
+def worktree(ref: str) -> Path:
+    """A checkout of ``ref`` under benchmarks/out/ (made once), to import its traceview."""
+    where = OUT / f"tree-{ref}"
+    if not where.exists():
+        OUT.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(where), ref],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+    return where
 
 
 def peak_rss() -> int:
@@ -138,6 +173,11 @@ def main() -> None:
         help="a config.json: also time summarize with it (MFU/MBU per step), against "
         "summarize without (target: efficiency adds <= 10%% to the analysis)",
     )
+    parser.add_argument(
+        "--against",
+        metavar="REF",
+        help="also time summarize at this git commit (a worktree under benchmarks/out/)",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -153,19 +193,23 @@ def main() -> None:
         f"{path.stat().st_size / 1e6:.0f} MB gz; ready in {time.perf_counter() - t0:.0f} s)"
     )
     best: dict[str, dict[str, float]] = {}
-    runs = [("load", []), ("summarize", [])]
+    runs: list[tuple[str, list[str], str | None]] = [("load", [], None), ("summarize", [], None)]
     if args.model:
-        runs.append(("summarize", [args.model]))
+        runs.append(("summarize", [args.model], None))
+    if args.against:
+        runs.append(("summarize", [], str(worktree(args.against))))
     for _ in range(args.repeat):
-        for what, extra in runs:
+        for what, extra, tree in runs:
+            env = dict(os.environ, PYTHONPATH=tree) if tree else None
             proc = subprocess.run(
                 [sys.executable, __file__, "--child", what, str(path), *extra],
                 capture_output=True,
                 text=True,
                 check=True,
+                env=env,
             )
             r = json.loads(proc.stdout.strip().splitlines()[-1])
-            key = what + ("+model" if extra else "")
+            key = what + ("+model" if extra else "") + ("@against" if tree else "")
             if key not in best or r["total_s"] < best[key]["total_s"]:
                 best[key] = r
     load, summ = best["load"], best["summarize"]
@@ -182,6 +226,20 @@ def main() -> None:
         f"efficiency inside summarize, no model: {summ['efficiency_s']:.3f} s "
         f"({summ['efficiency_s'] / summ['analysis_s']:.1%} of the analysis)"
     )
+    print(
+        f"accessors after the first .summary: {summ['accessors_s']:.3f} s = "
+        f"{summ['accessors_s'] / summ['analysis_s']:.3f}x that .summary "
+        f"(target <= {ACCESSORS_TARGET}x)"
+    )
+    if "summarize@against" in best:
+        old = best["summarize@against"]
+        t, m = summ["total_s"] / old["total_s"], summ["peak_rss"] / old["peak_rss"]
+        print(
+            f"against {args.against}: load + summarize {summ['total_s']:.2f} s vs "
+            f"{old['total_s']:.2f} s = {t:.3f}x (analysis {summ['analysis_s']:.2f} s vs "
+            f"{old['analysis_s']:.2f} s = {summ['analysis_s'] / old['analysis_s']:.3f}x); peak "
+            f"RSS {m:.3f}x (target <= {AGAINST_TARGET}x each)"
+        )
     if "summarize+model" in best:
         m = best["summarize+model"]
         print(
