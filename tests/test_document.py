@@ -95,3 +95,13 @@ def test_a_live_summary_matches_its_type() -> None:
     doc = tv.summarize(tv.load(str(GENERATED / "hybrid_refeed.json.gz"))).to_dict()
     assert mismatches(json.loads(json.dumps(doc)), SummaryDocument) == []
     assert doc["work"]["prefill_growth"], "the re-feed fixture has a growth row to check"
+
+
+def test_a_capture_only_summary_matches_its_type() -> None:
+    """The 0-step summary of a trace that holds only CUDA-graph capture (issue 32)."""
+    from tests.conftest import CAPTURE_ONLY_NAMES, GENERATED
+
+    for name in CAPTURE_ONLY_NAMES:
+        trace = tv.load(str(GENERATED / f"{name}.json.gz"))
+        doc = tv.summarize(trace, allow_capture_only=True).to_dict()
+        assert mismatches(json.loads(json.dumps(doc)), SummaryDocument) == []

@@ -107,6 +107,18 @@ def decode_markers(
     return chosen, replace(marker, names=tuple(sorted(hits)))
 
 
+GAP_SCHEMA = pl.Schema(
+    {
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "gap_ns": pl.Int64,
+        "overlap": pl.Boolean,
+        "phase": pl.Int64,
+        "population": pl.String,
+    }
+)
+
+
 def gap_table(result: StepResult, rules: Rules) -> tuple[pl.DataFrame, Marker | None, str | None]:
     """One row per decode gap: ``start_ns`` (prev end), ``end_ns`` (next start),
     ``gap_ns`` (Int64, ns, ≥ 0), ``overlap`` (Boolean), ``phase`` (Int64), ``population``
@@ -117,17 +129,7 @@ def gap_table(result: StepResult, rules: Rules) -> tuple[pl.DataFrame, Marker | 
     if markers.height:
         family = Counter(markers["family"].to_list()).most_common(1)[0][0]
     if markers.height < 2:
-        empty = pl.DataFrame(
-            schema={
-                "start_ns": pl.Int64,
-                "end_ns": pl.Int64,
-                "gap_ns": pl.Int64,
-                "overlap": pl.Boolean,
-                "phase": pl.Int64,
-                "population": pl.String,
-            }
-        )
-        return empty, used, family
+        return pl.DataFrame(schema=GAP_SCHEMA), used, family
     # the device's kernels are in time order already: sort only when they are not
     m = markers if markers["ts_ns"].is_sorted() else markers.sort("ts_ns", maintain_order=True)
     prev_end = (m["ts_ns"] + m["dur_ns"]).to_numpy()[:-1]

@@ -14,9 +14,11 @@ import polars as pl
 from traceview._io import release_free_memory
 from traceview.analysis import display
 from traceview.analysis.busy import busy_document
+from traceview.analysis.capture_regions import capture_regions
 from traceview.analysis.devices import DeviceSpec
 from traceview.analysis.document import (
     SUMMARY_SCHEMA,
+    Capture,
     FamilyRow,
     GapFill,
     GapStats,
@@ -25,6 +27,7 @@ from traceview.analysis.document import (
     PhaseWork,
     PrefillGrowth,
     StepFacts,
+    StepFinding,
     StepTime,
     SummaryDocument,
     TimeBreakdown,
@@ -39,7 +42,7 @@ from traceview.analysis.efficiency import (
 )
 from traceview.analysis.families import Rules, family_rows, load_rules
 from traceview.analysis.figures import DECODING, KINDS, decoding_cadence, kind_cadence
-from traceview.analysis.gaps import gap_table, summarize_gaps
+from traceview.analysis.gaps import GAP_SCHEMA, gap_table, summarize_gaps
 from traceview.analysis.idle import (
     CAUSES,
     FamilyActivity,
@@ -55,7 +58,14 @@ from traceview.analysis.op_flops import kernel_work
 from traceview.analysis.precision import line_ends, sig, sig_or_none
 from traceview.analysis.stats import mean, percentiles
 from traceview.analysis.step_candidates import StepOptions, with_shortcuts
-from traceview.analysis.steps import StepResult, describe, find_steps
+from traceview.analysis.steps import (
+    StepResult,
+    describe,
+    empty_step_table,
+    find_steps,
+    pick_device,
+)
+from traceview.errors import CaptureOnlyError
 from traceview.model import Trace
 
 SCHEMA = SUMMARY_SCHEMA
@@ -151,6 +161,7 @@ def summarize(
     device: int | None = None,
     model: ModelSpec | None = None,
     gpu: DeviceSpec | None = None,
+    allow_capture_only: bool = False,
 ) -> Summary:
     """Everything traceview knows about a trace, as the ``traceview.summary/1`` document.
 
@@ -163,15 +174,25 @@ def summarize(
             and MBU, and the ``efficiency`` section's phases.
         gpu: the device's peaks (:func:`~traceview.device_spec`), instead of the ones
             matched from the trace's ``deviceProperties``.
+        allow_capture_only: a trace that holds only CUDA-graph capture / warm-up (engine
+            start-up) gets the summary with 0 steps and its ``capture`` section
+            (:func:`capture_only_summary`) instead of :class:`CaptureOnlyError`.
 
     Raises:
         UnsupportedTraceError: the trace has no device activity and no CPU ops.
+        CaptureOnlyError: the trace holds only CUDA-graph capture (unless
+            ``allow_capture_only``).
     """
     rules = rules or load_rules()
     opts = with_shortcuts(
         options, method=method, layers=layers, step_gap_ns=step_gap_ns, device=device
     )
-    result = find_steps(trace, rules, opts)
+    try:
+        result = find_steps(trace, rules, opts)
+    except CaptureOnlyError as exc:
+        if not allow_capture_only:
+            raise
+        return capture_only_summary(trace, rules, opts, str(exc), model, gpu)
     release_free_memory()  # the step finder's temporaries, before the document's own
     return build(rules, result, model, gpu)
 
@@ -292,7 +313,9 @@ def build(
         "busy": busy_document(result.union, result.device, gaps, p99_all),
         "time_breakdown": time_breakdown(table, phases, k, shares),
         "efficiency": efficiency,
-        "capture": {"regions": result.capture_regions, "kernels": result.capture_kernels},
+        "capture": capture_section(
+            result.capture_regions, result.capture_kernels, result.capture_spans
+        ),
         "warnings": warnings,
     }
     op_work = kernel_work(trace, k)  # record_shapes' GEMM and attention ops, where present
@@ -315,6 +338,112 @@ def build(
         warnings=warnings,
         timeline=timeline(k, start_ns, end_ns) if table.height < 2 else None,
         idle=idle,
+    )
+
+
+def capture_section(
+    regions: int, kernels: int, spans: tuple[tuple[int, int], ...] | list[tuple[int, int]]
+) -> Capture:
+    """The summary's ``capture`` section: the CUDA-graph capture / warm-up regions, the
+    kernels under them and each region's span, in start order."""
+    return {
+        "regions": regions,
+        "kernels": kernels,
+        "spans": [{"start_ns": a, "end_ns": b, "span_ns": b - a} for a, b in spans],
+    }
+
+
+def capture_only_summary(
+    trace: Trace,
+    rules: Rules,
+    options: StepOptions,
+    said: str,
+    model: ModelSpec | None = None,
+    gpu: DeviceSpec | None = None,
+) -> Summary:
+    """The summary of a trace that holds only CUDA-graph capture / warm-up (engine
+    start-up): 0 steps, no families, gaps, busy or phases (every kernel is under capture,
+    and none is analysed, as in a trace that serves after its start-up), the trace's facts
+    over all its kernels, and the ``capture`` section. ``said``: the
+    :class:`CaptureOnlyError` message, the summary's first warning."""
+    capture = capture_regions(trace)
+    device = pick_device(trace, options.device)
+    k = trace.kernels
+    mine = k.filter(pl.col("device") == device) if len(trace.devices) > 1 else k
+    start_ns = int(mine["ts_ns"].min())  # type: ignore[arg-type]
+    end_ns = int((mine["ts_ns"] + mine["dur_ns"]).max())  # type: ignore[arg-type]
+    path = trace.meta.path
+    warnings = [said.removeprefix(f"{path}: ")]
+    peaks = device_peaks(trace, device, gpu)
+    table, efficiency, more = efficiency_section(trace, device, empty_step_table(), model, peaks)
+    warnings += more
+    empty = percentiles(np.empty(0, dtype=np.int64))
+    finding: StepFinding = {
+        "method": "none",
+        "marker": None,
+        "layers": None,
+        "detail": "CUDA-graph capture / warm-up only: no serving steps",
+        "annotation_steps": 0,
+        "disagreements": None,
+        "kind_sources": {},
+    }
+    doc: SummaryDocument = {
+        "schema": SCHEMA,
+        "trace": {
+            "path": path,
+            "format": trace.meta.format,
+            "gpu": trace.meta.gpu_name,
+            "events": trace.meta.events,
+            "kernels": k.height,
+            "skipped_events": trace.meta.skipped_events,
+            "devices": trace.devices,
+            "device": device,
+            "streams": sorted(mine["stream"].drop_nulls().unique().to_list()),
+            "start_ns": start_ns,
+            "end_ns": end_ns,
+            "span_ns": end_ns - start_ns,
+            "activity": "kernel",
+        },
+        "classification": rules.name,
+        "families": [],
+        "families_rollup": [],
+        "steps": {
+            **finding,
+            "count": 0,
+            "cadence": empty,
+            "cadence_by_kind": {kind: deepcopy(empty) for kind in KINDS},
+            "decoding_cadence": deepcopy(empty),
+            "phases": [],
+        },
+        "work": work(table, []),
+        "decode_gaps": summarize_gaps(pl.DataFrame(schema=GAP_SCHEMA), None),
+        "decode_marker": None,
+        "decode_marker_source": None,
+        "decode_marker_kernels": [],
+        "busy": {
+            "device": device,
+            "fraction": None,
+            "window_start_ns": None,
+            "window_end_ns": None,
+            "busy_ns": None,
+            "in_gaps": None,
+            "in_widest_gaps": None,
+        },
+        "time_breakdown": [],
+        "efficiency": efficiency,
+        "capture": capture_section(capture.regions, capture.kernels, capture.spans),
+        "warnings": warnings,
+    }
+    no_kernels = pl.DataFrame(
+        schema={"name": pl.String, "family": pl.String, "count": pl.UInt32, "total_ns": pl.Int64}
+    )
+    return Summary(
+        document=doc,
+        steps=table,
+        families=family_rows(no_kernels.drop("name")),
+        gaps=pl.DataFrame(schema=GAP_SCHEMA),
+        kernel_table=kernel_table_work(no_kernels, k, None, peaks),
+        warnings=warnings,
     )
 
 

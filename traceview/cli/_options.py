@@ -350,10 +350,17 @@ def parse_duration(text: str | None, what: str = "duration") -> int | None:
 
 
 def summarize_trace(
-    path: str, analysis: AnalysisOptions, *, label: str = "", strict: bool = False
+    path: str,
+    analysis: AnalysisOptions,
+    *,
+    label: str = "",
+    strict: bool = False,
+    allow_capture_only: bool = False,
 ) -> Summary:
     """Load and summarize a trace with the shared analysis options (``analysis_options``),
-    printing the summary's warnings on stderr. Returns the Summary."""
+    printing the summary's warnings on stderr. Returns the Summary. With
+    ``allow_capture_only`` a trace of CUDA-graph capture alone gets its 0-step summary (for
+    the commands that print a document or a table), else CaptureOnlyError's one line."""
     from traceview.analysis.summary import summarize
 
     model, gpu = analysis.efficiency()  # read before the trace: a bad config fails fast
@@ -363,6 +370,7 @@ def summarize_trace(
         options=analysis.step_options(),
         model=model,
         gpu=gpu,
+        allow_capture_only=allow_capture_only,
     )
     for line in summary.warnings:
         warn_once(path, line, label)
