@@ -340,10 +340,12 @@ def parse_duration(text: str | None, what: str = "duration") -> int | None:
     are never guessed."""
     if text is None:
         return None
-    from traceview.units import DURATION_HINT, duration_ns, unitless_number
+    from traceview.units import DURATION_HINT, duration_ns, too_long, unitless_number
 
     ns = duration_ns(text)
     if ns is None:
+        if too_long(text):
+            raise TraceviewError(f"{what}: {text!r} is too long (at most 292 years, 9.2e9s)")
         problem = "has no unit" if unitless_number(text) else "is not a duration"
         raise TraceviewError(f"{what}: {text!r} {problem}; {DURATION_HINT}")
     return ns
