@@ -67,6 +67,7 @@ from traceview.analysis.steps import (
 )
 from traceview.errors import CaptureOnlyError
 from traceview.model import Trace
+from traceview.paths import stored
 
 SCHEMA = SUMMARY_SCHEMA
 SMALL_N = 100  # below this, a p99 is close to the maximum: say so
@@ -276,7 +277,7 @@ def build(
     start_ns, end_ns = int(result.union.starts[0]), int(result.union.ends[-1])
     streams = sorted(k["stream"].drop_nulls().unique().to_list())
     facts: TraceFacts = {
-        "path": trace.meta.path,
+        "path": stored(trace.meta.path),  # a name's non-UTF-8 bytes as \xff
         "format": trace.meta.format,
         "gpu": trace.meta.gpu_name,
         "events": trace.meta.events,
@@ -390,7 +391,7 @@ def capture_only_summary(
     doc: SummaryDocument = {
         "schema": SCHEMA,
         "trace": {
-            "path": path,
+            "path": stored(path),
             "format": trace.meta.format,
             "gpu": trace.meta.gpu_name,
             "events": trace.meta.events,
