@@ -16,6 +16,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -47,11 +48,19 @@ _KINETO_NOISE = re.compile(
 )
 
 
+_HOLDING = threading.RLock()  # fd 2 is the process's: one holder at a time
+
+
 @contextmanager
 def quiet_profiler() -> Iterator[None]:
     """Run the block with the process's stderr (fd 2) held back, then write it out less
     kineto's known lines (:data:`_KINETO_NOISE`); when the block raises, all of it, as
     written. Anything else written to stderr meanwhile (any thread) comes out after."""
+    with _HOLDING:
+        yield from _held_back()
+
+
+def _held_back() -> Iterator[None]:
     try:
         sys.stderr.flush()
         saved = os.dup(2)
