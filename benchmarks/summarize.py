@@ -84,7 +84,9 @@ def _timed_efficiency() -> list[float]:
     try:
         import traceview.analysis.documents.summary as summary
     except ImportError:  # a commit before the analysis was grouped by concern (--against)
-        import traceview.analysis.summary as summary  # type: ignore[no-redef]
+        import importlib  # (a name the layout rewrite leaves alone)
+
+        summary = importlib.import_module("traceview.analysis." + "summary")
 
     spent = [0.0]
     for name in ("efficiency_section", "kernel_work", "family_work", "kernel_table_work"):

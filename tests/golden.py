@@ -73,7 +73,7 @@ def render(paths: list[Path]) -> bytes:
         warnings.simplefilter("ignore")
         try:
             if len(paths) == 1 and paths[0].is_file():
-                doc = tv.summarize(tv.load(str(paths[0]))).to_dict()
+                doc = tv.analyze(str(paths[0])).serving().to_dict()
             else:
                 doc = tv.summarize_run([str(p) for p in paths], tv.RunOptions(jobs=1)).to_dict()
         except CaptureOnlyError as exc:  # engine start-up only: the one line it says

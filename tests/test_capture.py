@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -12,6 +15,7 @@ import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from conftest import ROOT
 
 torch = pytest.importorskip("torch")
 httpx = pytest.importorskip("httpx")
@@ -65,6 +69,77 @@ def test_capture_run_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert (tmp_path / "out" / "b.pt.trace.json.gz").exists()
     bad = CliRunner().invoke(cli, ["capture", "run", "nope_mod:step"])
     assert bad.exit_code == 2 and "cannot import" in bad.stderr
+
+
+def test_demo_runs_as_the_readme_writes_it(tmp_path: Path) -> None:
+    """README: ``traceview demo``, default options, from an empty folder. It failed with
+    "not a file under the profile folder" (the server named its trace relative to the
+    working directory, the client read that against the profile folder), and kineto's
+    start-up lines reached the user."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "traceview", "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=600,
+    )
+    err = done.stderr.decode()
+    assert done.returncode == 0, err
+    # stderr: the demo's own two progress lines, nothing of kineto's
+    assert err.splitlines() == [
+        "chunked prefill off: serving the lab engine and probing it ...",
+        "chunked prefill on: serving the lab engine and probing it ...",
+    ]
+    out = done.stdout.decode()
+    for label in ("off", "on"):
+        traces = list(
+            (tmp_path / "traceview-demo" / f"chunked-{label}").glob("lab_*.pt.trace.json.gz")
+        )
+        assert len(traces) == 1
+        assert (
+            f"=== chunked prefill {label}: traceview-demo/chunked-{label}/{traces[0].name} (" in out
+        )
+    assert "=== victims' inter-token latency ===" in out
+
+
+def test_capture_lab_and_server_with_relative_profile_dirs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``capture lab --profile-dir prof`` and ``capture server --profile-dir prof`` run in
+    the same folder: the server's trace is the folder's file, copied to -o."""
+    monkeypatch.chdir(tmp_path)
+    with LabServer(LabConfig(layers="LF", token_budget=16), "prof") as server:
+        result = CliRunner().invoke(
+            cli,
+            [
+                "capture",
+                "server",
+                "--url",
+                server.url,
+                "--engine",
+                "lab",
+                "--victims",
+                "1",
+                "--inject",
+                "1",
+                "--prompt-tokens",
+                "40",
+                "--max-tokens",
+                "200",
+                "--profile-dir",
+                "prof",
+                "-o",
+                "out",
+            ],
+        )
+    assert result.exit_code == 0, result.output
+    (written,) = (tmp_path / "prof").glob("lab_*.pt.trace.json.gz")
+    assert result.stdout.splitlines()[0] == str(Path("out") / written.name)
+    assert (tmp_path / "out" / written.name).read_bytes() == written.read_bytes()
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,19 @@ from traceview.cli import cli
 from traceview.errors import CaptureOnlyError
 
 
+def _said(t: dict) -> str:  # type: ignore[type-arg]
+    """How a capture-only trace's line counts its planted regions and kernels."""
+    return f"({t['capture']['regions']} region(s), {t['capture']['kernels']} kernel(s))"
+
+
 def test_capture_regions_and_their_kernels_are_the_planted_ones() -> None:
     t = truth("vllm_capture_then_serve")
     trace = tv.load(GENERATED / "vllm_capture_then_serve.json.gz")
     capture = capture_regions(trace)
     assert (capture.regions, capture.kernels) == (t["capture"]["regions"], t["capture"]["kernels"])
+    assert [{"start_ns": a, "end_ns": b, "span_ns": b - a} for a, b in capture.spans] == t[
+        "capture"
+    ]["spans"]
     # what is left is the serving: the planted steps, none of them 8,192 tokens wide
     summary = tv.summarize(trace)
     assert summary.steps.height == t["step_count"]
@@ -41,17 +49,61 @@ def test_capture_regions_and_their_kernels_are_the_planted_ones() -> None:
 def test_a_capture_only_trace_says_so_in_one_line_and_exits_0(name: str) -> None:
     t = truth(name)
     path = str(GENERATED / f"{name}.json.gz")
+    analysis = tv.analyze(path)
     with pytest.raises(CaptureOnlyError):
-        tv.summarize(tv.load(path))
-    for command in (["summarize"], ["summarize", "--json"], ["steps"]):
-        result = CliRunner().invoke(cli, [*command, path])
-        assert result.exit_code == 0, result.output
-        assert result.stdout == ""
-        assert result.stderr.count("\n") == 1
-        assert result.stderr.startswith(f"{path}: CUDA-graph capture / warm-up only")
-        assert f"({t['capture']['regions']} region(s), {t['capture']['kernels']} kernel(s))" in (
-            result.stderr
-        )
+        analysis.serving()  # what the commands that draw or judge steps read
+    assert analysis.summary.to_dict()["steps"]["count"] == 0  # the document all the same
+    result = CliRunner().invoke(cli, ["summarize", path])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"{path}: CUDA-graph capture / warm-up only")
+    assert _said(t) in result.stderr
+
+
+@pytest.mark.parametrize("name", CAPTURE_ONLY_NAMES)
+def test_a_capture_only_trace_has_a_document_with_0_steps_and_its_capture(name: str) -> None:
+    """Issue 32, item 10: ``summarize --json`` exits 0, so it prints one document: 0 steps,
+    and the capture section (regions, kernels, each region's span) as planted."""
+    t = truth(name)
+    path = str(GENERATED / f"{name}.json.gz")
+    result = CliRunner().invoke(cli, ["summarize", "--json", path])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "traceview.summary/1"
+    assert doc["capture"] == t["capture"]  # regions, kernels, spans: the planted ones
+    assert len(doc["capture"]["spans"]) == t["capture"]["regions"] >= 1
+    assert doc["steps"]["count"] == 0 and doc["steps"]["phases"] == []
+    assert doc["steps"]["cadence"]["n"] == 0 and doc["steps"]["cadence"]["p50_ns"] is None
+    assert all(g["n"] == 0 for g in doc["decode_gaps"]) and doc["families"] == []
+    assert doc["busy"]["fraction"] is None
+    facts = doc["trace"]
+    assert facts["kernels"] == t["in_trace"]["kernels"] == t["capture"]["kernels"]
+    assert (facts["start_ns"], facts["end_ns"]) == (
+        t["in_trace"]["start_ns"],
+        t["in_trace"]["end_ns"],
+    )
+    assert doc["warnings"][0].startswith("CUDA-graph capture / warm-up only")
+    assert _said(t) in doc["warnings"][0]
+    # the API gives the same document
+    api = tv.summarize(tv.load(path))
+    assert api.to_dict()["capture"] == t["capture"] and api.steps.height == 0
+
+
+@pytest.mark.parametrize("name", CAPTURE_ONLY_NAMES)
+def test_a_capture_only_trace_has_a_step_table_with_no_rows(name: str) -> None:
+    """``steps --format csv`` prints its header; json an empty array; both exit 0 and say
+    what the trace holds on stderr. The columns are a step table's own (those of a served
+    trace, less the per-family ones)."""
+    path = str(GENERATED / f"{name}.json.gz")
+    served = tv.summarize(tv.load(GENERATED / "hybrid_chunked.json.gz")).steps.columns
+    header = ",".join(c for c in served if not c.startswith("ns_"))
+    csv = CliRunner().invoke(cli, ["steps", "--format", "csv", path])
+    assert csv.exit_code == 0, csv.output
+    assert csv.stdout == header + "\n"
+    assert _said(truth(name)) in csv.stderr and csv.stderr.count("\n") == 1
+    out = CliRunner().invoke(cli, ["steps", "--format", "json", path])
+    assert out.exit_code == 0 and json.loads(out.stdout) == []
 
 
 def test_the_shared_capture_trace_has_no_invented_steps() -> None:

@@ -116,3 +116,13 @@ def test_an_unbounded_prefill_growth_matches_its_type(tmp_path: Path) -> None:
     written = orjson.loads(summary.to_json())
     assert written["work"]["prefill_growth"][0]["growth"] is None
     assert mismatches(written, SummaryDocument) == []
+
+
+def test_a_capture_only_summary_matches_its_type() -> None:
+    """The 0-step summary of a trace that holds only CUDA-graph capture (issue 32)."""
+    from tests.conftest import CAPTURE_ONLY_NAMES, GENERATED
+
+    for name in CAPTURE_ONLY_NAMES:
+        trace = tv.load(str(GENERATED / f"{name}.json.gz"))
+        doc = tv.summarize(trace).to_dict()
+        assert mismatches(json.loads(json.dumps(doc)), SummaryDocument) == []

@@ -59,6 +59,9 @@ def test_fmt_ratio_and_value() -> None:
         ("90%", None),
         ("fast", None),
         ("", None),
+        ("1e400s", None),  # infinite as a float
+        ("9.3e9s", None),  # past an Int64 of ns
+        ("9.2e9s", 9_200_000_000_000_000_000),
     ],
 )
 def test_duration_ns(text: str, ns: int | None) -> None:
@@ -82,8 +85,25 @@ def test_read_quantity() -> None:
         (["check", "{t}", "--max", "decode_gaps.decode.p99_ns=5"], "'5' has no unit"),
         (["check", "{t}", "--max", "decode_gaps.decode.p99_ns=5%"], "is a percentage"),
         (["check", "{t}", "--min", "steps.count=3ms"], "has a unit, but the field is a count"),
+        (
+            ["heartbeat", "{t}", "-o", "{o}", "--window", "0:1e400s"],
+            "--window: '1e400s' is too long",
+        ),
+        (["heartbeat", "{t}", "-o", "{o}", "--window", "0:1e300s"], "'1e300s' is too long"),
+        (["summarize", "{t}", "--step-gap", "1e400s"], "--step-gap: '1e400s' is too long"),
     ],
-    ids=["step-gap", "step-gap-pct", "window", "fraction", "ns-bare", "ns-pct", "count"],
+    ids=[
+        "step-gap",
+        "step-gap-pct",
+        "window",
+        "fraction",
+        "ns-bare",
+        "ns-pct",
+        "count",
+        "window-infinite",
+        "window-past-int64",
+        "step-gap-infinite",
+    ],
 )
 def test_units_are_never_guessed(tmp_path: Path, argv: list[str], message: str) -> None:
     subs = {"{t}": str(GENERATED / "dense_sglang.json.gz"), "{o}": str(tmp_path / "h.png")}

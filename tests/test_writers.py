@@ -146,6 +146,37 @@ def test_annotate_replaces_its_own_overlay(trace: Path, suffix: str) -> None:
     assert strip(s1) == strip(s2)
 
 
+@pytest.mark.parametrize(
+    "before_close",
+    [None, b"}]", b"}\n\n\t ]", b"}\r\n]"],
+    ids=["as-written", "tight", "blanks", "crlf"],
+)
+def test_annotate_twice_keeps_the_original_text_byte_for_byte(
+    tmp_path: Path, before_close: bytes | None
+) -> None:
+    """docs/perfetto.md: the original text is kept byte for byte, the overlay inserted
+    just before the ``]`` that closes traceEvents; annotating the annotated trace replaces
+    the overlay and keeps the original's own blanks before that ``]`` (it once lost 3)."""
+    text = gzip.decompress(SRC.read_bytes())
+    close = text.index(b'],\n  "traceName"')  # the fixture's traceEvents closes here
+    head, tail = text[:close], text[close:]
+    assert head.rstrip().endswith(b"}")
+    if before_close is not None:  # the same events, other blanks before the ]
+        head = head.rstrip()[:-1] + before_close[:-1]
+    original = tmp_path / "t.json"
+    original.write_bytes(head + tail)
+    once, twice = tmp_path / "once.json", tmp_path / "twice.json"
+    assert _run("annotate", str(original), "-o", str(once))[0] == 0
+    assert _run("annotate", str(once), "-o", str(twice))[0] == 0
+    for annotated in (once, twice):
+        data = annotated.read_bytes()
+        # the original's text before the ] and from the ] on, each as it was
+        assert data.startswith(head) and data.endswith(tail)
+        overlay = data[len(head) : len(data) - len(tail)]
+        assert overlay.startswith(b",\n{") and overlay.endswith(b"}\n")
+    assert twice.read_bytes() == once.read_bytes()
+
+
 def test_annotate_a_run_into_a_file_is_one_line(tmp_path: Path) -> None:
     from fixtures.ranks import RankRun, build
 

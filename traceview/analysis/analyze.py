@@ -20,12 +20,12 @@ from traceview._io import release_free_memory
 from traceview.analysis.base.document import Efficiency
 from traceview.analysis.classify.families import Rules, family_rows, load_rules
 from traceview.analysis.documents import display
-from traceview.analysis.documents.summary import Summary, build
+from traceview.analysis.documents.summary import Summary, build, capture_only_summary
 from traceview.analysis.steps.candidates import StepOptions
 from traceview.analysis.steps.find import StepResult, find_steps
 from traceview.analysis.work.devices import DeviceSpec, device_option
 from traceview.analysis.work.model_config import ModelSpec, load_model
-from traceview.errors import UsageError
+from traceview.errors import CaptureOnlyError, UsageError
 from traceview.load import LoadOptions, load
 from traceview.model import Trace
 
@@ -167,8 +167,28 @@ class Analysis:
 
     @cached_property
     def summary(self) -> Summary:
-        """The ``traceview.summary/1`` document and the tables beside it."""
-        return build(self.rules, self.step_result, self.config.model_spec, self.config.device_spec)
+        """The ``traceview.summary/1`` document and the tables beside it; for a trace that
+        holds only CUDA-graph capture / warm-up (engine start-up), the document with 0
+        steps and its ``capture`` section (:meth:`serving` refuses it instead)."""
+        model, gpu = self.config.model_spec, self.config.device_spec
+        try:
+            result = self.step_result
+        except CaptureOnlyError as exc:
+            return capture_only_summary(
+                self.trace, self.rules, self.config.device, str(exc), model, gpu
+            )
+        return build(self.rules, result, model, gpu)
+
+    def serving(self) -> Summary:
+        """:attr:`summary`, for the surfaces that draw or judge steps.
+
+        Raises:
+            CaptureOnlyError: the trace holds only CUDA-graph capture / warm-up: no
+                serving steps (its one line; exit 0 on the command line).
+        """
+        if self.summary.document["steps"]["method"] == "none":
+            _ = self.step_result  # raises the step finder's CaptureOnlyError
+        return self.summary
 
     @property
     def steps(self) -> pl.DataFrame:

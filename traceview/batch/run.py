@@ -42,7 +42,7 @@ def analyse_rank(path: str, options: RunOptions) -> RankResult:
         if trace.kernels.height == 0:
             return RankResult(path, skipped="no device activity (a CPU-only trace)")
         analysis = Analysis(trace, options.config)
-        summary = analysis.summary
+        summary = analysis.serving()
     except TraceviewError as exc:
         return RankResult(path, error=str(exc))
     rank, source = rank_of(trace, path)

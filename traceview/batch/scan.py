@@ -72,6 +72,7 @@ from traceview.batch.rows import table_rows, trace_row
 from traceview.batch.store import Store, open_store
 from traceview.errors import NotATraceError, TraceviewError
 from traceview.load import LoadOptions, load, remote
+from traceview.paths import stored
 
 CONNECT_TIMEOUT_S = 30.0  # --connect-timeout: how long a Ray cluster may take to answer
 
@@ -101,7 +102,7 @@ class Source:
     @property
     def row_path(self) -> str:
         """The path its rows carry: the file resolved, or the URL."""
-        return self.path if remote.is_url(self.path) else str(Path(self.path).resolve())
+        return self.path if remote.is_url(self.path) else stored(str(Path(self.path).resolve()))
 
     @property
     def seen_key(self) -> tuple[str, int, int | str | None] | None:
@@ -274,13 +275,13 @@ def analyse(read_from: str, source: Source, trace_id: str | None, options: ScanO
         if trace.kernels.height == 0:
             raise TraceviewError(f"{path}: no device activity (a CPU-only trace)")
         analysis = TraceAnalysis(trace, options.config)
-        summary = analysis.summary
+        summary = analysis.serving()
         rules, result = analysis.rules, analysis.step_result
     except TraceviewError as exc:
         return failed(source, ident(), said(exc))
     tid = ident()
     rank, rank_source = rank_of(trace, path)
-    run = run_name(path, source.root, rank is not None)
+    run = stored(run_name(path, source.root, rank is not None))
     steps, families, gaps, work = table_rows(tid, run, rank, rules, summary, result)
     row = trace_row(tid, source, run, trace, summary, work, rank, rank_source)
     tables = {"steps": steps, "families": families, "gaps": gaps}
@@ -292,9 +293,9 @@ def failed(source: Source, trace_id: str, error: str) -> Analysis:
     """A trace that could not be analysed: its ``errors/`` row (no rank was read: its run
     is named as the file's name alone says)."""
     name = source.path.rstrip("/").rsplit("/", 1)[-1]
-    run = run_name(source.path, source.root, rank_from_name(name) is not None)
+    run = stored(run_name(source.path, source.root, rank_from_name(name) is not None))
     err = pl.DataFrame(
-        {"trace_id": [trace_id], "path": [source.row_path], "run": [run], "error": [error]}
+        {"trace_id": [trace_id], "path": [source.row_path], "run": [run], "error": [stored(error)]}
     )
     status: ScanStatus = {
         "path": source.path,

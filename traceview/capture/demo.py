@@ -25,9 +25,10 @@ def experiment(
     log of the profiled steps."""
     name = "chunked-on" if chunked else "chunked-off"
     folder = out / name
+    profiles = str((folder / "profiles").resolve())  # absolute: server and probe agree on it
     cfg = LabConfig(layers="LLLF", token_budget=budget, chunked_prefill=chunked, max_waiting=64)
     victim_tokens = 100_000  # long enough to outlive the injection (they are cancelled)
-    with LabServer(cfg, str(folder / "profiles"), max_tokens_cap=victim_tokens) as server:
+    with LabServer(cfg, profiles, max_tokens_cap=victim_tokens) as server:
         result = asyncio.run(
             run_probe(
                 ProbeConfig(
@@ -39,7 +40,7 @@ def experiment(
                     victim_prompt_tokens=8,
                     max_tokens=victim_tokens,
                     steady_tokens=6,
-                    profile_dir=str(folder / "profiles"),
+                    profile_dir=profiles,
                     out=str(folder),
                     vocab=cfg.vocab,
                 )

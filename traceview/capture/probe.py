@@ -18,7 +18,7 @@ import random
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +178,8 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
         CaptureError: the server cannot be reached, refuses, or a stream fails.
     """
     httpx = _httpx()
+    if cfg.profile_dir:  # absolute on both sides: the server's names and ours compare as paths
+        cfg = replace(cfg, profile_dir=str(Path(cfg.profile_dir).resolve()))
     rng = random.Random(cfg.seed)
     timeout = httpx.Timeout(
         connect=cfg.connect_timeout_s,
@@ -259,6 +261,9 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
 def _trusted(cfg: ProbeConfig, traces: list[Path]) -> list[Path]:
     """The traces to copy, each checked to be a file under the profile folder the user
     gave: a path a server names is never trusted (it could name any file on this machine).
+    Both sides are compared as absolute, resolved paths; a relative name is read against
+    the profile folder, then against the working directory (a server started here names
+    its traces relative to it), and either must land in the folder.
 
     Raises:
         CaptureError: a trace outside the profile folder, or no profile folder given.
@@ -273,12 +278,17 @@ def _trusted(cfg: ProbeConfig, traces: list[Path]) -> list[Path]:
     root = Path(cfg.profile_dir).resolve()
     checked = []
     for t in traces:
-        real = (root / t).resolve() if not t.is_absolute() else t.resolve()
-        if not real.is_relative_to(root) or not real.is_file():
+        candidates = [t] if t.is_absolute() else [root / t, Path.cwd() / t]
+        inside = [
+            real
+            for real in (c.resolve() for c in candidates)
+            if real.is_relative_to(root) and real.is_file()
+        ]
+        if not inside:
             raise CaptureError(
                 f"{t}: not a file under the profile folder {root}; refusing to copy it"
             )
-        checked.append(real)
+        checked.append(inside[0])
     return checked
 
 

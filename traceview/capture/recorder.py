@@ -11,12 +11,15 @@ from __future__ import annotations
 import gzip
 import os
 import platform
+import re
 import shutil
 import socket
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,51 @@ def _torch() -> Any:
             "capture needs torch: pip install 'traceview[capture]'"
         ) from None
     return torch
+
+
+# What kineto (torch.profiler's C++ side) writes to the process's stderr on every start and
+# stop, bypassing Python: trace points and a warning about the thread it was started on.
+_KINETO_NOISE = re.compile(
+    rb"^(?:(?:USDT|STAGE):\d{4}-\d\d-\d\d \S+ \d+:\d+ \S+\.cpp:\d+\] "
+    rb"|ERROR: External init callback must run in same thread as registerClient )"
+)
+
+
+_HOLDING = threading.RLock()  # fd 2 is the process's: one holder at a time
+
+
+@contextmanager
+def quiet_profiler() -> Iterator[None]:
+    """Run the block with the process's stderr (fd 2) held back, then write it out less
+    kineto's known lines (:data:`_KINETO_NOISE`); when the block raises, all of it, as
+    written. Anything else written to stderr meanwhile (any thread) comes out after."""
+    with _HOLDING:
+        yield from _held_back()
+
+
+def _held_back() -> Iterator[None]:
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no stderr to hold back
+        yield
+        return
+    failed = True
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+            failed = False
+        finally:
+            with suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            lines = held.read().splitlines(keepends=True)
+            kept = [line for line in lines if failed or not _KINETO_NOISE.match(line)]
+            if kept:
+                os.write(2, b"".join(kept))
 
 
 def _activities(torch: Any) -> list[Any]:
@@ -62,14 +110,16 @@ def start_profiler(out_dir: str, name: str) -> Any:
     prof = torch.profiler.profile(
         activities=_activities(torch), record_shapes=False, with_stack=False
     )
-    prof.__enter__()
+    with quiet_profiler():
+        prof.__enter__()
     prof._traceview_out = Path(out_dir) / f"{name}.pt.trace.json.gz"
     return prof
 
 
 def stop_profiler(prof: Any) -> str:
-    prof.__exit__(None, None, None)
-    return str(_export(prof, prof._traceview_out))
+    with quiet_profiler():
+        prof.__exit__(None, None, None)
+        return str(_export(prof, prof._traceview_out))
 
 
 @dataclass(frozen=True)
@@ -112,21 +162,28 @@ def record(
 
     walls: list[float] = []
     t0 = time.time()
-    try:
-        with torch.profiler.profile(
-            activities=_activities(torch),
-            schedule=schedule,
-            on_trace_ready=on_ready,
-            record_shapes=record_shapes,
-            with_stack=with_stack,
-        ) as prof:
+    prof = torch.profiler.profile(
+        activities=_activities(torch),
+        schedule=schedule,
+        on_trace_ready=on_ready,
+        record_shapes=record_shapes,
+        with_stack=with_stack,
+    )
+    try:  # the profiler's calls under quiet_profiler, the step function's output as it comes
+        with quiet_profiler():
+            prof.__enter__()
+        try:
             for _ in range(wait + warmup + steps):
                 s = time.perf_counter()
                 step_fn()  # the profiler names each step ProfilerStep#N itself
                 if torch.cuda.is_available():
                     torch.cuda.synchronize()
                 walls.append(time.perf_counter() - s)
-                prof.step()
+                with quiet_profiler():
+                    prof.step()
+        finally:
+            with quiet_profiler():
+                prof.__exit__(None, None, None)
     except (MissingDependencyError, CaptureError):
         raise
     except Exception as exc:

@@ -24,6 +24,7 @@ import json
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -133,6 +134,8 @@ def create_app(
     hosts: frozenset[str] = LOCAL_HOSTS,
 ) -> Any:
     starlette, _uvicorn = _deps()
+    # the traces are named by absolute path: a client in another folder finds them
+    profile_dir = str(Path(profile_dir).resolve())
     from starlette.requests import Request
     from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
     from starlette.routing import Route

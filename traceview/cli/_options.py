@@ -22,7 +22,7 @@ from traceview.model import Trace
 from traceview.render.safe import terminal
 
 if TYPE_CHECKING:  # the CLI imports analysis lazily, so --help stays fast
-    from traceview.analysis.analyze import Analysis, AnalysisConfig
+    from traceview.analysis.analyze import AnalysisConfig
     from traceview.analysis.documents.run import RunSummary
     from traceview.analysis.documents.summary import Summary
 
@@ -337,33 +337,36 @@ def parse_duration(text: str | None, what: str = "duration") -> int | None:
     are never guessed."""
     if text is None:
         return None
-    from traceview.units import DURATION_HINT, duration_ns, unitless_number
+    from traceview.units import DURATION_HINT, duration_ns, too_long, unitless_number
 
     ns = duration_ns(text)
     if ns is None:
+        if too_long(text):
+            raise TraceviewError(f"{what}: {text!r} is too long (at most 292 years, 9.2e9s)")
         problem = "has no unit" if unitless_number(text) else "is not a duration"
         raise TraceviewError(f"{what}: {text!r} {problem}; {DURATION_HINT}")
     return ns
 
 
-def analyze_trace(
-    path: str, analysis: AnalysisConfig, *, label: str = "", strict: bool = False
-) -> Analysis:
+def summarize_trace(
+    path: str,
+    analysis: AnalysisConfig,
+    *,
+    label: str = "",
+    strict: bool = False,
+    serving: bool = True,
+) -> Summary:
     """Load and analyse a trace with the command's config, printing the loader's and the
-    summary's warnings on stderr. Returns the Analysis, its summary computed."""
+    summary's warnings on stderr. Returns its summary. ``serving``: a trace of CUDA-graph
+    capture alone is CaptureOnlyError's one line (the commands that draw or judge steps);
+    else its 0-step summary (those that print a document or a table)."""
     from traceview.analysis.analyze import Analysis
 
     result = Analysis(load_trace(path, strict=strict), analysis)
-    for line in result.summary.warnings:
+    summary = result.serving() if serving else result.summary
+    for line in summary.warnings:
         warn_once(path, line, label)
-    return result
-
-
-def summarize_trace(
-    path: str, analysis: AnalysisConfig, *, label: str = "", strict: bool = False
-) -> Summary:
-    """The summary of :func:`analyze_trace`."""
-    return analyze_trace(path, analysis, label=label, strict=strict).summary
+    return summary
 
 
 def run_options(func: F) -> F:

@@ -90,5 +90,5 @@ def annotate(
         if trace.kernels.height == 0 and len(pairs) > 1:
             warn(f"{source}: skipped: no device activity")
             continue
-        summary = Analysis(trace, analysis).summary
+        summary = Analysis(trace, analysis).serving()
         say(f"wrote {write_annotated(source, target, trace, summary)}")

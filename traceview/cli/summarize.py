@@ -54,7 +54,8 @@ def summarize(
         else:
             render_run(run.to_dict())
         return
-    summary = summarize_trace(traces[0], analysis, strict=strict)
+    # --json prints one document, a capture-only trace's too (0 steps, its capture section)
+    summary = summarize_trace(traces[0], analysis, strict=strict, serving=not as_json)
     if as_json:
         click.echo(summary.to_json())
     else:
@@ -85,7 +86,8 @@ def steps(
     if is_run(traces):
         table = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict).steps
     else:
-        table = summarize_trace(traces[0], analysis, strict=strict).steps
+        # a capture-only trace: no steps, and the table's columns all the same
+        table = summarize_trace(traces[0], analysis, strict=strict, serving=False).steps
     if output is None and chosen == "table":
         table = steps_view(table)
     write_output(table, chosen, output, force=force, stdout=sys.stdout.buffer)

@@ -293,6 +293,26 @@ def annotate(source: str, out: str | os.PathLike[str], trace: Trace, summary: Su
     return atomic_write(target, write)
 
 
+def _separator(before: bytes) -> bytes:
+    """What goes between the original text and the overlay: a comma unless the last
+    non-blank byte ``before`` it is ``[`` or ``,`` already, then a newline."""
+    return (b"" if before in (b"[", b",") else b",") + b"\n"
+
+
+def _drop_separator(held: bytes, before: bytes) -> bytes:
+    """``held`` (the blanks and commas just before an earlier overlay, ``before`` the last
+    byte written ahead of them) less exactly the separator annotate wrote there
+    (:func:`_separator`): the original's own blanks and commas are kept byte for byte."""
+    if held.endswith(b"\n"):
+        held = held[:-1]
+    if held.endswith(b","):
+        rest = held[:-1]
+        prev = rest.rstrip()[-1:] if rest.rstrip() else before
+        if prev not in (b"[", b","):  # annotate wrote this comma: it adds one only then
+            held = rest
+    return held
+
+
 def _copy_with_overlay(
     source: str,
     end: int | None,
@@ -303,18 +323,18 @@ def _copy_with_overlay(
 ) -> None:
     """Copy the text, inserting ``events`` before byte ``end`` (the closing ``]``), or at
     the end with a ``]`` of its own when there is none. With ``cut``, the bytes from
-    ``cut`` to ``end`` (an earlier overlay) are left out, with the blank and comma before
-    them."""
+    ``cut`` to ``end`` (an earlier overlay) are left out, with the separator annotate wrote
+    before them (and nothing of the original's own blanks)."""
     stop = cut if cut is not None else end  # where the original text is left
     written = 0
     pending = b""  # trailing blanks and (before an old overlay) commas, held back
     inserted = False
 
     def insert() -> None:
-        held = pending.rstrip(b" \t\r\n,") if cut is not None else pending
+        held = _drop_separator(pending, last_byte[0]) if cut is not None else pending
         w.write(held)
         last = held.rstrip()[-1:] if held.rstrip() else last_byte[0]
-        w.write((b"" if last in (b"[", b",") else b",") + b"\n" + events + b"\n")
+        w.write(_separator(last) + events + b"\n")
 
     last_byte = [b""]
     for chunk in _read_text(source):

@@ -3,8 +3,9 @@ names, paths, error details) is neutralised for where it is shown, by one functi
 destination. Nothing a trace holds may drive the terminal, a chart's text engine, a
 markdown table or an HTML page.
 
-- :func:`terminal`: C0/C1 control characters (ESC sequences, OSC titles, bells) and the
-  bidirectional overrides are shown as visible escapes (``\\x1b``, ``\\u202e``); print the
+- :func:`terminal`: C0/C1 control characters (ESC sequences, OSC titles, bells), the
+  bidirectional overrides and a file name's bytes that are not UTF-8 (lone surrogates, as
+  Python reads them) are shown as visible escapes (``\\x1b``, ``\\u202e``, ``\\xff``); print the
   result as plain text (no rich markup is read from it; the terminal renderers print with
   markup off).
 - :func:`chart`: the same visible escapes; the charts' style turns matplotlib's mathtext off
@@ -28,12 +29,18 @@ from collections.abc import Mapping
 import orjson
 
 # C0 controls but tab and newline, DEL, C1 controls, and the bidi embeddings, overrides and
-# isolates (U+202A-U+202E, U+2066-U+2069) and marks that can reorder what a reader sees
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# isolates (U+202A-U+202E, U+2066-U+2069) and marks that can reorder what a reader sees; and
+# lone surrogates (a file name's bytes that are not UTF-8, as Python reads them), which no
+# terminal, font or UTF-8 file takes
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def _visible(m: re.Match[str]) -> str:
     code = ord(m.group())
+    if 0xDC80 <= code <= 0xDCFF:  # the byte a file name held (surrogateescape): \xff
+        return f"\\x{code - 0xDC00:02x}"
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 

@@ -243,11 +243,22 @@ class Efficiency(TypedDict):
     families: list[EfficiencyFamily] | None
 
 
+class CaptureSpan(TypedDict):
+    """One capture region's span: on its host thread (from its ``capture_*`` annotation or
+    begin of capture to its graph's instantiation), else on its device."""
+
+    start_ns: int
+    end_ns: int
+    span_ns: int
+
+
 class Capture(TypedDict):
-    """CUDA-graph capture / warm-up regions left out of the analysis (engine start-up)."""
+    """CUDA-graph capture / warm-up regions left out of the analysis (engine start-up):
+    how many, the kernels under them, and each region's span in start order."""
 
     regions: int
     kernels: int
+    spans: list[CaptureSpan]
 
 
 class SummaryDocument(TypedDict):

@@ -8,6 +8,7 @@ import polars as pl
 
 from traceview.analysis.base.document import INFO_SCHEMA, CategoryCount, DeviceFacts, InfoDocument
 from traceview.model import Trace
+from traceview.paths import stored
 
 
 def categories(trace: Trace) -> pl.DataFrame:
@@ -50,7 +51,7 @@ def info(trace: Trace) -> InfoDocument:
     )
     return {
         "schema": INFO_SCHEMA,
-        "path": trace.meta.path,
+        "path": stored(trace.meta.path),
         "format": trace.meta.format,
         "schema_version": trace.meta.schema_version,
         "gpu": trace.meta.gpu_name,

@@ -54,6 +54,7 @@ from traceview.analysis.documents.summary import Summary, step_time
 from traceview.analysis.steps.find import StepResult, ends_of
 from traceview.errors import RunError
 from traceview.model import Trace
+from traceview.paths import stored
 
 SCHEMA = RUN_SCHEMA
 TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace")
@@ -105,7 +106,7 @@ class RunSummary:
         frames = [
             r.summary.steps.select(
                 pl.lit(r.rank, dtype=pl.Int64).alias("rank"),
-                pl.lit(r.path).alias("path"),
+                pl.lit(stored(r.path)).alias("path"),
                 pl.all(),
             )
             for r in self.ranks
@@ -297,7 +298,7 @@ def _rank_row(
     return {
         "rank": r.rank,
         "rank_source": r.rank_source,
-        "path": r.path,
+        "path": stored(r.path),
         **trace_figures(doc),
         "cadence_by_phase": phases,
         "compute_p50_ns": median_ns(per["compute_ns"].to_numpy()),
@@ -347,7 +348,11 @@ def assemble(paths: Sequence[str], results: list[RankResult]) -> RunSummary:
         "skew": cross.skew,
         "straggler": cross.straggler,
         "left_out": [
-            {"path": r.path, "reason": r.error or r.skipped, "skipped": r.skipped is not None}
+            {
+                "path": stored(r.path),
+                "reason": None if (why := r.error or r.skipped) is None else stored(why),
+                "skipped": r.skipped is not None,
+            }
             for r in left_out
         ],
         "warnings": warnings,

@@ -16,6 +16,7 @@ from traceview.analysis.base.document import (
     DECODING,
     KINDS,
     SUMMARY_SCHEMA,
+    Capture,
     FamilyRow,
     GapFill,
     GapStats,
@@ -24,6 +25,7 @@ from traceview.analysis.base.document import (
     PhaseWork,
     PrefillGrowth,
     StepFacts,
+    StepFinding,
     StepTime,
     SummaryDocument,
     TimeBreakdown,
@@ -33,15 +35,17 @@ from traceview.analysis.base.document import (
 from traceview.analysis.base.intervals import Union, merge_windows, union
 from traceview.analysis.base.names import short_name
 from traceview.analysis.base.precision import line_ends, sig, sig_or_none
-from traceview.analysis.base.stats import mean
+from traceview.analysis.base.stats import mean, percentiles
 from traceview.analysis.classify.families import Rules, family_rows
 from traceview.analysis.documents import display
-from traceview.analysis.steps.find import StepResult, describe
+from traceview.analysis.steps.capture import capture_regions
+from traceview.analysis.steps.find import StepResult, describe, empty_step_table, pick_device
 from traceview.analysis.timing.busy import busy_document
 from traceview.analysis.timing.cadence import cadence, decoding_cadence, kind_cadence, phase_rows
-from traceview.analysis.timing.gaps import gap_table, summarize_gaps
+from traceview.analysis.timing.gaps import GAP_SCHEMA, gap_table, summarize_gaps
 from traceview.analysis.timing.idle import (
     CAUSES,
+    IDLE_SCHEMA,
     FamilyActivity,
     HostCalls,
     idle_in_windows,
@@ -57,6 +61,7 @@ from traceview.analysis.work.efficiency import (
 from traceview.analysis.work.model_config import ModelSpec
 from traceview.analysis.work.op_flops import kernel_work
 from traceview.model import Trace
+from traceview.paths import stored
 
 SCHEMA = SUMMARY_SCHEMA
 SMALL_N = 100  # below this, a p99 is close to the maximum: say so
@@ -198,7 +203,7 @@ def build(
     start_ns, end_ns = int(result.union.starts[0]), int(result.union.ends[-1])
     streams = sorted(k["stream"].drop_nulls().unique().to_list())
     facts: TraceFacts = {
-        "path": trace.meta.path,
+        "path": stored(trace.meta.path),  # a name's non-UTF-8 bytes as \xff
         "format": trace.meta.format,
         "gpu": trace.meta.gpu_name,
         "events": trace.meta.events,
@@ -235,7 +240,9 @@ def build(
         "busy": busy_document(result.union, result.device, gaps, p99_all),
         "time_breakdown": time_breakdown(table, phases, k, shares),
         "efficiency": efficiency,
-        "capture": {"regions": result.capture_regions, "kernels": result.capture_kernels},
+        "capture": capture_section(
+            result.capture_regions, result.capture_kernels, result.capture_spans
+        ),
         "warnings": warnings,
     }
     op_work = kernel_work(trace, k)  # record_shapes' GEMM and attention ops, where present
@@ -264,6 +271,120 @@ def build(
         warnings=warnings,
         timeline=timeline(k, start_ns, end_ns) if table.height < 2 else None,
         idle=idle,
+    )
+
+
+def capture_section(
+    regions: int, kernels: int, spans: tuple[tuple[int, int], ...] | list[tuple[int, int]]
+) -> Capture:
+    """The summary's ``capture`` section: the CUDA-graph capture / warm-up regions, the
+    kernels under them and each region's span, in start order."""
+    return {
+        "regions": regions,
+        "kernels": kernels,
+        "spans": [{"start_ns": a, "end_ns": b, "span_ns": b - a} for a, b in spans],
+    }
+
+
+def capture_only_summary(
+    trace: Trace,
+    rules: Rules,
+    device: int | None,
+    said: str,
+    model: ModelSpec | None = None,
+    gpu: DeviceSpec | None = None,
+) -> Summary:
+    """The summary of a trace that holds only CUDA-graph capture / warm-up (engine
+    start-up): 0 steps, no families, gaps, busy or phases (every kernel is under capture,
+    and none is analysed, as in a trace that serves after its start-up), the trace's facts
+    over all its kernels, and the ``capture`` section. ``said``: the
+    :class:`CaptureOnlyError` message, the summary's first warning."""
+    capture = capture_regions(trace)
+    device = pick_device(trace, device)
+    k = trace.kernels
+    mine = k.filter(pl.col("device") == device) if len(trace.devices) > 1 else k
+    start_ns = int(mine["ts_ns"].min())  # type: ignore[arg-type]
+    end_ns = int((mine["ts_ns"] + mine["dur_ns"]).max())  # type: ignore[arg-type]
+    path = trace.meta.path
+    warnings = [said.removeprefix(f"{path}: ")]
+    peaks = device_peaks(trace, device, gpu)
+    table, efficiency, more = efficiency_section(trace, device, empty_step_table(), model, peaks)
+    warnings += more
+    empty = percentiles(np.empty(0, dtype=np.int64))
+    finding: StepFinding = {
+        "method": "none",
+        "marker": None,
+        "layers": None,
+        "detail": "CUDA-graph capture / warm-up only: no serving steps",
+        "annotation_steps": 0,
+        "disagreements": None,
+        "kind_sources": {},
+    }
+    doc: SummaryDocument = {
+        "schema": SCHEMA,
+        "trace": {
+            "path": stored(path),
+            "format": trace.meta.format,
+            "gpu": trace.meta.gpu_name,
+            "events": trace.meta.events,
+            "kernels": k.height,
+            "skipped_events": trace.meta.skipped_events,
+            "devices": trace.devices,
+            "device": device,
+            "streams": sorted(mine["stream"].drop_nulls().unique().to_list()),
+            "start_ns": start_ns,
+            "end_ns": end_ns,
+            "span_ns": end_ns - start_ns,
+            "activity": "kernel",
+        },
+        "classification": rules.name,
+        "families": [],
+        "families_rollup": [],
+        "steps": {
+            **finding,
+            "count": 0,
+            "cadence": empty,
+            "cadence_by_kind": {kind: deepcopy(empty) for kind in KINDS},
+            "decoding_cadence": deepcopy(empty),
+            "phases": [],
+        },
+        "work": work(table, []),
+        "decode_gaps": summarize_gaps(pl.DataFrame(schema=GAP_SCHEMA), None),
+        "decode_marker": None,
+        "decode_marker_source": None,
+        "decode_marker_kernels": [],
+        "busy": {
+            "device": device,
+            "fraction": None,
+            "window_start_ns": None,
+            "window_end_ns": None,
+            "busy_ns": None,
+            "in_gaps": None,
+            "in_widest_gaps": None,
+        },
+        "time_breakdown": [],
+        "efficiency": efficiency,
+        "capture": capture_section(capture.regions, capture.kernels, capture.spans),
+        "warnings": warnings,
+    }
+    no_kernels = pl.DataFrame(
+        schema={"name": pl.String, "family": pl.String, "count": pl.UInt32, "total_ns": pl.Int64}
+    )
+    return Summary(
+        document=doc,
+        steps=table,
+        families=family_rows(no_kernels.drop("name")),
+        gaps=pl.DataFrame(schema=GAP_SCHEMA),
+        kernel_table=kernel_table_work(
+            no_kernels.with_columns(
+                pl.lit(None, pl.Float64).alias("mean_ns"), pl.lit(None, pl.Float64).alias("share")
+            ),
+            k,
+            None,
+            peaks,
+        ),
+        idle=pl.DataFrame(schema=IDLE_SCHEMA),
+        warnings=warnings,
     )
 
 

@@ -39,11 +39,14 @@ RANGES = pl.Schema({"pid": pl.Int32, "tid": pl.Int32, "a0": pl.Int64, "a1": pl.I
 
 @dataclass(frozen=True)
 class Capture:
-    """The capture regions of a trace: how many (``regions``), and per row of
-    ``trace.kernels`` whether it runs under one (``mask``)."""
+    """The capture regions of a trace: how many (``regions``), per row of
+    ``trace.kernels`` whether it runs under one (``mask``), and each region's
+    ``(start_ns, end_ns)`` in start order (``spans``: on its host thread, or on its device
+    where only the GPU projection of its annotation exists)."""
 
     regions: int
     mask: np.ndarray
+    spans: tuple[tuple[int, int], ...] = ()
 
     @property
     def kernels(self) -> int:
@@ -137,6 +140,10 @@ def capture_regions(trace: Trace) -> Capture:
     )
     if host.height == 0 and gpu.height == 0:
         return Capture(0, mask)
+    regions = host if host.height else gpu
+    region_spans = tuple(
+        (int(a0), int(a1)) for a0, a1 in regions.sort("a0", "a1").select("a0", "a1").iter_rows()
+    )
     windows = [gpu]
     if host.height and k.height:
         corr, row = launches_within(trace, host)
@@ -155,4 +162,4 @@ def capture_regions(trace: Trace) -> Capture:
         a0, a1 = _merged(spans["a0"].to_numpy(), spans["a1"].to_numpy())
         at = range_holding(ts[mine], a0, a1)
         mask[mine[at >= 0]] = True
-    return Capture(host.height if host.height else gpu.height, mask)
+    return Capture(regions.height, mask, region_spans)

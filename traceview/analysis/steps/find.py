@@ -91,6 +91,7 @@ class StepResult:
     activity: Activity = "kernel"  # kernel | cpu_op (a CPU capture: CPU ranges stand in)
     capture_regions: int = 0  # CUDA-graph capture / warm-up regions left out
     capture_kernels: int = 0  # the kernels under them
+    capture_spans: tuple[tuple[int, int], ...] = ()  # each region's (start_ns, end_ns)
 
 
 def pick_device(trace: Trace, device: int | None) -> int:
@@ -305,6 +306,38 @@ def _assemble(
     return table, phases, kinds.disagreements
 
 
+def empty_step_table() -> pl.DataFrame:
+    """The step table of a trace with no steps (one that holds only CUDA-graph capture):
+    no rows, and every column a step table always has (the ``ns_<family>`` columns come
+    with the families present, so there are none)."""
+    return pl.DataFrame(
+        schema={
+            "index": pl.Int64,
+            "start_ns": pl.Int64,
+            "anchor_ns": pl.Int64,
+            "end_ns": pl.Int64,
+            "interval_ns": pl.Int64,
+            "kind": pl.String,
+            "kind_source": pl.String,
+            "phase": pl.Int64,
+            "kernels": pl.Int64,
+            "busy_fraction": pl.Float64,
+            "prefill_ns": pl.Int64,
+            "prefill_kernels": pl.Int64,
+            "annotation": pl.String,
+            **RECORD_DTYPES,
+            "shape_tokens": pl.Int64,
+            "shape_kv_tokens": pl.Int64,
+            "shape_attention_pairs": pl.Int64,
+            "shape_attention_ops": pl.Int64,
+            "busy_ns": pl.Int64,
+            **{f"idle_{cause}_ns": pl.Int64 for cause in CAUSES},
+            "host_step_ns": pl.Int64,
+            "host_before_gpu_ns": pl.Int64,
+        }
+    )
+
+
 def with_time_breakdown(
     table: pl.DataFrame, trace: Trace, k: DeviceKernels, u: Union, host: HostCalls
 ) -> pl.DataFrame:
@@ -450,6 +483,7 @@ def find_steps(
         trace=trace,
         capture_regions=capture.regions,
         capture_kernels=capture.kernels,
+        capture_spans=capture.spans,
         host=host,
         starts=k.ts,
     )

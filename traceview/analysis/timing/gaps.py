@@ -103,6 +103,18 @@ def decode_markers(
     return chosen, replace(marker, names=tuple(sorted(hits)))
 
 
+GAP_SCHEMA = pl.Schema(
+    {
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "gap_ns": pl.Int64,
+        "overlap": pl.Boolean,
+        "phase": pl.Int64,
+        "population": pl.String,
+    }
+)
+
+
 def gap_table(
     kernels: pl.DataFrame, totals: pl.DataFrame, phases: pl.DataFrame, rules: Rules
 ) -> tuple[pl.DataFrame, Marker | None, str | None]:
@@ -116,17 +128,7 @@ def gap_table(
     if markers.height:
         family = Counter(markers["family"].to_list()).most_common(1)[0][0]
     if markers.height < 2:
-        empty = pl.DataFrame(
-            schema={
-                "start_ns": pl.Int64,
-                "end_ns": pl.Int64,
-                "gap_ns": pl.Int64,
-                "overlap": pl.Boolean,
-                "phase": pl.Int64,
-                "population": pl.String,
-            }
-        )
-        return empty, used, family
+        return pl.DataFrame(schema=GAP_SCHEMA), used, family
     # the device's kernels are in time order already: sort only when they are not
     m = markers if markers["ts_ns"].is_sorted() else markers.sort("ts_ns", maintain_order=True)
     prev_end = (m["ts_ns"] + m["dur_ns"]).to_numpy()[:-1]

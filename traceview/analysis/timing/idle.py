@@ -394,6 +394,16 @@ def idle_in_windows(
 LONG_IDLE_NS = 50_000  # idle intervals at least this long are listed one by one
 
 
+IDLE_SCHEMA = pl.Schema(
+    {
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "cause": pl.String,
+        **{f"{cause}_ns": pl.Int64 for cause in CAUSES},
+    }
+)
+
+
 def long_idle(
     trace: Trace,
     ts: I64,
@@ -421,7 +431,8 @@ def long_idle(
         {
             "start_ns": starts,
             "end_ns": ends,
-            "cause": pl.Series([CAUSES[i] for i in top.tolist()], dtype=pl.String),
+            "cause": [CAUSES[i] for i in top.tolist()],
             **{f"{cause}_ns": by_cause[row] for row, cause in enumerate(CAUSES)},
-        }
+        },
+        schema=IDLE_SCHEMA,
     )
