@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,23 @@ def _capture_only(name: str) -> bool:
 # steps, families or gaps to compare, and is tested on its own (tests/test_capture_regions.py)
 CAPTURE_ONLY_NAMES = [n for n in ALL_SCENARIOS if _capture_only(n)]
 SCENARIO_NAMES = [n for n in ALL_SCENARIOS if n not in CAPTURE_ONLY_NAMES]
+
+
+def cut_in_half(dest: Path, *, gzip_bytes: bool = False) -> int:
+    """Write hybrid_chunked cut in half at ``dest``: the first half of its JSON text,
+    compressed again, or (``gzip_bytes``) the first half of its gzip bytes. Returns the
+    planted cut the loader must report: the byte of the text just after the last event
+    that closes before the cut (its events are separated by ``},\\n  {``)."""
+    raw = (GENERATED / "hybrid_chunked.json.gz").read_bytes()
+    if gzip_bytes:
+        head = raw[: len(raw) // 2]
+        dest.write_bytes(head)
+        text = zlib.decompressobj(31).decompress(head)
+    else:
+        whole = gzip.decompress(raw)
+        text = whole[: len(whole) // 2]
+        dest.write_bytes(gzip.compress(text))
+    return text.rfind(b"},\n  {") + 1
 
 
 def real_traces() -> list[Path]:
