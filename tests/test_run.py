@@ -301,7 +301,6 @@ def test_past_8_ranks_the_heartbeat_is_a_band_with_the_straggler(tmp_path: Path)
     assert labels[2].startswith("rank 7 (straggler") and len(labels) == 3
 
 
-
 def _truncated_run(run: Path) -> tuple[int, int]:
     """A run of three ranks: rank 0 cut in half (an ESC byte in its name, printed
     escaped), rank 1 cut in half inside its gzip stream, rank 2 whole. Returns the
