@@ -3,6 +3,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import sys
 import tempfile
 import zlib
@@ -14,8 +15,25 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# the loaded-trace cache of the tests lives in a folder of their own, never the user's
-os.environ.setdefault("TRACEVIEW_CACHE_DIR", tempfile.mkdtemp(prefix="traceview-test-cache-"))
+# The loaded-trace cache of the tests lives in a folder of their own, never the user's: one
+# per test run, made by the process that starts the run (pytest, or xdist's controller),
+# inherited through the environment by its workers and subprocesses (and by this file
+# imported a second time as tests.conftest), which make none, and removed when the run ends
+# (pytest_sessionfinish). tests/test_cleanup.py checks that a run leaves none behind.
+TEST_CACHE_ENV = "TRACEVIEW_TEST_CACHE_DIR"
+TEST_CACHE_PREFIX = "traceview-test-cache-"
+OWN_CACHE: str | None = None  # the folder this process made, and removes
+if TEST_CACHE_ENV not in os.environ:
+    OWN_CACHE = tempfile.mkdtemp(prefix=TEST_CACHE_PREFIX)
+    os.environ[TEST_CACHE_ENV] = OWN_CACHE
+os.environ["TRACEVIEW_CACHE_DIR"] = os.environ[TEST_CACHE_ENV]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The run's cache folder goes with the run (in xdist's controller, after its workers)."""
+    if OWN_CACHE is not None:
+        shutil.rmtree(OWN_CACHE, ignore_errors=True)
+
 
 GENERATED = ROOT / "fixtures" / "generated"
 # a document's floats carry 9 significant digits (traceview.analysis.base.precision): a figure
