@@ -444,6 +444,13 @@ def test_each_failing_path_has_its_errors_row(tmp_path: Path) -> None:
     stamps = {p: p.stat().st_mtime_ns for p in ds.rglob("*.parquet")}
     assert len(scan([str(traces)], ds).failed) == 4
     assert {p: p.stat().st_mtime_ns for p in ds.rglob("*.parquet")} == stamps
+    # a failing path that holds a trace now loses its row: scanned, or a copy of one
+    shutil.copy(GENERATED / "dense_sglang.json.gz", traces / "garbage_a.json")
+    shutil.copy(GENERATED / "dense_sglang.json.gz", traces / "garbage_b.json")
+    report = scan([str(traces)], ds)
+    assert (len(report.scanned), len(report.copies), len(report.failed)) == (1, 1, 2)
+    left = _table(ds, "errors")["path"].to_list()
+    assert sorted(left) == sorted(p for p in planted if "empty_" in p)
 
 
 @pytest.mark.parametrize("jobs", ["1", pytest.param("2", marks=pytest.mark.slow, id="2")])

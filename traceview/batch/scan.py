@@ -234,9 +234,7 @@ def claim(store: Store, source: Source) -> tuple[Source, str, str | None]:
 def skipped_as(store: Store, source: Source, trace_id: str) -> ScanStatus:
     """A file whose content the dataset holds already (a copy, a touched file): skipped,
     and recorded as that trace's alias, so the next scan skips it unread."""
-    key = source.seen_key
-    recorded = key is not None and note_alias(store, trace_id, key[0], key[1], key[2])
-    return status_of(source.path, trace_id, "copy" if recorded else "skipped")
+    return _as_copy(store, status_of(source.path, trace_id, "copy", key=source.seen_key))
 
 
 def settle(store: Store, a: Analysis) -> ScanStatus:
@@ -361,9 +359,12 @@ def commit_analysis(store: Store, a: Analysis) -> ScanStatus:
 def _as_copy(store: Store, status: ScanStatus) -> ScanStatus:
     """An analysed file or object whose content the dataset holds already: recorded as
     that trace's alias (a ``copy``), or ``skipped`` where it cannot be (an object with no
-    version) or is that trace's own file (a concurrent scan wrote it)."""
+    version) or is that trace's own file (a concurrent scan wrote it). A path that failed
+    before and holds a trace now loses its ``errors/`` row."""
     key = status["key"]
     recorded = key is not None and note_alias(store, status["trace_id"], *key)
+    if key is not None and recorded:
+        drop_error(store, key[0])
     return {**status, "status": "copy" if recorded else "skipped", "warnings": []}
 
 
