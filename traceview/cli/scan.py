@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from traceview.cli._options import analysis_options, bytes_bar, say, warn
+from traceview.cli._options import analysis_options, bytes_bar, say, warn, warn_once
 
 if TYPE_CHECKING:
     from traceview.analysis.analyze import AnalysisConfig
@@ -100,11 +100,8 @@ def scan(
         )
     finally:
         close()
-    said: set[tuple[str, str]] = set()
-    for path, line in report.warnings:  # the loader's (a truncated trace), said by workers
-        if (path, line) not in said:
-            said.add((path, line))
-            warn(f"{path}: {line}")
+    for path, line in report.warnings:  # the loader's (a truncated trace): no worker says it
+        warn_once(path, line)
     for path, error in report.failed:
         warn(f"{path}: not scanned: {error}")
     for path in report.not_traces:
