@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import shutil
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -12,8 +15,25 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# the loaded-trace cache of the tests lives in a folder of their own, never the user's
-os.environ.setdefault("TRACEVIEW_CACHE_DIR", tempfile.mkdtemp(prefix="traceview-test-cache-"))
+# The loaded-trace cache of the tests lives in a folder of their own, never the user's: one
+# per test run, made by the process that starts the run (pytest, or xdist's controller),
+# inherited through the environment by its workers and subprocesses (and by this file
+# imported a second time as tests.conftest), which make none, and removed when the run ends
+# (pytest_sessionfinish). tests/test_cleanup.py checks that a run leaves none behind.
+TEST_CACHE_ENV = "TRACEVIEW_TEST_CACHE_DIR"
+TEST_CACHE_PREFIX = "traceview-test-cache-"
+OWN_CACHE: str | None = None  # the folder this process made, and removes
+if TEST_CACHE_ENV not in os.environ:
+    OWN_CACHE = tempfile.mkdtemp(prefix=TEST_CACHE_PREFIX)
+    os.environ[TEST_CACHE_ENV] = OWN_CACHE
+os.environ["TRACEVIEW_CACHE_DIR"] = os.environ[TEST_CACHE_ENV]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The run's cache folder goes with the run (in xdist's controller, after its workers)."""
+    if OWN_CACHE is not None:
+        shutil.rmtree(OWN_CACHE, ignore_errors=True)
+
 
 GENERATED = ROOT / "fixtures" / "generated"
 # a document's floats carry 9 significant digits (traceview.analysis.base.precision): a figure
@@ -31,6 +51,23 @@ def _capture_only(name: str) -> bool:
 # steps, families or gaps to compare, and is tested on its own (tests/test_capture_regions.py)
 CAPTURE_ONLY_NAMES = [n for n in ALL_SCENARIOS if _capture_only(n)]
 SCENARIO_NAMES = [n for n in ALL_SCENARIOS if n not in CAPTURE_ONLY_NAMES]
+
+
+def cut_in_half(dest: Path, *, gzip_bytes: bool = False) -> int:
+    """Write hybrid_chunked cut in half at ``dest``: the first half of its JSON text,
+    compressed again, or (``gzip_bytes``) the first half of its gzip bytes. Returns the
+    planted cut the loader must report: the byte of the text just after the last event
+    that closes before the cut (its events are separated by ``},\\n  {``)."""
+    raw = (GENERATED / "hybrid_chunked.json.gz").read_bytes()
+    if gzip_bytes:
+        head = raw[: len(raw) // 2]
+        dest.write_bytes(head)
+        text = zlib.decompressobj(31).decompress(head)
+    else:
+        whole = gzip.decompress(raw)
+        text = whole[: len(whole) // 2]
+        dest.write_bytes(gzip.compress(text))
+    return text.rfind(b"},\n  {") + 1
 
 
 def real_traces() -> list[Path]:

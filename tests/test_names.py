@@ -73,6 +73,8 @@ NOT_FIGURES = {"trace_id", "path", "run", "size", "mtime_ns", "version", "scanne
 NOT_FIGURES |= {"engine", "model"}
 # names the run document and the scan share that need the rank's per-step work
 RUN_ONLY = {"rank", "rank_source", "compute_p50_ns"}
+# names of the file's state the loader reports (trace.meta.truncated_at), checked below
+LOADED = {"truncated", "truncated_at_byte"}
 
 
 @pytest.mark.parametrize(
@@ -93,12 +95,13 @@ def test_shared_names_mean_the_same_in_summary_run_and_scan(
     rows = pl.read_parquet(tmp_path / "ds" / "traces" / "*.parquet")
     assert rows.height == len(inputs)
     run = tv.summarize_run([str(p) for p in inputs]).to_dict()
-    unknown = set(rows.columns) - set(DEFINITIONS) - NOT_FIGURES - RUN_ONLY
+    unknown = set(rows.columns) - set(DEFINITIONS) - NOT_FIGURES - RUN_ONLY - LOADED
     assert not unknown, f"traces/ columns with no definition here: {unknown}"
     checked = 0
     for row in rows.iter_rows(named=True):
         path = Path(row["path"])
-        summary = tv.summarize(tv.load(path))
+        trace = tv.load(path)
+        summary = tv.summarize(trace)
         rank = next(r for r in run["ranks"] if Path(r["path"]).resolve() == path)
         for name, definition in DEFINITIONS.items():
             expected = definition(summary)
@@ -107,6 +110,9 @@ def test_shared_names_mean_the_same_in_summary_run_and_scan(
                 assert rank[name] == expected, f"{path.name}: run ranks[].{name}"
                 checked += 1
         assert row["compute_p50_ns"] == rank["compute_p50_ns"]
+        cut = trace.meta.truncated_at
+        assert (row["truncated"], row["truncated_at_byte"]) == (cut is not None, cut)
+        assert (rank["truncated"], rank["truncated_at_byte"]) == (cut is not None, cut)
         if rank["rank_source"] == "order":  # the run numbers ranks no trace states
             assert row["rank"] is None and row["rank_source"] is None
         else:

@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from conftest import GENERATED, ROOT, SHARED_TRACES
+from conftest import GENERATED, ROOT, SHARED_TRACES, cut_in_half
 from s3server import environment, filesystem, s3_server
 
 import traceview as tv
@@ -227,7 +227,7 @@ def test_a_second_scan_writes_nothing_and_a_changed_object_is_scanned_again(
     fs.copy(f"{BUCKET}/runs/single/dense_sglang.json.gz", f"{BUCKET}/copies/same.json.gz")
     copy_url = f"s3://{BUCKET}/copies/same.json.gz"
     once = scan([copy_url], ds, jobs=1)
-    assert once.skipped == [copy_url] and once.bytes_read > 0
+    assert once.copies == [copy_url] and once.skipped == [] and once.bytes_read > 0
     twice = scan([copy_url], ds, jobs=1)
     assert twice.skipped == [copy_url] and twice.bytes_read == 0
     fs.put(str(GENERATED / "hybrid_tight.json.gz"), f"{BUCKET}/runs/single/dense_sglang.json.gz")
@@ -386,3 +386,23 @@ def test_objects_without_a_version_are_read_again_and_skipped_by_content(
         assert again.bytes_read == first.bytes_read  # read again: no version to trust
     finally:
         server.shutdown()
+
+
+def test_a_truncated_object_is_said_and_marked(bucket: str, tmp_path: Path) -> None:
+    """Issue 32: ``scan s3://…`` and a run of objects took a truncated object for whole,
+    silently. Both say it once, and its row carries the planted cut."""
+    fs = filesystem(bucket)
+    cut = cut_in_half(tmp_path / "half.json.gz")
+    fs.put(str(tmp_path / "half.json.gz"), f"{BUCKET}/cut/half.json.gz")
+    url = f"s3://{BUCKET}/cut/half.json.gz"
+    said = f"{url}: truncated inside an event after byte {cut:,} "
+    r = CliRunner().invoke(cli, ["scan", f"s3://{BUCKET}/cut", "-o", f"s3://{BUCKET}/cutds"])
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.count(said) == 1 and "scanned 1 (1 truncated)" in r.stderr
+    row = _s3_table(bucket, f"s3://{BUCKET}/cutds", "traces").row(0, named=True)
+    assert (row["path"], row["truncated"], row["truncated_at_byte"]) == (url, True, cut)
+    run = CliRunner().invoke(cli, ["summarize", f"s3://{BUCKET}/cut/", "--json", "-j", "1"])
+    assert run.exit_code == 0, run.stderr
+    assert run.stderr.count(said) == 1
+    rank = json.loads(run.stdout)["ranks"][0]
+    assert (rank["truncated"], rank["truncated_at_byte"]) == (True, cut)

@@ -6,13 +6,15 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from conftest import DOC_REL, SHARED_TRACES
+from conftest import DOC_REL, GENERATED, ROOT, SHARED_TRACES, cut_in_half
 
 import traceview as tv
 from fixtures.build import TraceBuilder
@@ -297,3 +299,49 @@ def test_past_8_ranks_the_heartbeat_is_a_band_with_the_straggler(tmp_path: Path)
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert labels[0] == "min–max of ranks" and labels[1] == "median of ranks"
     assert labels[2].startswith("rank 7 (straggler") and len(labels) == 3
+
+
+def _truncated_run(run: Path) -> tuple[int, int]:
+    """A run of three ranks: rank 0 cut in half (an ESC byte in its name, printed
+    escaped), rank 1 cut in half inside its gzip stream, rank 2 whole. Returns the
+    planted cuts of ranks 0 and 1."""
+    run.mkdir()
+    cut = cut_in_half(run / "rank0-\x1b[31m.json.gz")
+    cut_gz = cut_in_half(run / "rank1.json.gz", gzip_bytes=True)
+    shutil.copy(GENERATED / "hybrid_chunked.json.gz", run / "rank2.json.gz")
+    return cut, cut_gz
+
+
+def _said_once_and_marked(stdout: str | bytes, stderr: bytes, cuts: tuple[int, int]) -> None:
+    rows = {row["rank"]: row for row in json.loads(stdout)["ranks"]}
+    assert (rows[0]["truncated"], rows[0]["truncated_at_byte"]) == (True, cuts[0])
+    assert (rows[1]["truncated"], rows[1]["truncated_at_byte"]) == (True, cuts[1])
+    assert (rows[2]["truncated"], rows[2]["truncated_at_byte"]) == (False, None)
+    assert b"\x1b" not in stderr  # a worker prints nothing raw; the command escapes
+    assert stderr.count(f"truncated inside an event after byte {cuts[0]:,} ".encode()) == 1
+    assert stderr.count(f"after byte {cuts[1]:,} (its gzip stream ends early)".encode()) == 1
+    assert b"rank0-\\x1b[31m.json.gz: truncated" in stderr
+
+
+def test_a_truncated_rank_is_said_once_and_marked_in_its_row(tmp_path: Path) -> None:
+    """Issue 32: a run's truncated trace was said nowhere (the loader's warning is ignored
+    under the command's filter). The command says it once per trace, escaped, the
+    rank's row carries the planted cut, and with --strict the run fails on it."""
+    cuts = _truncated_run(tmp_path / "run")
+    r = CliRunner().invoke(cli, ["summarize", str(tmp_path / "run"), "--json", "-j", "1"])
+    assert r.exit_code == 0, r.stderr
+    _said_once_and_marked(r.stdout, r.stderr_bytes, cuts)
+    strict = CliRunner().invoke(cli, ["summarize", str(tmp_path / "run"), "--strict", "-j", "1"])
+    assert strict.exit_code == 2 and "Traceback" not in strict.stderr
+    assert strict.stderr.startswith("Error: ") and "truncated" in strict.stderr
+
+
+@pytest.mark.slow
+def test_a_truncated_rank_read_by_a_pool_worker_is_said_once(tmp_path: Path) -> None:
+    """The same through the process pool: a worker takes the command's warning filters
+    (8c39115), so the warning travels back with the rank and the command says it."""
+    cuts = _truncated_run(tmp_path / "run")
+    cmd = [sys.executable, "-m", "traceview", "summarize", str(tmp_path / "run"), "--json"]
+    r = subprocess.run([*cmd, "-j", "3"], cwd=ROOT, capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    _said_once_and_marked(r.stdout, r.stderr, cuts)

@@ -17,12 +17,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from conftest import GENERATED, ROOT
+from conftest import GENERATED, ROOT, SCENARIO_NAMES, cut_in_half
 
 import traceview as tv
 from fixtures.ranks import RankRun, build
 from traceview.batch.dataset import content_hash
-from traceview.batch.scan import scan
+from traceview.batch.scan import ScanOptions, Source, analyse, commit_analysis, scan, scan_trace
+from traceview.batch.store import open_store
 from traceview.cli import cli
 
 FIXTURES = ["hybrid_chunked", "dense_sglang", "hybrid_vllm_old"]
@@ -122,7 +123,8 @@ def test_a_second_scan_skips_what_is_there(runs: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     copy.mkdir()
     shutil.copy(runs / "single" / "dense_sglang.json.gz", copy / "renamed.json.gz")
-    assert scan([str(copy)], ds).skipped == [str(copy / "renamed.json.gz")]
+    once = scan([str(copy)], ds)
+    assert once.copies == [str(copy / "renamed.json.gz")] and once.skipped == []
     # and recorded as an alias of that trace: the next scan skips it without reading it
     aliases = pl.read_parquet(ds / "aliases" / "*.parquet")
     assert aliases["path"].to_list() == [str((copy / "renamed.json.gz").resolve())]
@@ -283,7 +285,7 @@ def test_scan_recurses_and_names_runs_by_the_tree(tmp_path: Path) -> None:
 def test_a_dataset_of_another_format_is_refused(runs: Path, tmp_path: Path) -> None:
     ds = tmp_path / "ds"
     scan([str(runs / "single" / "hybrid_chunked.json.gz")], ds)
-    assert (ds / "FORMAT").read_text().strip() == "3"
+    assert (ds / "FORMAT").read_text().strip() == "4"
     (ds / "FORMAT").write_text("2\n")  # as the datasets before the version column were written
     r = CliRunner().invoke(cli, ["scan", str(runs / "single"), "-o", str(ds)])
     assert r.exit_code == 2 and "a dataset of format 2" in r.stderr
@@ -376,3 +378,162 @@ def test_a_symlinked_trace_is_named_where_it_is_linked(tmp_path: Path) -> None:
     ds = tmp_path / "ds"
     assert scan([str(root)], ds).scanned
     assert _table(ds, "traces")["run"].to_list() == ["a/linked.json.gz"]
+
+
+def test_a_truncated_trace_is_said_once_and_marked_in_its_row(tmp_path: Path) -> None:
+    """Issue 32: a truncated trace was scanned as whole, silently ("scanned 1 … failed
+    0"). Its warning is said once, escaped; the final line counts it; its traces/ row
+    carries the planted cut (FORMAT 4)."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    cut = cut_in_half(traces / "half-\x1b[31m.json.gz")
+    cut_gz = cut_in_half(traces / "half_gzip.json.gz", gzip_bytes=True)
+    shutil.copy(GENERATED / "dense_sglang.json.gz", traces / "whole.json.gz")
+    ds = tmp_path / "ds"
+    r = CliRunner().invoke(cli, ["scan", str(traces), "-o", str(ds), "-j", "1"])
+    assert r.exit_code == 0, r.stderr
+    assert "scanned 3 (2 truncated), skipped 0" in r.stderr and "failed 0" in r.stderr
+    assert "\x1b" not in r.stderr and "half-\\x1b[31m.json.gz: truncated" in r.stderr
+    assert r.stderr.count(f"truncated inside an event after byte {cut:,} ") == 1
+    assert r.stderr.count(f"after byte {cut_gz:,} (its gzip stream ends early)") == 1
+    rows = _table(ds, "traces").select("path", "truncated", "truncated_at_byte").rows()
+    assert {(Path(p).name, t, at) for p, t, at in rows} == {
+        ("half-\x1b[31m.json.gz", True, cut),
+        ("half_gzip.json.gz", True, cut_gz),
+        ("whole.json.gz", False, None),
+    }
+    assert (ds / "FORMAT").read_text().strip() == "4"
+
+
+@pytest.mark.slow
+def test_a_truncated_trace_read_by_a_pool_worker_is_said_once(tmp_path: Path) -> None:
+    """The same through the process pool (-j 2): the worker prints nothing, the command
+    says it once."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    cut = cut_in_half(traces / "half.json.gz")
+    shutil.copy(GENERATED / "dense_sglang.json.gz", traces / "whole.json.gz")
+    cmd = [sys.executable, "-m", "traceview", "scan", str(traces), "-o", str(tmp_path / "ds")]
+    r = subprocess.run([*cmd, "-j", "2"], cwd=ROOT, capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count(f"truncated inside an event after byte {cut:,} ".encode()) == 1
+    assert b"TraceviewWarning" not in r.stderr and b"scanned 2 (1 truncated)" in r.stderr
+
+
+def test_each_failing_path_has_its_errors_row(tmp_path: Path) -> None:
+    """Issue 32: two identical garbage files shared one errors/ row (it was named by the
+    content hash), and so did two empty files. Each failing path has its own; a second
+    scan, failing the same way, writes nothing."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for name in ("garbage_a.json", "garbage_b.json"):
+        (traces / name).write_text("this is not JSON")
+    for name in ("empty_a.json", "empty_b.json"):
+        (traces / name).write_bytes(b"")
+    ds = tmp_path / "ds"
+    report = scan([str(traces)], ds)
+    assert len(report.failed) == 4
+    errors = _table(ds, "errors")
+    planted = {str((traces / n).resolve()) for n in os.listdir(traces)}
+    assert sorted(errors["path"].to_list()) == sorted(planted)
+    assert (
+        errors.filter(pl.col("path").str.contains("empty_"))["error"]
+        .str.contains("empty file")
+        .all()
+    )
+    stamps = {p: p.stat().st_mtime_ns for p in ds.rglob("*.parquet")}
+    assert len(scan([str(traces)], ds).failed) == 4
+    assert {p: p.stat().st_mtime_ns for p in ds.rglob("*.parquet")} == stamps
+    # a failing path that holds a trace now loses its row: scanned, or a copy of one
+    shutil.copy(GENERATED / "dense_sglang.json.gz", traces / "garbage_a.json")
+    shutil.copy(GENERATED / "dense_sglang.json.gz", traces / "garbage_b.json")
+    report = scan([str(traces)], ds)
+    assert (len(report.scanned), len(report.copies), len(report.failed)) == (1, 1, 2)
+    left = _table(ds, "errors")["path"].to_list()
+    assert sorted(left) == sorted(p for p in planted if "empty_" in p)
+
+
+@pytest.mark.parametrize("jobs", ["1", pytest.param("2", marks=pytest.mark.slow, id="2")])
+def test_copies_are_one_trace_and_the_rest_aliases(tmp_path: Path, jobs: str) -> None:
+    """Issue 32: 2000 copies said "scanned 2" (two workers analysed copies at once and both
+    wrote the trace, one path lost) and counted the others as already there. Every copy is
+    the one trace or an alias, and the line says so."""
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    for i in range(50):
+        shutil.copy(GENERATED / "dense_sglang.json.gz", copies / f"c{i:02}.json.gz")
+    ds = tmp_path / "ds"
+    r = CliRunner().invoke(cli, ["scan", str(copies), "-o", str(ds), "-j", jobs])
+    assert r.exit_code == 0, r.stderr
+    assert "scanned 1, 49 copies of traces in the dataset recorded as aliases, skipped 0" in (
+        r.stderr
+    )
+    traces, aliases = _table(ds, "traces"), _table(ds, "aliases")
+    assert traces.height == 1 and aliases.height == 49
+    every = {str(p.resolve()) for p in copies.iterdir()}
+    assert set(traces["path"]) | set(aliases["path"]) == every
+    assert not set(traces["path"]) & set(aliases["path"])
+    again = scan([str(copies)], ds)
+    assert len(again.skipped) == 50 and again.bytes_read == 0 and not again.copies
+
+
+def test_two_tasks_analysing_copies_at_once_write_the_trace_once(tmp_path: Path) -> None:
+    """The race behind "scanned 2", made deterministic: both copies are analysed before
+    either is committed; the second commit finds the trace there and records an alias."""
+    for name in ("a.json.gz", "b.json.gz"):
+        shutil.copy(GENERATED / "dense_sglang.json.gz", tmp_path / name)
+    ds = tmp_path / "ds"
+    scan([str(tmp_path / "a.json.gz")], ds)  # makes the dataset
+    shutil.rmtree(ds / "traces")
+    (ds / "traces").mkdir()
+    store = open_store(ds)
+    stats = {n: (tmp_path / n).stat() for n in ("a.json.gz", "b.json.gz")}
+    sources = [
+        Source(str(tmp_path / n), str(tmp_path), st.st_size, st.st_mtime_ns)
+        for n, st in stats.items()
+    ]
+    tid = content_hash(tmp_path / "a.json.gz")
+    done = [analyse(s.path, s, tid, ScanOptions()) for s in sources]
+    statuses = [commit_analysis(store, a)["status"] for a in done]
+    assert statuses == ["scanned", "copy"]
+    assert _table(ds, "traces")["path"].to_list() == [str(tmp_path / "a.json.gz")]
+    assert _table(ds, "aliases")["path"].to_list() == [str(tmp_path / "b.json.gz")]
+
+
+def test_a_trace_committed_by_a_concurrent_scan_is_no_alias_of_itself(tmp_path: Path) -> None:
+    """Issue 32: two concurrent scans wrote aliases/ rows whose alias was the trace's own
+    file. Deterministically: a scan that listed the file before the other scan committed
+    it finds it there, and records nothing."""
+    shutil.copy(GENERATED / "dense_sglang.json.gz", tmp_path / "t.json.gz")
+    ds = tmp_path / "ds"
+    scan([str(tmp_path / "t.json.gz")], ds)  # the other scan, done first
+    st = (tmp_path / "t.json.gz").stat()
+    listed = Source(str(tmp_path / "t.json.gz"), str(tmp_path), st.st_size, st.st_mtime_ns)
+    status = scan_trace(listed, str(ds), ScanOptions())
+    assert status["status"] == "skipped"
+    assert not list((ds / "aliases").glob("*.parquet"))
+
+
+@pytest.mark.slow
+def test_two_concurrent_scans_of_one_folder_write_no_self_alias(tmp_path: Path) -> None:
+    """Two scans of one folder into one dataset at once (two processes): no aliases/ row
+    names a trace's own file, size and mtime, and every trace is there once."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for name in SCENARIO_NAMES:
+        shutil.copy(GENERATED / f"{name}.json.gz", traces / f"{name}.json.gz")
+    ds = tmp_path / "ds"
+    cmd = [sys.executable, "-m", "traceview", "scan", str(traces), "-o", str(ds), "-j", "1"]
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    rows = _table(ds, "traces")
+    assert sorted(rows["path"]) == sorted(str(p.resolve()) for p in traces.iterdir())
+    own = set(rows.select("path", "size", "mtime_ns").rows())
+    if list((ds / "aliases").glob("*.parquet")):
+        aliases = _table(ds, "aliases").select("path", "size", "mtime_ns").rows()
+        assert not own & set(aliases)

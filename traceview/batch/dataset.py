@@ -1,7 +1,8 @@
 """The scan dataset's files: one Parquet file per trace in each table, written whole.
 
-Layout (docs/datasets.md): ``DATASET/{traces,steps,families,gaps,errors}/<trace_id>.parquet``,
-``trace_id`` being the BLAKE2b-128 of the trace's bytes. ``DATASET`` is a folder or an
+Layout (docs/datasets.md): ``DATASET/{traces,steps,families,gaps}/<trace_id>.parquet``,
+``trace_id`` being the BLAKE2b-128 of the trace's bytes; ``errors/<key>.parquet``, one per
+failing path, and ``aliases/<key>.parquet``, one per copy. ``DATASET`` is a folder or an
 object-store prefix (:mod:`.store`); either way a reader never sees half a file.
 
 Safe under concurrent scans and kills:
@@ -54,7 +55,7 @@ def content_hash(path: str | os.PathLike[str]) -> str:
     return remote.digest(name) if remote.is_url(name) else content_digest(name)
 
 
-FORMAT = 3  # bump when a table's columns or a column's meaning change
+FORMAT = 4  # bump when a table's columns or a column's meaning change
 FORMAT_FILE = "FORMAT"  # the dataset's format, written by the scan that made it
 
 
@@ -166,21 +167,32 @@ def _writer_gone(store: Store, rel: str, *, mine_too: bool) -> bool:
     return not _pid_alive(pid)
 
 
-def drop_error(store: Store, trace_id: str) -> None:
-    """Remove the trace's ``errors/`` row: it failed before and scans now."""
-    store.delete(table_file("errors", trace_id))
+def error_key(path: str) -> str:
+    """The name of a path's ``errors/`` file: each failing file or object has its own row
+    (two identical files that fail are two rows), the latest failure of that path."""
+    return hashlib.blake2b(f"error|{path}".encode(), digest_size=16).hexdigest()
 
 
-def note_alias(store: Store, trace_id: str, path: str, size: int, stamp: int | str | None) -> None:
+def drop_error(store: Store, path: str) -> None:
+    """Remove the ``errors/`` row of ``path`` (its row path): it failed before and scans now."""
+    store.delete(table_file("errors", error_key(path)))
+
+
+def note_alias(store: Store, trace_id: str, path: str, size: int, stamp: int | str | None) -> bool:
     """Record that the file or object at ``path`` (this size, and mtime or version
     ``stamp``) holds the trace ``trace_id``, already in the dataset under another name or
-    time: the next scan skips it without reading it (:func:`known`)."""
+    time: the next scan skips it without reading it (:func:`known`). Returns whether
+    ``path`` is an alias now: never where the trace's own ``traces/`` row says the same
+    path, size and stamp (a concurrent scan wrote that trace from this very file; a
+    touched file, its own path at a new mtime, is an alias)."""
     text = f"{path}|{size}|{stamp}"
     key = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
     rel = f"{ALIASES}/{key}.parquet"
     if store.exists(rel):
-        return
+        return True
     url = remote.is_url(path)
+    if (path, size, stamp) in _own_keys(store, trace_id):
+        return False
     row = pl.DataFrame(
         {
             "trace_id": [trace_id],
@@ -198,6 +210,20 @@ def note_alias(store: Store, trace_id: str, path: str, size: int, stamp: int | s
         },
     )
     store.write(rel, to_frame(row))
+    return True
+
+
+def _own_keys(store: Store, trace_id: str) -> set[tuple[str, int, int | str | None]]:
+    """(path, size, mtime_ns or version) of the trace's ``traces/`` row; none if absent."""
+    rel = table_file("traces", trace_id)
+    try:
+        rows = store.read_parquet([rel], ["path", "size", "mtime_ns", "version"])
+    except (OSError, pl.exceptions.PolarsError):
+        return set()
+    return {
+        (p, int(s), v if remote.is_url(p) else m)
+        for p, s, m, v in rows.select("path", "size", "mtime_ns", "version").iter_rows()
+    }
 
 
 def known(store: Store) -> set[tuple[str, int, int | str | None]]:

@@ -91,6 +91,9 @@ def trace_row(
         "model": _model_of(trace.meta.extra),
         "gpu": doc["trace"]["gpu"],
         "format": doc["trace"]["format"],
+        # a truncated trace: its complete events only, its text cut at this byte
+        "truncated": trace.meta.truncated_at is not None,
+        "truncated_at_byte": trace.meta.truncated_at,
         "kernels": doc["trace"]["kernels"],
         "span_ns": doc["trace"]["span_ns"],
         "step_method": doc["steps"]["method"],
@@ -103,10 +106,9 @@ def trace_row(
     }
     strings: tuple[str, ...] = ("trace_id", "path", "run", "version", "rank_source", "engine")
     strings += ("model", "gpu", "format")
-    schema = {
-        k: pl.Float64 if k == "busy" else pl.String if k in (*strings, "step_method") else pl.Int64
-        for k in row
-    }
+    types: dict[str, pl.DataType] = {"busy": pl.Float64(), "truncated": pl.Boolean()}
+    types.update({k: pl.String() for k in (*strings, "step_method")})
+    schema = {k: types.get(k, pl.Int64()) for k in row}
     return pl.DataFrame([row], schema=schema)
 
 

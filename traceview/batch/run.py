@@ -52,6 +52,8 @@ def analyse_rank(path: str, options: RunOptions) -> RankResult:
         rank_source=source,
         summary=summary,
         per_step=step_work(analysis.step_result),
+        load_warnings=list(trace.meta.warnings),
+        truncated_at=trace.meta.truncated_at,
     )
 
 

@@ -10,7 +10,9 @@ Layout (one Parquet file per trace in each table, named by the trace's content h
     DATASET/steps/<trace_id>.parquet     the steps table + trace_id, rank
     DATASET/families/<trace_id>.parquet  kernel time per family + trace_id, rank
     DATASET/gaps/<trace_id>.parquet      the decode gaps + trace_id, rank
-    DATASET/errors/<trace_id>.parquet    a trace that could not be analysed: path, error
+    DATASET/errors/<key>.parquet         a file or object that could not be analysed: its
+                                         trace_id, path, error (one per path: the key is
+                                         its path's hash)
     DATASET/aliases/<key>.parquet        a copy of a trace already there: its path, size and
                                          mtime or version, so the next scan skips it unread
 
@@ -28,8 +30,12 @@ file of a table has the same columns.
   are removed first). Worker processes exit when the scan's process dies.
 - **Concurrent scans** into one dataset are safe: each sweeps only its own or dead
   writers' temporary files (:mod:`.dataset`).
-- A trace that fails becomes a row in ``errors/`` and the scan goes on. The user's traces
-  are only ever read.
+- A trace that fails becomes a row in ``errors/`` (each failing path its own) and the scan
+  goes on. The user's traces are only ever read.
+- A copy of a trace in the dataset (by content) is written once: every other path that
+  holds it is recorded in ``aliases/``, even where two tasks analysed copies at once.
+- The loader's warnings (a truncated trace) come back with each trace's status, for the
+  command to print: a worker prints nothing itself.
 - ``engine="ray"`` runs the analysis on a Ray cluster (``RAY_ADDRESS`` or ``address``,
   else a local one) without a shared disk: workers read objects by URL themselves, the
   driver ships the bytes of local files, and writes the rows the workers return
@@ -55,6 +61,7 @@ from traceview.analysis.documents.run import rank_from_name, rank_of
 from traceview.batch.dataset import (
     content_hash,
     drop_error,
+    error_key,
     has_trace,
     known,
     lock,
@@ -105,7 +112,7 @@ class Source:
         return self.path if remote.is_url(self.path) else stored(str(Path(self.path).resolve()))
 
     @property
-    def seen_key(self) -> tuple[str, int, int | str | None] | None:
+    def seen_key(self) -> AliasKey | None:
         """What :func:`.dataset.known` holds of a trace scanned before; None for an object
         whose store gives no version (its size and time could match changed bytes: it is
         read every time, and skipped by its content hash)."""
@@ -116,7 +123,9 @@ class Source:
 
 @dataclass
 class ScanReport:
-    """What a scan did: traces scanned, skipped (already in the dataset), failed."""
+    """What a scan did: traces scanned (each written once), copies (files or objects read
+    whose content is a trace in the dataset under another path, now recorded in
+    ``aliases/``), skipped (already in the dataset), failed."""
 
     scanned: list[str]
     skipped: list[str]
@@ -125,15 +134,49 @@ class ScanReport:
     not_traces: list[str] = field(default_factory=list)  # JSON files that are no trace
     orphans_removed: int = 0  # uncommitted rows an interrupted scan had left
     bytes_read: int = 0  # the traces' bytes read (not those skipped unread)
+    copies: list[str] = field(default_factory=list)
+    truncated: list[str] = field(default_factory=list)  # scanned, from their complete events
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # (path, the loader's line)
+
+
+AliasKey = tuple[str, int, int | str | None]
+"""What :func:`.dataset.known` holds of a file or object: path or URL, size, and mtime_ns
+or version."""
 
 
 class ScanStatus(TypedDict):
-    """What one task did with one trace."""
+    """What one task did with one trace (``copy``: a copy of a trace in the dataset,
+    recorded as its alias; ``skipped``: already there)."""
 
     path: str
     trace_id: str
-    status: Literal["scanned", "skipped", "failed", "not_a_trace"]
+    status: Literal["scanned", "copy", "skipped", "failed", "not_a_trace"]
     error: str | None
+    warnings: list[str]  # the loader's, naming the user's path (trace.meta.warnings)
+    truncated: bool
+    key: AliasKey | None  # what it is recorded under, once scanned (Source.seen_key)
+
+
+def status_of(
+    path: str,
+    trace_id: str,
+    status: Literal["scanned", "copy", "skipped", "failed", "not_a_trace"],
+    error: str | None = None,
+    *,
+    warnings: list[str] | None = None,
+    truncated: bool = False,
+    key: AliasKey | None = None,
+) -> ScanStatus:
+    """A :class:`ScanStatus`."""
+    return {
+        "path": path,
+        "trace_id": trace_id,
+        "status": status,
+        "error": error,
+        "warnings": warnings or [],
+        "truncated": truncated,
+        "key": key,
+    }
 
 
 class Analysis(TypedDict):
@@ -192,10 +235,7 @@ def claim(store: Store, source: Source) -> tuple[Source, str, str | None]:
 def skipped_as(store: Store, source: Source, trace_id: str) -> ScanStatus:
     """A file whose content the dataset holds already (a copy, a touched file): skipped,
     and recorded as that trace's alias, so the next scan skips it unread."""
-    key = source.seen_key
-    if key is not None:
-        note_alias(store, trace_id, key[0], key[1], key[2])
-    return {"path": source.path, "trace_id": trace_id, "status": "skipped", "error": None}
+    return _as_copy(store, status_of(source.path, trace_id, "copy", key=source.seen_key))
 
 
 def settle(store: Store, a: Analysis) -> ScanStatus:
@@ -204,11 +244,7 @@ def settle(store: Store, a: Analysis) -> ScanStatus:
     its alias, where it has a version), else written under its lock."""
     trace_id = a["status"]["trace_id"]
     if a["status"]["status"] in ("scanned", "not_a_trace") and has_trace(store, trace_id):
-        row = a["row"]
-        if row is not None and row["version"][0] is not None:
-            path, size, version = row.select("path", "size", "version").row(0)
-            note_alias(store, trace_id, path, size, version)
-        return {**a["status"], "status": "skipped"}
+        return _as_copy(store, a["status"])
     marker = lock(store, trace_id)
     try:
         return commit_analysis(store, a)
@@ -254,7 +290,7 @@ def analyse(read_from: str, source: Source, trace_id: str | None, options: ScanO
         except TraceviewError as exc:
             return failed(source, content_identity(read_from, source, None), str(exc))
 
-    def said(exc: Exception) -> str:  # the user's path, not a worker's copy of it
+    def said(exc: Exception | str) -> str:  # the user's path, not a worker's copy of it
         return str(exc).replace(read_from, path)
 
     def ident() -> str:
@@ -265,12 +301,7 @@ def analyse(read_from: str, source: Source, trace_id: str | None, options: ScanO
             # once: no cache entry
             trace = load(read_from, options=LoadOptions(cache=False, hasher=digest))
         except NotATraceError as exc:  # a sidecar (*.truth.json, a config): not a failure
-            status: ScanStatus = {
-                "path": path,
-                "trace_id": ident(),
-                "status": "not_a_trace",
-                "error": said(exc),
-            }
+            status = status_of(path, ident(), "not_a_trace", said(exc))
             return {"status": status, "tables": None, "row": None, "errors": None}
         if trace.kernels.height == 0:
             raise TraceviewError(f"{path}: no device activity (a CPU-only trace)")
@@ -285,7 +316,14 @@ def analyse(read_from: str, source: Source, trace_id: str | None, options: ScanO
     steps, families, gaps, work = table_rows(tid, run, rank, rules, summary, result)
     row = trace_row(tid, source, run, trace, summary, work, rank, rank_source)
     tables = {"steps": steps, "families": families, "gaps": gaps}
-    done: ScanStatus = {"path": path, "trace_id": tid, "status": "scanned", "error": None}
+    done = status_of(
+        path,
+        tid,
+        "scanned",
+        warnings=[said(line) for line in trace.meta.warnings],
+        truncated=trace.meta.truncated_at is not None,
+        key=source.seen_key,
+    )
     return {"status": done, "tables": tables, "row": row, "errors": None}
 
 
@@ -297,30 +335,75 @@ def failed(source: Source, trace_id: str, error: str) -> Analysis:
     err = pl.DataFrame(
         {"trace_id": [trace_id], "path": [source.row_path], "run": [run], "error": [stored(error)]}
     )
-    status: ScanStatus = {
-        "path": source.path,
-        "trace_id": trace_id,
-        "status": "failed",
-        "error": error,
-    }
+    status = status_of(source.path, trace_id, "failed", error)
     return {"status": status, "tables": None, "row": None, "errors": err}
 
 
 def commit_analysis(store: Store, a: Analysis) -> ScanStatus:
-    """Commit one analysis into the dataset (under the trace's lock, held by the caller)."""
+    """Commit one analysis into the dataset (under the trace's lock, held by the caller):
+    its ``errors/`` row (the failing path's own), or its rows; where another task or scan
+    committed the same content meanwhile, the path is recorded as that trace's alias
+    instead (the trace is written once)."""
     trace_id = a["status"]["trace_id"]
-    if a["errors"] is not None and not _said_before(store, trace_id, a["errors"]):
-        write_table(store, "errors", trace_id, a["errors"])
+    if a["errors"] is not None:
+        key = error_key(a["errors"]["path"][0])
+        if not _said_before(store, key, a["errors"]):
+            write_table(store, "errors", key, a["errors"])
     if a["tables"] is not None and a["row"] is not None:
+        if has_trace(store, trace_id):
+            return _as_copy(store, a["status"])
         _commit(store, trace_id, a["tables"], a["row"])
-        drop_error(store, trace_id)
+        drop_error(store, a["row"]["path"][0])
     return a["status"]
 
 
-def _said_before(store: Store, trace_id: str, errors: pl.DataFrame) -> bool:
-    """Whether the dataset's ``errors/`` row of the trace says this already (a failure
+def _as_copy(store: Store, status: ScanStatus) -> ScanStatus:
+    """An analysed file or object whose content the dataset holds already: recorded as
+    that trace's alias (a ``copy``), or ``skipped`` where it cannot be (an object with no
+    version) or is that trace's own file (a concurrent scan wrote it). A path that failed
+    before and holds a trace now loses its ``errors/`` row."""
+    key = status["key"]
+    recorded = key is not None and note_alias(store, status["trace_id"], *key)
+    if key is not None and recorded:
+        drop_error(store, key[0])
+    return {**status, "status": "copy" if recorded else "skipped", "warnings": []}
+
+
+def written_once(store: Store, statuses: list[ScanStatus]) -> list[ScanStatus]:
+    """The statuses, where two tasks analysed copies of one trace at once and both wrote
+    it: the one whose path the ``traces/`` row names stays ``scanned``, every other is
+    recorded as its alias (a ``copy``)."""
+    by_trace: dict[str, int] = {}
+    for s in statuses:
+        if s["status"] == "scanned":
+            by_trace[s["trace_id"]] = by_trace.get(s["trace_id"], 0) + 1
+    twice = {tid for tid, n in by_trace.items() if n > 1}
+    if not twice:
+        return statuses
+    written = {tid: _written_path(store, tid) for tid in twice}
+    out = []
+    for s in statuses:
+        if s["status"] == "scanned" and s["trace_id"] in twice:
+            row_path = s["key"][0] if s["key"] is not None else s["path"]
+            if row_path != written[s["trace_id"]]:
+                s = _as_copy(store, s)
+        out.append(s)
+    return out
+
+
+def _written_path(store: Store, trace_id: str) -> str | None:
+    """The path (or URL) the trace's ``traces/`` row names."""
+    try:
+        row = store.read_parquet([table_file("traces", trace_id)], ["path"])
+    except (OSError, pl.exceptions.PolarsError):
+        return None
+    return str(row["path"][0]) if row.height else None
+
+
+def _said_before(store: Store, key: str, errors: pl.DataFrame) -> bool:
+    """Whether the dataset's ``errors/`` row of the path says this already (a failure
     tried again and failing the same way is not written again)."""
-    rel = table_file("errors", trace_id)
+    rel = table_file("errors", key)
     if not store.exists(rel):
         return False
     try:
@@ -402,16 +485,21 @@ def scan(
         from traceview.batch.scan_ray import run_ray
 
         statuses = run_ray(todo, store, options, address, progress)
+    statuses = written_once(store, statuses)
     sweep_tmp(store)
     by_path = {s.path: s.size for s in todo}
+    scanned = [s for s in statuses if s["status"] == "scanned"]
     return ScanReport(
-        scanned=[s["path"] for s in statuses if s["status"] == "scanned"],
+        scanned=[s["path"] for s in scanned],
         skipped=skipped + [s["path"] for s in statuses if s["status"] == "skipped"],
         failed=[(s["path"], s["error"] or "") for s in statuses if s["status"] == "failed"],
         seconds=time.monotonic() - started,
         orphans_removed=len(orphans),
         not_traces=[s["path"] for s in statuses if s["status"] == "not_a_trace"],
         bytes_read=sum(by_path.get(s["path"], 0) for s in statuses),
+        copies=[s["path"] for s in statuses if s["status"] == "copy"],
+        truncated=[s["path"] for s in scanned if s["truncated"]],
+        warnings=[(s["path"], line) for s in scanned for line in s["warnings"]],
     )
 
 

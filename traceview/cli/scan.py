@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from traceview.cli._options import analysis_options, bytes_bar, say, warn
+from traceview.cli._options import analysis_options, bytes_bar, say, warn, warn_once
 
 if TYPE_CHECKING:
     from traceview.analysis.analyze import AnalysisConfig
@@ -100,6 +100,8 @@ def scan(
         )
     finally:
         close()
+    for path, line in report.warnings:  # the loader's (a truncated trace): no worker says it
+        warn_once(path, line)
     for path, error in report.failed:
         warn(f"{path}: not scanned: {error}")
     for path in report.not_traces:
@@ -110,8 +112,16 @@ def scan(
             "scan had left"
         )
     say(
-        f"{dataset}: scanned {len(report.scanned)}, skipped {len(report.skipped)} (already in "
-        f"the dataset), failed {len(report.failed)} (in errors/)"
+        f"{dataset}: scanned {len(report.scanned)}"
+        + (f" ({len(report.truncated)} truncated)" if report.truncated else "")
+        + (
+            f", {len(report.copies)} cop{'y' if len(report.copies) == 1 else 'ies'} of traces "
+            "in the dataset recorded as aliases"
+            if report.copies
+            else ""
+        )
+        + f", skipped {len(report.skipped)} (already in the dataset), "
+        f"failed {len(report.failed)} (in errors/)"
         + (f", {len(report.not_traces)} not traces (left out)" if report.not_traces else "")
         + f" in {report.seconds:.1f} s"
         + (

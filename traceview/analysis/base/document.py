@@ -321,6 +321,8 @@ class RankRow(TraceFigures):
     rank: int | None
     rank_source: str
     path: str
+    truncated: bool  # the trace's text ends early: its complete events only were analysed
+    truncated_at_byte: int | None  # where its (decompressed) JSON text is cut; null when whole
     cadence_by_phase: dict[str, PhaseCadence]  # decode, mixed (= summary cadence_by_kind)
     compute_p50_ns: int | None
     collective_ns_per_step: float | None

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -76,6 +76,8 @@ class RankResult:
     per_step: pl.DataFrame | None = None  # index, annotation, compute_ns, collective_ns
     skipped: str | None = None  # a trace with nothing to analyse (no device activity)
     error: str | None = None  # a trace that failed to load or analyse
+    load_warnings: list[str] = field(default_factory=list)  # the loader's (trace.meta.warnings)
+    truncated_at: int | None = None  # a truncated trace's cut (byte of its JSON text)
 
 
 @dataclass
@@ -299,6 +301,8 @@ def _rank_row(
         "rank": r.rank,
         "rank_source": r.rank_source,
         "path": stored(r.path),
+        "truncated": r.truncated_at is not None,
+        "truncated_at_byte": r.truncated_at,
         **trace_figures(doc),
         "cadence_by_phase": phases,
         "compute_p50_ns": median_ns(per["compute_ns"].to_numpy()),
@@ -323,7 +327,10 @@ def assemble(paths: Sequence[str], results: list[RankResult]) -> RunSummary:
         raise RunError(f"{', '.join(paths)}: nothing to analyse ({found})")
     _assign_ranks(ranks)
     ranks.sort(key=lambda r: r.rank if r.rank is not None else -1)
-    warnings = [f"{r.path}: skipped: {r.skipped}" for r in left_out if r.skipped]
+    # the loader's warnings of each rank (a truncated trace first of all): a worker that
+    # loaded it cannot print them, the command does, from here
+    warnings = [f"{r.path}: {line}" for r in ranks for line in r.load_warnings]
+    warnings += [f"{r.path}: skipped: {r.skipped}" for r in left_out if r.skipped]
     warnings += [f"{r.path}: left out: {r.error}" for r in left_out if r.error]
     method, aligned, align_warnings = _alignment(ranks)
     warnings += align_warnings
