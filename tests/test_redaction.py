@@ -112,6 +112,8 @@ def _run(*args: str, code: int = 0) -> Result:
         ("http://u:p@h:8080/a/x.json.gz?v=1", "http://REDACTED@h:8080/a/x.json.gz?v=1"),
         ("https://TOKEN@github.example/x.json", "https://REDACTED@github.example/x.json"),
         ("s3://AKID:SECRET@bkt/k/x.json.gz", "s3://REDACTED@bkt/k/x.json.gz"),
+        ("http://u:SE?CR#ET@h/x", "http://REDACTED@h/x"),
+        ("http://h/a@b/x?e=a@b", "http://h/a@b/x?e=a@b"),
         (
             "https://b.s3.amazonaws.com/x?AWSAccessKeyId=A&Expires=9&Signature=S",
             "https://b.s3.amazonaws.com/x?AWSAccessKeyId=REDACTED&Expires=9&Signature=REDACTED",
@@ -144,6 +146,10 @@ def test_scrub_redacts_every_url_in_a_message() -> None:
     assert scrub(text) == (
         "GET URL('http://REDACTED@h/x?sig=REDACTED') failed; see http://h/y?versionId=3"
     )
+    assert scrub("http://h/x?sig=S: no such object (see http://u:p@h).") == (
+        "http://h/x?sig=REDACTED: no such object (see http://REDACTED@h)."
+    )
+    assert scrub("/data/a://b x") == "/data/a://b x"
 
 
 # --- every output ------------------------------------------------------------------------
@@ -281,15 +287,18 @@ def test_an_object_with_a_version_is_still_skipped_unread(
     _clean(_every_cell(tmp_path / "ds"))
 
 
-def test_report_annotate_and_charts_name_no_credential(host: str, tmp_path: Path) -> None:
-    signed = _signed(host, "hybrid_chunked.json.gz")
-    with_password = _with_password(host, "dense_sglang.json.gz")
+def test_the_report_names_no_credential(host: str, tmp_path: Path) -> None:
+    both = f"http://user:PASSWORD@{host}/hybrid_chunked.json.gz?{SIGNING}"
     page = tmp_path / "r.html"
-    _run("report", signed, with_password, "-o", str(page))
+    _run("report", both, "-o", str(page))
     html = page.read_text()
     _clean(html)
-    assert f"{host}/hybrid_chunked.json.gz?" in html and "versionId=keep" in html
-    assert f"REDACTED@{host}/dense_sglang.json.gz" in html
+    assert f"REDACTED@{host}/hybrid_chunked.json.gz?" in html and "versionId=keep" in html
+
+
+def test_annotate_and_the_charts_name_no_credential(host: str, tmp_path: Path) -> None:
+    signed = _signed(host, "hybrid_chunked.json.gz")
+    with_password = _with_password(host, "dense_sglang.json.gz")
     out = tmp_path / "a.json.gz"
     _run("annotate", signed, "-o", str(out))
     _clean(gzip.decompress(out.read_bytes()))

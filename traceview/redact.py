@@ -48,8 +48,11 @@ _SECRET_PARTS = (
 )
 _SECRET_NAMES = frozenset({"sig", "pwd", "auth", "authorization"})
 
-# a URL inside a text: a scheme, then everything up to a space, a quote or an angle bracket
-_URL_IN_TEXT = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+# a URL inside a text: a scheme, then everything up to a space, a quote or an angle bracket,
+# but for the punctuation that ends a sentence or a message's "URL: problem"
+_URL_IN_TEXT = re.compile(
+    r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]*[^\s'\"<>`:;,.)\]]"
+)
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 
 
@@ -75,14 +78,12 @@ def shown(name: str) -> str:
     scheme, sep, rest = name.partition("://")
     if not sep or not _SCHEME.fullmatch(scheme):
         return name
-    end = len(rest)
-    for ch in "/?#":
-        at = rest.find(ch)
-        if at != -1:
-            end = min(end, at)
-    authority, tail = rest[:end], rest[end:]
-    if "@" in authority:
-        authority = f"{MARK}@{authority.rpartition('@')[2]}"
+    slash = rest.find("/")
+    at = (rest if slash == -1 else rest[:slash]).rfind("@")  # a password may hold '?' or '#'
+    user = f"{MARK}@" if at != -1 else ""
+    rest = rest[at + 1 :]
+    end = min([i for i in map(rest.find, "/?#") if i != -1], default=len(rest))
+    authority, tail = user + rest[:end], rest[end:]
     before, hash_, fragment = tail.partition("#")
     path, q, query = before.partition("?")
     if q:
