@@ -308,3 +308,18 @@ def test_annotate_and_the_charts_name_no_credential(host: str, tmp_path: Path) -
     gaps = tmp_path / "gaps.svg"
     _run("gaps", with_password, "-o", str(gaps))
     _clean(gaps.read_bytes())
+
+
+@pytest.mark.parametrize(
+    "url, glob",
+    [
+        ("s3://b/runs/*/rank*.json.gz", True),
+        ("s3://b/rank?.json.gz", True),
+        ("s3://b/r[0-3].json.gz", True),
+        ("s3://b/x.json.gz?versionId=3", False),
+        (f"http://h/x.json.gz?{SIGNING}", False),
+        ("s3://b/*.json.gz?versionId=3", True),
+    ],
+)
+def test_a_query_is_no_glob(url: str, glob: bool) -> None:
+    assert remote.is_glob(url) is glob
