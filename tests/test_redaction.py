@@ -61,13 +61,14 @@ class _Server(http.server.ThreadingHTTPServer):
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``127.0.0.1:PORT`` of a plain HTTP server holding two traces, ``t.json.gz``: the
-    first half of hybrid_chunked's bytes (a truncated trace, which warns), and
-    ``broken.json``, which fails."""
+    first half of hybrid_chunked's bytes (a truncated trace, which warns),
+    ``report.sqlite`` (an Nsight Systems export) and ``broken.json``, which fails."""
     root = tmp_path_factory.mktemp("served")
     for name in ("hybrid_chunked", "dense_sglang"):
         shutil.copy(GENERATED / f"{name}.json.gz", root / f"{name}.json.gz")
     data = (GENERATED / "hybrid_chunked.json.gz").read_bytes()
     (root / "t.json.gz").write_bytes(data[: len(data) // 2])
+    shutil.copy(GENERATED / "nsys" / "nsys_vllm.sqlite", root / "report.sqlite")
     (root / "broken.json").write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": ')
     handler = functools.partial(_Quiet, directory=str(root))
     server = _Server(("127.0.0.1", 0), handler)
@@ -164,6 +165,9 @@ def test_summarize_json_names_the_object_without_its_credentials(host: str) -> N
         path = doc["trace"]["path"]
         assert path.startswith(expected + "hybrid_chunked.json.gz"), path
     assert path.endswith("?" + SIGNING_SHOWN)
+    both = f"http://user:PASSWORD@{host}/report.sqlite?{SIGNING}"  # copied, then read
+    doc = json.loads(_run("summarize", both, "--json").stdout)
+    assert doc["trace"]["path"] == f"http://REDACTED@{host}/report.sqlite?{SIGNING_SHOWN}"
     info = _run("info", _signed(host, "hybrid_chunked.json.gz"))
     assert f"{host}/hybrid_chunked.json.gz" in info.stdout + info.stderr
 
