@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from traceview.redact import scrub, shown
+
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -16,16 +18,22 @@ EXIT_MISSING_DEPENDENCY = 3
 
 
 class TraceviewError(Exception):
-    """Base class of every error traceview raises on purpose."""
+    """Base class of every error traceview raises on purpose. Its message names every URL
+    without its credentials (:func:`traceview.redact.scrub`): it is shown, and stored in a
+    scan's ``errors/`` and a run's document."""
 
     exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(scrub(a) if isinstance(a, str) else a for a in args))
 
 
 class TraceFormatError(TraceviewError):
     """The input is not a readable trace: bad JSON, truncated gzip, malformed event.
 
     Attributes:
-        path: the file that was being read.
+        path: the file that was being read (a URL as :func:`traceview.redact.shown` names
+            it: without its credentials).
         index: position of the offending event in ``traceEvents`` (None when not known).
         event: a short description of the offending event (None when not known).
     """
@@ -38,8 +46,8 @@ class TraceFormatError(TraceviewError):
         index: int | None = None,
         event: str | None = None,
     ) -> None:
-        self.path = path
-        self.problem = problem
+        self.path = path = shown(path)
+        self.problem = problem = scrub(problem)
         self.index = index
         self.event = event
         where = path

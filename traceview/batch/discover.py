@@ -12,6 +12,7 @@ from pathlib import Path
 
 from traceview.errors import RunError
 from traceview.load import remote
+from traceview.redact import shown
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace", ".sqlite")
 
@@ -34,7 +35,7 @@ def _objects(url: str, recursive: bool) -> tuple[dict[str, str], dict[str, remot
     """The trace objects a URL names: itself, or those under the folder it names (every
     subfolder's where ``recursive``, hidden ones left out), each with the root it is named
     from."""
-    globbed = any(ch in url.split("://", 1)[1] for ch in "*?[")
+    globbed = remote.is_glob(url)
     if not globbed and not remote.is_folder(url):
         obj = remote.stat(url)
         return {url: url.rsplit("/", 1)[0]}, {url: obj}
@@ -153,11 +154,12 @@ def run_name(path: str, root: str, ranked: bool) -> str:
     that carries a rank belongs to its folder's run (``dlrm``; the root's own name where
     the folder is the root), any other trace is a run of its own (``y/z/trace.json.gz``).
     Paths are made absolute, not resolved: a symlinked trace is named where it is linked.
-    A URL is named the same way under its root URL."""
+    A URL is named the same way under its root URL, both without their credentials
+    (:func:`traceview.redact.shown`)."""
     if remote.is_url(path):
-        where_url, base_url = path, root.rstrip("/")
+        where_url, base_url = shown(path), shown(root).rstrip("/")
         if ranked:
-            where_url = posixpath.dirname(path)
+            where_url = posixpath.dirname(where_url)
             if where_url == base_url:
                 return posixpath.basename(base_url)
         return remote.relative(where_url, base_url)

@@ -17,6 +17,7 @@ from traceview.batch.discover import discover
 from traceview.batch.pool import map_tasks
 from traceview.errors import RunError, TraceviewError
 from traceview.load import LoadOptions, load
+from traceview.redact import shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,18 +37,20 @@ class RunOptions:
 
 
 def analyse_rank(path: str, options: RunOptions) -> RankResult:
-    """Load and summarize one trace of a run (the work of one pool task)."""
+    """Load and summarize one trace of a run (the work of one pool task); the result names
+    a URL without its credentials (:func:`traceview.redact.shown`)."""
+    name = shown(path)
     try:
         trace = load(path, options=LoadOptions(strict=options.strict))
         if trace.kernels.height == 0:
-            return RankResult(path, skipped="no device activity (a CPU-only trace)")
+            return RankResult(name, skipped="no device activity (a CPU-only trace)")
         analysis = Analysis(trace, options.config)
         summary = analysis.serving()
     except TraceviewError as exc:
-        return RankResult(path, error=str(exc))
+        return RankResult(name, error=str(exc))
     rank, source = rank_of(trace, path)
     return RankResult(
-        path,
+        name,
         rank=rank,
         rank_source=source,
         summary=summary,

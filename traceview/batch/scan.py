@@ -80,6 +80,7 @@ from traceview.batch.store import Store, open_store
 from traceview.errors import NotATraceError, TraceviewError
 from traceview.load import LoadOptions, load, remote
 from traceview.paths import stored
+from traceview.redact import scrub, shown
 
 CONNECT_TIMEOUT_S = 30.0  # --connect-timeout: how long a Ray cluster may take to answer
 
@@ -108,16 +109,21 @@ class Source:
 
     @property
     def row_path(self) -> str:
-        """The path its rows carry: the file resolved, or the URL."""
-        return self.path if remote.is_url(self.path) else stored(str(Path(self.path).resolve()))
+        """The path its rows carry: the file resolved, or the URL without its credentials
+        (:func:`traceview.redact.shown`: a dataset is shared; the object is read with the
+        whole URL)."""
+        if remote.is_url(self.path):
+            return shown(self.path)
+        return stored(str(Path(self.path).resolve()))
 
     @property
     def seen_key(self) -> AliasKey | None:
-        """What :func:`.dataset.known` holds of a trace scanned before; None for an object
-        whose store gives no version (its size and time could match changed bytes: it is
-        read every time, and skipped by its content hash)."""
+        """What :func:`.dataset.known` holds of a trace scanned before (its row's path, so
+        an object's URL without its credentials); None for an object whose store gives no
+        version (its size and time could match changed bytes: it is read every time, and
+        skipped by its content hash)."""
         if remote.is_url(self.path):
-            return (self.path, self.size, self.version) if self.version else None
+            return (self.row_path, self.size, self.version) if self.version else None
         return self.row_path, self.size, self.mtime_ns
 
 
@@ -329,7 +335,9 @@ def analyse(read_from: str, source: Source, trace_id: str | None, options: ScanO
 
 def failed(source: Source, trace_id: str, error: str) -> Analysis:
     """A trace that could not be analysed: its ``errors/`` row (no rank was read: its run
-    is named as the file's name alone says)."""
+    is named as the file's name alone says; ``error`` names a URL without its
+    credentials)."""
+    error = scrub(error)
     name = source.path.rstrip("/").rsplit("/", 1)[-1]
     run = stored(run_name(source.path, source.root, rank_from_name(name) is not None))
     err = pl.DataFrame(

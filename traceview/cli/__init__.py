@@ -120,6 +120,7 @@ def _storage_option() -> click.Option:
         import json
 
         from traceview.load.remote import STORAGE_OPTIONS_ENV, option_value, storage_options
+        from traceview.redact import scrub
 
         if not value:
             return
@@ -127,7 +128,7 @@ def _storage_option() -> click.Option:
         for item in value:
             key, sep, text = item.partition("=")
             if not sep or not key.strip():
-                raise click.BadParameter(f"{item!r}: expected KEY=VALUE", ctx, param)
+                raise click.BadParameter(f"{scrub(item)!r}: expected KEY=VALUE", ctx, param)
             pairs[key.strip()] = option_value(text)
         os.environ[STORAGE_OPTIONS_ENV] = json.dumps(pairs)  # worker processes see it too
 

@@ -395,7 +395,7 @@ def is_run(paths: tuple[str, ...] | list[str]) -> bool:
 
     p = paths[0]
     if remote.is_url(p):
-        return any(c in p.split("://", 1)[1] for c in "*?[") or remote.is_folder(p)
+        return remote.is_glob(p) or remote.is_folder(p)
     return os.path.isdir(p) or (not os.path.exists(p) and any(c in p for c in "*?["))
 
 

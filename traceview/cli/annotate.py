@@ -5,6 +5,7 @@ from __future__ import annotations
 import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import click
 
@@ -32,6 +33,12 @@ SUFFIXES = (".json", ".json.gz")
 def _json_name(name: str) -> str:
     """A rank's file name in the -o folder: the name as is for a JSON trace."""
     return name if name.endswith(SUFFIXES) else name + ".json.gz"
+
+
+def _base_name(source: str) -> str:
+    """A rank's file name: a URL's last path segment (not its query, which may hold a
+    presigned URL's signature)."""
+    return posixpath.basename(urlsplit(source).path if is_url(source) else source)
 
 
 @click.command()
@@ -73,7 +80,7 @@ def annotate(
         if folder.exists() and not folder.is_dir():
             raise TraceviewError(f"{folder}: not a folder (a run is annotated into a folder)")
         sources = discover(list(traces))
-        pairs = [(p, folder / _json_name(posixpath.basename(p))) for p in sources]
+        pairs = [(p, folder / _json_name(_base_name(p))) for p in sources]
         created = not folder.exists()
         folder.mkdir(parents=True, exist_ok=True)
         try:

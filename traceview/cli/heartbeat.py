@@ -19,6 +19,7 @@ from traceview.cli._options import (
     summarize_trace,
 )
 from traceview.errors import TraceviewError
+from traceview.redact import shown
 from traceview.render.charts import (
     FORMATS,
     gaps_data,
@@ -127,9 +128,10 @@ def heartbeat(
     datas = []
     for path in traces:
         summary = summarize_trace(path, analysis, strict=strict)
-        name = title if title and len(traces) == 1 else Path(path).name
+        file_name = Path(shown(path)).name  # a URL's without its credentials
+        name = title if title and len(traces) == 1 else file_name
         if title and len(traces) > 1:
-            name = f"{title} — {Path(path).name}"
+            name = f"{title} — {file_name}"
         data = heartbeat_data(summary, title=name, window_ms=span)
         if data.timeline is not None:
             say(
@@ -171,7 +173,7 @@ def gaps(
         raise TraceviewError(f"{trace}: no decode gaps to chart ({reason})")
     fig = gaps_figure(
         gaps_data(summary, summary.gaps),
-        title=title or f"{gap_title(summary.document)} — {Path(trace).name}",
+        title=title or f"{gap_title(summary.document)} — {Path(shown(trace)).name}",
         style=style,
     )
     say(f"wrote {save_figure(fig, target)}")

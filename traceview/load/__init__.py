@@ -25,6 +25,7 @@ from traceview.load import cache, nsys, remote
 from traceview.load.json import BLOCK_BYTES, read_json
 from traceview.load.strings import STRING_CAP, CappedText
 from traceview.model import Trace
+from traceview.redact import shown
 
 Progress = Callable[[int, int], None]
 """``progress(bytes_read, total_bytes)``, called as the (compressed) file is consumed."""
@@ -89,6 +90,8 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
         path: the trace file, or an ``s3://``, ``gs://``, ``az://`` or ``http(s)://`` URL
             (streamed through fsspec, the ``traceview[cloud]`` extra; cached by the
             object's version id or strong ETag and size, where the store gives one).
+            The trace's ``meta.path``, its warnings and errors name a URL without its
+            credentials (:func:`traceview.redact.shown`); the object is read with all of it.
         options: :class:`LoadOptions`.
 
     Returns:
@@ -128,7 +131,7 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
     if caching:
         before = cache.object_identity(obj) if url else cache.identity(name)
         digest = cache.object_key(obj) if url else cache.content_digest(name)
-        hit = cache.get(name, variant, digest)
+        hit = cache.get(shown(name), variant, digest)
         if hit is not None:
             return hit
     trace = _load(name, total, opts)
@@ -138,6 +141,9 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
 
 
 def _load(name: str, total: int, opts: LoadOptions) -> Trace:
+    """The trace read from ``name``, named (``meta.path``, warnings, errors) as
+    :func:`traceview.redact.shown` names it: a URL without its credentials."""
+    label = shown(name)
     if not remote.is_url(name) and _is_sqlite_file(name):
         return _load_sqlite(name, total, opts)
     gc_was_enabled = gc.isenabled()
@@ -146,17 +152,17 @@ def _load(name: str, total: int, opts: LoadOptions) -> Trace:
         try:
             stream, gzipped = _open_text(name, total, opts.progress, opts.hasher)
         except _Export as export:  # an export at a URL: SQLite reads files, so copy it
-            return _load_sqlite_object(name, total, opts, export.stream)
+            return _load_sqlite_object(label, total, opts, export.stream)
         with stream:
             reader: Any = _EndsEarly(stream, name) if gzipped else stream
             head = reader.read(opts.block_bytes)
             if _is_protobuf(head):
                 from traceview.load.pftrace import load_pftrace
 
-                return load_pftrace(name, io.BufferedReader(_Prefixed(head, reader)))
+                return load_pftrace(label, io.BufferedReader(_Prefixed(head, reader)))
             text = CappedText(reader, prefix=head)
             trace = read_json(
-                name,
+                label,
                 text.read(opts.block_bytes),
                 text,  # type: ignore[arg-type]
                 opts.block_bytes,
@@ -222,7 +228,7 @@ class _Export(Exception):  # noqa: N818 - a signal inside this module, never rai
 
 def _load_sqlite_object(name: str, total: int, opts: LoadOptions, stream: BinaryIO) -> Trace:
     """An export at a URL, copied to a temporary file (SQLite reads files, not streams),
-    read there as ``name``, and removed."""
+    read there as ``name`` (the URL as shown: without its credentials), and removed."""
     import tempfile
 
     fd, tmp = tempfile.mkstemp(prefix="traceview-", suffix=".sqlite")

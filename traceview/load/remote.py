@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,6 +39,17 @@ TIMEOUT_OPTIONS = ("connect_timeout", "read_timeout")
 def is_url(name: str) -> bool:
     """Whether ``name`` is an object-store or HTTP URL rather than a path."""
     return name.lower().startswith(SCHEMES)
+
+
+_QUERY = re.compile(r"\?[A-Za-z0-9_.~%-]+=")  # a query: a '?' that starts 'name=', not a glob's
+
+
+def is_glob(url: str) -> bool:
+    """Whether the URL is a glob (``*``, ``?`` or ``[`` in its key); a ``?`` that starts a
+    query (``?versionId=…``, a presigned URL's ``?X-Amz-…=…``) is no glob."""
+    rest = url.split("://", 1)[-1]
+    query = _QUERY.search(rest)
+    return any(ch in rest[: query.start() if query else None] for ch in "*?[")
 
 
 class FileSystem(Protocol):

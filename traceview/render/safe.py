@@ -3,6 +3,10 @@ names, paths, error details) is neutralised for where it is shown, by one functi
 destination. Nothing a trace holds may drive the terminal, a chart's text engine, a
 markdown table or an HTML page.
 
+:func:`terminal`, and every function built on it, also names a URL without its credentials
+(:func:`traceview.redact.scrub`: no userinfo, no signature or token in its query), whatever
+the text that holds it.
+
 - :func:`terminal`: C0/C1 control characters (ESC sequences, OSC titles, bells), the
   bidirectional overrides and a file name's bytes that are not UTF-8 (lone surrogates, as
   Python reads them) are shown as visible escapes (``\\x1b``, ``\\u202e``, ``\\xff``); print the
@@ -28,6 +32,8 @@ from collections.abc import Mapping
 
 import orjson
 
+from traceview.redact import scrub
+
 # C0 controls but tab and newline, DEL, C1 controls, and the bidi embeddings, overrides and
 # isolates (U+202A-U+202E, U+2066-U+2069) and marks that can reorder what a reader sees; and
 # lone surrogates (a file name's bytes that are not UTF-8, as Python reads them), which no
@@ -46,8 +52,9 @@ def _visible(m: re.Match[str]) -> str:
 
 def terminal(text: object) -> str:
     """``text`` with every control character and bidi override shown as a visible escape:
-    safe to print to a terminal as plain text (not as rich markup)."""
-    return _UNSAFE.sub(_visible, str(text))
+    safe to print to a terminal as plain text (not as rich markup); a URL in it without its
+    credentials."""
+    return _UNSAFE.sub(_visible, scrub(str(text)))
 
 
 def chart(text: object) -> str:

@@ -1,0 +1,101 @@
+"""What of a URL may be shown or stored: the object's identity, never its credentials.
+
+A trace at a URL can carry secrets in its name: a user and password
+(``http://user:PASSWORD@host/x.json.gz``, ``s3://KEY:SECRET@bucket/key``) or a signature in
+its query (a presigned S3 URL's ``X-Amz-Signature``, a GCS signed URL's
+``X-Goog-Signature``, an Azure SAS's ``sig``, an ``access_token``). Everything traceview
+shows or writes (summaries, warnings, errors, a scan's rows, a run's document, reports,
+charts) names the URL by :func:`shown`; the real URL is used only to read the object.
+
+:func:`shown` keeps the scheme, host, port, path and every query parameter that is not a
+credential (``versionId``, ``generation``, ``X-Amz-Date``, ``X-Amz-Expires``, a SAS's
+``se``/``sp``/``sv``: they say which object and until when, and are no secret). It
+replaces by ``REDACTED``:
+
+- the userinfo (``user:password@`` or ``token@``): ``http://REDACTED@host/x.json.gz``;
+- the value of a query parameter whose name (case-insensitive, percent-decoded) is a
+  credential: one that contains ``signature``, ``token``, ``secret``, ``password``,
+  ``passwd``, ``credential``, ``apikey``/``api_key``/``api-key``, ``accesskey``/
+  ``access_key`` or ``accessid`` (``X-Amz-Signature``, ``X-Amz-Credential``,
+  ``X-Amz-Security-Token``, ``Signature``, ``AWSAccessKeyId``, ``X-Goog-Signature``,
+  ``X-Goog-Credential``, ``GoogleAccessId``, ``access_token``, ``client_secret``, ...),
+  or is ``sig`` (Azure SAS), ``pwd``, ``auth`` or ``authorization``.
+
+:func:`scrub` does the same to every URL inside a free text (an error message from a
+store's driver, which may quote the URL it was given).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+MARK = "REDACTED"
+
+_SECRET_PARTS = (
+    "signature",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "credential",
+    "apikey",
+    "api_key",
+    "api-key",
+    "accesskey",
+    "access_key",
+    "accessid",
+)
+_SECRET_NAMES = frozenset({"sig", "pwd", "auth", "authorization"})
+
+# a URL inside a text: a scheme, then everything up to a space, a quote or an angle bracket,
+# but for the punctuation that ends a sentence or a message's "URL: problem"
+_URL_IN_TEXT = re.compile(
+    r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]*[^\s'\"<>`:;,.)\]]"
+)
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+
+def is_secret(name: str) -> bool:
+    """Whether a query parameter named ``name`` carries a credential."""
+    low = unquote(name).strip().lower()
+    return low in _SECRET_NAMES or any(part in low for part in _SECRET_PARTS)
+
+
+def _param(item: str) -> str:
+    name, sep, _ = item.partition("=")
+    return f"{name}={MARK}" if sep and is_secret(name) else item
+
+
+def _params(text: str) -> str:
+    return "&".join(_param(item) for item in text.split("&"))
+
+
+def shown(name: str) -> str:
+    """``name`` as it may be shown or stored: a URL without its userinfo and with its
+    credential query parameters' values replaced by ``REDACTED`` (see the module doc);
+    anything that is not a URL (a file's path), as it is. ``shown(shown(x)) == shown(x)``."""
+    scheme, sep, rest = name.partition("://")
+    if not sep or not _SCHEME.fullmatch(scheme):
+        return name
+    slash = rest.find("/")
+    at = (rest if slash == -1 else rest[:slash]).rfind("@")  # a password may hold '?' or '#'
+    user = f"{MARK}@" if at != -1 else ""
+    rest = rest[at + 1 :]
+    end = min([i for i in map(rest.find, "/?#") if i != -1], default=len(rest))
+    authority, tail = user + rest[:end], rest[end:]
+    before, hash_, fragment = tail.partition("#")
+    path, q, query = before.partition("?")
+    if q:
+        query = _params(query)
+    if "=" in fragment:  # an OAuth implicit grant's #access_token=...
+        fragment = _params(fragment)
+    return f"{scheme}://{authority}{path}{q}{query}{hash_}{fragment}"
+
+
+def scrub(text: str) -> str:
+    """``text`` with every URL in it as :func:`shown` gives it (a message that quotes the
+    URL it failed on shows no credential)."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda m: shown(m.group()), text)
