@@ -392,6 +392,11 @@ def test_cpu_captures_analyse_the_same_through_every_entry_point(tmp_path: Path)
     assert tv.decode_gaps(trace).equals(summary.gaps)
     assert summary.gaps.height == 6 * 2 - 1
     assert summary.to_dict()["trace"]["activity"] == "cpu_op"
+    # a scan analyses it as summarize does (it refused CPU-only traces: issue 33)
+    report = tv.scan([str(path)], tmp_path / "ds")
+    assert report.scanned == [str(path)] and report.failed == []
+    rows = pl.read_parquet(tmp_path / "ds" / "steps" / "*.parquet").sort("index")
+    assert rows["annotation"].to_list() == names and rows["kind"].equals(table["kind"])
 
 
 def test_a_trailing_cpu_annotation_without_gpu_work_is_no_step(tmp_path: Path) -> None:

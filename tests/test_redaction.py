@@ -23,6 +23,7 @@ from conftest import GENERATED
 from s3server import free_port
 
 from traceview.batch.scan import scan
+from traceview.batch.scan_task import ScanOptions
 from traceview.cli import cli
 from traceview.load import remote
 from traceview.load.remote import STORAGE_OPTIONS_ENV
@@ -284,9 +285,9 @@ def test_an_object_with_a_version_is_still_skipped_unread(
     its size and its version: a second scan of the same URL reads nothing."""
     monkeypatch.setattr(remote, "version_of", lambda info: "etag:fixed")
     url = _signed(host, "hybrid_chunked.json.gz")
-    first = scan([url], tmp_path / "ds", jobs=1)
+    first = scan([url], tmp_path / "ds", ScanOptions(jobs=1))
     assert first.scanned == [url] and first.bytes_read > 0
-    again = scan([url], tmp_path / "ds", jobs=1)
+    again = scan([url], tmp_path / "ds", ScanOptions(jobs=1))
     assert again.scanned == [] and again.skipped == [url] and again.bytes_read == 0
     _clean(_every_cell(tmp_path / "ds"))
 

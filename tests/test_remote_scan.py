@@ -27,6 +27,7 @@ from s3server import environment, filesystem, s3_server
 import traceview as tv
 from fixtures.ranks import RankRun, build
 from traceview.batch.scan import scan
+from traceview.batch.scan_task import ScanOptions
 from traceview.cli import cli
 from traceview.load import LoadOptions
 
@@ -152,7 +153,7 @@ def test_a_glob_url_is_read_as_a_local_glob(bucket: str, tree: Path, tmp_path: P
 
 def test_scan_from_s3_into_s3_equals_a_local_scan(bucket: str, tree: Path, tmp_path: Path) -> None:
     local = tmp_path / "local"
-    report = scan([str(tree)], local, jobs=2)
+    report = scan([str(tree)], local, ScanOptions(jobs=2))
     assert len(report.scanned) == 5 and len(report.failed) == 1 and len(report.not_traces) == 1
     r = CliRunner().invoke(cli, ["scan", RUNS, "-o", f"s3://{BUCKET}/ds", "-j", "2"])
     assert r.exit_code == 0, r.stderr
@@ -198,7 +199,7 @@ def test_the_datasets_doc_reads_a_dataset_in_a_bucket(bucket: str) -> None:
     pytest.importorskip("duckdb")
     import re
 
-    scan([RUNS], f"s3://{BUCKET}/docs-ds", jobs=1)
+    scan([RUNS], f"s3://{BUCKET}/docs-ds", ScanOptions(jobs=1))
     text = (ROOT / "docs" / "datasets.md").read_text()
     blocks = re.findall(r"```python bucket\n(.*?)```", text, re.S)
     assert blocks
@@ -214,9 +215,9 @@ def test_a_second_scan_writes_nothing_and_a_changed_object_is_scanned_again(
     bucket: str, tmp_path: Path
 ) -> None:
     ds = f"s3://{BUCKET}/incremental"
-    first = scan([RUNS], ds, jobs=1)
+    first = scan([RUNS], ds, ScanOptions(jobs=1))
     before = _snapshot(bucket, f"{BUCKET}/incremental")
-    again = scan([RUNS], ds, jobs=1)
+    again = scan([RUNS], ds, ScanOptions(jobs=1))
     assert again.scanned == [] and len(again.skipped) == len(first.scanned)
     assert again.failed == first.failed  # tried again, and failing the same way
     assert _snapshot(bucket, f"{BUCKET}/incremental") == before  # not one object written
@@ -226,13 +227,13 @@ def test_a_second_scan_writes_nothing_and_a_changed_object_is_scanned_again(
     # alias: the scan after skips it unread
     fs.copy(f"{BUCKET}/runs/single/dense_sglang.json.gz", f"{BUCKET}/copies/same.json.gz")
     copy_url = f"s3://{BUCKET}/copies/same.json.gz"
-    once = scan([copy_url], ds, jobs=1)
+    once = scan([copy_url], ds, ScanOptions(jobs=1))
     assert once.copies == [copy_url] and once.skipped == [] and once.bytes_read > 0
-    twice = scan([copy_url], ds, jobs=1)
+    twice = scan([copy_url], ds, ScanOptions(jobs=1))
     assert twice.skipped == [copy_url] and twice.bytes_read == 0
     fs.put(str(GENERATED / "hybrid_tight.json.gz"), f"{BUCKET}/runs/single/dense_sglang.json.gz")
     try:
-        third = scan([RUNS], ds, jobs=1)
+        third = scan([RUNS], ds, ScanOptions(jobs=1))
         assert third.scanned == [f"{RUNS}/single/dense_sglang.json.gz"]
         assert len(third.skipped) == len(first.scanned) - 1
     finally:
@@ -244,7 +245,7 @@ def test_a_second_scan_writes_nothing_and_a_changed_object_is_scanned_again(
 @pytest.mark.slow
 def test_a_killed_scan_resumes_to_the_same_dataset(bucket: str, tmp_path: Path) -> None:
     clean = f"s3://{BUCKET}/clean"
-    scan([RUNS], clean, jobs=1)
+    scan([RUNS], clean, ScanOptions(jobs=1))
     killed = f"s3://{BUCKET}/killed"
     cmd = [sys.executable, "-m", "traceview", "scan", RUNS, "-o", killed, "-j", "1"]
     env = {**os.environ, **environment(bucket)}
@@ -266,7 +267,7 @@ def test_a_killed_scan_resumes_to_the_same_dataset(bucket: str, tmp_path: Path) 
         tid = traces[0].rsplit("/", 1)[-1].removesuffix(".parquet")
         fs.rm(traces[0])
         fs.pipe(f"{BUCKET}/killed/.tmp/lock.{tid}.999999999.{os.uname().nodename}", b"")
-    resumed = scan([RUNS], killed, jobs=1)
+    resumed = scan([RUNS], killed, ScanOptions(jobs=1))
     if traces:  # its steps, families and gaps files, and any the kill left
         assert resumed.orphans_removed >= 3
     assert not fs.find(f"{BUCKET}/killed/.tmp")
@@ -340,7 +341,7 @@ def test_a_ray_cluster_reads_the_inputs_from_the_bucket_only(bucket: str, tmp_pa
     subprocess.run(start, env=env, check=True, capture_output=True, timeout=120)
     try:
         local = f"s3://{BUCKET}/by-local"
-        scan([RUNS], local, jobs=2)
+        scan([RUNS], local, ScanOptions(jobs=2))
         on_ray = f"s3://{BUCKET}/by-ray"
         args = ["scan", RUNS, "-o", on_ray, "--engine", "ray", "--address", "auto"]
         r = CliRunner().invoke(cli, args)
@@ -372,7 +373,7 @@ def test_objects_without_a_version_are_read_again_and_skipped_by_content(
         base = f"http://127.0.0.1:{server.server_address[1]}"
         urls = [f"{base}/hybrid_chunked.json.gz", f"{base}/dense_sglang.json.gz"]
         ds = tmp_path / "ds"
-        first = scan(urls, ds, jobs=1)
+        first = scan(urls, ds, ScanOptions(jobs=1))
         assert sorted(first.scanned) == sorted(urls)
         traces = _local_table(ds, "traces")
         assert traces["version"].to_list() == [None, None]
@@ -381,7 +382,7 @@ def test_objects_without_a_version_are_read_again_and_skipped_by_content(
         assert set(_local_table(tmp_path / "local", "traces")["trace_id"]) <= set(
             traces["trace_id"]
         )
-        again = scan(urls, ds, jobs=1)
+        again = scan(urls, ds, ScanOptions(jobs=1))
         assert again.scanned == [] and sorted(again.skipped) == sorted(urls)
         assert again.bytes_read == first.bytes_read  # read again: no version to trust
     finally:

@@ -22,7 +22,8 @@ from conftest import GENERATED, ROOT, SCENARIO_NAMES, cut_in_half
 import traceview as tv
 from fixtures.ranks import RankRun, build
 from traceview.batch.dataset import content_hash
-from traceview.batch.scan import ScanOptions, Source, analyse, commit_analysis, scan, scan_trace
+from traceview.batch.scan import scan
+from traceview.batch.scan_task import ScanOptions, Source, analyse, commit_analysis, scan_trace
 from traceview.batch.store import open_store
 from traceview.cli import cli
 
@@ -90,7 +91,7 @@ def test_the_dataset_holds_each_traces_summary(runs: Path, tmp_path: Path) -> No
 def test_polars_and_duckdb_read_the_same(runs: Path, tmp_path: Path) -> None:
     duckdb = pytest.importorskip("duckdb")
     ds = tmp_path / "ds"
-    scan([str(runs / "*")], ds, jobs=1)
+    scan([str(runs / "*")], ds, ScanOptions(jobs=1))
     by_polars = (
         pl.scan_parquet(str(ds / "traces" / "*.parquet"))
         .group_by("run")
@@ -109,13 +110,13 @@ def test_polars_and_duckdb_read_the_same(runs: Path, tmp_path: Path) -> None:
 
 def test_a_second_scan_skips_what_is_there(runs: Path, tmp_path: Path) -> None:
     ds = tmp_path / "ds"
-    first = scan([str(runs / "*")], ds, jobs=1)
+    first = scan([str(runs / "*")], ds, ScanOptions(jobs=1))
 
     def stamps_of() -> dict[Path, int]:  # errors/ too: a failure tried again says the same
         return {p: p.stat().st_mtime_ns for p in ds.rglob("*.parquet")}
 
     stamps = stamps_of()
-    again = scan([str(runs / "*")], ds, jobs=1)
+    again = scan([str(runs / "*")], ds, ScanOptions(jobs=1))
     assert again.scanned == [] and len(again.skipped) == len(first.scanned)
     assert again.failed == first.failed  # a failed trace is tried again
     assert stamps_of() == stamps
@@ -135,7 +136,7 @@ def test_a_second_scan_skips_what_is_there(runs: Path, tmp_path: Path) -> None:
 
 def test_a_killed_scan_resumes_to_the_same_dataset(runs: Path, tmp_path: Path) -> None:
     clean = tmp_path / "clean"
-    scan([str(runs / "*")], clean, jobs=1)
+    scan([str(runs / "*")], clean, ScanOptions(jobs=1))
     ds = tmp_path / "killed"
     cmd = [sys.executable, "-m", "traceview", "scan", str(runs / "*"), "-o", str(ds), "-j", "1"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -148,7 +149,7 @@ def test_a_killed_scan_resumes_to_the_same_dataset(runs: Path, tmp_path: Path) -
     for f in ds.rglob("*.parquet"):
         if ".tmp" not in f.parts:
             pl.read_parquet(f)
-    scan([str(runs / "*")], ds, jobs=1)
+    scan([str(runs / "*")], ds, ScanOptions(jobs=1))
     assert not list((ds / ".tmp").iterdir())
     _assert_same_dataset(clean, ds)
 
@@ -165,10 +166,10 @@ def _assert_same_dataset(a: Path, b: Path) -> None:
 def test_ray_writes_the_same_rows(runs: Path, tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     local, remote = tmp_path / "local", tmp_path / "ray"
-    scan([str(runs / "*")], local, jobs=2)
+    scan([str(runs / "*")], local, ScanOptions(jobs=2))
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        report = scan([str(runs / "*")], remote, engine="ray")
+        report = scan([str(runs / "*")], remote, ScanOptions(engine="ray"))
     finally:
         ray.shutdown()
     assert len(report.scanned) == 7 and len(report.failed) == 1
@@ -178,7 +179,7 @@ def test_ray_writes_the_same_rows(runs: Path, tmp_path: Path) -> None:
 def test_the_datasets_doc_examples_run(runs: Path, tmp_path: Path) -> None:
     duckdb = pytest.importorskip("duckdb")
     ds = tmp_path / "DATASET"
-    scan([str(runs / "*")], ds, jobs=1)
+    scan([str(runs / "*")], ds, ScanOptions(jobs=1))
     text = (ROOT / "docs" / "datasets.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) >= 3
@@ -201,7 +202,7 @@ def test_the_datasets_doc_defines_every_column_of_every_table(runs: Path, tmp_pa
     first cell. Every column the scan writes is named there (``ns_<family>`` stands for the
     family columns)."""
     ds = tmp_path / "ds"
-    scan([str(runs / "*")], ds, jobs=1)
+    scan([str(runs / "*")], ds, ScanOptions(jobs=1))
     text = (ROOT / "docs" / "datasets.md").read_text()
     copy = tmp_path / "copy"
     copy.mkdir()
@@ -317,8 +318,8 @@ def test_a_ray_address_where_nothing_listens_fails_within_the_timeout(
 def test_a_ray_worker_needs_only_the_traces_bytes(runs: Path, tmp_path: Path) -> None:
     """The Ray task sees a trace's bytes, never its path nor the dataset: analysed under a
     path that exists nowhere here, it gives the rows the local scan writes."""
-    from traceview.batch.scan import ScanOptions, Source
     from traceview.batch.scan_ray import analyse_shipped
+    from traceview.batch.scan_task import ScanOptions, Source
 
     source = runs / "single" / "hybrid_chunked.json.gz"
     elsewhere = "/nowhere/on/this/worker/single/hybrid_chunked.json.gz"
@@ -356,7 +357,7 @@ def test_ray_start_head_cluster_writes_the_same_rows(runs: Path, tmp_path: Path)
     subprocess.run(start, env=env, check=True, capture_output=True, timeout=120)
     try:
         local, remote = tmp_path / "local", tmp_path / "ray"
-        scan([str(runs / "*")], local, jobs=2)
+        scan([str(runs / "*")], local, ScanOptions(jobs=2))
         # joined as users do, by RAY_ADDRESS=auto: the head's own record of its address
         # (and of its auth token, where Ray sets one) is found on this machine
         args = ["scan", str(runs / "*"), "-o", str(remote), "--engine", "ray"]
@@ -537,3 +538,28 @@ def test_two_concurrent_scans_of_one_folder_write_no_self_alias(tmp_path: Path) 
     if list((ds / "aliases").glob("*.parquet")):
         aliases = _table(ds, "aliases").select("path", "size", "mtime_ns").rows()
         assert not own & set(aliases)
+
+
+def test_scan_with_a_model_gives_each_steps_mfu_and_mbu(tmp_path: Path) -> None:
+    """Issue 33: scan takes --model and --gpu (it refused them): each step's row gains its
+    tokens, FLOPs, bytes, MFU and MBU, the same figures `steps --model` gives; without a
+    model the columns are there, null, so every file of the table has the same columns."""
+    trace = GENERATED / "hybrid_chunked.json.gz"
+    model = ROOT / "fixtures" / "configs" / "engine-hybrid-moe.json"
+    args = ["scan", str(trace), "-o", str(tmp_path / "ds"), "-j", "1"]
+    result = CliRunner().invoke(cli, [*args, "--model", str(model), "--gpu", "H100"])
+    assert result.exit_code == 0, result.output
+    rows = pl.read_parquet(tmp_path / "ds" / "steps" / "*.parquet").sort("index")
+    config = tv.AnalysisConfig(model=str(model), gpu="H100")
+    want = tv.analyze(trace, config).steps
+    assert rows["mfu"].null_count() < rows.height  # the planted steps have work
+    for column in ("tokens", "flops", "attention_counted"):
+        assert rows[column].to_list() == want[column].to_list(), column
+    for column in ("bytes", "mfu", "mbu"):
+        for got, exp in zip(rows[column].to_list(), want[column].to_list(), strict=True):
+            assert (got is None and exp is None) or got == pytest.approx(exp, rel=1e-12)
+    plain = CliRunner().invoke(cli, ["scan", str(trace), "-o", str(tmp_path / "plain")])
+    assert plain.exit_code == 0, plain.output
+    bare = pl.read_parquet(tmp_path / "plain" / "steps" / "*.parquet")
+    assert bare.columns == rows.columns
+    assert bare["mfu"].null_count() == bare.height

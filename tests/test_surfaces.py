@@ -133,7 +133,7 @@ def every_surface(path: Path, tmp: Path) -> None:
         same(rank[name], at(doc, field), f"rank row {name}")  # type: ignore[literal-required]
     # the dataset's traces/ row
     dataset = tmp / "ds"
-    tv.scan([str(path)], dataset, jobs=1)
+    tv.scan([str(path)], dataset, tv.ScanOptions(jobs=1))
     rows = pl.read_parquet(dataset / "traces" / "*.parquet")
     assert rows.height == 1
     for name, field in FIGURE_FIELDS.items():

@@ -14,7 +14,8 @@ from traceview.analysis.work.devices import DeviceSpec
 from traceview.analysis.work.devices import device_option as device_spec
 from traceview.analysis.work.model_config import ModelSpec, load_model
 from traceview.batch.run import RunOptions, summarize_run
-from traceview.batch.scan import ScanOptions, scan
+from traceview.batch.scan import scan
+from traceview.batch.scan_task import ScanOptions
 from traceview.errors import (
     CaptureError,
     CheckError,

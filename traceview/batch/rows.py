@@ -15,6 +15,7 @@ from traceview.analysis.documents.figures import trace_figures
 from traceview.analysis.documents.run import step_work
 from traceview.analysis.documents.summary import Summary
 from traceview.analysis.steps.find import StepResult
+from traceview.analysis.work.efficiency import STEP_WORK_COLUMNS
 from traceview.model import Trace
 
 
@@ -126,7 +127,14 @@ def table_rows(
     fixed = _family_columns(rules)
     steps = steps.with_columns(
         [pl.lit(0, dtype=pl.Int64).alias(c) for c in fixed if c not in steps.columns]
-    ).select(*ids, *[c for c in steps.columns if not c.startswith("ns_")], *fixed)
+        # every file has the same columns: the model's per-step work is null without one
+        + [pl.lit(None, dtype=t).alias(c) for c, t in STEP_WORK_COLUMNS.items() if c not in steps]
+    ).select(
+        *ids,
+        *[c for c in steps.columns if not c.startswith("ns_") and c not in STEP_WORK_COLUMNS],
+        *STEP_WORK_COLUMNS,
+        *fixed,
+    )
     families = summary.families.select(*ids, pl.all())
     gaps = summary.gaps.select(*ids, pl.all())
     return steps, families, gaps, work

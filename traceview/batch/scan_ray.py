@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import NamedTuple
 
 from traceview.batch.dataset import unlock
-from traceview.batch.scan import (
+from traceview.batch.scan_task import (
     Analysis,
     ScanOptions,
     ScanProgress,

@@ -70,17 +70,16 @@ def scan(
     Read it with polars or DuckDB, through the traces/ rows that commit each trace's other
     rows (docs/datasets.md). Workers exit if the scan is killed; concurrent scans into one
     dataset are safe."""
-    from traceview.batch.scan import ScanOptions, ScanProgress
     from traceview.batch.scan import scan as run_scan
-    from traceview.errors import UsageError
+    from traceview.batch.scan_task import ScanOptions, ScanProgress
 
-    if analysis.model is not None or analysis.gpu is not None:
-        raise UsageError(
-            "scan: --model and --gpu are not used by scan (its tables hold no MFU or MBU); "
-            "use summarize or steps with --model"
-        )
-
-    options = ScanOptions(config=analysis)
+    options = ScanOptions(
+        config=analysis,
+        jobs=jobs or os.cpu_count() or 1,
+        engine=engine,
+        address=address,
+        connect_timeout=connect_timeout,
+    )
     progress: ScanProgress | None = None
     close: Callable[[], None] = lambda: None  # noqa: E731
     if sys.stderr.isatty():
@@ -90,13 +89,9 @@ def scan(
             list(paths),
             dataset,
             options,
-            jobs=jobs or os.cpu_count() or 1,
-            engine=engine,
-            address=address,
             progress=progress,
             force=force,
             pattern=pattern,
-            connect_timeout=connect_timeout,
         )
     finally:
         close()

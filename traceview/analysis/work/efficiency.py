@@ -135,6 +135,17 @@ def step_efficiency(
     )
 
 
+# the per-step columns a model adds to the steps table (:func:`efficiency_section`)
+STEP_WORK_COLUMNS: dict[str, pl.DataType] = {
+    "tokens": pl.Int64(),
+    "attention_counted": pl.Boolean(),
+    "flops": pl.Int64(),
+    "bytes": pl.Float64(),
+    "mfu": pl.Float64(),
+    "mbu": pl.Float64(),
+}
+
+
 def _quantile(values: np.ndarray, q: float) -> float | None:
     """numpy's linear percentile, to the document's precision (:func:`sig`)."""
     return sig(float(np.percentile(values, q))) if values.size else None
