@@ -374,21 +374,6 @@ def test_heartbeat_efficiency_panel_and_report_table(tmp_path: Path) -> None:
     assert "efficiency by phase" in r.stdout
 
 
-def test_scan_refuses_model_rather_than_ignoring_it(tmp_path: Path) -> None:
-    trace = str(GENERATED / "dense_vllm_detailed.json.gz")
-    args = [
-        "scan",
-        trace,
-        "-o",
-        str(tmp_path / "ds"),
-        "--model",
-        str(CONFIGS / "engine-dense.json"),
-    ]
-    r = CliRunner().invoke(cli, args)
-    assert r.exit_code == 2 and "not used by scan" in r.stderr
-    assert not (tmp_path / "ds").exists()
-
-
 def test_context_from_record_shapes_counts_attention() -> None:
     """Hugging Face generate with SDPA: the keys' dims give each step's context (a stdlib
     reading of the same ops), and with the model the attention term is in the FLOPs."""

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 from traceview.analysis.documents.compare import Diff
-from traceview.analysis.documents.summary import SMALL_N, Summary
+from traceview.analysis.documents.summary import Summary
+from traceview.analysis.timing.gaps import SMALL_N
 from traceview.render.charts import gaps_data, gaps_figure, heartbeat_data, heartbeat_figure
 from traceview.render.format import (
     BREAKDOWN_CAPTION,

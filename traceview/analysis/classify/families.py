@@ -395,3 +395,19 @@ def family_rows(per: pl.DataFrame, *, roll_up: bool = False) -> pl.DataFrame:
         (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
         (pl.col("total_ns") / total if total else pl.lit(0.0)).alias("share"),
     ).sort(["total_ns", "family"], descending=[True, False])
+
+
+def kernel_rows(totals: pl.DataFrame) -> pl.DataFrame:
+    """Kernel time per kernel name, from the per-(name, cat) ``totals``: ``name``,
+    ``family`` (String), ``count``, ``total_ns``, ``mean_ns`` and ``share`` (of all kernel
+    time), by total time, largest first."""
+    per_name = totals.group_by("name", "family").agg(
+        pl.col("count").sum(), pl.col("total_ns").sum()
+    )
+    all_ns = int(per_name["total_ns"].sum()) if per_name.height else 0
+    return per_name.with_columns(
+        pl.col("name").cast(pl.String),
+        pl.col("family").cast(pl.String),
+        (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
+        (pl.col("total_ns") / all_ns if all_ns else pl.lit(0.0)).alias("share"),
+    ).sort(["total_ns", "name"], descending=[True, False])

@@ -50,8 +50,9 @@ from traceview.analysis.base.precision import sig_or_none
 from traceview.analysis.base.stats import mean, median_ns, percentiles
 from traceview.analysis.classify.families import family_is
 from traceview.analysis.documents.figures import trace_figures
-from traceview.analysis.documents.summary import Summary, step_time
+from traceview.analysis.documents.summary import Summary
 from traceview.analysis.steps.find import StepResult, ends_of
+from traceview.analysis.timing.breakdown import step_time
 from traceview.errors import RunError
 from traceview.model import Trace
 from traceview.paths import stored

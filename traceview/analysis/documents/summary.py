@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import cast
@@ -18,37 +17,33 @@ from traceview.analysis.base.document import (
     SUMMARY_SCHEMA,
     Capture,
     FamilyRow,
-    GapFill,
-    GapStats,
-    GrowthMeasure,
-    Phase,
-    PhaseWork,
-    PrefillGrowth,
     StepFacts,
     StepFinding,
-    StepTime,
     SummaryDocument,
-    TimeBreakdown,
     TraceFacts,
-    Work,
 )
-from traceview.analysis.base.intervals import Union, merge_windows, union
-from traceview.analysis.base.names import short_name
-from traceview.analysis.base.precision import line_ends, sig, sig_or_none
-from traceview.analysis.base.stats import mean, percentiles
-from traceview.analysis.classify.families import Rules, family_rows
+from traceview.analysis.base.precision import sig
+from traceview.analysis.base.stats import percentiles
+from traceview.analysis.classify.families import Rules, family_rows, kernel_rows
 from traceview.analysis.documents import display
 from traceview.analysis.steps.capture import capture_regions
 from traceview.analysis.steps.find import StepResult, describe, empty_step_table, pick_device
+from traceview.analysis.timing.breakdown import (
+    DeviceActivity,
+    time_breakdown,
+    timeline,
+    with_fills,
+)
 from traceview.analysis.timing.busy import busy_document
 from traceview.analysis.timing.cadence import cadence, decoding_cadence, kind_cadence, phase_rows
-from traceview.analysis.timing.gaps import GAP_SCHEMA, gap_table, summarize_gaps
+from traceview.analysis.timing.gaps import (
+    GAP_SCHEMA,
+    gap_table,
+    gap_warnings,
+    summarize_gaps,
+)
 from traceview.analysis.timing.idle import (
-    CAUSES,
     IDLE_SCHEMA,
-    FamilyActivity,
-    HostCalls,
-    idle_in_windows,
     long_idle,
 )
 from traceview.analysis.work.devices import DeviceSpec
@@ -60,11 +55,11 @@ from traceview.analysis.work.efficiency import (
 )
 from traceview.analysis.work.model_config import ModelSpec
 from traceview.analysis.work.op_flops import kernel_work
+from traceview.analysis.work.prompt import work
 from traceview.model import Trace
 from traceview.paths import stored
 
 SCHEMA = SUMMARY_SCHEMA
-SMALL_N = 100  # below this, a p99 is close to the maximum: say so
 
 
 @dataclass
@@ -151,57 +146,33 @@ def build(
     model: ModelSpec | None = None,
     gpu: DeviceSpec | None = None,
 ) -> Summary:
-    trace, activity = result.trace, result.activity
+    """The summary of the steps the step finder found (``result``): each figure computed
+    by the module that defines it, assembled here into the document and its tables."""
+    trace, k, table = result.trace, result.kernels, result.table
     warnings = list(result.warnings)
-    if activity == "cpu_op":
+    if result.activity == "cpu_op":
         warnings.insert(
             0,
             "no device activity in this trace (a CPU capture): the innermost annotated ranges "
             "(else leaf cpu_ops) stand in for kernels",
         )
-    k = result.kernels
-    fam = family_rows(result.totals)
-    rolled = family_rows(result.totals, roll_up=True)
     peaks = device_peaks(trace, result.device, gpu)  # --gpu, else matched from the trace
-    table, efficiency, said = efficiency_section(trace, result.device, result.table, model, peaks)
+    table, efficiency, said = efficiency_section(trace, result.device, table, model, peaks)
     warnings += said
     phases = phase_rows(result.phases, table)
     gaps, marker, gap_family = gap_table(k, result.totals, result.phases, rules)
     gap_stats = summarize_gaps(gaps, gap_family)
-    decoding = table["kind"].is_in(DECODING).any()
-    if not decoding:
-        warnings.append("no decode steps (every step is prefill): decode gaps are not measured")
-    elif marker is None:
-        warnings.append(
-            "no linear-attention decode nor full-attention kernels: decode gaps are not available"
-        )
-    elif marker.inferred:
-        warnings.append(
-            f"decode marker inferred: no kernel matches the preset's decode-marker pattern, "
-            f"so decode gaps are measured between {short_name(marker.used)!r} kernels"
-        )
-    small = [f"{g['population']} n={g['n']}" for g in gap_stats if 0 < g["n"] < SMALL_N]
-    if small:
-        warnings.append(
-            f"decode gaps: p99 rests on fewer than {SMALL_N} samples ({', '.join(small)}); "
-            "it is close to the maximum"
-        )
-    device = DeviceActivity.of(result)
+    warnings += gap_warnings(bool(table["kind"].is_in(DECODING).any()), marker, gap_stats)
+    device = DeviceActivity.of(trace, k, result.starts, result.union, result.host)
     release_free_memory()  # its temporaries (each kernel's end, family codes) go back
-    every = gap_stats[0]  # the "all" population
-    for g in gap_stats:
-        if g is not every and g["n"] == every["n"]:  # the other one is empty: the same gaps
-            g["filled"], g["widest"] = deepcopy(every["filled"]), deepcopy(every["widest"])
-            continue
-        g["filled"] = gap_fill(gaps, g, device)
-        g["widest"] = gap_fill(gaps, g, device, p99=True)
+    gap_stats = with_fills(gaps, gap_stats, device)
     idle = long_idle(trace, device.ts, device.correlation, device.union, device.host)
     shares = device.shares
     del device  # its correlation ids, before the phases' breakdown
     release_free_memory()
-    p99_all = gap_stats[0]["p99_ns"]
+    op_work = kernel_work(trace, k)  # record_shapes' GEMM and attention ops, where present
+    efficiency["families"] = family_work(k, op_work, peaks)
     start_ns, end_ns = int(result.union.starts[0]), int(result.union.ends[-1])
-    streams = sorted(k["stream"].drop_nulls().unique().to_list())
     facts: TraceFacts = {
         "path": stored(trace.meta.path),  # a name's non-UTF-8 bytes as \xff
         "format": trace.meta.format,
@@ -211,11 +182,11 @@ def build(
         "skipped_events": trace.meta.skipped_events,
         "devices": trace.devices,
         "device": result.device,
-        "streams": streams,
+        "streams": sorted(k["stream"].drop_nulls().unique().to_list()),
         "start_ns": start_ns,
         "end_ns": end_ns,
         "span_ns": end_ns - start_ns,
-        "activity": activity,
+        "activity": result.activity,
     }
     step_facts: StepFacts = {
         **describe(result),
@@ -225,19 +196,20 @@ def build(
         "decoding_cadence": decoding_cadence(table),
         "phases": phases,
     }
+    fam = family_rows(result.totals)
     doc: SummaryDocument = {
         "schema": SCHEMA,
         "trace": facts,
         "classification": rules.name,
         "families": _family_rows(fam),
-        "families_rollup": _family_rows(rolled),
+        "families_rollup": _family_rows(family_rows(result.totals, roll_up=True)),
         "steps": step_facts,
         "work": work(table, phases),
         "decode_gaps": gap_stats,
         "decode_marker": None if marker is None else marker.used,
         "decode_marker_source": None if marker is None else marker.source,
         "decode_marker_kernels": [] if marker is None else list(marker.names),
-        "busy": busy_document(result.union, result.device, gaps, p99_all),
+        "busy": busy_document(result.union, result.device, gaps, gap_stats[0]["p99_ns"]),
         "time_breakdown": time_breakdown(table, phases, k, shares),
         "efficiency": efficiency,
         "capture": capture_section(
@@ -245,29 +217,12 @@ def build(
         ),
         "warnings": warnings,
     }
-    op_work = kernel_work(trace, k)  # record_shapes' GEMM and attention ops, where present
-    efficiency["families"] = family_work(k, op_work, peaks)
-    per_name = result.totals.group_by("name", "family").agg(
-        pl.col("count").sum(), pl.col("total_ns").sum()
-    )
-    all_ns = int(per_name["total_ns"].sum()) if per_name.height else 0
-    kernel_table = kernel_table_work(
-        per_name.with_columns(
-            pl.col("name").cast(pl.String),
-            pl.col("family").cast(pl.String),
-            (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
-            (pl.col("total_ns") / all_ns if all_ns else pl.lit(0.0)).alias("share"),
-        ).sort(["total_ns", "name"], descending=[True, False]),
-        k,
-        op_work,
-        peaks,
-    )
     return Summary(
         document=doc,
         steps=table,
         families=fam,
         gaps=gaps,
-        kernel_table=kernel_table,
+        kernel_table=kernel_table_work(kernel_rows(result.totals), k, op_work, peaks),
         warnings=warnings,
         timeline=timeline(k, start_ns, end_ns) if table.height < 2 else None,
         idle=idle,
@@ -388,189 +343,6 @@ def capture_only_summary(
     )
 
 
-HOST_BOUND = 0.2  # host_late + sync at least this share of a phase's span: host-bound
-DEVICE_BOUND = 0.8  # busy at least this share (and not host-bound): device-bound
-
-
-def verdict(span_ns: int, busy_ns: int, idle: dict[str, int]) -> str:
-    """``host-bound`` when host_late plus sync is at least :data:`HOST_BOUND` of the span;
-    ``device-bound`` when busy is at least :data:`DEVICE_BOUND` of it and the phase is not
-    host-bound; ``balanced`` otherwise."""
-    if span_ns > 0 and idle["host_late"] + idle["sync"] >= HOST_BOUND * span_ns:
-        return "host-bound"
-    if span_ns > 0 and busy_ns >= DEVICE_BOUND * span_ns:
-        return "device-bound"
-    return "balanced"
-
-
-def family_activity(kernels: pl.DataFrame, ts: np.ndarray) -> FamilyActivity:
-    """The device's kernels by family, prepared once for the busy-by-family shares (``ts``:
-    their starts, as read already: a frame of many chunks copies on every read)."""
-    family = kernels["family"]
-    assert isinstance(family.dtype, pl.Enum)
-    return FamilyActivity.of(
-        ts,
-        ts + kernels["dur_ns"].to_numpy(),
-        family.to_physical().to_numpy(),
-        len(family.dtype.categories),
-    )
-
-
-@dataclass(frozen=True)
-class DeviceActivity:
-    """What the gap fills and the long idle intervals read of the analysed device, read
-    out once per summary: its activity's starts (time order) and correlation ids (-1 where
-    none), its union, its family names, and the host calls."""
-
-    trace: Trace
-    ts: np.ndarray
-    correlation: pl.Series
-    union: Union
-    families: list[str]
-    shares: FamilyActivity
-    host: HostCalls
-
-    @classmethod
-    def of(cls, result: StepResult) -> DeviceActivity:
-        k = result.kernels
-        family = k["family"]
-        assert isinstance(family.dtype, pl.Enum)
-        ts = result.starts
-        if ts is None or ts.size != k.height:
-            ts = k["ts_ns"].to_numpy().astype(np.int64, copy=False)
-        return cls(
-            result.trace,
-            ts,
-            k["correlation"],
-            result.union,
-            [str(x) for x in family.dtype.categories.to_list()],
-            family_activity(k, ts),
-            result.host,
-        )
-
-
-def gap_fill(
-    gaps: pl.DataFrame, stats: GapStats, device: DeviceActivity, *, p99: bool = False
-) -> GapFill | None:
-    """What filled one population's gaps (overlaps aside), or only its widest (``p99``: at
-    or above its p99): the merged windows' span, busy time by family and idle time by
-    cause. In numpy over the gap table's columns: a filter of a million gaps' frame held
-    ~40 MB at the summary's peak."""
-    at_least = stats["p99_ns"]
-    if at_least is None:
-        return None
-    keep = ~gaps["overlap"].to_numpy()
-    if p99:
-        keep &= gaps["gap_ns"].to_numpy() >= at_least
-    if stats["population"] != "all":
-        keep &= (gaps["population"] == stats["population"]).to_numpy()
-    rows = np.flatnonzero(keep)
-    del keep
-    if rows.size == 0:
-        return None
-    w = merge_windows(gaps["start_ns"].to_numpy()[rows], gaps["end_ns"].to_numpy()[rows])
-    lo, hi = w.starts, w.ends
-    by_family = device.shares.busy_by_family(lo, hi, summed=True)[0]
-    idle = idle_in_windows(
-        device.trace, device.ts, device.correlation, device.union, lo, hi, device.host
-    )
-    return {
-        "gaps": int(rows.size),
-        "span_ns": int((hi - lo).sum()),
-        "busy_ns": int(by_family.sum()),
-        "busy_by_family": family_ns(device.families, by_family),
-        "idle_ns": idle,
-    }
-
-
-def time_breakdown(
-    table: pl.DataFrame, phases: list[Phase], kernels: pl.DataFrame, activity: FamilyActivity
-) -> list[TimeBreakdown]:
-    """Per phase: its span, busy time by family (each instant shared equally among the
-    families running then) and idle time by cause, summed from its steps, and the verdict."""
-    if not phases:
-        return []
-    family = kernels["family"]
-    assert isinstance(family.dtype, pl.Enum)
-    names = [str(x) for x in family.dtype.categories.to_list()]
-    lo = np.array([p["start_ns"] for p in phases], dtype=np.int64)
-    hi = np.array([p["end_ns"] for p in phases], dtype=np.int64)
-    by_family = activity.busy_by_family(lo, hi)
-    out: list[TimeBreakdown] = []
-    for i, p in enumerate(phases):
-        spent = step_time(table.slice(p["first_step"], p["steps"]))
-        out.append(
-            {
-                "kind": p["kind"],
-                "first_step": p["first_step"],
-                "last_step": p["last_step"],
-                "steps": p["steps"],
-                "span_ns": spent["span_ns"],  # the steps tile the phase's span
-                "busy_ns": spent["busy_ns"],
-                "busy_by_family": family_ns(names, by_family[i]),
-                "idle_ns": spent["idle_ns"],
-                "verdict": spent["verdict"],
-            }
-        )
-    return out
-
-
-def step_time(steps: pl.DataFrame) -> StepTime:
-    """Where the steps' time went, summed over them: their span, busy time, idle time by
-    cause and the verdict."""
-    span = int((steps["end_ns"] - steps["start_ns"]).sum())
-    busy = int(steps["busy_ns"].sum())
-    idle = {c: int(steps[f"idle_{c}_ns"].sum()) for c in CAUSES}
-    return {"span_ns": span, "busy_ns": busy, "idle_ns": idle, "verdict": verdict(span, busy, idle)}
-
-
-def family_ns(names: list[str], values: np.ndarray) -> dict[str, int]:
-    """Busy time per family code as {family: ns}, largest first, families with none left
-    out."""
-    fams = {names[f]: int(v) for f, v in enumerate(values) if v}
-    return dict(sorted(fams.items(), key=lambda x: (-x[1], x[0])))
-
-
-TIMELINE_RESOLUTION = 4000  # a timeline's gaps shorter than its span over this are closed
-
-
-def timeline(kernels: pl.DataFrame, start_ns: int, end_ns: int) -> pl.DataFrame:
-    """Per family (by kernel time, largest first), the union of its kernels' intervals,
-    gaps shorter than the span / :data:`TIMELINE_RESOLUTION` closed (a chart cannot show
-    them, and a step of a million kernels stays a few thousand bars). In numpy over the
-    family codes: no copy of the kernels' frame per family."""
-    close = max((end_ns - start_ns) // TIMELINE_RESOLUTION, 0)
-    schema = {"family": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
-    if kernels.height == 0:
-        return pl.DataFrame(schema=schema)
-    family = kernels["family"]
-    if not isinstance(family.dtype, pl.Enum):  # the step finder's kernels carry an Enum
-        family = family.cast(pl.String).cast(pl.Enum(sorted(family.cast(pl.String).unique())))
-    assert isinstance(family.dtype, pl.Enum)
-    names = [str(x) for x in family.dtype.categories.to_list()]
-    code = family.to_physical().to_numpy()
-    ts = kernels["ts_ns"].to_numpy().astype(np.int64, copy=False)
-    dur = kernels["dur_ns"].to_numpy()
-    totals = np.bincount(code, weights=dur, minlength=len(names))
-    ends = ts + dur
-    del dur
-    frames = []
-    for c in sorted(np.flatnonzero(totals > 0), key=lambda c: (-totals[c], names[c])):
-        mine = code == c
-        u = union(ts[mine] - close, ends[mine])
-        frames.append(
-            pl.DataFrame(
-                {
-                    "family": [names[c]] * u.starts.size,
-                    "start_ns": np.maximum(u.starts + close, start_ns),
-                    "end_ns": u.ends,
-                },
-                schema=schema,
-            )
-        )
-    return pl.concat(frames)
-
-
 def _family_rows(table: pl.DataFrame) -> list[FamilyRow]:
     """The family table's rows, typed (its columns are FamilyRow's, checked by the tests),
     with the mean and share at the document's precision."""
@@ -578,81 +350,3 @@ def _family_rows(table: pl.DataFrame) -> list[FamilyRow]:
     for row in rows:
         row["mean_ns"], row["share"] = sig(row["mean_ns"]), sig(row["share"])
     return rows
-
-
-def prefill_growth(table: pl.DataFrame, phases: list[Phase]) -> list[PrefillGrowth]:
-    """Per mixed phase of at least 3 steps: how prompt work per step grows from its first
-    chunk to its last, read off a least-squares line through the steps' prompt work (a
-    healthy chunked prefill is flat; re-feeding the prompt from token 0 grows linearly, and
-    the total work quadratically). The line is fitted exactly (:func:`line_ends`) and the
-    ratio rounded to the document's precision, so it is the same on every machine.
-
-    Prompt work is the engine's own count of context tokens where every step of the phase
-    states it (``measure: prompt_tokens``), else the prefill-only kernel time
-    (``measure: prefill_ns``); a phase with neither is left out."""
-    out: list[PrefillGrowth] = []
-    for phase in phases:
-        if phase["kind"] != "mixed" or phase["steps"] < 3:
-            continue
-        steps = table.slice(phase["first_step"], phase["steps"])
-        tokens = steps["context_tokens"]
-        measure: GrowthMeasure
-        if tokens.null_count() == 0 and int(tokens.sum()) > 0:
-            measure, y = "prompt_tokens", tokens.to_numpy().astype(np.int64)
-        elif int(steps["prefill_ns"].sum()) > 0:
-            measure, y = "prefill_ns", steps["prefill_ns"].to_numpy().astype(np.int64)
-        else:
-            continue
-        first, last = line_ends(y.tolist())
-        out.append(
-            {
-                "first_step": phase["first_step"],
-                "last_step": phase["last_step"],
-                "steps": int(y.size),
-                "measure": measure,
-                "first": int(y[0]),
-                "last": int(y[-1]),
-                "prefill_ns_first": int(steps["prefill_ns"][0]),
-                "prefill_ns_last": int(steps["prefill_ns"][-1]),
-                "growth": sig(float(last / first)) if first > 0 else math.inf,
-            }
-        )
-    return out
-
-
-def _sum_or_none(values: pl.Series) -> int | None:
-    return None if values.null_count() == values.len() else int(values.sum())
-
-
-def work(table: pl.DataFrame, phases: list[Phase]) -> Work:
-    """The ``work`` section: kernels per step, prefill-only kernel time and launches, and
-    the engine's own token counts where its annotations state them (null where no step
-    does): ``prompt_tokens`` (context tokens processed), ``decode_tokens`` (generation
-    tokens), ``token_steps`` (steps whose record states its context tokens), per phase; and
-    the query tokens read from ``record_shapes`` (``shape_tokens``, prompt and decode
-    together) with the number of steps they were read for (``shape_token_steps``)."""
-    per_phase: list[PhaseWork] = []
-    for phase in phases:
-        steps = table.slice(phase["first_step"], phase["steps"])
-        per_phase.append(
-            {
-                "kind": phase["kind"],
-                "first_step": phase["first_step"],
-                "last_step": phase["last_step"],
-                "prompt_tokens": _sum_or_none(steps["context_tokens"]),
-                "decode_tokens": _sum_or_none(steps["generation_tokens"]),
-                "prefill_ns": int(steps["prefill_ns"].sum()),
-            }
-        )
-    return {
-        "kernels_per_step": sig_or_none(mean(table["kernels"])),
-        "prefill_ns": int(table["prefill_ns"].sum()),
-        "prefill_kernels": int(table["prefill_kernels"].sum()),
-        "prompt_tokens": _sum_or_none(table["context_tokens"]),
-        "decode_tokens": _sum_or_none(table["generation_tokens"]),
-        "token_steps": int(table["context_tokens"].is_not_null().sum()),
-        "shape_tokens": _sum_or_none(table["shape_tokens"]),
-        "shape_token_steps": int(table["shape_tokens"].is_not_null().sum()),
-        "phases": per_phase,
-        "prefill_growth": prefill_growth(table, phases),
-    }

@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from traceview.analysis.base.document import DECODING, GapStats
+from traceview.analysis.base.names import short_name
 from traceview.analysis.base.stats import percentiles
 from traceview.analysis.classify.families import Rules, distinct_names, family_is
 
@@ -172,3 +173,30 @@ def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[GapStats]:
             }
         )
     return out
+
+
+SMALL_N = 100  # below this, a p99 is close to the maximum: say so
+
+
+def gap_warnings(decoding: bool, marker: Marker | None, stats: list[GapStats]) -> list[str]:
+    """What a reader should know before trusting the decode gaps: no decode steps, no
+    marker, an inferred marker, populations too small for their p99."""
+    said = []
+    if not decoding:
+        said.append("no decode steps (every step is prefill): decode gaps are not measured")
+    elif marker is None:
+        said.append(
+            "no linear-attention decode nor full-attention kernels: decode gaps are not available"
+        )
+    elif marker.inferred:
+        said.append(
+            f"decode marker inferred: no kernel matches the preset's decode-marker pattern, "
+            f"so decode gaps are measured between {short_name(marker.used)!r} kernels"
+        )
+    small = [f"{g['population']} n={g['n']}" for g in stats if 0 < g["n"] < SMALL_N]
+    if small:
+        said.append(
+            f"decode gaps: p99 rests on fewer than {SMALL_N} samples ({', '.join(small)}); "
+            "it is close to the maximum"
+        )
+    return said
