@@ -418,6 +418,9 @@ INFERENCE_TRACES = sorted(SHARED_TRACES.glob("tracelens/*.json.gz"))
 @pytest.mark.parametrize("path", trace_params(INFERENCE_TRACES))
 def test_other_holds_at_most_5_percent_of_inference_kernel_time(path: Path) -> None:
     fam = tv.families(tv.load(path), roll_up=True)
+    if fam.height == 0:  # CUDA-graph capture alone: no served kernel to classify
+        assert tv.summarize(tv.load(path)).to_dict()["steps"]["method"] == "none"
+        return
     other = fam.filter(pl.col("family") == "other")["share"].sum()
     assert other <= 0.05, f"{path.name}: other holds {other:.1%} of kernel time"
 

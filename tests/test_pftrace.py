@@ -35,9 +35,11 @@ def test_same_events_summarize_identically(tmp_path: Path, sc) -> None:  # type:
     pf_path = to_pftrace(tb, tmp_path / "t.pftrace", compress=sc.name == "dense_sglang")
     if not sc.serve:  # engine start-up only: both say so, the same way
         with pytest.raises(CaptureOnlyError, match="capture / warm-up only"):
-            tv.summarize(tv.load(json_path))
+            tv.analyze(tv.load(json_path)).serving()
         with pytest.raises(CaptureOnlyError, match="capture / warm-up only"):
-            tv.summarize(tv.load(pf_path))
+            tv.analyze(tv.load(pf_path)).serving()
+        one = tv.summarize(tv.load(json_path)).to_dict()["capture"]
+        assert one == tv.summarize(tv.load(pf_path)).to_dict()["capture"]
         return
     a = tv.summarize(tv.load(json_path)).to_dict()
     b_trace = tv.load(pf_path)

@@ -123,7 +123,7 @@ def test_every_command_on_every_real_trace(path: Path, tmp_path: Path) -> None:
 
     trace = tv.load(path)
     try:
-        summary = tv.summarize(trace)
+        summary = tv.analyze(trace).serving()
     except CaptureOnlyError:
         capture = capture_regions(trace)
         assert capture.regions >= 1 and capture.kernels == trace.kernels.height

@@ -18,7 +18,7 @@ import polars as pl
 
 from traceview._io import release_free_memory
 from traceview.analysis.base.document import Efficiency
-from traceview.analysis.classify.families import Rules, family_rows, load_rules
+from traceview.analysis.classify.families import Rules, load_rules
 from traceview.analysis.documents import display
 from traceview.analysis.documents.summary import Summary, build, capture_only_summary
 from traceview.analysis.steps.candidates import StepOptions
@@ -201,10 +201,10 @@ class Analysis:
         (columns: :func:`traceview.families`)."""
         return self.summary.families
 
-    @cached_property
+    @property
     def families_rollup(self) -> pl.DataFrame:
         """:attr:`families` with dotted families rolled up (``linear_attention``)."""
-        return family_rows(self.step_result.totals, roll_up=True)
+        return self.summary.families_rollup
 
     @property
     def kernels(self) -> pl.DataFrame:

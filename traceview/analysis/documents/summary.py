@@ -70,6 +70,7 @@ class Summary:
         document: the summary document (plain JSON-able data).
         steps: the step table (see :func:`traceview.steps`).
         families: the family table (see :func:`traceview.families`).
+        families_rollup: the family table with dotted families rolled up.
         gaps: the decode-gap table (see :func:`traceview.decode_gaps`).
         kernel_table: time per kernel name on the device (see :func:`traceview.kernels`).
         warnings: what a reader should know before trusting a figure.
@@ -86,6 +87,7 @@ class Summary:
     document: SummaryDocument
     steps: pl.DataFrame
     families: pl.DataFrame
+    families_rollup: pl.DataFrame
     gaps: pl.DataFrame
     kernel_table: pl.DataFrame
     idle: pl.DataFrame
@@ -197,12 +199,13 @@ def build(
         "phases": phases,
     }
     fam = family_rows(result.totals)
+    rolled = family_rows(result.totals, roll_up=True)
     doc: SummaryDocument = {
         "schema": SCHEMA,
         "trace": facts,
         "classification": rules.name,
         "families": _family_rows(fam),
-        "families_rollup": _family_rows(family_rows(result.totals, roll_up=True)),
+        "families_rollup": _family_rows(rolled),
         "steps": step_facts,
         "work": work(table, phases),
         "decode_gaps": gap_stats,
@@ -221,6 +224,7 @@ def build(
         document=doc,
         steps=table,
         families=fam,
+        families_rollup=rolled,
         gaps=gaps,
         kernel_table=kernel_table_work(kernel_rows(result.totals), k, op_work, peaks),
         warnings=warnings,
@@ -329,6 +333,7 @@ def capture_only_summary(
         document=doc,
         steps=table,
         families=family_rows(no_kernels.drop("name")),
+        families_rollup=family_rows(no_kernels.drop("name")),
         gaps=pl.DataFrame(schema=GAP_SCHEMA),
         kernel_table=kernel_table_work(
             no_kernels.with_columns(
