@@ -21,7 +21,7 @@ from traceview.analysis.base.document import Efficiency
 from traceview.analysis.classify.families import Rules, load_rules
 from traceview.analysis.documents import display
 from traceview.analysis.documents.summary import Summary, build, capture_only_summary
-from traceview.analysis.steps.candidates import StepOptions
+from traceview.analysis.steps.candidates import MAX_LAYERS, StepOptions
 from traceview.analysis.steps.find import StepResult, find_steps
 from traceview.analysis.work.devices import DeviceSpec, device_option
 from traceview.analysis.work.model_config import ModelSpec, load_model
@@ -30,6 +30,20 @@ from traceview.load import LoadOptions, load
 from traceview.model import Trace
 
 METHODS = ("auto", "bursts", "annotations")
+MAX_NS = 2**63 - 1  # an Int64 of nanoseconds
+
+
+def _count(name: str, value: object, low: int, high: int) -> None:
+    """``value`` is None or an integer in ``[low, high]`` (a bool is not a count).
+
+    Raises:
+        UsageError: anything else, naming the field.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise UsageError(f"{name}: {value!r} is not an integer from {low} to {high}")
+
 
 BUSY_SCHEMA: dict[str, pl.DataType] = {
     "device": pl.Int64(),
@@ -80,12 +94,29 @@ class AnalysisConfig:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise UsageError(f"unknown step method {self.method!r} (one of: {', '.join(METHODS)})")
+        _count("layers", self.layers, 1, MAX_LAYERS)
+        _count("step_gap_ns", self.step_gap_ns, 0, MAX_NS)
+        _count("device", self.device, 0, MAX_NS)
+        if not isinstance(self.preset, str):
+            raise UsageError(f"preset: {self.preset!r} is not a preset's name")
+        if self.rules is not None and not isinstance(self.rules, str | Path | Rules):
+            raise UsageError(f"rules: {self.rules!r} is neither a rules file nor Rules")
         if isinstance(self.model, str | Path):
             object.__setattr__(self, "model", load_model(self.model))
+        elif self.model is not None and not isinstance(self.model, ModelSpec):
+            raise UsageError(f"model: {self.model!r} is neither a config.json nor a ModelSpec")
         if isinstance(self.gpu, str):
             object.__setattr__(self, "gpu", device_option(self.gpu))
-        if self.window is not None and self.window[1] <= self.window[0]:
-            raise UsageError(f"window {self.window}: its end is not after its start")
+        elif self.gpu is not None and not isinstance(self.gpu, DeviceSpec):
+            raise UsageError(f"gpu: {self.gpu!r} is neither a part, a spec file nor a DeviceSpec")
+        if self.window is not None:
+            w = self.window
+            if not isinstance(w, tuple) or len(w) != 2:
+                raise UsageError(f"window: {w!r} is not a (t0_ns, t1_ns) pair")
+            _count("window's t0_ns", w[0], -MAX_NS, MAX_NS)
+            _count("window's t1_ns", w[1], -MAX_NS, MAX_NS)
+            if w[1] <= w[0]:
+                raise UsageError(f"window {w}: its end is not after its start")
 
     @property
     def model_spec(self) -> ModelSpec | None:
@@ -149,6 +180,11 @@ class Analysis:
     """
 
     def __init__(self, trace: Trace, config: AnalysisConfig | None = None) -> None:
+        if config is not None and not isinstance(config, AnalysisConfig):
+            raise UsageError(
+                f"config: an AnalysisConfig, not {type(config).__name__} "
+                "(tv.AnalysisConfig(method=..., ...))"
+            )
         self.config = config or AnalysisConfig()
         self.trace = trace if self.config.window is None else trace.window(*self.config.window)
 
@@ -226,7 +262,15 @@ class Analysis:
 
     def busy_between(self, t0_ns: int, t1_ns: int) -> pl.DataFrame:
         """GPU busy of the analysed device (capture kernels left out) over the window
-        ``[t0_ns, t1_ns)`` on the trace's clock; columns as :attr:`busy`."""
+        ``[t0_ns, t1_ns)`` on the trace's clock; columns as :attr:`busy`.
+
+        Raises:
+            UsageError: a bound that is not an integer, or an end not after the start.
+        """
+        _count("t0_ns", t0_ns, -MAX_NS, MAX_NS)
+        _count("t1_ns", t1_ns, -MAX_NS, MAX_NS)
+        if t1_ns <= t0_ns:
+            raise UsageError(f"busy window [{t0_ns}, {t1_ns}): its end is not after its start")
         u = self.step_result.union
         covered = int(u.clipped_lengths(np.array([t0_ns]), np.array([t1_ns]))[0])
         row = {

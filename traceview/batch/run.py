@@ -61,7 +61,7 @@ def analyse_rank(path: str, options: RunOptions) -> RankResult:
 
 
 def summarize_run(
-    paths: Sequence[str],
+    paths: Sequence[str] | str,
     options: RunOptions | None = None,
     *,
     progress: Callable[[int, int], None] | None = None,
@@ -77,6 +77,8 @@ def summarize_run(
         RunError: no trace files, nothing analysable, two files for one rank, or (with
             ``strict``) a trace that fails.
     """
+    if isinstance(paths, str):
+        paths = [paths]  # one folder or glob, not its characters
     options = options or RunOptions()
     files = discover(paths)
     results = map_tasks(partial(analyse_rank, options=options), files, options.jobs, progress)

@@ -143,7 +143,7 @@ def sources(paths: Sequence[str], pattern: str | None) -> list[Source]:
 
 
 def scan(
-    paths: Sequence[str],
+    paths: Sequence[str] | str,
     dataset: str | os.PathLike[str],
     options: ScanOptions | None = None,
     *,
@@ -163,6 +163,8 @@ def scan(
         MissingDependencyError: ``engine="ray"`` without Ray installed, or a URL without
             the ``traceview[cloud]`` extra.
     """
+    if isinstance(paths, str | os.PathLike):
+        paths = [str(paths)]  # one path, not its characters
     options = options or ScanOptions()
     engine, address = options.engine, options.address
     started = time.monotonic()

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from traceview.errors import EXIT_OK, TraceviewError, TraceviewWarning
-from traceview.render.safe import terminal
+from traceview.render.safe import line
 
 CACHE_ENV = "TRACEVIEW_CACHE"  # the switch load/cache.py reads
 
@@ -35,7 +35,7 @@ class _Group(click.Group):
             if ctx.params.get("debug"):
                 raise
             prefix = "" if exc.exit_code == EXIT_OK else "Error: "
-            click.echo(f"{prefix}{terminal(exc)}", err=True)
+            click.echo(f"{prefix}{line(exc)}", err=True)
             ctx.exit(exc.exit_code)
         finally:
             for name, value in given.items():

@@ -19,7 +19,7 @@ from traceview._io import check_output, check_url_output, url_output_name
 from traceview.errors import TraceviewError
 from traceview.load import LoadOptions, load
 from traceview.model import Trace
-from traceview.render.safe import terminal
+from traceview.render.safe import line as one_line
 
 if TYPE_CHECKING:  # the CLI imports analysis lazily, so --help stays fast
     from traceview.analysis.analyze import AnalysisConfig
@@ -57,7 +57,7 @@ def say(text: str) -> None:
         if str(staged.path) in text:
             _DEFERRED.append(text.replace(str(staged.path), staged.url))
             return
-    stderr.print(Text(terminal(text)))
+    stderr.print(Text(one_line(text)))
 
 
 def publish_outputs(ok: bool) -> None:
@@ -77,8 +77,8 @@ def publish_outputs(ok: bool) -> None:
             if ok and staged.path.is_file():
                 remote.upload(str(staged.path), staged.url)
         if ok:
-            for line in _DEFERRED:
-                stderr.print(Text(terminal(line)))
+            for said in _DEFERRED:
+                stderr.print(Text(one_line(said)))
     finally:
         for staged in _STAGED:
             shutil.rmtree(staged.folder, ignore_errors=True)
@@ -88,7 +88,7 @@ def publish_outputs(ok: bool) -> None:
 
 def warn(text: str) -> None:
     """``Warning: <text>`` on stderr, its trace text neutralised for the terminal."""
-    stderr.print(Text.assemble(("Warning:", "yellow"), " ", terminal(text)))
+    stderr.print(Text.assemble(("Warning:", "yellow"), " ", one_line(text)))
 
 
 _WARNED: set[tuple[str, str]] = set()  # (file, warning) said by the command running now

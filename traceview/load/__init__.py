@@ -76,6 +76,16 @@ class LoadOptions:
     cache_min_bytes: int = 16 << 20
     hasher: Hasher | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.block_bytes, bool) or not (
+            isinstance(self.block_bytes, int) and self.block_bytes > 0
+        ):
+            from traceview.errors import UsageError
+
+            raise UsageError(
+                f"LoadOptions.block_bytes: {self.block_bytes!r} is not a positive size"
+            )
+
 
 def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) -> Trace:
     """Load a Chrome/Kineto trace (``.json`` or gzipped, detected by magic bytes).

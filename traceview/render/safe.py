@@ -57,6 +57,14 @@ def terminal(text: object) -> str:
     return _UNSAFE.sub(_visible, scrub(str(text)))
 
 
+def line(text: object) -> str:
+    """``text`` for one line on the terminal (an error, a warning, a "wrote …" line):
+    :func:`terminal` (which shows ``\\r`` as ``\\x0d``), and a line break in it (a file
+    name may hold one) shown as ``\\x0a``, so no name can start a line that reads as
+    traceview's own."""
+    return terminal(text).replace("\n", "\\x0a")
+
+
 def chart(text: object) -> str:
     """``text`` for a matplotlib title, label or legend: controls shown as visible escapes
     (the charts' style reads no mathtext, so ``$`` needs no escape)."""

@@ -421,7 +421,18 @@ def _straggler_note(label: str, run: RunSummary) -> str:
 
 
 def diff(a: Summary | RunSummary, b: Summary | RunSummary) -> Diff:
-    """Compare two summaries, or two runs (A the baseline, B the change); see :class:`Diff`."""
+    """Compare two summaries, or two runs (A the baseline, B the change); see :class:`Diff`.
+
+    Raises:
+        CheckError: a trace against a run, or anything but a Summary or a RunSummary
+            (``tv.analyze(path).summary`` gives a trace's).
+    """
+    for x in (a, b):
+        if not isinstance(x, Summary | RunSummary):
+            raise CheckError(
+                f"diff compares Summaries or RunSummaries, not {type(x).__name__} "
+                "(tv.analyze(path).summary)"
+            )
     if isinstance(a, RunSummary) != isinstance(b, RunSummary):
         raise CheckError("diff compares a trace with a trace, or a run with a run")
     if isinstance(a, RunSummary) and isinstance(b, RunSummary):

@@ -125,7 +125,8 @@ class Summary:
             f"  activity        {t['kernels']:,} {t['activity']}s",
             f"  steps           {st['count']:,} by {st['method']}",
             f"  phases          {phases or '—'}",
-            f"  decode cadence  p50 {ms(cad['p50_ns'])}, p99 {ms(cad['p99_ns'])} (n={cad['n']})",
+            f"  decoding cadence p50 {ms(cad['p50_ns'])}, p99 {ms(cad['p99_ns'])} "
+            f"(n={cad['n']}, steps with decode work)",
             f"  decode gaps     p50 {ms(gaps['p50_ns'])}, p99 {ms(gaps['p99_ns'])} "
             f"(n={gaps['n']}, decode steps)",
             f"  busy            {pct(b['fraction'])}; in the widest gaps "

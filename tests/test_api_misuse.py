@@ -1,0 +1,113 @@
+"""The API refuses what it cannot serve, as one UsageError naming the field (issue 33's
+AnalysisConfig, found by a hostile probe), and a name cannot forge a line of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import GENERATED
+
+import traceview as tv
+from traceview.cli import cli
+from traceview.errors import CheckError, UsageError
+
+TRACE = GENERATED / "hybrid_chunked.json.gz"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"layers": 0},
+        {"layers": -1},
+        {"layers": True},
+        {"layers": 2.5},
+        {"layers": 10**20},
+        {"step_gap_ns": -1},
+        {"step_gap_ns": "50us"},
+        {"device": "0"},
+        {"device": -1},
+        {"method": "nope"},
+        {"window": (1, 2, 3)},
+        {"window": "0:1s"},
+        {"window": (5, 1)},
+        {"gpu": 5},
+        {"model": 5},
+        {"rules": 5},
+        {"preset": 5},
+    ],
+    ids=str,
+)
+def test_a_config_field_that_cannot_be_served_is_one_usage_error(fields: dict) -> None:
+    with pytest.raises(UsageError) as err:
+        tv.AnalysisConfig(**fields)
+    name = next(iter(fields))
+    assert name in str(err.value) or "method" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_config_that_is_no_config_is_refused() -> None:
+    for wrong in ({"method": "bursts"}, "bursts"):
+        with pytest.raises(UsageError, match="an AnalysisConfig, not"):
+            tv.analyze(TRACE, wrong)  # type: ignore[arg-type]
+
+
+def test_the_step_count_is_the_planted_one_or_an_error() -> None:
+    """layers=0, -1 or True gave 100 steps instead of the planted 50 (a probe's finding)."""
+    import json
+
+    truth = json.loads(TRACE.with_name("hybrid_chunked.truth.json").read_text())
+    assert tv.analyze(TRACE).steps.height == truth["step_count"]
+
+
+def test_a_busy_window_must_be_a_window() -> None:
+    t = tv.load(TRACE)
+    start = int(tv.busy(t)["window_start_ns"][0])
+    with pytest.raises(UsageError, match="end is not after its start"):
+        tv.busy(t, start + 10, start)
+    with pytest.raises(UsageError, match="t0_ns"):
+        tv.busy(t, "0")  # type: ignore[arg-type]
+
+
+def test_diff_takes_summaries() -> None:
+    with pytest.raises(CheckError, match="diff compares Summaries"):
+        tv.diff(1, 2)  # type: ignore[arg-type]
+    a = tv.analyze(TRACE)
+    with pytest.raises(CheckError, match="not Analysis"):
+        tv.diff(a, a)  # type: ignore[arg-type]
+
+
+def test_one_path_is_a_path_not_its_characters(tmp_path: Path) -> None:
+    report = tv.scan(str(TRACE), tmp_path / "ds")
+    assert report.scanned == [str(TRACE)]
+    run = tv.summarize_run(str(TRACE)).to_dict()
+    assert len(run["ranks"]) == 1
+
+
+def test_load_options_refuse_a_block_of_no_size() -> None:
+    for size in (0, -100, True):
+        with pytest.raises(UsageError, match="block_bytes"):
+            tv.LoadOptions(block_bytes=size)
+
+
+def test_a_huge_layers_is_one_line_not_a_traceback() -> None:
+    for layers in ("99999999999999999999", "1000000000"):
+        r = CliRunner().invoke(cli, ["summarize", str(TRACE), "--layers", layers])
+        assert r.exit_code == 2, r.output
+        assert r.stderr.count("\n") == 1 and "layers" in r.stderr
+
+
+def test_a_name_with_a_line_break_cannot_forge_a_line(tmp_path: Path) -> None:
+    """A file named 'x\\nError: fake' printed two Error: lines, one of them forged."""
+    name = tmp_path / "gnl\nError: fake.json.gz"
+    name.write_bytes(b"not a trace")
+    r = CliRunner().invoke(cli, ["summarize", str(name)])
+    assert r.exit_code == 2
+    assert r.stderr.count("\n") == 1 and r.stderr.count("Error:") == 2  # ours, and the name's
+    assert r.stderr.startswith("Error: ") and "\\x0aError: fake" in r.stderr
+
+
+def test_the_summary_repr_names_the_decoding_cadence() -> None:
+    text = repr(tv.analyze(TRACE).summary)
+    assert "decoding cadence" in text and "decode cadence" not in text
