@@ -111,3 +111,14 @@ def test_a_name_with_a_line_break_cannot_forge_a_line(tmp_path: Path) -> None:
 def test_the_summary_repr_names_the_decoding_cadence() -> None:
     text = repr(tv.analyze(TRACE).summary)
     assert "decoding cadence" in text and "decode cadence" not in text
+
+
+@pytest.mark.parametrize("command", ["steps", "sql"])
+def test_an_output_folder_is_said_to_be_one(command: str, tmp_path: Path) -> None:
+    """``steps TRACE -o FOLDER`` said "unknown output suffix '(none)'"."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    args = [command, *(["top_kernels"] if command == "sql" else []), str(TRACE), "-o", str(folder)]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 2
+    assert r.stderr == f"Error: {folder}: is a folder; give a file name for the output\n"

@@ -69,11 +69,11 @@ def sql(
             raise click.UsageError("give QUERY.sql TRACE (or -e SQL TRACE, or --list)")
         query, trace_path = args
     text, where = resolve_query(query)
-    chosen = guess_format(output, fmt)
-    if output is not None:
+    if output is not None:  # the writer rule first: a folder is said to be one
         output = str(
             output_file(output, [trace_path, *([str(where)] if where else [])], force=force)
         )
+    chosen = guess_format(output, fmt)
     if engine == "auto" and tp_bin and is_export_file(trace_path):
         engine = "embedded"  # an Nsight Systems export: trace_processor cannot read it
     if engine == "perfetto" or (engine == "auto" and tp_bin):

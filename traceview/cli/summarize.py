@@ -80,9 +80,9 @@ def steps(
     rank traces, every rank's steps with ``rank`` and ``path`` columns. On the screen, times
     are ms from the first step's start and the columns that fit are shown; -o FILE and the
     other formats keep every column, in ns."""
-    chosen = guess_format(output, fmt)
-    if output is not None:
+    if output is not None:  # the writer rule first: a folder is said to be one
         output = str(output_file(output, traces, force=force))
+    chosen = guess_format(output, fmt)
     if is_run(traces):
         table = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict).steps
     else:
