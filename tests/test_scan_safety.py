@@ -259,4 +259,3 @@ def test_a_corrupt_table_file_is_named_and_nothing_is_removed(traces: Path, tmp_
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"Error: {bad}: not a readable"), lines
     assert {p: p.read_bytes() for p in ds.rglob("*") if p.is_file()} == before
-
