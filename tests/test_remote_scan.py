@@ -193,6 +193,32 @@ def test_a_prefix_that_holds_other_things_is_not_written_into(bucket: str) -> No
     assert r.exit_code == 2 and "not a directory" in r.stderr
 
 
+def test_a_users_own_objects_in_a_bucket_dataset_are_never_removed(bucket: str) -> None:
+    """In a bucket as on disk, the sweeps remove only objects named as a scan names them:
+    the user's steps/mine.parquet and a .tmp/ object of another name stay; a real orphan
+    (a trace id with no traces/ row) is removed."""
+    ds = f"s3://{BUCKET}/own"
+    scan([f"{RUNS}/single"], ds, ScanOptions(jobs=1))
+    fs = filesystem(bucket)
+    a_steps_object = sorted(fs.find(f"{BUCKET}/own/steps"))[0]
+    dead = f"999999999.{os.uname().nodename}"
+    own = {
+        f"{BUCKET}/own/steps/mine.parquet": fs.cat(a_steps_object),
+        f"{BUCKET}/own/gaps/notes.txt": b"notes",
+        f"{BUCKET}/own/.tmp/lock.mine.{dead}": b"x",
+    }
+    for key, data in own.items():
+        fs.pipe(key, data)
+    orphan = f"{BUCKET}/own/steps/{'e' * 32}.parquet"
+    fs.pipe(orphan, fs.cat(a_steps_object))
+    r = CliRunner().invoke(cli, ["scan", f"{RUNS}/single", "-o", ds, "-j", "1"])
+    assert r.exit_code == 0, r.stderr
+    fs.invalidate_cache()
+    assert {key: fs.cat(key) for key in own} == own
+    assert not fs.exists(orphan) and "removed 1 uncommitted files" in r.stderr
+    assert r.stderr.count(f"{ds}/steps/mine.parquet") == 1
+
+
 def test_the_datasets_doc_reads_a_dataset_in_a_bucket(bucket: str) -> None:
     """docs/datasets.md's bucket queries (polars, the committed() helper, DuckDB through
     fsspec) run against a dataset scanned into the bucket, and agree."""

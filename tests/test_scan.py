@@ -293,7 +293,51 @@ def test_a_dataset_of_another_format_is_refused(runs: Path, tmp_path: Path) -> N
     assert "Traceback" not in r.stderr
     (ds / "FORMAT").unlink()  # as the datasets before the run column were written
     r = CliRunner().invoke(cli, ["scan", str(runs / "single"), "-o", str(ds)])
-    assert r.exit_code == 2 and "a dataset of format 1" in r.stderr
+    assert r.exit_code == 2 and "no FORMAT file" in r.stderr
+    assert "written before traceview recorded its dataset format" in r.stderr
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_a_folder_of_the_users_own_tables_is_not_called_a_dataset(
+    runs: Path, tmp_path: Path, force: list[str]
+) -> None:
+    """A folder holding only traces/, steps/ and errors/ of the user's own (no FORMAT
+    file) was called 'a dataset of format 1, written by another traceview': it is said to
+    have no FORMAT file, what that means and what to do, and is left as it was."""
+    ds = tmp_path / "mine"
+    for table in ("traces", "steps", "errors"):
+        (ds / table).mkdir(parents=True)
+        (ds / table / "data.csv").write_text("a,b\n1,2\n")
+    r = CliRunner().invoke(cli, ["scan", str(runs / "single"), "-o", str(ds), *force])
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    line = r.stderr.strip()
+    assert len(line.splitlines()) == 1 and line.startswith(f"Error: {ds}: ")
+    assert "no FORMAT file: not a traceview dataset" in line and "format 1" not in line
+    assert "scan into a new folder" in line and "--force does not write into it" in line
+    assert sorted(p.relative_to(ds).as_posix() for p in ds.rglob("*")) == [
+        "errors", "errors/data.csv", "steps", "steps/data.csv", "traces", "traces/data.csv"
+    ]  # fmt: skip
+
+
+def test_a_scan_in_which_every_trace_failed_exits_2(runs: Path, tmp_path: Path) -> None:
+    """Every trace found failed and none scanned: exit 2 with one line (the failures are
+    in errors/); one skipped or scanned beside the failures: exit 0."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "a.json").write_text("this is not JSON")
+    (broken / "b.json.gz").write_bytes(b"\x1f\x8b truncated")
+    ds = tmp_path / "ds"
+    r = CliRunner().invoke(cli, ["scan", str(broken), "-o", str(ds), "-j", "1"])
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"Error: {ds}: every trace failed (2, in errors/), none scanned"
+    )
+    assert _table(ds, "errors").height == 2
+    good = runs / "single" / "dense_sglang.json.gz"
+    r = CliRunner().invoke(cli, ["scan", str(broken), str(good), "-o", str(ds), "-j", "1"])
+    assert r.exit_code == 0 and "scanned 1," in r.stderr and "failed 2 " in r.stderr
+    r = CliRunner().invoke(cli, ["scan", str(broken), str(good), "-o", str(ds), "-j", "1"])
+    assert r.exit_code == 0 and "skipped 1 " in r.stderr and "failed 2 " in r.stderr
 
 
 @pytest.mark.slow

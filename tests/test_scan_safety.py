@@ -15,11 +15,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from click.testing import CliRunner
 from conftest import GENERATED, ROOT
 
 from traceview.batch import dataset as ds_files
 from traceview.batch.dataset import committed, remove_orphans, sweep_tmp
 from traceview.batch.scan import scan
+from traceview.cli import cli
 
 NAMES = ["hybrid_chunked", "dense_sglang", "hybrid_vllm_old", "hybrid_monolithic"]
 
@@ -50,15 +52,22 @@ def test_a_sweep_removes_only_its_own_and_dead_writers_files(tmp_path: Path) -> 
     host = socket.gethostname()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
+        tid, uid = "0123456789abcdef" * 2, "fedcba9876543210" * 2
+        dead = _dead_pid()
         files = {
-            "live": tmp / f"steps.abc.{live.pid}.u1.{host}.tmp",
-            "dead": tmp / f"steps.abc.{_dead_pid()}.u2.{host}.tmp",
-            "mine": tmp / f"gaps.abc.{os.getpid()}.u3.{host}.tmp",
-            "dead_lock": tmp / f"lock.abc.{_dead_pid()}.{host}",
-            "live_lock": tmp / f"lock.abc.{live.pid}.{host}",
-            "foreign_new": tmp / "steps.abc.1.u4.other.example.tmp",
-            "foreign_old": tmp / "steps.abc.1.u5.other.example.tmp",
+            "live": tmp / f"steps.{tid}.{live.pid}.{uid}.{host}.tmp",
+            "dead": tmp / f"steps.{tid}.{_dead_pid()}.{uid}.{host}.tmp",
+            "mine": tmp / f"gaps.{tid}.{os.getpid()}.{uid}.{host}.tmp",
+            "dead_lock": tmp / f"lock.{tid}.{_dead_pid()}.{host}",
+            "live_lock": tmp / f"lock.{tid}.{live.pid}.{host}",
+            "foreign_new": tmp / f"steps.{tid}.1.{uid}.other.example.tmp",
+            "foreign_old": tmp / f"steps.{tid}.1.{'0' * 32}.other.example.tmp",
             "not_ours": tmp / "notes.txt",
+            # a dead writer's names, but not as a scan names its files: the user's
+            "no_trace_id": tmp / f"lock.mine.{dead}.{host}",
+            "no_table": tmp / f"notes.{tid}.{dead}.{uid}.{host}.tmp",
+            "no_uuid": tmp / f"steps.{tid}.{dead}.u1.{host}.tmp",
+            "short_id": tmp / f"steps.abc.{dead}.{uid}.{host}.tmp",
         }
         for f in files.values():
             f.write_text("x")
@@ -200,3 +209,53 @@ def test_workers_print_no_trace_text_raw(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert b"\x1b" not in r.stderr and b"TraceviewWarning" not in r.stderr
     assert b"not scanned" in r.stderr and b"\\x1b[31m[red]" in r.stderr
+
+
+def test_a_users_own_files_in_a_dataset_are_never_removed(traces: Path, tmp_path: Path) -> None:
+    """A file of the user's in a dataset's folders, a .tmp/ name a scan does not give, is
+    left alone by the next scan's sweeps (it removed steps/mine.parquet as an orphan); one
+    a reader of the table would read is named once. A real orphan is still removed."""
+    ds = tmp_path / "o4"
+    scan([str(traces)], ds)
+    a_steps_file = sorted((ds / "steps").glob("*.parquet"))[0]
+    host, dead = socket.gethostname(), _dead_pid()
+    own = {
+        "steps/mine.parquet": a_steps_file.read_bytes(),
+        "families/0123456789ABCDEF0123456789ABCDEF.parquet": b"upper case: no trace id",
+        "gaps/notes.txt": b"notes",
+        ".tmp/notes.txt": b"x",
+        f".tmp/lock.mine.{dead}.{host}": b"",
+        f".tmp/steps.mine.{dead}.{'0' * 32}.{host}.tmp": b"x",
+    }
+    for rel, data in own.items():
+        (ds / rel).write_bytes(data)
+    orphan = ds / "steps" / f"{'e' * 32}.parquet"  # a trace id with no traces/ row
+    shutil.copy(a_steps_file, orphan)
+    r = CliRunner().invoke(cli, ["scan", str(traces), "-o", str(ds)])
+    assert r.exit_code == 0, r.stderr
+    assert {rel: (ds / rel).read_bytes() for rel in own} == own
+    assert not orphan.exists() and "removed 1 uncommitted files" in r.stderr
+    for name in ("steps/mine.parquet", "families/0123456789ABCDEF"):
+        assert r.stderr.count(str(ds / name)) == 1, name
+    assert "notes.txt" not in r.stderr and "lock.mine" not in r.stderr
+    # nor is one in aliases/ read as an alias (it is no Parquet file at all)
+    (ds / "aliases" / "mine.parquet").write_bytes(b"x")
+    r = CliRunner().invoke(cli, ["scan", str(traces), "-o", str(ds)])
+    assert r.exit_code == 0 and r.stderr.count(str(ds / "aliases" / "mine.parquet")) == 1
+    assert (ds / "aliases" / "mine.parquet").read_bytes() == b"x"
+
+
+def test_a_corrupt_table_file_is_named_and_nothing_is_removed(traces: Path, tmp_path: Path) -> None:
+    """A traces/ file that is no Parquet: one line naming it, exit 2, and the dataset is
+    left as it was (not even an interrupted scan's orphan is removed)."""
+    ds = tmp_path / "ds"
+    scan([str(traces)], ds)
+    bad = ds / "traces" / "0123456789abcdef0123456789abcdef.parquet"
+    bad.write_text("x\n")
+    shutil.copy(sorted((ds / "steps").glob("*.parquet"))[0], ds / "steps" / f"{'e' * 32}.parquet")
+    before = {p: p.read_bytes() for p in ds.rglob("*") if p.is_file()}
+    r = CliRunner().invoke(cli, ["scan", str(traces), "-o", str(ds)])
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {bad}: not a readable"), lines
+    assert {p: p.read_bytes() for p in ds.rglob("*") if p.is_file()} == before

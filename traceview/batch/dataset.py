@@ -11,7 +11,10 @@ Safe under concurrent scans and kills:
 - while a trace is being written, ``.tmp/lock.<trace_id>.<pid>.<host>`` says so;
 - a trace's ``traces/`` row, written last, commits its rows in the other tables; readers
   read committed traces only (:func:`committed`), and the next scan removes the rows of a
-  trace that has neither a ``traces/`` row nor a live writer (:func:`remove_orphans`).
+  trace that has neither a ``traces/`` row nor a live writer (:func:`remove_orphans`);
+- a sweep removes only files named as a scan names them (a 32-hex trace id or key, and
+  ``.tmp/`` names of the forms above): any other file in a dataset's folders is left
+  alone (:func:`foreign` lists those a reader would read).
   In an object store, which cannot rename, this is the whole of the commit: every file is
   written under its final name.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 import uuid
 from pathlib import PurePosixPath
@@ -39,6 +43,15 @@ _HOST = HOST
 FOREIGN_AGE_S = 24 * 3600  # a file of a writer on another host is left this long
 
 Dataset = Store | str | os.PathLike[str]
+
+# The only names a scan gives its files: a sweep removes nothing else, ever (a file of the
+# user's own in a dataset's folders is left alone).
+_ID = r"[0-9a-f]{32}"  # a trace id (content_hash) or a key (error_key, an alias's)
+_TABLE_FILE = re.compile(rf"{_ID}\.parquet")  # <table>/<id>.parquet
+_LOCK = re.compile(rf"lock\.{_ID}\.([0-9]+)\.(.+)")  # .tmp/lock.<id>.<pid>.<host>
+_TMP = re.compile(  # .tmp/<table>.<id>.<pid>.<uuid>.<host>.tmp (store.LocalStore.write)
+    rf"(?:{'|'.join((*TABLES, ALIASES))})\.{_ID}\.([0-9]+)\.[0-9a-f]{{32}}\.(.+)\.tmp"
+)
 
 
 def _store(dataset: Dataset) -> Store:
@@ -64,8 +77,10 @@ def prepare(store: Store, *, force: bool = False) -> None:
 
     Raises:
         TraceviewError: ``dataset`` is a file, a folder that holds other things and is
-            not a dataset (unless ``force``), or a dataset another format of traceview
-            wrote (its files would not share one set of columns).
+            not a dataset (unless ``force``), a dataset another format of traceview
+            wrote (its files would not share one set of columns), or a folder with a
+            ``traces/`` folder but no ``FORMAT`` file (not a dataset, or one written before
+            formats were recorded; even with ``force``).
     """
     where = store.where
     if store.is_file():
@@ -82,8 +97,16 @@ def prepare(store: Store, *, force: bool = False) -> None:
             f"{where}: holds other files and is not a traceview dataset "
             "(use --force to write a dataset into it)"
         )
-    if has_traces or has_format:
-        written = store.read(FORMAT_FILE).decode().strip() if has_format else "1"
+    if has_traces and not has_format:  # not ours, or written before formats were recorded
+        raise TraceviewError(
+            f"{where}: has a traces/ folder but no {FORMAT_FILE} file: not a traceview "
+            "dataset, or one written before traceview recorded its dataset format "
+            f"(this one writes format {FORMAT}: other columns); nothing was changed: scan "
+            "into a new folder, or move traces/, steps/ and errors/ out of this one "
+            "(--force does not write into it)"
+        )
+    if has_format:
+        written = store.read(FORMAT_FILE).decode().strip()
         if written != str(FORMAT):
             raise TraceviewError(
                 f"{where}: a dataset of format {written}, written by another traceview "
@@ -130,16 +153,10 @@ def unlock(store: Store, rel: str) -> None:
 
 
 def _writer(name: str) -> tuple[int, str] | None:
-    """(pid, host) of a .tmp/ file's writer, from its name; None for a name not ours."""
-    parts = name.split(".")
-    try:
-        if parts[0] == "lock" and len(parts) >= 4:
-            return int(parts[2]), ".".join(parts[3:])
-        if len(parts) >= 6 and parts[-1] == "tmp":
-            return int(parts[2]), ".".join(parts[4:-1])
-    except ValueError:
-        return None
-    return None
+    """(pid, host) of a .tmp/ file's writer, from its name; None for a name a scan does
+    not give (never removed)."""
+    found = _LOCK.fullmatch(name) or _TMP.fullmatch(name)
+    return (int(found[1]), found[2]) if found else None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -233,15 +250,50 @@ def known(store: Store) -> set[tuple[str, int, int | str | None]]:
     files += [f"{ALIASES}/{n}" for n in _parquet(store, ALIASES)]
     if not files:
         return set()
-    rows = store.read_parquet(files, ["path", "size", "mtime_ns", "version"])
+    columns = ["path", "size", "mtime_ns", "version"]
+    try:
+        rows = store.read_parquet(files, columns)
+    except (OSError, pl.exceptions.PolarsError):
+        raise _unreadable(store, files, columns) from None
     return {
         (p, int(s), v if remote.is_url(p) else m)
         for p, s, m, v in rows.select("path", "size", "mtime_ns", "version").iter_rows()
     }
 
 
+def _unreadable(store: Store, files: list[str], columns: list[str]) -> TraceviewError:
+    """The error naming the first of ``files`` that cannot be read as a table's file."""
+    for rel in files:
+        try:
+            store.read_parquet([rel], columns)
+        except (OSError, pl.exceptions.PolarsError) as exc:
+            problem = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return TraceviewError(
+                f"{store.full(rel)}: not a readable traceview table file ({problem}); "
+                "move it out of the dataset (nothing was removed)"
+            )
+    return TraceviewError(
+        f"{store.where}: its traces/ and aliases/ files do not read as one table "
+        "(written by another traceview?); scan into a new folder"
+    )
+
+
 def _parquet(store: Store, table: str) -> list[str]:
-    return [n for n in store.names(table) if n.endswith(".parquet")]
+    """The table's files a scan wrote (named by a trace id or key): no other file."""
+    return [n for n in store.names(table) if _TABLE_FILE.fullmatch(n)]
+
+
+def foreign(dataset: Dataset) -> list[str]:
+    """The ``.parquet`` files in the dataset's tables that no scan wrote (a name that is no
+    trace id or key): left alone, but a reader globbing ``<table>/*.parquet`` reads them
+    too. Their paths or URLs."""
+    store = _store(dataset)
+    return [
+        store.full(f"{table}/{n}")
+        for table in (*TABLES, ALIASES)
+        for n in store.names(table)
+        if n.endswith(".parquet") and not _TABLE_FILE.fullmatch(n)
+    ]
 
 
 def sweep_tmp(dataset: Dataset) -> list[PurePosixPath]:
@@ -269,7 +321,8 @@ def _being_written(store: Store, trace_id: str, tmp: list[str]) -> bool:
 def remove_orphans(dataset: Dataset) -> list[str]:
     """Remove the rows of traces that were never committed: a file in steps/, families/
     or gaps/ whose trace has no ``traces/`` row and no live writer (a scan killed between
-    a trace's files and its row). Returns what was removed."""
+    a trace's files and its row). Only files named as a scan names them (a trace id) are
+    ever removed: any other is the user's, and left alone. Returns what was removed."""
     store = _store(dataset)
     committed_ids = {n.removesuffix(".parquet") for n in _parquet(store, "traces")}
     tmp = store.names(".tmp")

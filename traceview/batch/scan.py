@@ -53,6 +53,7 @@ from functools import partial
 import polars as pl
 
 from traceview.batch.dataset import (
+    foreign,
     known,
     prepare,
     remove_orphans,
@@ -91,6 +92,12 @@ class ScanReport:
     copies: list[str] = field(default_factory=list)
     truncated: list[str] = field(default_factory=list)  # scanned, from their complete events
     warnings: list[tuple[str, str]] = field(default_factory=list)  # (path, the loader's line)
+    foreign: list[str] = field(default_factory=list)  # .parquet files no scan wrote (left)
+
+    @property
+    def all_failed(self) -> bool:
+        """Whether traces failed and none was scanned, skipped or a copy (exit 2)."""
+        return bool(self.failed) and not (self.scanned or self.skipped or self.copies)
 
 
 def written_once(store: Store, statuses: list[ScanStatus]) -> list[ScanStatus]:
@@ -158,8 +165,9 @@ def scan(
     Raises:
         RunError: no trace files among ``paths``.
         TraceviewError: an unknown engine, a dataset path that is a file, or a folder that
-            holds other things and is not a dataset (unless ``force``); a store that
-            cannot be reached.
+            holds other things and is not a dataset (unless ``force``); a dataset whose
+            ``traces/`` or ``aliases/`` file cannot be read (named; nothing is removed); a
+            store that cannot be reached.
         MissingDependencyError: ``engine="ray"`` without Ray installed, or a URL without
             the ``traceview[cloud]`` extra.
     """
@@ -179,9 +187,9 @@ def scan(
             reachable(where, options.connect_timeout)
     store = open_store(dataset)
     prepare(store, force=force)
+    seen = known(store)  # first: a dataset with an unreadable file is left untouched
     sweep_tmp(store)
     orphans = remove_orphans(store)
-    seen = known(store)
     todo: list[Source] = []
     skipped: list[str] = []
     for source in found:
@@ -211,6 +219,7 @@ def scan(
         copies=[s["path"] for s in statuses if s["status"] == "copy"],
         truncated=[s["path"] for s in scanned if s["truncated"]],
         warnings=[(s["path"], line) for s in scanned for line in s["warnings"]],
+        foreign=foreign(store),
     )
 
 

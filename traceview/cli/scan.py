@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from traceview.cli._options import analysis_options, bytes_bar, say, warn, warn_once
+from traceview.errors import TraceviewError
 
 if TYPE_CHECKING:
     from traceview.analysis.analyze import AnalysisConfig
@@ -101,6 +102,11 @@ def scan(
         warn(f"{path}: not scanned: {error}")
     for path in report.not_traces:
         warn(f"{path}: left out: valid JSON, but not a trace")
+    for path in report.foreign:
+        warn(
+            f"{path}: not a file traceview writes: left alone, but a reader of its table "
+            "(*.parquet) reads it too; move it out of the dataset"
+        )
     if report.orphans_removed:
         warn(
             f"{dataset}: removed {report.orphans_removed} uncommitted files an interrupted "
@@ -125,3 +131,7 @@ def scan(
             else ""
         )
     )
+    if report.all_failed:  # the failures are in errors/: the run is written
+        raise TraceviewError(
+            f"{dataset}: every trace failed ({len(report.failed)}, in errors/), none scanned"
+        )
