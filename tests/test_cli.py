@@ -194,8 +194,10 @@ def test_every_command_meets_a_bad_file_with_one_line(tmp_path: Path, args: list
     argv = [a.format(bad=bad, out=tmp_path) for a in args]
     result = CliRunner().invoke(cli, argv)
     assert "Traceback" not in result.output + result.stderr
-    if args[0] == "scan":  # a trace that fails is a row in errors/, and the scan goes on
-        assert result.exit_code == 0 and "bad.json" in result.stderr
+    if args[0] == "scan":  # a trace that fails is a row in errors/; every trace failed: 2
+        assert result.exit_code == 2 and "bad.json" in result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith("Error: ")
+        assert len(list((tmp_path / "ds" / "errors").glob("*.parquet"))) == 1
         return
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()

@@ -151,6 +151,7 @@ def test_a_glob_url_is_read_as_a_local_glob(bucket: str, tree: Path, tmp_path: P
     )
 
 
+@pytest.mark.slow  # 8 s: the default run keeps the second-scan and truncation tests
 def test_scan_from_s3_into_s3_equals_a_local_scan(bucket: str, tree: Path, tmp_path: Path) -> None:
     local = tmp_path / "local"
     report = scan([str(tree)], local, ScanOptions(jobs=2))
