@@ -328,3 +328,26 @@ def test_annotate_and_the_charts_name_no_credential(host: str, tmp_path: Path) -
 )
 def test_a_query_is_no_glob(url: str, glob: bool) -> None:
     assert remote.is_glob(url) is glob
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://user:pa/ss@127.0.0.1:9/x.json",
+        "s3://AKID:wJal/rXUtn+FEMI/K7MDENG@bkt/runs/x.json.gz",
+        "http://u:p/q@h:1/x?versionId=3",
+    ],
+    ids=["slash", "aws-secret", "slash-and-query"],
+)
+def test_a_password_holding_a_slash_is_redacted(url: str) -> None:
+    """A reviewer's finding: the userinfo was looked for before the first '/' only, so an
+    AWS secret key with a '/' in it was shown."""
+    said = shown(url)
+    secret = url.split("://", 1)[1].rsplit("@", 1)[0]
+    assert secret not in said and said.count("REDACTED@") == 1
+    assert secret not in scrub(f"Error: {url}: no such object")
+
+
+def test_a_path_with_an_at_sign_is_kept() -> None:
+    for url in ("http://host:8080/a@b/x.json", "s3://bkt/a@b/x", "http://[::1]:8080/a@b"):
+        assert shown(url) == url

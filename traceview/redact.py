@@ -71,6 +71,9 @@ def _params(text: str) -> str:
     return "&".join(_param(item) for item in text.split("&"))
 
 
+_HOST_PORT = re.compile(r"[^:@\[\]]*:\d*|\[[0-9A-Fa-f:.]*\](:\d*)?")  # host:port, [v6]:port
+
+
 def shown(name: str) -> str:
     """``name`` as it may be shown or stored: a URL without its userinfo and with its
     credential query parameters' values replaced by ``REDACTED`` (see the module doc);
@@ -79,7 +82,13 @@ def shown(name: str) -> str:
     if not sep or not _SCHEME.fullmatch(scheme):
         return name
     slash = rest.find("/")
-    at = (rest if slash == -1 else rest[:slash]).rfind("@")  # a password may hold '?' or '#'
+    head = rest if slash == -1 else rest[:slash]
+    at = head.rfind("@")  # a password may hold '?' or '#'
+    if at == -1 and ":" in head and not _HOST_PORT.fullmatch(head):
+        # "user:pa/ss@host": a password may hold a raw '/' too (fail closed: the userinfo
+        # runs to the last '@' before the query or fragment)
+        limit = min([i for i in map(rest.find, "?#") if i != -1], default=len(rest))
+        at = rest[:limit].rfind("@")
     user = f"{MARK}@" if at != -1 else ""
     rest = rest[at + 1 :]
     end = min([i for i in map(rest.find, "/?#") if i != -1], default=len(rest))
