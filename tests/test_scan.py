@@ -607,3 +607,24 @@ def test_scan_with_a_model_gives_each_steps_mfu_and_mbu(tmp_path: Path) -> None:
     bare = pl.read_parquet(tmp_path / "plain" / "steps" / "*.parquet")
     assert bare.columns == rows.columns
     assert bare["mfu"].null_count() == bare.height
+
+
+def test_a_dataset_is_scanned_one_way(tmp_path: Path) -> None:
+    """A reviewer's finding: a rescan with --model skipped the trace (by its content) and
+    kept its rows without MFU, silently. The dataset records how its traces were analysed
+    (CONFIG) and refuses a scan that analyses them otherwise; the same options scan on."""
+    trace = str(GENERATED / "dense_sglang.json.gz")
+    ds = tmp_path / "ds"
+    first = CliRunner().invoke(cli, ["scan", trace, "-o", str(ds), "-j", "1"])
+    assert first.exit_code == 0, first.output
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in ds.rglob("*") if p.is_file())
+    model = str(ROOT / "fixtures" / "configs" / "engine-dense.json")
+    for other in (["--model", model], ["--steps", "bursts"], ["--layers", "3"]):
+        r = CliRunner().invoke(cli, ["scan", trace, "-o", str(ds), *other])
+        assert r.exit_code == 2, (other, r.output)
+        assert r.stderr.startswith(f"Error: {ds}: its traces were analysed otherwise (")
+        assert r.stderr.count("\n") == 1
+    after = sorted((p.name, p.stat().st_mtime_ns) for p in ds.rglob("*") if p.is_file())
+    assert after == before  # nothing written
+    again = CliRunner().invoke(cli, ["scan", trace, "-o", str(ds)])
+    assert again.exit_code == 0 and "skipped 1" in again.stderr

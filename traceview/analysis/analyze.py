@@ -9,6 +9,7 @@ value (and one population) wherever it is read.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -130,6 +131,28 @@ class AnalysisConfig:
         made)."""
         assert not isinstance(self.gpu, str)
         return self.gpu
+
+    def describe(self) -> dict[str, object]:
+        """What decides the figures, as plain data: the step options, the rules (their
+        name and a digest of their content), the model and the device's peaks (a digest
+        of each as read), the window. Two configs that describe alike give the same
+        figures (a dataset records it, so a scan never mixes two analyses)."""
+
+        def digest(value: object) -> str:
+            return hashlib.blake2b(repr(value).encode(), digest_size=8).hexdigest()
+
+        rules = self.load_rules()
+        model, gpu = self.model_spec, self.device_spec
+        return {
+            "method": self.method,
+            "layers": self.layers,
+            "step_gap_ns": self.step_gap_ns,
+            "device": self.device,
+            "rules": f"{rules.name} ({digest(rules)})",
+            "model": None if model is None else f"{model.name} ({digest(model)})",
+            "gpu": None if gpu is None else f"{gpu.name} ({digest(gpu.to_dict())})",
+            "window": None if self.window is None else list(self.window),
+        }
 
     def step_options(self) -> StepOptions:
         """How the step finder finds steps."""

@@ -70,9 +70,10 @@ def content_hash(path: str | os.PathLike[str]) -> str:
 
 FORMAT = 4  # bump when a table's columns or a column's meaning change
 FORMAT_FILE = "FORMAT"  # the dataset's format, written by the scan that made it
+CONFIG_FILE = "CONFIG"  # how its traces were analysed (AnalysisConfig.describe), as JSON
 
 
-def prepare(store: Store, *, force: bool = False) -> None:
+def prepare(store: Store, *, force: bool = False, config: dict[str, object] | None = None) -> None:
     """Make the dataset's folders (a dataset is a folder, or a prefix) and its ``FORMAT``.
 
     Raises:
@@ -80,7 +81,8 @@ def prepare(store: Store, *, force: bool = False) -> None:
             not a dataset (unless ``force``), a dataset another format of traceview
             wrote (its files would not share one set of columns), or a folder with a
             ``traces/`` folder but no ``FORMAT`` file (not a dataset, or one written before
-            formats were recorded; even with ``force``).
+            formats were recorded; even with ``force``), or a dataset whose traces were
+            analysed with another ``config`` (its rows would mix two analyses).
     """
     where = store.where
     if store.is_file():
@@ -123,6 +125,37 @@ def prepare(store: Store, *, force: bool = False) -> None:
     if isinstance(store, LocalStore):
         for table in (*TABLES, ALIASES, ".tmp"):
             (store.root / table).mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        _same_config(store, config)
+
+
+def _same_config(store: Store, config: dict[str, object]) -> None:
+    """Record how the dataset's traces are analysed, or refuse a scan that analyses them
+    another way: a trace already there is skipped by its content, so its rows would keep
+    the old analysis beside the new one's."""
+    import orjson
+
+    text = orjson.dumps(config, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
+    if not store.exists(CONFIG_FILE):
+        store.write(CONFIG_FILE, text)
+        return
+    try:
+        written = orjson.loads(store.read(CONFIG_FILE))
+    except orjson.JSONDecodeError:
+        raise TraceviewError(
+            f"{store.where}: its {CONFIG_FILE} file is not traceview's; nothing was changed"
+        ) from None
+    if written != orjson.loads(text):
+        changed = ", ".join(
+            f"{k} {written.get(k)!r} -> {config.get(k)!r}"
+            for k in sorted(set(written) | set(config))
+            if written.get(k) != config.get(k)
+        )
+        raise TraceviewError(
+            f"{store.where}: its traces were analysed otherwise ({changed}); a scan skips "
+            "the traces already there, so their rows would mix two analyses: scan into a "
+            "new folder"
+        )
 
 
 def has_trace(store: Store, trace_id: str) -> bool:

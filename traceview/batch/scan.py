@@ -186,7 +186,7 @@ def scan(
         if where:
             reachable(where, options.connect_timeout)
     store = open_store(dataset)
-    prepare(store, force=force)
+    prepare(store, force=force, config=options.config.describe())
     seen = known(store)  # first: a dataset with an unreadable file is left untouched
     sweep_tmp(store)
     orphans = remove_orphans(store)
