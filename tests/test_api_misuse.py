@@ -122,3 +122,60 @@ def test_an_output_folder_is_said_to_be_one(command: str, tmp_path: Path) -> Non
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 2
     assert r.stderr == f"Error: {folder}: is a folder; give a file name for the output\n"
+
+
+def test_busy_over_its_own_window_is_the_summarys() -> None:
+    """busy_between over the default window gave the fraction unrounded (0.8271270159…)
+    beside the summary's 0.827127016."""
+    t = tv.load(TRACE)
+    whole = tv.busy(t)
+    again = tv.busy(t, int(whole["window_start_ns"][0]), int(whole["window_end_ns"][0]))
+    assert again["fraction"][0] == whole["fraction"][0]
+    assert again["busy_ns"][0] == whole["busy_ns"][0]
+
+
+def test_capture_alone_is_refused_where_steps_are_judged(tmp_path: Path) -> None:
+    """check, diff and a bounded busy refuse a trace of CUDA-graph capture alone, as the
+    CLI does (the API judged its 0-step summary: a failed check on a null)."""
+    from traceview.errors import CaptureOnlyError
+
+    path = GENERATED / "sglang_capture_only.json.gz"
+    summary = tv.analyze(path).summary
+    with pytest.raises(CaptureOnlyError):
+        tv.check(summary, tv.Bounds(maximum={"busy.fraction": 0.5}))
+    with pytest.raises(CaptureOnlyError):
+        tv.diff(summary, summary)
+    with pytest.raises(CaptureOnlyError):
+        tv.busy(tv.load(path), 0, 10)
+
+
+def test_options_refuse_what_they_cannot_run() -> None:
+    for bad in ({"jobs": 0}, {"jobs": -3}, {"jobs": True}, {"config": "x"}):
+        with pytest.raises(UsageError):
+            tv.RunOptions(**bad)
+        with pytest.raises(UsageError):
+            tv.ScanOptions(**bad)
+    with pytest.raises(UsageError, match="engine"):
+        tv.ScanOptions(engine="spark")
+
+
+def test_rules_that_cannot_be_read_fail_when_the_config_is_made(tmp_path: Path) -> None:
+    from traceview.errors import TraceviewError
+
+    with pytest.raises(TraceviewError, match="nope"):
+        tv.AnalysisConfig(preset="nope")
+    with pytest.raises(TraceviewError):
+        tv.AnalysisConfig(rules=str(tmp_path / "missing.toml"))
+
+
+def test_a_capture_only_rank_is_left_out_even_when_strict(tmp_path: Path) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(GENERATED / "hybrid_chunked.json.gz", run / "rank0.json.gz")
+    shutil.copy(GENERATED / "sglang_capture_only.json.gz", run / "rank1.json.gz")
+    doc = tv.summarize_run(run, tv.RunOptions(strict=True)).to_dict()
+    assert len(doc["ranks"]) == 1
+    (left,) = doc["left_out"]
+    assert left["skipped"] and "capture" in left["reason"]

@@ -19,6 +19,7 @@ import polars as pl
 
 from traceview._io import release_free_memory
 from traceview.analysis.base.document import Efficiency
+from traceview.analysis.base.precision import sig
 from traceview.analysis.classify.families import Rules, load_rules
 from traceview.analysis.documents import display
 from traceview.analysis.documents.summary import Summary, build, capture_only_summary
@@ -102,6 +103,8 @@ class AnalysisConfig:
             raise UsageError(f"preset: {self.preset!r} is not a preset's name")
         if self.rules is not None and not isinstance(self.rules, str | Path | Rules):
             raise UsageError(f"rules: {self.rules!r} is neither a rules file nor Rules")
+        if self.rules is not None or self.preset != "default":
+            self.load_rules()  # a preset or a rules file that cannot be read fails here
         if isinstance(self.model, str | Path):
             object.__setattr__(self, "model", load_model(self.model))
         elif self.model is not None and not isinstance(self.model, ModelSpec):
@@ -301,7 +304,7 @@ class Analysis:
             "window_start_ns": [t0_ns],
             "window_end_ns": [t1_ns],
             "busy_ns": [covered],
-            "fraction": [covered / (t1_ns - t0_ns) if t1_ns > t0_ns else None],
+            "fraction": [sig(covered / (t1_ns - t0_ns))],  # the document's precision
         }
         return pl.DataFrame(row, schema=BUSY_SCHEMA)
 

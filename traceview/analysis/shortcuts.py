@@ -206,7 +206,10 @@ def busy(
     """
     a = analyze(trace, config_with(config, device=device))
     whole = a.busy
-    if (t0_ns is None and t1_ns is None) or whole.height == 0:
+    if t0_ns is None and t1_ns is None:
+        return whole
+    if whole.height == 0:  # no serving kernels: say why (CUDA-graph capture alone)
+        a.serving()
         return whole
     lo = int(whole["window_start_ns"][0]) if t0_ns is None else t0_ns
     hi = int(whole["window_end_ns"][0]) if t1_ns is None else t1_ns

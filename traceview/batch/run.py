@@ -7,6 +7,7 @@ computation is :func:`traceview.analysis.documents.run.assemble`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -15,7 +16,7 @@ from traceview.analysis.analyze import Analysis, AnalysisConfig
 from traceview.analysis.documents.run import RankResult, RunSummary, assemble, rank_of, step_work
 from traceview.batch.discover import discover
 from traceview.batch.pool import map_tasks
-from traceview.errors import RunError, TraceviewError
+from traceview.errors import CaptureOnlyError, RunError, TraceviewError, UsageError
 from traceview.load import LoadOptions, load
 from traceview.redact import shown
 
@@ -35,6 +36,12 @@ class RunOptions:
     jobs: int = 1
     strict: bool = False
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, AnalysisConfig):
+            raise UsageError(f"RunOptions.config: an AnalysisConfig, not {self.config!r}")
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
+            raise UsageError(f"RunOptions.jobs: {self.jobs!r} is not a count of processes >= 1")
+
 
 def analyse_rank(path: str, options: RunOptions) -> RankResult:
     """Load and summarize one trace of a run (the work of one pool task); the result names
@@ -46,6 +53,8 @@ def analyse_rank(path: str, options: RunOptions) -> RankResult:
             return RankResult(name, skipped="no device activity (a CPU-only trace)")
         analysis = Analysis(trace, options.config)
         summary = analysis.serving()
+    except CaptureOnlyError:  # engine start-up only: no rank's steps, as a frontend trace
+        return RankResult(name, skipped="CUDA-graph capture / warm-up only (no serving steps)")
     except TraceviewError as exc:
         return RankResult(name, error=str(exc))
     rank, source = rank_of(trace, path)
@@ -77,8 +86,8 @@ def summarize_run(
         RunError: no trace files, nothing analysable, two files for one rank, or (with
             ``strict``) a trace that fails.
     """
-    if isinstance(paths, str):
-        paths = [paths]  # one folder or glob, not its characters
+    if isinstance(paths, str | os.PathLike):
+        paths = [str(paths)]  # one folder or glob, not its characters
     options = options or RunOptions()
     files = discover(paths)
     results = map_tasks(partial(analyse_rank, options=options), files, options.jobs, progress)

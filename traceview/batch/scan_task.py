@@ -33,7 +33,7 @@ from traceview.batch.dataset import (
 from traceview.batch.discover import run_name
 from traceview.batch.rows import table_rows, trace_row
 from traceview.batch.store import Store, open_store
-from traceview.errors import NotATraceError, TraceviewError
+from traceview.errors import NotATraceError, TraceviewError, UsageError
 from traceview.load import LoadOptions, load, remote
 from traceview.paths import stored
 from traceview.redact import scrub, shown
@@ -63,6 +63,14 @@ class ScanOptions:
     engine: str = "local"
     address: str | None = None
     connect_timeout: float = CONNECT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, AnalysisConfig):
+            raise UsageError(f"ScanOptions.config: an AnalysisConfig, not {self.config!r}")
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
+            raise UsageError(f"ScanOptions.jobs: {self.jobs!r} is not a count of processes >= 1")
+        if self.engine not in ("local", "ray"):
+            raise UsageError(f"unknown scan engine {self.engine!r} (local or ray)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from traceview._io import read_toml
 from traceview.analysis.base.document import CheckRow, Unit
 from traceview.analysis.documents.compare import diff
 from traceview.analysis.documents.run import RunSummary
-from traceview.analysis.documents.summary import Summary
+from traceview.analysis.documents.summary import Summary, refuse_capture_only
 from traceview.errors import CheckError
 from traceview.units import DURATION_HINT, NS_PER, read_quantity
 
@@ -186,7 +186,9 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
     Raises:
         CheckError: a path that names nothing in the summary, an unreadable value, or a
             prefill growth bound that is not a number ≥ 1.
+        CaptureOnlyError: the trace holds only CUDA-graph capture (nothing to judge).
     """
+    refuse_capture_only(summary)
     doc = summary.to_dict()
     growth_bound = (
         None if bounds.prefill_growth is None else prefill_growth_bound(bounds.prefill_growth)

@@ -27,7 +27,7 @@ from traceview.analysis.base.document import (
 from traceview.analysis.base.stats import mean
 from traceview.analysis.documents import display
 from traceview.analysis.documents.run import RunSummary
-from traceview.analysis.documents.summary import Summary
+from traceview.analysis.documents.summary import Summary, refuse_capture_only
 from traceview.errors import CheckError
 
 SAME = 0.05  # a ratio within ±5% is "same"
@@ -426,6 +426,7 @@ def diff(a: Summary | RunSummary, b: Summary | RunSummary) -> Diff:
     Raises:
         CheckError: a trace against a run, or anything but a Summary or a RunSummary
             (``tv.analyze(path).summary`` gives a trace's).
+        CaptureOnlyError: a trace that holds only CUDA-graph capture (no steps to compare).
     """
     for x in (a, b):
         if not isinstance(x, Summary | RunSummary):
@@ -435,6 +436,8 @@ def diff(a: Summary | RunSummary, b: Summary | RunSummary) -> Diff:
             )
     if isinstance(a, RunSummary) != isinstance(b, RunSummary):
         raise CheckError("diff compares a trace with a trace, or a run with a run")
+    for x in (a, b):
+        refuse_capture_only(x)
     if isinstance(a, RunSummary) and isinstance(b, RunSummary):
         d = _diff(run_metrics(a), run_metrics(b), _run_kernels(a), _run_kernels(b), a, b)
         d.notes += [_straggler_note("A", a), _straggler_note("B", b)]

@@ -56,6 +56,7 @@ from traceview.analysis.work.efficiency import (
 from traceview.analysis.work.model_config import ModelSpec
 from traceview.analysis.work.op_flops import kernel_work
 from traceview.analysis.work.prompt import work
+from traceview.errors import CaptureOnlyError
 from traceview.model import Trace
 from traceview.paths import stored
 
@@ -232,6 +233,17 @@ def build(
         timeline=timeline(k, start_ns, end_ns) if table.height < 2 else None,
         idle=idle,
     )
+
+
+def refuse_capture_only(summary: object) -> None:
+    """Raise what the step finder said of a trace that holds only CUDA-graph capture:
+    the surfaces that judge steps (``check``, ``diff``) have none to judge.
+
+    Raises:
+        CaptureOnlyError: ``summary`` is the 0-step summary of such a trace.
+    """
+    if isinstance(summary, Summary) and summary.document["steps"]["method"] == "none":
+        raise CaptureOnlyError(f"{summary.document['trace']['path']}: {summary.warnings[0]}")
 
 
 def capture_section(
