@@ -4,6 +4,7 @@
     python benchmarks/load.py --shape vllm       # the shape of a real vLLM trace
     python benchmarks/load.py --kernels 200000   # smaller
     python benchmarks/load.py --stages           # also time each stage (gzip, JSON decode)
+    python benchmarks/load.py --shape long-names # Kineto's pretty-printing, long C++ names
     python benchmarks/load.py --shape nsys       # an Nsight Systems export vs the same as JSON
 
 Generates (once, cached in benchmarks/out/) a trace of one of two shapes:
@@ -207,6 +208,105 @@ def _vllm_steps(kernels: int) -> Iterator[list[str]]:
         batch.append(STEP_GPU.format(name=name, ts=us(g0), dur=us(t - g0), c=c))
         t += 250_000  # the host's turn between steps
         yield batch
+
+
+# --- the long-names shape: Kineto's pretty-printing, C++ template names ------------------
+
+LONG_KERNEL = (
+    '  {{\n    "ph": "X",\n    "cat": "kernel",\n    "name": "{name}",\n    "pid": 0,\n'
+    '    "tid": 7,\n    "ts": {ts},\n    "dur": {dur},\n    "args": {{\n'
+    '      "External id": {c},\n      "queued": 0,\n      "device": 0,\n'
+    '      "context": 1,\n      "stream": 7,\n      "correlation": {c},\n'
+    '      "registers per thread": 168,\n      "shared memory": 98304,\n'
+    '      "blocks per SM": 0.5,\n      "warps per SM": 4.0,\n'
+    '      "grid": [66, 1, 1],\n      "block": [384, 1, 1],\n'
+    '      "est. achieved occupancy %": 6\n    }}\n  }}'
+)
+LONG_MEMCPY = (
+    '  {{\n    "ph": "X",\n    "cat": "gpu_memcpy",\n'
+    '    "name": "Memcpy HtoD (Pinned -> Device)",\n    "pid": 0,\n    "tid": 2,\n'
+    '    "ts": {ts},\n    "dur": {dur},\n    "args": {{\n      "External id": {c},\n'
+    '      "device": 0,\n      "context": 1,\n      "stream": 2,\n'
+    '      "correlation": {c},\n      "bytes": 4096,\n'
+    '      "memory bandwidth (GB/s)": 2.5\n    }}\n  }}'
+)
+LONG_LAUNCH = (
+    '  {{\n    "ph": "X",\n    "cat": "cuda_runtime",\n    "name": "{name}",\n'
+    '    "pid": 4242,\n    "tid": 4242,\n    "ts": {ts},\n    "dur": 4.250,\n'
+    '    "args": {{\n      "External id": {c},\n      "cbid": 211,\n'
+    '      "correlation": {c}\n    }}\n  }}'
+)
+LONG_FLOW_S = (
+    '  {{\n    "ph": "s",\n    "id": {c},\n    "pid": 4242,\n    "tid": 4242,\n'
+    '    "ts": {ts},\n    "cat": "ac2g",\n    "name": "ac2g"\n  }}'
+)
+LONG_FLOW_F = (
+    '  {{\n    "ph": "f",\n    "id": {c},\n    "pid": 0,\n    "tid": {tid},\n'
+    '    "ts": {ts},\n    "cat": "ac2g",\n    "name": "ac2g",\n    "bp": "e"\n  }}'
+)
+LONG_CPU_OP = (
+    '  {{\n    "ph": "X",\n    "cat": "cpu_op",\n    "name": "aten::mm",\n'
+    '    "pid": 4242,\n    "tid": 4242,\n    "ts": {ts},\n    "dur": 12.500,\n'
+    '    "args": {{\n      "External id": {c},\n      "Record function id": 0,\n'
+    '      "Sequence number": {c},\n      "Fwd thread id": 0,\n      "Ev Idx": {c}\n'
+    "    }}\n  }}"
+)
+LONG_NAMES = 4_000  # distinct kernel names
+
+
+def long_name(i: int) -> str:
+    """The ``i``-th of :data:`LONG_NAMES` distinct C++ template kernel names, 200 to 1,300
+    characters long, as cutlass, FlashAttention and Triton-compiled kernels are named."""
+    tile = (64, 128, 256)[i % 3], (32, 64, 128)[(i // 3) % 3], 16 << (i % 4)
+    args = [
+        f"cute::tuple<cute::C<{tile[0]}>, cute::C<{tile[1]}>, cute::C<{tile[2]}> >",
+        "cutlass::bfloat16_t",
+        "cutlass::layout::RowMajor",
+        f"cutlass::gemm::collective::StageCountAutoCarveout<{(i * 7) % 97}>",
+        "cutlass::epilogue::fusion::LinearCombination<cutlass::bfloat16_t, float>",
+    ]
+    # 200-1,299 characters, most of them short (a mean of about 420), as in real traces
+    target = 200 + int(1_099 * (((i * 7919) % 1_000) / 999) ** 4)
+    body = f"void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal_{i}<"
+    k = 0
+    while len(body) < target - 2:
+        body += args[k % len(args)] + ", "
+        k += 1
+    return (body[: target - 2] + ">)").replace('"', "'")
+
+
+def generate_long_names(kernels: int) -> Path:
+    """Write (once) the ``long-names`` shape: the ``kineto`` shape's events, one key per
+    line as Kineto pretty-prints them, its kernels named by :func:`long_name`."""
+    path = OUT / f"long_names_{kernels}.pt.trace.json.gz"
+    return _write_once(path, "NVIDIA H200", "bench-long-names", _long_name_events(kernels))
+
+
+def _long_name_events(kernels: int) -> Iterator[list[str]]:
+    names = [long_name(i) for i in range(LONG_NAMES)]
+    t = 5_117_567_635_320_360
+    batch: list[str] = []
+    for i in range(kernels):
+        c = 10_000 + i
+        t += 2_500
+        if i % 20 == 0:
+            batch.append(
+                LONG_LAUNCH.format(name="cudaMemcpyAsync", ts=us(t - 90_000), c=c + 900_000_000)
+            )
+            batch.append(LONG_MEMCPY.format(ts=us(t), dur="2.112", c=c + 900_000_000))
+        if i % 3 == 0:
+            batch.append(LONG_CPU_OP.format(ts=us(t - 95_000), c=c))
+        batch.append(LONG_LAUNCH.format(name="cudaLaunchKernel", ts=us(t - 90_000), c=c))
+        batch.append(LONG_FLOW_S.format(c=c, ts=us(t - 90_000)))
+        dur = 1_000 + (i * 7919) % 40_000
+        name = names[(i * 104_729) % LONG_NAMES]
+        batch.append(LONG_KERNEL.format(name=name, ts=us(t), dur=us(dur), c=c))
+        batch.append(LONG_FLOW_F.format(c=c, tid=7, ts=us(t)))
+        t += dur
+        if len(batch) > 20_000:
+            yield batch
+            batch = []
+    yield batch
 
 
 def generate(kernels: int) -> Path:
@@ -477,7 +577,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--kernels", type=int, default=1_000_000)
-    parser.add_argument("--shape", choices=["kineto", "vllm", "nsys"], default="kineto")
+    parser.add_argument(
+        "--shape", choices=["kineto", "vllm", "long-names", "nsys"], default="kineto"
+    )
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--only", nargs="*", default=list(APPROACHES))
     parser.add_argument("--stages", action="store_true")
@@ -498,7 +600,8 @@ def main() -> None:
         nsys_main(args.kernels, args.repeat)
         return
     t0 = time.perf_counter()
-    path = generate(args.kernels) if args.shape == "kineto" else generate_vllm(args.kernels)
+    generators = {"kineto": generate, "vllm": generate_vllm, "long-names": generate_long_names}
+    path = generators[args.shape](args.kernels)
     with gzip.open(path, "rb") as f:
         json_bytes = sum(len(chunk) for chunk in iter(lambda: f.read(64 << 20), b""))
     print(
