@@ -179,3 +179,9 @@ def test_a_capture_only_rank_is_left_out_even_when_strict(tmp_path: Path) -> Non
     assert len(doc["ranks"]) == 1
     (left,) = doc["left_out"]
     assert left["skipped"] and "capture" in left["reason"]
+
+
+def test_a_scheme_traceview_cannot_read_is_named() -> None:
+    r = CliRunner().invoke(cli, ["info", "ftp://host/x.json.gz"])
+    assert r.exit_code == 2
+    assert r.stderr.startswith("Error: ftp://host/x.json.gz: unsupported scheme 'ftp' (known: s3")

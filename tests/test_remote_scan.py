@@ -216,7 +216,7 @@ def test_a_users_own_objects_in_a_bucket_dataset_are_never_removed(bucket: str) 
     assert r.exit_code == 0, r.stderr
     fs.invalidate_cache()
     assert {key: fs.cat(key) for key in own} == own
-    assert not fs.exists(orphan) and "removed 1 uncommitted files" in r.stderr
+    assert not fs.exists(orphan) and "removed 1 uncommitted file(s)" in r.stderr
     assert r.stderr.count(f"{ds}/steps/mine.parquet") == 1
 
 

@@ -234,7 +234,7 @@ def test_a_users_own_files_in_a_dataset_are_never_removed(traces: Path, tmp_path
     r = CliRunner().invoke(cli, ["scan", str(traces), "-o", str(ds)])
     assert r.exit_code == 0, r.stderr
     assert {rel: (ds / rel).read_bytes() for rel in own} == own
-    assert not orphan.exists() and "removed 1 uncommitted files" in r.stderr
+    assert not orphan.exists() and "removed 1 uncommitted file(s)" in r.stderr
     for name in ("steps/mine.parquet", "families/0123456789ABCDEF"):
         assert r.stderr.count(str(ds / name)) == 1, name
     assert "notes.txt" not in r.stderr and "lock.mine" not in r.stderr

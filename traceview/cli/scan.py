@@ -109,7 +109,7 @@ def scan(
         )
     if report.orphans_removed:
         warn(
-            f"{dataset}: removed {report.orphans_removed} uncommitted files an interrupted "
+            f"{dataset}: removed {report.orphans_removed} uncommitted file(s) an interrupted "
             "scan had left"
         )
     say(

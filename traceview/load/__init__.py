@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import io
 import os
+import re
 import warnings
 import zlib
 from collections.abc import Callable, Iterator
@@ -120,6 +121,12 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
         total = obj.size
     else:
         if not os.path.exists(name):
+            scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", name)
+            if scheme:
+                known = ", ".join(s.removesuffix("://") for s in remote.SCHEMES)
+                raise TraceFormatError(
+                    name, f"unsupported scheme {scheme.group(1)!r} (known: {known}; or a path)"
+                )
             raise TraceFormatError(name, "no such file")
         if os.path.isdir(name):
             raise TraceFormatError(name, "is a directory, not a trace file")
