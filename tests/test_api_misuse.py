@@ -185,3 +185,22 @@ def test_a_scheme_traceview_cannot_read_is_named() -> None:
     r = CliRunner().invoke(cli, ["info", "ftp://host/x.json.gz"])
     assert r.exit_code == 2
     assert r.stderr.startswith("Error: ftp://host/x.json.gz: unsupported scheme 'ftp' (known: s3")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '[max]\n"decode_gaps.decode.p99_ns" = 5\n',
+        '[max]\n"busy.fraction" = nan\n',
+        "[options]\nprefill_growth = 0.5\n",
+    ],
+    ids=["no-unit", "nan", "growth"],
+)
+def test_a_bad_limit_in_a_checks_file_names_the_file(body: str, tmp_path: Path) -> None:
+    """A probe's finding: a checks file's bad limit was one line that did not name the
+    file it came from."""
+    checks = tmp_path / "bounds.toml"
+    checks.write_text(body)
+    r = CliRunner().invoke(cli, ["check", str(TRACE), "--checks", str(checks)])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith(f"Error: {checks}: ") and r.stderr.count("\n") == 1

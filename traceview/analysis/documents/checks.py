@@ -306,6 +306,14 @@ def load_checks(path: str) -> ChecksFile:
     baseline = options.get("baseline")
     if baseline is not None and not isinstance(baseline, str):
         raise CheckError(f"{path}: [options] baseline must be a path, not {baseline!r}")
+    try:  # every limit read here, so a bad one names this file
+        for name in ("max", "min"):
+            for key, raw in tables[name].items():
+                parse_value(raw, key, unit_of(key.rsplit(".", 1)[-1]))
+        if options.get("prefill_growth") is not None:
+            prefill_growth_bound(options["prefill_growth"])
+    except CheckError as exc:
+        raise CheckError(f"{path}: {exc}") from None
     return ChecksFile(
         maximum=tables["max"],
         minimum=tables["min"],
