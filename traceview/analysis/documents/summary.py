@@ -34,7 +34,7 @@ from traceview.analysis.timing.breakdown import (
     timeline,
     with_fills,
 )
-from traceview.analysis.timing.busy import busy_document
+from traceview.analysis.timing.busy import busy_document, no_busy
 from traceview.analysis.timing.cadence import cadence, decoding_cadence, kind_cadence, phase_rows
 from traceview.analysis.timing.gaps import (
     GAP_SCHEMA,
@@ -325,15 +325,7 @@ def capture_only_summary(
         "decode_marker": None,
         "decode_marker_source": None,
         "decode_marker_kernels": [],
-        "busy": {
-            "device": device,
-            "fraction": None,
-            "window_start_ns": None,
-            "window_end_ns": None,
-            "busy_ns": None,
-            "in_gaps": None,
-            "in_widest_gaps": None,
-        },
+        "busy": no_busy(device),
         "time_breakdown": [],
         "efficiency": efficiency,
         "capture": capture_section(capture.regions, capture.kernels, capture.spans),
@@ -342,11 +334,12 @@ def capture_only_summary(
     no_kernels = pl.DataFrame(
         schema={"name": pl.String, "family": pl.String, "count": pl.UInt32, "total_ns": pl.Int64}
     )
+    no_families = family_rows(no_kernels.drop("name"))
     return Summary(
         document=doc,
         steps=table,
-        families=family_rows(no_kernels.drop("name")),
-        families_rollup=family_rows(no_kernels.drop("name")),
+        families=no_families,
+        families_rollup=no_families,
         gaps=pl.DataFrame(schema=GAP_SCHEMA),
         kernel_table=kernel_table_work(
             no_kernels.with_columns(

@@ -20,19 +20,24 @@ def busy_fraction(u: Union, lo: np.ndarray, hi: np.ndarray) -> float | None:
     return covered / total
 
 
+def no_busy(device: int) -> Busy:
+    """The ``busy`` section of a device with no activity to measure: every figure null."""
+    return {
+        "device": device,
+        "fraction": None,
+        "window_start_ns": None,
+        "window_end_ns": None,
+        "busy_ns": None,
+        "in_gaps": None,
+        "in_widest_gaps": None,
+    }
+
+
 def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None) -> Busy:
     """The summary's ``busy`` section (window: first kernel start to last kernel end); the
     fractions at the document's precision (:func:`~traceview.analysis.base.precision.sig`)."""
     if u.starts.size == 0:
-        return {
-            "device": device,
-            "fraction": None,
-            "window_start_ns": None,
-            "window_end_ns": None,
-            "busy_ns": None,
-            "in_gaps": None,
-            "in_widest_gaps": None,
-        }
+        return no_busy(device)
     w0, w1 = int(u.starts[0]), int(u.ends[-1])
     open_gaps = gaps.filter(~pl.col("overlap"))
     lo, hi = open_gaps["start_ns"].to_numpy(), open_gaps["end_ns"].to_numpy()
