@@ -121,6 +121,7 @@ def test_every_single_trace_command_reads_a_url(endpoint: str, tmp_path: Path) -
     assert annotated.kernels.height == tv.load(GENERATED / "hybrid_chunked.json.gz").kernels.height
 
 
+@pytest.mark.slow  # 4 s: the default run stays under 2 minutes; CI's slow run has it
 def test_outputs_at_urls_are_written_whole_and_by_the_writer_rule(endpoint: str) -> None:
     """-o s3://…: the same writer rule as a file (no overwrite without --force, never an
     input, a known suffix), the object written once the command has succeeded, and none

@@ -238,6 +238,7 @@ def test_the_datasets_doc_reads_a_dataset_in_a_bucket(bucket: str) -> None:
     assert isinstance(by_run, list) and len(by_run) == 4  # tp2 and the three lone traces
 
 
+@pytest.mark.slow  # 4 s: the default run stays under 2 minutes; CI's slow run has it
 def test_a_second_scan_writes_nothing_and_a_changed_object_is_scanned_again(
     bucket: str, tmp_path: Path
 ) -> None:

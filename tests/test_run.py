@@ -195,6 +195,7 @@ def test_uneven_step_counts_warn_and_align_on_the_common_steps(tmp_path: Path) -
     assert run.to_dict()["alignment"]["steps"] == 10
 
 
+@pytest.mark.slow  # 4 s: the default run stays under 2 minutes; CI's slow run has it
 def test_commands_take_a_run(planted: tuple[Path, dict, RankRun], tmp_path: Path) -> None:
     out, truth, run = planted
     steps = CliRunner().invoke(cli, ["steps", str(out), "-o", str(tmp_path / "s.parquet")])

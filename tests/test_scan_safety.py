@@ -120,6 +120,7 @@ def _scan_cmd(paths: list[str], out: Path, jobs: int) -> list[str]:
     return [sys.executable, "-m", "traceview", "scan", *paths, "-o", str(out), "-j", str(jobs)]
 
 
+@pytest.mark.slow  # 4 s: the default run stays under 2 minutes; CI's slow run has it
 def test_two_concurrent_scans_into_one_dataset(traces: Path, tmp_path: Path) -> None:
     """A finishing scan's sweep once deleted another scan's in-flight file."""
     ds = tmp_path / "ds"
@@ -143,6 +144,7 @@ def test_two_concurrent_scans_into_one_dataset(traces: Path, tmp_path: Path) -> 
     assert not list((ds / ".tmp").iterdir())
 
 
+@pytest.mark.slow  # 4 s: the default run stays under 2 minutes; CI's slow run has it
 def test_workers_exit_when_the_scans_process_is_killed(tmp_path: Path) -> None:
     psutil = pytest.importorskip("psutil")
     many = tmp_path / "many"
