@@ -204,3 +204,18 @@ def test_a_bad_limit_in_a_checks_file_names_the_file(body: str, tmp_path: Path) 
     r = CliRunner().invoke(cli, ["check", str(TRACE), "--checks", str(checks)])
     assert r.exit_code == 2, r.output
     assert r.stderr.startswith(f"Error: {checks}: ") and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("window", [-1, (5, 1), (0, float("nan")), ("0", "1"), (1,), (True, 2)])
+def test_a_chart_window_that_is_no_window_is_one_usage_error(window: object) -> None:
+    """``heartbeat(window_ms=-1)`` was a TypeError from deep inside the chart."""
+    pytest.importorskip("matplotlib")
+    analysis = tv.analyze(TRACE)
+    with pytest.raises(UsageError, match=r"window_ms=.*start < end"):
+        analysis.heartbeat(window_ms=window)  # type: ignore[arg-type]
+
+
+def test_a_chart_window_in_the_trace_draws() -> None:
+    pytest.importorskip("matplotlib")
+    figure = tv.analyze(TRACE).heartbeat(window_ms=(0, 50))
+    assert figure.axes[0].get_xlim() == pytest.approx((0, 50), abs=1e-6)

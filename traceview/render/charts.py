@@ -7,6 +7,7 @@ notebooks can check exactly what is drawn.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -19,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from traceview.analysis.base.document import KINDS
-from traceview.errors import MissingDependencyError, TraceviewError
+from traceview.errors import MissingDependencyError, TraceviewError, UsageError
 from traceview.render.base import atomic_write
 from traceview.render.breakdown_chart import (
     StepBreakdown,
@@ -150,6 +151,24 @@ class HeartbeatData:
     efficiency: StepEfficiency | None = None
 
 
+def _window(window_ms: object) -> tuple[float, float]:
+    """``window_ms`` as (start, end) ms, finite and increasing; else a UsageError."""
+    if (
+        not isinstance(window_ms, tuple | list)
+        or len(window_ms) != 2
+        or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            for v in window_ms
+        )
+        or window_ms[0] >= window_ms[1]
+    ):
+        raise UsageError(
+            f"window_ms={window_ms!r}: expected (start, end) in ms from the first kernel, "
+            "two finite numbers with start < end"
+        )
+    return float(window_ms[0]), float(window_ms[1])
+
+
 def heartbeat_data(
     summary: Summary, *, title: str | None = None, window_ms: tuple[float, float] | None = None
 ) -> HeartbeatData:
@@ -158,6 +177,8 @@ def heartbeat_data(
     Raises:
         TraceviewError: ``window_ms`` lies wholly outside the trace (it names the span).
     """
+    if window_ms is not None:
+        window_ms = _window(window_ms)
     doc = summary.to_dict()
     steps = summary.steps
     t0 = int(doc["trace"]["start_ns"])

@@ -245,6 +245,8 @@ class _Guard:
         }
         if action == sqlite3.SQLITE_INSERT and arg1 == "sqlite_master":
             names[action] = "CREATE TABLE/VIEW/INDEX"  # a new object in the trace's database
+        if action == sqlite3.SQLITE_DELETE and arg1 == "sqlite_master":
+            names[action] = "DROP TABLE/VIEW/INDEX"  # an object of the trace's database
         if self.denied is None:  # the first refusal names the statement best
             self.denied = names.get(action, f"this statement (SQLite action {action})")
         return sqlite3.SQLITE_DENY
