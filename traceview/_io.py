@@ -15,9 +15,12 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> Path:
     interrupted write leaves the old file or none, never half a file."""
     if not path.parent.is_dir():
         raise TraceviewError(f"{path}: no such directory {path.parent}")
-    fd, tmp_name = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix or ".tmp"
-    )
+    try:
+        fd, tmp_name = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix or ".tmp"
+        )
+    except OSError as exc:  # a read-only folder, one without write permission
+        raise TraceviewError(f"{path}: cannot be written: {exc.strerror or exc}") from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -26,6 +29,8 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> Path:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is not what a user's file should get
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk, a quota, a folder made read-only meanwhile
+        raise TraceviewError(f"{path}: cannot be written: {exc.strerror or exc}") from None
     finally:
         if tmp.exists():
             tmp.unlink()

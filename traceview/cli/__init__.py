@@ -37,6 +37,17 @@ class _Group(click.Group):
             prefix = "" if exc.exit_code == EXIT_OK else "Error: "
             click.echo(f"{prefix}{line(exc)}", err=True)
             ctx.exit(exc.exit_code)
+        except BrokenPipeError:  # the reader stopped early (``| head``): end quietly
+            _drop_stdout()
+            ctx.exit(1)
+        except OSError as exc:  # what the system refused a write that has no message of ours
+            if ctx.params.get("debug"):
+                raise
+            _drop_stdout()
+            where = f"{os.fsdecode(exc.filename)}: " if exc.filename else ""
+            refused = TraceviewError(f"{where}{exc.strerror or exc}")  # scrubbed, as all are
+            click.echo(f"Error: {line(refused)}", err=True)
+            ctx.exit(refused.exit_code)
         finally:
             for name, value in given.items():
                 if value is None:
@@ -144,6 +155,16 @@ def _storage_option() -> click.Option:
 
 
 _register()
+
+
+def _drop_stdout() -> None:
+    """Send what is left for standard output nowhere, so that the interpreter's last flush
+    of a closed pipe or a full disk prints no second error (Python's advice for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
+        pass
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -160,7 +160,15 @@ def write_output(
 
             # on a terminal, trace text is shown, never obeyed (piped, it stays data)
             data = terminal(data.decode("utf-8", "replace")).encode()
-        stdout.write(data)
+        try:
+            stdout.write(data)
+            stdout.flush()
+        except BrokenPipeError:
+            raise  # the reader stopped early (``| head``): the command line ends quietly
+        except OSError as exc:  # ``> /dev/full``, a full disk
+            raise TraceviewError(
+                f"standard output cannot be written: {exc.strerror or exc}"
+            ) from None
         return
     path = check_output(output, force=force)  # the writer rule (the CLI adds its inputs)
 

@@ -1,0 +1,101 @@
+"""An output the system refuses (a read-only folder, a full disk, standard output on a full
+device) is one line naming it, exit code 2, never a traceback; a reader that stops early
+(``| head``) ends the command quietly. Found by a probe: every writer raised a Python
+traceback from ``tempfile.mkstemp`` or ``write``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import GENERATED
+
+from traceview.cli import cli
+
+TRACE = str(GENERATED / "hybrid_chunked.json.gz")
+# sysfs is read-only for every user, root included: a folder no file can be made in
+READ_ONLY = Path("/sys/kernel")
+
+WRITERS = {
+    "heartbeat": (["heartbeat", TRACE], "hb.png"),
+    "gaps": (["gaps", TRACE], "g.png"),
+    "steps": (["steps", TRACE, "--format", "csv"], "s.csv"),
+    "report": (["report", TRACE], "r.html"),
+    "annotate": (["annotate", TRACE], "a.json.gz"),
+    "sql": (["sql", "-e", "select 1 as x", TRACE], "q.csv"),
+    "scan": (["scan", TRACE], "ds"),
+}
+
+
+def _read_only() -> bool:
+    try:
+        with open(READ_ONLY / "traceview-probe", "w"):
+            return False
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not READ_ONLY.is_dir() or not _read_only(), reason="needs a read-only /sys")
+@pytest.mark.parametrize("command", sorted(WRITERS))
+def test_an_output_in_a_read_only_folder_is_one_line(command: str) -> None:
+    args, name = WRITERS[command]
+    target = READ_ONLY / name
+    result = CliRunner().invoke(cli, [*args, "-o", str(target)])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("Error:")]
+    assert errors == [errors[0]] and str(target) in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not target.exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize(
+    "args", [["summarize", TRACE, "--json"], ["steps", TRACE, "--format", "csv"]]
+)
+def test_standard_output_on_a_full_device_is_one_line(args: list[str]) -> None:
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "traceview", *args],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TRACEVIEW_CACHE": "0"},
+            check=False,
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1 and "No space left on device" in errors[0], proc.stderr
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
+    """``traceview sql … | head -1``: no BrokenPipeError traceback, and no "Error:" line
+    from the net that turns other refused writes into one (it ended quietly before it)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "traceview",
+            "sql",
+            "-e",
+            "select * from slice",
+            TRACE,
+            "--format",
+            "csv",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TRACEVIEW_CACHE": "0"},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader is gone before the rows are all written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) in (0, 1)
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert "Error:" not in err, err
