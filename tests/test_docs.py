@@ -165,3 +165,20 @@ def test_each_commands_usage_in_the_reference_names_every_option() -> None:
         stray += [f"{name}: {o}" for o in sorted(said - taken - everywhere) if o.startswith("--")]
     assert not missing, "docs/cli.md's usage lines leave out:\n" + "\n".join(missing)
     assert not stray, "docs/cli.md names options its commands do not take:\n" + "\n".join(stray)
+
+
+def test_the_readmes_examples_write_each_output_once() -> None:
+    """Run in order from one folder, as a newcomer would, no example's ``-o`` file may be one
+    an earlier example wrote: the second refuses ("already exists"). Two heartbeat
+    examples both wrote ``hb.png``."""
+    text = (ROOT / "README.md").read_text()
+    usage = text.split("## Use")[1].split("```sh")[1].split("```")[0]
+    outputs = [
+        m.group(1)
+        for line in usage.splitlines()
+        if line.startswith("traceview ")
+        for m in [re.search(r"\s-o\s+(\S+)", line.split("#")[0])]
+        if m and "://" not in m.group(1)
+    ]
+    assert len(outputs) >= 6
+    assert len(outputs) == len(set(outputs)), outputs
