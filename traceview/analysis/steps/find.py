@@ -447,7 +447,8 @@ def find_steps(
             "kernel(s) left out (engine start-up, not serving)"
         )
     if c.method == "idle":
-        warnings.append(f"no step-marker kernels ({', '.join(rules.step_marker)}); {c.detail}")
+        how = c.detail.removeprefix("no step-marker kernels: ")  # said once, with the markers
+        warnings.append(f"no step-marker kernels ({', '.join(rules.step_marker)}): {how}")
     starts = c.first_kernel if c.method == "annotations" and activity == "cpu_op" else None
     table, phases, disagree = _assemble(
         trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts
