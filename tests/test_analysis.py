@@ -288,7 +288,8 @@ def test_no_step_marker_says_what_was_done(tmp_path: Path) -> None:
     d = summary.to_dict()
     assert d["steps"]["method"] == "idle" and d["steps"]["count"] == 6
     assert d["steps"]["cadence"]["p50_ns"] == 1_000_000
-    assert any("no step-marker kernels" in w for w in summary.warnings)
+    said = [w for w in summary.warnings if "no step-marker kernels" in w]
+    assert len(said) == 1 and said[0].count("no step-marker kernels") == 1, said
     assert d["decode_gaps"][0]["n"] == 0 and d["decode_gaps"][0]["p50_ns"] is None
 
 
