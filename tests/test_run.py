@@ -346,3 +346,20 @@ def test_a_truncated_rank_read_by_a_pool_worker_is_said_once(tmp_path: Path) -> 
     r = subprocess.run([*cmd, "-j", "3"], cwd=ROOT, capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr
     _said_once_and_marked(r.stdout, r.stderr, cuts)
+
+
+def test_the_rank_tables_headers_are_never_cut(planted: tuple[Path, dict, RankRun]) -> None:
+    """At 76 columns the headers read ``ste…`` and ``dep. id…`` (the 8-rank DLRM run at 80)."""
+    import io
+
+    from rich.console import Console
+
+    from traceview.render.table import render_run
+
+    buf = io.StringIO()
+    doc = summarize_run([str(planted[0])], RunOptions(jobs=1)).to_dict()
+    render_run(doc, Console(file=buf, width=76, highlight=False))
+    header = next(ln for ln in buf.getvalue().splitlines() if "rank" in ln and "steps" in ln)
+    for name in ("cadence", "busy", "compute", "coll.", "coll. wait", "dep. idle"):
+        assert name in header, header
+    assert "…" not in header

@@ -353,7 +353,12 @@ def render_run(doc: RunDocument, console: Console | None = None) -> None:
     wide = out.width >= 140  # room for each rank's file name
     cols = ("rank", "steps", "cadence", "busy", "compute", "coll.", "coll. wait", "dep. idle")
     for col in (*cols, *(["verdict", "cad. p99", "gap p99", "trace"] if wide else [])):
-        ranks.add_column(col, justify="left" if col == "trace" else "right", no_wrap=True)
+        ranks.add_column(
+            col,
+            justify="left" if col == "trace" else "right",
+            no_wrap=True,
+            min_width=None if col == "trace" else len(col),  # a header is never cut
+        )
     for r in doc["ranks"]:
         ranks.add_row(
             str(r["rank"]),
