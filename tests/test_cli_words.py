@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from conftest import GENERATED
 
 from traceview.cli import cli
+from traceview.errors import UsageError
 
 TRACE = str(GENERATED / "hybrid_chunked.json.gz")
 
@@ -62,3 +63,32 @@ def test_a_usage_error_is_one_line_in_a_real_run() -> None:
 def test_no_arguments_still_show_the_help() -> None:
     r = CliRunner().invoke(cli, ["cache"], prog_name="traceview")
     assert "Usage: traceview cache" in r.output and "Error" not in r.output
+
+
+# (option and value as typed, the planted bounds of the problem); the config's field name
+# (device, layers, step_gap_ns) must not show
+OPTION_ERRORS = [
+    (["--device", "-1"], "--device: -1 is not an integer from 0 to 9223372036854775807"),
+    (["--device", "99999999999999999999"], "--device: 99999999999999999999 is not an integer"),
+    (["--layers", "257"], "--layers: 257 is not an integer from 1 to 256"),
+]
+
+
+@pytest.mark.parametrize(("typed", "said"), OPTION_ERRORS)
+def test_an_analysis_option_is_named_as_typed(typed: list[str], said: str) -> None:
+    code, err = _invoke(["summarize", TRACE, *typed])
+    assert code == 2
+    assert err.startswith(f"Error: {said}") and err.count("\n") == 1, err
+
+
+def test_every_config_field_error_is_named_by_its_option() -> None:
+    """Below click's own checks (``--layers`` is an IntRange from 1), the config's errors
+    are named by their option too."""
+    from traceview.cli._options import analysis_config
+
+    given: dict[str, object] = {"preset": "default", "rules": None, "steps_method": "auto"}
+    given |= {"layers": None, "step_gap": None, "device": None, "gpu": None, "model": None}
+    for change, option in (({"device": -1}, "--device"), ({"layers": 0}, "--layers")):
+        with pytest.raises(UsageError) as err:
+            analysis_config(**(given | change))  # type: ignore[arg-type]
+        assert str(err.value).startswith(f"{option}: ")
