@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import GENERATED
+from conftest import GENERATED, truth
 
 from traceview.cli import cli
 from traceview.errors import UsageError
@@ -92,3 +93,27 @@ def test_every_config_field_error_is_named_by_its_option() -> None:
         with pytest.raises(UsageError) as err:
             analysis_config(**(given | change))  # type: ignore[arg-type]
         assert str(err.value).startswith(f"{option}: ")
+
+
+def test_a_window_outside_the_trace_is_quoted_as_written(tmp_path: Path) -> None:
+    out = tmp_path / "h.png"
+    code, err = _invoke(["heartbeat", TRACE, "-o", str(out), "--window", "10s:20s"])
+    assert code == 2 and not out.exists()
+    planted = truth("hybrid_chunked")
+    span_ms = (planted["end_ns"] - planted["start_ns"]) / 1e6  # 726.901862 ms
+    error = err.splitlines()[-1]
+    assert error.startswith(f"Error: {TRACE}: --window '10s:20s' is outside the trace, ")
+    assert f"which spans 0-{span_ms:.3f} ms from its first kernel" in error
+
+
+def test_a_window_outside_the_trace_from_the_api_names_window_ms() -> None:
+    """The library's own words name its argument, not the command line's option."""
+    import traceview as tv
+    from traceview.errors import TraceviewError
+    from traceview.render.charts import heartbeat_data
+
+    summary = tv.analyze(TRACE).summary
+    with pytest.raises(TraceviewError) as err:
+        heartbeat_data(summary, window_ms=(10000.0, 20000.0))
+    assert "window_ms=(10000, 20000) is outside the trace" in str(err.value)
+    assert "--window" not in str(err.value)
