@@ -117,3 +117,82 @@ def test_a_window_outside_the_trace_from_the_api_names_window_ms() -> None:
         heartbeat_data(summary, window_ms=(10000.0, 20000.0))
     assert "window_ms=(10000, 20000) is outside the trace" in str(err.value)
     assert "--window" not in str(err.value)
+
+
+# a file, a GPU and a kernel whose names hold a line break; each is shown with it escaped as
+# \x0a (as the Warning: and Error: lines show it), never as a break that starts a new row
+NAME = "new\nline.json.gz"
+GPU = "GPU one\ntwo"
+KERNEL = "gemm kern\nel"
+
+
+def _named_trace(path: Path, steps: int) -> Path:
+    from fixtures.build import TraceBuilder
+
+    tb = TraceBuilder(gpu_name=GPU)
+    t = 1_000_000
+    for _step in range(steps):
+        for layer in range(4):
+            tb.kernel("flash_fwd_kernel", t, 20_000)
+            tb.kernel(KERNEL if layer % 2 else "sm90_xmma_gemm", t + 25_000, 50_000)
+            t += 100_000
+        t += 400_000
+    return tb.write(path)
+
+
+@pytest.fixture
+def named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    monkeypatch.chdir(tmp_path)
+    _named_trace(tmp_path / NAME, 30)
+    _named_trace(tmp_path / "b.json.gz", 45)
+    return NAME, "b.json.gz"
+
+
+def _rows(stdout: str) -> list[list[str]]:
+    return [row.split() for row in stdout.splitlines()]
+
+
+@pytest.mark.parametrize("command", ["summarize", "info"])
+def test_a_line_break_in_the_path_and_gpu_rows_is_escaped(
+    named: tuple[str, str], command: str
+) -> None:
+    r = CliRunner().invoke(cli, [command, named[0]], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    rows = _rows(r.stdout)
+    assert ["path", "new\\x0aline.json.gz"] in rows
+    gpu = next(row for row in rows if row[:1] == ["GPU"])
+    assert gpu[1:3] == ["GPU", "one\\x0atwo"]
+    assert not any(row[:1] in (["line.json.gz"], ["two"]) for row in rows)
+
+
+def test_a_line_break_in_the_diff_tables_is_escaped(named: tuple[str, str]) -> None:
+    r = CliRunner().invoke(cli, ["diff", *named], env={"COLUMNS": "200"})
+    assert r.exit_code in (0, 1), r.output
+    rows = _rows(r.stdout)
+    assert ["A", "=", "new\\x0aline.json.gz"] in rows
+    assert any(row[:4] == ["│", "gemm", "kern\\x0ael", "│"] for row in rows), r.stdout
+    assert not any(row[:1] in (["line.json.gz"], ["el"]) for row in rows)
+    assert not any(row[:2] == ["│", "el"] for row in rows)
+
+
+def test_a_line_break_in_the_markdown_diff_is_escaped(named: tuple[str, str]) -> None:
+    r = CliRunner().invoke(cli, ["diff", *named, "--format", "markdown"])
+    assert r.exit_code in (0, 1), r.output
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("**traceview diff**: A = `new\\x0aline.json.gz`, B = ")
+    assert any(row.startswith("| `gemm kern\\x0ael` | ") for row in lines), r.stdout
+
+
+def test_a_line_break_in_a_query_table_is_escaped() -> None:
+    """The steps and sql tables: a cell, and a column's name, stay on their row."""
+    import io
+
+    import polars as pl
+
+    from traceview.render.base import TableRenderer
+
+    out = io.BytesIO()
+    TableRenderer().render(pl.DataFrame({"col\numn": ["kern\nel"]}), out)
+    rows = [row for row in _rows(out.getvalue().decode()) if row]
+    assert len(rows) == 3  # header, rule, one row
+    assert rows[0] == ["col\\x0aumn"] and rows[2] == ["kern\\x0ael"]
