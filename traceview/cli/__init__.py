@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
-from typing import Any
+from collections.abc import Iterator
+from typing import IO, Any
 
 import click
 
@@ -15,10 +17,50 @@ from traceview.render.safe import line
 CACHE_ENV = "TRACEVIEW_CACHE"  # the switch load/cache.py reads
 
 
+class _UsageLine(click.UsageError):
+    """A usage error (an unknown command or option, a bad or missing value) as one line,
+    ``Error: <click's message, its "Did you mean …?" kept> (see 'traceview CMD --help')``,
+    exit 2, instead of click's usage line, hint line and error line."""
+
+    def __init__(self, error: click.UsageError) -> None:
+        super().__init__(error.format_message(), error.ctx)
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        where = self.ctx.command_path if self.ctx is not None else "traceview"
+        text = f"Error: {line(self.format_message())} (see '{line(where)} --help')"
+        click.echo(text, file=file, err=file is None)
+
+
+@contextlib.contextmanager
+def _usage_in_one_line() -> Iterator[None]:
+    """Every click usage error raised inside as a :class:`_UsageLine`."""
+    try:
+        yield
+    except (_UsageLine, click.exceptions.NoArgsIsHelpError):
+        raise  # already one line; or the help, asked for by giving no arguments
+    except click.UsageError as exc:
+        raise _UsageLine(exc) from exc
+
+
 class _Group(click.Group):
-    """Turns a TraceviewError into ``Error: <message>`` on stderr and its exit code."""
+    """Turns a TraceviewError into ``Error: <message>`` on stderr and its exit code, and a
+    click usage error, of every command, into one such line (:class:`_UsageLine`)."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        with _usage_in_one_line():  # the group's own options
+            return super().make_context(info_name, args, parent, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
+        with _usage_in_one_line():  # the command's name, its options, its own checks
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context) -> Any:
         from traceview.cli._options import forget_warnings
         from traceview.load.remote import STORAGE_OPTIONS_ENV
 

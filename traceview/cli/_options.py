@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from traceview._io import check_output, check_url_output, url_output_name
-from traceview.errors import TraceviewError
+from traceview.errors import TraceviewError, UsageError
 from traceview.load import LoadOptions, load
 from traceview.model import Trace
 from traceview.render.safe import line as one_line
@@ -247,6 +247,18 @@ _ANALYSIS_FIELDS = (
 )
 
 
+# AnalysisConfig's field -> the option that sets it, to name a field's error as typed
+_FIELD_OPTIONS = {
+    "layers": "--layers",
+    "step_gap_ns": "--step-gap",
+    "device": "--device",
+    "preset": "--preset",
+    "rules": "--rules",
+    "model": "--model",
+    "gpu": "--gpu",
+}
+
+
 def analysis_config(
     *,
     preset: str,
@@ -263,16 +275,25 @@ def analysis_config(
     ``--gpu`` read here, so a bad one fails before any trace is loaded)."""
     from traceview.analysis.analyze import AnalysisConfig
 
-    return AnalysisConfig(
-        method=steps_method,
-        layers=layers,
-        step_gap_ns=parse_duration(step_gap, "--step-gap"),
-        device=device,
-        preset=preset,
-        rules=rules,
-        model=model,
-        gpu=gpu,
-    )
+    step_gap_ns = parse_duration(step_gap, "--step-gap")
+    try:
+        return AnalysisConfig(
+            method=steps_method,
+            layers=layers,
+            step_gap_ns=step_gap_ns,
+            device=device,
+            preset=preset,
+            rules=rules,
+            model=model,
+            gpu=gpu,
+        )
+    except UsageError as exc:
+        # the config names its field ("device: -1 is not …"); the user typed an option
+        field, sep, problem = str(exc).partition(": ")
+        option = _FIELD_OPTIONS.get(field)
+        if not sep or option is None:
+            raise
+        raise UsageError(f"{option}: {problem}") from exc
 
 
 def analysis_options(func: Callable[..., R]) -> Callable[..., R]:

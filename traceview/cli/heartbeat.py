@@ -132,7 +132,9 @@ def heartbeat(
         name = title if title and len(traces) == 1 else file_name
         if title and len(traces) > 1:
             name = f"{title} — {file_name}"
-        data = heartbeat_data(summary, title=name, window_ms=span)
+        data = heartbeat_data(
+            summary, title=name, window_ms=span, window_label=f"--window {window!r}"
+        )
         if data.timeline is not None:
             say(
                 f"{path}: {len(data.kinds)} step(s), no cadence to draw: the chart shows the "

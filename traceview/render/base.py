@@ -72,7 +72,7 @@ class TableRenderer:
         from rich.table import Table
         from rich.text import Text
 
-        from traceview.render.safe import terminal
+        from traceview.render.safe import line
 
         cut = self.max_cell
 
@@ -80,14 +80,14 @@ class TableRenderer:
             text = "" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
             if cut is not None and len(text) > cut:
                 text = text[: cut - 1] + "…"
-            return Text(terminal(text))
+            return Text(line(text))  # one line: a line break would read as another row
 
         df, left_out = self._fit(df)
 
         table = Table(box=box.SIMPLE_HEAD)
         for name, dtype in df.schema.items():
             table.add_column(
-                Text(terminal(name)),
+                Text(line(name)),
                 justify="right" if dtype.is_numeric() else "left",
                 no_wrap=True,
             )
@@ -95,7 +95,7 @@ class TableRenderer:
             table.add_row(*(cell(v) for v in row))
         text = io.StringIO()
         Console(file=text, width=100_000, color_system=None, highlight=False).print(table)
-        lines = [line.rstrip() for line in text.getvalue().splitlines()]
+        lines = [row.rstrip() for row in text.getvalue().splitlines()]
         if left_out:
             lines.append(
                 f"{len(left_out)} more column(s) not shown: {', '.join(left_out)} "

@@ -170,9 +170,16 @@ def _window(window_ms: object) -> tuple[float, float]:
 
 
 def heartbeat_data(
-    summary: Summary, *, title: str | None = None, window_ms: tuple[float, float] | None = None
+    summary: Summary,
+    *,
+    title: str | None = None,
+    window_ms: tuple[float, float] | None = None,
+    window_label: str | None = None,
 ) -> HeartbeatData:
     """The heartbeat chart's data from a :class:`~traceview.Summary`.
+
+    ``window_label`` names the window in an error as its user wrote it (the command line
+    passes ``--window '10s:20s'``); by default it is ``window_ms=(start, end)``.
 
     Raises:
         TraceviewError: ``window_ms`` lies wholly outside the trace (it names the span).
@@ -185,9 +192,10 @@ def heartbeat_data(
     if window_ms is not None:
         span_ms = (int(doc["trace"]["end_ns"]) - t0) / 1e6
         if window_ms[0] >= span_ms or window_ms[1] <= 0:
+            label = window_label or f"window_ms=({window_ms[0]:g}, {window_ms[1]:g})"
             raise TraceviewError(
-                f"{doc['trace']['path']}: --window {window_ms[0]:g}ms:{window_ms[1]:g}ms is "
-                f"outside the trace, which spans 0-{span_ms:.3f} ms from its first kernel"
+                f"{doc['trace']['path']}: {label} is outside the trace, which spans "
+                f"0-{span_ms:.3f} ms from its first kernel"
             )
     anchors = (steps["anchor_ns"] - t0).to_numpy() / 1e6
     interval = steps["interval_ns"].cast(pl.Float64).fill_null(float("nan")).to_numpy() / 1e6

@@ -17,7 +17,8 @@ the text that holds it.
 - :func:`markdown_text` and :func:`markdown_code`: a markdown table cell. Pipes are escaped
   (GitHub's tables split on them, even inside code spans), the characters that mean
   something in a cell are backslash-escaped in text, and a code span is fenced with more
-  backticks than the name holds; newlines become spaces.
+  backticks than the name holds; a line break is shown as ``\\x0a``, as :func:`line` shows
+  it.
 - :func:`html_text` and :func:`json_for_html`: HTML text with ``&<>"'`` escaped, and JSON
   to embed in a ``<script type="application/json">`` element with ``<``, ``>`` and ``&`` as
   ``\\u003c`` etc., so no ``</script``, ``<!--`` or ``<script`` can end or confuse the
@@ -74,20 +75,20 @@ def chart(text: object) -> str:
 # the characters that mean something inside a table cell: escapes, code, emphasis,
 # strikethrough, links, HTML, entities and the cell separator
 _MD_PUNCT = re.compile(r"([\\`*_~\[\]<>&|])")
-_LINE_BREAKS = re.compile(r"[\r\n]+")
 
 
 def markdown_text(text: object) -> str:
     """``text`` for a markdown table cell, shown as the characters it is: each character
-    that means something inside a cell backslash-escaped."""
-    return _MD_PUNCT.sub(r"\\\1", _LINE_BREAKS.sub(" ", terminal(text)))
+    that means something inside a cell backslash-escaped, a line break as ``\\x0a``
+    (:func:`line`)."""
+    return _MD_PUNCT.sub(r"\\\1", line(text))
 
 
 def markdown_code(text: object, *, cell: bool = True) -> str:
     """``text`` as a code span: fenced with one backtick more than its longest run of
     backticks. In a table ``cell``, pipes are escaped (GitHub splits cells on them even
     inside code spans, and reads ``\\|`` there as a pipe); outside one they are left."""
-    body = _LINE_BREAKS.sub(" ", terminal(text))
+    body = line(text)
     if cell:
         body = body.replace("|", "\\|")
     runs = re.findall(r"`+", body)

@@ -37,15 +37,18 @@ from traceview.render.format import (
     phase_rows,
     widest_line,
 )
-from traceview.render.safe import terminal
+from traceview.render.safe import line, terminal
 
 
 def _text(value: RenderableType) -> RenderableType:
-    return Text(terminal(value)) if isinstance(value, str) else value
+    # a cell is one line: a line break in a name (a file's, a GPU's, a kernel's) would
+    # read as the start of another row
+    return Text(line(value)) if isinstance(value, str) else value
 
 
 class Table(rich_table.Table):
-    """A rich table whose string cells and title are data, never markup."""
+    """A rich table whose string cells and title are data, never markup; a cell is one
+    line (:func:`~traceview.render.safe.line`)."""
 
     def __init__(self, *headers: str, title: str | None = None, **kwargs: Any) -> None:
         super().__init__(*headers, title=Text(terminal(title)) if title else None, **kwargs)
@@ -261,10 +264,10 @@ def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> Non
     if d.unchanged:
         out.print(Text(UNCHANGED), soft_wrap=True)
         return
-    for line in (d.workload, *d.notes):
-        if line:
-            out.print(Text(terminal(line)))
-    table = Table(title=f"A = {d.a}\nB = {d.b}", title_justify="left")
+    for said in (d.workload, *d.notes):
+        if said:
+            out.print(Text(terminal(said)))
+    table = Table(title=f"A = {line(d.a)}\nB = {line(d.b)}", title_justify="left")
     for col in ("section", "metric", "A", "B", "B/A", "verdict"):
         table.add_column(col, justify="right" if col in ("A", "B", "B/A") else "left")
     colors = {"worse": "red", "better": "green"}
