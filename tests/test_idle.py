@@ -180,20 +180,23 @@ def test_the_heartbeat_breakdown_draws_each_steps_planted_parts(
     assert "where the step time went" in out.read_text()
 
 
-def test_breakdown_of_a_run_is_one_clear_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("option", [["--breakdown"], ["--window", "0:1ms"]])
+def test_breakdown_of_a_run_is_one_clear_line(option: list[str], tmp_path: Path) -> None:
+    """A run's chart has no breakdown, and no window: ``--window`` was silently ignored."""
     from fixtures.ranks import RankRun, build
 
     run = tmp_path / "tp2"
     run.mkdir()
     build(RankRun(ranks=2, slow_rank=1, steps=4), run)
     result = CliRunner().invoke(
-        cli, ["heartbeat", str(run), "-o", str(tmp_path / "h.png"), "--breakdown"]
+        cli, ["heartbeat", str(run), "-o", str(tmp_path / "h.png"), *option]
     )
     assert (
         result.exit_code == 2
-        and "--breakdown and --efficiency chart one or two traces" in result.stderr
+        and "--breakdown, --efficiency and --window chart one or two traces" in result.stderr
     )
     assert "Traceback" not in result.output
+    assert not (tmp_path / "h.png").exists()
 
 
 def test_the_report_shows_the_breakdown_table_and_chart(tmp_path: Path) -> None:

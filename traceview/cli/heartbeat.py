@@ -116,10 +116,10 @@ def heartbeat(
         raise TraceviewError("--efficiency needs --model (the model's config.json)")
     target = output_file(output, traces, force=force, suffixes=FORMATS)
     if len(traces) > 2 or (len(traces) == 1 and is_run(traces)):
-        if breakdown or efficiency:
+        if breakdown or efficiency or span is not None:
             raise TraceviewError(
-                "--breakdown and --efficiency chart one or two traces; for a run, chart one "
-                "rank's trace (each rank's breakdown is in `summarize RUN --json`)"
+                "--breakdown, --efficiency and --window chart one or two traces; for a run, "
+                "chart one rank's trace (each rank's breakdown is in `summarize RUN --json`)"
             )
         run = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict)
         ranks = run_heartbeat_data(run, title=title or "")
