@@ -196,3 +196,27 @@ def test_a_line_break_in_a_query_table_is_escaped() -> None:
     rows = [row for row in _rows(out.getvalue().decode()) if row]
     assert len(rows) == 3  # header, rule, one row
     assert rows[0] == ["col\\x0aumn"] and rows[2] == ["kern\\x0ael"]
+
+
+def test_a_line_break_in_a_family_name_stays_on_its_line() -> None:
+    """The gap lines under the summary ("in the gaps …", "widest … gaps …") printed a family
+    name (from a rules file) with its line break, so its tail read as a line of its own."""
+    import copy
+    import io
+
+    from rich.console import Console
+
+    import traceview as tv
+    from traceview.render.table import render_summary
+
+    doc = copy.deepcopy(tv.summarize(str(GENERATED / "hybrid_chunked.json.gz")).to_dict())
+    forged = "gemm\nError: forged"
+    for g in doc["decode_gaps"]:
+        for fill in (g.get("filled"), g.get("widest")):
+            if fill:
+                fill["busy_by_family"] = {forged: fill["busy_ns"]}
+    buf = io.StringIO()
+    render_summary(doc, Console(file=buf, width=400, highlight=False))  # type: ignore[arg-type]
+    lines = buf.getvalue().splitlines()
+    assert any("gemm\\x0aError: forged" in ln for ln in lines)
+    assert not any(ln.lstrip().startswith("Error: forged") for ln in lines)

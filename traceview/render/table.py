@@ -205,12 +205,12 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
     out.print(gaps)
     every = doc["decode_gaps"][0]["filled"] if doc["decode_gaps"] else None
     if every is not None:
-        out.print(Text(terminal(f"in the gaps (n={every['gaps']}): " + widest_line(every))))
+        out.print(Text(line(f"in the gaps (n={every['gaps']}): " + widest_line(every))))
     for g in doc["decode_gaps"]:
         if g["widest"] is not None:
             out.print(
                 Text(
-                    terminal(
+                    line(
                         f"widest {g['population']} gaps (≥ p99, n={g['widest']['gaps']}): "
                         + widest_line(g["widest"])
                     )
@@ -250,7 +250,7 @@ def render_efficiency(doc: SummaryDocument, out: Console) -> None:
         table.add_column(col, justify="left" if col == "kind" else "right", no_wrap=True)
     for cells in rows:
         table.add_row(*cells)
-    table.caption = Text(terminal(efficiency_caption(doc)))
+    table.caption = Text(line(efficiency_caption(doc)))
     table.caption_justify = "left"
     out.print(table)
 
@@ -266,7 +266,7 @@ def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> Non
         return
     for said in (d.workload, *d.notes):
         if said:
-            out.print(Text(terminal(said)))
+            out.print(Text(line(said)))
     table = Table(title=f"A = {line(d.a)}\nB = {line(d.b)}", title_justify="left")
     for col in ("section", "metric", "A", "B", "B/A", "verdict"):
         table.add_column(col, justify="right" if col in ("A", "B", "B/A") else "left")
