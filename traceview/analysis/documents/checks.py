@@ -17,7 +17,7 @@ from traceview.analysis.documents.fields import figure_path
 from traceview.analysis.documents.run import RunSummary
 from traceview.analysis.documents.summary import Summary, refuse_capture_only
 from traceview.errors import CheckError
-from traceview.units import DURATION_HINT, NS_PER, read_quantity
+from traceview.units import DURATION_HINT, NS_PER, read_quantity, written_as
 
 _ID_FIELDS = ("population", "kind", "family", "rank")
 
@@ -55,6 +55,15 @@ def parse_value(text: object, key: str = "", unit: Unit | None = None) -> float:
     if given == "%":
         return number / 100
     return number * NS_PER[given] if given else number
+
+
+def bound_unit(text: object, unit: Unit) -> str:
+    """The unit a bound (read by :func:`parse_value`) is written in, the one its figure is
+    shown in: ``5ms`` -> ``ms``, ``90%`` -> ``%``; a plain number's is ``""``, but a bare 0
+    on a duration's is ``ns``."""
+    quantity = read_quantity(text) if isinstance(text, str) else None
+    given = quantity[1] if quantity else ""
+    return "ns" if not given and unit == "ns" else given
 
 
 def lookup(doc: object, path: str) -> list[tuple[str, object]]:
@@ -208,7 +217,9 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
             # it has no kernel of) is one failed row without a value, as a figure that is
             # null; a path that is no figure of the schema is bad input, on every trace
             figure = figure_path(path, run=run)
-            limit = parse_value(raw, path, unit_of(path.rsplit(".", 1)[-1]))
+            kind = unit_of(path.rsplit(".", 1)[-1])
+            limit = parse_value(raw, path, kind)
+            unit = bound_unit(raw, kind)
             hits = lookup(doc, path) or [(figure, None)]
             for trail, value in hits:
                 if isinstance(value, dict | list):
@@ -222,7 +233,9 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                         "value": value,
                         "limit": limit,
                         "ok": bool(ok),
-                        "kind": unit_of(trail.rsplit(".", 1)[-1]),
+                        "kind": kind,
+                        "unit": unit,
+                        "shown": None if value is None else written_as(value, unit, limit),
                     }
                 )
     if growth_bound is not None:
@@ -245,6 +258,8 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                     "limit": growth_bound,
                     "ok": growth <= growth_bound,
                     "kind": "ratio",
+                    "unit": "",
+                    "shown": written_as(growth, "", growth_bound),
                 }
             )
     if bounds.baseline is not None and bounds.max_regression is not None:
@@ -264,6 +279,8 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                     "limit": limit,
                     "ok": r["ratio"] <= limit,
                     "kind": "ratio",
+                    "unit": "",
+                    "shown": written_as(r["ratio"], "", limit),
                 }
             )
     return CheckResult(rows)
