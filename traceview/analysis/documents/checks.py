@@ -210,13 +210,13 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
         None if bounds.prefill_growth is None else prefill_growth_bound(bounds.prefill_growth)
     )
     rows: list[CheckRow] = []
-    run = isinstance(summary, RunSummary)
+    of_run = isinstance(summary, RunSummary)
     for bound, op in ((bounds.maximum, "max"), (bounds.minimum, "min")):
         for path, raw in bound.items():
             # a figure of the schema this trace lacks (a phase kind it never ran, a family
             # it has no kernel of) is one failed row without a value, as a figure that is
             # null; a path that is no figure of the schema is bad input, on every trace
-            figure = figure_path(path, run=run)
+            figure = figure_path(path, run=of_run)
             kind = unit_of(path.rsplit(".", 1)[-1])
             limit = parse_value(raw, path, kind)
             unit = bound_unit(raw, kind)
