@@ -164,3 +164,103 @@ def test_a_window_outside_the_trace_names_its_span(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["heartbeat", t, "-o", str(out), "--window", "100s:200s"])
     assert result.exit_code == 2 and "is outside the trace, which spans 0-" in result.stderr
     assert not out.exists()
+
+
+def _check_rows(argv: list[str]) -> tuple[int, dict[str, str], dict[str, dict]]:  # type: ignore[type-arg]
+    """The check's exit code, its table's value cell per check, and its JSON rows."""
+    import orjson
+
+    table = CliRunner().invoke(cli, ["check", *argv])
+    cells = {}
+    for line in table.stdout.splitlines():
+        parts = [p.strip() for p in line.split("│")]
+        if len(parts) == 5 and parts[1] not in ("", "check"):
+            cells[parts[1]] = parts[2]
+    as_json = CliRunner().invoke(cli, ["check", *argv, "--json"])
+    assert as_json.exit_code == table.exit_code, as_json.output
+    rows = {r["check"]: r for r in orjson.loads(as_json.stdout)["checks"]}
+    return table.exit_code, cells, rows
+
+
+def _read(shown: str) -> tuple[float, str]:
+    number, _, unit = shown.replace("%", " %").partition(" ")
+    return float(number), unit
+
+
+@pytest.mark.parametrize(
+    ("key", "bound", "unit", "planted", "holds"),
+    [
+        # a duration in the bound's time unit, whatever its size; a bare 0 in ns
+        ("decode_gaps.decode.p99_ns", "1ms", "ms", ("gap", "p99_ns"), False),
+        ("decode_gaps.decode.p99_ns", "50us", "us", ("gap", "p99_ns"), False),
+        ("decode_gaps.decode.p99_ns", "50µs", "µs", ("gap", "p99_ns"), False),
+        ("decode_gaps.decode.p99_ns", "9000000ns", "ns", ("gap", "p99_ns"), True),
+        ("decode_gaps.decode.p99_ns", "0", "ns", ("gap", "p99_ns"), False),
+        ("steps.cadence.p99_ns", "2s", "s", ("cadence", "p99_ns"), True),
+        # a fraction as a percentage or as a fraction, as its bound is written
+        ("busy.fraction", "90%", "%", ("busy", "fraction"), True),
+        ("busy.fraction", "0.7", "", ("busy", "fraction"), False),
+        # a count as it is
+        ("steps.count", "100", "", ("step_count", None), True),
+    ],
+)
+def test_a_value_is_shown_in_its_bounds_unit(
+    key: str, bound: str, unit: str, planted: tuple[str, str | None], holds: bool
+) -> None:
+    """The probe's case, for every unit check takes: the value reads in the unit its bound is
+    written in (``82.16%`` beside ``>= 90%``, never ``0.8216``), on the terminal and in
+    ``--json`` (``unit`` and ``shown``), to four significant digits of the planted figure;
+    the verdict is the planted figure's against the bound."""
+    t = truth("dense_sglang")
+    where, field = planted
+    if where == "gap":
+        figure = next(g for g in t["decode_gaps"] if g["population"] == "decode")[field]
+    else:
+        figure = t[where] if field is None else t[where][field]
+    code, cells, rows = _check_rows(
+        [str(GENERATED / "dense_sglang.json.gz"), "--max", f"{key}={bound}"]
+    )
+    text = f"{key} <= {bound}"
+    assert code == (0 if holds else 1)
+    row = rows[text]
+    assert row["ok"] is holds and row["unit"] == unit
+    assert cells[text] == row["shown"]
+    number, shown_unit = _read(row["shown"])
+    assert shown_unit == unit
+    scale = {"%": 100, "": 1, "ns": 1, "us": 1e-3, "µs": 1e-3, "ms": 1e-6, "s": 1e-9}[unit]
+    assert number == pytest.approx(figure * scale, rel=5e-4)
+    if unit == "" and key == "steps.count":
+        assert row["shown"] == str(figure)
+
+
+def test_an_efficiency_figure_reads_as_a_percentage_beside_a_percentage() -> None:
+    """The probe's row: MBU bounded by ``50%`` reads as a percentage (it read 0.008492), by
+    ``0.5`` as a fraction; the verdict is the same either way."""
+    config = str(GENERATED.parent / "configs" / "engine-dense.json")
+    trace = str(GENERATED / "dense_vllm_detailed.json.gz")
+    for bound, unit in (("50%", "%"), ("0.5", "")):
+        code, cells, rows = _check_rows(
+            [trace, "--model", config, "--min", f"efficiency.decode.mbu_p50={bound}"]
+        )
+        text = f"efficiency.phases.decode.mbu_p50 >= {bound}"
+        row = rows[text]
+        assert code == 1 and row["ok"] is False and row["limit"] == 0.5
+        assert 0 < row["value"] < 0.5 and row["unit"] == unit and cells[text] == row["shown"]
+        number, shown_unit = _read(row["shown"])
+        assert shown_unit == unit
+        assert number == pytest.approx(row["value"] * (100 if unit else 1), rel=5e-4)
+
+
+def test_a_failed_bound_never_reads_as_its_limit() -> None:
+    """A value within four significant digits of its bound is shown with the digits that
+    tell them apart: the planted busy fraction against a maximum a millionth under it."""
+    fraction = truth("dense_sglang")["busy"]["fraction"]
+    limit = f"{math.floor(fraction * 1e8) / 1e6:.6f}%"  # 77.789011%: under 77.789012%
+    code, cells, rows = _check_rows(
+        [str(GENERATED / "dense_sglang.json.gz"), "--max", f"busy.fraction={limit}"]
+    )
+    shown = cells[f"busy.fraction <= {limit}"]
+    assert code == 1 and shown != limit
+    number, unit = _read(shown)
+    assert unit == "%" and number > float(limit[:-1])
+    assert number == pytest.approx(fraction * 100, rel=1e-7)

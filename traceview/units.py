@@ -1,5 +1,6 @@
 """Quantities in: the one reader of durations and percentages (``5ms``, ``250us``, ``90%``)
-that check files and command options share. Numbers out are render/format.py's."""
+that check files and command options share, and :func:`written_as`, which writes a figure
+in the unit its bound was read in. Numbers out are otherwise render/format.py's."""
 
 from __future__ import annotations
 
@@ -58,3 +59,31 @@ def unitless_number(text: str) -> bool:
     """Whether ``text`` is a number without a unit (``5``, ``2.5``)."""
     quantity = read_quantity(text)
     return quantity is not None and not quantity[1]
+
+
+def _digits(number: float, significant: int) -> str:
+    """``number`` with ``significant`` digits, never in exponent form, without trailing
+    zeros: 10133.456 -> ``10133`` (4), 0.8492 -> ``0.8492``."""
+    if number == 0 or not math.isfinite(number):
+        return f"{number:g}"
+    decimals = max(0, significant - 1 - math.floor(math.log10(abs(number))))
+    text = f"{number:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def written_as(value: float, unit: str, limit: float | None = None) -> str:
+    """``value`` written in ``unit`` as a bound is (``%``: ``value`` a fraction; a time
+    unit: ``value`` in ns; ``""``: the number as it is): 0.008492 in ``%`` -> ``0.8492%``,
+    10_133_456 in ``ms`` -> ``10.13 ms``. Four significant digits, more where fewer would
+    write a value that is not ``limit`` (in ``value``'s unit) as the limit: a failed bound
+    never reads as its own limit."""
+    scale = 100.0 if unit == "%" else 1 / NS_PER[unit] if unit in NS_PER else 1.0
+    suffix = "%" if unit == "%" else f" {unit}" if unit else ""
+    if isinstance(value, int) and scale == 1:
+        return f"{value}{suffix}"
+    number = value * scale
+    for significant in range(4, 18):
+        text = _digits(number, significant)
+        if limit is None or value == limit or text != _digits(limit * scale, significant):
+            break
+    return f"{text}{suffix}"

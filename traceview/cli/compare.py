@@ -10,6 +10,7 @@ import orjson
 from traceview.analysis.documents.checks import (
     Bounds,
     ChecksFile,
+    a_figure,
     check,
     load_checks,
     parse_value,
@@ -188,6 +189,7 @@ def check_command(
     bounds_max = _pairs(maximum, "--max", file.maximum)
     bounds_min = _pairs(minimum, "--min", file.minimum)
     for path, raw in (*bounds_max.items(), *bounds_min.items()):  # before any trace is read
+        a_figure(path)
         parse_value(raw, path, unit_of(path.rsplit(".", 1)[-1]))
     where = "--prefill-growth" if prefill_growth is not None else f"{checks_file}: prefill_growth"
     growth_bound = None if growth is None else prefill_growth_bound(growth, where)

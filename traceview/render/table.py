@@ -313,16 +313,9 @@ def render_check(result: CheckResult, console: Console | None = None) -> None:
     table = Table(title="checks", title_justify="left")
     for col in ("check", "value", "result"):
         table.add_column(col, justify="right" if col == "value" else "left")
-    for r in result.rows:
-        v = r["value"]
-        if v is None:
-            shown = "—"
-        elif r["kind"] == "ns":
-            shown = fmt_ns(v)
-        else:
-            shown = f"{v:.4g}" if isinstance(v, float) else str(v)
+    for r in result.rows:  # each value in its bound's unit, as the check reads
         result_cell = Text("ok", style="green") if r["ok"] else Text("FAILED", style="red")
-        table.add_row(r["check"], shown, result_cell)
+        table.add_row(r["check"], r["shown"] or "—", result_cell)
     out.print(table)
 
 

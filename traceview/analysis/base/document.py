@@ -416,13 +416,17 @@ class DiffDocument(TypedDict):
 
 class CheckRow(TypedDict):
     """One bound checked: its text, the value found, the limit and whether it held; ``kind``
-    is the unit of ``value`` and ``limit`` (how to show them)."""
+    is the unit of ``value`` and ``limit`` (the document's); ``unit`` the one the bound is
+    written in (``%``, ``ns``, ``us``, ``µs``, ``ms``, ``s``, or ``""`` for a plain number)
+    and ``shown`` the value written in it (None where there is no value)."""
 
     check: str
     value: float | None
     limit: float
     ok: bool
     kind: Unit
+    unit: str
+    shown: str | None
 
 
 class DeviceFacts(TypedDict):

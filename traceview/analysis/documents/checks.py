@@ -13,10 +13,11 @@ import polars as pl
 from traceview._io import read_toml
 from traceview.analysis.base.document import CheckRow, Unit
 from traceview.analysis.documents.compare import diff
+from traceview.analysis.documents.fields import figure_path
 from traceview.analysis.documents.run import RunSummary
 from traceview.analysis.documents.summary import Summary, refuse_capture_only
 from traceview.errors import CheckError
-from traceview.units import DURATION_HINT, NS_PER, read_quantity
+from traceview.units import DURATION_HINT, NS_PER, read_quantity, written_as
 
 _ID_FIELDS = ("population", "kind", "family", "rank")
 
@@ -56,6 +57,15 @@ def parse_value(text: object, key: str = "", unit: Unit | None = None) -> float:
     return number * NS_PER[given] if given else number
 
 
+def bound_unit(text: object, unit: Unit) -> str:
+    """The unit a bound (read by :func:`parse_value`) is written in, the one its figure is
+    shown in: ``5ms`` -> ``ms``, ``90%`` -> ``%``; a plain number's is ``""``, but a bare 0
+    on a duration's is ``ns``."""
+    quantity = read_quantity(text) if isinstance(text, str) else None
+    given = quantity[1] if quantity else ""
+    return "ns" if not given and unit == "ns" else given
+
+
 def lookup(doc: object, path: str) -> list[tuple[str, object]]:
     """Values at a dotted path of the summary document. In a list, the next part selects
     items by their ``population``/``kind``/``family`` (a family may contain dots) or by
@@ -68,9 +78,11 @@ def lookup(doc: object, path: str) -> list[tuple[str, object]]:
             found.append((trail, node))
             return
         if isinstance(node, dict):
-            if parts[i] in node:
-                walk(node[parts[i]], i + 1, f"{trail}.{parts[i]}" if trail else parts[i])
-                return
+            for k in range(1, len(parts) - i + 1):  # a key may hold dots (a family's name)
+                key = ".".join(parts[i : i + k])
+                if key in node:
+                    walk(node[key], i + k, f"{trail}.{key}" if trail else key)
+                    return
             # a section whose entries are named by kind or family may skip its list's
             # name: efficiency.decode.mbu_p50 is efficiency.phases.decode.mbu_p50
             for key, child in node.items():
@@ -183,9 +195,13 @@ def prefill_growth_bound(value: object, key: str = "prefill_growth") -> float:
 def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
     """Evaluate ``bounds`` on a summary (or a run).
 
+    A path that names a figure of the document's schema which this trace lacks (a phase
+    kind it never ran, a family it has no kernel of) is checked as a figure that is null:
+    one failed row without a value.
+
     Raises:
-        CheckError: a path that names nothing in the summary, an unreadable value, or a
-            prefill growth bound that is not a number ≥ 1.
+        CheckError: a path that is no figure of the summary's schema (:func:`figure_path`),
+            an unreadable value, or a prefill growth bound that is not a number ≥ 1.
         CaptureOnlyError: the trace holds only CUDA-graph capture (nothing to judge).
     """
     refuse_capture_only(summary)
@@ -194,15 +210,17 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
         None if bounds.prefill_growth is None else prefill_growth_bound(bounds.prefill_growth)
     )
     rows: list[CheckRow] = []
+    of_run = isinstance(summary, RunSummary)
     for bound, op in ((bounds.maximum, "max"), (bounds.minimum, "min")):
         for path, raw in bound.items():
-            limit = parse_value(raw, path, unit_of(path.rsplit(".", 1)[-1]))
-            hits = lookup(doc, path)
-            if not hits:
-                raise CheckError(
-                    f"{path}: not a figure of the summary (see traceview summarize "
-                    "--json for the paths)"
-                )
+            # a figure of the schema this trace lacks (a phase kind it never ran, a family
+            # it has no kernel of) is one failed row without a value, as a figure that is
+            # null; a path that is no figure of the schema is bad input, on every trace
+            figure = figure_path(path, run=of_run)
+            kind = unit_of(path.rsplit(".", 1)[-1])
+            limit = parse_value(raw, path, kind)
+            unit = bound_unit(raw, kind)
+            hits = lookup(doc, path) or [(figure, None)]
             for trail, value in hits:
                 if isinstance(value, dict | list):
                     raise CheckError(f"{path}: names a section, not a figure")
@@ -215,7 +233,9 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                         "value": value,
                         "limit": limit,
                         "ok": bool(ok),
-                        "kind": unit_of(trail.rsplit(".", 1)[-1]),
+                        "kind": kind,
+                        "unit": unit,
+                        "shown": None if value is None else written_as(value, unit, limit),
                     }
                 )
     if growth_bound is not None:
@@ -238,6 +258,8 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                     "limit": growth_bound,
                     "ok": growth <= growth_bound,
                     "kind": "ratio",
+                    "unit": "",
+                    "shown": written_as(growth, "", growth_bound),
                 }
             )
     if bounds.baseline is not None and bounds.max_regression is not None:
@@ -257,6 +279,8 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                     "limit": limit,
                     "ok": r["ratio"] <= limit,
                     "kind": "ratio",
+                    "unit": "",
+                    "shown": written_as(r["ratio"], "", limit),
                 }
             )
     return CheckResult(rows)
@@ -274,6 +298,22 @@ class ChecksFile:
 
 
 _OPTIONS = ("baseline", "max_regression", "prefill_growth")
+
+
+def a_figure(path: str) -> None:
+    """Refuse a path that is a figure neither of a summary nor of a run document, before any
+    trace is read (whether it bounds a trace or a run is known when :func:`check` runs).
+
+    Raises:
+        CheckError: the summary's reason (:func:`figure_path`).
+    """
+    try:
+        figure_path(path)
+    except CheckError as exc:
+        try:
+            figure_path(path, run=True)
+        except CheckError:
+            raise exc from None
 
 
 def load_checks(path: str) -> ChecksFile:
@@ -306,9 +346,10 @@ def load_checks(path: str) -> ChecksFile:
     baseline = options.get("baseline")
     if baseline is not None and not isinstance(baseline, str):
         raise CheckError(f"{path}: [options] baseline must be a path, not {baseline!r}")
-    try:  # every limit read here, so a bad one names this file
+    try:  # every path and limit read here, so a bad one names this file
         for name in ("max", "min"):
             for key, raw in tables[name].items():
+                a_figure(key)
                 parse_value(raw, key, unit_of(key.rsplit(".", 1)[-1]))
         if options.get("prefill_growth") is not None:
             prefill_growth_bound(options["prefill_growth"])

@@ -1,0 +1,182 @@
+"""``check``'s paths are decided by the summary's schema, never by one trace's document: a
+figure of the schema that a trace lacks (a phase kind it never ran) is a failed row
+without a value, as a null figure is; a path no summary has (a typo) is bad input on every
+trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+from conftest import GENERATED, truth
+
+import traceview as tv
+from traceview.analysis.documents.checks import Bounds, CheckError, check, lookup
+from traceview.analysis.documents.fields import figure_path
+from traceview.cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "tests" / "golden"
+CONFIGS = ROOT / "fixtures" / "configs"
+NO_PREFILL = "flashinfer_tc_decode"  # planted phases: decode, mixed, decode
+WITH_PREFILL = "dense_sglang_extend"  # planted phases: decode and prefill, alternating
+
+
+def _phases(name: str, kind: str) -> list[dict]:  # type: ignore[type-arg]
+    return [p for p in truth(name)["phases"] if p["kind"] == kind]
+
+
+def _check(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(cli, ["check", *args])
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_a_phase_kind_the_trace_lacks_is_a_failed_row_without_a_value() -> None:
+    """The probe's case: a prefill bound on a trace with no prefill phase exits 1 with the
+    bound's row FAILED and no value (``—``), as a null figure does, and the other bounds are
+    still checked against their planted figures."""
+    assert _phases(NO_PREFILL, "prefill") == []
+    (mixed,) = _phases(NO_PREFILL, "mixed")
+    trace = str(GENERATED / f"{NO_PREFILL}.json.gz")
+    bounds = ["--max", "steps.phases.prefill.cadence_p50_ns=5ms"]
+    bounds += ["--max", f"steps.phases.mixed.cadence_p50_ns={mixed['cadence_p50_ns']}ns"]
+    code, out, err = _check(trace, *bounds)
+    assert code == 1, out + err
+    assert "not a figure" not in err and "1 of 2 check(s) failed" in err
+    row = next(line for line in out.splitlines() if "prefill" in line)
+    assert "steps.phases.prefill.cadence_p50_ns <= 5ms" in row
+    assert "—" in row and "FAILED" in row
+    code, out, _ = _check(trace, *bounds, "--json")
+    assert code == 1
+    rows = {r["check"]: r for r in orjson.loads(out)["checks"]}
+    absent = rows["steps.phases.prefill.cadence_p50_ns <= 5ms"]
+    assert (absent["value"], absent["ok"], absent["limit"]) == (None, False, 5e6)
+    held = rows[f"steps.phases.mixed.cadence_p50_ns <= {mixed['cadence_p50_ns']}ns"]
+    assert (held["value"], held["ok"]) == (mixed["cadence_p50_ns"], True)
+    # the skipped list's name is put back in the row, as for a figure that is there
+    code, out, _ = _check(trace, "--max", "steps.prefill.cadence_p50_ns=5ms", "--json")
+    (row,) = orjson.loads(out)["checks"]
+    assert code == 1 and row["check"] == "steps.phases.prefill.cadence_p50_ns <= 5ms"
+
+
+def test_one_checks_file_shared_by_traces_with_and_without_the_phase(tmp_path: Path) -> None:
+    """A checks file that bounds the prefill phases holds on a trace whose planted prefill
+    phases are within it, and fails (never exit 2) on one without a prefill phase."""
+    prefill = _phases(WITH_PREFILL, "prefill")
+    assert len(prefill) == 5 and {p["steps"] for p in prefill} == {1}
+    checks = tmp_path / "checks.toml"
+    checks.write_text('[min]\n"steps.phases.prefill.steps" = 1\n')
+    with_it = str(GENERATED / f"{WITH_PREFILL}.json.gz")
+    code, out, err = _check(with_it, "--checks", str(checks), "--json")
+    assert code == 0, out + err
+    assert [(r["value"], r["ok"]) for r in orjson.loads(out)["checks"]] == [(1, True)] * 5
+    without = str(GENERATED / f"{NO_PREFILL}.json.gz")
+    code, out, err = _check(without, "--checks", str(checks), "--json")
+    assert code == 1, out + err
+    (row,) = orjson.loads(out)["checks"]
+    assert (row["value"], row["ok"]) == (None, False)
+
+
+def test_an_absent_figure_through_the_api() -> None:
+    """:func:`check` reads the schema the same way: no row is dropped, none raises."""
+    summary = tv.summarize(tv.load(GENERATED / f"{NO_PREFILL}.json.gz"))
+    result = check(summary, Bounds(minimum={"steps.phases.prefill.steps": 1}))
+    assert [(r["check"], r["value"], r["ok"]) for r in result.rows] == [
+        ("steps.phases.prefill.steps >= 1", None, False)
+    ]
+    with pytest.raises(CheckError, match="not a figure of the summary"):
+        check(summary, Bounds(minimum={"steps.phases.prefil.steps": 1}))
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "steps.phases.prefil.cadence_p50_ns",  # a phase kind no summary has
+        "steps.phases.prefill.cadense_p50_ns",  # a field no phase has
+        "busy.nonsense",
+        "decode_gaps.prefill.p99_ns",  # the gap populations are all, decode, mixed
+        "decode_gaps.decode.filled.idle_ns.lunch",  # the idle causes are a closed set
+        "stpes.phases.prefill.cadence_p50_ns",
+    ],
+)
+def test_a_path_no_summary_has_is_bad_input_on_every_trace(tmp_path: Path, key: str) -> None:
+    """A typo is one ``Error:`` line and exit 2, on a trace with the phase and one without,
+    on the command line and in a checks file (naming the file)."""
+    value = "5ms" if key.endswith("_ns") else "1"
+    for name in (NO_PREFILL, WITH_PREFILL):
+        code, _, err = _check(str(GENERATED / f"{name}.json.gz"), "--max", f"{key}={value}")
+        assert code == 2, err
+        assert err.endswith(
+            f"Error: {key}: not a figure of the summary (see traceview "
+            "summarize --json for the paths)\n"
+        ), err
+        assert "Traceback" not in err
+    checks = tmp_path / "checks.toml"
+    checks.write_text(f'[min]\n"{key}" = "{value}"\n')
+    code, _, err = _check(str(GENERATED / f"{NO_PREFILL}.json.gz"), "--checks", str(checks))
+    assert code == 2 and f"Error: {checks}: {key}: not a figure" in err
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("busy", "names a section, not a figure"),
+        ("steps.phases.prefill.cadence", "names a section, not a figure"),
+        ("trace.gpu", "names text, not a number"),
+        ("steps.phases.prefill.kind", "names text, not a number"),
+    ],
+)
+def test_a_section_or_text_is_bad_input_even_where_the_trace_lacks_it(
+    key: str, message: str
+) -> None:
+    code, _, err = _check(str(GENERATED / f"{NO_PREFILL}.json.gz"), "--max", f"{key}=1")
+    assert code == 2 and f"Error: {key}: {message}" in err
+
+
+def _figures(node: object, trail: str = "") -> list[tuple[str, object]]:
+    """Every number of a document with its path, each list item named as a user names it
+    (its population, kind, family or rank; else its index)."""
+    if isinstance(node, dict):
+        return [x for k, v in node.items() for x in _figures(v, f"{trail}.{k}" if trail else k)]
+    if isinstance(node, list):
+        out = []
+        for i, item in enumerate(node):
+            name = str(i)
+            if isinstance(item, dict):
+                for field in ("population", "kind", "family", "rank"):
+                    if isinstance(item.get(field), str | int) and not isinstance(item[field], bool):
+                        name = str(item[field])
+                        break
+            out += _figures(item, f"{trail}.{name}")
+        return out
+    if isinstance(node, int | float) and not isinstance(node, bool):
+        return [(trail, node)]
+    return []
+
+
+def _documents() -> list[tuple[str, dict]]:  # type: ignore[type-arg]
+    docs = [(p.name, json.loads(p.read_text())) for p in sorted(GOLDEN.glob("*.json"))]
+    docs = [(name, doc) for name, doc in docs if "schema" in doc]  # not capture-only
+    with_model = tv.summarize(
+        tv.load(GENERATED / "dense_vllm_detailed.json.gz"),
+        model=tv.load_model(CONFIGS / "engine-dense.json"),
+    )
+    return [*docs, ("dense_vllm_detailed --model", with_model.to_dict())]
+
+
+def test_every_number_of_every_document_is_a_figure_of_its_schema() -> None:
+    """The schema's closed sets are not too closed: every number in every fixture's and
+    shared trace's summary (tests/golden), a run's document and a summary with efficiency
+    figures is a figure of the schema, under the path a user writes, and check reads it
+    there (a family's dotted name as a key of ``busy_by_family`` too)."""
+    seen = 0
+    for name, doc in _documents():
+        run = doc["schema"] == "traceview.run/1"
+        for path, value in _figures(doc):
+            assert figure_path(path, run=run) == path, (name, path)
+            assert value in [v for _, v in lookup(doc, path)], (name, path)
+            seen += 1
+    assert seen > 5_000
