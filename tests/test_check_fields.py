@@ -180,3 +180,20 @@ def test_every_number_of_every_document_is_a_figure_of_its_schema() -> None:
             assert value in [v for _, v in lookup(doc, path)], (name, path)
             seen += 1
     assert seen > 5_000
+
+
+def test_an_efficiency_bound_without_a_model_says_to_give_one() -> None:
+    """Without --model, MFU and MBU are not computed: the bound cannot be judged, and the
+    line says why (the schema allows the figure, so it would read as a failed row)."""
+    result = CliRunner().invoke(
+        cli,
+        [
+            "check",
+            str(GENERATED / "dense_vllm_detailed.json.gz"),
+            "--min",
+            "efficiency.decode.mbu_p50=50%",
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1 and "give --model" in errors[0], result.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -192,6 +193,12 @@ def prefill_growth_bound(value: object, key: str = "prefill_growth") -> float:
     return growth
 
 
+def _has_model(doc: Any) -> bool:
+    """Whether a summary (or every rank of a run) was analysed with a model."""
+    docs = doc.get("summaries", [doc]) if isinstance(doc, dict) else [doc]
+    return all((d.get("efficiency") or {}).get("model") is not None for d in docs)
+
+
 def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
     """Evaluate ``bounds`` on a summary (or a run).
 
@@ -201,7 +208,8 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
 
     Raises:
         CheckError: a path that is no figure of the summary's schema (:func:`figure_path`),
-            an unreadable value, or a prefill growth bound that is not a number ≥ 1.
+            an efficiency figure of a summary made without a model, an unreadable value,
+            or a prefill growth bound that is not a number ≥ 1.
         CaptureOnlyError: the trace holds only CUDA-graph capture (nothing to judge).
     """
     refuse_capture_only(summary)
@@ -217,6 +225,11 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
             # it has no kernel of) is one failed row without a value, as a figure that is
             # null; a path that is no figure of the schema is bad input, on every trace
             figure = figure_path(path, run=of_run)
+            if figure.startswith("efficiency.") and not _has_model(doc):
+                raise CheckError(
+                    f"{path}: MFU and MBU need the model: give --model (its config.json; "
+                    "the API: AnalysisConfig(model=...))"
+                )
             kind = unit_of(path.rsplit(".", 1)[-1])
             limit = parse_value(raw, path, kind)
             unit = bound_unit(raw, kind)
