@@ -197,3 +197,39 @@ def test_an_efficiency_bound_without_a_model_says_to_give_one() -> None:
     assert result.exit_code == 2, result.output
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("Error:")]
     assert len(errors) == 1 and "give --model" in errors[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    ("key", "where"),
+    [
+        # a list's name left out led lookup into decode_gaps, which has a "decode" item too
+        ("decode.span_ns", ("time_breakdown", "decode", "span_ns")),
+        # a family whose name holds a dot, its list's name left out
+        ("linear_attention.decode.share", ("families", "linear_attention.decode", "share")),
+    ],
+)
+def test_a_present_figure_is_found_however_its_key_is_shortened(
+    key: str, where: tuple[str, str, str]
+) -> None:
+    trace = GENERATED / "hybrid_chunked.json.gz"
+    doc = tv.summarize(str(trace)).to_dict()
+    section, name, field = where
+    items = doc[section]  # type: ignore[literal-required]
+    want = sorted(i[field] for i in items if name in (i.get("kind"), i.get("family")))
+    assert want, (section, name)
+    limit = "1000000s" if key.endswith("_ns") else "1e18"
+    result = check(tv.summarize(str(trace)), Bounds(maximum={key: limit}))
+    got = sorted(r["value"] for r in result.rows)
+    assert got == want and all(r["ok"] for r in result.rows), result.rows
+
+
+@pytest.mark.parametrize(
+    "key", ["efficiency.families.gemm.tflops", "efficiency.device.peak_bytes_per_s"]
+)
+def test_efficiency_figures_that_need_no_model_are_checked_without_one(key: str) -> None:
+    """Only MFU, MBU and the model's numbers need --model; the device's peaks and the
+    families' achieved rates are in every summary."""
+    result = CliRunner().invoke(
+        cli, ["check", str(GENERATED / "hybrid_vllm_old.json.gz"), "--min", f"{key}=0"]
+    )
+    assert result.exit_code == 0, result.output

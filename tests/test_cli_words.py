@@ -220,3 +220,23 @@ def test_a_line_break_in_a_family_name_stays_on_its_line() -> None:
     lines = buf.getvalue().splitlines()
     assert any("gemm\\x0aError: forged" in ln for ln in lines)
     assert not any(ln.lstrip().startswith("Error: forged") for ln in lines)
+
+
+def test_a_line_break_in_the_marker_kernels_name_stays_in_the_gap_tables_title() -> None:
+    """The decode-gap table's title names the marker kernel; its line break started a
+    line of its own (found by a review)."""
+    import copy
+    import io
+
+    from rich.console import Console
+
+    import traceview as tv
+    from traceview.render.table import render_summary
+
+    doc = copy.deepcopy(tv.summarize(str(GENERATED / "hybrid_chunked.json.gz")).to_dict())
+    doc["decode_marker_kernels"] = ["BatchDecode\nFAKE ROW kernel"]
+    buf = io.StringIO()
+    render_summary(doc, Console(file=buf, width=400, highlight=False))  # type: ignore[arg-type]
+    lines = buf.getvalue().splitlines()
+    assert any("BatchDecode\\x0aFAKE" in ln for ln in lines), lines  # the title may wrap
+    assert not any(ln.lstrip().startswith("FAKE ROW") for ln in lines)

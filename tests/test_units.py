@@ -264,3 +264,28 @@ def test_a_failed_bound_never_reads_as_its_limit() -> None:
     number, unit = _read(shown)
     assert unit == "%" and number > float(limit[:-1])
     assert number == pytest.approx(fraction * 100, rel=1e-7)
+
+
+def test_the_greek_mu_is_the_micro_sign() -> None:
+    """``5μs`` (U+03BC) matched the case-blind pattern and then was no known unit: a
+    KeyError traceback in check and --step-gap."""
+    from traceview.units import read_quantity
+
+    assert read_quantity("5\u03bcs") == read_quantity("5\u00b5s") == (5.0, "\u00b5s")
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "limit", "shown"),
+    [
+        (0.7000000000000001, "%", 0.7, ">70%"),
+        (0.6999999999999999, "%", 0.7, "69.99999999999999%"),  # 17 digits tell them apart
+        (1000000.0000000001, "ms", 1e6, ">1 ms"),
+        (0.7, "%", 0.7, "70%"),
+    ],
+)
+def test_a_value_a_float_step_from_its_limit_never_reads_as_the_limit(
+    value: float, unit: str, limit: float, shown: str
+) -> None:
+    from traceview.units import written_as
+
+    assert written_as(value, unit, limit) == shown

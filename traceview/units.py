@@ -18,7 +18,9 @@ def read_quantity(text: str) -> tuple[float, str] | None:
     m = _QUANTITY.fullmatch(text)
     if not m:
         return None
-    return float(m.group(1)), (m.group(2) or "").lower()
+    # the micro sign (U+00B5) and the Greek mu (U+03BC) are one unit: the case-blind
+    # pattern takes either, and NS_PER spells the first
+    return float(m.group(1)), (m.group(2) or "").lower().replace("\u03bc", "\u00b5")
 
 
 TIME_UNITS = ("ns", "us", "µs", "ms", "s")
@@ -86,4 +88,7 @@ def written_as(value: float, unit: str, limit: float | None = None) -> str:
         text = _digits(number, significant)
         if limit is None or value == limit or text != _digits(limit * scale, significant):
             break
+    else:  # the scaling merged two floats a step apart: say it is not the limit itself
+        if limit is not None:
+            text = f"{'>' if value > limit else '<'}{text}"
     return f"{text}{suffix}"

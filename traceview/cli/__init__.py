@@ -51,7 +51,7 @@ class _Group(click.Group):
         info_name: str | None,
         args: list[str],
         parent: click.Context | None = None,
-        **extra: Any,
+        **extra: object,
     ) -> click.Context:
         with _usage_in_one_line():  # the group's own options
             return super().make_context(info_name, args, parent, **extra)
@@ -60,7 +60,7 @@ class _Group(click.Group):
         with _usage_in_one_line():  # the command's name, its options, its own checks
             return self._invoke(ctx)
 
-    def _invoke(self, ctx: click.Context) -> Any:
+    def _invoke(self, ctx: click.Context) -> object:
         from traceview.cli._options import forget_warnings
         from traceview.load.remote import STORAGE_OPTIONS_ENV
 
@@ -97,7 +97,7 @@ class _Group(click.Group):
                 else:
                     os.environ[name] = value
 
-    def _invoke_and_publish(self, ctx: click.Context) -> Any:
+    def _invoke_and_publish(self, ctx: click.Context) -> object:
         """The command, then its outputs bound for URLs uploaded if it succeeded."""
         from traceview.cli._options import publish_outputs
 

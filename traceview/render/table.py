@@ -163,7 +163,7 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
     )
     out.print(facts)
 
-    fam = Table(title=f"layer families ({doc['classification']})", title_justify="left")
+    fam = Table(title=line(f"layer families ({doc['classification']})"), title_justify="left")
     for col in ("family", "kernels", "time", "mean", "share"):
         fam.add_column(col, justify="left" if col == "family" else "right")
     for f in doc["families"]:
@@ -189,7 +189,7 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
     render_time_breakdown(doc, out)
     render_efficiency(doc, out)
 
-    gaps = Table(title=gap_title(doc), title_justify="left")
+    gaps = Table(title=line(gap_title(doc)), title_justify="left")  # holds a kernel name
     for col in ("population", "n", "overlaps", "p50", "p90", "p99", "max"):
         gaps.add_column(col, justify="left" if col == "population" else "right")
     for g in doc["decode_gaps"]:

@@ -6,13 +6,13 @@ chunk to chunk (the signature of a chunked prefill that re-feeds the prompt from
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
-from typing import Any
 
 import polars as pl
 
 from traceview._io import read_toml
-from traceview.analysis.base.document import CheckRow, Unit
+from traceview.analysis.base.document import CheckRow, RunDocument, SummaryDocument, Unit
 from traceview.analysis.documents.compare import diff
 from traceview.analysis.documents.fields import figure_path
 from traceview.analysis.documents.run import RunSummary
@@ -193,10 +193,15 @@ def prefill_growth_bound(value: object, key: str = "prefill_growth") -> float:
     return growth
 
 
-def _has_model(doc: Any) -> bool:
+# the figures only a model gives: MFU, MBU, tokens and the model's own numbers (the device's
+# peaks and the families' achieved rates are there without one)
+_NEEDS_MODEL = re.compile(r"(^|\.)efficiency\.(phases|model)\.")
+
+
+def _has_model(doc: SummaryDocument | RunDocument) -> bool:
     """Whether a summary (or every rank of a run) was analysed with a model."""
-    docs = doc.get("summaries", [doc]) if isinstance(doc, dict) else [doc]
-    return all((d.get("efficiency") or {}).get("model") is not None for d in docs)
+    docs: list[SummaryDocument] = list(doc["summaries"]) if "summaries" in doc else [doc]  # type: ignore[typeddict-item]
+    return all(d["efficiency"]["model"] is not None for d in docs)
 
 
 def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
@@ -225,7 +230,7 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
             # it has no kernel of) is one failed row without a value, as a figure that is
             # null; a path that is no figure of the schema is bad input, on every trace
             figure = figure_path(path, run=of_run)
-            if figure.startswith("efficiency.") and not _has_model(doc):
+            if _NEEDS_MODEL.search(figure) and not _has_model(doc):
                 raise CheckError(
                     f"{path}: MFU and MBU need the model: give --model (its config.json; "
                     "the API: AnalysisConfig(model=...))"
@@ -233,7 +238,9 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
             kind = unit_of(path.rsplit(".", 1)[-1])
             limit = parse_value(raw, path, kind)
             unit = bound_unit(raw, kind)
-            hits = lookup(doc, path) or [(figure, None)]
+            # the path as written, else as the schema names it (a list's name left out
+            # can lead lookup into another list first: decode.span_ns is time_breakdown's)
+            hits = lookup(doc, path) or lookup(doc, figure) or [(figure, None)]
             for trail, value in hits:
                 if isinstance(value, dict | list):
                     raise CheckError(f"{path}: names a section, not a figure")
