@@ -325,6 +325,7 @@ def _stdlib_gemm_flops(path: Path) -> list[tuple[int, float]]:
     return sorted(out)
 
 
+@pytest.mark.slow  # about 2-3 s; CI runs it (the default run stays under 2 minutes)
 @pytest.mark.parametrize("name", ["h100-hf-qwen1.5-0.5b-chat", "h100-hf-owlv2-large"])
 def test_real_gemm_flops_match_a_stdlib_reading(name: str) -> None:
     from traceview.analysis.work.op_flops import ops_with_work

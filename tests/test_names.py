@@ -77,6 +77,7 @@ RUN_ONLY = {"rank", "rank_source", "compute_p50_ns"}
 LOADED = {"truncated", "truncated_at_byte"}
 
 
+@pytest.mark.slow  # about 2-3 s; CI runs it (the default run stays under 2 minutes)
 @pytest.mark.parametrize(
     "inputs",
     [

@@ -18,6 +18,7 @@ from traceview.errors import CaptureOnlyError
 
 
 # two scenarios by default (one gzipped protobuf); CI runs every one (pytest -m slow)
+@pytest.mark.slow  # about 2-3 s; CI runs it (the default run stays under 2 minutes)
 @pytest.mark.parametrize(
     "sc",
     [

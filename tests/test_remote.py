@@ -90,6 +90,7 @@ def test_a_missing_object_is_one_line(endpoint: str) -> None:
     assert r.stderr.strip() == "Error: s3://traces/runs/nope.json.gz: no such object"
 
 
+@pytest.mark.slow  # about 2-3 s; CI runs it (the default run stays under 2 minutes)
 def test_an_unreachable_endpoint_is_one_line_soon(endpoint: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     monkeypatch.setenv("AWS_ENDPOINT_URL", closed)
@@ -100,6 +101,7 @@ def test_an_unreachable_endpoint_is_one_line_soon(endpoint: str, monkeypatch) ->
     assert time.monotonic() - started < 60
 
 
+@pytest.mark.slow  # about 2-3 s; CI runs it (the default run stays under 2 minutes)
 def test_every_single_trace_command_reads_a_url(endpoint: str, tmp_path: Path) -> None:
     url = "s3://traces/runs/hybrid_chunked.json.gz"
     commands = [

@@ -109,6 +109,7 @@ def _run_doc(paths: list[str]) -> dict:  # type: ignore[type-arg]
     return json.loads(r.stdout)  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow  # about 2-3 s; CI runs it (the default run stays under 2 minutes)
 @pytest.mark.parametrize(
     "local, url",
     [
@@ -194,6 +195,7 @@ def test_a_prefix_that_holds_other_things_is_not_written_into(bucket: str) -> No
     assert r.exit_code == 2 and "not a directory" in r.stderr
 
 
+@pytest.mark.slow  # about 2-3 s; CI runs it (the default run stays under 2 minutes)
 def test_a_users_own_objects_in_a_bucket_dataset_are_never_removed(bucket: str) -> None:
     """In a bucket as on disk, the sweeps remove only objects named as a scan names them:
     the user's steps/mine.parquet and a .tmp/ object of another name stay; a real orphan
@@ -220,6 +222,7 @@ def test_a_users_own_objects_in_a_bucket_dataset_are_never_removed(bucket: str) 
     assert r.stderr.count(f"{ds}/steps/mine.parquet") == 1
 
 
+@pytest.mark.slow  # about 2-3 s; CI runs it (the default run stays under 2 minutes)
 def test_the_datasets_doc_reads_a_dataset_in_a_bucket(bucket: str) -> None:
     """docs/datasets.md's bucket queries (polars, the committed() helper, DuckDB through
     fsspec) run against a dataset scanned into the bucket, and agree."""

@@ -137,6 +137,7 @@ def test_an_http_server_that_does_not_answer_fails_within_the_read_timeout(
         )
 
 
+@pytest.mark.slow  # about 2-3 s; CI runs it (the default run stays under 2 minutes)
 @pytest.mark.parametrize("behaviour", [silent, headers_then_stall])
 def test_an_s3_endpoint_that_does_not_answer_fails_within_the_read_timeout(
     behaviour: Behaviour, monkeypatch: pytest.MonkeyPatch

@@ -134,6 +134,7 @@ def test_a_second_scan_skips_what_is_there(runs: Path, tmp_path: Path) -> None:
     assert third.skipped == [str(copy / "renamed.json.gz")] and third.bytes_read == 0
 
 
+@pytest.mark.slow  # about 2-3 s; CI runs it (the default run stays under 2 minutes)
 def test_a_killed_scan_resumes_to_the_same_dataset(runs: Path, tmp_path: Path) -> None:
     clean = tmp_path / "clean"
     scan([str(runs / "*")], clean, ScanOptions(jobs=1))
