@@ -233,3 +233,17 @@ def test_efficiency_figures_that_need_no_model_are_checked_without_one(key: str)
         cli, ["check", str(GENERATED / "hybrid_vllm_old.json.gz"), "--min", f"{key}=0"]
     )
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["time_breakdown.decode.idle_ns.host_late", "decode_gaps.decode.filled.busy_by_family.gemm"],
+)
+def test_a_value_of_an_ns_map_is_a_duration(key: str) -> None:
+    """An idle cause's or a family's ns took no unit (it was read as a count, by the rule
+    for a field's last name), so ``=1s`` was refused and a bare number meant ns."""
+    trace = str(GENERATED / "hybrid_chunked.json.gz")
+    ok = CliRunner().invoke(cli, ["check", trace, "--max", f"{key}=100s"])
+    assert ok.exit_code == 0, ok.output
+    bare = CliRunner().invoke(cli, ["check", trace, "--max", f"{key}=5"])
+    assert bare.exit_code == 2 and "a duration needs a unit" in bare.stderr, bare.output

@@ -15,7 +15,6 @@ from traceview.analysis.documents.checks import (
     load_checks,
     parse_value,
     prefill_growth_bound,
-    unit_of,
 )
 from traceview.analysis.documents.compare import diff
 from traceview.analysis.documents.run import RunSummary
@@ -189,8 +188,7 @@ def check_command(
     bounds_max = _pairs(maximum, "--max", file.maximum)
     bounds_min = _pairs(minimum, "--min", file.minimum)
     for path, raw in (*bounds_max.items(), *bounds_min.items()):  # before any trace is read
-        a_figure(path)
-        parse_value(raw, path, unit_of(path.rsplit(".", 1)[-1]))
+        parse_value(raw, path, a_figure(path))
     where = "--prefill-growth" if prefill_growth is not None else f"{checks_file}: prefill_growth"
     growth_bound = None if growth is None else prefill_growth_bound(growth, where)
     ruleset = Bounds(

@@ -164,6 +164,20 @@ def unit_of(key: str) -> Unit:
     return "count"
 
 
+# the document's maps whose values are nanoseconds, keyed by a name of the data (an idle
+# cause, a family): their keys do not follow the ``*_ns`` rule
+_NS_MAPS = re.compile(r"(^|\.)(idle_ns|busy_by_family)\.")
+
+
+def figure_unit(figure: str) -> Unit:
+    """The unit of a figure by its path as the schema names it: a value of an ns map
+    (``time_breakdown.decode.idle_ns.host_late``, ``….busy_by_family.gemm``) is ns,
+    else :func:`unit_of` its last name."""
+    if _NS_MAPS.search(figure):
+        return "ns"
+    return unit_of(figure.rsplit(".", 1)[-1])
+
+
 @dataclass
 class Bounds:
     """Bounds for :func:`check`. ``maximum``/``minimum`` map summary paths to limits
@@ -235,7 +249,7 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                     f"{path}: MFU and MBU need the model: give --model (its config.json; "
                     "the API: AnalysisConfig(model=...))"
                 )
-            kind = unit_of(path.rsplit(".", 1)[-1])
+            kind = figure_unit(figure)
             limit = parse_value(raw, path, kind)
             unit = bound_unit(raw, kind)
             # the path as written, else as the schema names it (a list's name left out
@@ -320,18 +334,19 @@ class ChecksFile:
 _OPTIONS = ("baseline", "max_regression", "prefill_growth")
 
 
-def a_figure(path: str) -> None:
+def a_figure(path: str) -> Unit:
     """Refuse a path that is a figure neither of a summary nor of a run document, before any
-    trace is read (whether it bounds a trace or a run is known when :func:`check` runs).
+    trace is read (whether it bounds a trace or a run is known when :func:`check` runs);
+    else the figure's unit (:func:`figure_unit`).
 
     Raises:
         CheckError: the summary's reason (:func:`figure_path`).
     """
     try:
-        figure_path(path)
+        return figure_unit(figure_path(path))
     except CheckError as exc:
         try:
-            figure_path(path, run=True)
+            return figure_unit(figure_path(path, run=True))
         except CheckError:
             raise exc from None
 
@@ -369,8 +384,7 @@ def load_checks(path: str) -> ChecksFile:
     try:  # every path and limit read here, so a bad one names this file
         for name in ("max", "min"):
             for key, raw in tables[name].items():
-                a_figure(key)
-                parse_value(raw, key, unit_of(key.rsplit(".", 1)[-1]))
+                parse_value(raw, key, a_figure(key))
         if options.get("prefill_growth") is not None:
             prefill_growth_bound(options["prefill_growth"])
     except CheckError as exc:
