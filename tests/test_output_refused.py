@@ -99,3 +99,21 @@ def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
     assert proc.wait(timeout=60) in (0, 1)
     assert "Traceback" not in err and "Exception ignored" not in err, err
     assert "Error:" not in err, err
+
+
+def test_a_file_the_writer_reads_is_named_as_itself(tmp_path: Path) -> None:
+    """A writer that reads a file (annotate reads its source) and fails there says so, with
+    that file's name, not "<output>: cannot be written"."""
+    from traceview._io import atomic_write
+    from traceview.errors import TraceviewError
+
+    missing = tmp_path / "gone.json.gz"
+
+    def write(target: Path) -> None:
+        target.write_bytes(missing.read_bytes())
+
+    with pytest.raises(FileNotFoundError) as caught:
+        atomic_write(tmp_path / "out.json.gz", write)
+    assert not isinstance(caught.value, TraceviewError)
+    assert caught.value.filename == str(missing)
+    assert list(tmp_path.iterdir()) == []  # no temp file left

@@ -30,6 +30,8 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> Path:
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is not what a user's file should get
         os.replace(tmp, path)
     except OSError as exc:  # a full disk, a quota, a folder made read-only meanwhile
+        if exc.filename is not None and os.fsdecode(exc.filename) != tmp_name:
+            raise  # a file the writer read (annotate reads its source): named as it is
         raise TraceviewError(f"{path}: cannot be written: {exc.strerror or exc}") from None
     finally:
         if tmp.exists():
