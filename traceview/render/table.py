@@ -37,7 +37,7 @@ from traceview.render.format import (
     phase_rows,
     widest_line,
 )
-from traceview.render.safe import line, terminal
+from traceview.render.safe import line
 
 
 def _text(value: RenderableType) -> RenderableType:
@@ -47,11 +47,13 @@ def _text(value: RenderableType) -> RenderableType:
 
 
 class Table(rich_table.Table):
-    """A rich table whose string cells and title are data, never markup; a cell is one
-    line (:func:`~traceview.render.safe.line`)."""
+    """A rich table whose string cells and title are data, never markup; a cell and a
+    ``str`` title are one line each (:func:`~traceview.render.safe.line`). A title of more
+    lines is given as ``Text``, built from parts already made safe."""
 
-    def __init__(self, *headers: str, title: str | None = None, **kwargs: Any) -> None:
-        super().__init__(*headers, title=Text(terminal(title)) if title else None, **kwargs)
+    def __init__(self, *headers: str, title: str | Text | None = None, **kwargs: Any) -> None:
+        shown = Text(line(title)) if isinstance(title, str) else title
+        super().__init__(*headers, title=shown or None, **kwargs)
 
     def add_row(self, *renderables: RenderableType | None, **kwargs: Any) -> None:
         super().add_row(*(_text(r) if r is not None else r for r in renderables), **kwargs)
@@ -163,7 +165,7 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
     )
     out.print(facts)
 
-    fam = Table(title=line(f"layer families ({doc['classification']})"), title_justify="left")
+    fam = Table(title=f"layer families ({doc['classification']})", title_justify="left")
     for col in ("family", "kernels", "time", "mean", "share"):
         fam.add_column(col, justify="left" if col == "family" else "right")
     for f in doc["families"]:
@@ -189,7 +191,7 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
     render_time_breakdown(doc, out)
     render_efficiency(doc, out)
 
-    gaps = Table(title=line(gap_title(doc)), title_justify="left")  # holds a kernel name
+    gaps = Table(title=gap_title(doc), title_justify="left")
     for col in ("population", "n", "overlaps", "p50", "p90", "p99", "max"):
         gaps.add_column(col, justify="left" if col == "population" else "right")
     for g in doc["decode_gaps"]:
@@ -267,7 +269,7 @@ def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> Non
     for said in (d.workload, *d.notes):
         if said:
             out.print(Text(line(said)))
-    table = Table(title=f"A = {line(d.a)}\nB = {line(d.b)}", title_justify="left")
+    table = Table(title=Text(f"A = {line(d.a)}\nB = {line(d.b)}"), title_justify="left")
     for col in ("section", "metric", "A", "B", "B/A", "verdict"):
         table.add_column(col, justify="right" if col in ("A", "B", "B/A") else "left")
     colors = {"worse": "red", "better": "green"}
