@@ -50,8 +50,9 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 OUT = Path(__file__).parent / "out"
 
@@ -284,29 +285,7 @@ def generate_long_names(kernels: int) -> Path:
 
 def _long_name_events(kernels: int) -> Iterator[list[str]]:
     names = [long_name(i) for i in range(LONG_NAMES)]
-    t = 5_117_567_635_320_360
-    batch: list[str] = []
-    for i in range(kernels):
-        c = 10_000 + i
-        t += 2_500
-        if i % 20 == 0:
-            batch.append(
-                LONG_LAUNCH.format(name="cudaMemcpyAsync", ts=us(t - 90_000), c=c + 900_000_000)
-            )
-            batch.append(LONG_MEMCPY.format(ts=us(t), dur="2.112", c=c + 900_000_000))
-        if i % 3 == 0:
-            batch.append(LONG_CPU_OP.format(ts=us(t - 95_000), c=c))
-        batch.append(LONG_LAUNCH.format(name="cudaLaunchKernel", ts=us(t - 90_000), c=c))
-        batch.append(LONG_FLOW_S.format(c=c, ts=us(t - 90_000)))
-        dur = 1_000 + (i * 7919) % 40_000
-        name = names[(i * 104_729) % LONG_NAMES]
-        batch.append(LONG_KERNEL.format(name=name, ts=us(t), dur=us(dur), c=c))
-        batch.append(LONG_FLOW_F.format(c=c, tid=7, ts=us(t)))
-        t += dur
-        if len(batch) > 20_000:
-            yield batch
-            batch = []
-    yield batch
+    return _events(kernels, LONG_TEMPLATES, lambda i: names[(i * 104_729) % LONG_NAMES])
 
 
 def generate(kernels: int) -> Path:
@@ -384,6 +363,24 @@ def generate_nsys(kernels: int) -> Path:
 
 def _kineto_events(kernels: int) -> Iterator[list[str]]:
     """The Kineto-shaped trace's events, about 20,000 per batch."""
+    return _events(kernels, TEMPLATES, lambda i: NAMES[i % len(NAMES)])
+
+
+class Templates(NamedTuple):
+    """One shape's event texts (``str.format`` templates)."""
+
+    launch: str
+    memcpy: str
+    cpu_op: str
+    kernel: str
+    flow_s: str
+    flow_f: str
+
+
+def _events(kernels: int, shape: Templates, name_of: Callable[[int], str]) -> Iterator[list[str]]:
+    """The events of ``kernels`` kernels in ``shape``'s texts, the ``i``-th kernel named
+    ``name_of(i)``: each kernel with its launch and flow pair, a cpu_op every third, a
+    memcpy with its own launch every twentieth; about 20,000 events per batch."""
     t = 5_117_567_635_320_360
     batch: list[str] = []
     for i in range(kernels):
@@ -391,21 +388,27 @@ def _kineto_events(kernels: int) -> Iterator[list[str]]:
         t += 2_500
         if i % 20 == 0:  # a memcpy with its own launch
             batch.append(
-                LAUNCH.format(name="cudaMemcpyAsync", ts=us(t - 90_000), c=c + 900_000_000)
+                shape.launch.format(name="cudaMemcpyAsync", ts=us(t - 90_000), c=c + 900_000_000)
             )
-            batch.append(MEMCPY.format(ts=us(t), dur="2.112", c=c + 900_000_000))
+            batch.append(shape.memcpy.format(ts=us(t), dur="2.112", c=c + 900_000_000))
         if i % 3 == 0:
-            batch.append(CPU_OP.format(ts=us(t - 95_000), c=c))
-        batch.append(LAUNCH.format(name="cudaLaunchKernel", ts=us(t - 90_000), c=c))
-        batch.append(FLOW_S.format(c=c, ts=us(t - 90_000)))
+            batch.append(shape.cpu_op.format(ts=us(t - 95_000), c=c))
+        batch.append(shape.launch.format(name="cudaLaunchKernel", ts=us(t - 90_000), c=c))
+        batch.append(shape.flow_s.format(c=c, ts=us(t - 90_000)))
         dur = 1_000 + (i * 7919) % 40_000
-        batch.append(KERNEL.format(name=NAMES[i % len(NAMES)], ts=us(t), dur=us(dur), c=c))
-        batch.append(FLOW_F.format(c=c, tid=7, ts=us(t)))
+        batch.append(shape.kernel.format(name=name_of(i), ts=us(t), dur=us(dur), c=c))
+        batch.append(shape.flow_f.format(c=c, tid=7, ts=us(t)))
         t += dur
         if len(batch) > 20_000:
             yield batch
             batch = []
     yield batch
+
+
+TEMPLATES = Templates(LAUNCH, MEMCPY, CPU_OP, KERNEL, FLOW_S, FLOW_F)
+LONG_TEMPLATES = Templates(
+    LONG_LAUNCH, LONG_MEMCPY, LONG_CPU_OP, LONG_KERNEL, LONG_FLOW_S, LONG_FLOW_F
+)
 
 
 # --- the approaches, each run in its own process -----------------------------------------
