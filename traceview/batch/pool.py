@@ -12,6 +12,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from typing import TypeVar
 
+from traceview.load.helpers import ENV as WORKERS_ENV
+from traceview.load.helpers import cores
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -28,13 +31,16 @@ _Filter = tuple[
 ]
 
 
-def _start_worker(parent: int, filters: list[_Filter]) -> None:
+def _start_worker(parent: int, filters: list[_Filter], load_workers: int | None) -> None:
     """A worker's initializer: the caller's warning filters (a command that prints its
     traces' warnings itself, escaped, ignores the loader's; a worker must not print them
-    raw on its own), and a daemon thread that ends the worker as soon as its parent is gone
-    (killed, even by SIGKILL, which runs no clean-up), instead of leaving it waiting on
-    the pool's queue."""
+    raw on its own), the processes each of its loads decodes on (``load_workers``: the
+    cores shared among the pool, unless the caller set ``TRACEVIEW_WORKERS``), and a daemon
+    thread that ends the worker as soon as its parent is gone (killed, even by SIGKILL,
+    which runs no clean-up), instead of leaving it waiting on the pool's queue."""
     warnings.filters[:] = filters  # type: ignore[index]  # typeshed: a Sequence; it is a list
+    if load_workers is not None:
+        os.environ[WORKERS_ENV] = str(load_workers)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -69,11 +75,14 @@ def map_tasks(
                 progress(i, total)
         return out
     results: dict[int, R] = {}
+    processes = min(jobs, total)
+    # jobs x each load's workers <= cores, unless the caller chose the workers
+    shared = None if os.environ.get(WORKERS_ENV) else max(1, cores() // processes)
     with ProcessPoolExecutor(
-        max_workers=min(jobs, total),
+        max_workers=processes,
         mp_context=get_context("spawn"),
         initializer=_start_worker,
-        initargs=(os.getpid(), list(warnings.filters)),
+        initargs=(os.getpid(), list(warnings.filters), shared),
     ) as pool:
         futures = {pool.submit(task, item): i for i, item in enumerate(items)}
         for done, fut in enumerate(as_completed(futures), start=1):

@@ -62,11 +62,13 @@ class _Group(click.Group):
 
     def _invoke(self, ctx: click.Context) -> object:
         from traceview.cli._options import forget_warnings
+        from traceview.load.helpers import ENV as WORKERS_ENV
         from traceview.load.remote import STORAGE_OPTIONS_ENV
 
         forget_warnings()
-        # --storage-option and --no-cache set these for one command (its workers see them)
-        scoped = (STORAGE_OPTIONS_ENV, CACHE_ENV)
+        # --storage-option, --workers and --no-cache set these for one command (its worker
+        # processes see them)
+        scoped = (STORAGE_OPTIONS_ENV, CACHE_ENV, WORKERS_ENV)
         given = {name: os.environ.get(name) for name in scoped}
         try:
             with warnings.catch_warnings():
@@ -161,6 +163,7 @@ def _register() -> None:
     )
     for command in readers:  # every command that reads traces reads them at URLs too
         command.params.append(_storage_option())
+        command.params.append(_workers_option())
     for command in (*readers, cache.cache, capture.capture, capture.itl, capture.demo):
         cli.add_command(command)
 
@@ -193,6 +196,27 @@ def _storage_option() -> click.Option:
         callback=keep,
         help="Passed to the object store's driver for URLs (e.g. anon=true, "
         "requester_pays=true, profile=NAME); repeatable.",
+    )
+
+
+def _workers_option() -> click.Option:
+    """``--workers N``: the processes each trace's JSON is decoded on (``TRACEVIEW_WORKERS``,
+    set for this command, so a run's or scan's worker processes see it too)."""
+
+    def keep(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
+        from traceview.load.helpers import ENV
+
+        if value is not None:
+            os.environ[ENV] = str(value)
+
+    return click.Option(
+        ["--workers"],
+        type=click.IntRange(min=1),
+        metavar="N",
+        expose_value=False,
+        callback=keep,
+        help="Processes that decode each JSON trace (default: TRACEVIEW_WORKERS, else every "
+        "core; with --jobs, the cores shared among the jobs).",
     )
 
 

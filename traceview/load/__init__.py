@@ -23,6 +23,7 @@ from isal.igzip_lib import IsalError
 
 from traceview.errors import TraceFormatError, TraceviewWarning
 from traceview.load import cache, nsys, remote
+from traceview.load.helpers import worker_count
 from traceview.load.json import BLOCK_BYTES, read_json
 from traceview.load.strings import STRING_CAP, CappedText
 from traceview.model import Trace
@@ -39,6 +40,8 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 # what the decompressors raise on damaged data (not a missing end: that is an EOFError)
 _CORRUPT_GZIP: tuple[type[Exception], ...] = (zlib.error, cast(type[Exception], IsalError))
+
+GZIP_RATIO_FLOOR = 4
 
 __all__ = ["LoadOptions", "load"]
 
@@ -67,6 +70,10 @@ class LoadOptions:
         cache_min_bytes: only files at least this large are cached.
         hasher: given every byte of the file as it is read (a ``hashlib`` object): a
             scan's content digest of an object it streams once; not given on a cache hit.
+        workers: processes that decode a JSON trace's blocks: this one and ``workers - 1``
+            helpers (:mod:`traceview.load.helpers`). None: ``TRACEVIEW_WORKERS``, else
+            every core this process may use. The frames are the same for every count; a
+            trace under three blocks is decoded here alone.
     """
 
     block_bytes: int = BLOCK_BYTES
@@ -76,8 +83,15 @@ class LoadOptions:
     cache: bool = True
     cache_min_bytes: int = 16 << 20
     hasher: Hasher | None = None
+    workers: int | None = None
 
     def __post_init__(self) -> None:
+        if self.workers is not None and (
+            isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1
+        ):
+            from traceview.errors import UsageError
+
+            raise UsageError(f"LoadOptions.workers: {self.workers!r} is not a count >= 1")
         if isinstance(self.block_bytes, bool) or not (
             isinstance(self.block_bytes, int) and self.block_bytes > 0
         ):
@@ -163,6 +177,7 @@ def _load(name: str, total: int, opts: LoadOptions) -> Trace:
     label = shown(name)
     if not remote.is_url(name) and _is_sqlite_file(name):
         return _load_sqlite(name, total, opts)
+    workers = worker_count(opts.workers)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the cyclic GC costs several times the parse on millions of objects
     try:
@@ -185,6 +200,9 @@ def _load(name: str, total: int, opts: LoadOptions) -> Trace:
                 opts.block_bytes,
                 raw_args=opts.raw_args,
                 strict=opts.strict,
+                workers=workers,
+                # gzip'd JSON traces hold at least 4x their size in text (mostly 8-20x)
+                size_hint=total * (GZIP_RATIO_FLOOR if gzipped else 1),
             )
             return _with_cuts(trace, text.cuts)
     except EOFError as exc:

@@ -97,7 +97,7 @@ class Block:
             tid=[e.tid for e in events],
             ts=[e.ts for e in events],
             dur=[e.dur for e in events],
-            id=[_flow_id(e.id) for e in events] if any_flow else [None] * len(events),
+            id=_flow_ids([e.id for e in events]) if any_flow else [None] * len(events),
             bp=[e.bp for e in events] if any_flow else [None] * len(events),
             device=[a.device for a in args],
             stream=[a.stream for a in args],
@@ -254,6 +254,16 @@ def _integer(v: Any) -> int | None:
     if isinstance(v, float) and v.is_integer():
         return int(v)
     return None
+
+
+_PLAIN_IDS = frozenset((int, type(None)))
+
+
+def _flow_ids(ids: list[Any]) -> list[Any]:
+    """:func:`_flow_id` of each; a column of ints and nulls (the usual one) is as it is."""
+    if set(map(type, ids)) <= _PLAIN_IDS:
+        return ids
+    return [_flow_id(v) for v in ids]
 
 
 def _flow_id(v: Any) -> Any:

@@ -21,8 +21,9 @@ import json
 import math
 import re
 import warnings
-from collections import Counter
-from dataclasses import replace
+from collections import Counter, deque
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 import msgspec
@@ -47,6 +48,7 @@ from traceview.load.frames import (
     to_ns,
     trace_meta,
 )
+from traceview.load.helpers import Helpers
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -67,14 +69,80 @@ _MAX_PIECE = 512 << 20  # a single event larger than this is treated as malforme
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
+# the blocks a load reads before it starts helper processes, unless its text is known to
+# be larger: a small trace never pays for their start (an interpreter and polars each)
+_SERIAL_BLOCKS = 2
+_AHEAD_PER_HELPER = 2  # blocks queued for each helper (one decoding, one waiting)
+
+_PART_SCHEMAS = {
+    "kernels": KERNEL_SCHEMA,
+    "events": EVENT_SCHEMA,
+    "flows": FLOW_SCHEMA,
+    "counters": COUNTER_SCHEMA,
+    "metadata": METADATA_SCHEMA,
+    "shapes": SHAPE_SCHEMA,
+}
+
+
+@dataclass
+class Decoded:
+    """What one block's events became, decoded on its own (its events numbered from 0),
+    to be added to a load in file order: :meth:`_Loader._add_decoded`."""
+
+    parts: dict[str, list[pl.DataFrame]]
+    skipped: dict[str, int]
+    overlay_events: int
+    events: int
+    wide_ids: bool
+
+
+def decode_block(piece: bytes, raw_args: bool) -> Decoded | None:
+    """The events of ``piece`` (the text between two events' commas), decoded as the
+    loader decodes a block; None where it does not end between two events. Raises where
+    the block is bad: the loader then decodes it again in order, to name the event."""
+    loader = _Loader("<block>", max(len(piece), 1), raw_args=raw_args)
+    if not loader._consume_piece(piece, final=False):
+        return None
+    return Decoded(
+        parts={key: frames for key, frames in loader.parts.items() if frames},
+        skipped=dict(loader.skipped),
+        overlay_events=loader.overlay_events,
+        events=loader.total_events,
+        wide_ids=loader.wide_ids,
+    )
+
+
+@dataclass
+class _Pending:
+    """A block cut from the text, being decoded (``future``) or decoded (``result``)."""
+
+    text: bytes  # the block and the separator after it, as cut from the text
+    cut: int  # the block is text[:cut]
+    consumed: int  # bytes of JSON text before it
+    future: Future[Decoded | None] | None = None
+    result: Decoded | None = None
+
+
 # --- the loader ----------------------------------------------------------------------------
 
 
 class _Loader:
     def __init__(
-        self, path: str, block_bytes: int, *, raw_args: bool = False, strict: bool = False
+        self,
+        path: str,
+        block_bytes: int,
+        *,
+        raw_args: bool = False,
+        strict: bool = False,
+        workers: int = 1,
+        size_hint: int = 0,
     ) -> None:
         self.strict = strict
+        self.workers = workers
+        # the helpers start with the first block where the text is known to be large
+        self.serial_blocks = 0 if size_hint > _SERIAL_BLOCKS * block_bytes else _SERIAL_BLOCKS
+        self.helpers: Helpers | None = None
+        self.pending: deque[_Pending] = deque()
         self.truncated: tuple[int, int] | None = None  # (byte offset of the cut, events kept)
         self.truncation_note = ""
         self.events_end: int | None = None
@@ -183,29 +251,115 @@ class _Loader:
     def _stream_events(
         self, stream: BinaryIO, buf: bytes, header_text: bytes | None
     ) -> dict[str, Any]:
-        """Decode the events array from ``buf`` + the rest of ``stream``; return trailer keys."""
+        """Decode the events array from ``buf`` + the rest of ``stream``; return trailer keys.
+
+        With ``workers`` > 1, blocks after the first :data:`_SERIAL_BLOCKS` are decoded by
+        helper processes and by this one, and added in file order (:meth:`_add_done`)."""
         eof = False
-        while not eof:
-            chunk = stream.read(self.block_bytes)
-            if chunk:
-                buf += chunk
-            else:
-                eof = True
-            if len(buf) < self.block_bytes and not eof:
-                continue
-            if eof:
-                break
-            cut = last_cut(buf)
-            if cut < 0:
-                if len(buf) > _MAX_PIECE:
-                    self._raise_json_error(buf, f"no event boundary in {len(buf)} bytes")
-                continue
-            if not self._consume_piece(memoryview(buf)[:cut], final=False):
-                continue  # the cut was not between two events: read on
-            rest = buf[cut:].lstrip()
-            self.consumed += len(buf) - len(rest) + 1
-            buf = rest[1:]  # drop the ','
+        blocks = 0
+        try:
+            while not eof:
+                chunk = stream.read(self.block_bytes)
+                if chunk:
+                    buf += chunk
+                else:
+                    eof = True
+                if len(buf) < self.block_bytes and not eof:
+                    continue
+                if eof:
+                    break
+                cut = last_cut(buf)
+                if cut < 0:
+                    if len(buf) > _MAX_PIECE:
+                        self._raise_json_error(buf, f"no event boundary in {len(buf)} bytes")
+                    continue
+                blocks += 1
+                if self.workers > 1 and blocks > self.serial_blocks and self.helpers is None:
+                    self.helpers = Helpers(self.workers - 1, (self.raw_args,))
+                if self.helpers is not None:
+                    rest = buf[cut:].lstrip()
+                    self._queue(buf[: len(buf) - len(rest) + 1], cut)
+                    buf = rest[1:]
+                    back = self._add_done(wait=False)
+                    if back is not None:  # a block did not end between events: read on
+                        buf = back + buf
+                    continue
+                if not self._consume_piece(memoryview(buf)[:cut], final=False):
+                    continue  # the cut was not between two events: read on
+                rest = buf[cut:].lstrip()
+                self.consumed += len(buf) - len(rest) + 1
+                buf = rest[1:]  # drop the ','
+            back = self._add_done(wait=True)
+            if back is not None:
+                buf = back + buf
+        finally:
+            self._stop_helpers()
         return self._tail(buf, header_text)
+
+    # - decoding blocks on several processes -
+
+    def _queue(self, text: bytes, cut: int) -> None:
+        """Decode the block ``text[:cut]`` on a helper with room for it, else here now."""
+        assert self.helpers is not None
+        item = _Pending(text, cut, self.consumed)
+        self.consumed += len(text)
+        waiting = sum(1 for p in self.pending if p.future is not None and not p.future.done())
+        if not self.helpers.broken and waiting < _AHEAD_PER_HELPER * self.helpers.count:
+            item.future = self.helpers.submit(text[:cut])
+        else:
+            try:
+                item.result = decode_block(text[:cut], self.raw_args)
+            except Exception:  # decoded again in order by _add_done, which names the event
+                item.result = None
+        self.pending.append(item)
+
+    def _add_done(self, *, wait: bool) -> bytes | None:
+        """Add the decoded blocks at the head of the queue, in file order (all of them when
+        ``wait``, else those done, waiting only while too many are queued). A block a
+        helper could not decode is decoded here, in order; where it does not end between
+        two events, the text from it on is returned, to be read on from without helpers."""
+        limit = 2 * _AHEAD_PER_HELPER * (self.helpers.count if self.helpers else 1) + 2
+        while self.pending:
+            item = self.pending[0]
+            if item.future is not None:
+                if not (wait or item.future.done() or len(self.pending) > limit):
+                    return None
+                item.result = item.future.result()
+            self.pending.popleft()
+            if item.result is not None:
+                self._add_decoded(item.result)
+                continue
+            after = self.consumed
+            self.consumed = item.consumed  # byte offsets in its errors count from here
+            if not self._consume_piece(memoryview(item.text)[: item.cut], final=False):
+                back = b"".join([item.text, *(p.text for p in self.pending)])
+                self.pending.clear()
+                self._stop_helpers()
+                self.workers = 1
+                return back
+            self.consumed = after
+        return None
+
+    def _add_decoded(self, block: Decoded) -> None:
+        """Add a block decoded on its own: its events numbered after those before it."""
+        base = self.total_events
+        self.total_events += block.events
+        self.overlay_events += block.overlay_events
+        self.skipped.update(block.skipped)
+        if block.wide_ids and not self.wide_ids:
+            self._widen()
+        for key, frames in block.parts.items():
+            for frame in frames:
+                if key == "begin_end":  # raw rows, paired by their number at the end
+                    frame = frame.with_columns(pl.col("idx") + base)
+                else:
+                    frame = self._cast(frame, _PART_SCHEMAS[key])
+                self.parts[key].append(frame)
+
+    def _stop_helpers(self) -> None:
+        if self.helpers is not None:
+            self.helpers.close()
+            self.helpers = None
 
     def _tail(self, buf: bytes, header_text: bytes | None) -> dict[str, Any]:
         """The last events, the closing ``]`` and (object form) the keys after it."""
@@ -438,11 +592,15 @@ class _Loader:
         except pl.exceptions.InvalidOperationError:
             if self.wide_ids:
                 raise
+        self._widen()
+        return frame.cast(wide(schema))  # type: ignore[arg-type]
+
+    def _widen(self) -> None:
+        """Every id of the trace is Int64 from now on, the parts already read included."""
         self.wide_ids = True
         for key, parts in self.parts.items():
             if key != "begin_end":  # raw rows, cast when they are paired
                 parts[:] = [p.cast(wide(dict(p.schema))) for p in parts]  # type: ignore[arg-type]
-        return frame.cast(wide(schema))  # type: ignore[arg-type]
 
     def _validate(self, df: pl.DataFrame) -> pl.DataFrame:
         """Drop (and count) unusable events; raise for unusable device activity."""
@@ -592,7 +750,13 @@ def read_json(
     *,
     raw_args: bool = False,
     strict: bool = False,
+    workers: int = 1,
+    size_hint: int = 0,
 ) -> Trace:
     """Read a Chrome/Kineto JSON trace whose text begins with ``head`` and goes on in
-    ``stream`` (decompressed)."""
-    return _Loader(path, block_bytes, raw_args=raw_args, strict=strict).run(head, stream)
+    ``stream`` (decompressed), decoding on ``workers`` processes (this one and helpers);
+    ``size_hint``: bytes of text the stream is known to hold at least."""
+    loader = _Loader(
+        path, block_bytes, raw_args=raw_args, strict=strict, workers=workers, size_hint=size_hint
+    )
+    return loader.run(head, stream)

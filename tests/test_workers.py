@@ -1,0 +1,260 @@
+"""A JSON trace decoded on several processes (``LoadOptions.workers``, issue 34) gives the
+same frames, warnings and errors as one process: blocks are cut the same way, decoded by
+helpers or here, and added in file order."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from conftest import GENERATED, cut_in_half, real_traces, trace_params
+from polars.testing import assert_frame_equal
+
+import traceview as tv
+from traceview.batch.pool import map_tasks
+from traceview.cli import cli
+from traceview.errors import TraceFormatError, UsageError
+from traceview.load import LoadOptions, helpers
+from traceview.load import json as load_json
+
+FRAMES = ("kernels", "events", "flows", "counters", "metadata", "shapes")
+SMALL = 16_384  # bytes a block: a fixture of a few hundred KB of text is dozens of blocks
+
+
+@pytest.fixture
+def answered(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many blocks the helpers decoded, for each load (recorded when it stops them)."""
+    counts: list[int] = []
+    close = helpers.Helpers.close
+
+    def counted(self: helpers.Helpers) -> None:
+        counts.append(self.answered)
+        close(self)
+        assert all(p.returncode is not None for p in self._processes), "a helper outlived its load"
+
+    monkeypatch.setattr(helpers.Helpers, "close", counted)
+    return counts
+
+
+def _load(path: Path, workers: int, **options: object) -> tv.Trace:
+    return tv.load(
+        path,
+        options=LoadOptions(cache=False, block_bytes=SMALL, workers=workers, **options),  # type: ignore[arg-type]
+    )
+
+
+def assert_same(a: tv.Trace, b: tv.Trace) -> None:
+    for name in FRAMES:
+        try:
+            assert_frame_equal(getattr(a, name), getattr(b, name))
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from None
+    assert a.meta == b.meta
+
+
+FIXTURES = sorted(GENERATED.glob("*.json.gz"))
+
+
+@pytest.mark.parametrize(
+    "path",
+    trace_params(FIXTURES + real_traces(), fixture_sample={"hybrid_chunked.json.gz"}),
+)
+def test_the_frames_are_the_same_for_every_worker_count(path: Path, answered: list[int]) -> None:
+    one = _load(path, 1)
+    assert answered == []  # one worker: no helper is started
+    many = _load(path, 3)
+    assert_same(one, many)
+    text = len(gzip.decompress(path.read_bytes()))
+    if text > 4 * SMALL:
+        assert answered and answered[0] > 0, "no block was decoded by a helper"
+
+
+def test_raw_args_are_the_same_for_every_worker_count(answered: list[int]) -> None:
+    path = GENERATED / "hybrid_tight.json.gz"
+    one = _load(path, 1, raw_args=True)
+    many = _load(path, 2, raw_args=True)
+    assert "args_json" in many.kernels.columns
+    assert_same(one, many)
+    assert answered[0] > 0
+
+
+def _kernels(n: int, name: str = "k{i}", **extra: object) -> list[dict[str, object]]:
+    return [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": name.format(i=i),
+            "pid": 0,
+            "tid": 7,
+            "ts": 10 + 3 * i,
+            "dur": 2,
+            "args": {"device": 0, "stream": 7, "correlation": i, **extra},
+        }
+        for i in range(n)
+    ]
+
+
+def _write(path: Path, events: list[dict[str, object]]) -> Path:
+    # Kineto's layout: one event per line, "},\n  {" between them
+    body = ",\n  ".join(json.dumps(e) for e in events)
+    path.write_text('{"traceEvents": [\n  ' + body + '\n], "displayTimeUnit": "ms"}')
+    return path
+
+
+def test_a_cut_inside_a_string_is_read_on_from(tmp_path: Path, answered: list[int]) -> None:
+    """A name holding ``}, {`` looks like the boundary between two events; where a block's
+    text ends inside such an event, its last cut falls in the string and the block does
+    not end between events. The load reads on from that block (the rest without helpers),
+    and every event loads once."""
+    path = _write(tmp_path / "t.json", _kernels(3_000, name="void f<{{lambda()#{i}}}, {{x}}>()"))
+    one = _load(path, 1)
+    many = _load(path, 2)
+    assert many.kernels.height == 3_000
+    assert many.kernels["name"][5] == "void f<{lambda()#5}, {x}>()"
+    assert_same(one, many)
+
+
+def test_a_helper_that_cannot_start_leaves_the_blocks_to_this_process(
+    monkeypatch: pytest.MonkeyPatch, answered: list[int]
+) -> None:
+    path = GENERATED / "hybrid_chunked.json.gz"
+    one = _load(path, 1)
+    monkeypatch.setattr(helpers, "_BOOT", "import sys; sys.exit(3)")
+    assert_same(one, _load(path, 2))
+    assert answered == [0]
+
+
+def test_a_helper_that_answers_nonsense_is_given_no_more_blocks(
+    monkeypatch: pytest.MonkeyPatch, answered: list[int]
+) -> None:
+    path = GENERATED / "hybrid_chunked.json.gz"
+    one = _load(path, 1)
+    nonsense = "import sys; sys.stdin.buffer.read(8); sys.stdout.buffer.write(b'\\xff' * 16)"
+    monkeypatch.setattr(helpers, "_BOOT", nonsense)
+    assert_same(one, _load(path, 2))
+    assert answered == [0]
+
+
+def test_an_id_beyond_int32_in_a_helpers_block_widens_every_frame(
+    tmp_path: Path, answered: list[int]
+) -> None:
+    events = _kernels(3_000)
+    events[2_500]["tid"] = 140_234_567_890_123
+    path = _write(tmp_path / "t.json", events)
+    one, many = _load(path, 1), _load(path, 3)
+    assert many.kernels.schema["tid"] == pl.Int64
+    assert_same(one, many)
+    assert answered[0] > 0
+
+
+def test_a_bad_event_in_a_helpers_block_is_named_as_one_process_names_it(
+    tmp_path: Path, answered: list[int]
+) -> None:
+    events = _kernels(3_000)
+    del events[2_600]["ts"]
+    path = _write(tmp_path / "t.json", events)
+    messages = []
+    for workers in (1, 2):
+        with pytest.raises(TraceFormatError) as caught:
+            _load(path, workers)
+        messages.append(str(caught.value))
+    assert "#2600" in messages[0] or "2600" in messages[0]
+    assert messages[0] == messages[1]
+
+
+def test_invalid_json_in_a_helpers_block_names_the_byte(tmp_path: Path) -> None:
+    path = _write(tmp_path / "t.json", _kernels(3_000))
+    text = path.read_bytes()
+    at = text.index(b'"name": "k2700"')
+    path.write_bytes(text[:at] + b'"name": k2700' + text[at + len(b'"name": "k2700"') :])
+    messages = []
+    for workers in (1, 2):
+        with pytest.raises(TraceFormatError) as caught:
+            _load(path, workers)
+        messages.append(str(caught.value))
+    assert "invalid JSON" in messages[0]
+    assert messages[0] == messages[1]
+
+
+def test_a_truncated_trace_keeps_the_same_events_and_warning(tmp_path: Path) -> None:
+    path = tmp_path / "cut.json.gz"
+    cut = cut_in_half(path)
+    with pytest.warns(tv.TraceviewWarning):
+        one = _load(path, 1)
+    with pytest.warns(tv.TraceviewWarning):
+        many = _load(path, 2)
+    assert one.meta.truncated_at == cut
+    assert_same(one, many)
+    with pytest.raises(TraceFormatError, match="truncated"):
+        _load(path, 2, strict=True)
+
+
+def test_counters_and_begin_end_pairs_across_helpers_blocks(tmp_path: Path) -> None:
+    events: list[dict[str, object]] = []
+    for i in range(1_500):
+        t = 100 + 10 * i
+        events.append({"ph": "B", "name": f"b{i}", "pid": 1, "tid": 2, "ts": t})
+        events.append({"ph": "C", "name": "mem", "pid": 1, "ts": t + 1, "args": {"used": i}})
+        events.append({"ph": "E", "pid": 1, "tid": 2, "ts": t + 5})
+    events += _kernels(10)
+    path = _write(tmp_path / "t.json", events)
+    one, many = _load(path, 1), _load(path, 2)
+    assert many.counters.height == 1_500
+    assert many.events.filter(pl.col("name").cast(pl.String).str.starts_with("b")).height == 1_500
+    assert_same(one, many)
+
+
+def test_workers_must_be_a_count() -> None:
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(UsageError, match="LoadOptions.workers"):
+            LoadOptions(workers=bad)  # type: ignore[arg-type]
+
+
+def test_traceview_workers_sets_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(helpers.ENV, "3")
+    assert helpers.worker_count(None) == 3
+    assert helpers.worker_count(1) == 1
+    monkeypatch.delenv(helpers.ENV)
+    assert helpers.worker_count(None) == helpers.cores()
+    for bad in ("0", "two", "-2"):
+        monkeypatch.setenv(helpers.ENV, bad)
+        with pytest.raises(UsageError, match=helpers.ENV):
+            helpers.worker_count(None)
+
+
+def test_the_workers_option_is_checked_and_scoped_to_the_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(helpers.ENV, raising=False)
+    path = str(GENERATED / "hybrid_chunked.json.gz")
+    result = CliRunner().invoke(cli, ["info", "--workers", "0", path])
+    assert result.exit_code == 2 and "--workers" in result.output
+    result = CliRunner().invoke(cli, ["info", "--workers", "2", path])
+    assert result.exit_code == 0, result.output
+    assert helpers.ENV not in os.environ  # restored after the command
+
+
+def _workers_in_a_job(_: int) -> str | None:
+    return os.environ.get(helpers.ENV)
+
+
+@pytest.mark.slow
+def test_a_pool_of_jobs_shares_the_cores_among_its_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(helpers.ENV, raising=False)
+    shared = str(max(1, helpers.cores() // 2))
+    assert map_tasks(_workers_in_a_job, [1, 2], jobs=2) == [shared, shared]
+    monkeypatch.setenv(helpers.ENV, "5")  # chosen by the caller: kept
+    assert map_tasks(_workers_in_a_job, [1, 2], jobs=2) == ["5", "5"]
+
+
+def test_decode_block_numbers_its_events_from_zero() -> None:
+    text = ",\n  ".join(json.dumps(e) for e in _kernels(5)).encode()
+    block = load_json.decode_block(text, False)
+    assert block is not None and block.events == 5
+    assert block.parts["kernels"][0].height == 5
+    assert load_json.decode_block(text[:-3], False) is None  # ends inside an event
