@@ -128,14 +128,14 @@ def test_each_commands_usage_in_the_reference_names_every_option() -> None:
     """Issue 33: the usage lines of docs/cli.md's prose are tested against the click
     definitions: each command's section names every option the command takes (by its long
     or short name), where "the analysis options" stands for those the page's introduction
-    lists, and "--storage-option" may be said once there for every command that reads
-    traces; and no section names an option its command does not take."""
+    lists, and "--storage-option" and "--workers" may be said once there for every command
+    that reads traces; and no section names an option its command does not take."""
     import click
 
     text = (ROOT / "docs" / "cli.md").read_text()
     intro = " ".join(text.split("## traceview ")[0].split())
     analysis = set(re.findall(r"--[a-z][a-z-]*", intro.split("The analysis options")[1]))
-    everywhere = {"--storage-option"} if "--storage-option" in intro else set()
+    everywhere = {o for o in ("--storage-option", "--workers") if o in intro}
     root = click.Context(cli, info_name="traceview")
     missing: list[str] = []
     stray: list[str] = []

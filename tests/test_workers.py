@@ -258,3 +258,12 @@ def test_decode_block_numbers_its_events_from_zero() -> None:
     assert block is not None and block.events == 5
     assert block.parts["kernels"][0].height == 5
     assert load_json.decode_block(text[:-3], False) is None  # ends inside an event
+
+
+def test_a_ray_task_loads_on_one_core_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceview.batch.scan_ray import load_workers
+
+    monkeypatch.delenv(helpers.ENV, raising=False)
+    assert load_workers() == "1"  # a task holds one CPU
+    monkeypatch.setenv(helpers.ENV, "4")
+    assert load_workers() == "4"

@@ -36,6 +36,7 @@ from traceview.batch.scan_task import (
 from traceview.batch.store import Store
 from traceview.errors import MissingDependencyError, TraceviewError
 from traceview.load import remote
+from traceview.load.helpers import ENV as WORKERS_ENV
 
 RAY_IN_FLIGHT_PER_CPU = 2  # traces shipped ahead of the workers: bounds the object store
 
@@ -95,23 +96,37 @@ def run_ray(
             ray.shutdown()
 
 
-def analyse_shipped(data: bytes, source: Source, trace_id: str, options: ScanOptions) -> Analysis:
+def analyse_shipped(
+    data: bytes, source: Source, trace_id: str, options: ScanOptions, workers: str = "1"
+) -> Analysis:
     """A Ray task: analyse a local file from its bytes (shipped through Ray's object store,
-    so the worker needs no view of the driver's disk) and return its rows."""
+    so the worker needs no view of the driver's disk) and return its rows, its load on
+    ``workers`` processes (:func:`load_workers`)."""
     import tempfile
     from pathlib import Path
 
+    os.environ[WORKERS_ENV] = workers
     with tempfile.TemporaryDirectory(prefix="traceview-scan-") as tmp:
         copy = Path(tmp) / Path(source.path).name
         copy.write_bytes(data)
         return analyse(str(copy), source, trace_id, options)
 
 
-def analyse_object(source: Source, options: ScanOptions, settings: dict[str, str]) -> Analysis:
+def analyse_object(
+    source: Source, options: ScanOptions, settings: dict[str, str], workers: str = "1"
+) -> Analysis:
     """A Ray task: read an object by its URL, with the driver's endpoint and storage
-    options, and return its rows (its trace id taken as it is read)."""
+    options, and return its rows (its trace id taken as it is read), its load on
+    ``workers`` processes (:func:`load_workers`)."""
+    os.environ[WORKERS_ENV] = workers
     remote.apply_settings(settings)
     return analyse(source.path, source, None, options)
+
+
+def load_workers() -> str:
+    """The processes each task's load decodes on: a task holds one CPU, so one, unless the
+    driver was given ``TRACEVIEW_WORKERS`` (``--workers``)."""
+    return os.environ.get(WORKERS_ENV) or "1"
 
 
 class _Pending(NamedTuple):
@@ -133,6 +148,7 @@ def _tasks(
     shipped = ray.remote(max_retries=1)(analyse_shipped)
     by_url = ray.remote(max_retries=1)(analyse_object)
     settings = remote.settings()
+    workers = load_workers()
     limit = max(2, int(ray.cluster_resources().get("CPU", 1)) * RAY_IN_FLIGHT_PER_CPU)
     queue = list(enumerate(todo))
     pending: dict[object, _Pending] = {}  # by the task's ObjectRef
@@ -143,7 +159,7 @@ def _tasks(
         while queue and len(pending) < limit:
             index, source = queue.pop(0)
             if remote.is_url(source.path):
-                ref = by_url.remote(source, options, settings)
+                ref = by_url.remote(source, options, settings, workers)
                 pending[ref] = _Pending(source, index, None, None)
                 continue
             source, trace_id, marker = claim(store, source)
@@ -153,7 +169,7 @@ def _tasks(
                 continue
             with open(source.path, "rb") as f:
                 data = ray.put(f.read())
-            ref = shipped.remote(data, source, trace_id, options)
+            ref = shipped.remote(data, source, trace_id, options, workers)
             pending[ref] = _Pending(source, index, trace_id, marker)
 
     ship()

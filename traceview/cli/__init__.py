@@ -206,12 +206,15 @@ def _workers_option() -> click.Option:
     def keep(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
         from traceview.load.helpers import ENV
 
-        if value is not None:
-            os.environ[ENV] = str(value)
+        if value is None:
+            return
+        if value < 1:
+            raise click.BadParameter(f"{value} is not a count of processes >= 1", ctx, param)
+        os.environ[ENV] = str(value)
 
     return click.Option(
         ["--workers"],
-        type=click.IntRange(min=1),
+        type=int,
         metavar="N",
         expose_value=False,
         callback=keep,

@@ -259,7 +259,7 @@ def _integer(v: Any) -> int | None:
 _PLAIN_IDS = frozenset((int, type(None)))
 
 
-def _flow_ids(ids: list[Any]) -> list[Any]:
+def _flow_ids(ids: list[object]) -> list[object]:
     """:func:`_flow_id` of each; a column of ints and nulls (the usual one) is as it is."""
     if set(map(type, ids)) <= _PLAIN_IDS:
         return ids

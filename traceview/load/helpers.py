@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, cast
 
 ENV = "TRACEVIEW_WORKERS"
 _HEADER = struct.Struct("<Q")
@@ -51,7 +51,8 @@ for name, folder in {_PACKAGES!r}.items():
     package.__path__ = [folder]
     sys.modules[name] = package
 from traceview.load.helpers import serve
-serve()
+from traceview.load.json import decode_block
+serve(decode_block)
 """
 
 
@@ -89,7 +90,7 @@ def _send(pipe: IO[bytes], obj: object) -> None:
     pipe.flush()
 
 
-def _receive(pipe: IO[bytes]) -> Any:
+def _receive(pipe: IO[bytes]) -> object:
     head = pipe.read(_HEADER.size)
     if len(head) < _HEADER.size:
         raise EOFError("the helper closed its pipe")
@@ -105,7 +106,7 @@ class Helpers:
     a block, get a future of what ``decode(block, *args)`` returned in a helper (None
     where the helper failed: the caller decodes that block itself)."""
 
-    def __init__(self, count: int, args: tuple[Any, ...]) -> None:
+    def __init__(self, count: int, args: tuple[object, ...]) -> None:
         self.count = count
         self._args = args
         self._threads = ThreadPoolExecutor(count, thread_name_prefix="traceview-helper")
@@ -128,7 +129,7 @@ class Helpers:
         except OSError:  # no interpreter to start (an embedded Python): decode here
             self.broken = True
 
-    def submit(self, block: bytes) -> Future[Any]:
+    def submit(self, block: bytes) -> Future[object]:
         return self._threads.submit(self._run, block)
 
     def _process(self) -> subprocess.Popen[bytes]:
@@ -139,7 +140,7 @@ class Helpers:
             self._local.process = process
         return process
 
-    def _run(self, block: bytes) -> Any:
+    def _run(self, block: bytes) -> object:
         if self.broken:
             return None
         try:
@@ -179,18 +180,14 @@ class Helpers:
                 process.stdout.close()
 
 
-def serve(decode: Callable[..., Any] | None = None) -> None:
+def serve(decode: Callable[..., object]) -> None:
     """A helper's loop: read a block and its arguments, answer ``decode(block, *args)``
     (None where it raised), until stdin closes (the loading process finished or died)."""
-    if decode is None:
-        from traceview.load.json import decode_block
-
-        decode = decode_block
     gc.disable()  # as the loader does: the cyclic GC costs more than the decode
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
-            block, args = _receive(stdin)
+            block, args = cast(tuple[bytes, tuple[object, ...]], _receive(stdin))
         except EOFError:
             return
         try:

@@ -21,16 +21,16 @@ import json
 import math
 import re
 import warnings
-from collections import Counter, deque
-from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from collections import Counter
+from dataclasses import replace
 from typing import Any, BinaryIO
 
 import msgspec
 import orjson
 import polars as pl
 
-from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning, describe_event
+from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning
+from traceview.load import kinds
 from traceview.load.boundaries import array_end, error_byte, last_cut
 from traceview.load.columns import (
     DECODER,
@@ -39,16 +39,12 @@ from traceview.load.columns import (
     as_number,
 )
 from traceview.load.frames import (
-    DEVICE_CATS,
-    EVENT_CATS,
-    KNOWN_PH,
     OVERLAY_CATEGORY,
     assemble,
-    finite,
     to_ns,
     trace_meta,
 )
-from traceview.load.helpers import Helpers
+from traceview.load.in_order import SERIAL_BLOCKS, Decoded, InOrder
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -69,11 +65,6 @@ _MAX_PIECE = 512 << 20  # a single event larger than this is treated as malforme
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
-# the blocks a load reads before it starts helper processes, unless its text is known to
-# be larger: a small trace never pays for their start (an interpreter and polars each)
-_SERIAL_BLOCKS = 2
-_AHEAD_PER_HELPER = 2  # blocks queued for each helper (one decoding, one waiting)
-
 _PART_SCHEMAS = {
     "kernels": KERNEL_SCHEMA,
     "events": EVENT_SCHEMA,
@@ -82,18 +73,6 @@ _PART_SCHEMAS = {
     "metadata": METADATA_SCHEMA,
     "shapes": SHAPE_SCHEMA,
 }
-
-
-@dataclass
-class Decoded:
-    """What one block's events became, decoded on its own (its events numbered from 0),
-    to be added to a load in file order: :meth:`_Loader._add_decoded`."""
-
-    parts: dict[str, list[pl.DataFrame]]
-    skipped: dict[str, int]
-    overlay_events: int
-    events: int
-    wide_ids: bool
 
 
 def decode_block(piece: bytes, raw_args: bool) -> Decoded | None:
@@ -110,17 +89,6 @@ def decode_block(piece: bytes, raw_args: bool) -> Decoded | None:
         events=loader.total_events,
         wide_ids=loader.wide_ids,
     )
-
-
-@dataclass
-class _Pending:
-    """A block cut from the text, being decoded (``future``) or decoded (``result``)."""
-
-    text: bytes  # the block and the separator after it, as cut from the text
-    cut: int  # the block is text[:cut]
-    consumed: int  # bytes of JSON text before it
-    future: Future[Decoded | None] | None = None
-    result: Decoded | None = None
 
 
 # --- the loader ----------------------------------------------------------------------------
@@ -140,9 +108,8 @@ class _Loader:
         self.strict = strict
         self.workers = workers
         # the helpers start with the first block where the text is known to be large
-        self.serial_blocks = 0 if size_hint > _SERIAL_BLOCKS * block_bytes else _SERIAL_BLOCKS
-        self.helpers: Helpers | None = None
-        self.pending: deque[_Pending] = deque()
+        self.serial_blocks = 0 if size_hint > SERIAL_BLOCKS * block_bytes else SERIAL_BLOCKS
+        self.in_order: InOrder | None = None
         self.truncated: tuple[int, int] | None = None  # (byte offset of the cut, events kept)
         self.truncation_note = ""
         self.events_end: int | None = None
@@ -253,8 +220,8 @@ class _Loader:
     ) -> dict[str, Any]:
         """Decode the events array from ``buf`` + the rest of ``stream``; return trailer keys.
 
-        With ``workers`` > 1, blocks after the first :data:`_SERIAL_BLOCKS` are decoded by
-        helper processes and by this one, and added in file order (:meth:`_add_done`)."""
+        With ``workers`` > 1, blocks after the first few are decoded by helper processes
+        and by this one, and added in file order (:mod:`traceview.load.in_order`)."""
         eof = False
         blocks = 0
         try:
@@ -274,11 +241,13 @@ class _Loader:
                         self._raise_json_error(buf, f"no event boundary in {len(buf)} bytes")
                     continue
                 blocks += 1
-                if self.workers > 1 and blocks > self.serial_blocks and self.helpers is None:
-                    self.helpers = Helpers(self.workers - 1, (self.raw_args,))
-                if self.helpers is not None:
+                if self.workers > 1 and blocks > self.serial_blocks and self.in_order is None:
+                    self.in_order = InOrder(self.workers - 1, decode_block, (self.raw_args,))
+                if self.in_order is not None:
                     rest = buf[cut:].lstrip()
-                    self._queue(buf[: len(buf) - len(rest) + 1], cut)
+                    text = buf[: len(buf) - len(rest) + 1]
+                    self.in_order.queue(text, cut, self.consumed)
+                    self.consumed += len(text)
                     buf = rest[1:]
                     back = self._add_done(wait=False)
                     if back is not None:  # a block did not end between events: read on
@@ -298,42 +267,21 @@ class _Loader:
 
     # - decoding blocks on several processes -
 
-    def _queue(self, text: bytes, cut: int) -> None:
-        """Decode the block ``text[:cut]`` on a helper with room for it, else here now."""
-        assert self.helpers is not None
-        item = _Pending(text, cut, self.consumed)
-        self.consumed += len(text)
-        waiting = sum(1 for p in self.pending if p.future is not None and not p.future.done())
-        if not self.helpers.broken and waiting < _AHEAD_PER_HELPER * self.helpers.count:
-            item.future = self.helpers.submit(text[:cut])
-        else:
-            try:
-                item.result = decode_block(text[:cut], self.raw_args)
-            except Exception:  # decoded again in order by _add_done, which names the event
-                item.result = None
-        self.pending.append(item)
-
     def _add_done(self, *, wait: bool) -> bytes | None:
         """Add the decoded blocks at the head of the queue, in file order (all of them when
-        ``wait``, else those done, waiting only while too many are queued). A block a
-        helper could not decode is decoded here, in order; where it does not end between
-        two events, the text from it on is returned, to be read on from without helpers."""
-        limit = 2 * _AHEAD_PER_HELPER * (self.helpers.count if self.helpers else 1) + 2
-        while self.pending:
-            item = self.pending[0]
-            if item.future is not None:
-                if not (wait or item.future.done() or len(self.pending) > limit):
-                    return None
-                item.result = item.future.result()
-            self.pending.popleft()
+        ``wait``). A block the helpers could not decode is decoded here, in order; where it
+        does not end between two events, the text from it on is returned, to be read on
+        from without helpers."""
+        if self.in_order is None:
+            return None
+        for item in self.in_order.done(wait=wait):
             if item.result is not None:
                 self._add_decoded(item.result)
                 continue
             after = self.consumed
             self.consumed = item.consumed  # byte offsets in its errors count from here
             if not self._consume_piece(memoryview(item.text)[: item.cut], final=False):
-                back = b"".join([item.text, *(p.text for p in self.pending)])
-                self.pending.clear()
+                back = self.in_order.text_from(item)
                 self._stop_helpers()
                 self.workers = 1
                 return back
@@ -357,9 +305,9 @@ class _Loader:
                 self.parts[key].append(frame)
 
     def _stop_helpers(self) -> None:
-        if self.helpers is not None:
-            self.helpers.close()
-            self.helpers = None
+        if self.in_order is not None:
+            self.in_order.close()
+            self.in_order = None
 
     def _tail(self, buf: bytes, header_text: bytes | None) -> dict[str, Any]:
         """The last events, the closing ``]`` and (object form) the keys after it."""
@@ -506,78 +454,16 @@ class _Loader:
     def _add_frame(
         self, df: pl.DataFrame, counters: list[tuple[int, dict[str, Any]]], base: int
     ) -> None:
-        df = self._validate(df)
+        df, skipped = kinds.usable(df, self.path)
+        self.skipped.update(skipped)
         self.overlay_events += df.select(
             pl.col("cat").str.starts_with(OVERLAY_CATEGORY).sum()
         ).item()
-        cat = pl.col("cat").str.to_lowercase().fill_null("")
-        complete = pl.col("ph") == "X"
-        device = complete & cat.is_in(list(DEVICE_CATS))
-        instant = pl.col("ph").is_in(["i", "I"])
-        raw = ["args_json"] if "args_json" in df.columns else []
-
-        kernels = df.filter(device).select(
-            to_ns("ts").alias("ts_ns"),
-            to_ns("dur").alias("dur_ns"),
-            pl.col("name").fill_null(""),
-            pl.col("cat"),
-            cat.replace_strict(DEVICE_CATS, default="kernel").alias("kind"),
-            "pid",
-            "tid",
-            pl.coalesce("device", "pid").alias("device"),
-            pl.coalesce("stream", "tid").alias("stream"),
-            "correlation",
-            "external_id",
-            *raw,
-        )
-        events = df.filter((complete & ~device) | instant).select(
-            to_ns("ts").alias("ts_ns"),
-            pl.when(instant).then(0).otherwise(to_ns("dur")).alias("dur_ns"),
-            pl.col("name").fill_null(""),
-            pl.col("cat").fill_null(""),
-            pl.when(instant)
-            .then(pl.lit("instant"))
-            .otherwise(cat.replace_strict(EVENT_CATS, default="other"))
-            .alias("kind"),
-            "pid",
-            "tid",
-            "correlation",
-            "external_id",
-            *raw,
-        )
-        flows = df.filter(pl.col("ph").is_in(["s", "t", "f"])).select(
-            to_ns("ts").alias("ts_ns"),
-            "id",
-            pl.col("ph").alias("phase"),
-            pl.col("cat").fill_null(""),
-            "pid",
-            "tid",
-            pl.col("name").fill_null(""),
-            (pl.col("bp") == "e").fill_null(False).alias("enclosing"),
-        )
-        if "input_dims" in df.columns:
-            shapes = df.filter(complete & ~device & pl.col("input_dims").is_not_null()).select(
-                to_ns("ts").alias("ts_ns"),
-                to_ns("dur").alias("dur_ns"),
-                pl.col("name").fill_null(""),
-                *("pid", "tid", "input_dims", "input_types", "concrete_inputs"),
-            )
-            if shapes.height:
-                self.parts["shapes"].append(self._cast(shapes, SHAPE_SCHEMA))
-        meta = df.filter(pl.col("ph") == "M").select(
-            pl.col("name").fill_null(""), "pid", "tid", pl.col("meta_value").alias("value")
-        )
-        for key, frame, schema in (
-            ("kernels", kernels, KERNEL_SCHEMA),
-            ("events", events, EVENT_SCHEMA),
-            ("flows", flows, FLOW_SCHEMA),
-            ("metadata", meta, METADATA_SCHEMA),
-        ):
-            if frame.height:
-                self.parts[key].append(self._cast(frame, schema))
-        begin_end = df.filter(pl.col("ph").is_in(["B", "E"]))
-        if begin_end.height:
-            self.parts["begin_end"].append(begin_end)
+        for key, frame in kinds.split(df).items():
+            if key == "begin_end":  # raw rows, cast when they are paired
+                self.parts[key].append(frame)
+            else:
+                self.parts[key].append(self._cast(frame, _PART_SCHEMAS[key]))
         if counters:
             self._add_counters(df, counters, base)
 
@@ -601,46 +487,6 @@ class _Loader:
         for key, parts in self.parts.items():
             if key != "begin_end":  # raw rows, cast when they are paired
                 parts[:] = [p.cast(wide(dict(p.schema))) for p in parts]  # type: ignore[arg-type]
-
-    def _validate(self, df: pl.DataFrame) -> pl.DataFrame:
-        """Drop (and count) unusable events; raise for unusable device activity."""
-        ph = pl.col("ph")
-        known = ph.is_in(list(KNOWN_PH))
-        needs_ts = known & (ph != "M")
-        ts_ok = finite("ts")
-        dur_ok = finite("dur") & (pl.col("dur") >= 0)
-        complete_ok = (ph != "X") | dur_ok
-        good = known & (~needs_ts | ts_ok) & complete_ok
-        if df.select(good.all()).item():
-            return df
-        checked = df.with_columns(
-            good.alias("_good"),
-            pl.when(~known)
-            .then(pl.lit("unsupported ph"))
-            .when(needs_ts & ~ts_ok)
-            .then(pl.lit("'ts' missing or not a finite number"))
-            .when(pl.col("dur").is_not_null() & pl.col("dur").is_finite() & (pl.col("dur") < 0))
-            .then(pl.lit("negative 'dur'"))
-            .otherwise(pl.lit("'dur' missing or not a finite number"))
-            .alias("_why"),
-        )
-        bad = checked.filter(~pl.col("_good"))
-        is_device = (ph == "X") & pl.col("cat").str.to_lowercase().is_in(list(DEVICE_CATS))
-        fatal = bad.filter(is_device)
-        if fatal.height:
-            row = fatal.row(0, named=True)
-            raise TraceFormatError(
-                self.path,
-                f"{row['_why']} on device activity ({row['cat']}); cannot place it in time",
-                index=row["idx"],
-                event=describe_event(row["ph"], row["name"]),
-            )
-        for why, ph_value, count in (
-            bad.group_by("_why", "ph").len().sort("_why", "ph", nulls_last=True).iter_rows()
-        ):
-            label = f"{why} {ph_value!r}" if why == "unsupported ph" else why
-            self.skipped[label] += count
-        return checked.filter(pl.col("_good")).drop("_good", "_why")
 
     def _add_counters(
         self, df: pl.DataFrame, counters: list[tuple[int, dict[str, Any]]], base: int
@@ -686,20 +532,6 @@ class _Loader:
         if complete:
             self._add_frame(pl.DataFrame(complete, schema=rows.schema), [], 0)
 
-    def _drop_duplicates(self, kernels: pl.DataFrame) -> pl.DataFrame:
-        """Drop identical copies of a device event (counted). Copies share ``ts_ns``, so
-        only the rows of tied start times are compared, not the whole frame."""
-        ts = pl.col("ts_ns")
-        tied = kernels.with_row_index("_row").filter((ts == ts.shift(1)) | (ts == ts.shift(-1)))
-        if tied.height == 0:
-            return kernels
-        copies = tied.filter(~pl.struct(pl.exclude("_row")).is_first_distinct())["_row"]
-        if copies.len() == 0:
-            return kernels
-        self.skipped["duplicated device events (identical copies dropped)"] += copies.len()
-        keep = ~pl.int_range(pl.len(), dtype=pl.UInt32).is_in(copies.implode())
-        return kernels.filter(keep)
-
     def _finish(self, header: dict[str, Any]) -> Trace:
         self._pair_begin_end()
         if self.total_events and sum(self.skipped.values()) >= self.total_events:
@@ -717,7 +549,9 @@ class _Loader:
             "shapes": self._schema(SHAPE_SCHEMA),
         }
         frames = assemble(self.parts, schemas)
-        frames["kernels"] = self._drop_duplicates(frames["kernels"])
+        frames["kernels"], copies = kinds.without_copies(frames["kernels"])
+        if copies:
+            self.skipped["duplicated device events (identical copies dropped)"] += copies
 
         warnings_list = tuple(
             f"{count} event{'s' if count != 1 else ''} skipped: {why}"

@@ -1,0 +1,103 @@
+"""Blocks of a JSON trace decoded on several processes and handed back in file order.
+
+The loader (:mod:`traceview.load.json`) cuts the text into blocks as it always does and
+queues each here: a block goes to a helper process (:mod:`traceview.load.helpers`) that has
+room for it, else it is decoded in this process at once, so this process works while the
+helpers do. :meth:`InOrder.done` gives the blocks back in the order they were cut; a block
+a helper could not decode comes back without a result, for the loader to decode in order
+(it then names a bad event by its number in the whole trace, as one process would).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceview.load.helpers import Helpers
+
+# the blocks a load reads before it starts helper processes, unless its text is known to
+# be larger: a small trace never pays for their start (an interpreter and polars each)
+SERIAL_BLOCKS = 2
+AHEAD_PER_HELPER = 2  # blocks queued for each helper (one decoding, one waiting)
+
+
+@dataclass
+class Decoded:
+    """What one block's events became, decoded on its own (its events numbered from 0),
+    to be added to the load in file order."""
+
+    parts: dict[str, list[pl.DataFrame]]
+    skipped: dict[str, int]
+    overlay_events: int
+    events: int
+    wide_ids: bool
+
+
+@dataclass
+class Pending:
+    """A block cut from the text, being decoded (``future``) or decoded (``result``; None
+    when it is still to be decoded, by the loader, in order)."""
+
+    text: bytes  # the block and the separator after it, as cut from the text
+    cut: int  # the block is text[:cut]
+    consumed: int  # bytes of JSON text before it
+    future: Future[object] | None = None
+    result: Decoded | None = None
+
+
+class InOrder:
+    """``helpers`` helper processes and this one decoding blocks with ``decode(block,
+    *args)``; the blocks handed back in the order they were queued."""
+
+    def __init__(
+        self,
+        helpers: int,
+        decode: Callable[..., Decoded | None],
+        args: tuple[object, ...],
+    ) -> None:
+        self.helpers = Helpers(helpers, args)
+        self._decode = decode
+        self._args = args
+        self._pending: deque[Pending] = deque()
+
+    def queue(self, text: bytes, cut: int, consumed: int) -> None:
+        """Decode the block ``text[:cut]`` on a helper with room for it, else here now."""
+        item = Pending(text, cut, consumed)
+        waiting = sum(1 for p in self._pending if p.future is not None and not p.future.done())
+        if not self.helpers.broken and waiting < AHEAD_PER_HELPER * self.helpers.count:
+            item.future = self.helpers.submit(text[:cut])
+        else:
+            try:
+                item.result = self._decode(text[:cut], *self._args)
+            except Exception:  # decoded again in order by the loader, which names the event
+                item.result = None
+        self._pending.append(item)
+
+    def done(self, *, wait: bool) -> Iterator[Pending]:
+        """The blocks at the head of the queue, in order: all of them when ``wait``, else
+        those decoded (waiting for the first only while too many are queued)."""
+        limit = 2 * AHEAD_PER_HELPER * self.helpers.count + 2
+        while self._pending:
+            item = self._pending[0]
+            if item.future is not None:
+                if not (wait or item.future.done() or len(self._pending) > limit):
+                    return
+                answer = item.future.result()  # None, or nonsense, from a helper that failed
+                item.result = answer if isinstance(answer, Decoded) else None
+            self._pending.popleft()
+            yield item
+
+    def text_from(self, item: Pending) -> bytes:
+        """The text of ``item`` (just handed back) and of every block queued after it; the
+        queue is emptied."""
+        text = b"".join([item.text, *(p.text for p in self._pending)])
+        self._pending.clear()
+        return text
+
+    def close(self) -> None:
+        self._pending.clear()
+        self.helpers.close()

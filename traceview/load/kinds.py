@@ -1,0 +1,135 @@
+"""One block's events, as a frame of every event (:meth:`columns.Block.frame`), made into
+the trace's frames: the unusable events dropped and counted, the rest split by kind. Pure
+functions of the block: the loader casts each part and adds it in file order."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import polars as pl
+
+from traceview.errors import TraceFormatError, describe_event
+from traceview.load.frames import DEVICE_CATS, EVENT_CATS, KNOWN_PH, finite, to_ns
+
+
+def usable(df: pl.DataFrame, path: str) -> tuple[pl.DataFrame, Counter[str]]:
+    """The block's usable events, and the others counted by why; raises for device
+    activity that cannot be placed in time (every figure would be wrong without it)."""
+    ph = pl.col("ph")
+    known = ph.is_in(list(KNOWN_PH))
+    needs_ts = known & (ph != "M")
+    ts_ok = finite("ts")
+    dur_ok = finite("dur") & (pl.col("dur") >= 0)
+    complete_ok = (ph != "X") | dur_ok
+    good = known & (~needs_ts | ts_ok) & complete_ok
+    skipped: Counter[str] = Counter()
+    if df.select(good.all()).item():
+        return df, skipped
+    checked = df.with_columns(
+        good.alias("_good"),
+        pl.when(~known)
+        .then(pl.lit("unsupported ph"))
+        .when(needs_ts & ~ts_ok)
+        .then(pl.lit("'ts' missing or not a finite number"))
+        .when(pl.col("dur").is_not_null() & pl.col("dur").is_finite() & (pl.col("dur") < 0))
+        .then(pl.lit("negative 'dur'"))
+        .otherwise(pl.lit("'dur' missing or not a finite number"))
+        .alias("_why"),
+    )
+    bad = checked.filter(~pl.col("_good"))
+    is_device = (ph == "X") & pl.col("cat").str.to_lowercase().is_in(list(DEVICE_CATS))
+    fatal = bad.filter(is_device)
+    if fatal.height:
+        row = fatal.row(0, named=True)
+        raise TraceFormatError(
+            path,
+            f"{row['_why']} on device activity ({row['cat']}); cannot place it in time",
+            index=row["idx"],
+            event=describe_event(row["ph"], row["name"]),
+        )
+    for why, ph_value, count in (
+        bad.group_by("_why", "ph").len().sort("_why", "ph", nulls_last=True).iter_rows()
+    ):
+        label = f"{why} {ph_value!r}" if why == "unsupported ph" else why
+        skipped[label] += count
+    return checked.filter(pl.col("_good")).drop("_good", "_why"), skipped
+
+
+def split(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """The block's usable events by the frame they belong to (only those with rows):
+    ``kernels``, ``events``, ``flows``, ``shapes``, ``metadata`` with times in ns, and
+    ``begin_end``: the raw rows of ``B``/``E`` events, paired once the whole trace is read."""
+    cat = pl.col("cat").str.to_lowercase().fill_null("")
+    complete = pl.col("ph") == "X"
+    device = complete & cat.is_in(list(DEVICE_CATS))
+    instant = pl.col("ph").is_in(["i", "I"])
+    raw = ["args_json"] if "args_json" in df.columns else []
+
+    parts = {
+        "kernels": df.filter(device).select(
+            to_ns("ts").alias("ts_ns"),
+            to_ns("dur").alias("dur_ns"),
+            pl.col("name").fill_null(""),
+            pl.col("cat"),
+            cat.replace_strict(DEVICE_CATS, default="kernel").alias("kind"),
+            "pid",
+            "tid",
+            pl.coalesce("device", "pid").alias("device"),
+            pl.coalesce("stream", "tid").alias("stream"),
+            "correlation",
+            "external_id",
+            *raw,
+        ),
+        "events": df.filter((complete & ~device) | instant).select(
+            to_ns("ts").alias("ts_ns"),
+            pl.when(instant).then(0).otherwise(to_ns("dur")).alias("dur_ns"),
+            pl.col("name").fill_null(""),
+            pl.col("cat").fill_null(""),
+            pl.when(instant)
+            .then(pl.lit("instant"))
+            .otherwise(cat.replace_strict(EVENT_CATS, default="other"))
+            .alias("kind"),
+            "pid",
+            "tid",
+            "correlation",
+            "external_id",
+            *raw,
+        ),
+        "flows": df.filter(pl.col("ph").is_in(["s", "t", "f"])).select(
+            to_ns("ts").alias("ts_ns"),
+            "id",
+            pl.col("ph").alias("phase"),
+            pl.col("cat").fill_null(""),
+            "pid",
+            "tid",
+            pl.col("name").fill_null(""),
+            (pl.col("bp") == "e").fill_null(False).alias("enclosing"),
+        ),
+        "metadata": df.filter(pl.col("ph") == "M").select(
+            pl.col("name").fill_null(""), "pid", "tid", pl.col("meta_value").alias("value")
+        ),
+        "begin_end": df.filter(pl.col("ph").is_in(["B", "E"])),
+    }
+    if "input_dims" in df.columns:
+        parts["shapes"] = df.filter(complete & ~device & pl.col("input_dims").is_not_null()).select(
+            to_ns("ts").alias("ts_ns"),
+            to_ns("dur").alias("dur_ns"),
+            pl.col("name").fill_null(""),
+            *("pid", "tid", "input_dims", "input_types", "concrete_inputs"),
+        )
+    return {key: frame for key, frame in parts.items() if frame.height}
+
+
+def without_copies(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Device activity without identical copies of an event, and how many were dropped.
+    Copies share ``ts_ns``, so only the rows of tied start times are compared, not the
+    whole frame."""
+    ts = pl.col("ts_ns")
+    tied = kernels.with_row_index("_row").filter((ts == ts.shift(1)) | (ts == ts.shift(-1)))
+    if tied.height == 0:
+        return kernels, 0
+    copies = tied.filter(~pl.struct(pl.exclude("_row")).is_first_distinct())["_row"]
+    if copies.len() == 0:
+        return kernels, 0
+    keep = ~pl.int_range(pl.len(), dtype=pl.UInt32).is_in(copies.implode())
+    return kernels.filter(keep), copies.len()
