@@ -28,6 +28,12 @@ if TEST_CACHE_ENV not in os.environ:
     os.environ[TEST_CACHE_ENV] = OWN_CACHE
 os.environ["TRACEVIEW_CACHE_DIR"] = os.environ[TEST_CACHE_ENV]
 
+# Each load decodes on this process alone unless a test asks for more, or the run is given
+# TRACEVIEW_WORKERS: helper interpreters started by the suite's many small loads cost the
+# default run about a fifth more time on 2 cores. tests/test_workers.py checks that every
+# worker count gives the same trace (and the commands with the default, every core).
+os.environ.setdefault("TRACEVIEW_WORKERS", "1")
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The run's cache folder goes with the run (in xdist's controller, after its workers)."""

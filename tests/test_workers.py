@@ -129,13 +129,28 @@ def test_a_helper_that_cannot_start_leaves_the_blocks_to_this_process(
     assert answered == [0]
 
 
+NONSENSE = {
+    "garbage": "import sys; sys.stdin.buffer.read(24); sys.stdout.buffer.write(b'\\xff' * 64)",
+    # the right mark and a length of 1 TiB, then the pipe closes: never reserved
+    "a huge length": (
+        "import struct, sys; sys.stdin.buffer.read(24); "
+        "sys.stdout.buffer.write(struct.pack('<16sQ', b'traceview-block\\x01', 1 << 40))"
+    ),
+    "a pickle of another thing": (
+        "import pickle, struct, sys; sys.stdin.buffer.read(24); d = pickle.dumps([1, 2]); "
+        "sys.stdout.buffer.write(struct.pack('<16sQ', b'traceview-block\\x01', len(d)) + d); "
+        "sys.stdout.flush(); sys.stdin.buffer.read()"
+    ),
+}
+
+
+@pytest.mark.parametrize("boot", NONSENSE.values(), ids=NONSENSE.keys())
 def test_a_helper_that_answers_nonsense_is_given_no_more_blocks(
-    monkeypatch: pytest.MonkeyPatch, answered: list[int]
+    monkeypatch: pytest.MonkeyPatch, answered: list[int], boot: str
 ) -> None:
     path = GENERATED / "hybrid_chunked.json.gz"
     one = _load(path, 1)
-    nonsense = "import sys; sys.stdin.buffer.read(8); sys.stdout.buffer.write(b'\\xff' * 16)"
-    monkeypatch.setattr(helpers, "_BOOT", nonsense)
+    monkeypatch.setattr(helpers, "_BOOT", boot)
     assert_same(one, _load(path, 2))
     assert answered == [0]
 
@@ -267,3 +282,30 @@ def test_a_ray_task_loads_on_one_core_unless_told(monkeypatch: pytest.MonkeyPatc
     assert load_workers() == "1"  # a task holds one CPU
     monkeypatch.setenv(helpers.ENV, "4")
     assert load_workers() == "4"
+
+
+@pytest.mark.slow
+def test_a_command_on_every_core_says_what_it_says_on_one(tmp_path: Path) -> None:
+    """The commands as a user runs them (no TRACEVIEW_WORKERS: every core), on a trace
+    large enough that its load starts helpers: the same summary as with one worker."""
+    import subprocess
+    import sys
+
+    events = _kernels(90_000)
+    for i, e in enumerate(events):
+        e["name"] = f"void gemm_kernel<{i % 7}>(float*)" if i % 3 else "flash_fwd_kernel"
+    path = _write(tmp_path / "big.json", events)
+    assert path.stat().st_size > 2 * load_json.BLOCK_BYTES  # helpers start with block one
+    env = {k: v for k, v in os.environ.items() if k != helpers.ENV}
+    outputs = []
+    for extra in ({}, {helpers.ENV: "1"}):
+        done = subprocess.run(
+            [sys.executable, "-m", "traceview", "--no-cache", "summarize", "--json", str(path)],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(json.loads(done.stdout))
+    assert outputs[0] == outputs[1]

@@ -9,8 +9,10 @@ frames back from its stdout: the thread waits in ``read``/``write`` without the 
 the loading process goes on decoding blocks itself meanwhile. A helper that cannot start,
 dies or answers nonsense is given no more blocks; the blocks it held are decoded here.
 
-The wire: an 8-byte little-endian length, then a pickle. Both ends are this package, in
-this interpreter's version, started by this process: nothing else writes to the pipes.
+The wire: a 16-byte mark, an 8-byte little-endian length, then a pickle. Both ends are
+this package, in this interpreter's version, started by this process: nothing else writes
+to the pipes. An answer that is not a message, or not of the type asked for, ends the
+helpers' work (a helper that said something else may never answer again).
 
 How many: :func:`worker_count` (``LoadOptions.workers``, else ``TRACEVIEW_WORKERS``, else
 every core this process may run on). ``workers=N`` is this process and ``N - 1`` helpers.
@@ -32,7 +34,9 @@ from pathlib import Path
 from typing import IO, cast
 
 ENV = "TRACEVIEW_WORKERS"
-_HEADER = struct.Struct("<Q")
+_MAGIC = b"traceview-block\x01"  # each message starts so, then its length
+_HEADER = struct.Struct("<16sQ")
+_PIECE = 8 << 20  # a message is read this much at a time
 _EXIT_WAIT_S = 30  # a helper given no more blocks ends once it answers the one it holds
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding traceview/
 
@@ -85,30 +89,38 @@ def worker_count(requested: int | None) -> int:
 
 def _send(pipe: IO[bytes], obj: object) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    pipe.write(_HEADER.pack(len(data)))
+    pipe.write(_HEADER.pack(_MAGIC, len(data)))
     pipe.write(data)
     pipe.flush()
 
 
 def _receive(pipe: IO[bytes]) -> object:
+    """The next message; EOFError where the pipe closed, ValueError where what came is not
+    a message (read as it arrives, so a bad length never reserves memory for itself)."""
     head = pipe.read(_HEADER.size)
     if len(head) < _HEADER.size:
-        raise EOFError("the helper closed its pipe")
-    size = _HEADER.unpack(head)[0]
-    data = pipe.read(size)
-    if len(data) < size:
-        raise EOFError("the helper closed its pipe mid-answer")
+        raise EOFError("the pipe closed")
+    magic, size = _HEADER.unpack(head)
+    if magic != _MAGIC:
+        raise ValueError("not a message from a traceview helper")
+    data = bytearray()
+    while len(data) < size:
+        piece = pipe.read(min(size - len(data), _PIECE))
+        if not piece:
+            raise EOFError("the pipe closed mid-message")
+        data += piece
     return pickle.loads(data)  # noqa: S301 - our own helper, started by this process
 
 
 class Helpers:
     """``count`` helper processes, each run by a thread of this process: :meth:`submit`
-    a block, get a future of what ``decode(block, *args)`` returned in a helper (None
-    where the helper failed: the caller decodes that block itself)."""
+    a block, get a future of what ``decode(block, *args)`` returned in a helper: an
+    ``answer`` or None (where it failed: the caller decodes that block itself)."""
 
-    def __init__(self, count: int, args: tuple[object, ...]) -> None:
+    def __init__(self, count: int, args: tuple[object, ...], answer: type) -> None:
         self.count = count
         self._args = args
+        self._answer = answer
         self._threads = ThreadPoolExecutor(count, thread_name_prefix="traceview-helper")
         self._local = threading.local()
         self._processes: list[subprocess.Popen[bytes]] = []
@@ -148,6 +160,8 @@ class Helpers:
             assert process.stdin is not None and process.stdout is not None
             _send(process.stdin, (block, self._args))
             answer = _receive(process.stdout)
+            if answer is not None and not isinstance(answer, self._answer):
+                raise ValueError(f"a helper answered a {type(answer).__name__}")
         except Exception:  # a helper that failed in any way is done: decode it here
             self.broken = True
             return None
@@ -166,7 +180,7 @@ class Helpers:
             try:
                 if process.stdin is not None:
                     process.stdin.close()
-            except OSError:  # a block half sent to a helper that died
+            except (OSError, ValueError):  # a block half sent to a helper that died
                 pass
         for process in processes:
             try:

@@ -59,7 +59,7 @@ class InOrder:
         decode: Callable[..., Decoded | None],
         args: tuple[object, ...],
     ) -> None:
-        self.helpers = Helpers(helpers, args)
+        self.helpers = Helpers(helpers, args, Decoded)
         self._decode = decode
         self._args = args
         self._pending: deque[Pending] = deque()
@@ -86,7 +86,7 @@ class InOrder:
             if item.future is not None:
                 if not (wait or item.future.done() or len(self._pending) > limit):
                     return
-                answer = item.future.result()  # None, or nonsense, from a helper that failed
+                answer = item.future.result()  # None from a helper that failed
                 item.result = answer if isinstance(answer, Decoded) else None
             self._pending.popleft()
             yield item
