@@ -20,8 +20,14 @@ every core this process may run on). ``workers=N`` is this process and ``N - 1``
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+
+try:
+    import fcntl
+except ImportError:  # Windows: pipes keep their size
+    fcntl = None  # type: ignore[assignment]
 import pickle
 import queue
 import struct
@@ -29,7 +35,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, cast
 
@@ -37,6 +43,7 @@ ENV = "TRACEVIEW_WORKERS"
 _MAGIC = b"traceview-block\x01"  # each message starts so, then its length
 _HEADER = struct.Struct("<16sQ")
 _PIECE = 8 << 20  # a message is read this much at a time
+_PIPE_BYTES = 1 << 20
 _EXIT_WAIT_S = 30  # a helper given no more blocks ends once it answers the one it holds
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding traceview/
 
@@ -112,21 +119,85 @@ def _receive(pipe: IO[bytes]) -> object:
     return pickle.loads(data)  # noqa: S301 - our own helper, started by this process
 
 
+class _Helper:
+    """One helper process and the two threads of this process that feed it: the writer
+    sends blocks as they come (it waits in ``write`` while the helper decodes the block
+    before, so the next is there as soon as the helper asks), the reader takes answers as
+    they come (so a helper never waits to hand one over). Answers come in the order the
+    blocks went, so each resolves the oldest future sent."""
+
+    def __init__(self, owner: Helpers, process: subprocess.Popen[bytes]) -> None:
+        self.owner = owner
+        self.process = process
+        # each written by one thread only: given by the loader's, answered by the reader
+        self.given = 0
+        self.taken = 0  # answers taken, None included
+        self.answered = 0  # answers that were decoded blocks
+        self.blocks: queue.SimpleQueue[tuple[bytes, Future[object]] | None] = queue.SimpleQueue()
+        self.sent: queue.SimpleQueue[Future[object] | None] = queue.SimpleQueue()
+        for pipe in (process.stdin, process.stdout):
+            _widen_pipe(pipe)
+        self.threads = [
+            threading.Thread(target=self._write, name="traceview-helper-in", daemon=True),
+            threading.Thread(target=self._read, name="traceview-helper-out", daemon=True),
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _write(self) -> None:
+        stdin = self.process.stdin
+        assert stdin is not None
+        while (item := self.blocks.get()) is not None:
+            block, future = item
+            if self.owner.broken:
+                future.set_result(None)
+                continue
+            self.sent.put(future)  # before the block: its answer may come at once
+            try:
+                _send(stdin, (block, self.owner.args))
+            except Exception:  # a helper that died: the reader answers its blocks None
+                self.owner.fail(self)
+        self.sent.put(None)  # no more blocks: the reader ends after the last answer
+        with contextlib.suppress(OSError, ValueError):
+            stdin.close()  # the helper ends once it has answered what it holds
+
+    def _read(self) -> None:
+        stdout = self.process.stdout
+        assert stdout is not None
+        while True:
+            try:
+                answer = _receive(stdout)
+                if answer is not None and not isinstance(answer, self.owner.answer):
+                    raise ValueError(f"a helper answered a {type(answer).__name__}")
+            except EOFError:
+                break  # it ended: every block it took was answered, or it died
+            except Exception:  # nonsense: this helper's blocks are decoded by the loader
+                self.owner.fail(self)
+                break
+            future = self.sent.get()
+            if future is None:  # an answer to no block
+                self.owner.fail(self)
+                break
+            if answer is not None:
+                self.answered += 1
+            self.taken += 1
+            future.set_result(answer)
+        while (future := self.sent.get()) is not None:  # sent, never answered
+            future.set_result(None)
+
+
 class Helpers:
-    """``count`` helper processes, each run by a thread of this process: :meth:`submit`
-    a block, get a future of what ``decode(block, *args)`` returned in a helper: an
-    ``answer`` or None (where it failed: the caller decodes that block itself)."""
+    """``count`` helper processes: :meth:`submit` a block, get a future of what
+    ``decode(block, *args)`` returned in a helper: an ``answer`` or None (where it failed:
+    the caller decodes that block itself). Once one helper fails, no block goes to any."""
 
     def __init__(self, count: int, args: tuple[object, ...], answer: type) -> None:
         self.count = count
-        self._args = args
-        self._answer = answer
-        self._threads = ThreadPoolExecutor(count, thread_name_prefix="traceview-helper")
-        self._local = threading.local()
-        self._processes: list[subprocess.Popen[bytes]] = []
-        self._idle: queue.SimpleQueue[subprocess.Popen[bytes]] = queue.SimpleQueue()
+        self.args = args
+        self.answer = answer
         self.broken = False
-        self.answered = 0  # blocks the helpers decoded
+        self._processes: list[subprocess.Popen[bytes]] = []
+        self._helpers: list[_Helper] = []
         try:  # started now: each imports its modules while this process reads on
             for _ in range(count):
                 process = subprocess.Popen(
@@ -137,61 +208,62 @@ class Helpers:
                     env={**os.environ, ENV: "1"},
                 )
                 self._processes.append(process)
-                self._idle.put(process)
+                self._helpers.append(_Helper(self, process))
         except OSError:  # no interpreter to start (an embedded Python): decode here
             self.broken = True
 
     def submit(self, block: bytes) -> Future[object]:
-        return self._threads.submit(self._run, block)
+        """A future of the block's answer, given to the helper with the fewest blocks."""
+        future: Future[object] = Future()
+        if self.broken or not self._helpers:
+            future.set_result(None)
+            return future
+        helper = min(self._helpers, key=lambda h: h.given - h.taken)
+        helper.given += 1
+        helper.blocks.put((block, future))
+        return future
 
-    def _process(self) -> subprocess.Popen[bytes]:
-        """This thread's helper (each thread keeps the one it took first)."""
-        process: subprocess.Popen[bytes] | None = getattr(self._local, "process", None)
-        if process is None:
-            process = self._idle.get_nowait()
-            self._local.process = process
-        return process
+    @property
+    def answered(self) -> int:
+        """Blocks the helpers decoded."""
+        return sum(h.answered for h in self._helpers)
 
-    def _run(self, block: bytes) -> object:
-        if self.broken:
-            return None
-        try:
-            process = self._process()
-            assert process.stdin is not None and process.stdout is not None
-            _send(process.stdin, (block, self._args))
-            answer = _receive(process.stdout)
-            if answer is not None and not isinstance(answer, self._answer):
-                raise ValueError(f"a helper answered a {type(answer).__name__}")
-        except Exception:  # a helper that failed in any way is done: decode it here
-            self.broken = True
-            return None
-        if answer is not None:
-            self.answered += 1  # one thread at a time: the GIL is held between reads
-        return answer
+    def fail(self, helper: _Helper) -> None:
+        """A helper failed: give no block to any; end it (its pipes then close, and its
+        blocks sent and not answered are answered None)."""
+        self.broken = True
+        helper.process.kill()
 
     def close(self) -> None:
         """End the helpers and wait for them: each exits when its stdin closes, once the
-        block it holds is answered; blocks still queued are cancelled (the loader closes
-        with blocks outstanding only when it stops on an error)."""
+        blocks it holds are answered (the loader closes with blocks outstanding only when
+        it stops on an error; their futures are answered None)."""
         self.broken = True
-        self._threads.shutdown(wait=False, cancel_futures=True)
-        processes = self._processes
-        for process in processes:
-            try:
-                if process.stdin is not None:
-                    process.stdin.close()
-            except (OSError, ValueError):  # a block half sent to a helper that died
-                pass
-        for process in processes:
+        for helper in self._helpers:
+            helper.blocks.put(None)
+        for process in self._processes:
             try:
                 process.wait(timeout=_EXIT_WAIT_S)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        self._threads.shutdown(wait=True)
-        for process in processes:
-            if process.stdout is not None:
-                process.stdout.close()
+        for helper in self._helpers:
+            for thread in helper.threads:
+                thread.join()
+        for process in self._processes:
+            for pipe in (process.stdin, process.stdout):
+                if pipe is not None:
+                    pipe.close()
+
+
+def _widen_pipe(pipe: IO[bytes] | None) -> None:
+    """A pipe of 1 MiB where the system allows it (Linux), instead of 64 KiB: a block and
+    most answers cross in a few writes, not a hundred."""
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
+    if pipe is None or set_size is None:
+        return
+    with contextlib.suppress(OSError):  # over /proc/sys/fs/pipe-max-size: as it is
+        fcntl.fcntl(pipe.fileno(), set_size, _PIPE_BYTES)
 
 
 def serve(decode: Callable[..., object]) -> None:
