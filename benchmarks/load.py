@@ -514,58 +514,57 @@ APPROACHES = {
 
 
 def child(approach: str, path: Path) -> None:
-    sampler = PssSampler()
     t0 = time.perf_counter()
     counts = APPROACHES[approach](path)
     wall = time.perf_counter() - t0
     rss = peak_rss()
-    pss = sampler.stop()
-    print(
-        json.dumps(
-            {"approach": approach, "wall_s": wall, "peak_rss": rss, "peak_pss": pss, **counts}
-        )
-    )
+    print(json.dumps({"approach": approach, "wall_s": wall, "peak_rss": rss, **counts}))
 
 
 class PssSampler:
-    """The peak of this process's PSS plus its children's (the load's helper processes),
-    sampled every 20 ms from /proc/PID/smaps_rollup: PSS shares each page among the
-    processes that map it, so the sum counts shared libraries once. 0 where the system has
-    no smaps_rollup."""
+    """The peak of a process's PSS plus its descendants' (the load's helper processes),
+    sampled every 20 ms from /proc/PID/smaps_rollup by this (parent) process, so a child
+    holding its GIL in one long call is still sampled. PSS shares each page among the
+    processes that map it, so the sum counts shared libraries once. 0 where the system
+    has no smaps_rollup."""
 
-    def __init__(self) -> None:
+    def __init__(self, pid: int) -> None:
         import threading
 
+        self.pid = pid
         self.peak = 0
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        if Path("/proc/self/smaps_rollup").exists():
+        if Path(f"/proc/{pid}/smaps_rollup").exists():
             self._thread.start()
 
     @staticmethod
-    def _pss(pid: int | str) -> int:
+    def _pss(pid: str) -> int:
         try:
             with open(f"/proc/{pid}/smaps_rollup") as f:
                 for line in f:
                     if line.startswith("Pss:"):
                         return int(line.split()[1]) * 1024
-        except OSError:  # a child that just ended
+        except OSError:  # a process that just ended
             pass
         return 0
 
     @staticmethod
-    def _children() -> list[str]:
-        found = []
-        for task in Path("/proc/self/task").iterdir():
+    def _tree(pid: str) -> list[str]:
+        found, todo = [], [pid]
+        while todo:
+            p = todo.pop()
+            found.append(p)
             try:
-                found += (task / "children").read_text().split()
+                for task in Path(f"/proc/{p}/task").iterdir():
+                    todo += (task / "children").read_text().split()
             except OSError:
                 pass
         return found
 
     def _run(self) -> None:
         while not self._done.wait(0.02):
-            total = self._pss("self") + sum(self._pss(c) for c in self._children())
+            total = sum(self._pss(p) for p in self._tree(str(self.pid)))
             self.peak = max(self.peak, total)
 
     def stop(self) -> int:
@@ -588,17 +587,21 @@ def peak_rss() -> int:
 def measure(approach: str, path: Path, repeat: int, python: str = sys.executable) -> dict | None:
     best = None
     for _ in range(repeat):
-        proc = subprocess.run(
+        with subprocess.Popen(
             [python, __file__, "--child", approach, str(path)],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            check=False,
-        )
+        ) as proc:
+            sampler = PssSampler(proc.pid)
+            stdout, stderr = proc.communicate()
+            pss = sampler.stop()
         if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+            last = (stderr.strip().splitlines() or ["failed"])[-1]
             print(f"  {approach}: skipped ({last})", file=sys.stderr)
             return None
-        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        r = json.loads(stdout.strip().splitlines()[-1])
+        r["peak_pss"] = pss
         if best is None or r["wall_s"] < best["wall_s"]:
             best = r
     return best
