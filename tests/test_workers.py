@@ -235,7 +235,11 @@ def test_traceview_workers_sets_the_default(monkeypatch: pytest.MonkeyPatch) -> 
     assert helpers.worker_count(None) == 3
     assert helpers.worker_count(1) == 1
     monkeypatch.delenv(helpers.ENV)
-    assert helpers.worker_count(None) == helpers.cores()
+    assert helpers.worker_count(None) == min(helpers.cores(), helpers.DEFAULT_MAX_WORKERS)
+    monkeypatch.setattr(helpers, "cores", lambda: 64)
+    assert helpers.worker_count(None) == helpers.DEFAULT_MAX_WORKERS  # the default's bound
+    monkeypatch.setenv(helpers.ENV, "64")
+    assert helpers.worker_count(None) == 64  # asked for: given
     for bad in ("0", "two", "-2"):
         monkeypatch.setenv(helpers.ENV, bad)
         with pytest.raises(UsageError, match=helpers.ENV):
@@ -309,3 +313,14 @@ def test_a_command_on_every_core_says_what_it_says_on_one(tmp_path: Path) -> Non
         assert done.returncode == 0, done.stderr
         outputs.append(json.loads(done.stdout))
     assert outputs[0] == outputs[1]
+
+
+def test_helpers_are_not_started_beyond_what_the_text_can_use() -> None:
+    """Many cores and a small trace: a helper for every four blocks expected, at least one,
+    never more than the workers allow."""
+    from traceview.load.in_order import helpers_for
+
+    assert helpers_for(64, 3) == 1  # an 18 MB text on 64 cores: one helper, not 63
+    assert helpers_for(64, 40) == 10
+    assert helpers_for(64, 10_000) == 63
+    assert helpers_for(2, 10_000) == 1

@@ -12,8 +12,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from typing import TypeVar
 
+from traceview.load.helpers import DEFAULT_MAX_WORKERS, cores
 from traceview.load.helpers import ENV as WORKERS_ENV
-from traceview.load.helpers import cores
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -77,7 +77,11 @@ def map_tasks(
     results: dict[int, R] = {}
     processes = min(jobs, total)
     # jobs x each load's workers <= cores, unless the caller chose the workers
-    shared = None if os.environ.get(WORKERS_ENV) else max(1, cores() // processes)
+    shared = (
+        None
+        if os.environ.get(WORKERS_ENV)
+        else max(1, min(cores() // processes, DEFAULT_MAX_WORKERS))
+    )
     with ProcessPoolExecutor(
         max_workers=processes,
         mp_context=get_context("spawn"),

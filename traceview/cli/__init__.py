@@ -219,7 +219,7 @@ def _workers_option() -> click.Option:
         expose_value=False,
         callback=keep,
         help="Processes that decode each JSON trace (default: TRACEVIEW_WORKERS, else every "
-        "core; with --jobs, the cores shared among the jobs).",
+        "core up to 8; with --jobs, the cores shared among the jobs).",
     )
 
 

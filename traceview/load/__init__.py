@@ -72,7 +72,7 @@ class LoadOptions:
             scan's content digest of an object it streams once; not given on a cache hit.
         workers: processes that decode a JSON trace's blocks: this one and ``workers - 1``
             helpers (:mod:`traceview.load.helpers`). None: ``TRACEVIEW_WORKERS``, else
-            every core this process may use. The frames are the same for every count; a
+            every core this process may use, up to 8. The frames are the same for every count; a
             trace under three blocks is decoded here alone.
     """
 

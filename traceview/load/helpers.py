@@ -15,7 +15,9 @@ to the pipes. An answer that is not a message, or not of the type asked for, end
 helpers' work (a helper that said something else may never answer again).
 
 How many: :func:`worker_count` (``LoadOptions.workers``, else ``TRACEVIEW_WORKERS``, else
-every core this process may run on). ``workers=N`` is this process and ``N - 1`` helpers.
+every core this process may run on, up to 8). ``workers=N`` is this process and at most
+``N - 1`` helpers, one for every four blocks the text is expected to hold
+(:func:`traceview.load.in_order.helpers_for`).
 """
 
 from __future__ import annotations
@@ -75,14 +77,21 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+# The default's bound. The loading process reads, cuts and adds every block itself (about
+# 13 ms a block against 70-100 ms for a block's decode, docs/performance.md), which bounds
+# the speed-up near 6x whatever the cores; each helper costs about 0.1 GB while it runs.
+DEFAULT_MAX_WORKERS = 8
+
+
 def worker_count(requested: int | None) -> int:
     """The processes a load decodes on: ``requested``, else ``TRACEVIEW_WORKERS``, else
-    :func:`cores`. A bad ``TRACEVIEW_WORKERS`` is a usage error naming it."""
+    :func:`cores` up to :data:`DEFAULT_MAX_WORKERS`. A bad ``TRACEVIEW_WORKERS`` is a usage
+    error naming it."""
     if requested is not None:
         return requested
     text = os.environ.get(ENV, "").strip()
     if not text:
-        return cores()
+        return min(cores(), DEFAULT_MAX_WORKERS)
     try:
         value = int(text)
     except ValueError:

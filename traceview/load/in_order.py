@@ -23,6 +23,16 @@ from traceview.load.helpers import Helpers
 # be larger: a small trace never pays for their start (an interpreter and polars each)
 SERIAL_BLOCKS = 2
 AHEAD_PER_HELPER = 2  # blocks queued for each helper (one decoding, one waiting)
+# a helper for every this many blocks the text is expected to hold, at most: one that
+# would decode a block or two costs more to start (an interpreter, polars, about 60 MB)
+# than it saves
+BLOCKS_PER_HELPER = 4
+
+
+def helpers_for(workers: int, blocks: int) -> int:
+    """The helper processes a load on ``workers`` processes starts for a text expected to
+    hold ``blocks`` blocks: at least one, at most ``workers - 1``."""
+    return max(1, min(workers - 1, blocks // BLOCKS_PER_HELPER))
 
 
 @dataclass

@@ -44,7 +44,7 @@ from traceview.load.frames import (
     to_ns,
     trace_meta,
 )
-from traceview.load.in_order import SERIAL_BLOCKS, Decoded, InOrder
+from traceview.load.in_order import SERIAL_BLOCKS, Decoded, InOrder, helpers_for
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -109,6 +109,7 @@ class _Loader:
         self.workers = workers
         # the helpers start with the first block where the text is known to be large
         self.serial_blocks = 0 if size_hint > SERIAL_BLOCKS * block_bytes else SERIAL_BLOCKS
+        self.size_hint = size_hint
         self.in_order: InOrder | None = None
         self.truncated: tuple[int, int] | None = None  # (byte offset of the cut, events kept)
         self.truncation_note = ""
@@ -242,7 +243,10 @@ class _Loader:
                     continue
                 blocks += 1
                 if self.workers > 1 and blocks > self.serial_blocks and self.in_order is None:
-                    self.in_order = InOrder(self.workers - 1, decode_block, (self.raw_args,))
+                    expected = max(self.size_hint // self.block_bytes, blocks)
+                    self.in_order = InOrder(
+                        helpers_for(self.workers, expected), decode_block, (self.raw_args,)
+                    )
                 if self.in_order is not None:
                     rest = buf[cut:].lstrip()
                     text = buf[: len(buf) - len(rest) + 1]
