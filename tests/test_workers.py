@@ -23,7 +23,17 @@ from traceview.load import LoadOptions, helpers
 from traceview.load import json as load_json
 
 FRAMES = ("kernels", "events", "flows", "counters", "metadata", "shapes")
-SMALL = 16_384  # bytes a block: a fixture of a few hundred KB of text is dozens of blocks
+
+
+@pytest.fixture(autouse=True)
+def four_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loads here may use up to 4 processes (helpers are never more than the cores allow:
+    on a 2-core machine a test of 3 workers would start one helper, not two)."""
+    real = helpers.cores
+    monkeypatch.setattr(helpers, "cores", lambda: max(real(), 4))
+
+
+SMALL = 65_536  # bytes a block: a fixture of a few MB of text is dozens of blocks
 
 
 @pytest.fixture
@@ -74,6 +84,7 @@ def test_the_frames_are_the_same_for_every_worker_count(path: Path, answered: li
         assert answered and answered[0] > 0, "no block was decoded by a helper"
 
 
+@pytest.mark.slow
 def test_raw_args_are_the_same_for_every_worker_count(answered: list[int]) -> None:
     path = GENERATED / "hybrid_tight.json.gz"
     one = _load(path, 1, raw_args=True)
@@ -144,6 +155,7 @@ NONSENSE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("boot", NONSENSE.values(), ids=NONSENSE.keys())
 def test_a_helper_that_answers_nonsense_is_given_no_more_blocks(
     monkeypatch: pytest.MonkeyPatch, answered: list[int], boot: str
@@ -155,6 +167,7 @@ def test_a_helper_that_answers_nonsense_is_given_no_more_blocks(
     assert answered == [0]
 
 
+@pytest.mark.slow
 def test_an_id_beyond_int32_in_a_helpers_block_widens_every_frame(
     tmp_path: Path, answered: list[int]
 ) -> None:
@@ -182,6 +195,7 @@ def test_a_bad_event_in_a_helpers_block_is_named_as_one_process_names_it(
     assert messages[0] == messages[1]
 
 
+@pytest.mark.slow
 def test_invalid_json_in_a_helpers_block_names_the_byte(tmp_path: Path) -> None:
     path = _write(tmp_path / "t.json", _kernels(3_000))
     text = path.read_bytes()
@@ -196,6 +210,7 @@ def test_invalid_json_in_a_helpers_block_names_the_byte(tmp_path: Path) -> None:
     assert messages[0] == messages[1]
 
 
+@pytest.mark.slow
 def test_a_truncated_trace_keeps_the_same_events_and_warning(tmp_path: Path) -> None:
     path = tmp_path / "cut.json.gz"
     cut = cut_in_half(path)
@@ -209,6 +224,7 @@ def test_a_truncated_trace_keeps_the_same_events_and_warning(tmp_path: Path) -> 
         _load(path, 2, strict=True)
 
 
+@pytest.mark.slow
 def test_counters_and_begin_end_pairs_across_helpers_blocks(tmp_path: Path) -> None:
     events: list[dict[str, object]] = []
     for i in range(1_500):
@@ -240,7 +256,7 @@ def test_traceview_workers_sets_the_default(monkeypatch: pytest.MonkeyPatch) -> 
     assert helpers.worker_count(None) == helpers.DEFAULT_MAX_WORKERS  # the default's bound
     monkeypatch.setenv(helpers.ENV, "64")
     assert helpers.worker_count(None) == 64  # asked for: given
-    for bad in ("0", "two", "-2"):
+    for bad in ("0", "two", "-2", "\u0663", "1.5"):  # U+0663: an Arabic-Indic 3
         monkeypatch.setenv(helpers.ENV, bad)
         with pytest.raises(UsageError, match=helpers.ENV):
             helpers.worker_count(None)
@@ -265,7 +281,7 @@ def _workers_in_a_job(_: int) -> str | None:
 @pytest.mark.slow
 def test_a_pool_of_jobs_shares_the_cores_among_its_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(helpers.ENV, raising=False)
-    shared = str(max(1, helpers.cores() // 2))
+    shared = str(max(1, min(helpers.cores() // 2, helpers.DEFAULT_MAX_WORKERS)))
     assert map_tasks(_workers_in_a_job, [1, 2], jobs=2) == [shared, shared]
     monkeypatch.setenv(helpers.ENV, "5")  # chosen by the caller: kept
     assert map_tasks(_workers_in_a_job, [1, 2], jobs=2) == ["5", "5"]
@@ -315,12 +331,78 @@ def test_a_command_on_every_core_says_what_it_says_on_one(tmp_path: Path) -> Non
     assert outputs[0] == outputs[1]
 
 
-def test_helpers_are_not_started_beyond_what_the_text_can_use() -> None:
+def test_helpers_are_not_started_beyond_what_the_text_can_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Many cores and a small trace: a helper for every four blocks expected, at least one,
-    never more than the workers allow."""
+    never more than the workers allow, nor more than the cores."""
     from traceview.load.in_order import helpers_for
+
+    monkeypatch.setattr(helpers, "cores", lambda: 8)
+    assert helpers_for(99_999, 10_000) == 7  # --workers 99999: the cores bound it
+    monkeypatch.setattr(helpers, "cores", lambda: 64)
 
     assert helpers_for(64, 3) == 1  # an 18 MB text on 64 cores: one helper, not 63
     assert helpers_for(64, 40) == 10
     assert helpers_for(64, 10_000) == 63
     assert helpers_for(2, 10_000) == 1
+
+
+def test_an_odd_field_in_a_block_that_ends_inside_a_string(tmp_path: Path) -> None:
+    """A block whose last cut fell in a name holding ``}, {`` and that also holds an odd
+    field (``ts`` as a string, which the typed decoder refuses first) ends inside an event:
+    it is read on from, not refused as invalid JSON, whatever the blocks or workers."""
+    events = _kernels(400)
+    for i, e in enumerate(events):
+        if i < 10 or i > 300:
+            e["name"] = "}, {" + "z" * 1_500
+        if 100 <= i < 105:
+            e["ts"] = str(e["ts"])
+    path = tmp_path / "t.json"
+    text = json.dumps({"traceEvents": events}, separators=(",", ":"))
+    path.write_text(text.replace('},{"ph"', '}, {"ph"'))
+    one, many = (
+        tv.load(path, options=LoadOptions(cache=False, block_bytes=3_000, workers=w))
+        for w in (1, 3)
+    )
+    assert one.kernels.height == 400
+    assert_same(one, many)
+
+
+@pytest.mark.slow
+def test_begin_end_pairs_across_blocks_with_and_without_shapes(tmp_path: Path) -> None:
+    """``B``/``E`` events in blocks that hold ``Input Dims`` and in blocks that do not (the
+    blocks' frames have other columns) pair as one; this was a polars ShapeError."""
+    events: list[dict[str, object]] = []
+    for i in range(600):
+        t = 100 + 10 * i
+        events.append({"ph": "B", "name": f"b{i}", "pid": 1, "tid": 2, "ts": t})
+        if i % 200 < 20:
+            dims = {"Input Dims": [[2, 3]], "Input type": ["float"]}
+            events.append(
+                {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2,
+                 "ts": t + 1, "dur": 1, "args": dims}
+            )  # fmt: skip
+        events.append({"ph": "E", "pid": 1, "tid": 2, "ts": t + 5})
+    path = _write(tmp_path / "t.json", events + _kernels(5))
+    one, many = _load(path, 1), _load(path, 3)
+    assert one.events.filter(pl.col("name").cast(pl.String).str.starts_with("b")).height == 600
+    assert one.shapes.height == 60
+    assert_same(one, many)
+
+
+@pytest.mark.slow
+def test_a_module_in_the_current_folder_never_runs_in_a_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answered: list[int]
+) -> None:
+    """A helper is started with -P: a queue.py (or polars.py) in the folder the user runs
+    traceview from is not imported in its place."""
+    marker = tmp_path / "ran"
+    (tmp_path / "queue.py").write_text(
+        f"open({str(marker)!r}, 'a').write('x')\nraise SystemExit(9)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    path = GENERATED / "hybrid_chunked.json.gz"
+    assert_same(_load(path, 1), _load(path, 2))
+    assert not marker.exists()
+    assert answered[0] > 0

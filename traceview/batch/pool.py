@@ -12,8 +12,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from typing import TypeVar
 
-from traceview.load.helpers import DEFAULT_MAX_WORKERS, cores
-from traceview.load.helpers import ENV as WORKERS_ENV
+from traceview.load import helpers
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -40,7 +39,7 @@ def _start_worker(parent: int, filters: list[_Filter], load_workers: int | None)
     which runs no clean-up), instead of leaving it waiting on the pool's queue."""
     warnings.filters[:] = filters  # type: ignore[index]  # typeshed: a Sequence; it is a list
     if load_workers is not None:
-        os.environ[WORKERS_ENV] = str(load_workers)
+        os.environ[helpers.ENV] = str(load_workers)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -79,8 +78,8 @@ def map_tasks(
     # jobs x each load's workers <= cores, unless the caller chose the workers
     shared = (
         None
-        if os.environ.get(WORKERS_ENV)
-        else max(1, min(cores() // processes, DEFAULT_MAX_WORKERS))
+        if os.environ.get(helpers.ENV)
+        else max(1, min(helpers.cores() // processes, helpers.DEFAULT_MAX_WORKERS))
     )
     with ProcessPoolExecutor(
         max_workers=processes,

@@ -49,16 +49,17 @@ _PIPE_BYTES = 1 << 20
 _EXIT_WAIT_S = 30  # a helper given no more blocks ends once it answers the one it holds
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding traceview/
 
-# A helper's program. It imports the decoder's modules only: ``traceview`` and
-# ``traceview.load`` are entered as bare packages, so their ``__init__`` (the analyses, the
-# plots, the remote readers: about 0.6 s and 20 MB more) never runs in a helper.
+# A helper's program, run with -P (the current folder is not put on sys.path: a queue.py
+# or polars.py there must not run in a helper). It imports the decoder's modules only:
+# ``traceview`` and ``traceview.load`` are entered as bare packages (their modules are
+# found through ``__path__``), so their ``__init__`` (the analyses, the plots, the remote
+# readers: about 0.6 s and 20 MB more) never runs in a helper.
 _PACKAGES = {
     "traceview": str(Path(_PACKAGE_ROOT, "traceview")),
     "traceview.load": str(Path(_PACKAGE_ROOT, "traceview", "load")),
 }
 _BOOT = f"""
 import sys, types
-sys.path.insert(0, {_PACKAGE_ROOT!r})
 for name, folder in {_PACKAGES!r}.items():
     package = types.ModuleType(name)
     package.__path__ = [folder]
@@ -92,10 +93,7 @@ def worker_count(requested: int | None) -> int:
     text = os.environ.get(ENV, "").strip()
     if not text:
         return min(cores(), DEFAULT_MAX_WORKERS)
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
+    value = int(text) if text.isascii() and text.isdigit() else 0
     if value < 1:
         from traceview.errors import UsageError
 
@@ -210,7 +208,7 @@ class Helpers:
         try:  # started now: each imports its modules while this process reads on
             for _ in range(count):
                 process = subprocess.Popen(
-                    [sys.executable, "-c", _BOOT],
+                    [sys.executable, "-P", "-c", _BOOT],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,

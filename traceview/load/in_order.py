@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceview.load import helpers
 from traceview.load.helpers import Helpers
 
 # the blocks a load reads before it starts helper processes, unless its text is known to
@@ -31,8 +32,9 @@ BLOCKS_PER_HELPER = 4
 
 def helpers_for(workers: int, blocks: int) -> int:
     """The helper processes a load on ``workers`` processes starts for a text expected to
-    hold ``blocks`` blocks: at least one, at most ``workers - 1``."""
-    return max(1, min(workers - 1, blocks // BLOCKS_PER_HELPER))
+    hold ``blocks`` blocks: at least one, at most ``workers - 1`` and one fewer than the
+    cores (``workers`` bounds the cores used; more processes than cores only wait)."""
+    return max(1, min(workers - 1, helpers.cores() - 1, blocks // BLOCKS_PER_HELPER))
 
 
 @dataclass

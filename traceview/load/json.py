@@ -91,6 +91,16 @@ def decode_block(piece: bytes, raw_args: bool) -> Decoded | None:
     )
 
 
+class _CutInsideAnEvent(Exception):  # noqa: N818 - a signal inside this module
+    """The text given as whole events ends inside one (a cut in a string or object)."""
+
+
+def _ends_inside(exc: json.JSONDecodeError, doc: bytes) -> bool:
+    """Whether Python's decoder failed because ``doc`` ends early: a string still open at
+    its end, or the error at its last bytes (the ``]`` the loader put there)."""
+    return exc.msg.startswith("Unterminated string") or exc.pos >= len(doc) - 2
+
+
 # --- the loader ----------------------------------------------------------------------------
 
 
@@ -409,11 +419,16 @@ class _Loader:
         else:
             self._add_events(events, typed_doc=doc)
             return True
-        self._add_events(list(self._parse_lenient(doc, self.total_events, "events")))
+        try:  # the typed decoder stopped at an odd field or value before the piece's end
+            events = self._parse_lenient(doc, self.total_events, "events", cut=not final)
+        except _CutInsideAnEvent:
+            return False
+        self._add_events(list(events))
         return True
 
-    def _parse_lenient(self, doc: bytes, base: int | None, where: str) -> Any:
-        """orjson, else Python's json (which also reads NaN/Infinity), else a clear error."""
+    def _parse_lenient(self, doc: bytes, base: int | None, where: str, cut: bool = False) -> Any:
+        """orjson, else Python's json (which also reads NaN/Infinity), else a clear error;
+        ``cut``: the text may end inside an event (raises :class:`_CutInsideAnEvent`)."""
         try:
             return orjson.loads(doc)
         except orjson.JSONDecodeError:
@@ -421,6 +436,8 @@ class _Loader:
         try:
             return json.loads(doc)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            if cut and isinstance(exc, json.JSONDecodeError) and _ends_inside(exc, doc):
+                raise _CutInsideAnEvent from None
             pos = getattr(exc, "pos", None)
             after = f" (after event #{base - 1})" if base else ""
             at = f" at byte {self.consumed + pos}" if pos is not None else ""
@@ -518,7 +535,8 @@ class _Loader:
         parts = self.parts.pop("begin_end")
         if not parts:
             return
-        rows = pl.concat(parts).sort("idx")
+        # blocks with and without "Input Dims" (or args) have other columns: nulls fill in
+        rows = pl.concat(parts, how="diagonal").sort("idx")
         stacks: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
         complete: list[dict[str, Any]] = []
         for row in rows.iter_rows(named=True):
