@@ -57,3 +57,9 @@ def error_byte(exc: Exception) -> int | None:
     """msgspec's ``(byte N)``: N is one past the offending byte's offset."""
     match = _BYTE_POS.search(str(exc))
     return int(match.group(1)) if match else None
+
+
+def ends_inside(exc: json.JSONDecodeError, doc: bytes) -> bool:
+    """Whether Python's decoder failed because ``doc`` (events given as whole) ends inside
+    one: a string still open at its end, or the error at its last bytes."""
+    return exc.msg.startswith("Unterminated string") or exc.pos >= len(doc) - 2

@@ -31,7 +31,7 @@ import polars as pl
 
 from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning
 from traceview.load import kinds
-from traceview.load.boundaries import array_end, error_byte, last_cut
+from traceview.load.boundaries import array_end, ends_inside, error_byte, last_cut
 from traceview.load.columns import (
     DECODER,
     RAW_ARGS_DECODER,
@@ -93,12 +93,6 @@ def decode_block(piece: bytes, raw_args: bool) -> Decoded | None:
 
 class _CutInsideAnEvent(Exception):  # noqa: N818 - a signal inside this module
     """The text given as whole events ends inside one (a cut in a string or object)."""
-
-
-def _ends_inside(exc: json.JSONDecodeError, doc: bytes) -> bool:
-    """Whether Python's decoder failed because ``doc`` ends early: a string still open at
-    its end, or the error at its last bytes (the ``]`` the loader put there)."""
-    return exc.msg.startswith("Unterminated string") or exc.pos >= len(doc) - 2
 
 
 # --- the loader ----------------------------------------------------------------------------
@@ -436,7 +430,7 @@ class _Loader:
         try:
             return json.loads(doc)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            if cut and isinstance(exc, json.JSONDecodeError) and _ends_inside(exc, doc):
+            if cut and isinstance(exc, json.JSONDecodeError) and ends_inside(exc, doc):
                 raise _CutInsideAnEvent from None
             pos = getattr(exc, "pos", None)
             after = f" (after event #{base - 1})" if base else ""
@@ -531,28 +525,11 @@ class _Loader:
             self.parts["counters"].append(self._cast(frame, COUNTER_SCHEMA))
 
     def _pair_begin_end(self) -> None:
-        """Turn ``B``/``E`` pairs into complete events (matched per pid/tid, as nested)."""
-        parts = self.parts.pop("begin_end")
-        if not parts:
-            return
-        # blocks with and without "Input Dims" (or args) have other columns: nulls fill in
-        rows = pl.concat(parts, how="diagonal").sort("idx")
-        stacks: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
-        complete: list[dict[str, Any]] = []
-        for row in rows.iter_rows(named=True):
-            key = (row["pid"], row["tid"])
-            if row["ph"] == "B":
-                stacks.setdefault(key, []).append(row)
-            elif stacks.get(key):
-                begin = stacks[key].pop()
-                complete.append({**begin, "ph": "X", "dur": row["ts"] - begin["ts"]})
-            else:
-                self.skipped["'E' without a matching 'B'"] += 1
-        unmatched = sum(len(s) for s in stacks.values())
-        if unmatched:
-            self.skipped["'B' without a matching 'E'"] += unmatched
-        if complete:
-            self._add_frame(pl.DataFrame(complete, schema=rows.schema), [], 0)
+        """Turn ``B``/``E`` pairs into complete events (:func:`kinds.pair_begin_end`)."""
+        complete, skipped = kinds.pair_begin_end(self.parts.pop("begin_end"))
+        self.skipped.update(skipped)
+        if complete is not None:
+            self._add_frame(complete, [], 0)
 
     def _finish(self, header: dict[str, Any]) -> Trace:
         self._pair_begin_end()

@@ -133,3 +133,31 @@ def without_copies(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         return kernels, 0
     keep = ~pl.int_range(pl.len(), dtype=pl.UInt32).is_in(copies.implode())
     return kernels.filter(keep), copies.len()
+
+
+def pair_begin_end(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame | None, Counter[str]]:
+    """The ``B``/``E`` rows of every block (:func:`split`'s ``begin_end``) as complete
+    events, matched per pid/tid as nested, in one frame of the blocks' columns (None where
+    none pairs); and the unmatched ones counted."""
+    skipped: Counter[str] = Counter()
+    if not parts:
+        return None, skipped
+    # blocks with and without "Input Dims" (or args) have other columns: nulls fill in
+    rows = pl.concat(parts, how="diagonal").sort("idx")
+    stacks: dict[tuple[object, object], list[dict[str, object]]] = {}
+    complete: list[dict[str, object]] = []
+    for row in rows.iter_rows(named=True):
+        key = (row["pid"], row["tid"])
+        if row["ph"] == "B":
+            stacks.setdefault(key, []).append(row)
+        elif stacks.get(key):
+            begin = stacks[key].pop()
+            complete.append({**begin, "ph": "X", "dur": row["ts"] - begin["ts"]})
+        else:
+            skipped["'E' without a matching 'B'"] += 1
+    unmatched = sum(len(s) for s in stacks.values())
+    if unmatched:
+        skipped["'B' without a matching 'E'"] += unmatched
+    if not complete:
+        return None, skipped
+    return pl.DataFrame(complete, schema=rows.schema), skipped
