@@ -1,13 +1,14 @@
 """Helper processes that decode blocks of a JSON trace beside the loading process.
 
 The typed decoder builds a Python object per event and holds the GIL while it does, so
-threads cannot share the work; a helper is a fresh interpreter (``python -c``, never a
+threads cannot share the work; a helper is a fresh interpreter (``python -P -c``, never a
 fork: a forked child of a process that ran polars' thread pool can deadlock, and
-``multiprocessing`` would import the caller's ``__main__`` again). Each helper is owned by
-one thread of this process, which sends it a block over its stdin and reads the block's
-frames back from its stdout: the thread waits in ``read``/``write`` without the GIL, so
-the loading process goes on decoding blocks itself meanwhile. A helper that cannot start,
-dies or answers nonsense is given no more blocks; the blocks it held are decoded here.
+``multiprocessing`` would import the caller's ``__main__`` again). Each helper is fed by
+two threads of this process: a writer that sends it blocks over its stdin and a reader
+that takes the blocks' frames back from its stdout. Both wait in ``write``/``read``
+without the GIL, so the loading process goes on decoding blocks itself meanwhile. A
+helper that cannot start, dies or answers nonsense ends the helpers' work; the blocks
+they held are decoded here.
 
 The wire: a 16-byte mark, an 8-byte little-endian length, then a pickle. Both ends are
 this package, in this interpreter's version, started by this process: nothing else writes
@@ -25,11 +26,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-
-try:
-    import fcntl
-except ImportError:  # Windows: pipes keep their size
-    fcntl = None  # type: ignore[assignment]
 import pickle
 import queue
 import struct
@@ -41,12 +37,17 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, cast
 
+try:
+    import fcntl
+except ImportError:  # Windows: pipes keep their size
+    fcntl = None  # type: ignore[assignment]
+
 ENV = "TRACEVIEW_WORKERS"
 _MAGIC = b"traceview-block\x01"  # each message starts so, then its length
 _HEADER = struct.Struct("<16sQ")
 _PIECE = 8 << 20  # a message is read this much at a time
 _PIPE_BYTES = 1 << 20
-_EXIT_WAIT_S = 30  # a helper given no more blocks ends once it answers the one it holds
+_EXIT_WAIT_S = 30  # a helper given no more blocks ends once it answers those it holds
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding traceview/
 
 # A helper's program, run with -P (the current folder is not put on sys.path: a queue.py
@@ -176,15 +177,17 @@ class _Helper:
                 answer = _receive(stdout)
                 if answer is not None and not isinstance(answer, self.owner.answer):
                     raise ValueError(f"a helper answered a {type(answer).__name__}")
-            except EOFError:
-                break  # it ended: every block it took was answered, or it died
+            except EOFError:  # it ended: every block it took was answered, or it died
+                if self.given > self.taken:
+                    self.owner.fail(self)
+                break
             except Exception:  # nonsense: this helper's blocks are decoded by the loader
                 self.owner.fail(self)
                 break
             future = self.sent.get()
-            if future is None:  # an answer to no block
+            if future is None:  # an answer to no block, after the last: nothing to drain
                 self.owner.fail(self)
-                break
+                return
             if answer is not None:
                 self.answered += 1
             self.taken += 1
