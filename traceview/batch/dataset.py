@@ -33,7 +33,6 @@ import polars as pl
 from traceview.batch.store import HOST, LocalStore, Store, open_store, to_frame
 from traceview.errors import TraceviewError
 from traceview.load import remote
-from traceview.load.cache import content_digest
 
 TABLES = ("traces", "steps", "families", "gaps", "errors")
 # the tables a trace's traces/ row commits (errors/ rows stand alone)
@@ -61,11 +60,16 @@ def _store(dataset: Dataset) -> Store:
 
 
 def content_hash(path: str | os.PathLike[str]) -> str:
-    """The trace's identity in the dataset: BLAKE2b (128 bits) of its bytes, as hex (the
-    loaded-trace cache's content key, :func:`traceview.load.cache.content_digest`; for an
+    """The trace's identity in the dataset: BLAKE2b (128 bits) of its bytes, as hex (for an
     object, :func:`traceview.load.remote.digest`, the same digest)."""
     name = os.fspath(path)
-    return remote.digest(name) if remote.is_url(name) else content_digest(name)
+    if remote.is_url(name):
+        return remote.digest(name)
+    h = hashlib.blake2b(digest_size=16)
+    with open(name, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 FORMAT = 4  # bump when a table's columns or a column's meaning change
