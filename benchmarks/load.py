@@ -586,9 +586,14 @@ def peak_rss() -> int:
 
 def measure(approach: str, path: Path, repeat: int, python: str = sys.executable) -> dict | None:
     best = None
+    # each approach runs as a user's process does, with Python's byte-code cache on (a
+    # shell that sets PYTHONDONTWRITEBYTECODE would make traceview's import compile its
+    # modules every time: 0.2 s of a re-open here)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for _ in range(repeat):
         with subprocess.Popen(
             [python, __file__, "--child", approach, str(path)],
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
