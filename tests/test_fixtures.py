@@ -11,7 +11,7 @@ from conftest import GENERATED, ROOT, truth
 from fixtures.engine import SCENARIOS
 
 
-@pytest.mark.slow  # CI also runs python -m fixtures.generate --check
+@pytest.mark.slow  # CI's check of the generated fixtures
 def test_committed_fixtures_are_up_to_date() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "fixtures.generate", "--check"],
