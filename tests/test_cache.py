@@ -214,19 +214,25 @@ def test_a_truncated_trace_is_never_stored(cache_dir: Path, tmp_path: Path) -> N
 def test_changed_bytes_inside_an_entry_are_never_served(
     cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A bit flipped in a frame file (here the kernels' durations) is caught by the entry's
-    own digest: the entry is dropped, the trace parsed again and the entry replaced."""
+    """A bit flipped in a frame file (here the kernels' durations) is caught by the size and
+    CRC-32 the entry stores: the entry is dropped, the trace parsed again and the entry
+    replaced."""
     path = tmp_path / "t.json.gz"
     shutil.copy(GENERATED / "hybrid_chunked.json.gz", path)
     first = tv.load(path, options=ALWAYS)
+    parses = []
+    parse = loading.read_json
+    monkeypatch.setattr(loading, "read_json", lambda *a, **k: parses.append(1) or parse(*a, **k))
     frame = cache_dir / _key_of(path) / "kernels.arrow"
     data = bytearray(frame.read_bytes())
     data[len(data) // 2] ^= 0xFF
     frame.write_bytes(bytes(data))
     _same(tv.load(path, options=ALWAYS), first)
+    assert len(parses) == 1, "a damaged entry was served"
     # an emptied frame file too
     frame.write_bytes(b"")
     _same(tv.load(path, options=ALWAYS), first)
+    assert len(parses) == 2, "an emptied frame file was served"
     _no_parse(monkeypatch)  # replaced: the next open reads it
     _same(tv.load(path, options=ALWAYS), first)
 

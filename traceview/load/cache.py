@@ -142,7 +142,7 @@ def _key(digest: str, variant: str) -> str:
 
 def get(path: str, variant: str, digest: str) -> Trace | None:
     """The cached trace of the content ``digest`` (of ``path``), or None: absent, or an
-    entry that is damaged (a frame whose bytes do not match the digest stored with it, a
+    entry that is damaged (a frame whose size or CRC-32 is not the one stored with it, a
     missing file, an unreadable one), which is removed so the next store replaces it."""
     entry = cache_dir() / _key(digest, variant)
     meta_file = entry / "meta.json"
