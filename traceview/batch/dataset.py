@@ -65,11 +65,8 @@ def content_hash(path: str | os.PathLike[str]) -> str:
     name = os.fspath(path)
     if remote.is_url(name):
         return remote.digest(name)
-    h = hashlib.blake2b(digest_size=16)
     with open(name, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+        return remote.stream_digest(f)
 
 
 FORMAT = 4  # bump when a table's columns or a column's meaning change

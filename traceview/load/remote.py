@@ -515,10 +515,16 @@ def upload(local: str, url: str) -> None:
 def digest(url: str) -> str:
     """BLAKE2b-128 of the object's bytes (read whole, in blocks): a trace's identity in a
     dataset, the same digest a local copy of it has."""
-    h = hashlib.blake2b(digest_size=16)
     with open_binary(url) as f:
-        while chunk := f.read(8 << 20):
-            h.update(chunk)
+        return stream_digest(f)
+
+
+def stream_digest(stream: BinaryIO) -> str:
+    """BLAKE2b-128 of what is left to read of ``stream``, read in blocks, as hex: the
+    digest :func:`digest` gives an object and a dataset gives a local file."""
+    h = hashlib.blake2b(digest_size=16)
+    while chunk := stream.read(8 << 20):
+        h.update(chunk)
     return h.hexdigest()
 
 
