@@ -164,7 +164,6 @@ def _assert_same_dataset(a: Path, b: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("ray")  # one Ray instance at a time (CI: --dist loadgroup)
 def test_ray_writes_the_same_rows(runs: Path, tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     local, remote = tmp_path / "local", tmp_path / "ray"
@@ -343,7 +342,6 @@ def test_a_scan_in_which_every_trace_failed_exits_2(runs: Path, tmp_path: Path) 
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("ray")  # one Ray instance at a time (CI: --dist loadgroup)
 def test_a_ray_address_where_nothing_listens_fails_within_the_timeout(
     runs: Path, tmp_path: Path
 ) -> None:
@@ -362,7 +360,6 @@ def test_a_ray_address_where_nothing_listens_fails_within_the_timeout(
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("ray")  # one Ray instance at a time (CI: --dist loadgroup)
 def test_a_ray_worker_needs_only_the_traces_bytes(runs: Path, tmp_path: Path) -> None:
     """The Ray task sees a trace's bytes, never its path nor the dataset: analysed under a
     path that exists nowhere here, it gives the rows the local scan writes."""
@@ -389,7 +386,6 @@ def test_a_ray_worker_needs_only_the_traces_bytes(runs: Path, tmp_path: Path) ->
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("ray")  # one Ray instance at a time (CI: --dist loadgroup)
 def test_ray_start_head_cluster_writes_the_same_rows(runs: Path, tmp_path: Path) -> None:
     """A cluster as users run one: `ray start --head` on 127.0.0.1 in a subprocess, the
     scan joining it."""
