@@ -104,16 +104,15 @@ def truth(name: str) -> dict:
     return json.loads((GENERATED / f"{name}.truth.json").read_text())
 
 
-# The fixtures every per-fixture test sweeps in the default run; the others add variations
-# (layer spacing, an unknown recurrent kernel, FlashInfer's tensor-core decode, the re-feed
-# twin) that tests naming them check by name, and CI sweeps them all (pytest -m slow).
+# The fixtures every per-fixture test sweeps in the default run (hybrid chunked prefill with
+# CPU ranges, no launches, SGLang, old vLLM's names, capture then serve); the others add
+# variations (GPU ranges, extend steps, detailed vLLM ranges, layer spacing, an unknown
+# recurrent kernel, FlashInfer's tensor-core decode, the re-feed twin) that tests naming them
+# check by name, and CI sweeps them all (pytest -m slow).
 DEFAULT_SWEEP = {
     "hybrid_chunked",
-    "hybrid_monolithic",
     "hybrid_tight",
     "dense_sglang",
-    "dense_sglang_extend",
-    "dense_vllm_detailed",
     "hybrid_vllm_old",
     "vllm_capture_then_serve",
 }

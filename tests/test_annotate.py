@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from conftest import GENERATED, SCENARIO_NAMES, real_traces, trace_params
+from conftest import DEFAULT_SWEEP, GENERATED, SCENARIO_NAMES, real_traces, trace_params
 
 import traceview as tv
 from traceview.cli import cli
@@ -36,7 +36,9 @@ def _overlay(path: Path, device: int) -> pl.DataFrame:
     )
 
 
-@pytest.mark.parametrize("source", trace_params(TRACES))
+@pytest.mark.parametrize(
+    "source", trace_params(TRACES, fixture_sample={f"{n}.json.gz" for n in DEFAULT_SWEEP})
+)
 def test_an_annotated_trace_keeps_the_original_and_summarizes_the_same(
     source: Path, tmp_path: Path
 ) -> None:

@@ -211,6 +211,7 @@ def _kernels_text(n: int, array_form: bool) -> tuple[bytes, list[tuple[int, int]
     return b"".join(parts), ends
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("array_form", [False, True], ids=["object", "array"])
 @pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
 def test_a_trace_cut_anywhere_loads_every_complete_event(

@@ -106,6 +106,7 @@ def test_a_capture_only_trace_has_a_step_table_with_no_rows(name: str) -> None:
     assert out.exit_code == 0 and json.loads(out.stdout) == []
 
 
+@pytest.mark.slow
 def test_the_shared_capture_trace_has_no_invented_steps() -> None:
     path = SHARED_TRACES / "tracelens" / "rocm-mi-vllm-graph-capture-rank0.pt.trace.json.gz"
     if not path.exists():
@@ -133,6 +134,7 @@ def test_prefill_alone_steps_are_prefill_and_hold_no_decode_gaps() -> None:
     assert doc["steps"]["cadence_by_kind"]["prefill"]["n"] == 0  # each prefill step alone
 
 
+@pytest.mark.slow
 def test_a_trace_of_prefill_steps_only_says_no_decode_steps(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = SHARED_TRACES / "tracelens" / "b200-vllm-eager.json.gz"
     if not path.exists():

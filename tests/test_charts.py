@@ -49,6 +49,7 @@ def test_heartbeat_data_is_the_planted_steps(scenario: str) -> None:
             )
 
 
+@pytest.mark.slow
 def test_heartbeat_figure_draws_that_data(chunked: tv.Summary) -> None:
     data = heartbeat_data(chunked)
     fig = heartbeat_figure([data])
@@ -67,6 +68,7 @@ def test_heartbeat_figure_draws_that_data(chunked: tv.Summary) -> None:
     assert main.get_ylabel() == "step-to-step interval (ms)"
 
 
+@pytest.mark.slow
 def test_comparison_shares_scales() -> None:
     a = tv.summarize(tv.load(GENERATED / "hybrid_monolithic.json.gz"))
     b = tv.summarize(tv.load(GENERATED / "hybrid_chunked.json.gz"))
@@ -102,7 +104,12 @@ def test_plot_on_a_given_axes(chunked: tv.Summary) -> None:
 
 
 @pytest.mark.parametrize(
-    ("suffix", "magic"), [(".png", b"\x89PNG"), (".svg", b"<?xml"), (".pdf", b"%PDF")]
+    ("suffix", "magic"),
+    [
+        (".png", b"\x89PNG"),
+        pytest.param(".svg", b"<?xml", marks=pytest.mark.slow),
+        pytest.param(".pdf", b"%PDF", marks=pytest.mark.slow),
+    ],
 )
 def test_cli_writes_valid_files(tmp_path: Path, suffix: str, magic: bytes) -> None:
     out = tmp_path / f"hb{suffix}"
@@ -123,6 +130,7 @@ def test_cli_writes_valid_files(tmp_path: Path, suffix: str, magic: bytes) -> No
     assert result.exit_code == 0 and gaps.read_bytes().startswith(magic)
 
 
+@pytest.mark.slow
 def test_cli_comparison_window_and_style(tmp_path: Path) -> None:
     out = tmp_path / "cmp.png"
     result = CliRunner().invoke(
@@ -166,6 +174,7 @@ def test_cli_chart_errors(
     assert message in result.stderr and "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_a_single_step_trace_draws_its_timeline_by_family(tmp_path: Path) -> None:
     """Issue 21, item 7: with fewer than 2 steps there is no cadence; the heartbeat draws
     the step's device activity per family and says so, and the report does the same."""

@@ -138,6 +138,7 @@ def test_summarize_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert result.exit_code == 2 and "no per-step annotations" in result.stderr
 
 
+@pytest.mark.slow
 def test_steps_export_formats(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import polars as pl
 

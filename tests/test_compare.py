@@ -109,6 +109,7 @@ def test_workload_is_shown_never_judged_and_the_headline_is_decode_cadence(
     assert p90["verdict"] == "worse" and p90["ratio"] > 3
 
 
+@pytest.mark.slow
 def test_identical_inputs_say_nothing_changed_in_one_line(s: dict[str, tv.Summary]) -> None:
     path = str(GENERATED / "hybrid_chunked.json.gz")
     assert diff(s["hybrid_chunked"], s["hybrid_chunked"]).unchanged
@@ -139,6 +140,7 @@ def test_chunked_vs_monolithic(s: dict[str, tv.Summary]) -> None:
     assert "(n 0 → 9)" in new["metric"]
 
 
+@pytest.mark.slow
 def test_diff_outputs(s: dict[str, tv.Summary], tmp_path: Path) -> None:
     a, b = (str(GENERATED / f"{n}.json.gz") for n in ("hybrid_chunked", "hybrid_refeed"))
     md = CliRunner().invoke(cli, ["diff", a, b, "--format", "markdown"])
@@ -226,6 +228,7 @@ def test_check_bounds_on_token_counts(s: dict[str, tv.Summary]) -> None:
     )
 
 
+@pytest.mark.slow
 def test_bounds_exit_codes_exactly_where_they_should(s: dict[str, tv.Summary]) -> None:
     t = truth("hybrid_chunked")
     p99 = next(g for g in t["decode_gaps"] if g["population"] == "decode")["p99_ns"]
@@ -258,6 +261,7 @@ def test_bounds_exit_codes_exactly_where_they_should(s: dict[str, tv.Summary]) -
     assert ok.exit_code == 0 and json.loads(ok.stdout)["checks"][0]["value"] == mixed
 
 
+@pytest.mark.slow
 def test_baseline_regression(s: dict[str, tv.Summary]) -> None:
     a, b = (str(GENERATED / f"{n}.json.gz") for n in ("hybrid_chunked", "hybrid_refeed"))
     same = CliRunner().invoke(cli, ["check", a, "--baseline", a, "--max-regression", "1%"])

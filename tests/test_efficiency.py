@@ -348,6 +348,7 @@ def test_real_gemm_flops_match_a_stdlib_reading(name: str) -> None:
     assert kernel_flops > 0
 
 
+@pytest.mark.slow
 def test_heartbeat_efficiency_panel_and_report_table(tmp_path: Path) -> None:
     from traceview.render.charts import heartbeat_data
 
@@ -411,6 +412,7 @@ def test_context_from_record_shapes_counts_attention() -> None:
         assert 0 < r["mfu"] < 1
 
 
+@pytest.mark.slow
 def test_convolution_work_reads_stride_and_padding() -> None:
     """OWLv2's patch embedding, a 14×14 convolution of stride 14 over a 1008×1008 image:
     its FLOPs from the recorded stride, padding and dilation, by hand, and they reach the

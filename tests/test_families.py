@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -244,6 +245,12 @@ REAL = [
 ]
 
 
+@functools.cache
+def _kernels(trace: str) -> pl.DataFrame:
+    """One trace's kernel table, read once for all its cases (37 cases, 14 traces)."""
+    return tv.kernels(tv.load(SHARED_TRACES / trace))
+
+
 @pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is not present")
 @pytest.mark.parametrize(
     ("trace", "prefix", "family", "why"), REAL, ids=[f"{p[:40]}->{f}" for _, p, f, _ in REAL]
@@ -251,12 +258,13 @@ REAL = [
 def test_real_kernel_names_land_in_their_family(
     trace: str, prefix: str, family: str, why: str
 ) -> None:
-    table = tv.kernels(tv.load(SHARED_TRACES / trace))
+    table = _kernels(trace)
     rows = table.filter(pl.col("name").str.starts_with(prefix))
     assert rows.height > 0, f"no kernel named {prefix}… in {trace}"
     assert set(rows["family"].to_list()) == {family}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is not present")
 def test_eager_attention_softmax_is_attention() -> None:
     """HF OWLv2 runs eager attention: QK^T, then ``aten::softmax``, then ·V. Its record_shapes

@@ -69,6 +69,7 @@ def test_terminal_makes_every_control_visible() -> None:
     assert terminal("tab\tand newline\n[b]µs·") == "tab\tand newline\n[b]µs·"
 
 
+@pytest.mark.slow
 def test_dollar_signs_in_names_and_titles_are_text_not_math(tmp_path: Path) -> None:
     """A ``$`` in a file name or --title once ended the chart commands in a mathtext
     traceback."""
@@ -113,6 +114,7 @@ def test_markdown_diff_keeps_its_table_shape(tmp_path: Path) -> None:
     assert "a`|.json.gz" in header
 
 
+@pytest.mark.slow
 def test_report_sections_survive_script_text_in_names(tmp_path: Path) -> None:
     """``<!--<script>`` in a GPU name once made a browser's parser swallow the second summary
     and the diff, and the embedded JSON became invalid. html5lib parses as browsers do."""
@@ -141,6 +143,7 @@ def test_report_sections_survive_script_text_in_names(tmp_path: Path) -> None:
     assert not [e for e in page.iter() if e.tag == "a"]
 
 
+@pytest.mark.slow
 def test_hostile_names_through_the_writing_commands(hostile: Path, tmp_path: Path) -> None:
     """The commands that write files and the dataset scan take the hostile trace too: no
     traceback, no raw control byte on the terminal, and their files read back."""

@@ -117,6 +117,7 @@ SHAPES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("shape", "size", "outcome"), SHAPES)
 def test_a_small_file_is_read_in_bounded_memory_and_time(
     tmp_path: Path, shape: object, size: int, outcome: str

@@ -40,7 +40,10 @@ def _read_only() -> bool:
 
 
 @pytest.mark.skipif(not READ_ONLY.is_dir() or not _read_only(), reason="needs a read-only /sys")
-@pytest.mark.parametrize("command", sorted(WRITERS))
+@pytest.mark.parametrize(
+    "command",
+    [pytest.param(c, marks=pytest.mark.slow) if c == "report" else c for c in sorted(WRITERS)],
+)
 def test_an_output_in_a_read_only_folder_is_one_line(command: str) -> None:
     args, name = WRITERS[command]
     target = READ_ONLY / name
@@ -53,6 +56,7 @@ def test_an_output_in_a_read_only_folder_is_one_line(command: str) -> None:
     assert not target.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 @pytest.mark.parametrize(
     "args", [["summarize", TRACE, "--json"], ["steps", TRACE, "--format", "csv"]]
@@ -73,6 +77,7 @@ def test_standard_output_on_a_full_device_is_one_line(args: list[str]) -> None:
     assert len(errors) == 1 and "No space left on device" in errors[0], proc.stderr
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
     """``traceview sql … | head -1``: no BrokenPipeError traceback, and no "Error:" line
     from the net that turns other refused writes into one (it ended quietly before it)."""

@@ -78,7 +78,10 @@ ODD_URLS = [
 ]
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize(
+    "command",
+    [pytest.param(c, marks=pytest.mark.slow) if c == "annotate" else c for c in sorted(COMMANDS)],
+)
 def test_an_output_url_that_names_a_folder_is_refused_before_staging(
     bucket: str, sandbox: list[Path], command: str
 ) -> None:
@@ -94,7 +97,11 @@ def test_an_output_url_that_names_a_folder_is_refused_before_staging(
         ], (command, url)
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
+# the default run stages one command's output; CI's slow run stages every one
+@pytest.mark.parametrize(
+    "command",
+    [c if c == "steps" else pytest.param(c, marks=pytest.mark.slow) for c in sorted(COMMANDS)],
+)
 def test_every_output_form_leaves_the_users_files(
     bucket: str, sandbox: list[Path], command: str
 ) -> None:
@@ -132,6 +139,7 @@ def test_a_command_that_fails_after_staging_removes_only_its_folder(
     _survived(sandbox, "failed gaps")
 
 
+@pytest.mark.slow
 def test_scan_and_a_run_annotation_leave_the_users_files(bucket: str, sandbox: list[Path]) -> None:
     r = CliRunner().invoke(cli, ["scan", TRACE, "-o", "s3://bkt/ds", "-j", "1"])
     assert r.exit_code == 0, r.stderr

@@ -112,7 +112,8 @@ def test_the_documents_name_it_escaped(folder: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("command", "suffix"), [("heartbeat", "png"), ("gaps", "png"), ("report", "html")]
+    ("command", "suffix"),
+    [("heartbeat", "png"), ("gaps", "png"), pytest.param("report", "html", marks=pytest.mark.slow)],
 )
 def test_the_charts_and_the_report_title_it_escaped(
     folder: Path, tmp_path: Path, command: str, suffix: str

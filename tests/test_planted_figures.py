@@ -55,6 +55,7 @@ def _busy_row_as_planned(row: dict, t: dict, device: int) -> None:
     assert row["fraction"] == pytest.approx(b["fraction"], rel=DOC_REL)
 
 
+@pytest.mark.slow
 def test_the_default_device_is_the_one_with_the_most_kernel_time(
     two: tuple[tv.Trace, dict, dict],
 ) -> None:
@@ -73,6 +74,7 @@ def test_the_default_device_is_the_one_with_the_most_kernel_time(
     assert gaps.height == next(g["n"] for g in first["decode_gaps"] if g["population"] == "all")
 
 
+@pytest.mark.slow
 def test_device_1_gives_the_second_plans_figures(two: tuple[tv.Trace, dict, dict]) -> None:
     """``device=1`` on every surface: the summary, steps (found from its kernels: it has
     no annotations), decode gaps, busy and families are the second plan's."""

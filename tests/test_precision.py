@@ -37,6 +37,7 @@ def test_line_ends_are_the_exact_least_squares_line(seed: int) -> None:
     assert line_ends(y) == _centred_fit_ends(y)
 
 
+@pytest.mark.slow
 def test_prefill_growth_of_every_fixture_equals_the_exact_fit() -> None:
     checked = 0
     for name in SCENARIO_NAMES:

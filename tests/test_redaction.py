@@ -210,6 +210,7 @@ def test_an_endpoint_url_with_credentials_is_not_echoed(monkeypatch: pytest.Monk
     _clean(r.stdout, r.stderr)
 
 
+@pytest.mark.slow
 def test_a_run_document_names_its_ranks_without_credentials(host: str, tmp_path: Path) -> None:
     urls = [_with_password(host, "hybrid_chunked.json.gz"), _signed(host, "dense_sglang.json.gz")]
     doc = json.loads(_run("summarize", *urls, "--json", "-j", "1").stdout)
@@ -292,6 +293,7 @@ def test_an_object_with_a_version_is_still_skipped_unread(
     _clean(_every_cell(tmp_path / "ds"))
 
 
+@pytest.mark.slow
 def test_the_report_names_no_credential(host: str, tmp_path: Path) -> None:
     both = f"http://user:PASSWORD@{host}/hybrid_chunked.json.gz?{SIGNING}"
     page = tmp_path / "r.html"
@@ -301,6 +303,7 @@ def test_the_report_names_no_credential(host: str, tmp_path: Path) -> None:
     assert f"REDACTED@{host}/hybrid_chunked.json.gz?" in html and "versionId=keep" in html
 
 
+@pytest.mark.slow
 def test_annotate_and_the_charts_name_no_credential(host: str, tmp_path: Path) -> None:
     signed = _signed(host, "hybrid_chunked.json.gz")
     with_password = _with_password(host, "dense_sglang.json.gz")

@@ -48,6 +48,7 @@ def test_an_s3_object_summarizes_as_the_local_file(endpoint: str, name: str) -> 
     assert _without_path(remote) == _without_path(local)
 
 
+@pytest.mark.slow
 def test_steps_heartbeat_and_http(endpoint: str, tmp_path: Path) -> None:
     url = "s3://traces/runs/hybrid_chunked.json.gz"
     out = tmp_path / "steps.csv"

@@ -134,6 +134,7 @@ def test_a_folder_of_rank_objects_is_the_same_run(
     assert json.loads(text) == remote_doc
 
 
+@pytest.mark.slow
 def test_a_glob_url_is_read_as_a_local_glob(bucket: str, tree: Path, tmp_path: Path) -> None:
     run = _run_doc([f"{RUNS}/tp2/*.json.gz"])
     assert (
@@ -152,7 +153,7 @@ def test_a_glob_url_is_read_as_a_local_glob(bucket: str, tree: Path, tmp_path: P
     )
 
 
-@pytest.mark.slow  # 8 s: the default run keeps the second-scan and truncation tests
+@pytest.mark.slow  # 8 s: CI's slow run has it (the default run stays under 2 minutes)
 def test_scan_from_s3_into_s3_equals_a_local_scan(bucket: str, tree: Path, tmp_path: Path) -> None:
     local = tmp_path / "local"
     report = scan([str(tree)], local, ScanOptions(jobs=2))
@@ -384,6 +385,7 @@ def test_a_ray_cluster_reads_the_inputs_from_the_bucket_only(bucket: str, tmp_pa
         subprocess.run([str(ray_cli), "stop", "--force"], env=env, capture_output=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_objects_without_a_version_are_read_again_and_skipped_by_content(
     tree: Path, tmp_path: Path
 ) -> None:
@@ -420,6 +422,7 @@ def test_objects_without_a_version_are_read_again_and_skipped_by_content(
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_a_truncated_object_is_said_and_marked(bucket: str, tmp_path: Path) -> None:
     """Issue 32: ``scan s3://…`` and a run of objects took a truncated object for whole,
     silently. Both say it once, and its row carries the planted cut."""

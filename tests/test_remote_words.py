@@ -69,6 +69,7 @@ def test_an_output_in_a_bucket_that_does_not_exist_is_refused_before_any_work(
     ]
 
 
+@pytest.mark.slow
 def test_an_upper_case_scheme_is_the_same_scheme(bucket: str) -> None:
     lower = CliRunner().invoke(cli, ["info", TRACE])
     upper = CliRunner().invoke(cli, ["info", "S3://bkt/in/t.json.gz"])

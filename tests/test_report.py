@@ -77,6 +77,7 @@ def _page(tmp_path: Path, *traces: Path) -> tuple[Path, Page]:
     return out, page
 
 
+@pytest.mark.slow
 def test_the_page_holds_the_summarys_figures(tmp_path: Path) -> None:
     _, page = _page(tmp_path, A)
     doc = tv.summarize(tv.load(A)).to_dict()
@@ -95,6 +96,7 @@ def test_the_page_holds_the_summarys_figures(tmp_path: Path) -> None:
     assert "diff" not in page.tables
 
 
+@pytest.mark.slow
 def test_two_traces_give_the_diff_and_both_heartbeats(tmp_path: Path) -> None:
     out, page = _page(tmp_path, A, B)
     diff = json.loads(page.scripts["traceview-diff"])

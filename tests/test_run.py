@@ -35,6 +35,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, RankR
     return out, truth, run
 
 
+@pytest.mark.slow
 def test_the_straggler_and_skew_equal_the_plan(planted: tuple[Path, dict, RankRun]) -> None:
     out, truth, run = planted
     result = summarize_run([str(out)], RunOptions(jobs=2))  # through the process pool
@@ -63,6 +64,7 @@ def test_the_straggler_and_skew_equal_the_plan(planted: tuple[Path, dict, RankRu
     assert kernels == truth["kernels"]
 
 
+@pytest.mark.slow
 def test_each_ranks_breakdown_and_dependency_idle_equal_the_plan(
     planted: tuple[Path, dict, RankRun],
 ) -> None:
@@ -86,6 +88,7 @@ def test_each_ranks_breakdown_and_dependency_idle_equal_the_plan(
     assert "coll. wait" in shown and "dep. idle" in shown
 
 
+@pytest.mark.slow
 def test_the_pool_and_one_process_agree(planted: tuple[Path, dict, RankRun]) -> None:
     out = planted[0]
     one = summarize_run([str(out)], RunOptions(jobs=1)).to_dict()
@@ -131,6 +134,7 @@ def _cpu_only(path: Path) -> Path:
     return tb.write(path)
 
 
+@pytest.mark.slow
 def test_frontend_traces_are_skipped_and_bad_runs_are_one_line(
     planted: tuple[Path, dict, RankRun], tmp_path: Path
 ) -> None:
@@ -260,6 +264,7 @@ def _independent_busy(path: Path) -> tuple[int, float]:
     return len(iv), busy / window
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not DLRM.is_dir(), reason="../shared/traces is not present")
 def test_the_real_8_rank_directory() -> None:
     doc = summarize_run([str(DLRM)], RunOptions(jobs=2)).to_dict()
@@ -324,6 +329,7 @@ def _said_once_and_marked(stdout: str | bytes, stderr: bytes, cuts: tuple[int, i
     assert b"rank0-\\x1b[31m.json.gz: truncated" in stderr
 
 
+@pytest.mark.slow
 def test_a_truncated_rank_is_said_once_and_marked_in_its_row(tmp_path: Path) -> None:
     """Issue 32: a run's truncated trace was said nowhere (the loader's warning is ignored
     under the command's filter). The command says it once per trace, escaped, the

@@ -55,6 +55,7 @@ def _table(dataset: Path, name: str) -> pl.DataFrame:
     return pl.read_parquet(dataset / name / "*.parquet")
 
 
+@pytest.mark.slow
 def test_the_dataset_holds_each_traces_summary(runs: Path, tmp_path: Path) -> None:
     before = _digests(runs)
     ds = tmp_path / "ds"
@@ -88,6 +89,7 @@ def test_the_dataset_holds_each_traces_summary(runs: Path, tmp_path: Path) -> No
     assert set(traces["engine"].drop_nulls().to_list()) == {"vllm", "sglang"}
 
 
+@pytest.mark.slow
 def test_polars_and_duckdb_read_the_same(runs: Path, tmp_path: Path) -> None:
     duckdb = pytest.importorskip("duckdb")
     ds = tmp_path / "ds"
@@ -108,6 +110,7 @@ def test_polars_and_duckdb_read_the_same(runs: Path, tmp_path: Path) -> None:
     assert n[0][0] == pl.read_parquet(ds / "steps" / "*.parquet").height
 
 
+@pytest.mark.slow
 def test_a_second_scan_skips_what_is_there(runs: Path, tmp_path: Path) -> None:
     ds = tmp_path / "ds"
     first = scan([str(runs / "*")], ds, ScanOptions(jobs=1))
@@ -177,6 +180,7 @@ def test_ray_writes_the_same_rows(runs: Path, tmp_path: Path) -> None:
     _assert_same_dataset(local, remote)
 
 
+@pytest.mark.slow
 def test_the_datasets_doc_examples_run(runs: Path, tmp_path: Path) -> None:
     duckdb = pytest.importorskip("duckdb")
     ds = tmp_path / "DATASET"
@@ -198,6 +202,7 @@ def test_the_datasets_doc_examples_run(runs: Path, tmp_path: Path) -> None:
     assert by_run["tp2_b"] == 0
 
 
+@pytest.mark.slow
 def test_the_datasets_doc_defines_every_column_of_every_table(runs: Path, tmp_path: Path) -> None:
     """docs/datasets.md has a table per dataset table; each of its rows names columns in its
     first cell. Every column the scan writes is named there (``ns_<family>`` stands for the
@@ -217,6 +222,7 @@ def test_the_datasets_doc_defines_every_column_of_every_table(runs: Path, tmp_pa
         assert columns <= documented, f"{table}/: undocumented {sorted(columns - documented)}"
 
 
+@pytest.mark.slow
 def test_sidecar_files_are_left_out_not_failed(tmp_path: Path) -> None:
     """A fixture folder holds *.truth.json beside each trace, and charts and pages beside
     them: scan leaves those out instead of counting failures (issue 21)."""
@@ -254,6 +260,7 @@ def _tree(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_scan_recurses_and_names_runs_by_the_tree(tmp_path: Path) -> None:
     root = _tree(tmp_path / "root")
     ds = tmp_path / "ds"

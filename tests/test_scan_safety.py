@@ -82,6 +82,7 @@ def test_a_sweep_removes_only_its_own_and_dead_writers_files(tmp_path: Path) -> 
     assert all(f.exists() == (k not in gone) for k, f in files.items())
 
 
+@pytest.mark.slow
 def test_readers_see_committed_traces_and_the_next_scan_removes_orphans(
     traces: Path, tmp_path: Path
 ) -> None:
@@ -197,6 +198,7 @@ def test_the_output_must_be_a_dataset_a_new_folder_or_forced(traces: Path, tmp_p
     assert (busy / "notes.txt").read_text() == "keep" and (busy / "traces").is_dir()
 
 
+@pytest.mark.slow
 def test_workers_print_no_trace_text_raw(tmp_path: Path) -> None:
     """A pool worker follows the command's warning filters: the loader's warning about a
     truncated trace whose name holds an ESC byte and markup is not printed raw by the

@@ -194,6 +194,7 @@ def test_launch_latency_equals_a_correlation_join(scenario: str) -> None:
     assert row["max_ns"] == lat.max()
 
 
+@pytest.mark.slow
 def test_memcpy_summary_reads_bytes_from_args() -> None:
     path = next((p for p in real_traces() if p.name == "b200-vllm-eager.json.gz"), None)
     if path is None:
@@ -480,6 +481,7 @@ def test_both_engines_give_the_same_rows(query: str) -> None:
     assert embedded.rows() == perfetto.rows()
 
 
+@pytest.mark.slow
 def test_docs_sql_examples_run() -> None:
     text = (ROOT / "docs" / "sql.md").read_text()
     blocks = re.findall(r"```sql\n(.*?)```", text, flags=re.S)
@@ -498,7 +500,13 @@ PERFETTO_FLOWS = {
 
 
 @pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is not present")
-@pytest.mark.parametrize(("name", "count"), sorted(PERFETTO_FLOWS.items()))
+@pytest.mark.parametrize(
+    ("name", "count"),
+    [
+        pytest.param(n, c, marks=pytest.mark.slow) if n.startswith("hta/") else (n, c)
+        for n, c in sorted(PERFETTO_FLOWS.items())
+    ],
+)
 def test_flow_counts_equal_perfettos_on_real_traces(name: str, count: int) -> None:
     path = SHARED_TRACES / name
     assert run_sql(path, "select count(*) from flow").item() == count

@@ -155,9 +155,9 @@ def every_surface(path: Path, tmp: Path) -> None:
             same(r["a"], None if value is None else float(value), r["field"])
 
 
-# the default run reads three fixtures through every surface (chunked prefill, capture then
-# serve, capture alone); CI's slow run reads every one of them
-DEFAULT = ("hybrid_chunked", "vllm_capture_then_serve", "sglang_capture_only")
+# the default run reads two fixtures through every surface (chunked prefill, capture alone);
+# CI's slow run reads every one of them
+DEFAULT = ("hybrid_chunked", "sglang_capture_only")
 
 
 @pytest.mark.parametrize(

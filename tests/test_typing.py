@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 
+import pytest
 from conftest import ROOT
 
 PACKAGE = ROOT / "traceview"
@@ -39,6 +40,7 @@ def _public_functions(tree: ast.Module) -> list[ast.FunctionDef]:
     return found
 
 
+@pytest.mark.slow
 def test_no_public_function_returns_any() -> None:
     offenders = [
         f"{rel}:{f.name} -> {ast.unparse(f.returns)}"
@@ -49,6 +51,7 @@ def test_no_public_function_returns_any() -> None:
     assert not offenders, "public functions returning Any:\n" + "\n".join(offenders)
 
 
+@pytest.mark.slow
 def test_the_count_of_any_outside_capture_does_not_grow() -> None:
     uses = sum(
         len(re.findall(r"\bAny\b", line))

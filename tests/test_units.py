@@ -112,6 +112,7 @@ def test_units_are_never_guessed(tmp_path: Path, argv: list[str], message: str) 
     assert message in result.stderr and result.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_zero_and_percentages_where_they_fit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -132,6 +132,7 @@ def test_a_cut_inside_a_string_is_read_on_from(tmp_path: Path, answered: list[in
     assert_same(one, many)
 
 
+@pytest.mark.slow
 def test_a_helper_that_cannot_start_leaves_the_blocks_to_this_process(
     monkeypatch: pytest.MonkeyPatch, answered: list[int]
 ) -> None:
@@ -350,6 +351,7 @@ def test_helpers_are_not_started_beyond_what_the_text_can_use(
     assert helpers_for(2, 10_000) == 1
 
 
+@pytest.mark.slow
 def test_an_odd_field_in_a_block_that_ends_inside_a_string(tmp_path: Path) -> None:
     """A block whose last cut fell in a name holding ``}, {`` and that also holds an odd
     field (``ts`` as a string, which the typed decoder refuses first) ends inside an event:

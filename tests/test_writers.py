@@ -66,7 +66,7 @@ def test_no_command_writes_over_an_input(trace: Path, argv: list[str]) -> None:
 @pytest.mark.parametrize(
     ("command", "suffix"),
     [
-        ("report", ".html"),
+        pytest.param("report", ".html", marks=pytest.mark.slow),
         ("heartbeat", ".png"),
         ("gaps", ".svg"),
         ("annotate", ".json"),
@@ -127,6 +127,7 @@ def _overlay_processes(path: Path) -> tuple[int, int]:
     return len(names), len(mine)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".json", ".json.gz"])
 def test_annotate_replaces_its_own_overlay(trace: Path, suffix: str) -> None:
     once, twice = trace.parent / f"once{suffix}", trace.parent / f"twice{suffix}"
