@@ -7,6 +7,7 @@ import shutil
 import sys
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,19 @@ DEFAULT_SWEEP = {
 )
 def scenario(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture
+def ray_alone() -> Iterator[None]:
+    """One Ray test at a time on this machine, whichever xdist worker runs it: a test's
+    `ray stop --force` ends every Ray process here, and `--address auto` joins whichever
+    cluster it finds, so two at once break each other. Held by an exclusive lock on a file
+    beside the temp root, for the whole test."""
+    import fcntl
+
+    with open(Path(tempfile.gettempdir()) / "traceview-tests-ray.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -356,6 +356,7 @@ def test_storage_options_reach_the_driver(bucket: str, monkeypatch: pytest.Monke
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_alone")  # one Ray cluster on this machine at a time
 def test_a_ray_cluster_reads_the_inputs_from_the_bucket_only(bucket: str, tmp_path: Path) -> None:
     """`ray start --head` on 127.0.0.1 in a subprocess whose environment has the bucket's
     credentials but not its endpoint: the driver hands its endpoint to the workers, which

@@ -167,6 +167,7 @@ def _assert_same_dataset(a: Path, b: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_alone")  # one Ray cluster on this machine at a time
 def test_ray_writes_the_same_rows(runs: Path, tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     local, remote = tmp_path / "local", tmp_path / "ray"
@@ -393,6 +394,7 @@ def test_a_ray_worker_needs_only_the_traces_bytes(runs: Path, tmp_path: Path) ->
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_alone")  # one Ray cluster on this machine at a time
 def test_ray_start_head_cluster_writes_the_same_rows(runs: Path, tmp_path: Path) -> None:
     """A cluster as users run one: `ray start --head` on 127.0.0.1 in a subprocess, the
     scan joining it."""
