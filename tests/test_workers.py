@@ -134,13 +134,50 @@ def test_a_cut_inside_a_string_is_read_on_from(tmp_path: Path, answered: list[in
 
 @pytest.mark.slow
 def test_a_helper_that_cannot_start_leaves_the_blocks_to_this_process(
-    monkeypatch: pytest.MonkeyPatch, answered: list[int]
+    monkeypatch: pytest.MonkeyPatch, answered: list[int], caplog: pytest.LogCaptureFixture
 ) -> None:
     path = GENERATED / "hybrid_chunked.json.gz"
     one = _load(path, 1)
+    assert not caplog.records
     monkeypatch.setattr(helpers, "_BOOT", "import sys; sys.exit(3)")
     assert_same(one, _load(path, 2))
     assert answered == [0]
+    # said once, not silently slower
+    said = [r.getMessage() for r in caplog.records if r.name == "traceview.load"]
+    assert said == [
+        f"{path}: helper processes stopped: one exited with status 3 before it answered; "
+        "the rest was decoded by this process alone (the same trace, more slowly)"
+    ]
+
+
+def test_a_helper_ended_by_a_signal_is_named_by_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = GENERATED / "hybrid_chunked.json.gz"
+    monkeypatch.setattr(helpers, "_BOOT", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    _load(path, 2)
+    said = [r.getMessage() for r in caplog.records if r.name == "traceview.load"]
+    assert len(said) == 1 and "one was ended by SIGKILL before it answered" in said[0]
+
+
+def test_helpers_that_end_as_they_should_say_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    _load(GENERATED / "hybrid_chunked.json.gz", 3)
+    assert not [r for r in caplog.records if r.name == "traceview.load"]
+
+
+def test_a_command_says_a_helpers_failure_once_as_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI turns traceview's log records into its own warnings: escaped, once."""
+    from traceview.cli._options import forget_warnings, log_as_warnings
+    from traceview.load.json import LOG
+
+    forget_warnings()
+    with log_as_warnings():
+        for _ in range(2):
+            LOG.warning("%s: %s", "odd\x1b[31m.json", "helper processes stopped: why")
+    err = capsys.readouterr().err
+    assert err == "Warning: odd\\x1b[31m.json: helper processes stopped: why\n"
 
 
 NONSENSE = {

@@ -61,7 +61,7 @@ class _Group(click.Group):
             return self._invoke(ctx)
 
     def _invoke(self, ctx: click.Context) -> object:
-        from traceview.cli._options import forget_warnings
+        from traceview.cli._options import forget_warnings, log_as_warnings
         from traceview.load.helpers import ENV as WORKERS_ENV
         from traceview.load.remote import STORAGE_OPTIONS_ENV
 
@@ -71,7 +71,7 @@ class _Group(click.Group):
         scoped = (STORAGE_OPTIONS_ENV, CACHE_ENV, WORKERS_ENV)
         given = {name: os.environ.get(name) for name in scoped}
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), log_as_warnings():
                 # commands print trace.meta.warnings themselves, once, in a summary line
                 warnings.simplefilter("ignore", TraceviewWarning)
                 return self._invoke_and_publish(ctx)

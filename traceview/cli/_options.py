@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -101,6 +102,33 @@ def warn_once(source: str, text: str, label: str = "") -> None:
         return
     _WARNED.add((source, text))
     warn(f"{label}{source}: {text}")
+
+
+class _WarnOnce(logging.Handler):
+    """traceview's own log records (``traceview.load``: helper processes that stopped) as
+    the command's warnings: ``Warning: <file>: <text>``, escaped, once."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 2 and record.msg == "%s: %s":
+            warn_once(str(args[0]), str(args[1]))
+        else:
+            warn(record.getMessage())
+
+
+@contextlib.contextmanager
+def log_as_warnings() -> Iterator[None]:
+    """For one command: traceview's log records at WARNING and above are its warnings
+    (not Python's bare stderr lines)."""
+    logger = logging.getLogger("traceview")
+    handler = _WarnOnce(logging.WARNING)
+    logger.addHandler(handler)
+    propagate, logger.propagate = logger.propagate, False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 def forget_warnings() -> None:

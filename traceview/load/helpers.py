@@ -8,7 +8,8 @@ two threads of this process: a writer that sends it blocks over its stdin and a 
 that takes the blocks' frames back from its stdout. Both wait in ``write``/``read``
 without the GIL, so the loading process goes on decoding blocks itself meanwhile. A
 helper that cannot start, dies or answers nonsense ends the helpers' work; the blocks
-they held are decoded here.
+they held are decoded here, and :attr:`Helpers.failure` says why (the loader logs it: the
+trace is the same, but the load is slower than the user asked for).
 
 The wire: a 16-byte mark, an 8-byte little-endian length, then a pickle. Both ends are
 this package, in this interpreter's version, started by this process: nothing else writes
@@ -28,6 +29,7 @@ import gc
 import os
 import pickle
 import queue
+import signal
 import struct
 import subprocess
 import sys
@@ -164,7 +166,7 @@ class _Helper:
             try:
                 _send(stdin, (block, self.owner.args))
             except Exception:  # a helper that died: the reader answers its blocks None
-                self.owner.fail(self)
+                self.owner.fail(self, "one stopped taking blocks")
         self.sent.put(None)  # no more blocks: the reader ends after the last answer
         with contextlib.suppress(OSError, ValueError):
             stdin.close()  # the helper ends once it has answered what it holds
@@ -179,14 +181,14 @@ class _Helper:
                     raise ValueError(f"a helper answered a {type(answer).__name__}")
             except EOFError:  # it ended: every block it took was answered, or it died
                 if self.given > self.taken:
-                    self.owner.fail(self)
+                    self.owner.fail(self, f"one {self._ended()} before it answered")
                 break
             except Exception:  # nonsense: this helper's blocks are decoded by the loader
-                self.owner.fail(self)
+                self.owner.fail(self, "one answered something that is not a block")
                 break
             future = self.sent.get()
             if future is None:  # an answer to no block, after the last: nothing to drain
-                self.owner.fail(self)
+                self.owner.fail(self, "one answered a block it was never given")
                 return
             if answer is not None:
                 self.answered += 1
@@ -194,6 +196,20 @@ class _Helper:
             future.set_result(answer)
         while (future := self.sent.get()) is not None:  # sent, never answered
             future.set_result(None)
+
+    def _ended(self) -> str:
+        """How the helper ended: its exit status or the signal that ended it (its stdout
+        closed, so it is ending; waited for briefly)."""
+        try:
+            code = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "closed its output"
+        if code < 0:
+            try:
+                return f"was ended by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was ended by signal {-code}"
+        return f"exited with status {code}"
 
 
 class Helpers:
@@ -206,6 +222,7 @@ class Helpers:
         self.args = args
         self.answer = answer
         self.broken = False
+        self.failure: str | None = None  # why the helpers stopped before the load ended
         self._processes: list[subprocess.Popen[bytes]] = []
         self._helpers: list[_Helper] = []
         try:  # started now: each imports its modules while this process reads on
@@ -219,8 +236,9 @@ class Helpers:
                 )
                 self._processes.append(process)
                 self._helpers.append(_Helper(self, process))
-        except OSError:  # no interpreter to start (an embedded Python): decode here
+        except OSError as exc:  # no interpreter to start (an embedded Python): decode here
             self.broken = True
+            self.failure = f"one could not start ({exc.strerror or exc})"
 
     def submit(self, block: bytes) -> Future[object]:
         """A future of the block's answer, given to the helper with the fewest blocks."""
@@ -238,9 +256,12 @@ class Helpers:
         """Blocks the helpers decoded."""
         return sum(h.answered for h in self._helpers)
 
-    def fail(self, helper: _Helper) -> None:
-        """A helper failed: give no block to any; end it (its pipes then close, and its
-        blocks sent and not answered are answered None)."""
+    def fail(self, helper: _Helper, why: str) -> None:
+        """A helper failed (``why``: what it did, for :attr:`failure`): give no block to
+        any; end it (its pipes then close, and its blocks sent and not answered are
+        answered None)."""
+        if not self.broken and self.failure is None:
+            self.failure = why
         self.broken = True
         helper.process.kill()
 

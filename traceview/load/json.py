@@ -18,6 +18,7 @@ negative.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import warnings
@@ -55,6 +56,10 @@ from traceview.model import (
     Trace,
     wide,
 )
+
+# Said where helper processes stopped before the load ended (the CLI prints it as a warning;
+# elsewhere Python's logging shows it on stderr unless the caller configures it)
+LOG = logging.getLogger("traceview.load")
 
 # bytes of JSON text decoded at a time: the decoder's working set grows with it (peak RSS
 # 0.310 -> 0.295 GB on benchmarks/load.py --shape vllm from 8 to 6 MB, ~10% slower;
@@ -315,7 +320,15 @@ class _Loader:
     def _stop_helpers(self) -> None:
         if self.in_order is not None:
             self.in_order.close()
+            failure = self.in_order.helpers.failure
             self.in_order = None
+            if failure is not None:
+                LOG.warning(
+                    "%s: %s",
+                    self.path,
+                    f"helper processes stopped: {failure}; the rest was decoded by this "
+                    "process alone (the same trace, more slowly)",
+                )
 
     def _tail(self, buf: bytes, header_text: bytes | None) -> dict[str, Any]:
         """The last events, the closing ``]`` and (object form) the keys after it."""
