@@ -271,3 +271,53 @@ def test_the_cli_loads_a_cut_trace_with_a_warning_and_strict_refuses(tmp_path: P
     summary = CliRunner().invoke(cli, ["summarize", str(path), "--strict"])
     assert summary.exit_code == 2 and "truncated" in summary.stderr
     assert path.read_bytes() == before
+
+
+def _with_a_bad_event(name: str, bad: bytes, at: int, n: int = 40) -> tuple[bytes, int]:
+    """A trace of ``n`` kernels named ``name`` (pretty-printed, as Kineto writes) with the
+    text ``bad`` planted inside event number ``at``; returns the text and the byte offset of
+    ``bad`` in it."""
+    events = [
+        json.dumps(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": name,
+                "pid": 0,
+                "tid": 7,
+                "ts": 1000 + i,
+                "dur": 1,
+                "args": {"device": 0, "stream": 7, "correlation": i},
+            },
+            ensure_ascii=False,
+            indent=1,
+        ).encode()
+        for i in range(n)
+    ]
+    events[at] = events[at].replace(b'"dur": 1', b'"dur": ' + bad)
+    head = b'{"schemaVersion": 1, "traceEvents": [\n'
+    text = head + b",\n".join(events) + b"]}"
+    return text, text.index(bad, len(head) + sum(len(e) + 2 for e in events[:at]))
+
+
+@pytest.mark.parametrize("name", ["gemm", "ядро→注意"], ids=["ascii", "multibyte"])
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [(b"@", "Expecting value"), (b"\xff", "not UTF-8 (invalid start byte: 0xff)")],
+    ids=["syntax", "utf8"],
+)
+def test_an_invalid_event_is_named_by_its_byte_and_the_event_before_it(
+    tmp_path: Path, name: str, bad: bytes, problem: str
+) -> None:
+    """The byte is the planted one's offset in the JSON text and the event the last
+    complete one before it: the same for every block size and worker count (the numbers
+    once counted characters, and from the block's first event)."""
+    text, byte = _with_a_bad_event(name, bad, at=29)
+    path = tmp_path / "bad.json"
+    path.write_bytes(text)
+    want = f"invalid JSON in events at byte {byte} (after event #28): {problem}"
+    for block_bytes, workers in ((1 << 20, 1), (300, 1), (2000, 1), (300, 3)):
+        options = tv.LoadOptions(cache=False, block_bytes=block_bytes, workers=workers)
+        with pytest.raises(tv.TraceFormatError) as err:
+            tv.load(path, options=options)
+        assert str(err.value) == f"{path}: {want}", (block_bytes, workers)

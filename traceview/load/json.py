@@ -96,6 +96,44 @@ def decode_block(piece: bytes, raw_args: bool) -> Decoded | None:
     )
 
 
+def _error_byte(exc: json.JSONDecodeError | UnicodeDecodeError, doc: bytes) -> int | None:
+    """The offset in ``doc`` of the byte Python's decoder stopped at: its ``pos`` counts
+    characters of the decoded text (surrogatepass, as ``json.loads`` decodes bytes)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return exc.start
+    if doc.startswith(b"\xef\xbb\xbf"):
+        return None  # read as utf-8-sig: the characters start after the mark
+    try:
+        return len(doc.decode("utf-8", "surrogatepass")[: exc.pos].encode("utf-8", "surrogatepass"))
+    except UnicodeError:
+        return None
+
+
+_MAX_TRIES = 64  # event-boundary candidates tried before an error's event is left unnamed
+
+
+def _events_before(doc: bytes, byte: int) -> int | None:
+    """How many events of the array ``doc`` end before byte ``byte``: the last event
+    boundary before it that decodes (one inside a string cannot), None where none of the
+    last few does."""
+    end = byte
+    for _ in range(_MAX_TRIES):
+        cut = last_cut(doc[:end])
+        if cut < 0:
+            first = doc.lstrip()
+            return 0 if first.startswith(b"[") else None
+        try:
+            events = orjson.loads(doc[:cut] + b"]")
+        except orjson.JSONDecodeError:
+            try:
+                events = json.loads(doc[:cut] + b"]")
+            except ValueError:
+                end = cut - 1
+                continue
+        return len(events) if isinstance(events, list) else None
+    return None
+
+
 class _CutInsideAnEvent(Exception):  # noqa: N818 - a signal inside this module
     """The text given as whole events ends inside one (a cut in a string or object)."""
 
@@ -427,15 +465,29 @@ class _Loader:
             self._add_events(events, typed_doc=doc)
             return True
         try:  # the typed decoder stopped at an odd field or value before the piece's end
-            events = self._parse_lenient(doc, self.total_events, "events", cut=not final)
+            events = self._parse_lenient(
+                doc, self.total_events, "events", cut=not final, offset=self.consumed - 1
+            )
         except _CutInsideAnEvent:
             return False
         self._add_events(list(events))
         return True
 
-    def _parse_lenient(self, doc: bytes, base: int | None, where: str, cut: bool = False) -> Any:
+    def _parse_lenient(
+        self,
+        doc: bytes,
+        base: int | None,
+        where: str,
+        cut: bool = False,
+        offset: int | None = None,
+    ) -> Any:
         """orjson, else Python's json (which also reads NaN/Infinity), else a clear error;
-        ``cut``: the text may end inside an event (raises :class:`_CutInsideAnEvent`)."""
+        ``cut``: the text may end inside an event (raises :class:`_CutInsideAnEvent`).
+
+        The error names the byte where it is, where ``offset`` (the offset of ``doc[0]``
+        in the trace's JSON text) is given, and, for events (``doc`` an array whose first
+        event is number ``base``), the last complete event before it: both the same
+        whatever the blocks, the workers and the text before."""
         try:
             return orjson.loads(doc)
         except orjson.JSONDecodeError:
@@ -445,15 +497,23 @@ class _Loader:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             if cut and isinstance(exc, json.JSONDecodeError) and ends_inside(exc, doc):
                 raise _CutInsideAnEvent from None
-            pos = getattr(exc, "pos", None)
-            after = f" (after event #{base - 1})" if base else ""
-            at = f" at byte {self.consumed + pos}" if pos is not None else ""
-            msg = getattr(exc, "msg", str(exc))
+            byte = _error_byte(exc, doc)
+            at = f" at byte {offset + byte}" if offset is not None and byte is not None else ""
+            before = _events_before(doc, byte) if base is not None and byte is not None else None
+            after = ""
+            if before is not None and base is not None and base + before > 0:
+                after = f" (after event #{base + before - 1})"
+            if isinstance(exc, json.JSONDecodeError):
+                msg = exc.msg
+            else:  # its own message counts positions in this block, not in the file
+                msg = f"not UTF-8 ({exc.reason}: 0x{doc[exc.start]:02x})"
             problem = f"invalid JSON in {where}{at}{after}: {msg}"
             raise TraceFormatError(self.path, problem) from None
 
     def _raise_json_error(self, text: bytes, problem: str) -> None:
-        self._parse_lenient(text, self.total_events, "events")
+        self._parse_lenient(
+            b"".join((b"[", text, b"]")), self.total_events, "events", offset=self.consumed - 1
+        )
         raise TraceFormatError(self.path, problem)
 
     # - converting events -
