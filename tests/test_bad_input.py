@@ -321,3 +321,20 @@ def test_an_invalid_event_is_named_by_its_byte_and_the_event_before_it(
         with pytest.raises(tv.TraceFormatError) as err:
             tv.load(path, options=options)
         assert str(err.value) == f"{path}: {want}", (block_bytes, workers)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'  {"displayTimeUnit": "ns", "x": [1, @], "traceEvents": []}',
+        b'\xef\xbb\xbf{"name": "\xd1\x8f\xd0\xb4", "b": @}',  # a BOM and a Cyrillic name
+    ],
+    ids=["whitespace", "bom-multibyte"],
+)
+def test_invalid_json_in_a_document_read_whole_names_its_byte(tmp_path: Path, text: bytes) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(text)
+    with pytest.raises(tv.TraceFormatError) as err:
+        tv.load(path, options=tv.LoadOptions(cache=False))
+    at = text.index(b"@")
+    assert str(err.value) == f"{path}: invalid JSON in the document at byte {at}: Expecting value"

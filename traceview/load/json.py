@@ -211,6 +211,7 @@ class _Loader:
             if header_text is not None and not self._header_ok(header_text):
                 header_text = None
             if header_text is None:
+                self.consumed = lead  # the document's first byte
                 return self._whole_document(self._rest_of_header(data, stream))
             self.consumed = lead + len(header_text)
             header = self._stream_events(stream, data[len(header_text) :], header_text)
@@ -244,7 +245,7 @@ class _Loader:
             return False
 
     def _whole_document(self, text: bytes) -> Trace:
-        doc = self._parse_lenient(text, base=0, where="the document")
+        doc = self._parse_lenient(text, base=None, where="the document", offset=self.consumed)
         if isinstance(doc, dict):
             events = doc.pop("traceEvents", None)
             if not isinstance(events, list):
