@@ -273,11 +273,9 @@ def test_the_cli_loads_a_cut_trace_with_a_warning_and_strict_refuses(tmp_path: P
     assert path.read_bytes() == before
 
 
-def _with_a_bad_event(name: str, bad: bytes, at: int, n: int = 40) -> tuple[bytes, int]:
-    """A trace of ``n`` kernels named ``name`` (pretty-printed, as Kineto writes) with the
-    text ``bad`` planted inside event number ``at``; returns the text and the byte offset of
-    ``bad`` in it."""
-    events = [
+def _pretty_kernels(name: str, n: int = 40) -> list[bytes]:
+    """``n`` kernels named ``name``, pretty-printed as Kineto writes them."""
+    return [
         json.dumps(
             {
                 "ph": "X",
@@ -294,25 +292,49 @@ def _with_a_bad_event(name: str, bad: bytes, at: int, n: int = 40) -> tuple[byte
         ).encode()
         for i in range(n)
     ]
-    events[at] = events[at].replace(b'"dur": 1', b'"dur": ' + bad)
-    head = b'{"schemaVersion": 1, "traceEvents": [\n'
-    text = head + b",\n".join(events) + b"]}"
-    return text, text.index(bad, len(head) + sum(len(e) + 2 for e in events[:at]))
+
+
+HEAD = b'{"schemaVersion": 1, "traceEvents": [\n'
+
+
+def _with_a_bad_event(name: str, bad: bytes, where: str) -> tuple[bytes, int]:
+    """40 kernels named ``name`` with ``bad`` planted inside event #29 (``where`` "inside")
+    or right after event #28's ``}`` ("after": in place of the comma); returns the text and
+    the byte offset of ``bad`` in it."""
+    events = _pretty_kernels(name)
+    if where == "inside":
+        events[29] = events[29].replace(b'"dur": 1', b'"dur": ' + bad)
+        body = b",\n".join(events)
+    else:
+        body = b",\n".join(events[:29]) + bad + b"\n" + b",\n".join(events[29:])
+    text = HEAD + body + b"]}"
+    before = len(HEAD) + sum(len(e) + 2 for e in events[:29])
+    return text, text.index(bad, before - 2)
 
 
 @pytest.mark.parametrize("name", ["gemm", "ядро→注意"], ids=["ascii", "multibyte"])
 @pytest.mark.parametrize(
-    ("bad", "problem"),
-    [(b"@", "Expecting value"), (b"\xff", "not UTF-8 (invalid start byte: 0xff)")],
-    ids=["syntax", "utf8"],
+    ("bad", "where", "problem"),
+    [
+        (b"@", "inside", "Expecting value"),
+        (b"\xff", "inside", "not UTF-8 (invalid start byte: 0xff)"),
+        (b"\x00", "inside", "Expecting value"),
+        (b", @", "after", "Expecting value"),
+        (b" ", "after", "Expecting ',' delimiter"),  # a missing comma
+    ],
+    ids=["syntax", "utf8", "nul", "after-an-event", "no-comma"],
 )
 def test_an_invalid_event_is_named_by_its_byte_and_the_event_before_it(
-    tmp_path: Path, name: str, bad: bytes, problem: str
+    tmp_path: Path, name: str, bad: bytes, where: str, problem: str
 ) -> None:
     """The byte is the planted one's offset in the JSON text and the event the last
     complete one before it: the same for every block size and worker count (the numbers
     once counted characters, and from the block's first event)."""
-    text, byte = _with_a_bad_event(name, bad, at=29)
+    text, byte = _with_a_bad_event(name, bad, where)
+    if bad == b", @":
+        byte += 2  # the comma is fine: the error is at the @
+    elif bad == b" ":
+        byte = text.index(b"{", byte)  # the error is at the next event's {
     path = tmp_path / "bad.json"
     path.write_bytes(text)
     want = f"invalid JSON in events at byte {byte} (after event #28): {problem}"
@@ -321,6 +343,25 @@ def test_an_invalid_event_is_named_by_its_byte_and_the_event_before_it(
         with pytest.raises(tv.TraceFormatError) as err:
             tv.load(path, options=options)
         assert str(err.value) == f"{path}: {want}", (block_bytes, workers)
+
+
+def test_a_cut_inside_an_event_after_multibyte_names_is_read_on(tmp_path: Path) -> None:
+    """A block cut at a ``}, {`` inside an event (objects in an array in ``args``) after
+    multi-byte names, on the careful path (a ``ts`` in a string): the cut was taken for an
+    error where characters were compared with bytes; every block size reads the trace."""
+    events = _pretty_kernels("ядро→注意")
+    for i in range(0, 40, 3):
+        event = json.loads(events[i])
+        event["ts"] = str(event["ts"])
+        event["args"]["shapes"] = [{"a": 1}, {"b": 2}, {"c": 3}]
+        events[i] = json.dumps(event, ensure_ascii=False, indent=1).encode()
+    path = tmp_path / "t.json"
+    path.write_bytes(HEAD + b",\n".join(events) + b"]}")
+    whole = tv.load(path, options=tv.LoadOptions(cache=False))
+    assert whole.kernels.height == 40
+    for block_bytes in (300, 1000, 4096):
+        cut = tv.load(path, options=tv.LoadOptions(cache=False, block_bytes=block_bytes))
+        assert cut.kernels.equals(whole.kernels), block_bytes
 
 
 @pytest.mark.parametrize(

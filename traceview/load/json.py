@@ -32,7 +32,14 @@ import polars as pl
 
 from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning
 from traceview.load import kinds
-from traceview.load.boundaries import array_end, ends_inside, error_byte, last_cut
+from traceview.load.boundaries import (
+    array_end,
+    ends_inside,
+    error_byte,
+    events_before,
+    last_cut,
+    python_error_byte,
+)
 from traceview.load.columns import (
     DECODER,
     RAW_ARGS_DECODER,
@@ -94,44 +101,6 @@ def decode_block(piece: bytes, raw_args: bool) -> Decoded | None:
         events=loader.total_events,
         wide_ids=loader.wide_ids,
     )
-
-
-def _error_byte(exc: json.JSONDecodeError | UnicodeDecodeError, doc: bytes) -> int | None:
-    """The offset in ``doc`` of the byte Python's decoder stopped at: its ``pos`` counts
-    characters of the decoded text (surrogatepass, as ``json.loads`` decodes bytes)."""
-    if isinstance(exc, UnicodeDecodeError):
-        return exc.start
-    if doc.startswith(b"\xef\xbb\xbf"):
-        return None  # read as utf-8-sig: the characters start after the mark
-    try:
-        return len(doc.decode("utf-8", "surrogatepass")[: exc.pos].encode("utf-8", "surrogatepass"))
-    except UnicodeError:
-        return None
-
-
-_MAX_TRIES = 64  # event-boundary candidates tried before an error's event is left unnamed
-
-
-def _events_before(doc: bytes, byte: int) -> int | None:
-    """How many events of the array ``doc`` end before byte ``byte``: the last event
-    boundary before it that decodes (one inside a string cannot), None where none of the
-    last few does."""
-    end = byte
-    for _ in range(_MAX_TRIES):
-        cut = last_cut(doc[:end])
-        if cut < 0:
-            first = doc.lstrip()
-            return 0 if first.startswith(b"[") else None
-        try:
-            events = orjson.loads(doc[:cut] + b"]")
-        except orjson.JSONDecodeError:
-            try:
-                events = json.loads(doc[:cut] + b"]")
-            except ValueError:
-                end = cut - 1
-                continue
-        return len(events) if isinstance(events, list) else None
-    return None
 
 
 class _CutInsideAnEvent(Exception):  # noqa: N818 - a signal inside this module
@@ -493,14 +462,14 @@ class _Loader:
             return orjson.loads(doc)
         except orjson.JSONDecodeError:
             pass
-        try:
-            return json.loads(doc)
+        try:  # decoded here: json.loads would guess UTF-16 from a NUL near the start
+            return json.loads(doc.decode("utf-8", "surrogatepass"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             if cut and isinstance(exc, json.JSONDecodeError) and ends_inside(exc, doc):
                 raise _CutInsideAnEvent from None
-            byte = _error_byte(exc, doc)
+            byte = python_error_byte(exc, doc)
             at = f" at byte {offset + byte}" if offset is not None and byte is not None else ""
-            before = _events_before(doc, byte) if base is not None and byte is not None else None
+            before = events_before(doc, byte) if base is not None and byte is not None else None
             after = ""
             if before is not None and base is not None and base + before > 0:
                 after = f" (after event #{base + before - 1})"
