@@ -106,7 +106,8 @@ def truth(name: str) -> dict:
 
 
 # The fixtures every per-fixture test sweeps in the default run (hybrid chunked prefill with
-# CPU ranges, no launches, SGLang, old vLLM's names, capture then serve); the others add
+# CPU ranges, CUDA-graph-like steps with no annotations, SGLang, old vLLM's names, capture
+# then serve); the others add
 # variations (GPU ranges, extend steps, detailed vLLM ranges, layer spacing, an unknown
 # recurrent kernel, FlashInfer's tensor-core decode, the re-feed twin) that tests naming them
 # check by name, and CI sweeps them all (pytest -m slow).

@@ -228,7 +228,6 @@ def test_check_bounds_on_token_counts(s: dict[str, tv.Summary]) -> None:
     )
 
 
-@pytest.mark.slow
 def test_bounds_exit_codes_exactly_where_they_should(s: dict[str, tv.Summary]) -> None:
     t = truth("hybrid_chunked")
     p99 = next(g for g in t["decode_gaps"] if g["population"] == "decode")["p99_ns"]

@@ -132,7 +132,6 @@ def check_one(blob: bytes, folder: Path) -> None:
             return
 
 
-@pytest.mark.slow
 @settings(
     max_examples=40,
     deadline=None,

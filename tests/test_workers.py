@@ -154,8 +154,9 @@ def test_a_helper_ended_by_a_signal_is_named_by_it(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = GENERATED / "hybrid_chunked.json.gz"
+    one = _load(path, 1)
     monkeypatch.setattr(helpers, "_BOOT", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
-    _load(path, 2)
+    assert_same(one, _load(path, 2))  # the blocks it held are decoded here: the same trace
     said = [r.getMessage() for r in caplog.records if r.name == "traceview.load"]
     assert len(said) == 1 and "one was ended by SIGKILL before it answered" in said[0]
 
@@ -166,18 +167,39 @@ def test_helpers_that_end_as_they_should_say_nothing(caplog: pytest.LogCaptureFi
 
 
 def test_a_command_says_a_helpers_failure_once_as_a_warning(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The CLI turns traceview's log records into its own warnings: escaped, once."""
-    from traceview.cli._options import forget_warnings, log_as_warnings
-    from traceview.load.json import LOG
+    """As a user runs it: `summarize --workers 2` whose helpers die says so in one
+    `Warning:` line naming the file (escaped), prints the same summary, and leaves the
+    logger as it found it."""
+    import functools
+    import logging
 
-    forget_warnings()
-    with log_as_warnings():
-        for _ in range(2):
-            LOG.warning("%s: %s", "odd\x1b[31m.json", "helper processes stopped: why")
-    err = capsys.readouterr().err
-    assert err == "Warning: odd\\x1b[31m.json: helper processes stopped: why\n"
+    from click.testing import CliRunner
+
+    from traceview.cli import _options, cli
+
+    source = GENERATED / "hybrid_chunked.json.gz"
+    path = tmp_path / "odd\x1b[31m.json.gz"
+    path.write_bytes(source.read_bytes())
+    # the command's loads cut small blocks, so that this small trace starts helpers
+    small = functools.partial(LoadOptions, cache=False, block_bytes=SMALL)
+    monkeypatch.setattr(_options, "LoadOptions", small)
+    args = ["summarize", "--json", str(path)]
+    one = CliRunner().invoke(cli, [*args, "--workers", "1"])
+    monkeypatch.setattr(helpers, "_BOOT", "import sys; sys.exit(3)")
+    two = CliRunner().invoke(cli, [*args, "--workers", "2"])
+    assert one.exit_code == two.exit_code == 0, two.stderr
+    assert json.loads(one.stdout) == json.loads(two.stdout)
+    said = [w for w in two.stderr.splitlines() if "helper processes stopped" in w]
+    assert said == [
+        f"Warning: {tmp_path}/odd\\x1b[31m.json.gz: helper processes stopped: one exited with "
+        "status 3 before it answered; the rest was decoded by this process alone (the same "
+        "trace, more slowly)"
+    ]
+    assert "helper processes" not in one.stderr
+    logger = logging.getLogger("traceview")
+    assert logger.propagate and not logger.handlers
 
 
 NONSENSE = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -38,6 +39,12 @@ def _start_worker(parent: int, filters: list[_Filter], load_workers: int | None)
     thread that ends the worker as soon as its parent is gone (killed, even by SIGKILL,
     which runs no clean-up), instead of leaving it waiting on the pool's queue."""
     warnings.filters[:] = filters  # type: ignore[index]  # typeshed: a Sequence; it is a list
+    # traceview's log records (a load's helpers that stopped) as warning lines, as the
+    # command's own are (their messages are escaped where they are made)
+    said = logging.StreamHandler()
+    said.setFormatter(logging.Formatter("Warning: %(message)s"))
+    logging.getLogger("traceview").addHandler(said)
+    logging.getLogger("traceview").propagate = False
     if load_workers is not None:
         os.environ[helpers.ENV] = str(load_workers)
 

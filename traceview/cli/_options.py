@@ -109,11 +109,15 @@ class _WarnOnce(logging.Handler):
     the command's warnings: ``Warning: <file>: <text>``, escaped, once."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        args = record.args
-        if isinstance(args, tuple) and len(args) == 2 and record.msg == "%s: %s":
-            warn_once(str(args[0]), str(args[1]))
-        else:
-            warn(record.getMessage())
+        try:
+            source = getattr(record, "trace_source", None)
+            said = getattr(record, "trace_said", None)
+            if isinstance(source, str) and isinstance(said, str):
+                warn_once(source, said)
+            else:
+                warn(record.getMessage())
+        except Exception:  # never let a warning hide the error being raised
+            self.handleError(record)
 
 
 @contextlib.contextmanager

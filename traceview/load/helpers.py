@@ -166,7 +166,7 @@ class _Helper:
             try:
                 _send(stdin, (block, self.owner.args))
             except Exception:  # a helper that died: the reader answers its blocks None
-                self.owner.fail(self, "one stopped taking blocks")
+                self.owner.fail(self, f"one {self._ended()} before it answered")
         self.sent.put(None)  # no more blocks: the reader ends after the last answer
         with contextlib.suppress(OSError, ValueError):
             stdin.close()  # the helper ends once it has answered what it holds
@@ -198,12 +198,12 @@ class _Helper:
             future.set_result(None)
 
     def _ended(self) -> str:
-        """How the helper ended: its exit status or the signal that ended it (its stdout
-        closed, so it is ending; waited for briefly)."""
+        """How the helper ended: its exit status or the signal that ended it (one of its
+        pipes closed, so it is ending: waited for briefly)."""
         try:
             code = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            return "closed its output"
+            return "closed a pipe"
         if code < 0:
             try:
                 return f"was ended by {signal.Signals(-code).name}"
@@ -223,6 +223,7 @@ class Helpers:
         self.answer = answer
         self.broken = False
         self.failure: str | None = None  # why the helpers stopped before the load ended
+        self._failing = threading.Lock()  # fail() is called from the helpers' threads
         self._processes: list[subprocess.Popen[bytes]] = []
         self._helpers: list[_Helper] = []
         try:  # started now: each imports its modules while this process reads on
@@ -260,9 +261,10 @@ class Helpers:
         """A helper failed (``why``: what it did, for :attr:`failure`): give no block to
         any; end it (its pipes then close, and its blocks sent and not answered are
         answered None)."""
-        if not self.broken and self.failure is None:
-            self.failure = why
-        self.broken = True
+        with self._failing:
+            if not self.broken:
+                self.failure = why
+            self.broken = True
         helper.process.kill()
 
     def close(self) -> None:

@@ -63,9 +63,11 @@ from traceview.model import (
     Trace,
     wide,
 )
+from traceview.redact import line as one_line
 
 # Said where helper processes stopped before the load ended (the CLI prints it as a warning;
-# elsewhere Python's logging shows it on stderr unless the caller configures it)
+# so does a pool's worker; elsewhere Python's logging shows it on stderr unless the caller
+# configures logging). Its message is one escaped line.
 LOG = logging.getLogger("traceview.load")
 
 # bytes of JSON text decoded at a time: the decoder's working set grows with it (peak RSS
@@ -331,12 +333,13 @@ class _Loader:
             failure = self.in_order.helpers.failure
             self.in_order = None
             if failure is not None:
-                LOG.warning(
-                    "%s: %s",
-                    self.path,
+                said = (
                     f"helper processes stopped: {failure}; the rest was decoded by this "
-                    "process alone (the same trace, more slowly)",
+                    "process alone (the same trace, more slowly)"
                 )
+                # the message escaped for any handler; the file and text for the CLI's
+                extra = {"trace_source": self.path, "trace_said": said}
+                LOG.warning("%s: %s", one_line(self.path), said, extra=extra)
 
     def _tail(self, buf: bytes, header_text: bytes | None) -> dict[str, Any]:
         """The last events, the closing ``]`` and (object form) the keys after it."""

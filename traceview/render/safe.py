@@ -33,37 +33,9 @@ from collections.abc import Mapping
 
 import orjson
 
-from traceview.redact import scrub
-
-# C0 controls but tab and newline, DEL, C1 controls, and the bidi embeddings, overrides and
-# isolates (U+202A-U+202E, U+2066-U+2069) and marks that can reorder what a reader sees; and
-# lone surrogates (a file name's bytes that are not UTF-8, as Python reads them), which no
-# terminal, font or UTF-8 file takes
-_UNSAFE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
-
-
-def _visible(m: re.Match[str]) -> str:
-    code = ord(m.group())
-    if 0xDC80 <= code <= 0xDCFF:  # the byte a file name held (surrogateescape): \xff
-        return f"\\x{code - 0xDC00:02x}"
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def terminal(text: object) -> str:
-    """``text`` with every control character and bidi override shown as a visible escape:
-    safe to print to a terminal as plain text (not as rich markup); a URL in it without its
-    credentials."""
-    return _UNSAFE.sub(_visible, scrub(str(text)))
-
-
-def line(text: object) -> str:
-    """``text`` for one line on the terminal (an error, a warning, a "wrote …" line):
-    :func:`terminal` (which shows ``\\r`` as ``\\x0d``), and a line break in it (a file
-    name may hold one) shown as ``\\x0a``, so no name can start a line that reads as
-    traceview's own."""
-    return terminal(text).replace("\n", "\\x0a")
+# one line and plain terminal text are defined beside the URL redaction (the loader uses them)
+from traceview.redact import line as line
+from traceview.redact import terminal as terminal
 
 
 def chart(text: object) -> str:
