@@ -7,7 +7,6 @@ import json
 import re
 
 import msgspec
-import orjson
 
 from traceview.load.columns import DECODER
 
@@ -58,51 +57,3 @@ def error_byte(exc: Exception) -> int | None:
     """msgspec's ``(byte N)``: N is one past the offending byte's offset."""
     match = _BYTE_POS.search(str(exc))
     return int(match.group(1)) if match else None
-
-
-def ends_inside(exc: json.JSONDecodeError, doc: bytes) -> bool:
-    """Whether Python's decoder failed because ``doc`` (events given as whole) ends inside
-    one: a string still open at its end, or the error at its last bytes."""
-    if exc.msg.startswith("Unterminated string"):
-        return True
-    byte = python_error_byte(exc, doc)
-    return byte is not None and byte >= len(doc) - 2
-
-
-def python_error_byte(exc: json.JSONDecodeError | UnicodeDecodeError, doc: bytes) -> int | None:
-    """The offset in ``doc`` of the byte Python's decoder stopped at, ``doc`` having been
-    decoded as UTF-8 (surrogatepass): a JSON error's ``pos`` counts characters."""
-    if isinstance(exc, UnicodeDecodeError):
-        return exc.start
-    try:
-        text = doc.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError:
-        return None
-    return len(text[: exc.pos].encode("utf-8", "surrogatepass"))
-
-
-_MAX_TRIES = 64  # event ends tried before an error's event is left unnamed
-
-
-def events_before(doc: bytes, byte: int) -> int | None:
-    """How many events of the array ``doc`` (``[`` then events) end before byte ``byte``:
-    the last ``}`` before it after which the array decodes (one inside a string or a nested
-    object cannot), None where none of the last few does."""
-    if not doc.lstrip().startswith(b"["):
-        return None
-    end = byte
-    for _ in range(_MAX_TRIES):
-        close = doc.rfind(b"}", 0, end)
-        if close < 0:
-            return 0
-        head = doc[: close + 1] + b"]"
-        try:
-            events = orjson.loads(head)
-        except orjson.JSONDecodeError:
-            try:
-                events = json.loads(head.decode("utf-8", "surrogatepass"))
-            except ValueError:
-                end = close
-                continue
-        return len(events) if isinstance(events, list) else None
-    return None

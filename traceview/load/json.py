@@ -17,7 +17,6 @@ negative.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -27,19 +26,11 @@ from dataclasses import replace
 from typing import Any, BinaryIO
 
 import msgspec
-import orjson
 import polars as pl
 
 from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning
-from traceview.load import kinds
-from traceview.load.boundaries import (
-    array_end,
-    ends_inside,
-    error_byte,
-    events_before,
-    last_cut,
-    python_error_byte,
-)
+from traceview.load import kinds, lenient
+from traceview.load.boundaries import array_end, error_byte, last_cut
 from traceview.load.columns import (
     DECODER,
     RAW_ARGS_DECODER,
@@ -103,10 +94,6 @@ def decode_block(piece: bytes, raw_args: bool) -> Decoded | None:
         events=loader.total_events,
         wide_ids=loader.wide_ids,
     )
-
-
-class _CutInsideAnEvent(Exception):  # noqa: N818 - a signal inside this module
-    """The text given as whole events ends inside one (a cut in a string or object)."""
 
 
 # --- the loader ----------------------------------------------------------------------------
@@ -216,7 +203,7 @@ class _Loader:
             return False
 
     def _whole_document(self, text: bytes) -> Trace:
-        doc = self._parse_lenient(text, base=None, where="the document", offset=self.consumed)
+        doc = lenient.parse(text, self.path, base=None, where="the document", offset=self.consumed)
         if isinstance(doc, dict):
             events = doc.pop("traceEvents", None)
             if not isinstance(events, list):
@@ -365,10 +352,12 @@ class _Loader:
             self._truncated_at(self.consumed + len(text), kept_all=True)
             trailer = b"}"
         try:
-            doc = self._parse_lenient(header_text + b"]" + trailer, base=None, where="the header")
+            doc = lenient.parse(
+                header_text + b"]" + trailer, self.path, base=None, where="the header"
+            )
         except TraceFormatError:  # the keys after the events were cut off
             self._truncated_at(self.consumed + len(text), kept_all=True)
-            doc = self._parse_lenient(header_text + b"]}", base=None, where="the header")
+            doc = lenient.parse(header_text + b"]}", self.path, base=None, where="the header")
         if not isinstance(doc, dict):
             raise TraceFormatError(self.path, "JSON is not a trace object")
         doc.pop("traceEvents", None)
@@ -438,55 +427,17 @@ class _Loader:
             self._add_events(events, typed_doc=doc)
             return True
         try:  # the typed decoder stopped at an odd field or value before the piece's end
-            events = self._parse_lenient(
-                doc, self.total_events, "events", cut=not final, offset=self.consumed - 1
+            parsed = lenient.parse_events(
+                doc, self.path, base=self.total_events, cut=not final, offset=self.consumed - 1
             )
-        except _CutInsideAnEvent:
+        except lenient.CutInsideAnEvent:
             return False
-        self._add_events(list(events))
+        self._add_events(parsed)
         return True
 
-    def _parse_lenient(
-        self,
-        doc: bytes,
-        base: int | None,
-        where: str,
-        cut: bool = False,
-        offset: int | None = None,
-    ) -> Any:
-        """orjson, else Python's json (which also reads NaN/Infinity), else a clear error;
-        ``cut``: the text may end inside an event (raises :class:`_CutInsideAnEvent`).
-
-        The error names the byte where it is, where ``offset`` (the offset of ``doc[0]``
-        in the trace's JSON text) is given, and, for events (``doc`` an array whose first
-        event is number ``base``), the last complete event before it: both the same
-        whatever the blocks, the workers and the text before."""
-        try:
-            return orjson.loads(doc)
-        except orjson.JSONDecodeError:
-            pass
-        try:  # decoded here: json.loads would guess UTF-16 from a NUL near the start
-            return json.loads(doc.decode("utf-8", "surrogatepass"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            if cut and isinstance(exc, json.JSONDecodeError) and ends_inside(exc, doc):
-                raise _CutInsideAnEvent from None
-            byte = python_error_byte(exc, doc)
-            at = f" at byte {offset + byte}" if offset is not None and byte is not None else ""
-            before = events_before(doc, byte) if base is not None and byte is not None else None
-            after = ""
-            if before is not None and base is not None and base + before > 0:
-                after = f" (after event #{base + before - 1})"
-            if isinstance(exc, json.JSONDecodeError):
-                msg = exc.msg
-            else:  # its own message counts positions in this block, not in the file
-                msg = f"not UTF-8 ({exc.reason}: 0x{doc[exc.start]:02x})"
-            problem = f"invalid JSON in {where}{at}{after}: {msg}"
-            raise TraceFormatError(self.path, problem) from None
-
     def _raise_json_error(self, text: bytes, problem: str) -> None:
-        self._parse_lenient(
-            b"".join((b"[", text, b"]")), self.total_events, "events", offset=self.consumed - 1
-        )
+        doc = b"".join((b"[", text, b"]"))
+        lenient.parse_events(doc, self.path, base=self.total_events, offset=self.consumed - 1)
         raise TraceFormatError(self.path, problem)
 
     # - converting events -
@@ -501,7 +452,7 @@ class _Loader:
         if typed_doc is not None:
             block = Block.from_structs(events, base, shapes=b'"Input Dims"' in typed_doc)
             if "C" in block.ph:  # counters carry arbitrary args: read this block generically
-                generic = self._parse_lenient(typed_doc, base, "events")
+                generic = lenient.parse_events(typed_doc, self.path, base=base)
                 block.counters = Block.from_dicts(generic, 0).counters
             if self.raw_args:
                 block.args_json = [

@@ -1,0 +1,120 @@
+"""The careful path for a block of JSON text the typed decoder refused: orjson, else
+Python's json (which also reads NaN and Infinity), else one clear error that names the byte
+where the text is wrong and the last complete event before it, the same whatever the block
+size and the number of workers (docs/loading.md, "What happens to bad events")."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+
+from traceview.errors import TraceFormatError
+
+
+class CutInsideAnEvent(Exception):  # noqa: N818 - a signal to the loader, not an error
+    """The text given as whole events ends inside one (a cut in a string or object)."""
+
+
+def parse(
+    doc: bytes,
+    path: str,
+    *,
+    base: int | None,
+    where: str,
+    cut: bool = False,
+    offset: int | None = None,
+) -> object:
+    """``doc`` parsed; ``cut``: the text may end inside an event (raises
+    :class:`CutInsideAnEvent`).
+
+    An error names the byte where it is, where ``offset`` (the offset of ``doc[0]`` in the
+    trace's JSON text) is given, and, for events (``doc`` an array whose first event is
+    number ``base``), the last complete event before it.
+
+    Raises:
+        TraceFormatError: ``doc`` is not JSON (one line naming ``path``).
+    """
+    try:
+        return orjson.loads(doc)
+    except orjson.JSONDecodeError:
+        pass
+    try:  # decoded here: json.loads would guess UTF-16 from a NUL near the start
+        return json.loads(doc.decode("utf-8", "surrogatepass"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        if cut and isinstance(exc, json.JSONDecodeError) and ends_inside(exc, doc):
+            raise CutInsideAnEvent from None
+        byte = python_error_byte(exc, doc)
+        at = f" at byte {offset + byte}" if offset is not None and byte is not None else ""
+        before = events_before(doc, byte) if base is not None and byte is not None else None
+        after = ""
+        if before is not None and base is not None and base + before > 0:
+            after = f" (after event #{base + before - 1})"
+        if isinstance(exc, json.JSONDecodeError):
+            msg = exc.msg
+        else:  # its own message counts positions in this block, not in the file
+            msg = f"not UTF-8 ({exc.reason}: 0x{doc[exc.start]:02x})"
+        raise TraceFormatError(path, f"invalid JSON in {where}{at}{after}: {msg}") from None
+
+
+def parse_events(
+    doc: bytes, path: str, *, base: int, cut: bool = False, offset: int | None = None
+) -> list[object]:
+    """:func:`parse` of ``doc``, ``[`` and events from number ``base`` on, and ``]``.
+
+    Raises:
+        TraceFormatError: ``doc`` is not JSON (naming the byte and the event before it).
+        CutInsideAnEvent: ``cut`` and the text ends inside an event.
+    """
+    events = parse(doc, path, base=base, where="events", cut=cut, offset=offset)
+    if not isinstance(events, list):  # "[" ... "]" parses to an array or not at all
+        raise TraceFormatError(path, "invalid JSON in events: not an array")
+    return events
+
+
+def ends_inside(exc: json.JSONDecodeError, doc: bytes) -> bool:
+    """Whether Python's decoder failed because ``doc`` (events given as whole) ends inside
+    one: a string still open at its end, or the error at its last bytes."""
+    if exc.msg.startswith("Unterminated string"):
+        return True
+    byte = python_error_byte(exc, doc)
+    return byte is not None and byte >= len(doc) - 2
+
+
+def python_error_byte(exc: json.JSONDecodeError | UnicodeDecodeError, doc: bytes) -> int | None:
+    """The offset in ``doc`` of the byte Python's decoder stopped at, ``doc`` having been
+    decoded as UTF-8 (surrogatepass): a JSON error's ``pos`` counts characters."""
+    if isinstance(exc, UnicodeDecodeError):
+        return exc.start
+    try:
+        text = doc.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return None
+    return len(text[: exc.pos].encode("utf-8", "surrogatepass"))
+
+
+_MAX_TRIES = 64  # event ends tried before an error's event is left unnamed
+
+
+def events_before(doc: bytes, byte: int) -> int | None:
+    """How many events of the array ``doc`` (``[`` then events) end before byte ``byte``:
+    the last ``}`` before it after which the array decodes (one inside a string or a nested
+    object cannot), None where none of the last few does."""
+    if not doc.lstrip().startswith(b"["):
+        return None
+    end = byte
+    for _ in range(_MAX_TRIES):
+        close = doc.rfind(b"}", 0, end)
+        if close < 0:
+            return 0
+        head = doc[: close + 1] + b"]"
+        try:
+            events = orjson.loads(head)
+        except orjson.JSONDecodeError:
+            try:
+                events = json.loads(head.decode("utf-8", "surrogatepass"))
+            except ValueError:
+                end = close
+                continue
+        return len(events) if isinstance(events, list) else None
+    return None
