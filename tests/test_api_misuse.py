@@ -215,6 +215,7 @@ def test_a_chart_window_that_is_no_window_is_one_usage_error(window: object) -> 
         analysis.heartbeat(window_ms=window)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_a_chart_window_in_the_trace_draws() -> None:
     pytest.importorskip("matplotlib")
     figure = tv.analyze(TRACE).heartbeat(window_ms=(0, 50))

@@ -68,6 +68,7 @@ def rules(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     return load_rules("default", path)
 
 
+@pytest.mark.slow
 def test_family_codes_are_each_kernels_own_rule(rules) -> None:  # type: ignore[no-untyped-def]
     frame = _frame(np.random.default_rng(1), 20_000, 9)
     assert frame["ts_ns"].n_chunks() == 9

@@ -376,6 +376,7 @@ def test_heartbeat_efficiency_panel_and_report_table(tmp_path: Path) -> None:
     assert "efficiency by phase" in r.stdout
 
 
+@pytest.mark.slow
 def test_context_from_record_shapes_counts_attention() -> None:
     """Hugging Face generate with SDPA: the keys' dims give each step's context (a stdlib
     reading of the same ops), and with the model the attention term is in the FLOPs."""

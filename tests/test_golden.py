@@ -53,6 +53,7 @@ def test_differences_name_each_path_and_tolerate_only_float_noise() -> None:
     assert differences({"t": True}, {"t": 1}) == ["$.t: true -> 1"]
 
 
+@pytest.mark.slow
 def test_the_golden_tool_shows_the_diff_and_writes_only_with_accept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

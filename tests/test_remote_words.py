@@ -81,6 +81,7 @@ def test_an_upper_case_scheme_is_the_same_scheme(bucket: str) -> None:
     assert got.count("\n") == tv.steps(tv.load(LOCAL)).height + 1  # the header, each step
 
 
+@pytest.mark.slow
 def test_an_http_server_that_refuses_an_upload_says_so() -> None:
     class Quiet(http.server.SimpleHTTPRequestHandler):
         """A static file server: it reads an upload whole, then refuses it (501), as
