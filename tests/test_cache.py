@@ -171,6 +171,7 @@ def test_the_cli_switch_and_management(
     assert cache.info()["entries"] == 1
 
 
+@pytest.mark.slow
 def test_a_file_that_grows_during_the_parse_is_not_stored(
     cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

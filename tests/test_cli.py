@@ -118,6 +118,7 @@ def test_summarize_table_shows_phases_and_gaps() -> None:
         assert text in out
 
 
+@pytest.mark.slow
 def test_summarize_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = str(GENERATED / "hybrid_tight.json.gz")
     t = truth("hybrid_tight")

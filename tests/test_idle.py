@@ -199,6 +199,7 @@ def test_breakdown_of_a_run_is_one_clear_line(option: list[str], tmp_path: Path)
     assert not (tmp_path / "h.png").exists()
 
 
+@pytest.mark.slow
 def test_the_report_shows_the_breakdown_table_and_chart(tmp_path: Path) -> None:
     out = tmp_path / "r.html"
     result = CliRunner().invoke(cli, ["report", str(IDLE), "-o", str(out)])

@@ -123,7 +123,9 @@ def _one_line(args: list[str], expected: str, budget_s: float) -> None:
     assert took < budget_s, took
 
 
-@pytest.mark.parametrize("behaviour", [silent, headers_then_stall])
+@pytest.mark.parametrize(
+    "behaviour", [pytest.param(silent, marks=pytest.mark.slow), headers_then_stall]
+)
 def test_an_http_server_that_does_not_answer_fails_within_the_read_timeout(
     behaviour: Behaviour,
 ) -> None:

@@ -292,6 +292,7 @@ def test_the_real_8_rank_directory() -> None:
     assert issubclass(RunError, tv.TraceviewError)
 
 
+@pytest.mark.slow
 def test_past_8_ranks_the_heartbeat_is_a_band_with_the_straggler(tmp_path: Path) -> None:
     from traceview.render.run_chart import run_heartbeat_data, run_heartbeat_figure
 

@@ -594,6 +594,7 @@ def test_two_concurrent_scans_of_one_folder_write_no_self_alias(tmp_path: Path) 
         assert not own & set(aliases)
 
 
+@pytest.mark.slow
 def test_scan_with_a_model_gives_each_steps_mfu_and_mbu(tmp_path: Path) -> None:
     """Issue 33: scan takes --model and --gpu (it refused them): each step's row gains its
     tokens, FLOPs, bytes, MFU and MBU, the same figures `steps --model` gives; without a

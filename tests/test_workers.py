@@ -74,7 +74,9 @@ FIXTURES = sorted(GENERATED.glob("*.json.gz"))
     "path",
     trace_params(FIXTURES + real_traces(), fixture_sample={"hybrid_chunked.json.gz"}),
 )
-def test_the_frames_are_the_same_for_every_worker_count(path: Path, answered: list[int]) -> None:
+def test_the_frames_are_the_same_for_every_worker_count(
+    path: Path, answered: list[int], caplog: pytest.LogCaptureFixture
+) -> None:
     text = len(gzip.decompress(path.read_bytes()))
     # a few dozen blocks a trace (a real trace of 100 MB in 64 KiB blocks took 20 s)
     block_bytes = max(SMALL, text // 32)
@@ -84,6 +86,8 @@ def test_the_frames_are_the_same_for_every_worker_count(path: Path, answered: li
     assert_same(one, many)
     if text > 4 * block_bytes:
         assert answered and answered[0] > 0, "no block was decoded by a helper"
+    # helpers that end as they should say nothing
+    assert not [r for r in caplog.records if r.name == "traceview.load"]
 
 
 @pytest.mark.slow
@@ -159,11 +163,6 @@ def test_a_helper_ended_by_a_signal_is_named_by_it(
     assert_same(one, _load(path, 2))  # the blocks it held are decoded here: the same trace
     said = [r.getMessage() for r in caplog.records if r.name == "traceview.load"]
     assert len(said) == 1 and "one was ended by SIGKILL before it answered" in said[0]
-
-
-def test_helpers_that_end_as_they_should_say_nothing(caplog: pytest.LogCaptureFixture) -> None:
-    _load(GENERATED / "hybrid_chunked.json.gz", 3)
-    assert not [r for r in caplog.records if r.name == "traceview.load"]
 
 
 def test_a_command_says_a_helpers_failure_once_as_a_warning(
