@@ -93,7 +93,10 @@ def python_error_byte(exc: json.JSONDecodeError | UnicodeDecodeError, doc: bytes
     return len(text[: exc.pos].encode("utf-8", "surrogatepass"))
 
 
-_MAX_TRIES = 64  # event ends tried before an error's event is left unnamed
+# event ends tried, and bytes parsed in all, before an error's event is left unnamed (a
+# block is 6 MB; a text with no event boundary may be far larger)
+_MAX_TRIES = 64
+_MAX_TRIED_BYTES = 128 << 20
 
 
 def events_before(doc: bytes, byte: int) -> int | None:
@@ -102,11 +105,14 @@ def events_before(doc: bytes, byte: int) -> int | None:
     object cannot), None where none of the last few does."""
     if not doc.lstrip().startswith(b"["):
         return None
-    end = byte
+    end, tried = byte, 0
     for _ in range(_MAX_TRIES):
         close = doc.rfind(b"}", 0, end)
         if close < 0:
             return 0
+        tried += close + 2
+        if tried > _MAX_TRIED_BYTES:
+            return None
         head = doc[: close + 1] + b"]"
         try:
             events = orjson.loads(head)
