@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import GENERATED, truth
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 import traceview as tv
 from traceview.cli import cli
@@ -93,6 +94,35 @@ def test_gaps_data_carries_percentiles_and_n(chunked: tv.Summary) -> None:
         f"n={t[p]['n']}" in txt.get_text()
         for p, txt in zip(("all", "decode", "mixed"), ax.get_legend().get_texts(), strict=True)
     )
+
+
+def test_the_gaps_chart_keeps_its_title_and_legend_inside_the_figure(chunked: tv.Summary) -> None:
+    """A long marker name and file name, and three populations' legend rows, once ran off
+    the figure's edges (a newcomer's gaps.png): every text is drawn inside it."""
+    from traceview.render.charts import gaps_figure
+    from traceview.render.format import gap_title
+
+    title = f"{gap_title(chunked.document)} — {'a_rather_long_trace_file_name_' * 3}.json.gz"
+    fig = gaps_figure(gaps_data(chunked, chunked.gaps), title=title)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    inside = fig.bbox.padded(1)
+    ax = fig.axes[0]
+    for artist in (ax.title, ax.get_legend()):
+        box = artist.get_window_extent(renderer)
+        assert inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1), artist
+
+
+def test_an_efficiency_panel_below_1_percent_labels_its_ticks_apart() -> None:
+    """Decode's MBU is under 1% of peak on the bundled trace: the y ticks once all read
+    0% or 1%; their labels are now distinct."""
+    model = GENERATED.parent / "configs" / "engine-hybrid-moe.json"
+    summary = tv.summarize(tv.load(GENERATED / "hybrid_chunked.json.gz"), model=str(model))
+    fig = heartbeat_figure([heartbeat_data(summary)], efficiency=True)
+    fig.draw(FigureCanvasAgg(fig).get_renderer())
+    panel = fig.axes[-1]
+    labels = [t.get_text() for t in panel.get_yticklabels() if t.get_text()]
+    assert len(labels) >= 3 and len(set(labels)) == len(labels), labels
 
 
 def test_plot_on_a_given_axes(chunked: tv.Summary) -> None:

@@ -138,6 +138,8 @@ def step_efficiency(steps: pl.DataFrame, t0_ns: int) -> StepEfficiency | None:
 def draw_efficiency(data: StepEfficiency, ax: Axes, *, text: str) -> None:
     """MBU (and MFU, dashed) per step over the step's span, on ``ax``, the y axis scaled
     to the largest."""
+    from matplotlib.ticker import PercentFormatter
+
     for values, label, style in ((data.mbu, "MBU", "-"), (data.mfu, "MFU", "--")):
         if np.isfinite(values).any():
             ax.stairs(
@@ -153,5 +155,6 @@ def draw_efficiency(data: StepEfficiency, ax: Axes, *, text: str) -> None:
     if top >= 1.0:  # an upper bound passing the peak (docs/metrics.md): the peak marked
         ax.axhline(1.0, color="#888888", linewidth=0.6, linestyle=":")
     ax.set_ylim(0, max(top * 1.15, 0.01))  # scaled to the data: decode's MFU is small
-    ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+    # decimals as the axis' range needs them (below 1% of peak, whole percents repeat)
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=None))
     _label_panel(ax, "of peak", "per step", text)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -546,10 +547,14 @@ def gaps_figure(curves: list[GapCurve], *, title: str, style: str = "light") -> 
         ax.set_xlabel("decode gap (log scale)")
         ax.set_ylabel("fraction of gaps ≤ x")
         ax.set_ylim(0, 1.02)
-        ax.set_title(chart(title), loc="left", fontsize=11)
+        # wrapped to the figure's width: a long marker name or file name once ran off the
+        # right edge and squeezed the axes
+        lines = textwrap.wrap(chart(title), width=100, break_on_hyphens=False)
+        ax.set_title("\n".join(lines), loc="left", fontsize=11)
         ax.grid(True, which="both", alpha=0.2)
-        # below the axes: inside, a legend can cover the foot or the tail of a curve
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=3, fontsize=8)
+        # below the axes: inside, a legend can cover the foot or the tail of a curve; one
+        # population a row (three of them side by side were wider than the figure)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=1, fontsize=8)
     return fig
 
 
