@@ -149,7 +149,7 @@ def test_a_helper_that_cannot_start_leaves_the_blocks_to_this_process(
     # said once, not silently slower
     said = [r.getMessage() for r in caplog.records if r.name == "traceview.load"]
     assert said == [
-        f"{path}: helper processes stopped: one exited with status 3 before it answered; "
+        f"{path}: helper processes stopped: one exited with status 3, leaving blocks unanswered; "
         "the rest was decoded by this process alone (the same trace, more slowly)"
     ]
 
@@ -162,7 +162,24 @@ def test_a_helper_ended_by_a_signal_is_named_by_it(
     monkeypatch.setattr(helpers, "_BOOT", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
     assert_same(one, _load(path, 2))  # the blocks it held are decoded here: the same trace
     said = [r.getMessage() for r in caplog.records if r.name == "traceview.load"]
-    assert len(said) == 1 and "one was ended by SIGKILL before it answered" in said[0]
+    assert len(said) == 1 and "one was ended by SIGKILL, leaving blocks unanswered" in said[0]
+
+
+def test_a_helper_that_never_answers_is_given_up_on(
+    monkeypatch: pytest.MonkeyPatch, answered: list[int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A helper alive but silent (stopped, deadlocked) once hung the load for ever: past
+    the wait its blocks are decoded here, the same trace, and said once."""
+    from traceview.load import in_order
+
+    path = GENERATED / "hybrid_chunked.json.gz"
+    one = _load(path, 1)
+    monkeypatch.setattr(in_order, "ANSWER_WAIT_S", 1.0)
+    monkeypatch.setattr(helpers, "_BOOT", "import time; time.sleep(600)")
+    assert_same(one, _load(path, 2))
+    assert answered == [0]
+    said = [r.getMessage() for r in caplog.records if r.name == "traceview.load"]
+    assert len(said) == 1 and "one did not answer a block in 1 s" in said[0], said
 
 
 def test_a_command_says_a_helpers_failure_once_as_a_warning(
@@ -193,7 +210,7 @@ def test_a_command_says_a_helpers_failure_once_as_a_warning(
     said = [w for w in two.stderr.splitlines() if "helper processes stopped" in w]
     assert said == [
         f"Warning: {tmp_path}/odd\\x1b[31m.json.gz: helper processes stopped: one exited with "
-        "status 3 before it answered; the rest was decoded by this process alone (the same "
+        "status 3, leaving blocks unanswered; the rest was decoded by this process alone (the same "
         "trace, more slowly)"
     ]
     assert "helper processes" not in one.stderr

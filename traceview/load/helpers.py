@@ -166,7 +166,7 @@ class _Helper:
             try:
                 _send(stdin, (block, self.owner.args))
             except Exception:  # a helper that died: the reader answers its blocks None
-                self.owner.fail(self, f"one {self._ended()} before it answered")
+                self.owner.fail(self, f"one {self._ended()}, leaving blocks unanswered")
         self.sent.put(None)  # no more blocks: the reader ends after the last answer
         with contextlib.suppress(OSError, ValueError):
             stdin.close()  # the helper ends once it has answered what it holds
@@ -181,7 +181,7 @@ class _Helper:
                     raise ValueError(f"a helper answered a {type(answer).__name__}")
             except EOFError:  # it ended: every block it took was answered, or it died
                 if self.given > self.taken:
-                    self.owner.fail(self, f"one {self._ended()} before it answered")
+                    self.owner.fail(self, f"one {self._ended()}, leaving blocks unanswered")
                 break
             except Exception:  # nonsense: this helper's blocks are decoded by the loader
                 self.owner.fail(self, "one answered something that is not a block")
@@ -266,6 +266,16 @@ class Helpers:
                 self.failure = why
             self.broken = True
         helper.process.kill()
+
+    def give_up(self, why: str) -> None:
+        """No helper answered in time (``why``, for :attr:`failure`): end them all; the
+        blocks they hold are answered None, to be decoded by the caller."""
+        with self._failing:
+            if not self.broken:
+                self.failure = why
+            self.broken = True
+        for process in self._processes:
+            process.kill()
 
     def close(self) -> None:
         """End the helpers and wait for them: each exits when its stdin closes, once the

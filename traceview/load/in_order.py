@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 import polars as pl
@@ -24,6 +25,10 @@ from traceview.load.helpers import Helpers
 # be larger: a small trace never pays for their start (an interpreter and polars each)
 SERIAL_BLOCKS = 2
 AHEAD_PER_HELPER = 2  # blocks queued for each helper (one decoding, one waiting)
+# A helper that has not answered a block in this long is taken for stuck (stopped, or alive
+# and deadlocked): the helpers are ended and their blocks decoded here. A block takes
+# 0.1-1 s; a slower one on a machine swapping hard is still decoded, only here.
+ANSWER_WAIT_S = 120.0
 # a helper for every this many blocks the text is expected to hold, at most: one that
 # would decode a block or two costs more to start (an interpreter, polars, about 60 MB)
 # than it saves
@@ -98,7 +103,11 @@ class InOrder:
             if item.future is not None:
                 if not (wait or item.future.done() or len(self._pending) > limit):
                     return
-                answer = item.future.result()  # None from a helper that failed
+                try:
+                    answer = item.future.result(timeout=ANSWER_WAIT_S)
+                except FutureTimeout:
+                    self.helpers.give_up(f"one did not answer a block in {ANSWER_WAIT_S:g} s")
+                    answer = item.future.result()  # answered None once its helper ended
                 item.result = answer if isinstance(answer, Decoded) else None
             self._pending.popleft()
             yield item
