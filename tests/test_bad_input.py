@@ -323,7 +323,7 @@ def _with_a_bad_event(name: str, bad: bytes, where: str) -> tuple[bytes, int]:
     ("bad", "where", "problem"),
     [
         (b"@", "inside", "Expecting value"),
-        (b"\xff", "inside", "not UTF-8 (invalid start byte: 0xff)"),
+        (b"\xff", "inside", "not UTF-8 (a sequence from 0xff: invalid start byte)"),
         (b"\x00", "inside", "Expecting value"),
         (b", @", "after", "Expecting value"),
         (b" ", "after", "Expecting ',' delimiter"),  # a missing comma
@@ -385,3 +385,48 @@ def test_invalid_json_in_a_document_read_whole_names_its_byte(tmp_path: Path, te
         tv.load(path, options=tv.LoadOptions(cache=False))
     at = text.index(b"@")
     assert str(err.value) == f"{path}: invalid JSON in the document at byte {at}: Expecting value"
+
+
+def test_the_event_before_an_error_counts_every_value_of_the_array(tmp_path: Path) -> None:
+    """Nulls and an array among the events (read as unusable entries, counted) and a name
+    holding 100 closing braces before the fault: the event named is the one before it."""
+    events = [e.decode() for e in _pretty_kernels("gemm", 60)]
+    events += ["null"] * 9 + ['[{"a": 1}]']
+    events.append('{"name": "' + "}" * 100 + '", "ph": "X", "dur": @}')
+    text = (HEAD.decode() + ",\n".join(events) + "]}").encode()
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    for block_bytes, workers in ((1 << 20, 1), (500, 1), (500, 3)):
+        options = tv.LoadOptions(cache=False, block_bytes=block_bytes, workers=workers)
+        with pytest.raises(tv.TraceFormatError) as err:
+            tv.load(path, options=options)
+        want = f"at byte {text.index(b'@')} (after event #69): Expecting value"
+        assert str(err.value).endswith(want), (block_bytes, workers, str(err.value))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [b"gemm\\ud800x", b"gemm\xed\xa0\x80x"],  # an escape without its pair; its raw bytes
+    ids=["escape", "raw-bytes"],
+)
+def test_a_lone_surrogate_in_a_name_or_args_reads_as_a_replacement_character(
+    tmp_path: Path, name: bytes
+) -> None:
+    """JSON can escape half a UTF-16 pair; no UTF-8 text can hold one. It was refused
+    ("cannot read: 'utf-8' codec can't encode") and, in raw args, a traceback from `sql`:
+    it reads as U+FFFD, as any UTF-8 reader shows what it cannot read."""
+    kernel = (
+        b'{"ph": "X", "cat": "kernel", "name": "' + name + b'", "pid": 0, "tid": 7, '
+        b'"ts": 1000, "dur": 5, "args": {"device": 0, "stream": 7, "note": "a\\udc00b", '
+        b'"Input Dims": [["\\ud801"]]}}'
+    )
+    meta = b'{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "p\\ud802"}}'
+    path = tmp_path / "t.json"
+    path.write_bytes(b'{"traceEvents": [' + kernel + b", " + meta + b"]}")
+    trace = tv.load(path, options=tv.LoadOptions(cache=False))
+    assert trace.kernels["name"].to_list() == ["gemm\ufffdx"]
+    r = CliRunner().invoke(
+        cli, ["--no-cache", "sql", "-e", "select key, display_value from args", str(path)]
+    )
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert "a\ufffdb" in r.stdout

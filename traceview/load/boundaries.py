@@ -45,10 +45,11 @@ def array_end(text: bytes) -> int | None:
         pos = error_byte(exc)
         if pos is not None and "trailing characters" in str(exc):
             return pos - 2
-    try:  # Python's decoder tolerates NaN and stops at the array's end
-        s = doc.decode("utf-8", errors="replace")
+    try:  # Python's decoder tolerates NaN and stops at the array's end; a byte that is
+        # not UTF-8 stays one character, so the offset counts the file's bytes
+        s = doc.decode("utf-8", errors="surrogateescape")
         _, end = json.JSONDecoder().raw_decode(s)
-        return len(s[:end].encode("utf-8")) - 1
+        return len(s[:end].encode("utf-8", errors="surrogateescape")) - 1
     except ValueError:
         return None
 

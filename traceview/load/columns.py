@@ -4,6 +4,8 @@ same columns, then one polars frame per block."""
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,7 +134,7 @@ class Block:
             if not isinstance(args, dict):
                 args = {}
             ph = e.get("ph")
-            block.ph.append(ph if isinstance(ph, str) else None)
+            block.ph.append(_text(ph) if isinstance(ph, str) else None)
             block.cat.append(_text(e.get("cat")))
             block.name.append(_text(e.get("name")))
             block.pid.append(_ident(e.get("pid")))
@@ -141,7 +143,7 @@ class Block:
             block.dur.append(as_number(e.get("dur")))
             block.id.append(_flow_id(e.get("id")))
             bp = e.get("bp")
-            block.bp.append(bp if isinstance(bp, str) else None)
+            block.bp.append(_text(bp) if isinstance(bp, str) else None)
             block.device.append(_integer(args.get("device")))
             block.stream.append(_integer(args.get("stream")))
             block.correlation.append(_integer(args.get("correlation")))
@@ -158,13 +160,13 @@ class Block:
                         [None] * i,
                         [None] * i,
                     )
-                block.input_dims.append(orjson.dumps(args["Input Dims"]).decode())
+                block.input_dims.append(_json_text(args["Input Dims"]))
                 for column, key in (
                     (block.input_types, "Input type"),
                     (block.concrete, "Concrete Inputs"),
                 ):
                     value = args.get(key)
-                    column.append(None if value is None else orjson.dumps(value).decode())
+                    column.append(None if value is None else _json_text(value))
             elif (
                 block.input_dims is not None
                 and block.input_types is not None
@@ -175,7 +177,7 @@ class Block:
                 block.concrete.append(None)
         if keep_args:
             block.args_json = [
-                orjson.dumps(e["args"]).decode()
+                _json_text(e["args"])
                 if isinstance(e, dict) and isinstance(e.get("args"), dict)
                 else None
                 for e in events
@@ -222,14 +224,32 @@ class Block:
 def _meta_value(name: Any, labels: Any, sort_index: Any) -> str | None:
     for v in (name, labels, sort_index):
         if v is not None:
-            return str(v)
+            return _text(v)
     return None
 
 
+# A lone UTF-16 surrogate: JSON's "\ud800" escape without its pair (Python's json reads it;
+# no UTF-8 text can hold it). Shown as U+FFFD, as any UTF-8 reader shows what it cannot read.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _text(v: Any) -> str | None:
-    if v is None or isinstance(v, str):
-        return v
-    return str(v)
+    if v is None:
+        return None
+    text = v if isinstance(v, str) else str(v)
+    if text.isascii():
+        return text
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def _json_text(value: Any) -> str:
+    """``value`` as JSON text (record shapes, raw args): orjson, or, where a string holds a
+    lone surrogate orjson refuses, the standard library's, each such surrogate as U+FFFD
+    (as :func:`_text` shows it; they stand only inside strings)."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return _LONE_SURROGATE.sub("\ufffd", json.dumps(value, ensure_ascii=False))
 
 
 def as_number(v: Any) -> float | None:

@@ -53,7 +53,7 @@ def parse(
         if isinstance(exc, json.JSONDecodeError):
             msg = exc.msg
         else:  # its own message counts positions in this block, not in the file
-            msg = f"not UTF-8 ({exc.reason}: 0x{doc[exc.start]:02x})"
+            msg = f"not UTF-8 (a sequence from 0x{doc[exc.start]:02x}: {exc.reason})"
         raise TraceFormatError(path, f"invalid JSON in {where}{at}{after}: {msg}") from None
 
 
@@ -93,34 +93,33 @@ def python_error_byte(exc: json.JSONDecodeError | UnicodeDecodeError, doc: bytes
     return len(text[: exc.pos].encode("utf-8", "surrogatepass"))
 
 
-# event ends tried, and bytes parsed in all, before an error's event is left unnamed (a
-# block is 6 MB; a text with no event boundary may be far larger)
-_MAX_TRIES = 64
-_MAX_TRIED_BYTES = 128 << 20
+# an error's event is counted only in this much text before it (a block is 6 MB; a text
+# with no event boundary may be far larger)
+_MAX_COUNTED_BYTES = 128 << 20
+_WHITESPACE = " \t\n\r"
 
 
 def events_before(doc: bytes, byte: int) -> int | None:
-    """How many events of the array ``doc`` (``[`` then events) end before byte ``byte``:
-    the last ``}`` before it after which the array decodes (one inside a string or a nested
-    object cannot), None where none of the last few does."""
-    if not doc.lstrip().startswith(b"["):
+    """How many values of the array ``doc`` (``[`` then events) are complete before byte
+    ``byte``: each read in turn by Python's JSON decoder (any value: an event, a null, an
+    array), up to the first that does not read or is not followed by a comma."""
+    text = doc[:byte].decode("utf-8", "surrogateescape")
+    if byte > _MAX_COUNTED_BYTES or not text.lstrip(_WHITESPACE).startswith("["):
         return None
-    end, tried = byte, 0
-    for _ in range(_MAX_TRIES):
-        close = doc.rfind(b"}", 0, end)
-        if close < 0:
-            return 0
-        tried += close + 2
-        if tried > _MAX_TRIED_BYTES:
-            return None
-        head = doc[: close + 1] + b"]"
+    read = json.JSONDecoder().raw_decode
+    at, count = text.index("[") + 1, 0
+    while True:
+        while at < len(text) and text[at] in _WHITESPACE:
+            at += 1
         try:
-            events = orjson.loads(head)
-        except orjson.JSONDecodeError:
-            try:
-                events = json.loads(head.decode("utf-8", "surrogatepass"))
-            except ValueError:
-                end = close
-                continue
-        return len(events) if isinstance(events, list) else None
-    return None
+            _, at = read(text, at)
+        except ValueError:
+            return count
+        if at == len(text) and text[at - 1] not in '}]"':
+            return count  # a number or literal cut at the error may go on past it
+        count += 1
+        while at < len(text) and text[at] in _WHITESPACE:
+            at += 1
+        if at >= len(text) or text[at] != ",":
+            return count
+        at += 1
