@@ -430,3 +430,18 @@ def test_a_lone_surrogate_in_a_name_or_args_reads_as_a_replacement_character(
     )
     assert r.exit_code == 0 and "Traceback" not in r.output, r.output
     assert "a\ufffdb" in r.stdout
+
+
+def test_a_byte_counted_after_a_cut_string_says_so(tmp_path: Path) -> None:
+    """A name over 64 KiB is cut as the text is read, so the byte of a later error counts
+    the text read, not the file: the message says which."""
+    events = [e.decode() for e in _pretty_kernels("gemm", 60)]
+    events[10] = events[10].replace('"gemm"', '"' + "n" * 70_000 + '"')
+    events[50] = events[50].replace('"dur": 1', '"dur": @')
+    path = tmp_path / "t.json"
+    path.write_bytes((HEAD.decode() + ",\n".join(events) + "]}").encode())
+    with pytest.raises(tv.TraceFormatError) as err:
+        tv.load(path, options=tv.LoadOptions(cache=False))
+    assert "(after event #49): Expecting value (a byte of the text read, in which strings " in str(
+        err.value
+    )

@@ -193,17 +193,28 @@ def _load(name: str, total: int, opts: LoadOptions) -> Trace:
 
                 return load_pftrace(label, io.BufferedReader(_Prefixed(head, reader)))
             text = CappedText(reader, prefix=head)
-            trace = read_json(
-                label,
-                text.read(opts.block_bytes),
-                text,  # type: ignore[arg-type]
-                opts.block_bytes,
-                raw_args=opts.raw_args,
-                strict=opts.strict,
-                workers=workers,
-                # gzip'd JSON traces hold at least 4x their size in text (mostly 8-20x)
-                size_hint=total * (GZIP_RATIO_FLOOR if gzipped else 1),
-            )
+            try:
+                trace = read_json(
+                    label,
+                    text.read(opts.block_bytes),
+                    text,  # type: ignore[arg-type]
+                    opts.block_bytes,
+                    raw_args=opts.raw_args,
+                    strict=opts.strict,
+                    workers=workers,
+                    # gzip'd JSON traces hold at least 4x their size in text (mostly 8-20x)
+                    size_hint=total * (GZIP_RATIO_FLOOR if gzipped else 1),
+                )
+            except TraceFormatError as exc:
+                if text.cuts and " at byte " in exc.problem:  # not the file's own offset
+                    raise type(exc)(
+                        exc.path,
+                        f"{exc.problem} (a byte of the text read, in which strings "
+                        f"over {STRING_CAP >> 10} KiB are cut)",
+                        index=exc.index,
+                        event=exc.event,
+                    ) from None
+                raise
             return _with_cuts(trace, text.cuts)
     except EOFError as exc:
         raise TraceFormatError(name, f"truncated gzip file ({exc})") from None
