@@ -115,6 +115,8 @@ def events_before(doc: bytes, byte: int) -> int | None:
             _, at = read(text, at)
         except ValueError:
             return count
+        except RecursionError:  # nested deeper than Python's decoder reads: not counted
+            return None
         if at == len(text) and text[at - 1] not in '}]"':
             return count  # a number or literal cut at the error may go on past it
         count += 1
