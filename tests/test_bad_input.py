@@ -418,6 +418,7 @@ def test_a_lone_surrogate_in_a_name_or_args_reads_as_a_replacement_character(
     kernel = (
         b'{"ph": "X", "cat": "kernel", "name": "' + name + b'", "pid": 0, "tid": 7, '
         b'"ts": 1000, "dur": 5, "args": {"device": 0, "stream": 7, "note": "a\\udc00b", '
+        b'"x": NaN, "k\\ud803": 1, '
         b'"Input Dims": [["\\ud801"]]}}'
     )
     meta = b'{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "p\\ud802"}}'
@@ -429,7 +430,7 @@ def test_a_lone_surrogate_in_a_name_or_args_reads_as_a_replacement_character(
         cli, ["--no-cache", "sql", "-e", "select key, display_value from args", str(path)]
     )
     assert r.exit_code == 0 and "Traceback" not in r.output, r.output
-    assert "a\ufffdb" in r.stdout
+    assert "a\ufffdb" in r.stdout and "args.k\ufffd" in r.stdout
 
 
 def test_a_byte_counted_after_a_cut_string_says_so(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ same columns, then one polars frame per block."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -243,13 +242,23 @@ def _text(v: Any) -> str | None:
 
 
 def _json_text(value: Any) -> str:
-    """``value`` as JSON text (record shapes, raw args): orjson, or, where a string holds a
-    lone surrogate orjson refuses, the standard library's, each such surrogate as U+FFFD
-    (as :func:`_text` shows it; they stand only inside strings)."""
+    """``value`` as JSON text (record shapes, raw args) by orjson; where a string or key
+    holds a lone surrogate (orjson refuses it), each as U+FFFD, as :func:`_text` shows it."""
     try:
         return orjson.dumps(value).decode()
     except orjson.JSONEncodeError:
-        return _LONE_SURROGATE.sub("\ufffd", json.dumps(value, ensure_ascii=False))
+        return orjson.dumps(_replaced(value)).decode()
+
+
+def _replaced(value: Any) -> Any:
+    """``value`` with each lone surrogate in its strings and keys as U+FFFD."""
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, dict):
+        return {_text(str(k)): _replaced(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replaced(v) for v in value]
+    return value
 
 
 def as_number(v: Any) -> float | None:
