@@ -39,14 +39,23 @@ def parse(
         return orjson.loads(doc)
     except orjson.JSONDecodeError:
         pass
+    text = ""
     try:  # decoded here: json.loads would guess UTF-16 from a NUL near the start
-        return json.loads(doc.decode("utf-8", "surrogatepass"))
+        text = doc.decode("utf-8", "surrogatepass")
+        return json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        if cut and isinstance(exc, json.JSONDecodeError) and ends_inside(exc, doc):
+        if cut and isinstance(exc, json.JSONDecodeError) and ends_inside(exc, text):
             raise CutInsideAnEvent from None
-        byte = python_error_byte(exc, doc)
-        at = f" at byte {offset + byte}" if offset is not None and byte is not None else ""
-        before = events_before(doc, byte) if base is not None and byte is not None else None
+        # the text before the error, decoded once: up to a JSON error's character, or up
+        # to the first byte that is not UTF-8 (all of it UTF-8)
+        if isinstance(exc, json.JSONDecodeError):
+            head = text[: exc.pos]
+            byte = len(head.encode("utf-8", "surrogatepass"))
+        else:
+            byte = exc.start
+            head = doc[:byte].decode("utf-8", "surrogatepass")
+        at = f" at byte {offset + byte}" if offset is not None else ""
+        before = events_before(head, byte) if base is not None else None
         after = ""
         if before is not None and base is not None and base + before > 0:
             after = f" (after event #{base + before - 1})"
@@ -72,25 +81,11 @@ def parse_events(
     return events
 
 
-def ends_inside(exc: json.JSONDecodeError, doc: bytes) -> bool:
-    """Whether Python's decoder failed because ``doc`` (events given as whole) ends inside
-    one: a string still open at its end, or the error at its last bytes."""
-    if exc.msg.startswith("Unterminated string"):
-        return True
-    byte = python_error_byte(exc, doc)
-    return byte is not None and byte >= len(doc) - 2
-
-
-def python_error_byte(exc: json.JSONDecodeError | UnicodeDecodeError, doc: bytes) -> int | None:
-    """The offset in ``doc`` of the byte Python's decoder stopped at, ``doc`` having been
-    decoded as UTF-8 (surrogatepass): a JSON error's ``pos`` counts characters."""
-    if isinstance(exc, UnicodeDecodeError):
-        return exc.start
-    try:
-        text = doc.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError:
-        return None
-    return len(text[: exc.pos].encode("utf-8", "surrogatepass"))
+def ends_inside(exc: json.JSONDecodeError, text: str) -> bool:
+    """Whether Python's decoder failed because ``text`` (events given as whole) ends inside
+    one: a string still open at its end, or the error at its last characters (the last two
+    bytes are ASCII: a quote, a brace, the closing bracket)."""
+    return exc.msg.startswith("Unterminated string") or exc.pos >= len(text) - 2
 
 
 # an error's event is counted only in this much text before it (a block is 6 MB; a text
@@ -99,11 +94,11 @@ _MAX_COUNTED_BYTES = 128 << 20
 _WHITESPACE = " \t\n\r"
 
 
-def events_before(doc: bytes, byte: int) -> int | None:
-    """How many values of the array ``doc`` (``[`` then events) are complete before byte
-    ``byte``: each read in turn by Python's JSON decoder (any value: an event, a null, an
-    array), up to the first that does not read or is not followed by a comma."""
-    text = doc[:byte].decode("utf-8", "surrogateescape")
+def events_before(text: str, byte: int) -> int | None:
+    """How many values of the array whose ``text`` (``[`` then events, ``byte`` bytes of
+    it) runs up to an error are complete before it: each read in turn by Python's JSON
+    decoder (any value: an event, a null, an array), up to the first that does not read or
+    is not followed by a comma."""
     if byte > _MAX_COUNTED_BYTES or not text.lstrip(_WHITESPACE).startswith("["):
         return None
     read = json.JSONDecoder().raw_decode
