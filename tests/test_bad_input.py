@@ -387,6 +387,29 @@ def test_invalid_json_in_a_document_read_whole_names_its_byte(tmp_path: Path, te
     assert str(err.value) == f"{path}: invalid JSON in the document at byte {at}: Expecting value"
 
 
+@pytest.mark.parametrize("block_bytes", [300, 1 << 20])
+def test_bad_text_after_the_events_array_is_invalid_json_not_a_cut(
+    tmp_path: Path, block_bytes: int
+) -> None:
+    """`"displayTimeUnit": ms}` after the array was read as a trace cut off there (a
+    warning, every figure given); it is refused, naming its byte. Keys cut off mid-way
+    are still a cut."""
+    events = ",\n".join(e.decode() for e in _pretty_kernels("gemm", 20))
+    options = tv.LoadOptions(cache=False, block_bytes=block_bytes)
+    bad = f'{{"traceEvents": [\n{events}\n], "\u044f": 1, "displayTimeUnit": ms}}'.encode()
+    path = tmp_path / "bad.json"
+    path.write_bytes(bad)
+    with pytest.raises(tv.TraceFormatError) as err:
+        tv.load(path, options=options)
+    want = f"invalid JSON after the events array at byte {bad.index(b'ms}')}: Expecting value"
+    assert str(err.value) == f"{path}: {want}"
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(bad[: bad.index(b"ms}")] + b'"m')
+    trace = tv.load(cut, options=options)
+    assert trace.kernels.height == 20
+    assert [w for w in trace.meta.warnings if "truncated" in w], trace.meta.warnings
+
+
 def test_the_event_before_an_error_counts_every_value_of_the_array(tmp_path: Path) -> None:
     """Nulls and an array among the events (read as unusable entries, counted) and a name
     holding 100 closing braces before the fault: the event named is the one before it."""
