@@ -38,8 +38,11 @@ SMALL = 65_536  # bytes a block: a fixture of a few MB of text is dozens of bloc
 
 @pytest.fixture
 def answered(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many blocks the helpers decoded, for each load (recorded when it stops them)."""
+    """How many blocks the helpers decoded, for each load (recorded when it stops them).
+    The loading process waits for each block it gave a helper (by default it decodes one
+    itself rather than wait while its helper starts: on these small texts, every one)."""
     counts: list[int] = []
+    monkeypatch.setattr(helpers.Helpers, "worth_waiting", lambda *_a, **_k: True)
     close = helpers.Helpers.close
 
     def counted(self: helpers.Helpers) -> None:
@@ -134,6 +137,29 @@ def test_a_cut_inside_a_string_is_read_on_from(tmp_path: Path, answered: list[in
     assert many.kernels.height == 3_000
     assert many.kernels["name"][5] == "void f<{lambda()#5}, {x}>()"
     assert_same(one, many)
+
+
+def test_a_block_is_decoded_here_rather_than_waited_for_while_its_helper_starts(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A helper that takes a minute to start (a slow disk, a loaded machine) is not waited
+    for: the loading process decodes the blocks it gave it, ends it when the load is done,
+    and says nothing (the helper did not fail; the trace is the same)."""
+    path = GENERATED / "hybrid_chunked.json.gz"
+    one = _load(path, 1)
+    monkeypatch.setattr(helpers, "_BOOT", "import time; time.sleep(60)\n" + helpers._BOOT)
+    started: list[helpers.Helpers] = []
+    close = helpers.Helpers.close
+
+    def closing(self: helpers.Helpers) -> None:
+        started.append(self)
+        close(self)
+
+    monkeypatch.setattr(helpers.Helpers, "close", closing)
+    assert_same(one, _load(path, 2))
+    assert len(started) == 1 and started[0].answered == 0
+    assert all(p.returncode is not None for p in started[0]._processes)
+    assert not [r for r in caplog.records if r.name == "traceview.load"]
 
 
 @pytest.mark.slow

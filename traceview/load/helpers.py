@@ -226,6 +226,8 @@ class Helpers:
         self._failing = threading.Lock()  # fail() is called from the helpers' threads
         self._processes: list[subprocess.Popen[bytes]] = []
         self._helpers: list[_Helper] = []
+        # each future submitted and not yet forgotten: its helper, and its number there
+        self._placed: dict[int, tuple[_Helper, int]] = {}
         try:  # started now: each imports its modules while this process reads on
             for _ in range(count):
                 process = subprocess.Popen(
@@ -248,9 +250,24 @@ class Helpers:
             future.set_result(None)
             return future
         helper = min(self._helpers, key=lambda h: h.given - h.taken)
+        self._placed[id(future)] = (helper, helper.given)
         helper.given += 1
         helper.blocks.put((block, future))
         return future
+
+    def worth_waiting(self, future: Future[object], *, last: bool) -> bool:
+        """Whether to wait for ``future``'s answer rather than decode its block in the
+        caller: not while its helper starts (an interpreter and polars take longer than a
+        block's decode); ``last`` (no block comes after), only where its helper is decoding
+        that block now (one queued behind another is decoded sooner by the caller)."""
+        helper, number = self._placed.get(id(future), (None, -1))
+        if helper is None or helper.answered == 0:
+            return False
+        return helper.taken == number or not last
+
+    def forget(self, future: Future[object]) -> None:
+        """``future``'s answer is no longer wanted (handed back, or decoded elsewhere)."""
+        self._placed.pop(id(future), None)
 
     @property
     def answered(self) -> int:
@@ -279,11 +296,16 @@ class Helpers:
 
     def close(self) -> None:
         """End the helpers and wait for them: each exits when its stdin closes, once the
-        blocks it holds are answered (the loader closes with blocks outstanding only when
-        it stops on an error; their futures are answered None)."""
-        self.broken = True
+        blocks it holds are answered; one still holding blocks (decoded by the caller
+        meanwhile, or the loader stopped on an error) is ended at once, its futures
+        answered None."""
+        with self._failing:
+            self.broken = True  # an ending helper is then no failure to report
         for helper in self._helpers:
             helper.blocks.put(None)
+            if helper.given > helper.taken:
+                helper.process.kill()
+        self._placed.clear()
         for process in self._processes:
             try:
                 process.wait(timeout=_EXIT_WAIT_S)

@@ -88,27 +88,37 @@ class InOrder:
         if not self.helpers.broken and waiting < AHEAD_PER_HELPER * self.helpers.count:
             item.future = self.helpers.submit(text[:cut])
         else:
-            try:
-                item.result = self._decode(text[:cut], *self._args)
-            except Exception:  # decoded again in order by the loader, which names the event
-                item.result = None
+            item.result = self._decode_here(item)
         self._pending.append(item)
+
+    def _decode_here(self, item: Pending) -> Decoded | None:
+        try:
+            return self._decode(item.text[: item.cut], *self._args)
+        except Exception:  # decoded again in order by the loader, which names the event
+            return None
 
     def done(self, *, wait: bool) -> Iterator[Pending]:
         """The blocks at the head of the queue, in order: all of them when ``wait``, else
-        those decoded (waiting for the first only while too many are queued)."""
+        those decoded (waiting for the first only while too many are queued). A block that
+        would be waited for while its helper starts, or at the end behind another block,
+        is decoded here instead: this process does not idle while it could be working."""
         limit = 2 * AHEAD_PER_HELPER * self.helpers.count + 2
         while self._pending:
             item = self._pending[0]
             if item.future is not None:
-                if not (wait or item.future.done() or len(self._pending) > limit):
+                future = item.future
+                if not (wait or future.done() or len(self._pending) > limit):
                     return
-                try:
-                    answer = item.future.result(timeout=ANSWER_WAIT_S)
-                except FutureTimeout:
-                    self.helpers.give_up(f"one did not answer a block in {ANSWER_WAIT_S:g} s")
-                    answer = item.future.result()  # answered None once its helper ended
-                item.result = answer if isinstance(answer, Decoded) else None
+                if future.done() or self.helpers.worth_waiting(future, last=wait):
+                    try:
+                        answer = future.result(timeout=ANSWER_WAIT_S)
+                    except FutureTimeout:
+                        self.helpers.give_up(f"one did not answer a block in {ANSWER_WAIT_S:g} s")
+                        answer = future.result()  # answered None once its helper ended
+                    item.result = answer if isinstance(answer, Decoded) else None
+                else:
+                    item.result = self._decode_here(item)
+                self.helpers.forget(future)
             self._pending.popleft()
             yield item
 
