@@ -357,7 +357,7 @@ class _Loader:
                 header_text + b"]" + trailer, self.path, base=None, where="the header"
             )
         except TraceFormatError:
-            self._refuse_bad_trailer(trailer, self.consumed + end)
+            self._refuse_bad_trailer(trailer, self.consumed + (len(text) if end is None else end))
             # the keys after the events were cut off
             self._truncated_at(self.consumed + len(text), kept_all=True)
             doc = lenient.parse(header_text + b"]}", self.path, base=None, where="the header")
