@@ -252,7 +252,8 @@ def test_a_trace_cut_anywhere_loads_every_complete_event(
                 assert "truncated gzip stream" in notes[0] and trace.meta.truncated_at is None
                 continue
             assert re.search(r"truncated (inside an event after )?(at )?byte [\d,]+", notes[0])
-            assert f"{trace.meta.events:,} complete events kept" in notes[0]
+            n = trace.meta.events
+            assert f"{n:,} complete event{'' if n == 1 else 's'} kept" in notes[0]
             assert trace.meta.truncated_at is not None
             with pytest.raises(tv.TraceFormatError, match="truncated"):
                 tv.load(path, options=tv.LoadOptions(strict=True))

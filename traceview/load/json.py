@@ -97,6 +97,10 @@ def decode_block(piece: bytes, raw_args: bool) -> Decoded | None:
     )
 
 
+def _complete(events: int) -> str:
+    return f"{events:,} complete event{'' if events == 1 else 's'}"
+
+
 # --- the loader ----------------------------------------------------------------------------
 
 
@@ -429,11 +433,11 @@ class _Loader:
         if self.strict:
             raise TraceFormatError(
                 self.path,
-                f"{where}; {self.total_events:,} complete events before the cut "
+                f"{where}; {_complete(self.total_events)} before the cut "
                 "(without --strict they load, with a warning)",
             )
         self.truncated = (offset, self.total_events)
-        self.truncation_note = f"{where}: {self.total_events:,} complete events kept"
+        self.truncation_note = f"{where}: {_complete(self.total_events)} kept"
 
     def _consume_piece(self, piece: bytes | memoryview, *, final: bool) -> bool:
         """Decode ``[piece]`` and add its events; False when it does not end between events."""
