@@ -17,7 +17,6 @@ negative.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -361,7 +360,8 @@ class _Loader:
                 header_text + b"]" + trailer, self.path, base=None, where="the header"
             )
         except TraceFormatError:
-            self._refuse_bad_trailer(trailer, self.consumed + (len(text) if end is None else end))
+            at = self.consumed + (len(text) if end is None else end)
+            lenient.refuse_bad_trailer(trailer, self.path, offset=at)
             # the keys after the events were cut off
             self._truncated_at(self.consumed + len(text), kept_all=True)
             doc = lenient.parse(header_text + b"]}", self.path, base=None, where="the header")
@@ -369,27 +369,6 @@ class _Loader:
             raise TraceFormatError(self.path, "JSON is not a trace object")
         doc.pop("traceEvents", None)
         return doc
-
-    def _refuse_bad_trailer(self, trailer: bytes, offset: int) -> None:
-        """Refuse the keys after the events array (``trailer``, after its ``]``, at byte
-        ``offset``) where they are not JSON (``"displayTimeUnit": ms}``): only text that
-        ends before it is complete is a cut."""
-        prefix = '{"traceEvents":[]'
-        text = prefix + trailer.decode("utf-8", "surrogateescape")
-        try:
-            json.loads(text)
-            return  # the keys read (with NaN, say): what failed is before them
-        except json.JSONDecodeError as exc:
-            error = exc
-        try:
-            msgspec.json.decode(text)
-        except msgspec.DecodeError as exc:
-            if "truncated" in str(exc):
-                return
-        at = offset + len(text[len(prefix) : error.pos].encode("utf-8", "surrogateescape"))
-        raise TraceFormatError(
-            self.path, f"invalid JSON after the events array at byte {at}: {error.msg}"
-        )
 
     def _consume_cut_tail(self, body: bytes, *, array_form: bool) -> None:
         """The events at the end of a file with no closing ``]``: a bare array may end so

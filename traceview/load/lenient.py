@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import orjson
 
 from traceview.errors import TraceFormatError
@@ -64,6 +65,30 @@ def parse(
         else:  # its own message counts positions in this block, not in the file
             msg = f"not UTF-8 (a sequence from 0x{doc[exc.start]:02x}: {exc.reason})"
         raise TraceFormatError(path, f"invalid JSON in {where}{at}{after}: {msg}") from None
+
+
+def refuse_bad_trailer(trailer: bytes, path: str, *, offset: int) -> None:
+    """Refuse the keys after the events array (``trailer``, the text after its ``]``, at
+    byte ``offset``) where they are not JSON (``"displayTimeUnit": ms}``); text that ends
+    before it is complete is a cut, not refused here.
+
+    Raises:
+        TraceFormatError: naming the byte of the fault.
+    """
+    prefix = '{"traceEvents":[]'
+    text = prefix + trailer.decode("utf-8", "surrogateescape")
+    try:
+        json.loads(text)
+        return  # the keys read (with NaN, say): what failed is before them
+    except json.JSONDecodeError as exc:
+        error = exc
+    try:
+        msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        if "truncated" in str(exc):
+            return
+    at = offset + len(text[len(prefix) : error.pos].encode("utf-8", "surrogateescape"))
+    raise TraceFormatError(path, f"invalid JSON after the events array at byte {at}: {error.msg}")
 
 
 def parse_events(
