@@ -118,25 +118,30 @@ def nest_one_by_one(
     are the thread's track and the overflow tracks it has so far (empty at a run's
     start: nothing before it is open), appended to as slices spill; returns the next
     free overflow track id."""
+    start, stop = positions.start, positions.stop
+    # the run as Python lists: a numpy scalar read costs ten times a list's
+    t, d, e = (a[start:stop].tolist() for a in (ts, dur, ends))
+    depths, parents, tracks = [0] * len(t), [-1] * len(t), [0] * len(t)
     lanes: list[list[int]] = [[] for _ in lane_ids]
-    for i in positions:
+    for i in range(len(t)):
         for lane, stack in enumerate(lanes):
             while stack and (
-                ends[stack[-1]] < ts[i]
-                or (ends[stack[-1]] == ts[i] and not (dur[stack[-1]] == 0 and dur[i] == 0))
+                e[stack[-1]] < t[i]
+                or (e[stack[-1]] == t[i] and not (d[stack[-1]] == 0 and d[i] == 0))
             ):
                 stack.pop()
-            if stack and ts[i] < ends[stack[-1]] < ends[i]:
+            if stack and t[i] < e[stack[-1]] < e[i]:
                 continue  # crosses the open slice's end: try the next lane
-            depth[i] = len(stack)
-            parent[i] = stack[-1] if stack else -1
-            track[i] = lane_ids[lane]
+            depths[i] = len(stack)
+            parents[i] = stack[-1] + start if stack else -1
+            tracks[i] = lane_ids[lane]
             stack.append(i)
             break
         else:
             lanes.append([i])
             spilled_from[next_track] = lane_ids[0]
             lane_ids.append(next_track)
-            depth[i], parent[i], track[i] = 0, -1, next_track
+            depths[i], parents[i], tracks[i] = 0, -1, next_track
             next_track += 1
+    depth[start:stop], parent[start:stop], track[start:stop] = depths, parents, tracks
     return next_track
