@@ -411,6 +411,40 @@ def test_bad_text_after_the_events_array_is_invalid_json_not_a_cut(
     assert [w for w in trace.meta.warnings if "truncated" in w], trace.meta.warnings
 
 
+@pytest.mark.parametrize(
+    ("trailer", "said"),
+    [
+        (b', "a": "\xff", "b": 1}', "not UTF-8 (a sequence from 0xff: invalid start byte)"),
+        (b', "a": NaN, "b": @}', "Expecting value"),
+        (b', "a": 1.', None),  # cut inside a number
+        (b', "a": 1e+', None),
+        (b', "b": [1, 2.', None),
+        (b', "a": "\xc3', None),  # cut inside a character
+        (b', "a": "\xe2\x82', None),
+        (b', "a": {"b": tr', None),
+    ],
+    ids=["bad-utf8", "after-nan", "number", "exponent", "array", "char", "char2", "literal"],
+)
+def test_the_keys_after_the_events_are_refused_where_bad_and_a_cut_where_cut(
+    tmp_path: Path, trailer: bytes, said: str | None
+) -> None:
+    """Keys cut off inside a number or a character are a cut (a warning, as before the
+    trailer's check), a byte that is not UTF-8 or a bad value is refused at its byte."""
+    events = b",\n".join(_pretty_kernels("gemm", 5))
+    text = b'{"traceEvents": [\n' + events + b"\n]" + trailer
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    if said is None:
+        trace = tv.load(path, options=tv.LoadOptions(cache=False))
+        assert trace.kernels.height == 5
+        assert [w for w in trace.meta.warnings if "truncated" in w], trace.meta.warnings
+        return
+    with pytest.raises(tv.TraceFormatError) as err:
+        tv.load(path, options=tv.LoadOptions(cache=False))
+    at = text.index(b"\xff") if b"\xff" in text else text.index(b"@")
+    assert str(err.value) == f"{path}: invalid JSON after the events array at byte {at}: {said}"
+
+
 def test_the_event_before_an_error_counts_every_value_of_the_array(tmp_path: Path) -> None:
     """Nulls and an array among the events (read as unusable entries, counted) and a name
     holding 100 closing braces before the fault: the event named is the one before it."""

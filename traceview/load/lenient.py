@@ -6,6 +6,7 @@ size and the number of workers (docs/loading.md, "What happens to bad events")."
 from __future__ import annotations
 
 import json
+import re
 
 import msgspec
 import orjson
@@ -69,26 +70,39 @@ def parse(
 
 def refuse_bad_trailer(trailer: bytes, path: str, *, offset: int) -> None:
     """Refuse the keys after the events array (``trailer``, the text after its ``]``, at
-    byte ``offset``) where they are not JSON (``"displayTimeUnit": ms}``); text that ends
-    before it is complete is a cut, not refused here.
+    byte ``offset``) where they are not JSON (``"displayTimeUnit": ms}``, a byte that is
+    not UTF-8); text that is whole up to where it stops (``"displayTimeUnit": "m``,
+    ``"a": 1.``, half a character) is a cut, not refused here.
 
     Raises:
         TraceFormatError: naming the byte of the fault.
     """
-    prefix = '{"traceEvents":[]'
-    text = prefix + trailer.decode("utf-8", "surrogateescape")
+    prefix = b'{"traceEvents":[]'
+    doc = prefix + trailer
+    try:
+        msgspec.json.decode(doc)
+        return
+    except msgspec.DecodeError as exc:
+        byte = _BYTE_POS.search(str(exc))
+        if "truncated" in str(exc) or (byte is not None and int(byte.group(1)) >= len(doc)):
+            return  # the text stops inside a value: a cut
+    where = "invalid JSON after the events array at byte"
+    try:
+        text = doc.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = f"not UTF-8 (a sequence from 0x{doc[exc.start]:02x}: {exc.reason})"
+        raise TraceFormatError(path, f"{where} {offset + exc.start - len(prefix)}: {bad}") from None
     try:
         json.loads(text)
         return  # the keys read (with NaN, say): what failed is before them
     except json.JSONDecodeError as exc:
-        error = exc
-    try:
-        msgspec.json.decode(text)
-    except msgspec.DecodeError as exc:
-        if "truncated" in str(exc):
-            return
-    at = offset + len(text[len(prefix) : error.pos].encode("utf-8", "surrogateescape"))
-    raise TraceFormatError(path, f"invalid JSON after the events array at byte {at}: {error.msg}")
+        if exc.msg.startswith("Unterminated string") or exc.pos >= len(text) - 1:
+            return  # stops inside a string, or at its last byte (after NaN: "1.")
+        at = offset + len(text[: exc.pos].encode()) - len(prefix)
+        raise TraceFormatError(path, f"{where} {at}: {exc.msg}") from None
+
+
+_BYTE_POS = re.compile(r"\(byte (\d+)\)")  # msgspec's error position
 
 
 def parse_events(

@@ -110,12 +110,26 @@ class Database:
         self.conn.executescript(SCHEMA)
         self._build(trace)
         self.conn.create_function("EXTRACT_ARG", 2, self._extract_arg, deterministic=True)
-        self.conn.create_function("REGEXP", 2, _regexp, deterministic=True)
+        # each (pattern, name) searched once: a trace repeats a few hundred kernel names, and
+        # a family rule's search over a long C++ name costs microseconds (200k of them took
+        # 1.4 s of kernel_families' 2.6 s on a 22k-kernel trace); held by this database only
+        self._matched: dict[tuple[object, object], int | None] = {}
+        self.conn.create_function("REGEXP", 2, self._regexp, deterministic=True)
         self.conn.create_aggregate("PERCENTILE", 2, _Percentile)  # type: ignore[arg-type]
         self.conn.create_aggregate("MEDIAN", 1, _Median)  # type: ignore[arg-type]
         if with_args_table:
             self._fill_args()
         self.conn.commit()
+
+    def _regexp(self, pattern: str | None, value: str | None) -> int | None:
+        key = (pattern, value)
+        found = self._matched.get(key, -1)
+        if found != -1:
+            return found
+        if len(self._matched) >= _MATCHES_KEPT:
+            self._matched.clear()
+        found = self._matched[key] = _regexp(pattern, value)
+        return found
 
     # - building -
 
@@ -533,17 +547,12 @@ def _next_slice(slices: pl.DataFrame, points: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+_MATCHES_KEPT = 1 << 16  # (pattern, name) answers a database keeps, at most
+
+
 def _regexp(pattern: str | None, value: str | None) -> int | None:
     if pattern is None or value is None:
         return None
-    return _matches(pattern, value)
-
-
-# A trace's kernels repeat a few hundred names: each (pattern, name) is searched once (a
-# family rule's search over a long C++ name costs several microseconds; 200k of them in
-# kernel_families took 1.4 s of its 2.6 s on a 22k-kernel trace).
-@lru_cache(maxsize=1 << 16)
-def _matches(pattern: str, value: str) -> int:
     return 1 if _compiled(pattern).search(value) else 0
 
 
