@@ -162,6 +162,20 @@ def test_a_block_is_decoded_here_rather_than_waited_for_while_its_helper_starts(
     assert not [r for r in caplog.records if r.name == "traceview.load"]
 
 
+def test_a_helper_that_does_not_exit_is_ended_quietly(
+    monkeypatch: pytest.MonkeyPatch, answered: list[int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A helper that answered every block and then does not exit (stuck at its interpreter's
+    end) is ended after a short wait (it held the load 30 s), and is no failure to say."""
+    path = GENERATED / "hybrid_chunked.json.gz"
+    one = _load(path, 1)
+    monkeypatch.setattr(helpers, "_BOOT", helpers._BOOT + "import time; time.sleep(600)\n")
+    monkeypatch.setattr(helpers, "_EXIT_WAIT_S", 0.5)
+    assert_same(one, _load(path, 2))
+    assert answered and answered[0] > 0
+    assert not [r for r in caplog.records if r.name == "traceview.load"]
+
+
 @pytest.mark.slow
 def test_a_helper_that_cannot_start_leaves_the_blocks_to_this_process(
     monkeypatch: pytest.MonkeyPatch, answered: list[int], caplog: pytest.LogCaptureFixture

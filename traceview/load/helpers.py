@@ -49,7 +49,9 @@ _MAGIC = b"traceview-block\x01"  # each message starts so, then its length
 _HEADER = struct.Struct("<16sQ")
 _PIECE = 8 << 20  # a message is read this much at a time
 _PIPE_BYTES = 1 << 20
-_EXIT_WAIT_S = 30  # a helper given no more blocks ends once it answers those it holds
+# a helper that holds no block ends as soon as its stdin closes (one that holds blocks is
+# ended at close): one still running after this long is ended too
+_EXIT_WAIT_S = 2
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding traceview/
 
 # A helper's program, run with -P (the current folder is not put on sys.path: a queue.py
