@@ -422,8 +422,15 @@ def test_bad_text_after_the_events_array_is_invalid_json_not_a_cut(
         (b', "a": "\xc3', None),  # cut inside a character
         (b', "a": "\xe2\x82', None),
         (b', "a": {"b": tr', None),
+        (b', "a": NaN, "b": tr', None),  # read only by Python's decoder, then cut
+        (b', "a": "\xed\xa0\x80", "b": 1.', None),  # a surrogate's raw bytes, then cut
+        (b', "a": 1}@', "Extra data"),  # the last byte, but after the object
+        (b', "a": [1, 2@', "Expecting ',' delimiter"),
     ],
-    ids=["bad-utf8", "after-nan", "number", "exponent", "array", "char", "char2", "literal"],
+    ids=[
+        *("bad-utf8", "after-nan", "number", "exponent", "array", "char", "char2", "literal"),
+        *("nan-then-cut", "surrogate-then-cut", "extra-data", "last-byte"),
+    ],
 )
 def test_the_keys_after_the_events_are_refused_where_bad_and_a_cut_where_cut(
     tmp_path: Path, trailer: bytes, said: str | None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import threading
 from pathlib import Path
 
 import polars as pl
@@ -170,10 +171,41 @@ def test_a_helper_that_does_not_exit_is_ended_quietly(
     path = GENERATED / "hybrid_chunked.json.gz"
     one = _load(path, 1)
     monkeypatch.setattr(helpers, "_BOOT", helpers._BOOT + "import time; time.sleep(600)\n")
-    monkeypatch.setattr(helpers, "_EXIT_WAIT_S", 0.5)
-    assert_same(one, _load(path, 2))
+    many: list[tv.Trace] = []
+    loading = threading.Thread(target=lambda: many.append(_load(path, 2)), daemon=True)
+    loading.start()
+    loading.join(timeout=20)  # a hang check, not a timing: the wait was 30 s
+    assert not loading.is_alive(), "the load waited for a helper that does not exit"
+    assert_same(one, many[0])
     assert answered and answered[0] > 0
     assert not [r for r in caplog.records if r.name == "traceview.load"]
+
+
+@pytest.mark.parametrize("name", ["hybrid_chunked.json.gz", "dense_sglang.json.gz"])
+def test_the_frames_are_the_same_when_blocks_are_decoded_here_or_by_helpers(
+    name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As loads run (no waiting forced): blocks taken back from a starting helper, or at
+    the end from behind another, and blocks its helper answered, in one load."""
+    path = GENERATED / name
+    one = _load(path, 1, 16_384)
+    for workers in (2, 3):
+        assert_same(one, _load(path, workers, 16_384))
+    assert not [r for r in caplog.records if r.name == "traceview.load"]
+
+
+def test_a_bad_block_taken_back_from_a_starting_helper_is_named_as_by_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _write(tmp_path / "t.json", _kernels(3_000))
+    path.write_bytes(path.read_bytes().replace(b'"name": "k2700"', b'"name": k2700', 1))
+    with pytest.raises(TraceFormatError) as one:
+        _load(path, 1)
+    monkeypatch.setattr(helpers, "_BOOT", "import time; time.sleep(60)\n" + helpers._BOOT)
+    with pytest.raises(TraceFormatError) as many:
+        _load(path, 2)
+    assert str(many.value) == str(one.value)
+    assert "after event #2699" in str(one.value)
 
 
 @pytest.mark.slow

@@ -34,6 +34,7 @@ import struct
 import subprocess
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -141,12 +142,16 @@ class _Helper:
     def __init__(self, owner: Helpers, process: subprocess.Popen[bytes]) -> None:
         self.owner = owner
         self.process = process
-        # each written by one thread only: given by the loader's, answered by the reader
+        # each written by one thread only: given by the loader's, skipped by the writer,
+        # taken and answered by the reader
         self.given = 0
+        self.skipped = 0  # blocks decoded by the loader before they were sent: never sent
         self.taken = 0  # answers taken, None included
         self.answered = 0  # answers that were decoded blocks
         self.blocks: queue.SimpleQueue[tuple[bytes, Future[object]] | None] = queue.SimpleQueue()
         self.sent: queue.SimpleQueue[Future[object] | None] = queue.SimpleQueue()
+        # the futures sent and not answered, oldest (the block being decoded) first
+        self.inflight: deque[Future[object]] = deque()
         for pipe in (process.stdin, process.stdout):
             _widen_pipe(pipe)
         self.threads = [
@@ -161,9 +166,14 @@ class _Helper:
         assert stdin is not None
         while (item := self.blocks.get()) is not None:
             block, future = item
+            del item
+            if not future.set_running_or_notify_cancel():  # decoded by the loader meanwhile
+                self.skipped += 1
+                continue
             if self.owner.broken:
                 future.set_result(None)
                 continue
+            self.inflight.append(future)
             self.sent.put(future)  # before the block: its answer may come at once
             try:
                 _send(stdin, (block, self.owner.args))
@@ -182,7 +192,7 @@ class _Helper:
                 if answer is not None and not isinstance(answer, self.owner.answer):
                     raise ValueError(f"a helper answered a {type(answer).__name__}")
             except EOFError:  # it ended: every block it took was answered, or it died
-                if self.given > self.taken:
+                if self.backlog() > 0:
                     self.owner.fail(self, f"one {self._ended()}, leaving blocks unanswered")
                 break
             except Exception:  # nonsense: this helper's blocks are decoded by the loader
@@ -195,9 +205,14 @@ class _Helper:
             if answer is not None:
                 self.answered += 1
             self.taken += 1
+            self.inflight.popleft()
             future.set_result(answer)
         while (future := self.sent.get()) is not None:  # sent, never answered
             future.set_result(None)
+
+    def backlog(self) -> int:
+        """Blocks given and neither answered nor skipped: queued, sent or being decoded."""
+        return self.given - self.taken - self.skipped
 
     def _ended(self) -> str:
         """How the helper ended: its exit status or the signal that ended it (one of its
@@ -228,8 +243,8 @@ class Helpers:
         self._failing = threading.Lock()  # fail() is called from the helpers' threads
         self._processes: list[subprocess.Popen[bytes]] = []
         self._helpers: list[_Helper] = []
-        # each future submitted and not yet forgotten: its helper, and its number there
-        self._placed: dict[int, tuple[_Helper, int]] = {}
+        # each future submitted and not yet forgotten: its helper
+        self._placed: dict[int, _Helper] = {}
         try:  # started now: each imports its modules while this process reads on
             for _ in range(count):
                 process = subprocess.Popen(
@@ -251,8 +266,8 @@ class Helpers:
         if self.broken or not self._helpers:
             future.set_result(None)
             return future
-        helper = min(self._helpers, key=lambda h: h.given - h.taken)
-        self._placed[id(future)] = (helper, helper.given)
+        helper = min(self._helpers, key=lambda h: h.backlog())
+        self._placed[id(future)] = helper
         helper.given += 1
         helper.blocks.put((block, future))
         return future
@@ -262,14 +277,24 @@ class Helpers:
         caller: not while its helper starts (an interpreter and polars take longer than a
         block's decode); ``last`` (no block comes after), only where its helper is decoding
         that block now (one queued behind another is decoded sooner by the caller)."""
-        helper, number = self._placed.get(id(future), (None, -1))
-        if helper is None or helper.answered == 0:
+        if future.done():
+            return True
+        helper = self._placed.get(id(future))
+        if helper is None or helper.taken == 0:
             return False
-        return helper.taken == number or not last
+        inflight = helper.inflight
+        return not last or (bool(inflight) and inflight[0] is future)
 
     def forget(self, future: Future[object]) -> None:
-        """``future``'s answer is no longer wanted (handed back, or decoded elsewhere)."""
+        """``future``'s answer is no longer wanted (handed back, or its block decoded by
+        the caller): a block not yet sent is not sent."""
+        future.cancel()  # only a future not yet sent (pending) is cancelled
         self._placed.pop(id(future), None)
+
+    def backlog(self) -> int:
+        """Blocks given to the helpers and neither answered nor skipped (a block the caller
+        decoded itself holds its memory until its helper's writer skips it)."""
+        return sum(h.backlog() for h in self._helpers)
 
     @property
     def answered(self) -> int:
@@ -301,11 +326,13 @@ class Helpers:
         blocks it holds are answered; one still holding blocks (decoded by the caller
         meanwhile, or the loader stopped on an error) is ended at once, its futures
         answered None."""
+        # the caller has every block by now: a helper that fails from here on (killed
+        # below, or dying on its own) is no failure to report
         with self._failing:
-            self.broken = True  # an ending helper is then no failure to report
+            self.broken = True
         for helper in self._helpers:
             helper.blocks.put(None)
-            if helper.given > helper.taken:
+            if helper.backlog() > 0:
                 helper.process.kill()
         self._placed.clear()
         for process in self._processes:

@@ -84,14 +84,18 @@ class InOrder:
     def queue(self, text: bytes, cut: int, consumed: int) -> None:
         """Decode the block ``text[:cut]`` on a helper with room for it, else here now."""
         item = Pending(text, cut, consumed)
-        waiting = sum(1 for p in self._pending if p.future is not None and not p.future.done())
-        if not self.helpers.broken and waiting < AHEAD_PER_HELPER * self.helpers.count:
+        if (
+            not self.helpers.broken
+            and self.helpers.backlog() < AHEAD_PER_HELPER * self.helpers.count
+        ):
             item.future = self.helpers.submit(text[:cut])
         else:
             item.result = self._decode_here(item)
         self._pending.append(item)
 
     def _decode_here(self, item: Pending) -> Decoded | None:
+        """``item``'s block decoded by this process; None where it fails (the loader then
+        decodes it again in order, naming the bad event by its number in the trace)."""
         try:
             return self._decode(item.text[: item.cut], *self._args)
         except Exception:  # decoded again in order by the loader, which names the event

@@ -97,6 +97,7 @@ def decode_block(piece: bytes, raw_args: bool) -> Decoded | None:
 
 
 def _complete(events: int) -> str:
+    """``"1 complete event"``, ``"2 complete events"``: the count a truncation note gives."""
     return f"{events:,} complete event{'' if events == 1 else 's'}"
 
 

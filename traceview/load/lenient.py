@@ -12,6 +12,7 @@ import msgspec
 import orjson
 
 from traceview.errors import TraceFormatError
+from traceview.load.boundaries import error_byte
 
 
 class CutInsideAnEvent(Exception):  # noqa: N818 - a signal to the loader, not an error
@@ -70,8 +71,8 @@ def parse(
 
 def refuse_bad_trailer(trailer: bytes, path: str, *, offset: int) -> None:
     """Refuse the keys after the events array (``trailer``, the text after its ``]``, at
-    byte ``offset``) where they are not JSON (``"displayTimeUnit": ms}``, a byte that is
-    not UTF-8); text that is whole up to where it stops (``"displayTimeUnit": "m``,
+    byte ``offset``) where they are not JSON (``"displayTimeUnit": ms}``, ``1}}``, a byte
+    that is not UTF-8); text that is whole up to where it stops (``"displayTimeUnit": "m``,
     ``"a": 1.``, half a character) is a cut, not refused here.
 
     Raises:
@@ -79,30 +80,33 @@ def refuse_bad_trailer(trailer: bytes, path: str, *, offset: int) -> None:
     """
     prefix = b'{"traceEvents":[]'
     doc = prefix + trailer
+    # msgspec tells a cut (its "truncated", or a number stopped at the last byte) from a
+    # fault; what only Python's decoder reads (NaN, Infinity, a surrogate's raw bytes) is
+    # stood in for by what msgspec reads
+    readable = _SURROGATE.sub(b"\xef\xbf\xbd", _NON_FINITE.sub(b"0", doc))
     try:
-        msgspec.json.decode(doc)
-        return
+        msgspec.json.decode(readable)
+        return  # the keys read: what failed is before them
     except msgspec.DecodeError as exc:
-        byte = _BYTE_POS.search(str(exc))
-        if "truncated" in str(exc) or (byte is not None and int(byte.group(1)) >= len(doc)):
-            return  # the text stops inside a value: a cut
+        said, byte = str(exc), error_byte(exc)
+        at_end = byte is not None and byte >= len(readable) and "trailing" not in said
+        if "truncated" in said or at_end:
+            return
     where = "invalid JSON after the events array at byte"
     try:
-        text = doc.decode("utf-8")
+        text = doc.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError as exc:
         bad = f"not UTF-8 (a sequence from 0x{doc[exc.start]:02x}: {exc.reason})"
         raise TraceFormatError(path, f"{where} {offset + exc.start - len(prefix)}: {bad}") from None
     try:
         json.loads(text)
-        return  # the keys read (with NaN, say): what failed is before them
     except json.JSONDecodeError as exc:
-        if exc.msg.startswith("Unterminated string") or exc.pos >= len(text) - 1:
-            return  # stops inside a string, or at its last byte (after NaN: "1.")
-        at = offset + len(text[: exc.pos].encode()) - len(prefix)
+        at = offset + len(text[: exc.pos].encode("utf-8", "surrogatepass")) - len(prefix)
         raise TraceFormatError(path, f"{where} {at}: {exc.msg}") from None
 
 
-_BYTE_POS = re.compile(r"\(byte (\d+)\)")  # msgspec's error position
+_NON_FINITE = re.compile(rb"-?(?:NaN|Infinity)")
+_SURROGATE = re.compile(rb"\xed[\xa0-\xbf][\x80-\xbf]")  # U+D800-U+DFFF as UTF-8 (3 bytes)
 
 
 def parse_events(
