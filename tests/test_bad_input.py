@@ -426,10 +426,13 @@ def test_bad_text_after_the_events_array_is_invalid_json_not_a_cut(
         (b', "a": "\xed\xa0\x80", "b": 1.', None),  # a surrogate's raw bytes, then cut
         (b', "a": 1}@', "Extra data"),  # the last byte, but after the object
         (b', "a": [1, 2@', "Expecting ',' delimiter"),
+        # ^ marks the byte named (and is taken out)
+        (b', "a": ^-NaN}', "Expecting value"),  # Python reads NaN, never -NaN
+        (b', "a": NaN^e5}', "Expecting ',' delimiter"),
     ],
     ids=[
         *("bad-utf8", "after-nan", "number", "exponent", "array", "char", "char2", "literal"),
-        *("nan-then-cut", "surrogate-then-cut", "extra-data", "last-byte"),
+        *("nan-then-cut", "surrogate-then-cut", "extra-data", "last-byte", "-nan", "nan-e5"),
     ],
 )
 def test_the_keys_after_the_events_are_refused_where_bad_and_a_cut_where_cut(
@@ -439,6 +442,8 @@ def test_the_keys_after_the_events_are_refused_where_bad_and_a_cut_where_cut(
     trailer's check), a byte that is not UTF-8 or a bad value is refused at its byte."""
     events = b",\n".join(_pretty_kernels("gemm", 5))
     text = b'{"traceEvents": [\n' + events + b"\n]" + trailer
+    marked = text.find(b"^")
+    text = text.replace(b"^", b"")
     path = tmp_path / "t.json"
     path.write_bytes(text)
     if said is None:
@@ -448,7 +453,7 @@ def test_the_keys_after_the_events_are_refused_where_bad_and_a_cut_where_cut(
         return
     with pytest.raises(tv.TraceFormatError) as err:
         tv.load(path, options=tv.LoadOptions(cache=False))
-    at = text.index(b"\xff") if b"\xff" in text else text.index(b"@")
+    at = marked if marked >= 0 else text.index(b"\xff") if b"\xff" in text else text.index(b"@")
     assert str(err.value) == f"{path}: invalid JSON after the events array at byte {at}: {said}"
 
 

@@ -141,7 +141,7 @@ def test_a_cut_inside_a_string_is_read_on_from(tmp_path: Path, answered: list[in
 
 
 def test_a_block_is_decoded_here_rather_than_waited_for_while_its_helper_starts(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A helper that takes a minute to start (a slow disk, a loaded machine) is not waited
     for: the loading process decodes the blocks it gave it, ends it when the load is done,
@@ -161,6 +161,11 @@ def test_a_block_is_decoded_here_rather_than_waited_for_while_its_helper_starts(
     assert len(started) == 1 and started[0].answered == 0
     assert all(p.returncode is not None for p in started[0]._processes)
     assert not [r for r in caplog.records if r.name == "traceview.load"]
+    # blocks larger than the pipe: the writer waits in the first block's send, and the
+    # next, taken back, is never sent
+    big = _write(tmp_path / "big.json", _kernels(40_000))
+    assert_same(_load(big, 1, 1 << 20), _load(big, 2, 1 << 20))
+    assert started[1].answered == 0 and sum(h.skipped for h in started[1]._helpers) >= 1
 
 
 def test_a_helper_that_does_not_exit_is_ended_quietly(

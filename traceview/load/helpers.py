@@ -282,8 +282,11 @@ class Helpers:
         helper = self._placed.get(id(future))
         if helper is None or helper.taken == 0:
             return False
-        inflight = helper.inflight
-        return not last or (bool(inflight) and inflight[0] is future)
+        try:
+            decoding = helper.inflight[0] is future
+        except IndexError:  # none in flight (the reader may take the last at any moment)
+            decoding = False
+        return not last or decoding
 
     def forget(self, future: Future[object]) -> None:
         """``future``'s answer is no longer wanted (handed back, or its block decoded by

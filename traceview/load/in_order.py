@@ -120,9 +120,10 @@ class InOrder:
                         self.helpers.give_up(f"one did not answer a block in {ANSWER_WAIT_S:g} s")
                         answer = future.result()  # answered None once its helper ended
                     item.result = answer if isinstance(answer, Decoded) else None
-                else:
+                    self.helpers.forget(future)
+                else:  # taken back before it is decoded here: not sent, if not sent yet
+                    self.helpers.forget(future)
                     item.result = self._decode_here(item)
-                self.helpers.forget(future)
             self._pending.popleft()
             yield item
 

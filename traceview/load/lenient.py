@@ -83,7 +83,7 @@ def refuse_bad_trailer(trailer: bytes, path: str, *, offset: int) -> None:
     # msgspec tells a cut (its "truncated", or a number stopped at the last byte) from a
     # fault; what only Python's decoder reads (NaN, Infinity, a surrogate's raw bytes) is
     # stood in for by what msgspec reads
-    readable = _SURROGATE.sub(b"\xef\xbf\xbd", _NON_FINITE.sub(b"0", doc))
+    readable = _SURROGATE.sub(b"\xef\xbf\xbd", _NON_FINITE.sub(b"null", doc))
     try:
         msgspec.json.decode(readable)
         return  # the keys read: what failed is before them
@@ -105,7 +105,8 @@ def refuse_bad_trailer(trailer: bytes, path: str, *, offset: int) -> None:
         raise TraceFormatError(path, f"{where} {at}: {exc.msg}") from None
 
 
-_NON_FINITE = re.compile(rb"-?(?:NaN|Infinity)")
+# what Python's decoder reads beyond JSON (not -NaN); null, which no number goes on from
+_NON_FINITE = re.compile(rb"NaN|-?Infinity")
 _SURROGATE = re.compile(rb"\xed[\xa0-\xbf][\x80-\xbf]")  # U+D800-U+DFFF as UTF-8 (3 bytes)
 
 
