@@ -113,7 +113,7 @@ class InOrder:
                 future = item.future
                 if not (wait or future.done() or len(self._pending) > limit):
                     return
-                if future.done() or self.helpers.worth_waiting(future, last=wait):
+                if self.helpers.worth_waiting(future, last=wait):  # True once answered
                     try:
                         answer = future.result(timeout=ANSWER_WAIT_S)
                     except FutureTimeout:

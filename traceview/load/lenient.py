@@ -53,7 +53,7 @@ def parse(
         # to the first byte that is not UTF-8 (all of it UTF-8)
         if isinstance(exc, json.JSONDecodeError):
             head = text[: exc.pos]
-            byte = len(head.encode("utf-8", "surrogatepass"))
+            byte = _bytes_of(head)
         else:
             byte = exc.start
             head = doc[:byte].decode("utf-8", "surrogatepass")
@@ -62,10 +62,7 @@ def parse(
         after = ""
         if before is not None and base is not None and base + before > 0:
             after = f" (after event #{base + before - 1})"
-        if isinstance(exc, json.JSONDecodeError):
-            msg = exc.msg
-        else:  # its own message counts positions in this block, not in the file
-            msg = f"not UTF-8 (a sequence from 0x{doc[exc.start]:02x}: {exc.reason})"
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else _not_utf8(doc, exc)
         raise TraceFormatError(path, f"invalid JSON in {where}{at}{after}: {msg}") from None
 
 
@@ -96,13 +93,24 @@ def refuse_bad_trailer(trailer: bytes, path: str, *, offset: int) -> None:
     try:
         text = doc.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError as exc:
-        bad = f"not UTF-8 (a sequence from 0x{doc[exc.start]:02x}: {exc.reason})"
-        raise TraceFormatError(path, f"{where} {offset + exc.start - len(prefix)}: {bad}") from None
+        at = offset + exc.start - len(prefix)
+        raise TraceFormatError(path, f"{where} {at}: {_not_utf8(doc, exc)}") from None
     try:
         json.loads(text)
     except json.JSONDecodeError as exc:
-        at = offset + len(text[: exc.pos].encode("utf-8", "surrogatepass")) - len(prefix)
+        at = offset + _bytes_of(text[: exc.pos]) - len(prefix)
         raise TraceFormatError(path, f"{where} {at}: {exc.msg}") from None
+
+
+def _bytes_of(text: str) -> int:
+    """The bytes ``text`` (decoded from UTF-8 with surrogatepass) was read from."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _not_utf8(doc: bytes, exc: UnicodeDecodeError) -> str:
+    """What is wrong at a byte of ``doc`` that is not UTF-8, without the decoder's own
+    positions (they count in ``doc``, not in the file)."""
+    return f"not UTF-8 (a sequence from 0x{doc[exc.start]:02x}: {exc.reason})"
 
 
 # what Python's decoder reads beyond JSON (not -NaN); null, which no number goes on from
