@@ -1,21 +1,19 @@
-"""traceview: answers from GPU profiler traces of LLM inference engines."""
+"""traceview: answers from GPU profiler traces of LLM inference engines.
 
-from importlib.metadata import version as _version
+Every public name is imported when it is first used (PEP 562): ``import traceview`` costs
+the error classes only, ``tv.load`` the loader (polars), and an analysis name the analysis
+with its drawings (a summary's HTML, a diff's markdown, the charts), which register
+themselves in :mod:`traceview.analysis.documents.display` as they are imported. A script
+that only loads, or a re-open from the cache, no longer waits for the analysis' imports.
+"""
 
-from traceview import capture, plot
-from traceview.analysis.analyze import Analysis, AnalysisConfig, analyze
-from traceview.analysis.classify.families import load_rules
-from traceview.analysis.documents.checks import Bounds, CheckResult, check
-from traceview.analysis.documents.compare import Diff, diff
-from traceview.analysis.documents.run import RunSummary
-from traceview.analysis.documents.summary import Summary
-from traceview.analysis.shortcuts import busy, decode_gaps, families, kernels, steps, summarize
-from traceview.analysis.work.devices import DeviceSpec
-from traceview.analysis.work.devices import device_option as device_spec
-from traceview.analysis.work.model_config import ModelSpec, load_model
-from traceview.batch.run import RunOptions, summarize_run
-from traceview.batch.scan import scan
-from traceview.batch.scan_task import ScanOptions
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 from traceview.errors import (
     CaptureError,
     CheckError,
@@ -31,14 +29,108 @@ from traceview.errors import (
     UnsupportedTraceError,
     UsageError,
 )
-from traceview.load import LoadOptions, load
-from traceview.model import Trace, TraceMeta
-from traceview.render import markup as _markup  # noqa: F401  (registers the notebook and markdown drawing)
-from traceview.sql import run_sql
 
-sql = run_sql  # tv.sql(trace, "select ...") reads as the issue's examples do
+if TYPE_CHECKING:
+    from traceview import capture, plot
+    from traceview.analysis.analyze import Analysis, AnalysisConfig, analyze
+    from traceview.analysis.classify.families import load_rules
+    from traceview.analysis.documents.checks import Bounds, CheckResult, check
+    from traceview.analysis.documents.compare import Diff, diff
+    from traceview.analysis.documents.run import RunSummary
+    from traceview.analysis.documents.summary import Summary
+    from traceview.analysis.shortcuts import busy, decode_gaps, families, kernels, steps, summarize
+    from traceview.analysis.work.devices import DeviceSpec
+    from traceview.analysis.work.devices import device_option as device_spec
+    from traceview.analysis.work.model_config import ModelSpec, load_model
+    from traceview.batch.run import RunOptions, summarize_run
+    from traceview.batch.scan import scan
+    from traceview.batch.scan_task import ScanOptions
+    from traceview.load import LoadOptions, load
+    from traceview.model import Trace, TraceMeta
+    from traceview.sql import run_sql
 
-__version__ = _version("traceview")  # pyproject.toml is the one place it is written
+    sql = run_sql
+    __version__: str
+
+# public name -> (module, attribute; None: the module itself)
+_LOADING = {
+    "load": ("traceview.load", "load"),
+    "LoadOptions": ("traceview.load", "LoadOptions"),
+    "Trace": ("traceview.model", "Trace"),
+    "TraceMeta": ("traceview.model", "TraceMeta"),
+    "capture": ("traceview.capture", None),  # torch itself is imported when recording
+}
+_ANALYSIS = {
+    "analyze": ("traceview.analysis.analyze", "analyze"),
+    "Analysis": ("traceview.analysis.analyze", "Analysis"),
+    "AnalysisConfig": ("traceview.analysis.analyze", "AnalysisConfig"),
+    "load_rules": ("traceview.analysis.classify.families", "load_rules"),
+    "Bounds": ("traceview.analysis.documents.checks", "Bounds"),
+    "CheckResult": ("traceview.analysis.documents.checks", "CheckResult"),
+    "check": ("traceview.analysis.documents.checks", "check"),
+    "Diff": ("traceview.analysis.documents.compare", "Diff"),
+    "diff": ("traceview.analysis.documents.compare", "diff"),
+    "RunSummary": ("traceview.analysis.documents.run", "RunSummary"),
+    "Summary": ("traceview.analysis.documents.summary", "Summary"),
+    "busy": ("traceview.analysis.shortcuts", "busy"),
+    "decode_gaps": ("traceview.analysis.shortcuts", "decode_gaps"),
+    "families": ("traceview.analysis.shortcuts", "families"),
+    "kernels": ("traceview.analysis.shortcuts", "kernels"),
+    "steps": ("traceview.analysis.shortcuts", "steps"),
+    "summarize": ("traceview.analysis.shortcuts", "summarize"),
+    "DeviceSpec": ("traceview.analysis.work.devices", "DeviceSpec"),
+    "device_spec": ("traceview.analysis.work.devices", "device_option"),
+    "ModelSpec": ("traceview.analysis.work.model_config", "ModelSpec"),
+    "load_model": ("traceview.analysis.work.model_config", "load_model"),
+    "RunOptions": ("traceview.batch.run", "RunOptions"),
+    "summarize_run": ("traceview.batch.run", "summarize_run"),
+    "scan": ("traceview.batch.scan", "scan"),
+    "ScanOptions": ("traceview.batch.scan_task", "ScanOptions"),
+    "plot": ("traceview.plot", None),
+    "run_sql": ("traceview.sql", "run_sql"),
+    # tv.sql(trace, "select ...") reads as the issue's examples do
+    "sql": ("traceview.sql", "run_sql"),
+}
+# what draws the analysis' objects: imported with the first analysis name
+_DRAWINGS = ("traceview.render.markup", "traceview.plot")
+# names that are also subpackages: importing ``traceview.load`` or ``traceview.sql`` binds
+# the subpackage to the package's attribute, which must stay the function
+_FUNCTIONS_OVER_PACKAGES = frozenset(("load", "sql"))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import version
+
+        value: Any = version("traceview")  # pyproject.toml is the one place it is written
+    elif name in _LOADING or name in _ANALYSIS:
+        if name in _ANALYSIS:
+            for drawing in _DRAWINGS:
+                importlib.import_module(drawing)
+        where, attribute = _LOADING.get(name) or _ANALYSIS[name]
+        module = importlib.import_module(where)
+        value = module if attribute is None else getattr(module, attribute)
+    else:
+        raise AttributeError(f"module 'traceview' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """The package, whose ``load`` and ``sql`` stay the functions when their subpackages
+    are imported (Python binds a subpackage to its parent's attribute as it imports it)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FUNCTIONS_OVER_PACKAGES and isinstance(value, types.ModuleType):
+            return  # the subpackage stays in sys.modules; the name is the function's
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "__version__",

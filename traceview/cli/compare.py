@@ -27,6 +27,7 @@ from traceview.cli._options import (
     summarize_trace,
 )
 from traceview.errors import CheckError, CheckFailed
+from traceview.render import markup  # noqa: F401  (draws Diff.to_markdown: diff --markdown)
 from traceview.render.table import render_check, render_diff
 
 if TYPE_CHECKING:

@@ -1,7 +1,8 @@
 """How analysis objects show themselves where people look at them, without analysis importing
 render: ``Summary._repr_html_`` (notebooks) and ``Diff.to_markdown`` (pull requests) call the
-functions :mod:`traceview.render.markup` registers here when it is imported (the package's
-``__init__`` imports it, so they are always there once ``traceview`` is)."""
+functions :mod:`traceview.render.markup` registers here when it is imported; the charts, those
+:mod:`traceview.plot` registers. The package imports both with its first analysis name
+(``tv.summarize``, ``tv.analyze``, ...); a command imports what it shows."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def register_charts(heartbeat: HeartbeatChart, gaps: GapsChart) -> None:
 def _charts_missing() -> Exception:
     from traceview.errors import MissingDependencyError
 
-    return MissingDependencyError("charts need traceview.plot (matplotlib): import traceview")
+    return MissingDependencyError("charts need traceview.plot (matplotlib): import traceview.plot")
 
 
 def heartbeat(
