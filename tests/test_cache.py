@@ -7,6 +7,7 @@ import gzip
 import importlib
 import os
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -152,16 +153,16 @@ def test_the_cli_switch_and_management(
     assert cleared.exit_code == 0 and "removed 1 cached trace" in cleared.stderr
     assert cache.info()["entries"] == 0
     monkeypatch.setenv("TRACEVIEW_CACHE", "1")  # restored after the test
-    import traceview.cli._options as cli_options
+    loader = sys.modules["traceview.load"]  # the package (tv.load is its function)
 
     seen: list[bool] = []
-    real_load = cli_options.load
+    real_load = loader.load
 
     def load(*args, **kwargs):  # type: ignore[no-untyped-def]
         seen.append(cache.enabled())
         return real_load(*args, **kwargs)
 
-    monkeypatch.setattr(cli_options, "load", load)
+    monkeypatch.setattr(loader, "load", load)
     no_cache = CliRunner().invoke(cli, ["--no-cache", "info", str(big)])
     assert no_cache.exit_code == 0
     assert seen == [False]  # off while the command loads

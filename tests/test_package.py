@@ -91,3 +91,17 @@ def test_every_public_name_resolves_and_is_listed() -> None:
     assert isinstance(tv.__version__, str) and tv.__version__
     with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
         _ = tv.nonesuch  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["summarize", "--help"]])
+def test_the_command_s_help_imports_neither_polars_nor_the_analysis(args: list[str]) -> None:
+    """``traceview --help`` answers without the loader or the analysis (STYLE: the heavy
+    imports happen inside the command that needs them)."""
+    said = _python(
+        "import sys\nfrom traceview.cli import cli\n"
+        f"try:\n    cli.main({args!r}, prog_name='traceview')\n"
+        "except SystemExit as done:\n    assert done.code in (0, None), done.code\n"
+        "print(sorted(m for m in ('polars', 'numpy', 'matplotlib', 'traceview.load',"
+        " 'traceview.analysis', 'traceview.render.charts') if m in sys.modules))"
+    )
+    assert said.splitlines()[-1] == "[]"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -270,14 +271,15 @@ def test_a_command_says_a_helpers_failure_once_as_a_warning(
 
     from click.testing import CliRunner
 
-    from traceview.cli import _options, cli
+    from traceview.cli import cli
 
     source = GENERATED / "hybrid_chunked.json.gz"
     path = tmp_path / "odd\x1b[31m.json.gz"
     path.write_bytes(source.read_bytes())
     # the command's loads cut small blocks, so that this small trace starts helpers
     small = functools.partial(LoadOptions, cache=False, block_bytes=SMALL)
-    monkeypatch.setattr(_options, "LoadOptions", small)
+    # the package (tv.load is its function), which the command imports from as it loads
+    monkeypatch.setattr(sys.modules["traceview.load"], "LoadOptions", small)
     args = ["summarize", "--json", str(path)]
     one = CliRunner().invoke(cli, [*args, "--workers", "1"])
     monkeypatch.setattr(helpers, "_BOOT", "import sys; sys.exit(3)")

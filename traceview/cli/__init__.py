@@ -11,10 +11,9 @@ from typing import IO, Any
 
 import click
 
+from traceview import environ
 from traceview.errors import EXIT_OK, TraceviewError, TraceviewWarning
 from traceview.render.safe import line
-
-CACHE_ENV = "TRACEVIEW_CACHE"  # the switch load/cache.py reads
 
 
 class _UsageLine(click.UsageError):
@@ -62,13 +61,11 @@ class _Group(click.Group):
 
     def _invoke(self, ctx: click.Context) -> object:
         from traceview.cli._options import forget_warnings, log_as_warnings
-        from traceview.load.helpers import ENV as WORKERS_ENV
-        from traceview.load.remote import STORAGE_OPTIONS_ENV
 
         forget_warnings()
         # --storage-option, --workers and --no-cache set these for one command (its worker
         # processes see them)
-        scoped = (STORAGE_OPTIONS_ENV, CACHE_ENV, WORKERS_ENV)
+        scoped = (environ.STORAGE_OPTIONS, environ.CACHE, environ.WORKERS)
         given = {name: os.environ.get(name) for name in scoped}
         try:
             with warnings.catch_warnings(), log_as_warnings():
@@ -131,7 +128,7 @@ def cli(debug: bool, no_cache: bool) -> None:
     if no_cache:
         # the switch the cache reads, so the run and scan workers see it too; for this
         # command only (_Group.invoke restores it)
-        os.environ[CACHE_ENV] = "0"
+        os.environ[environ.CACHE] = "0"
 
 
 def _register() -> None:
@@ -175,7 +172,7 @@ def _storage_option() -> click.Option:
     def keep(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
         import json
 
-        from traceview.load.remote import STORAGE_OPTIONS_ENV, option_value, storage_options
+        from traceview.load.remote import option_value, storage_options
         from traceview.redact import scrub
 
         if not value:
@@ -186,7 +183,7 @@ def _storage_option() -> click.Option:
             if not sep or not key.strip():
                 raise click.BadParameter(f"{scrub(item)!r}: expected KEY=VALUE", ctx, param)
             pairs[key.strip()] = option_value(text)
-        os.environ[STORAGE_OPTIONS_ENV] = json.dumps(pairs)  # worker processes see it too
+        os.environ[environ.STORAGE_OPTIONS] = json.dumps(pairs)  # worker processes see it too
 
     return click.Option(
         ["--storage-option"],
@@ -204,13 +201,11 @@ def _workers_option() -> click.Option:
     set for this command, so a run's or scan's worker processes see it too)."""
 
     def keep(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
-        from traceview.load.helpers import ENV
-
         if value is None:
             return
         if value < 1:
             raise click.BadParameter(f"{value} is not a count of processes >= 1", ctx, param)
-        os.environ[ENV] = str(value)
+        os.environ[environ.WORKERS] = str(value)
 
     return click.Option(
         ["--workers"],

@@ -18,14 +18,13 @@ from rich.text import Text
 
 from traceview._io import check_output, check_url_output, url_output_name
 from traceview.errors import TraceviewError, UsageError
-from traceview.load import LoadOptions, load
-from traceview.model import Trace
 from traceview.render.safe import line as one_line
 
-if TYPE_CHECKING:  # the CLI imports analysis lazily, so --help stays fast
+if TYPE_CHECKING:  # the CLI imports the loader and the analysis lazily: --help stays fast
     from traceview.analysis.analyze import AnalysisConfig
     from traceview.analysis.documents.run import RunSummary
     from traceview.analysis.documents.summary import Summary
+    from traceview.model import Trace
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., object])
@@ -71,11 +70,11 @@ def publish_outputs(ok: bool) -> None:
     """
     import shutil
 
-    from traceview.load import remote
-
     try:
         for staged in _STAGED:
             if ok and staged.path.is_file():
+                from traceview.load import remote  # an output for a URL: the loader's store
+
                 remote.upload(str(staged.path), staged.url)
         if ok:
             for said in _DEFERRED:
@@ -174,6 +173,8 @@ def _progress_bar() -> tuple[Callable[[int, int], None], Callable[[], None]]:
 def load_trace(path: str, *, strict: bool = False) -> Trace:
     """Load a trace for a command: progress bar on a terminal, warnings summarised;
     ``strict``: a truncated trace is an error."""
+    from traceview.load import LoadOptions, load
+
     if sys.stderr.isatty():
         update, close = _progress_bar()
         try:

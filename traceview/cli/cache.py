@@ -7,7 +7,6 @@ import orjson
 
 from traceview.cli._options import json_option, say
 from traceview.errors import TraceviewError
-from traceview.load import cache as trace_cache
 
 
 @click.group()
@@ -20,6 +19,8 @@ def cache() -> None:
 @json_option
 def info(as_json: bool) -> None:
     """Where the cache is, its entries and size, and its bound."""
+    from traceview.load import cache as trace_cache
+
     doc = trace_cache.info()
     if as_json:
         click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
@@ -33,6 +34,8 @@ def info(as_json: bool) -> None:
 @cache.command()
 def clear() -> None:
     """Remove every cached trace."""
+    from traceview.load import cache as trace_cache
+
     n, failed = trace_cache.clear()
     say(f"removed {n} cached trace{'s' if n != 1 else ''} from {trace_cache.cache_dir()}")
     if failed:

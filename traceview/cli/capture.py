@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import sys
 from collections.abc import Callable
@@ -160,6 +159,8 @@ def server(
 ) -> None:
     """Profile a running server through an interference workload: victim streams, then
     long injected prompts; write the engine trace(s), probe.jsonl and run.json to OUT."""
+    import asyncio
+
     from traceview.capture.probe import ProbeConfig, run_probe
 
     cfg = ProbeConfig(

@@ -7,18 +7,6 @@ from typing import TYPE_CHECKING
 import click
 import orjson
 
-from traceview.analysis.documents.checks import (
-    Bounds,
-    ChecksFile,
-    a_figure,
-    check,
-    load_checks,
-    parse_value,
-    prefill_growth_bound,
-)
-from traceview.analysis.documents.compare import diff
-from traceview.analysis.documents.run import RunSummary
-from traceview.analysis.documents.summary import Summary
 from traceview.cli._options import (
     analysis_options,
     is_run,
@@ -27,11 +15,11 @@ from traceview.cli._options import (
     summarize_trace,
 )
 from traceview.errors import CheckError, CheckFailed
-from traceview.render import markup  # noqa: F401  (draws Diff.to_markdown: diff --markdown)
-from traceview.render.table import render_check, render_diff
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the analysis is imported by the command that runs: --help stays fast
     from traceview.analysis.analyze import AnalysisConfig
+    from traceview.analysis.documents.run import RunSummary
+    from traceview.analysis.documents.summary import Summary
 
 
 @click.command(name="diff")
@@ -71,6 +59,10 @@ def diff_command(
 
     A and B may both be runs (a directory or a quoted glob of rank traces): then the compute
     skew, the straggler's excess and each rank's cadence, compute and collective wait."""
+    from traceview.analysis.documents.compare import diff
+    from traceview.render import markup  # noqa: F401  (draws Diff.to_markdown: --format markdown)
+    from traceview.render.table import render_diff
+
     d = diff(
         _summary_or_run(a, "A: ", jobs, strict, analysis),
         _summary_or_run(b, "B: ", jobs, strict, analysis),
@@ -174,6 +166,17 @@ def check_command(
     KEY is a path in the summary document, e.g. decode_gaps.decode.p99_ns,
     steps.phases.mixed.cadence_p50_ns, busy.fraction; for a run skew.p99_ns,
     straggler.excess_p50_ns, ranks.3.collective_wait_p50_ns (by rank)."""
+    from traceview.analysis.documents.checks import (
+        Bounds,
+        ChecksFile,
+        a_figure,
+        check,
+        load_checks,
+        parse_value,
+        prefill_growth_bound,
+    )
+    from traceview.render.table import render_check
+
     file = load_checks(checks_file) if checks_file else ChecksFile({}, {})
     baseline = baseline or file.baseline
     regression = max_regression or file.max_regression

@@ -20,16 +20,6 @@ from traceview.cli._options import (
 )
 from traceview.errors import TraceviewError
 from traceview.redact import shown
-from traceview.render.charts import (
-    FORMATS,
-    gaps_data,
-    gaps_figure,
-    heartbeat_data,
-    heartbeat_figure,
-    save_figure,
-)
-from traceview.render.format import gap_title
-from traceview.render.run_chart import run_heartbeat_data, run_heartbeat_figure
 
 if TYPE_CHECKING:
     from traceview.analysis.analyze import AnalysisConfig
@@ -111,6 +101,9 @@ def heartbeat(
     are a run of rank traces: one line per rank (the median and min–max band past 8 ranks),
     the straggler named.
     """
+    from traceview.render.charts import FORMATS, heartbeat_data, heartbeat_figure, save_figure
+    from traceview.render.run_chart import run_heartbeat_data, run_heartbeat_figure
+
     span = parse_window(window)
     if efficiency and analysis.model is None:
         raise TraceviewError("--efficiency needs --model (the model's config.json)")
@@ -163,6 +156,9 @@ def gaps(
 ) -> None:
     """Chart the decode-gap distribution per population (CDF on a log time axis, p50/p90/p99
     marked, n in the legend)."""
+    from traceview.render.charts import FORMATS, gaps_data, gaps_figure, save_figure
+    from traceview.render.format import gap_title
+
     target = output_file(output, [trace], force=force, suffixes=FORMATS)
     summary = summarize_trace(trace, analysis=analysis)
     if summary.gaps.height == 0:

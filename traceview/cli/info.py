@@ -5,9 +5,7 @@ from __future__ import annotations
 import click
 import orjson
 
-from traceview.analysis.documents.info import info as info_doc
 from traceview.cli._options import json_option, load_trace, trace_argument
-from traceview.render.table import render_info
 
 
 @click.command()
@@ -16,6 +14,9 @@ from traceview.render.table import render_info
 @click.option("--strict", is_flag=True, help="A truncated trace is an error (default: a warning).")
 def info(trace: str, as_json: bool, strict: bool) -> None:
     """Show what TRACE holds: events by category, kernels, devices, streams, span, GPU."""
+    from traceview.analysis.documents.info import info as info_doc
+    from traceview.render.table import render_info
+
     doc = info_doc(load_trace(trace, strict=strict))
     if as_json:
         click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())

@@ -8,8 +8,6 @@ import click
 
 from traceview.cli._options import load_trace, output_file, output_options
 from traceview.errors import QueryError
-from traceview.load.nsys import is_export_file
-from traceview.render.base import guess_format, write_output
 
 
 @click.command()
@@ -52,6 +50,8 @@ def sql(
     (traceview sql --list). The query is read-only; its last statement's rows are printed.
     """
     from traceview.load import LoadOptions, load
+    from traceview.load.nsys import is_export_file
+    from traceview.render.base import guess_format, write_output
     from traceview.sql import builtin_queries, needs_raw_args, query_header, resolve_query
     from traceview.sql import run_sql as run
 

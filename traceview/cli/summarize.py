@@ -18,8 +18,6 @@ from traceview.cli._options import (
     summarize_run_paths,
     summarize_trace,
 )
-from traceview.render.base import guess_format, write_output
-from traceview.render.table import render_run, render_summary, steps_view
 
 if TYPE_CHECKING:
     from traceview.analysis.analyze import AnalysisConfig
@@ -47,6 +45,8 @@ def summarize(
     compute skew across ranks, the straggler and each rank's collective wait.
     --json prints the traceview.summary/1 (or traceview.run/1) document instead.
     """
+    from traceview.render.table import render_run, render_summary
+
     if is_run(traces):
         run = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict)
         if as_json:
@@ -80,6 +80,9 @@ def steps(
     rank traces, every rank's steps with ``rank`` and ``path`` columns. On the screen, times
     are ms from the first step's start and the columns that fit are shown; -o FILE and the
     other formats keep every column, in ns."""
+    from traceview.render.base import guess_format, write_output
+    from traceview.render.table import steps_view
+
     if output is not None:  # the writer rule first: a folder is said to be one
         output = str(output_file(output, traces, force=force))
     chosen = guess_format(output, fmt)

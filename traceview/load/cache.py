@@ -47,6 +47,7 @@ import orjson
 import polars as pl
 from isal import isal_zlib
 
+from traceview import environ
 from traceview.errors import TraceviewError, TraceviewWarning
 from traceview.load import remote
 from traceview.model import Trace, TraceMeta
@@ -66,7 +67,7 @@ def _version() -> str:
 
 def enabled() -> bool:
     """False when ``TRACEVIEW_CACHE`` turns the cache off (0, false, no, off)."""
-    return os.environ.get("TRACEVIEW_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return os.environ.get(environ.CACHE, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def cache_dir() -> Path:

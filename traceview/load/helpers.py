@@ -40,12 +40,14 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, cast
 
+from traceview import environ
+
 try:
     import fcntl
 except ImportError:  # Windows: pipes keep their size
     fcntl = None  # type: ignore[assignment]
 
-ENV = "TRACEVIEW_WORKERS"
+ENV = environ.WORKERS
 _MAGIC = b"traceview-block\x01"  # each message starts so, then its length
 _HEADER = struct.Struct("<16sQ")
 _PIECE = 8 << 20  # a message is read this much at a time

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import BinaryIO, Protocol, cast
 
+from traceview import environ
 from traceview.errors import MissingDependencyError, TraceFormatError
 
 SCHEMES = ("s3://", "gs://", "gcs://", "az://", "abfs://", "http://", "https://")
@@ -78,7 +79,7 @@ class FileSystem(Protocol):
     def invalidate_cache(self, path: str | None = None) -> None: ...
 
 
-STORAGE_OPTIONS_ENV = "TRACEVIEW_STORAGE_OPTIONS"  # JSON object: --storage-option's pairs
+STORAGE_OPTIONS_ENV = environ.STORAGE_OPTIONS
 
 
 def option_value(text: str) -> object:
