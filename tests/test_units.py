@@ -121,7 +121,7 @@ def test_zero_and_percentages_where_they_fit(
     figure, as a percentage, fails."""
     import orjson
 
-    from traceview.cli import heartbeat as heartbeat_cli
+    from traceview.render import charts  # the command imports heartbeat_data as it runs
 
     t = str(GENERATED / "dense_sglang.json.gz")
     planted = truth("dense_sglang")
@@ -146,13 +146,13 @@ def test_zero_and_percentages_where_they_fit(
         assert row["limit"] == pytest.approx(float(limit[:-1]) / 100, rel=1e-12)
     # a window from a bare 0 to 5 ms reaches the chart as (0.0, 5.0) ms
     seen = []
-    real = heartbeat_cli.heartbeat_data
+    real = charts.heartbeat_data
 
     def spy(*args: object, **kwargs: object) -> object:
         seen.append(kwargs["window_ms"])
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(heartbeat_cli, "heartbeat_data", spy)
+    monkeypatch.setattr(charts, "heartbeat_data", spy)
     out = tmp_path / "h.png"
     result = CliRunner().invoke(cli, ["heartbeat", t, "-o", str(out), "--window", "0:5ms"])
     assert result.exit_code == 0, result.output

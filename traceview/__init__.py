@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from traceview.errors import (
     CaptureError,
@@ -98,11 +98,11 @@ _DRAWINGS = ("traceview.render.markup", "traceview.plot")
 _FUNCTIONS_OVER_PACKAGES = frozenset(("load", "sql"))
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name == "__version__":
         from importlib.metadata import version
 
-        value: Any = version("traceview")  # pyproject.toml is the one place it is written
+        value: object = version("traceview")  # pyproject.toml is the one place it is written
     elif name in _LOADING or name in _ANALYSIS:
         if name in _ANALYSIS:
             for drawing in _DRAWINGS:
@@ -124,7 +124,7 @@ class _Package(types.ModuleType):
     """The package, whose ``load`` and ``sql`` stay the functions when their subpackages
     are imported (Python binds a subpackage to its parent's attribute as it imports it)."""
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         if name in _FUNCTIONS_OVER_PACKAGES and isinstance(value, types.ModuleType):
             return  # the subpackage stays in sys.modules; the name is the function's
         super().__setattr__(name, value)
