@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import GENERATED, ROOT
@@ -24,8 +25,8 @@ def _python(code: str) -> str:
 def test_import_traceview_imports_neither_polars_nor_the_analysis() -> None:
     said = _python(
         "import sys, traceview\n"
-        "print(sorted(m for m in ('polars', 'numpy', 'traceview.load', 'traceview.analysis')"
-        " if m in sys.modules))"
+        "print(sorted(m for m in ('polars', 'numpy', 'traceview.load',"
+        " 'traceview.analysis.analyze', 'traceview.render.markup') if m in sys.modules))"
     )
     assert said.strip() == "[]"
 
@@ -34,7 +35,7 @@ def test_load_only_imports_no_analysis() -> None:
     path = GENERATED / "dense_sglang.json.gz"
     said = _python(
         f"import sys, traceview as tv\ntv.load({str(path)!r})\n"
-        "print('traceview.analysis' in sys.modules, 'matplotlib' in sys.modules)"
+        "print('traceview.analysis.analyze' in sys.modules, 'matplotlib' in sys.modules)"
     )
     assert said.split() == ["False", "False"]
 
@@ -70,6 +71,62 @@ def test_an_analysis_name_brings_its_drawings() -> None:
     assert said.split() == ["True", "True", "True"]
 
 
+@pytest.mark.parametrize(
+    "made",
+    [
+        "from traceview.analysis.shortcuts import summarize\ns = summarize(PATH)",
+        "from traceview.analysis.analyze import analyze\ns = analyze(PATH).summary",
+        "import pickle, traceview as tv\ns = pickle.loads(pickle.dumps(tv.summarize(PATH)))",
+    ],
+)
+def test_what_a_submodule_made_draws_itself(made: str) -> None:
+    """A summary, a diff and an analysis made through a module imported directly (no
+    ``tv.`` name read) draw as through the package: HTML, markdown, a chart."""
+    path = GENERATED / "dense_sglang.json.gz"
+    said = _python(
+        f"PATH = {str(path)!r}\n{made}\n"
+        "print(s._repr_html_().startswith('<div>'))\n"
+        "from traceview.analysis.documents.compare import diff\n"
+        "print(diff(s, s).to_markdown().startswith('**traceview diff**'))\n"
+        "from traceview.analysis.analyze import analyze\n"
+        "from traceview.load import load\n"
+        "print(type(analyze(load(PATH)).heartbeat()).__name__)"
+    )
+    assert said.split() == ["True", "True", "Figure"]
+
+
+def test_subpackages_are_attributes_of_the_package() -> None:
+    said = _python(
+        "import traceview\n"
+        "print(traceview.batch.__name__, traceview.units.__name__,"
+        " traceview.model.Trace.__name__, callable(traceview.load))\n"
+        "import traceview.batch.dataset\nprint(traceview.batch.dataset.committed.__name__)"
+    )
+    assert said.split() == ["traceview.batch", "traceview.units", "Trace", "True", "committed"]
+
+
+@pytest.mark.slow  # mypy over the package: about 35 s on 2 cores
+def test_a_misspelt_name_is_a_type_error(tmp_path: Path) -> None:
+    """The package is typed (py.typed): a type checker knows its names, and no others."""
+    user = tmp_path / "user.py"
+    user.write_text(
+        "from traceview import summarise\nimport traceview as tv\n"
+        "tv.analyse(1)\nreveal_type(tv.summarize)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--follow-imports=silent", str(user)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = [line for line in done.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 2, done.stdout
+    assert 'has no attribute "summarise"' in errors[0] or "summarise" in errors[0], errors
+    assert "analyse" in errors[1], errors
+    assert "def (" in done.stdout  # summarize's own signature, not Any
+
+
 def test_diff_markdown_on_the_command_line_is_markdown() -> None:
     a, b = (str(GENERATED / f"{n}.json.gz") for n in ("dense_sglang", "dense_vllm_detailed"))
     done = subprocess.run(
@@ -85,7 +142,9 @@ def test_diff_markdown_on_the_command_line_is_markdown() -> None:
 
 
 def test_every_public_name_resolves_and_is_listed() -> None:
-    assert sorted(dir(tv)) == sorted({*dir(tv), *tv.__all__})
+    listed = {name for name in dir(tv) if not name.startswith("__")}
+    assert listed == {name for name in tv.__all__ if not name.startswith("__")}
+    assert "__version__" in dir(tv)
     for name in tv.__all__:
         assert getattr(tv, name) is not None, name
     assert isinstance(tv.__version__, str) and tv.__version__
@@ -102,6 +161,6 @@ def test_the_command_s_help_imports_neither_polars_nor_the_analysis(args: list[s
         f"try:\n    cli.main({args!r}, prog_name='traceview')\n"
         "except SystemExit as done:\n    assert done.code in (0, None), done.code\n"
         "print(sorted(m for m in ('polars', 'numpy', 'matplotlib', 'traceview.load',"
-        " 'traceview.analysis', 'traceview.render.charts') if m in sys.modules))"
+        " 'traceview.analysis.analyze', 'traceview.render.charts') if m in sys.modules))"
     )
     assert said.splitlines()[-1] == "[]"

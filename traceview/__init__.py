@@ -1,19 +1,21 @@
 """traceview: answers from GPU profiler traces of LLM inference engines.
 
 Every public name is imported when it is first used (PEP 562): ``import traceview`` costs
-the error classes only, ``tv.load`` the loader (polars), and an analysis name the analysis
-with its drawings (a summary's HTML, a diff's markdown, the charts), which register
-themselves in :mod:`traceview.analysis.documents.display` as they are imported. A script
-that only loads, or a re-open from the cache, no longer waits for the analysis' imports.
+the error classes only, ``tv.load`` the loader (polars), and an analysis name the analysis.
+What draws a summary, a diff or an analysis' charts (``render/markup.py``, ``plot.py``) is
+imported the first time something is drawn, whichever module made it: the package gives
+:mod:`traceview.analysis.documents.display` the function that imports them.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
-import types
+import importlib as _importlib
+import importlib.util as _importlib_util
+import sys as _sys
+import types as _types
 from typing import TYPE_CHECKING
 
+from traceview.analysis.documents import display as _display
 from traceview.errors import (
     CaptureError,
     CheckError,
@@ -91,46 +93,54 @@ _ANALYSIS = {
     # tv.sql(trace, "select ...") reads as the issue's examples do
     "sql": ("traceview.sql", "run_sql"),
 }
-# what draws the analysis' objects: imported with the first analysis name
+# what draws the analysis' objects: imported the first time one is drawn
 _DRAWINGS = ("traceview.render.markup", "traceview.plot")
 # names that are also subpackages: importing ``traceview.load`` or ``traceview.sql`` binds
 # the subpackage to the package's attribute, which must stay the function
 _FUNCTIONS_OVER_PACKAGES = frozenset(("load", "sql"))
 
 
-def __getattr__(name: str) -> object:
-    if name == "__version__":
-        from importlib.metadata import version
+def _import_drawings() -> None:
+    for module in _DRAWINGS:
+        _importlib.import_module(module)
 
-        value: object = version("traceview")  # pyproject.toml is the one place it is written
-    elif name in _LOADING or name in _ANALYSIS:
-        if name in _ANALYSIS:
-            for drawing in _DRAWINGS:
-                importlib.import_module(drawing)
-        where, attribute = _LOADING.get(name) or _ANALYSIS[name]
-        module = importlib.import_module(where)
-        value = module if attribute is None else getattr(module, attribute)
-    else:
-        raise AttributeError(f"module 'traceview' has no attribute {name!r}")
-    globals()[name] = value
-    return value
+
+_display.set_loader(_import_drawings)
+
+if not TYPE_CHECKING:  # to a type checker, only the names imported above exist
+
+    def __getattr__(name: str) -> object:
+        if name == "__version__":
+            from importlib.metadata import version
+
+            value = version("traceview")  # pyproject.toml is the one place it is written
+        elif name in _LOADING or name in _ANALYSIS:
+            where, attribute = _LOADING.get(name) or _ANALYSIS[name]
+            module = _importlib.import_module(where)
+            value = module if attribute is None else getattr(module, attribute)
+        elif not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}"):
+            value = _importlib.import_module(f"{__name__}.{name}")  # traceview.batch.dataset
+        else:
+            raise AttributeError(f"module 'traceview' has no attribute {name!r}")
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
 
 
-class _Package(types.ModuleType):
+class _Package(_types.ModuleType):
     """The package, whose ``load`` and ``sql`` stay the functions when their subpackages
     are imported (Python binds a subpackage to its parent's attribute as it imports it)."""
 
     def __setattr__(self, name: str, value: object) -> None:
-        if name in _FUNCTIONS_OVER_PACKAGES and isinstance(value, types.ModuleType):
+        if name in _FUNCTIONS_OVER_PACKAGES and isinstance(value, _types.ModuleType):
             return  # the subpackage stays in sys.modules; the name is the function's
         super().__setattr__(name, value)
 
 
-sys.modules[__name__].__class__ = _Package
+_sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "__version__",

@@ -60,7 +60,6 @@ def diff_command(
     A and B may both be runs (a directory or a quoted glob of rank traces): then the compute
     skew, the straggler's excess and each rank's cadence, compute and collective wait."""
     from traceview.analysis.documents.compare import diff
-    from traceview.render import markup  # noqa: F401  (draws Diff.to_markdown: --format markdown)
     from traceview.render.table import render_diff
 
     d = diff(

@@ -60,8 +60,8 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding t
 # A helper's program, run with -P (the current folder is not put on sys.path: a queue.py
 # or polars.py there must not run in a helper). It imports the decoder's modules only:
 # ``traceview`` and ``traceview.load`` are entered as bare packages (their modules are
-# found through ``__path__``), so their ``__init__`` (the analyses, the plots, the remote
-# readers: about 0.6 s and 20 MB more) never runs in a helper.
+# found through ``__path__``), so their ``__init__`` (the loader's remote readers and cache,
+# the package's drawing hook) never runs in a helper.
 _PACKAGES = {
     "traceview": str(Path(_PACKAGE_ROOT, "traceview")),
     "traceview.load": str(Path(_PACKAGE_ROOT, "traceview", "load")),

@@ -1,15 +1,15 @@
 """How analysis objects show themselves where people look at them, without analysis importing
 render: ``Summary._repr_html_`` (notebooks) and ``Diff.to_markdown`` (pull requests) call the
 functions :mod:`traceview.render.markup` registers here when it is imported; the charts, those
-:mod:`traceview.plot` registers. The package imports both with its first analysis name
-(``tv.summarize``, ``tv.analyze``, ...); a command imports what it shows."""
+:mod:`traceview.plot` registers. Neither is imported until something is drawn: then the
+loader the package sets here (:func:`set_loader`) imports both, whichever module made the
+summary, diff or analysis (``tv.summarize``, a submodule imported directly, an unpickled
+object)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
-
-import orjson
 
 from traceview.analysis.base.document import SummaryDocument
 
@@ -22,6 +22,18 @@ DiffMarkdown = Callable[["Diff", int], str]
 
 _summary_html: list[SummaryHtml] = []
 _diff_markdown: list[DiffMarkdown] = []
+_loader: list[Callable[[], None]] = []  # imports the modules that register the drawings
+
+
+def set_loader(load: Callable[[], None]) -> None:
+    """Set the function that imports the drawings (the package sets it)."""
+    _loader[:] = [load]
+
+
+def _drawn() -> None:
+    """Import the drawings, the first time one is asked for."""
+    if not (_summary_html and _heartbeat) and _loader:
+        _loader[0]()
 
 
 class Figure(Protocol):
@@ -57,6 +69,7 @@ def heartbeat(
     Raises:
         MissingDependencyError: no drawing is registered.
     """
+    _drawn()
     if not _heartbeat:
         raise _charts_missing()
     return _heartbeat[0](summary, title, window_ms, style)
@@ -68,6 +81,7 @@ def gaps(summary: Summary, title: str | None, style: str) -> Figure:
     Raises:
         MissingDependencyError: no drawing is registered.
     """
+    _drawn()
     if not _gaps:
         raise _charts_missing()
     return _gaps[0](summary, title, style)
@@ -81,15 +95,21 @@ def register(summary_html: SummaryHtml, diff_markdown: DiffMarkdown) -> None:
 
 def summary_html(document: SummaryDocument) -> str:
     """The summary as HTML (the registered drawing; else its JSON in a ``<pre>``)."""
+    _drawn()
     if _summary_html:
         return _summary_html[0](document)
     import html
+
+    import orjson
 
     return f"<pre>{html.escape(orjson.dumps(document).decode())}</pre>"
 
 
 def diff_markdown(diff: Diff, limit: int) -> str:
     """The diff as markdown (the registered drawing; else its JSON in a code block)."""
+    _drawn()
     if _diff_markdown:
         return _diff_markdown[0](diff, limit)
+    import orjson
+
     return "```json\n" + orjson.dumps(diff.to_dict()).decode() + "\n```\n"
