@@ -75,8 +75,14 @@ def test_an_analysis_name_brings_its_drawings() -> None:
     "made",
     [
         "from traceview.analysis.shortcuts import summarize\ns = summarize(PATH)",
-        "from traceview.analysis.analyze import analyze\ns = analyze(PATH).summary",
-        "import pickle, traceview as tv\ns = pickle.loads(pickle.dumps(tv.summarize(PATH)))",
+        pytest.param(
+            "from traceview.analysis.analyze import analyze\ns = analyze(PATH).summary",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "import pickle, traceview as tv\ns = pickle.loads(pickle.dumps(tv.summarize(PATH)))",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_what_a_submodule_made_draws_itself(made: str) -> None:
