@@ -74,7 +74,10 @@ def test_an_analysis_name_brings_its_drawings() -> None:
 @pytest.mark.parametrize(
     "made",
     [
-        "from traceview.analysis.shortcuts import summarize\ns = summarize(PATH)",
+        pytest.param(
+            "from traceview.analysis.shortcuts import summarize\ns = summarize(PATH)",
+            marks=pytest.mark.slow,
+        ),
         pytest.param(
             "from traceview.analysis.analyze import analyze\ns = analyze(PATH).summary",
             marks=pytest.mark.slow,

@@ -141,6 +141,7 @@ def test_a_cut_inside_a_string_is_read_on_from(tmp_path: Path, answered: list[in
     assert_same(one, many)
 
 
+@pytest.mark.slow
 def test_a_block_is_decoded_here_rather_than_waited_for_while_its_helper_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -169,6 +170,7 @@ def test_a_block_is_decoded_here_rather_than_waited_for_while_its_helper_starts(
     assert started[1].answered == 0 and sum(h.skipped for h in started[1]._helpers) >= 1
 
 
+@pytest.mark.slow
 def test_a_helper_that_does_not_exit_is_ended_quietly(
     monkeypatch: pytest.MonkeyPatch, answered: list[int], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -187,6 +189,7 @@ def test_a_helper_that_does_not_exit_is_ended_quietly(
     assert not [r for r in caplog.records if r.name == "traceview.load"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["hybrid_chunked.json.gz", "dense_sglang.json.gz"])
 def test_the_frames_are_the_same_when_blocks_are_decoded_here_or_by_helpers(
     name: str, caplog: pytest.LogCaptureFixture
@@ -243,6 +246,7 @@ def test_a_helper_ended_by_a_signal_is_named_by_it(
     assert len(said) == 1 and "one was ended by SIGKILL, leaving blocks unanswered" in said[0]
 
 
+@pytest.mark.slow
 def test_a_helper_that_never_answers_is_given_up_on(
     monkeypatch: pytest.MonkeyPatch, answered: list[int], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -260,6 +264,7 @@ def test_a_helper_that_never_answers_is_given_up_on(
     assert len(said) == 1 and "one did not answer a block in 1 s" in said[0], said
 
 
+@pytest.mark.slow
 def test_a_command_says_a_helpers_failure_once_as_a_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
