@@ -55,14 +55,12 @@ if TYPE_CHECKING:
     __version__: str
 
 # public name -> (module, attribute; None: the module itself)
-_LOADING = {
+_NAMES = {
     "load": ("traceview.load", "load"),
     "LoadOptions": ("traceview.load", "LoadOptions"),
     "Trace": ("traceview.model", "Trace"),
     "TraceMeta": ("traceview.model", "TraceMeta"),
     "capture": ("traceview.capture", None),  # torch itself is imported when recording
-}
-_ANALYSIS = {
     "analyze": ("traceview.analysis.analyze", "analyze"),
     "Analysis": ("traceview.analysis.analyze", "Analysis"),
     "AnalysisConfig": ("traceview.analysis.analyze", "AnalysisConfig"),
@@ -114,12 +112,12 @@ if not TYPE_CHECKING:  # to a type checker, only the names imported above exist
             from importlib.metadata import version
 
             value = version("traceview")  # pyproject.toml is the one place it is written
-        elif name in _LOADING or name in _ANALYSIS:
-            where, attribute = _LOADING.get(name) or _ANALYSIS[name]
+        elif name in _NAMES:
+            where, attribute = _NAMES[name]
             module = _importlib.import_module(where)
             value = module if attribute is None else getattr(module, attribute)
         elif not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}"):
-            value = _importlib.import_module(f"{__name__}.{name}")  # traceview.batch.dataset
+            value = _importlib.import_module(f"{__name__}.{name}")  # traceview.batch, .units
         else:
             raise AttributeError(f"module 'traceview' has no attribute {name!r}")
         globals()[name] = value
