@@ -22,11 +22,11 @@ from click.testing import CliRunner, Result
 from conftest import GENERATED
 from s3server import free_port
 
+from traceview import environ
 from traceview.batch.scan import scan
 from traceview.batch.scan_task import ScanOptions
 from traceview.cli import cli
 from traceview.load import remote
-from traceview.load.remote import STORAGE_OPTIONS_ENV
 from traceview.redact import scrub, shown
 
 # every secret the URLs below carry; none may appear in any output byte
@@ -198,7 +198,7 @@ def test_an_endpoint_url_with_credentials_is_not_echoed(monkeypatch: pytest.Monk
     # unsigned requests (the driver's own credentials would make it refuse the URL's), one
     # attempt: the driver's message names the endpoint it could not reach
     once = {"anon": True, "config_kwargs": {"retries": {"max_attempts": 1}}}
-    monkeypatch.setenv(STORAGE_OPTIONS_ENV, json.dumps(once))
+    monkeypatch.setenv(environ.STORAGE_OPTIONS, json.dumps(once))
     opts = ["--storage-option", f"endpoint_url={closed}"]
     r = CliRunner().invoke(cli, ["summarize", "s3://bkt/x.json.gz", *opts])
     assert r.exit_code == 2, (r.stdout, r.stderr)

@@ -23,6 +23,7 @@ from conftest import GENERATED
 from s3server import environment
 
 import traceview as tv
+from traceview import environ
 from traceview.cli import cli
 from traceview.load import remote
 
@@ -158,7 +159,7 @@ def test_an_s3_endpoint_that_does_not_answer_fails_within_the_read_timeout(
 def test_the_default_timeouts_are_short_and_reach_the_drivers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv(remote.STORAGE_OPTIONS_ENV, raising=False)
+    monkeypatch.delenv(environ.STORAGE_OPTIONS, raising=False)
     assert remote.timeouts("s3://b/x") == (10, 10)
     config = remote._options("s3://b/x")["config_kwargs"]
     assert isinstance(config, dict)
@@ -168,7 +169,7 @@ def test_the_default_timeouts_are_short_and_reach_the_drivers(
     timeout = client["timeout"]
     assert (timeout.sock_connect, timeout.sock_read, timeout.total) == (10, 10, None)
     monkeypatch.setenv(
-        remote.STORAGE_OPTIONS_ENV, json.dumps({"connect_timeout": 2, "read_timeout": 3.5})
+        environ.STORAGE_OPTIONS, json.dumps({"connect_timeout": 2, "read_timeout": 3.5})
     )
     assert remote.timeouts("s3://b/x") == (2, 3.5)
     assert "read_timeout" not in remote._options("s3://b/x")  # never handed to the driver

@@ -18,6 +18,7 @@ from conftest import GENERATED, cut_in_half, real_traces, trace_params
 from polars.testing import assert_frame_equal
 
 import traceview as tv
+from traceview import environ
 from traceview.batch.pool import map_tasks
 from traceview.cli import cli
 from traceview.errors import TraceFormatError, UsageError
@@ -409,43 +410,43 @@ def test_workers_must_be_a_count() -> None:
 
 
 def test_traceview_workers_sets_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(helpers.ENV, "3")
+    monkeypatch.setenv(environ.WORKERS, "3")
     assert helpers.worker_count(None) == 3
     assert helpers.worker_count(1) == 1
-    monkeypatch.delenv(helpers.ENV)
+    monkeypatch.delenv(environ.WORKERS)
     assert helpers.worker_count(None) == min(helpers.cores(), helpers.DEFAULT_MAX_WORKERS)
     monkeypatch.setattr(helpers, "cores", lambda: 64)
     assert helpers.worker_count(None) == helpers.DEFAULT_MAX_WORKERS  # the default's bound
-    monkeypatch.setenv(helpers.ENV, "64")
+    monkeypatch.setenv(environ.WORKERS, "64")
     assert helpers.worker_count(None) == 64  # asked for: given
     for bad in ("0", "two", "-2", "\u0663", "1.5"):  # U+0663: an Arabic-Indic 3
-        monkeypatch.setenv(helpers.ENV, bad)
-        with pytest.raises(UsageError, match=helpers.ENV):
+        monkeypatch.setenv(environ.WORKERS, bad)
+        with pytest.raises(UsageError, match=environ.WORKERS):
             helpers.worker_count(None)
 
 
 def test_the_workers_option_is_checked_and_scoped_to_the_command(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv(helpers.ENV, raising=False)
+    monkeypatch.delenv(environ.WORKERS, raising=False)
     path = str(GENERATED / "hybrid_chunked.json.gz")
     result = CliRunner().invoke(cli, ["info", "--workers", "0", path])
     assert result.exit_code == 2 and "--workers" in result.output
     result = CliRunner().invoke(cli, ["info", "--workers", "2", path])
     assert result.exit_code == 0, result.output
-    assert helpers.ENV not in os.environ  # restored after the command
+    assert environ.WORKERS not in os.environ  # restored after the command
 
 
 def _workers_in_a_job(_: int) -> str | None:
-    return os.environ.get(helpers.ENV)
+    return os.environ.get(environ.WORKERS)
 
 
 @pytest.mark.slow
 def test_a_pool_of_jobs_shares_the_cores_among_its_loads(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(helpers.ENV, raising=False)
+    monkeypatch.delenv(environ.WORKERS, raising=False)
     shared = str(max(1, min(helpers.cores() // 2, helpers.DEFAULT_MAX_WORKERS)))
     assert map_tasks(_workers_in_a_job, [1, 2], jobs=2) == [shared, shared]
-    monkeypatch.setenv(helpers.ENV, "5")  # chosen by the caller: kept
+    monkeypatch.setenv(environ.WORKERS, "5")  # chosen by the caller: kept
     assert map_tasks(_workers_in_a_job, [1, 2], jobs=2) == ["5", "5"]
 
 
@@ -460,9 +461,9 @@ def test_decode_block_numbers_its_events_from_zero() -> None:
 def test_a_ray_task_loads_on_one_core_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
     from traceview.batch.scan_ray import load_workers
 
-    monkeypatch.delenv(helpers.ENV, raising=False)
+    monkeypatch.delenv(environ.WORKERS, raising=False)
     assert load_workers() == "1"  # a task holds one CPU
-    monkeypatch.setenv(helpers.ENV, "4")
+    monkeypatch.setenv(environ.WORKERS, "4")
     assert load_workers() == "4"
 
 
@@ -478,9 +479,9 @@ def test_a_command_on_every_core_says_what_it_says_on_one(tmp_path: Path) -> Non
         e["name"] = f"void gemm_kernel<{i % 7}>(float*)" if i % 3 else "flash_fwd_kernel"
     path = _write(tmp_path / "big.json", events)
     assert path.stat().st_size > 2 * load_json.BLOCK_BYTES  # helpers start with block one
-    env = {k: v for k, v in os.environ.items() if k != helpers.ENV}
+    env = {k: v for k, v in os.environ.items() if k != environ.WORKERS}
     outputs = []
-    for extra in ({}, {helpers.ENV: "1"}):
+    for extra in ({}, {environ.WORKERS: "1"}):
         done = subprocess.run(
             [sys.executable, "-m", "traceview", "--no-cache", "summarize", "--json", str(path)],
             capture_output=True,

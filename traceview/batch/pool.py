@@ -13,6 +13,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from typing import TypeVar
 
+from traceview import environ
 from traceview.load import helpers
 
 T = TypeVar("T")
@@ -46,7 +47,7 @@ def _start_worker(parent: int, filters: list[_Filter], load_workers: int | None)
     logging.getLogger("traceview").addHandler(said)
     logging.getLogger("traceview").propagate = False
     if load_workers is not None:
-        os.environ[helpers.ENV] = str(load_workers)
+        os.environ[environ.WORKERS] = str(load_workers)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -85,7 +86,7 @@ def map_tasks(
     # jobs x each load's workers <= cores, unless the caller chose the workers
     shared = (
         None
-        if os.environ.get(helpers.ENV)
+        if os.environ.get(environ.WORKERS)
         else max(1, min(helpers.cores() // processes, helpers.DEFAULT_MAX_WORKERS))
     )
     with ProcessPoolExecutor(

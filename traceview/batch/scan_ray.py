@@ -17,6 +17,7 @@ import socket
 from types import ModuleType
 from typing import NamedTuple
 
+from traceview import environ
 from traceview.batch.dataset import unlock
 from traceview.batch.scan_task import (
     Analysis,
@@ -36,7 +37,6 @@ from traceview.batch.scan_task import (
 from traceview.batch.store import Store
 from traceview.errors import MissingDependencyError, TraceviewError
 from traceview.load import remote
-from traceview.load.helpers import ENV as WORKERS_ENV
 
 RAY_IN_FLIGHT_PER_CPU = 2  # traces shipped ahead of the workers: bounds the object store
 
@@ -105,7 +105,7 @@ def analyse_shipped(
     import tempfile
     from pathlib import Path
 
-    os.environ[WORKERS_ENV] = workers
+    os.environ[environ.WORKERS] = workers
     with tempfile.TemporaryDirectory(prefix="traceview-scan-") as tmp:
         copy = Path(tmp) / Path(source.path).name
         copy.write_bytes(data)
@@ -118,7 +118,7 @@ def analyse_object(
     """A Ray task: read an object by its URL, with the driver's endpoint and storage
     options, and return its rows (its trace id taken as it is read), its load on
     ``workers`` processes (:func:`load_workers`)."""
-    os.environ[WORKERS_ENV] = workers
+    os.environ[environ.WORKERS] = workers
     remote.apply_settings(settings)
     return analyse(source.path, source, None, options)
 
@@ -126,7 +126,7 @@ def analyse_object(
 def load_workers() -> str:
     """The processes each task's load decodes on: a task holds one CPU, so one, unless the
     driver was given ``TRACEVIEW_WORKERS`` (``--workers``)."""
-    return os.environ.get(WORKERS_ENV) or "1"
+    return os.environ.get(environ.WORKERS) or "1"
 
 
 class _Pending(NamedTuple):

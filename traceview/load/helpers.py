@@ -47,7 +47,6 @@ try:
 except ImportError:  # Windows: pipes keep their size
     fcntl = None  # type: ignore[assignment]
 
-ENV = environ.WORKERS
 _MAGIC = b"traceview-block\x01"  # each message starts so, then its length
 _HEADER = struct.Struct("<16sQ")
 _PIECE = 8 << 20  # a message is read this much at a time
@@ -98,14 +97,14 @@ def worker_count(requested: int | None) -> int:
     error naming it."""
     if requested is not None:
         return requested
-    text = os.environ.get(ENV, "").strip()
+    text = os.environ.get(environ.WORKERS, "").strip()
     if not text:
         return min(cores(), DEFAULT_MAX_WORKERS)
     value = int(text) if text.isascii() and text.isdigit() else 0
     if value < 1:
         from traceview.errors import UsageError
 
-        raise UsageError(f"{ENV}={text!r} is not a count of processes >= 1")
+        raise UsageError(f"{environ.WORKERS}={text!r} is not a count of processes >= 1")
     return value
 
 
@@ -254,7 +253,7 @@ class Helpers:
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,
-                    env={**os.environ, ENV: "1"},
+                    env={**os.environ, environ.WORKERS: "1"},
                 )
                 self._processes.append(process)
                 self._helpers.append(_Helper(self, process))

@@ -79,9 +79,6 @@ class FileSystem(Protocol):
     def invalidate_cache(self, path: str | None = None) -> None: ...
 
 
-STORAGE_OPTIONS_ENV = environ.STORAGE_OPTIONS
-
-
 def option_value(text: str) -> object:
     """A ``--storage-option`` value as its driver wants it: true/false, an integer, a
     number, else the text."""
@@ -98,17 +95,17 @@ def option_value(text: str) -> object:
 
 def storage_options() -> dict[str, object]:
     """The ``--storage-option`` pairs this process was given (``TRACEVIEW_STORAGE_OPTIONS``)."""
-    text = os.environ.get(STORAGE_OPTIONS_ENV, "").strip()
+    text = os.environ.get(environ.STORAGE_OPTIONS, "").strip()
     if not text:
         return {}
     try:
         given = json.loads(text)
     except ValueError:
         raise TraceFormatError(
-            STORAGE_OPTIONS_ENV, "not a JSON object of storage options"
+            environ.STORAGE_OPTIONS, "not a JSON object of storage options"
         ) from None
     if not isinstance(given, dict):
-        raise TraceFormatError(STORAGE_OPTIONS_ENV, "not a JSON object of storage options")
+        raise TraceFormatError(environ.STORAGE_OPTIONS, "not a JSON object of storage options")
     return given
 
 
@@ -118,13 +115,13 @@ ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
 def settings() -> dict[str, str]:
     """The endpoint and storage options this process was given, to hand to workers on
     other machines (their credentials come from their own environment)."""
-    return {k: os.environ[k] for k in (*ENDPOINT_ENV, STORAGE_OPTIONS_ENV) if k in os.environ}
+    return {k: os.environ[k] for k in (*ENDPOINT_ENV, environ.STORAGE_OPTIONS) if k in os.environ}
 
 
 def apply_settings(given: dict[str, str]) -> None:
     """Use a driver's :func:`settings` in this (worker) process; what the driver was not
     given, the worker's node keeps as its own environment says."""
-    for k in (*ENDPOINT_ENV, STORAGE_OPTIONS_ENV):
+    for k in (*ENDPOINT_ENV, environ.STORAGE_OPTIONS):
         if k in given:
             os.environ[k] = given[k]
 
