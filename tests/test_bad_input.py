@@ -516,3 +516,48 @@ def test_a_byte_counted_after_a_cut_string_says_so(tmp_path: Path) -> None:
     assert "(after event #49): Expecting value (a byte of the text read, in which strings " in str(
         err.value
     )
+
+
+# every command that loads a trace takes --strict and refuses a cut one in one line (scan
+# keeps going and records it: its traces table's truncated column)
+_STRICT_COMMANDS = {
+    "info": [],
+    "summarize": [],
+    "steps": [],
+    "heartbeat": ["-o", "{out}/h.png"],
+    "gaps": ["-o", "{out}/g.png"],
+    "report": ["-o", "{out}/r.html"],
+    "annotate": ["-o", "{out}/a.json.gz"],
+    "check": ["--max", "busy.fraction=100%"],
+    "sql": [],
+    "diff": [],
+}
+
+
+@pytest.mark.parametrize("command", sorted(_STRICT_COMMANDS))
+def test_every_command_that_loads_refuses_a_cut_trace_with_strict(
+    tmp_path: Path, command: str
+) -> None:
+    text, _ = _kernels_text(50, array_form=False)
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(gzip.compress(text)[: len(gzip.compress(text)) * 2 // 3])
+    before = path.read_bytes()
+    traces = {"sql": ["kernel_families", str(path)], "diff": [str(path), str(path)]}
+    extra = [a.format(out=tmp_path) for a in _STRICT_COMMANDS[command]]
+    done = CliRunner().invoke(cli, [command, *traces.get(command, [str(path)]), *extra, "--strict"])
+    assert done.exit_code == 2, done.output
+    assert done.stderr.startswith(f"Error: {path}: truncated"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.json.gz"]  # nothing written
+
+
+def test_strict_names_every_loading_command() -> None:
+    """The commands whose help offers --strict are those above (a new loading command
+    without it, or one given it without a test, fails here)."""
+    offered = {
+        name
+        for name, command in cli.commands.items()  # type: ignore[attr-defined]
+        if any("--strict" in p.opts for p in command.params)
+    }
+    assert offered == set(_STRICT_COMMANDS)

@@ -36,6 +36,20 @@ def test_info_table() -> None:
     assert "NVIDIA H200" in result.stdout
     assert "4,890" in result.stdout  # device activity count
     assert "events by category" in result.stdout
+    assert "kineto (schemaVersion 1)" in result.stdout
+
+
+def test_info_says_no_version_where_the_trace_has_none(tmp_path: Path) -> None:
+    """A Chrome JSON trace has no schemaVersion: the format alone, never "None"."""
+    path = tmp_path / "bare.json"
+    event = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}
+    path.write_text(json.dumps([event]))
+    result = CliRunner().invoke(cli, ["info", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "None" not in result.stdout
+    assert [line.split() for line in result.stdout.splitlines() if " format " in line] == [
+        ["format", "chrome"]
+    ]
 
 
 def test_every_command_has_help() -> None:
@@ -150,6 +164,7 @@ def test_steps_export_formats(tmp_path) -> None:  # type: ignore[no-untyped-def]
         out = tmp_path / f"steps.{fmt}"
         result = CliRunner().invoke(cli, ["steps", path, "-o", str(out)])
         assert result.exit_code == 0, result.stderr
+        assert result.stderr.endswith(f"wrote {out} ({len(anchors)} steps)\n")  # as a chart
         df = {"csv": pl.read_csv, "json": pl.read_json, "parquet": pl.read_parquet}[fmt](out)
         assert df["anchor_ns"].to_list() == anchors
         assert df["annotation"].to_list() == [s["annotation"] for s in t["steps"]]

@@ -370,3 +370,27 @@ def test_the_rank_tables_headers_are_never_cut(planted: tuple[Path, dict, RankRu
     for name in ("cadence", "busy", "compute", "coll.", "coll. wait", "dep. idle"):
         assert name in header, header
     assert "…" not in header
+
+
+@pytest.mark.slow  # two spawned workers that fail to start: about 3 s
+def test_a_script_without_a_main_guard_gets_one_clear_error(tmp_path: Path) -> None:
+    """A newcomer's finding: a script that asks for jobs=2 without ``if __name__ ==
+    "__main__":`` ended in the pool's BrokenProcessPool traceback (each spawned worker runs
+    the script again, which multiprocessing refuses). It is now a TraceviewError that says
+    what to do."""
+    for rank, name in enumerate(("dense_sglang", "hybrid_chunked")):
+        shutil.copy(GENERATED / f"{name}.json.gz", tmp_path / f"rank{rank}.json.gz")
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import traceview as tv\n"
+        "try:\n"
+        "    tv.summarize_run([r'" + str(tmp_path) + "'], tv.RunOptions(jobs=2))\n"
+        "except tv.TraceviewError as exc:\n"
+        "    print('ERROR', exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    said = [line for line in done.stdout.splitlines() if line.startswith("ERROR")]
+    assert said and "a worker process ended abruptly" in said[0], done.stdout + done.stderr
+    assert 'if __name__ == "__main__":' in said[0]

@@ -635,6 +635,7 @@ def test_a_dataset_is_scanned_one_way(tmp_path: Path) -> None:
         assert r.exit_code == 2, (other, r.output)
         assert r.stderr.startswith(f"Error: {ds}: its traces were analysed otherwise (")
         assert r.stderr.count("\n") == 1
+        assert "None" not in r.stderr  # a setting left to its default says "default"
     after = sorted((p.name, p.stat().st_mtime_ns) for p in ds.rglob("*") if p.is_file())
     assert after == before  # nothing written
     again = CliRunner().invoke(cli, ["scan", trace, "-o", str(ds)])

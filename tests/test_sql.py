@@ -653,3 +653,32 @@ def test_an_unknown_builtin_query_lists_the_builtins() -> None:
     )
     assert result.exit_code == 2 and "no built-in query of that name" in result.stderr
     assert all(name in result.stderr for name in builtin_queries())
+
+
+def test_a_missing_query_file_is_an_error_unless_the_docs_name_a_builtin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newcomer's finding: ``elsewhere/kernel_families.sql``, mistyped, ran the built-in
+    query of that name. Only ``NAME.sql`` and the docs' ``queries/NAME.sql`` fall back."""
+    monkeypatch.chdir(tmp_path)  # an empty folder: no queries/ here
+    trace = str(GENERATED / "dense_sglang.json.gz")
+    for missing in ("elsewhere/kernel_families.sql", str(tmp_path / "kernel_families.sql")):
+        done = CliRunner().invoke(cli, ["sql", missing, trace])
+        assert done.exit_code == 2, done.output
+        assert done.stderr.startswith(f"Error: {missing}: no such query file (built-in: ")
+    builtin = CliRunner().invoke(cli, ["sql", "kernel_families", trace, "--format", "csv"])
+    for documented in ("queries/kernel_families.sql", "kernel_families.sql"):
+        done = CliRunner().invoke(cli, ["sql", documented, trace, "--format", "csv"])
+        assert done.exit_code == 0 and done.stdout == builtin.stdout
+
+
+def test_a_query_written_to_a_file_says_so_and_strict_is_the_loaders(tmp_path: Path) -> None:
+    trace = str(GENERATED / "dense_sglang.json.gz")
+    out = tmp_path / "families.csv"
+    done = CliRunner().invoke(cli, ["sql", "kernel_families", trace, "-o", str(out)])
+    rows = pl.read_csv(out).height
+    assert done.exit_code == 0 and done.stderr == f"wrote {out} ({rows:,} rows)\n"
+    perfetto = CliRunner().invoke(
+        cli, ["sql", "kernel_families", trace, "--engine", "perfetto", "--strict"]
+    )
+    assert perfetto.exit_code == 2 and "--strict is traceview's loader's" in perfetto.stderr

@@ -236,8 +236,10 @@ class Trace:
         pairs = self.kernels.select("device", "stream").unique().drop_nulls()
         return sorted(pairs.iter_rows())
 
-    def span_ns(self) -> tuple[int, int] | None:
-        """``(first start, last end)`` over device activity, else over all events."""
+    def bounds_ns(self) -> tuple[int, int] | None:
+        """``(first start, last end)`` over device activity, else over all events, in ns on
+        the trace's clock (None for a trace without either); every device's, start-up
+        included (a summary's ``span_ns`` is a length, over the analysed device's)."""
         for frame in (self.kernels, self.events):
             if frame.height:
                 row = frame.select(
@@ -246,6 +248,19 @@ class Trace:
                 ).row(0)
                 return int(row[0]), int(row[1])
         return None
+
+    def span_ns(self) -> tuple[int, int] | None:
+        """Deprecated: the pair :meth:`bounds_ns` gives (``span_ns`` everywhere else is a
+        length: the summary's, a dataset's)."""
+        import warnings
+
+        warnings.warn(
+            "Trace.span_ns() is the (start, end) pair: call Trace.bounds_ns() (span_ns in a "
+            "summary or a dataset is a length)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.bounds_ns()
 
     def window(self, t0_ns: int, t1_ns: int, *, absolute: bool = False) -> Trace:
         """The events that start in ``[t0_ns, t1_ns)``, in ns from the trace's first device
@@ -260,7 +275,7 @@ class Trace:
         """
         from traceview.errors import UsageError
 
-        span = self.span_ns()
+        span = self.bounds_ns()
         zero = 0 if absolute or span is None else span[0]
         lo, hi = t0_ns + zero, t1_ns + zero
 
@@ -291,7 +306,7 @@ class Trace:
         return "\n".join(lines)
 
     def _facts(self) -> list[tuple[str, str]]:
-        m, span = self.meta, self.span_ns()
+        m, span = self.meta, self.bounds_ns()
         version = "" if m.schema_version is None else f" (schemaVersion {m.schema_version})"
         host = (
             f"{self.events.height:,} events, {self.flows.height:,} flows, "

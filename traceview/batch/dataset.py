@@ -130,6 +130,11 @@ def prepare(store: Store, *, force: bool = False, config: dict[str, object] | No
         _same_config(store, config)
 
 
+def _setting(value: object) -> str:
+    """One setting of an analysis as a message shows it (None: the default)."""
+    return "default" if value is None else repr(value)
+
+
 def _same_config(store: Store, config: dict[str, object]) -> None:
     """Record how the dataset's traces are analysed, or refuse a scan that analyses them
     another way: a trace already there is skipped by its content, so its rows would keep
@@ -148,7 +153,7 @@ def _same_config(store: Store, config: dict[str, object]) -> None:
         ) from None
     if written != orjson.loads(text):
         changed = ", ".join(
-            f"{k} {written.get(k)!r} -> {config.get(k)!r}"
+            f"{k} {_setting(written.get(k))} -> {_setting(config.get(k))}"
             for k in sorted(set(written) | set(config))
             if written.get(k) != config.get(k)
         )

@@ -10,10 +10,12 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from typing import TypeVar
 
 from traceview import environ
+from traceview.errors import TraceviewError
 from traceview.load import helpers
 
 T = TypeVar("T")
@@ -97,7 +99,14 @@ def map_tasks(
     ) as pool:
         futures = {pool.submit(task, item): i for i, item in enumerate(items)}
         for done, fut in enumerate(as_completed(futures), start=1):
-            results[futures[fut]] = fut.result()
+            try:
+                results[futures[fut]] = fut.result()
+            except BrokenProcessPool:
+                raise TraceviewError(
+                    "a worker process ended abruptly (killed, or out of memory; a script "
+                    'that starts workers runs them under `if __name__ == "__main__":`, '
+                    "docs/api.md); give jobs=1 (--jobs 1) to work in this process"
+                ) from None
             if finished:
                 finished(futures[fut])
             if progress:

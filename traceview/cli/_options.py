@@ -8,7 +8,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -170,19 +170,21 @@ def _progress_bar() -> tuple[Callable[[int, int], None], Callable[[], None]]:
     return update, close
 
 
-def load_trace(path: str, *, strict: bool = False) -> Trace:
+def load_trace(path: str, *, strict: bool = False, raw_args: bool = False) -> Trace:
     """Load a trace for a command: progress bar on a terminal, warnings summarised;
-    ``strict``: a truncated trace is an error."""
+    ``strict``: a truncated trace is an error; ``raw_args``: every event's args kept (for
+    SQL)."""
     from traceview.load import LoadOptions, load
 
+    options = LoadOptions(strict=strict, raw_args=raw_args)
     if sys.stderr.isatty():
         update, close = _progress_bar()
         try:
-            trace = load(path, options=LoadOptions(progress=update, strict=strict))
+            trace = load(path, options=replace(options, progress=update))
         finally:
             close()
     else:
-        trace = load(path, options=LoadOptions(strict=strict))
+        trace = load(path, options=options)
     for line in trace.meta.warnings:
         warn_once(path, line)
     return trace
@@ -421,6 +423,14 @@ def summarize_trace(
     for line in summary.warnings:
         warn_once(path, line, label)
     return summary
+
+
+def strict_option(func: F) -> F:
+    """``--strict``, for commands that read one trace (a run's commands take
+    :func:`run_options`)."""
+    return click.option(
+        "--strict", is_flag=True, help="A truncated trace is an error (default: a warning)."
+    )(func)
 
 
 def run_options(func: F) -> F:

@@ -28,7 +28,7 @@ def info(as_json: bool) -> None:
     state = "on" if doc["enabled"] else "off (TRACEVIEW_CACHE=0)"
     click.echo(f"cache      {doc['dir']} ({state})")
     click.echo(f"entries    {doc['entries']:,}")
-    click.echo(f"size       {doc['bytes'] / 1e6:,.1f} MB of {doc['max_bytes'] / 1e9:,.1f} GB")
+    click.echo(f"size       {doc['bytes'] / 2**20:,.1f} MiB of {doc['max_bytes'] / 2**30:,.1f} GiB")
 
 
 @cache.command()

@@ -25,7 +25,9 @@ def capture() -> None:
 @click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True)
 @click.option("--wait", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("-o", "--out", default="traces", show_default=True, help="Output folder.")
+@click.option(
+    "-o", "--output", "--out", "out", default="traces", show_default=True, help="Output folder."
+)
 @click.option("--name", help="File name stem (default: host_pid.time).")
 @click.option("--record-shapes", is_flag=True)
 @click.option("--with-stack", is_flag=True)
@@ -144,7 +146,7 @@ def lab(
     show_default=True,
     help="Seconds to wait for /stop_profile (large traces flush slowly).",
 )
-@click.option("-o", "--out", required=True, help="Output folder.")
+@click.option("-o", "--output", "--out", "out", required=True, help="Output folder.")
 def server(
     url: str,
     engine: str,
@@ -197,7 +199,15 @@ def itl(probe: str, as_json: bool) -> None:
 
 
 @click.command()
-@click.option("-o", "--out", default="traceview-demo", show_default=True)
+@click.option(
+    "-o",
+    "--output",
+    "--out",
+    "out",
+    default="traceview-demo",
+    show_default=True,
+    help="Output folder.",
+)
 @click.option("--prompt-tokens", type=click.IntRange(min=8), default=480, show_default=True)
 def demo(out: str, prompt_tokens: int) -> None:
     """Run the chunked-prefill experiment on the lab engine (CPU, under a minute): chunked

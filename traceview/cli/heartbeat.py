@@ -15,6 +15,7 @@ from traceview.cli._options import (
     parse_duration,
     run_options,
     say,
+    strict_option,
     summarize_run_paths,
     summarize_trace,
 )
@@ -145,6 +146,7 @@ def heartbeat(
 @click.option("--title", help="Chart title.")
 @style_option
 @force_option
+@strict_option
 @analysis_options
 def gaps(
     trace: str,
@@ -152,6 +154,7 @@ def gaps(
     title: str | None,
     style: str,
     force: bool,
+    strict: bool,
     analysis: AnalysisConfig,
 ) -> None:
     """Chart the decode-gap distribution per population (CDF on a log time axis, p50/p90/p99
@@ -160,7 +163,7 @@ def gaps(
     from traceview.render.format import gap_title
 
     target = output_file(output, [trace], force=force, suffixes=FORMATS)
-    summary = summarize_trace(trace, analysis=analysis)
+    summary = summarize_trace(trace, analysis=analysis, strict=strict)
     if summary.gaps.height == 0:
         title_says = gap_title(summary.document)
         reason = (

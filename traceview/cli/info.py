@@ -5,13 +5,13 @@ from __future__ import annotations
 import click
 import orjson
 
-from traceview.cli._options import json_option, load_trace, trace_argument
+from traceview.cli._options import json_option, load_trace, strict_option, trace_argument
 
 
 @click.command()
 @trace_argument
 @json_option
-@click.option("--strict", is_flag=True, help="A truncated trace is an error (default: a warning).")
+@strict_option
 def info(trace: str, as_json: bool, strict: bool) -> None:
     """Show what TRACE holds: events by category, kernels, devices, streams, span, GPU."""
     from traceview.analysis.documents.info import info as info_doc

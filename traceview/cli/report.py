@@ -12,6 +12,7 @@ from traceview.cli._options import (
     force_option,
     output_file,
     say,
+    strict_option,
     summarize_trace,
 )
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 @click.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("-o", "--output", required=True, type=click.Path(), help="The .html page.")
-@click.option("--strict", is_flag=True, help="A truncated trace is an error.")
+@strict_option
 @force_option
 @analysis_options
 def report(

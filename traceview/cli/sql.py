@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from traceview.cli._options import load_trace, output_file, output_options
+from traceview.cli._options import load_trace, output_file, output_options, say, strict_option
 from traceview.errors import QueryError
 
 
@@ -33,6 +33,7 @@ from traceview.errors import QueryError
     show_default=True,
     help="Interrupt the query after this many seconds.",
 )
+@strict_option
 @output_options
 def sql(
     args: tuple[str, ...],
@@ -41,6 +42,7 @@ def sql(
     engine: str,
     tp_bin: str | None,
     timeout: float,
+    strict: bool,
     fmt: str | None,
     output: str | None,
     force: bool,
@@ -49,7 +51,6 @@ def sql(
     traceview sql -e "select ..." TRACE. QUERY may also name a built-in query
     (traceview sql --list). The query is read-only; its last statement's rows are printed.
     """
-    from traceview.load import LoadOptions, load
     from traceview.load.nsys import is_export_file
     from traceview.render.base import guess_format, write_output
     from traceview.sql import builtin_queries, needs_raw_args, query_header, resolve_query
@@ -77,13 +78,17 @@ def sql(
     if engine == "auto" and tp_bin and is_export_file(trace_path):
         engine = "embedded"  # an Nsight Systems export: trace_processor cannot read it
     if engine == "perfetto" or (engine == "auto" and tp_bin):
+        if strict:
+            raise click.UsageError(
+                "--strict is traceview's loader's: Perfetto's trace processor reads the "
+                "file itself (give --engine embedded)"
+            )
         df = run(trace_path, query, engine=engine, timeout_s=timeout, tp_bin=tp_bin)
     else:
-        if needs_raw_args(text):
-            trace = load(trace_path, options=LoadOptions(raw_args=True))
-        else:
-            trace = load_trace(trace_path)
+        trace = load_trace(trace_path, strict=strict, raw_args=needs_raw_args(text))
         df = run(trace, query, engine="embedded", timeout_s=timeout)
     if df.width == 0 and output is None:
         raise QueryError(f"{query}: the last statement returned no columns")
     write_output(df, chosen, output, force=force, stdout=sys.stdout.buffer)
+    if output is not None:
+        say(f"wrote {output} ({df.height:,} row{'' if df.height == 1 else 's'})")

@@ -15,6 +15,7 @@ from traceview.cli._options import (
     output_file,
     output_options,
     run_options,
+    say,
     summarize_run_paths,
     summarize_trace,
 )
@@ -94,3 +95,5 @@ def steps(
     if output is None and chosen == "table":
         table = steps_view(table)
     write_output(table, chosen, output, force=force, stdout=sys.stdout.buffer)
+    if output is not None:
+        say(f"wrote {output} ({table.height:,} step{'' if table.height == 1 else 's'})")

@@ -66,7 +66,10 @@ def render_info(doc: InfoDocument, console: Console | None = None) -> None:
     facts.add_column(style="bold")
     facts.add_column()
     facts.add_row("path", str(doc["path"]))
-    facts.add_row("format", f"{doc['format']} (schemaVersion {doc['schema_version']})")
+    version = doc["schema_version"]
+    facts.add_row(
+        "format", doc["format"] + ("" if version is None else f" (schemaVersion {version})")
+    )
     facts.add_row("GPU", str(doc["gpu"] or "—"))
     facts.add_row("events", f"{doc['events']:,} ({doc['skipped_events']:,} skipped)")
     kinds = ", ".join(f"{k} {v:,}" for k, v in doc["kernels_by_kind"].items())

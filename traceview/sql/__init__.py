@@ -149,7 +149,9 @@ def resolve_query(query: str) -> tuple[str, str]:
     """``(sql text, where)`` for a query file path, a built-in query name, or SQL text.
 
     A query file is a single word ending in ``.sql``; anything with whitespace is SQL text;
-    any other single word must name a built-in query.
+    any other single word must name a built-in query. A missing ``NAME.sql`` or
+    ``queries/NAME.sql`` (the docs' form, run outside the repository) is the built-in
+    query of that name; a missing file in any other folder is an error, never another query.
 
     Raises:
         QueryError: a missing query file, or a single word that names no built-in query.
@@ -157,7 +159,11 @@ def resolve_query(query: str) -> tuple[str, str]:
     if query.strip().endswith(".sql") and not re.search(r"\s", query.strip()):
         path = Path(query)
         if not path.exists():
-            builtin = builtin_queries().get(path.stem)
+            builtin = (
+                builtin_queries().get(path.stem)
+                if path.parent in (Path("."), Path("queries"))
+                else None
+            )
             if builtin is None:
                 raise QueryError(
                     f"{query}: no such query file (built-in: {', '.join(builtin_queries())})"

@@ -39,7 +39,7 @@ def info(trace: Trace) -> InfoDocument:
 
     All times are integer nanoseconds; absent figures are None.
     """
-    span = trace.span_ns()
+    span = trace.bounds_ns()
     per_device = (
         trace.kernels.group_by("device")
         .agg(
