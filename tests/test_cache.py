@@ -127,7 +127,7 @@ def test_partial_entries_and_dead_writers_are_never_read(
     # a folder without its meta.json (not something a rename leaves, but never trusted)
     (cache_dir / key).mkdir(parents=True)
     (cache_dir / key / "kernels.arrow").write_bytes(b"garbage")
-    dead = cache_dir / ".tmp-deadwriter"
+    dead = cache_dir / f".tmp-{'d' * 32}"  # a writer's folder: ".tmp-" and a uuid
     dead.mkdir()
     os.utime(dead, (1, 1))
     first = tv.load(path, options=ALWAYS)
@@ -252,3 +252,45 @@ def test_clear_says_what_it_could_not_remove(
     assert "removed 0 cached traces" in result.stderr
     assert "could not remove 1 entry" in result.stderr
     assert cache.info()["entries"] == 1
+
+
+def test_only_what_the_cache_wrote_is_ever_removed(
+    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hostile probe's finding: with TRACEVIEW_CACHE_DIR naming the user's own folder,
+    ``cache clear`` and eviction removed any folder holding a meta.json and any ``.tmp-*``
+    folder. Only folders named as the cache names them, holding only an entry's files, go."""
+    cache_dir.mkdir()
+    mine = {
+        "exp1": {"meta.json": b"{}", "results.csv": b"r"},  # a meta.json of the user's
+        ".tmp-notes": {"n.txt": b"n"},
+        "a" * 32: {"meta.json": b"{}", "kernels.arrow": b"x", "notes.txt": b"mine"},
+        f".tmp-{'b' * 32}": {"meta.json": b"{}", "draft.md": b"d"},
+    }
+    for folder, files in mine.items():
+        (cache_dir / folder).mkdir()
+        for name, data in files.items():
+            (cache_dir / folder / name).write_bytes(data)
+        os.utime(cache_dir / folder, (1, 1))  # older than any entry, and than the stale bound
+        os.utime(cache_dir / folder / "meta.json" if "meta.json" in files else cache_dir, (1, 1))
+    (cache_dir / "plain.txt").write_bytes(b"p")
+
+    def users_files() -> dict[str, bytes]:
+        return {
+            str(p.relative_to(cache_dir)): p.read_bytes()
+            for p in cache_dir.rglob("*")
+            if p.is_file() and p.relative_to(cache_dir).parts[0] in {*mine, "plain.txt"}
+        }
+
+    before = users_files()
+    path = tmp_path / "t.json.gz"
+    shutil.copy(GENERATED / "dense_sglang.json.gz", path)
+    monkeypatch.setenv("TRACEVIEW_CACHE_MAX_BYTES", "1")  # every entry is over the bound
+    tv.load(path, options=ALWAYS)  # stored, then evicted at once
+    assert cache.info()["entries"] == 0 and users_files() == before
+    monkeypatch.delenv("TRACEVIEW_CACHE_MAX_BYTES")
+    tv.load(path, options=ALWAYS)
+    assert cache.info()["entries"] == 1
+    done = CliRunner().invoke(cli, ["cache", "clear"])
+    assert done.exit_code == 0 and "removed 1 cached trace " in done.stderr
+    assert cache.info()["entries"] == 0 and users_files() == before

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import time
 import uuid
@@ -56,6 +57,13 @@ FRAMES = ("kernels", "events", "flows", "counters", "metadata", "shapes")
 FORMAT = 9  # bump when the entry layout, a frame schema or TraceMeta changes
 _CHUNK = 1 << 20  # bytes hashed at a time (small: a first open is at its memory peak)
 _STALE_TMP_S = 3600
+# What the cache writes in its folder, and so all it ever removes there: an entry is a
+# folder named by its key (:func:`_key`), a writer's is ``.tmp-`` and a uuid, and either
+# holds only an entry's files. TRACEVIEW_CACHE_DIR may name a folder that holds the user's
+# own files and folders (even one with a meta.json): those are never touched.
+_ENTRY_NAME = re.compile(r"[0-9a-f]{32}")
+_TMP_NAME = re.compile(r"\.tmp-[0-9a-f]{32}")
+_ENTRY_FILES = frozenset({"meta.json", *(f"{name}.arrow" for name in FRAMES)})
 
 
 def _version() -> str:
@@ -162,7 +170,7 @@ def get(path: str, variant: str, digest: str) -> Trace | None:
         meta_fields = {f.name for f in fields(TraceMeta)}
         m = {k: v for k, v in doc["meta"].items() if k in meta_fields}
     except (OSError, ValueError, KeyError, TypeError, pl.exceptions.PolarsError):
-        shutil.rmtree(entry, ignore_errors=True)  # damaged or incomplete: parse and replace
+        _remove(entry)  # damaged or incomplete: parse and replace
         return None
     m["device_properties"] = tuple(m.get("device_properties") or ())
     m["warnings"] = tuple(m.get("warnings") or ())
@@ -214,12 +222,37 @@ def put(path: str, variant: str, trace: Trace, digest: str, before: Identity) ->
         return False
 
 
+def _ours(folder: Path, name: re.Pattern[str]) -> bool:
+    """Whether ``folder`` is one the cache wrote: named as it names them, a folder (not a
+    link to one), holding nothing but an entry's files."""
+    try:
+        if not name.fullmatch(folder.name) or folder.is_symlink() or not folder.is_dir():
+            return False
+        return all(
+            f.name in _ENTRY_FILES and not f.is_symlink() and f.is_file()
+            for f in folder.iterdir()
+        )
+    except OSError:
+        return False
+
+
+def _remove(folder: Path, name: re.Pattern[str] = _ENTRY_NAME) -> None:
+    """Remove ``folder`` if the cache wrote it (:func:`_ours`); anything else stays."""
+    if _ours(folder, name):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _temporary(root: Path) -> list[Path]:
+    """The folders of writers, finished or not (:data:`_TMP_NAME`)."""
+    return [t for t in root.glob(".tmp-*") if _ours(t, _TMP_NAME)] if root.is_dir() else []
+
+
 def _entries(root: Path) -> list[tuple[float, int, Path]]:
     """(last use, bytes, folder) of every complete entry."""
     out = []
     for entry in root.iterdir() if root.is_dir() else ():
         meta = entry / "meta.json"
-        if entry.name.startswith(".") or not meta.exists():
+        if not _ours(entry, _ENTRY_NAME) or not meta.exists():
             continue
         size = sum(f.stat().st_size for f in entry.iterdir())
         out.append((meta.stat().st_mtime, size, entry))
@@ -230,15 +263,15 @@ def _evict(root: Path, limit: int) -> None:
     """Remove the least recently used entries until the cache fits ``limit``, and the
     temporary folders of writers that died long ago."""
     now = time.time()
-    for tmp in root.glob(".tmp-*"):
+    for tmp in _temporary(root):
         if now - tmp.stat().st_mtime > _STALE_TMP_S:
-            shutil.rmtree(tmp, ignore_errors=True)
+            _remove(tmp, _TMP_NAME)
     entries = sorted(_entries(root))
     total = sum(size for _, size, _ in entries)
     for _, size, entry in entries:
         if total <= limit:
             break
-        shutil.rmtree(entry, ignore_errors=True)
+        _remove(entry)
         total -= size
 
 
@@ -271,13 +304,13 @@ def clear() -> tuple[int, list[str]]:
     root = cache_dir()
     removed, failed = 0, []
     for _, _, entry in _entries(root):
-        shutil.rmtree(entry, ignore_errors=True)
+        _remove(entry)
         if entry.exists():
             failed.append(str(entry))
         else:
             removed += 1
-    for tmp in root.glob(".tmp-*") if root.is_dir() else ():
-        shutil.rmtree(tmp, ignore_errors=True)
+    for tmp in _temporary(root):
+        _remove(tmp, _TMP_NAME)
         if tmp.exists():
             failed.append(str(tmp))
     return removed, failed
