@@ -122,3 +122,35 @@ def test_a_file_the_writer_reads_is_named_as_itself(tmp_path: Path) -> None:
     assert not isinstance(caught.value, TraceviewError)
     assert caught.value.filename == str(missing)
     assert list(tmp_path.iterdir()) == []  # no temp file left
+
+
+@pytest.mark.parametrize("links", [True, False], ids=["hard-links", "no-hard-links"])
+def test_a_file_another_writer_made_meanwhile_is_kept_without_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, links: bool
+) -> None:
+    """A hostile probe's finding: two `heartbeat -o same.png` at once both said "wrote",
+    and the later replaced the earlier, without --force (the writer rule is checked before
+    the work; the file appeared during it). The commit itself now refuses an existing
+    file unless asked to overwrite; on a file system without hard links too."""
+    from traceview._io import atomic_write
+    from traceview.errors import TraceviewError
+
+    if not links:
+
+        def no_link(*args: object) -> None:
+            raise PermissionError(1, "Operation not permitted")
+
+        monkeypatch.setattr(os, "link", no_link)
+    out = tmp_path / "same.png"
+
+    def write(target: Path) -> None:
+        out.write_bytes(b"the other command's chart")  # made while this one worked
+        target.write_bytes(b"this command's chart")
+
+    with pytest.raises(TraceviewError, match="already exists .*use --force"):
+        atomic_write(out, write)
+    assert out.read_bytes() == b"the other command's chart"
+    assert [p.name for p in tmp_path.iterdir()] == ["same.png"]  # no temp file left
+    assert atomic_write(out, write, overwrite=True) == out  # --force replaces it
+    assert out.read_bytes() == b"this command's chart"
+    assert [p.name for p in tmp_path.iterdir()] == ["same.png"]

@@ -10,9 +10,11 @@ from pathlib import Path, PurePosixPath
 from traceview.errors import TraceviewError
 
 
-def atomic_write(path: Path, write: Callable[[Path], object]) -> Path:
-    """Write ``path`` through a temporary file in its folder, renamed into place: an
-    interrupted write leaves the old file or none, never half a file."""
+def atomic_write(path: Path, write: Callable[[Path], object], *, overwrite: bool = False) -> Path:
+    """Write ``path`` through a temporary file in its folder, put into place whole: an
+    interrupted write leaves the old file or none, never half a file. Without
+    ``overwrite`` (``--force``) a file that appeared at ``path`` since the writer rule was
+    checked (another command writing the same output) is kept, and this write refused."""
     if not path.parent.is_dir():
         raise TraceviewError(f"{path}: no such directory {path.parent}")
     try:
@@ -28,7 +30,7 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> Path:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is not what a user's file should get
-        os.replace(tmp, path)
+        _commit(tmp, path, overwrite=overwrite)
     except OSError as exc:  # a full disk, a quota, a folder made read-only meanwhile
         if exc.filename is not None and os.fsdecode(exc.filename) != tmp_name:
             raise  # a file the writer read (annotate reads its source): named as it is
@@ -37,6 +39,27 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> Path:
         if tmp.exists():
             tmp.unlink()
     return path
+
+
+def _commit(tmp: Path, path: Path, *, overwrite: bool) -> None:
+    """Put the written ``tmp`` at ``path``: replacing what is there when ``overwrite``,
+    else only where nothing is (a hard link fails on an existing name, atomically; where
+    the file system has no hard links, the name is claimed by an exclusive create)."""
+    if overwrite:
+        os.replace(tmp, path)
+        return
+    try:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise
+        except OSError:  # no hard links here (some network and FUSE file systems)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.replace(tmp, path)
+    except FileExistsError:
+        raise TraceviewError(
+            f"{path}: already exists (another command wrote it meanwhile; use --force to overwrite)"
+        ) from None
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -210,5 +210,5 @@ def record(
     }
     meta_path = out_dir / f"{name}.meta.json"
     data = orjson.dumps(meta, option=orjson.OPT_INDENT_2)
-    atomic_write(meta_path, lambda target: target.write_bytes(data))
+    atomic_write(meta_path, lambda target: target.write_bytes(data), overwrite=True)
     return Recording(trace_path, meta_path, steps)

@@ -100,4 +100,4 @@ def annotate(
             warn(f"{source}: skipped: no device activity")
             continue
         summary = Analysis(trace, analysis).serving()
-        say(f"wrote {write_annotated(source, target, trace, summary)}")
+        say(f"wrote {write_annotated(source, target, trace, summary, overwrite=force)}")

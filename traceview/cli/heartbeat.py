@@ -117,7 +117,8 @@ def heartbeat(
             )
         run = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict)
         ranks = run_heartbeat_data(run, title=title or "")
-        say(f"wrote {save_figure(run_heartbeat_figure(ranks, style=style), target)}")
+        figure = run_heartbeat_figure(ranks, style=style)
+        say(f"wrote {save_figure(figure, target, overwrite=force)}")
         return
     datas = []
     for path in traces:
@@ -136,7 +137,7 @@ def heartbeat(
             )
         datas.append(data)
     figure = heartbeat_figure(datas, style=style, breakdown=breakdown, efficiency=efficiency)
-    saved = save_figure(figure, target)
+    saved = save_figure(figure, target, overwrite=force)
     say(f"wrote {saved}")
 
 
@@ -177,4 +178,4 @@ def gaps(
         title=title or f"{gap_title(summary.document)} — {Path(shown(trace)).name}",
         style=style,
     )
-    say(f"wrote {save_figure(fig, target)}")
+    say(f"wrote {save_figure(fig, target, overwrite=force)}")

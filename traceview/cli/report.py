@@ -46,4 +46,4 @@ def report(
     def write(target: Path) -> None:
         target.write_text(page, encoding="utf-8")
 
-    say(f"wrote {atomic_write(path, write)}")
+    say(f"wrote {atomic_write(path, write, overwrite=force)}")

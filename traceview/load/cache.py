@@ -229,8 +229,7 @@ def _ours(folder: Path, name: re.Pattern[str]) -> bool:
         if not name.fullmatch(folder.name) or folder.is_symlink() or not folder.is_dir():
             return False
         return all(
-            f.name in _ENTRY_FILES and not f.is_symlink() and f.is_file()
-            for f in folder.iterdir()
+            f.name in _ENTRY_FILES and not f.is_symlink() and f.is_file() for f in folder.iterdir()
         )
     except OSError:
         return False

@@ -176,4 +176,4 @@ def write_output(
         with open(target, "wb") as f:
             renderer.render(df, f)
 
-    atomic_write(path, write)
+    atomic_write(path, write, overwrite=force)

@@ -573,8 +573,9 @@ def _minor_label(ax: Axes) -> Callable[[float, object], str]:
     return label
 
 
-def save_figure(fig: Figure, output: str | os.PathLike[str]) -> Path:
-    """Save as PNG, SVG or PDF (from the suffix), atomically."""
+def save_figure(fig: Figure, output: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    """Save as PNG, SVG or PDF (from the suffix), atomically; an existing file is replaced
+    only with ``overwrite`` (``--force``)."""
     path = Path(output)
     if path.suffix.lower() not in FORMATS:
         raise TraceviewError(
@@ -582,4 +583,4 @@ def save_figure(fig: Figure, output: str | os.PathLike[str]) -> Path:
             f"(use {', '.join(FORMATS)})"
         )
     fmt = path.suffix.lower().lstrip(".")
-    return atomic_write(path, lambda target: fig.savefig(target, format=fmt))
+    return atomic_write(path, lambda target: fig.savefig(target, format=fmt), overwrite=overwrite)

@@ -253,12 +253,20 @@ def _overlay_start(source: str, end: int | None) -> int | None:
     return None
 
 
-def annotate(source: str, out: str | os.PathLike[str], trace: Trace, summary: Summary) -> Path:
+def annotate(
+    source: str,
+    out: str | os.PathLike[str],
+    trace: Trace,
+    summary: Summary,
+    *,
+    overwrite: bool = False,
+) -> Path:
     """Write ``source`` with the overlay of ``summary`` (of ``trace``, loaded from
     ``source``) to ``out`` (gzip when its name ends ``.gz``), atomically. The original text
     is kept byte for byte: the overlay goes in just before the ``]`` that closes
     ``traceEvents`` (at the end of a bare array that lacks it). An earlier overlay (the
-    trace was annotated before) is replaced, not stacked.
+    trace was annotated before) is replaced, not stacked. An existing ``out`` is replaced
+    only with ``overwrite`` (``--force``).
 
     Raises:
         UnsupportedTraceError: a Perfetto protobuf trace, an Nsight Systems export, or a
@@ -290,7 +298,7 @@ def annotate(source: str, out: str | os.PathLike[str], trace: Trace, summary: Su
             with open(tmp, "wb") as w:
                 _copy_with_overlay(source, meta.events_end, events, w, cut=cut)
 
-    return atomic_write(target, write)
+    return atomic_write(target, write, overwrite=overwrite)
 
 
 def _separator(before: bytes) -> bytes:
