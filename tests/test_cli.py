@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -281,3 +282,33 @@ def test_repr_of_a_trace_and_a_summary_fit_a_screen() -> None:
     assert "decoding cadence p50" in repr(summary)
     html = trace._repr_html_()
     assert html.startswith("<b>Trace</b>") and "<table>" in html and "NVIDIA H200" in html
+
+
+def test_device_activity_that_lasts_no_time_reads_and_draws(tmp_path: Path) -> None:
+    """A hostile probe's finding: one 0 ns memset (a single-step trace whose device events
+    all last 0 ns) was a ValueError traceback in every analysing command, and stopped a
+    scan of its folder part way. It is one step of no time: busy has no fraction (a 0 ns
+    window), and the charts say there is nothing to draw."""
+    import polars as pl
+
+    event = {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0, "tid": 7}
+    event |= {"ts": 1, "dur": 0, "args": {"device": 0, "stream": 7}}
+    trace = tmp_path / "runs" / "z.json"
+    trace.parent.mkdir()
+    trace.write_text(json.dumps({"traceEvents": [event]}))
+    done = CliRunner().invoke(cli, ["summarize", str(trace), "--json"])
+    assert done.exit_code == 0, done.output
+    doc = json.loads(done.stdout)
+    assert (doc["trace"]["kernels"], doc["trace"]["span_ns"], doc["steps"]["count"]) == (1, 0, 1)
+    assert doc["busy"]["busy_ns"] == 0 and doc["busy"]["fraction"] is None
+    for args in (["heartbeat", "-o", "h.png"], ["report", "-o", "r.html"]):
+        drawn = CliRunner().invoke(
+            cli, [args[0], str(trace), *args[1:-1], str(tmp_path / args[-1])]
+        )
+        assert drawn.exit_code == 0, drawn.output
+        assert "UserWarning" not in drawn.stderr and "Traceback" not in drawn.stderr
+    shutil.copy(GENERATED / "dense_sglang.json.gz", trace.parent)
+    scanned = CliRunner().invoke(cli, ["scan", str(trace.parent), "-o", str(tmp_path / "ds")])
+    assert scanned.exit_code == 0 and "scanned 2" in scanned.stderr, scanned.output
+    rows = pl.read_parquet(tmp_path / "ds" / "traces" / "*.parquet")
+    assert sorted(rows["kernels"].to_list()) == [1, truth("dense_sglang")["kernels"]]

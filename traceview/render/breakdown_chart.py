@@ -100,6 +100,8 @@ def _label_panel(ax: Axes, ylabel: str, legend: str, text: str) -> None:
     """A per-step panel's axis labels, and its legend outside the axes on the right."""
     ax.set_ylabel(ylabel, color=text)
     ax.set_xlabel("time from first kernel (ms)")
+    if not ax.get_legend_handles_labels()[0]:  # nothing drawn (no step has any time)
+        return
     ax.legend(
         loc="upper left",
         bbox_to_anchor=(1.0, 1.0),

@@ -444,8 +444,18 @@ def draw_timeline(data: HeartbeatData, tick_ax: Axes, ax: Axes, *, style: str = 
             linewidth=0,
         )
         labels.append(chart(family))
+    if not labels:  # device activity that all lasts 0 ns: nothing has a length to draw
+        ax.text(
+            0.5,
+            0.5,
+            "no device time to draw: every device event lasts 0 ns",
+            transform=ax.transAxes,
+            ha="center",
+            fontsize=9,
+            color=colors["text"],
+        )
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_ylim(max(len(labels), 1) - 0.5, -0.5)
     ax.set_xlabel("time from first kernel (ms)")
     ax.grid(True, axis="x", alpha=0.25)
     if data.window_ms is not None:

@@ -229,4 +229,5 @@ def timeline(kernels: pl.DataFrame, start_ns: int, end_ns: int) -> pl.DataFrame:
                 schema=schema,
             )
         )
-    return pl.concat(frames)
+    # device activity that all lasts 0 ns (one memset) has no family with time
+    return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
