@@ -353,6 +353,21 @@ def _write(
 # --- inter-token latency -----------------------------------------------------------------------
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def _probe_int(row: dict[str, Any], key: str, where: str) -> int:
+    """``row[key]``: an integer from 0 to Int64's largest (a time in ns, a victim, a
+    token's number); anything else is the probe file's fault, named by its line."""
+    value = row.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = "missing" if key not in row else f"{type(value).__name__} {value!r}"[:80]
+        raise CaptureError(f"{where}: '{key}' must be a whole number (it is {shown})")
+    if not 0 <= value <= _INT64_MAX:
+        raise CaptureError(f"{where}: '{key}' {value} is out of range (0 to 2^63-1)")
+    return value
+
+
 def itl(probe_path: str | os.PathLike[str]) -> dict[str, Any]:
     """Victims' inter-token latency over all tokens and within the injection window.
 
@@ -369,26 +384,48 @@ def itl(probe_path: str | os.PathLike[str]) -> dict[str, Any]:
 
     path = Path(probe_path)
     try:
-        rows = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+        lines = path.read_bytes().splitlines()
     except OSError as exc:
         raise CaptureError(f"{path}: cannot read: {exc.strerror}") from None
-    except orjson.JSONDecodeError as exc:
-        raise CaptureError(f"{path}: not a probe file (bad JSON line: {exc})") from None
-    events = {r["event"]: r["t_ns"] for r in rows if "event" in r}
+    events: dict[str, int] = {}
+    per: dict[int, dict[int, int]] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}: line {number}"
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise CaptureError(f"{where}: not a probe file (bad JSON: {exc})") from None
+        if not isinstance(row, dict):
+            raise CaptureError(f"{where}: not a probe record (a JSON object)")
+        t_ns = _probe_int(row, "t_ns", where)
+        if "event" in row:
+            events[str(row["event"])] = t_ns
+        elif "victim" in row:
+            victim, token = _probe_int(row, "victim", where), _probe_int(row, "token", where)
+            tokens = per.setdefault(victim, {})
+            if token in tokens:
+                raise CaptureError(f"{where}: victim {victim}'s token {token} is given twice")
+            tokens[token] = t_ns
     if "inject_start" not in events or "inject_end" not in events:
         raise CaptureError(f"{path}: not a probe file (no injection window)")
-    per: dict[int, list[tuple[int, int]]] = {}
-    for r in rows:
-        if "victim" in r:
-            per.setdefault(int(r["victim"]), []).append((int(r["token"]), int(r["t_ns"])))
-    gaps, inside = [], []
     lo, hi = events["inject_start"], events["inject_end"]
-    for toks in per.values():
-        times = [t for _, t in sorted(toks)]
-        for prev, cur in zip(times, times[1:], strict=False):
-            gaps.append(cur - prev)
-            if lo <= cur <= hi:
-                inside.append(cur - prev)
+    if hi < lo:
+        raise CaptureError(f"{path}: the injection ends ({hi} ns) before it starts ({lo} ns)")
+    gaps, inside = [], []
+    for victim, tokens in per.items():
+        order = sorted(tokens)
+        for prev, cur in zip(order, order[1:], strict=False):
+            gap = tokens[cur] - tokens[prev]
+            if gap < 0:
+                raise CaptureError(
+                    f"{path}: victim {victim}'s token {cur} arrived at {tokens[cur]} ns, "
+                    f"before its token {prev} ({tokens[prev]} ns): time runs backwards"
+                )
+            gaps.append(gap)
+            if lo <= tokens[cur] <= hi:
+                inside.append(gap)
     return {
         "schema": "traceview.itl/1",
         "probe": str(path),
