@@ -394,3 +394,31 @@ def test_a_script_without_a_main_guard_gets_one_clear_error(tmp_path: Path) -> N
     said = [line for line in done.stdout.splitlines() if line.startswith("ERROR")]
     assert said and "a worker process ended abruptly" in said[0], done.stdout + done.stderr
     assert 'if __name__ == "__main__":' in said[0]
+
+
+@pytest.mark.slow  # three runs of two ranks: about 3 s
+def test_ranks_that_tie_in_every_step_have_no_straggler(tmp_path: Path) -> None:
+    """A hostile probe's finding: two copies of one trace (compute equal in every step)
+    named rank 0 the straggler, "slowest by compute in 50 of 50 steps, 0 ns over": a tie
+    went to the first rank. A step counts for the rank whose compute is the largest alone;
+    with one copy's step made slower, that rank is the straggler, in that step alone."""
+    for rank in (0, 1):
+        shutil.copy(GENERATED / "hybrid_chunked.json.gz", tmp_path / f"rank{rank}.json.gz")
+    run = summarize_run([str(tmp_path)])
+    doc = run.to_dict()
+    assert doc["skew"]["max_ns"] == 0 and doc["straggler"] is None
+    said = CliRunner().invoke(cli, ["summarize", str(tmp_path), "-j", "1"])
+    assert said.exit_code == 0 and "the ranks tie in every step" in said.stdout
+    # rank 1: one kernel of its step 3 lasts 1 µs longer (its compute, alone the largest)
+    text = json.loads(gzip.decompress((tmp_path / "rank1.json.gz").read_bytes()))
+    steps = run.ranks[1].summary.steps  # type: ignore[union-attr]
+    start, end = (int(steps["start_ns"][3]), int(steps["end_ns"][3]))
+    kernel = next(
+        e
+        for e in text["traceEvents"]
+        if e.get("cat") == "kernel" and start <= round(e["ts"] * 1000) < end - 10_000
+    )
+    kernel["dur"] += 1.0
+    (tmp_path / "rank1.json.gz").write_bytes(gzip.compress(json.dumps(text).encode()))
+    s = summarize_run([str(tmp_path)]).to_dict()["straggler"]
+    assert s is not None and (s["rank"], s["steps_slowest"]) == (1, 1)

@@ -401,7 +401,7 @@ def render_run(doc: RunDocument, console: Console | None = None) -> None:
         f"(n={k['n']:,} steps; slowest rank's compute minus the fastest's)",
     )
     if s is None:
-        facts.add_row("straggler", "— (one rank, or no aligned steps)")
+        facts.add_row("straggler", "— (one rank, no aligned steps, or the ranks tie in every step)")
     else:
         why = (
             "the others wait for it (least collective wait)"

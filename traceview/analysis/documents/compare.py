@@ -413,7 +413,7 @@ def run_metrics(run: RunSummary) -> list[Metric]:
 def _straggler_note(label: str, run: RunSummary) -> str:
     s = run.to_dict()["straggler"]
     if s is None:
-        return f"{label}: no straggler (fewer than two ranks with aligned steps)"
+        return f"{label}: no straggler (fewer than two ranks with aligned steps, or they tie)"
     return (
         f"{label}: the straggler is rank {s['rank']} "
         f"(slowest in {s['steps_slowest']} aligned step(s))"

@@ -22,7 +22,9 @@ the process pool), :func:`assemble` builds the run. Across ranks:
   the most aligned steps. Its excess per step is its compute minus the median of the other
   ranks', reported as the median over steps. Where the rank slowest by compute is another
   rank, the document says so (``straggler.agrees`` false, ``slowest_compute_rank`` and a
-  warning), never naming one silently.
+  warning), never naming one silently. A step counts for the rank whose compute is the
+  largest alone (a tie counts for none); ranks that tie in every step, none waiting less,
+  have no straggler.
 """
 
 from __future__ import annotations
@@ -261,13 +263,18 @@ def cross_rank(aligned: pl.DataFrame, ranks: list[int]) -> CrossRank:
     c = compute.select(cols).to_numpy().astype(np.int64, copy=False)
     w = collective.select(cols).to_numpy().astype(np.int64, copy=False)
     skew = percentiles(c.max(axis=1) - c.min(axis=1))
-    slowest = np.bincount(c.argmax(axis=1), minlength=len(ranks))
+    # a step counts for the rank whose compute is the largest alone: a tie counts for none
+    alone = (c == c.max(axis=1, keepdims=True)).sum(axis=1) == 1
+    slowest = np.bincount(c.argmax(axis=1)[alone], minlength=len(ranks))
     excess = {}
     for i in range(len(ranks)):
         others = np.delete(c, i, axis=1)
         excess[i] = c[:, i] - np.median(others, axis=1)
     by_compute = max(range(len(ranks)), key=lambda i: (slowest[i], float(np.median(excess[i]))))
     waits = [median_ns(w[:, i] - w.min(axis=1)) or 0 for i in range(len(ranks))]
+    wait = {ranks[i]: median_ns(w[:, i] - w.min(axis=1)) for i in range(len(ranks))}
+    if not slowest.any() and len(set(waits)) == 1:  # the ranks tie: no one is waited for
+        return CrossRank(skew, None, wait)
     by: Literal["collective wait", "compute"]
     if w.any():  # the rank the others wait for: the least wait, then the slowest
         best = min(
@@ -284,7 +291,6 @@ def cross_rank(aligned: pl.DataFrame, ranks: list[int]) -> CrossRank:
         "slowest_compute_rank": ranks[by_compute],
         "agrees": best == by_compute,
     }
-    wait = {ranks[i]: median_ns(w[:, i] - w.min(axis=1)) for i in range(len(ranks))}
     return CrossRank(skew, straggler, wait)
 
 
