@@ -561,3 +561,35 @@ def test_strict_names_every_loading_command() -> None:
         if any("--strict" in p.opts for p in command.params)
     }
     assert offered == set(_STRICT_COMMANDS)
+
+
+@pytest.mark.parametrize(
+    "value", [2**70, 2**64, 2**63, 1.5, "x", "99999999999999999999", True], ids=repr
+)
+@pytest.mark.parametrize("key", ["device", "stream"])
+def test_a_device_or_stream_that_is_no_id_is_refused_on_device_activity(
+    tmp_path: Path, key: str, value: object
+) -> None:
+    """A hostile probe's finding: ``args.device`` of 2**70, 2**64 or 1.5 became the pid
+    (device 0), silently: the kernel's time was counted on a device it did not run on.
+    Only an absent device or stream falls back to pid or tid; on a host event the value
+    is not read."""
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}
+    good = {**kernel, "args": {"device": 0, "stream": 7}}
+    host = {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 1, "dur": 2}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([good, {**host, "args": {key: value}}]))
+    assert tv.load(path).kernels.height == 1  # a host event's odd device is not read
+    path.write_text(json.dumps([good, {**kernel, "args": {"device": 0, "stream": 7, key: value}}]))
+    done = CliRunner().invoke(cli, ["info", str(path)])
+    assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1, done.output
+    assert done.stderr.startswith(f"Error: {path}: event #1 (ph='X', name='k'): 'args.device'")
+    assert "cannot place it on a device and stream" in done.stderr
+
+
+def test_a_numeric_string_device_is_read_as_its_number(tmp_path: Path) -> None:
+    """As a pid or tid written as text is read (``"0"``, ``"0x7"``)."""
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 9, "tid": 9, "ts": 1, "dur": 2}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([{**kernel, "args": {"device": "1", "stream": "0x7"}}]))
+    assert tv.load(path).kernels.select("device", "stream").row(0) == (1, 7)

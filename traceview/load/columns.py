@@ -143,8 +143,8 @@ class Block:
             block.id.append(_flow_id(e.get("id")))
             bp = e.get("bp")
             block.bp.append(_text(bp) if isinstance(bp, str) else None)
-            block.device.append(_integer(args.get("device")))
-            block.stream.append(_integer(args.get("stream")))
+            block.device.append(_place(args.get("device")))
+            block.stream.append(_place(args.get("stream")))
             block.correlation.append(_integer(args.get("correlation")))
             block.external_id.append(_integer(args.get("External id")))
             block.meta_value.append(
@@ -185,7 +185,9 @@ class Block:
 
     def frame(self) -> pl.DataFrame:
         n = len(self.ph)
-        return pl.DataFrame(
+        device = pl.Series(self.device, dtype=pl.Int64, strict=False)
+        stream = pl.Series(self.stream, dtype=pl.Int64, strict=False)
+        frame = pl.DataFrame(
             {
                 "idx": pl.int_range(self.base, self.base + n, eager=True, dtype=pl.Int64),
                 "ph": pl.Series(self.ph, dtype=pl.String),
@@ -197,8 +199,8 @@ class Block:
                 "dur": pl.Series(self.dur, dtype=pl.Float64, strict=False),
                 "id": pl.Series(self.id, dtype=pl.Int64, strict=False),
                 "bp": pl.Series(self.bp, dtype=pl.String),
-                "device": pl.Series(self.device, dtype=pl.Int64, strict=False),
-                "stream": pl.Series(self.stream, dtype=pl.Int64, strict=False),
+                "device": device,
+                "stream": stream,
                 "correlation": pl.Series(self.correlation, dtype=pl.Int64, strict=False),
                 "external_id": pl.Series(self.external_id, dtype=pl.Int64, strict=False),
                 "meta_value": pl.Series(self.meta_value, dtype=pl.String, strict=False),
@@ -218,6 +220,16 @@ class Block:
                 ),
             }
         )
+        # a device or stream the trace gives that is no id (1.5, 2**70, text): where it is
+        # device activity's, the loader refuses it (:func:`kinds.usable`), never its pid
+        if device.null_count() != self.device.count(None) or (
+            stream.null_count() != self.stream.count(None)
+        ):
+            bad = (device.is_null() & pl.Series([v is not None for v in self.device])) | (
+                stream.is_null() & pl.Series([v is not None for v in self.stream])
+            )
+            frame = frame.with_columns(bad.alias(NOT_AN_ID))
+        return frame
 
 
 def _meta_value(name: Any, labels: Any, sort_index: Any) -> str | None:
@@ -273,6 +285,21 @@ def as_number(v: Any) -> float | None:
         except ValueError:
             return None
     return None
+
+
+# a device or stream the trace gives that is no Int64 id (its column is null there)
+NOT_AN_ID = "_not_an_id"
+_NOT_AN_ID = "<not an id>"  # in a column of ids: a value Int64 refuses, so it shows as one
+
+
+def _place(v: Any) -> int | str | None:
+    """``args.device`` / ``args.stream``: an int (a numeric string too, as a pid is read),
+    None where absent, else a value an Int64 column refuses (so :meth:`Block.frame` marks
+    it)."""
+    if v is None:
+        return None
+    number = _ident(v) if isinstance(v, str) else _integer(v)
+    return number if isinstance(number, int) else _NOT_AN_ID
 
 
 def _integer(v: Any) -> int | None:

@@ -9,12 +9,16 @@ from collections import Counter
 import polars as pl
 
 from traceview.errors import TraceFormatError, describe_event
+from traceview.load.columns import NOT_AN_ID
 from traceview.load.frames import DEVICE_CATS, EVENT_CATS, KNOWN_PH, finite, to_ns
 
 
 def usable(df: pl.DataFrame, path: str) -> tuple[pl.DataFrame, Counter[str]]:
     """The block's usable events, and the others counted by why; raises for device
-    activity that cannot be placed in time (every figure would be wrong without it)."""
+    activity that cannot be placed in time, or on a device and stream (every figure would
+    be wrong without it)."""
+    if NOT_AN_ID in df.columns:
+        df = _placed(df, path)
     ph = pl.col("ph")
     known = ph.is_in(list(KNOWN_PH))
     needs_ts = known & (ph != "M")
@@ -53,6 +57,25 @@ def usable(df: pl.DataFrame, path: str) -> tuple[pl.DataFrame, Counter[str]]:
         label = f"{why} {ph_value!r}" if why == "unsupported ph" else why
         skipped[label] += count
     return checked.filter(pl.col("_good")).drop("_good", "_why"), skipped
+
+
+def _placed(df: pl.DataFrame, path: str) -> pl.DataFrame:
+    """``df`` without its :data:`NOT_AN_ID` mark; raises where the mark is on device
+    activity: its ``args.device`` or ``args.stream`` is no id, and its pid and tid are not
+    where it ran (only an absent one falls back to them)."""
+    cat = pl.col("cat").str.to_lowercase()
+    device = (pl.col("ph") == "X") & cat.is_in(list(DEVICE_CATS)) & pl.col(NOT_AN_ID)
+    fatal = df.filter(device)
+    if fatal.height:
+        row = fatal.row(0, named=True)
+        raise TraceFormatError(
+            path,
+            f"'args.device' or 'args.stream' is not an integer id on device activity "
+            f"({row['cat']}); cannot place it on a device and stream",
+            index=row["idx"],
+            event=describe_event(row["ph"], row["name"]),
+        )
+    return df.drop(NOT_AN_ID)
 
 
 def split(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
