@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import GENERATED
 
 import traceview as tv
 from traceview.cli import cli
@@ -593,3 +594,25 @@ def test_a_numeric_string_device_is_read_as_its_number(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
     path.write_text(json.dumps([{**kernel, "args": {"device": "1", "stream": "0x7"}}]))
     assert tv.load(path).kernels.select("device", "stream").row(0) == (1, 7)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["summarize", "{trace}", "--rules", "{bad}"], "not a rules file: not UTF-8 text (byte 0)"),
+        (["sql", "{bad}", "{trace}"], "not a query file: not UTF-8 text (byte 0)"),
+    ],
+    ids=["rules", "query"],
+)
+def test_an_option_file_that_is_not_text_is_one_line(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    """A hostile probe's finding: a rules or query file of bytes that are not UTF-8 was a
+    UnicodeDecodeError traceback (--checks, --gpu and --model said so in one line)."""
+    suffix = ".toml" if "--rules" in args else ".sql"
+    bad = tmp_path / f"bin{suffix}"
+    bad.write_bytes(b"\xff\xfe")
+    trace = str(GENERATED / "dense_sglang.json.gz")
+    done = CliRunner().invoke(cli, [a.format(trace=trace, bad=bad) for a in args])
+    assert done.exit_code == 2, done.output
+    assert done.stderr == f"Error: {bad}: {said}\n"

@@ -170,9 +170,13 @@ def resolve_query(query: str) -> tuple[str, str]:
                 )
             path = builtin
         try:
-            return path.read_text(), str(query)
+            return path.read_text(encoding="utf-8"), str(query)
         except OSError as exc:
             raise QueryError(f"{query}: cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise QueryError(
+                f"{query}: not a query file: not UTF-8 text (byte {exc.start:,})"
+            ) from None
     builtin = builtin_queries().get(query)
     if builtin is not None:
         return builtin.read_text(), query

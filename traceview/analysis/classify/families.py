@@ -146,9 +146,13 @@ def load_rules(preset: str = "default", rules_file: str | Path | None = None) ->
     if rules_file is not None:
         path = Path(rules_file)
         try:
-            user_text = path.read_text()
+            user_text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise RulesError(f"{path}: cannot read rules file: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise RulesError(
+                f"{path}: not a rules file: not UTF-8 text (byte {exc.start:,})"
+            ) from None
         user_rules, user_roles = _parse(_read_toml(user_text, str(path)), str(path))
         rules = user_rules + rules
         roles = {**roles, **user_roles}
