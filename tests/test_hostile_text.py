@@ -15,7 +15,11 @@ from fixtures.build import TraceBuilder
 from traceview.cli import cli
 from traceview.render.safe import terminal
 
-HOSTILE = "[/x] [link=https://example.invalid]click[/link] \x1b[2J\x1b]0;pwned\x07 \u202eevil"
+HOSTILE = (
+    "[/x] [link=https://example.invalid]click[/link] \x1b[2J\x1b]0;pwned\x07 \u202eevil"
+    " row\u2028break zero\u200bwidth"
+)
+UNSEEN = ("\x1b", "\x07", "\u202e", "\u2028", "\u200b")  # never printed as themselves
 
 
 def _hostile_trace(path: Path, text: str = HOSTILE, steps: int = 30) -> Path:
@@ -56,7 +60,7 @@ def test_hostile_names_are_shown_not_obeyed(hostile: Path, args: list[str]) -> N
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     assert result.exit_code == 0, result.output
     for stream in (result.stdout, result.stderr):
-        assert "\x1b" not in stream and "\x07" not in stream and "\u202e" not in stream
+        assert not [c for c in UNSEEN if c in stream], stream
     if args[0] in ("summarize", "info", "diff"):
         assert "[/x]" in result.stdout  # shown as the characters it is
         assert "\\x1b[2J" in result.stdout and "\\u202e" in result.stdout
@@ -66,6 +70,9 @@ def test_terminal_makes_every_control_visible() -> None:
     assert terminal("a\x1b[31mb") == "a\\x1b[31mb"
     assert terminal("\x9b\x07\x00") == "\\x9b\\x07\\x00"
     assert terminal("x\u202ey\u2066z") == "x\\u202ey\\u2066z"
+    assert (
+        terminal("a\u2028b\u2029c\u200bd\ufeffe\xadf") == "a\\u2028b\\u2029c\\u200bd\\ufeffe\\xadf"
+    )
     assert terminal("tab\tand newline\n[b]µs·") == "tab\tand newline\n[b]µs·"
 
 
@@ -160,7 +167,7 @@ def test_hostile_names_through_the_writing_commands(hostile: Path, tmp_path: Pat
         result = CliRunner().invoke(cli, argv, terminal_width=200)
         assert result.exit_code == 0, (argv[0], result.output, result.exception)
         for stream in (result.stdout, result.stderr):
-            assert "\x1b" not in stream and "\x07" not in stream and "\u202e" not in stream
+            assert not [c for c in UNSEEN if c in stream], stream
     assert json.loads((out / "a.json").read_bytes())["traceEvents"]
     import polars as pl
 

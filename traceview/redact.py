@@ -112,12 +112,16 @@ def scrub(text: str) -> str:
 
 # --- text for the terminal: one definition, read by the loader and by render/safe.py -------
 
-# C0 controls but tab and newline, DEL, C1 controls, and the bidi embeddings, overrides and
-# isolates (U+202A-U+202E, U+2066-U+2069) and marks that can reorder what a reader sees; and
-# lone surrogates (a file name's bytes that are not UTF-8, as Python reads them), which no
-# terminal, font or UTF-8 file takes
+# C0 controls but tab and newline, DEL, C1 controls; the bidi embeddings, overrides and
+# isolates (U+202A-U+202E, U+2066-U+2069) and marks (U+061C, U+200E, U+200F) that can
+# reorder what a reader sees; the line and paragraph separators (U+2028, U+2029: a table's
+# row broken in two); the invisible ones a reader cannot see at all (soft hyphen, U+180E,
+# zero-width space, joiners, word joiner, invisible operators, U+FEFF); and lone surrogates
+# (a file name's bytes that are not UTF-8, as Python reads them), which no terminal, font
+# or UTF-8 file takes
 _UNSAFE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028\u2029"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ud800-\udfff]"
 )
 
 
