@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path, PurePosixPath
@@ -60,6 +61,25 @@ def _commit(tmp: Path, path: Path, *, overwrite: bool) -> None:
         raise TraceviewError(
             f"{path}: already exists (another command wrote it meanwhile; use --force to overwrite)"
         ) from None
+
+
+_NOT_FILES = (
+    (stat.S_ISFIFO, "a pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def not_a_file(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is where it exists and is neither a regular file nor a folder (a pipe,
+    a device, a socket: nothing a trace is read from; a pipe's size is 0, a device's
+    unbounded), else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return next((what for test, what in _NOT_FILES if test(mode)), None)
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -10,6 +10,7 @@ import posixpath
 from collections.abc import Sequence
 from pathlib import Path
 
+from traceview._io import not_a_file
 from traceview.errors import RunError
 from traceview.load import remote
 from traceview.redact import shown
@@ -123,6 +124,8 @@ def discover_tree(
                     tree(m, base)
                 elif m.is_file() and m.name.endswith(TRACE_SUFFIXES):
                     found.setdefault(str(m), str(base))
+        elif (special := not_a_file(p)) is not None:
+            raise RunError(f"{text}: is {special}, not a trace file")
         else:
             raise RunError(f"{text}: no such file or directory")
     if pattern is not None:

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO, Protocol, cast
 
 from isal.igzip_lib import IsalError
 
+from traceview._io import not_a_file
 from traceview.errors import TraceFormatError, TraceviewWarning
 from traceview.load import cache, nsys, remote
 from traceview.load.helpers import worker_count
@@ -144,6 +145,9 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
             raise TraceFormatError(name, "no such file")
         if os.path.isdir(name):
             raise TraceFormatError(name, "is a directory, not a trace file")
+        special = not_a_file(name)
+        if special is not None:
+            raise TraceFormatError(name, f"is {special}, not a trace file")
         total = os.path.getsize(name)
     if total == 0 and (not url or obj.sized):  # a chunked HTTP object gives no size
         raise TraceFormatError(name, "empty file")

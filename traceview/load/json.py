@@ -155,6 +155,8 @@ class _Loader:
             lead += len(data)
             data = stream.read(self.block_bytes)
             if not data:
+                if getattr(stream, "cut_short", False):  # a gzip stream cut before any text
+                    raise TraceFormatError(self.path, "truncated: its gzip stream ends early")
                 raise TraceFormatError(self.path, "empty file (only whitespace)")
         lead += len(data) - len(stripped)
         data = stripped
