@@ -213,6 +213,13 @@ class _Loader:
         doc = lenient.parse(text, self.path, base=None, where="the document", offset=self.consumed)
         if isinstance(doc, dict):
             events = doc.pop("traceEvents", None)
+            if events is not None and not isinstance(events, list):
+                kind = {dict: "an object", str: "a string", bool: "a boolean"}.get(
+                    type(events), "a number"
+                )
+                raise NotATraceError(
+                    self.path, f"JSON is not a trace: 'traceEvents' is {kind}, not an array"
+                )
             if not isinstance(events, list):
                 raise NotATraceError(
                     self.path,

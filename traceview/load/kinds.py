@@ -10,7 +10,14 @@ import polars as pl
 
 from traceview.errors import TraceFormatError, describe_event
 from traceview.load.columns import NOT_AN_ID
-from traceview.load.frames import DEVICE_CATS, EVENT_CATS, KNOWN_PH, finite, to_ns
+from traceview.load.frames import (
+    DEVICE_CATS,
+    EVENT_CATS,
+    KNOWN_PH,
+    TS_LIMIT_US,
+    finite,
+    to_ns,
+)
 
 
 def usable(df: pl.DataFrame, path: str) -> tuple[pl.DataFrame, Counter[str]]:
@@ -33,10 +40,14 @@ def usable(df: pl.DataFrame, path: str) -> tuple[pl.DataFrame, Counter[str]]:
         good.alias("_good"),
         pl.when(~known)
         .then(pl.lit("unsupported ph"))
+        .when(needs_ts & ~ts_ok & _too_large("ts"))
+        .then(pl.lit(f"'ts' too large for ns (|ts| >= {TS_LIMIT_US:.2g} us)"))
         .when(needs_ts & ~ts_ok)
         .then(pl.lit("'ts' missing or not a finite number"))
         .when(pl.col("dur").is_not_null() & pl.col("dur").is_finite() & (pl.col("dur") < 0))
         .then(pl.lit("negative 'dur'"))
+        .when(_too_large("dur"))
+        .then(pl.lit(f"'dur' too large for ns (>= {TS_LIMIT_US:.2g} us)"))
         .otherwise(pl.lit("'dur' missing or not a finite number"))
         .alias("_why"),
     )
@@ -57,6 +68,12 @@ def usable(df: pl.DataFrame, path: str) -> tuple[pl.DataFrame, Counter[str]]:
         label = f"{why} {ph_value!r}" if why == "unsupported ph" else why
         skipped[label] += count
     return checked.filter(pl.col("_good")).drop("_good", "_why"), skipped
+
+
+def _too_large(col: str) -> pl.Expr:
+    """A finite time too large for Int64 nanoseconds (:data:`TS_LIMIT_US`)."""
+    c = pl.col(col)
+    return c.is_not_null() & c.is_finite() & (c.abs() >= TS_LIMIT_US)
 
 
 def _placed(df: pl.DataFrame, path: str) -> pl.DataFrame:
