@@ -682,3 +682,21 @@ def test_a_query_written_to_a_file_says_so_and_strict_is_the_loaders(tmp_path: P
         cli, ["sql", "kernel_families", trace, "--engine", "perfetto", "--strict"]
     )
     assert perfetto.exit_code == 2 and "--strict is traceview's loader's" in perfetto.stderr
+
+
+def test_execute_is_sql_text_and_table_valued_pragmas_read_the_schema() -> None:
+    """A hostile probe's findings: ``-e kernel_families`` ran the built-in query (``-e``
+    is SQL text), ``-e select`` said "no built-in query of that name", and
+    ``pragma_table_info('slice')`` was refused as "UPDATE is not allowed"."""
+    trace = str(GENERATED / "dense_sglang.json.gz")
+    word = CliRunner().invoke(cli, ["sql", "-e", "kernel_families", trace])
+    assert word.exit_code == 2 and word.stderr.startswith("Error: <sql>:1: near"), word.stderr
+    bare = CliRunner().invoke(cli, ["sql", "-e", "select", trace])
+    assert bare.exit_code == 2 and "built-in" not in bare.stderr, bare.stderr
+    cols = CliRunner().invoke(
+        cli, ["sql", "-e", "select name from pragma_table_info('slice')", trace, "--format", "csv"]
+    )
+    assert cols.exit_code == 0, cols.stderr
+    assert {"ts", "dur", "name"} <= set(cols.stdout.split())
+    write = CliRunner().invoke(cli, ["sql", "-e", "update sqlite_master set sql = ''", trace])
+    assert write.exit_code == 2 and "may not be modified" in write.stderr

@@ -15,6 +15,7 @@ from traceview.cli._options import (
     summarize_trace,
 )
 from traceview.errors import CheckError, CheckFailed
+from traceview.redact import shown
 
 if TYPE_CHECKING:  # the analysis is imported by the command that runs: --help stays fast
     from traceview.analysis.analyze import AnalysisConfig
@@ -62,6 +63,13 @@ def diff_command(
     from traceview.analysis.documents.compare import diff
     from traceview.render.table import render_diff
 
+    runs = is_run([a]), is_run([b])
+    if runs[0] != runs[1]:  # said before either is read
+        what = {True: "a run", False: "a trace"}
+        raise CheckError(
+            f"diff compares a trace with a trace, or a run with a run: A ({shown(a)}) is "
+            f"{what[runs[0]]}, B ({shown(b)}) {what[runs[1]]}"
+        )
     d = diff(
         _summary_or_run(a, "A: ", jobs, strict, analysis),
         _summary_or_run(b, "B: ", jobs, strict, analysis),

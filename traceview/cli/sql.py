@@ -53,8 +53,14 @@ def sql(
     """
     from traceview.load.nsys import is_export_file
     from traceview.render.base import guess_format, write_output
-    from traceview.sql import builtin_queries, needs_raw_args, query_header, resolve_query
-    from traceview.sql import run_sql as run
+    from traceview.sql import (
+        builtin_queries,
+        needs_raw_args,
+        query_header,
+        resolve_query,
+        run_embedded,
+    )
+    from traceview.sql.perfetto_engine import run_perfetto
 
     if list_queries:
         for name, path in builtin_queries().items():
@@ -69,7 +75,8 @@ def sql(
         if len(args) != 2:
             raise click.UsageError("give QUERY.sql TRACE (or -e SQL TRACE, or --list)")
         query, trace_path = args
-    text, where = resolve_query(query)
+    # -e is SQL text, whatever it reads like (a built-in query's name, one word)
+    text, where = (sql_text, "<sql>") if sql_text is not None else resolve_query(query)
     if output is not None:  # the writer rule first: a folder is said to be one
         output = str(
             output_file(output, [trace_path, *([str(where)] if where else [])], force=force)
@@ -83,10 +90,10 @@ def sql(
                 "--strict is traceview's loader's: Perfetto's trace processor reads the "
                 "file itself (give --engine embedded)"
             )
-        df = run(trace_path, query, engine=engine, timeout_s=timeout, tp_bin=tp_bin)
+        df = run_perfetto(trace_path, text, where, binary=tp_bin, timeout_s=timeout)
     else:
         trace = load_trace(trace_path, strict=strict, raw_args=needs_raw_args(text))
-        df = run(trace, query, engine="embedded", timeout_s=timeout)
+        df = run_embedded(trace, text, where, timeout_s=timeout)
     if df.width == 0 and output is None:
         raise QueryError(f"{query}: the last statement returned no columns")
     write_output(df, chosen, output, force=force, stdout=sys.stdout.buffer)

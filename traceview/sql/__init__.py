@@ -240,6 +240,11 @@ class _Guard:
             return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in READ_ONLY_PRAGMAS:
             return sqlite3.SQLITE_OK  # schema introspection: these pragmas only read
+        if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master" and db == "main":
+            # asked while a table-valued pragma (pragma_table_info('slice')) reads the
+            # schema; SQLite itself refuses a write to sqlite_master (writable_schema, a
+            # PRAGMA this guard refuses, is off), and DDL is refused as its own action
+            return sqlite3.SQLITE_OK
         names = {
             sqlite3.SQLITE_ATTACH: "ATTACH",
             sqlite3.SQLITE_DETACH: "DETACH",

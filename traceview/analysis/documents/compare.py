@@ -106,7 +106,7 @@ def headline(summary: Summary) -> list[Metric]:
             "ratio",
             None,
             h,
-            "work.prefill_growth.growth (max)",
+            None,  # the largest of the phases' growths: no one path (check: --prefill-growth)
         ),
         Metric(
             h,
