@@ -152,9 +152,18 @@ def test_frontend_traces_are_skipped_and_bad_runs_are_one_line(
     (run_dir / "rank9.json").write_text('{"traceEvents": [{"ph": "X", "cat": "kernel"')
     warned = CliRunner().invoke(cli, ["summarize", str(run_dir), "-j", "1"])
     assert warned.exit_code == 0 and "rank9.json" in warned.stderr
+    bad = str(run_dir / "rank9.json")
+    assert warned.stderr.count(bad) == 1, warned.stderr
+    (run_dir / "rank8.json").write_bytes(b"")  # a failure: named once, not again in its reason
+    empty = CliRunner().invoke(cli, ["summarize", str(run_dir), "-j", "1", "--json"])
+    assert f"{run_dir / 'rank8.json'}: left out: empty file\n" in empty.stderr, empty.stderr
+    reasons = {r["path"]: r["reason"] for r in json.loads(empty.stdout)["left_out"]}
+    assert reasons[str(run_dir / "rank8.json")] == "empty file"
+    (run_dir / "rank8.json").unlink()
     strict = CliRunner().invoke(cli, ["summarize", str(run_dir), "--strict", "-j", "1"])
     assert strict.exit_code == 2 and strict.stderr.startswith("Error: ")
     assert "rank9.json" in strict.stderr and len(strict.stderr.splitlines()) == 1
+    assert strict.stderr.startswith(f"Error: {bad}: truncated inside an event")
 
     # two files for one rank
     dup = tmp_path / "dup"

@@ -55,8 +55,8 @@ def analyse_rank(path: str, options: RunOptions) -> RankResult:
         summary = analysis.serving()
     except CaptureOnlyError:  # engine start-up only: no rank's steps, as a frontend trace
         return RankResult(name, skipped="CUDA-graph capture / warm-up only (no serving steps)")
-    except TraceviewError as exc:
-        return RankResult(name, error=str(exc))
+    except TraceviewError as exc:  # the reason, beside the path that names the trace
+        return RankResult(name, error=str(exc).removeprefix(f"{name}: "))
     rank, source = rank_of(trace, path)
     return RankResult(
         name,
@@ -93,5 +93,5 @@ def summarize_run(
     results = map_tasks(partial(analyse_rank, options=options), files, options.jobs, progress)
     failed = [r for r in results if r.error]
     if failed and options.strict:
-        raise RunError(failed[0].error or failed[0].path)
+        raise RunError(f"{failed[0].path}: {failed[0].error}")
     return assemble(paths, results)

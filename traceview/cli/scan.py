@@ -99,7 +99,7 @@ def scan(
     for path, line in report.warnings:  # the loader's (a truncated trace): no worker says it
         warn_once(path, line)
     for path, error in report.failed:
-        warn(f"{path}: not scanned: {error}")
+        warn(f"{path}: not scanned: {error.removeprefix(f'{path}: ')}")
     for path in report.not_traces:
         warn(f"{path}: left out: valid JSON, but not a trace")
     for path in report.foreign:
