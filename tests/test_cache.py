@@ -294,3 +294,25 @@ def test_only_what_the_cache_wrote_is_ever_removed(
     done = CliRunner().invoke(cli, ["cache", "clear"])
     assert done.exit_code == 0 and "removed 1 cached trace " in done.stderr
     assert cache.info()["entries"] == 0 and users_files() == before
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("TRACEVIEW_CACHE", "abc", "TRACEVIEW_CACHE='abc' is neither on"),
+        ("TRACEVIEW_CACHE_MAX_BYTES", "lots", "TRACEVIEW_CACHE_MAX_BYTES='lots' is not a count"),
+        ("TRACEVIEW_CACHE_MAX_BYTES", "-5", "TRACEVIEW_CACHE_MAX_BYTES='-5' is not a count"),
+    ],
+)
+def test_a_cache_setting_that_means_nothing_is_said(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str, said: str
+) -> None:
+    """A hostile probe's finding: these were ignored silently (the cache left on, the
+    bound at its default; a negative bound read "of -0.0 GiB"), where a bad
+    TRACEVIEW_WORKERS is refused."""
+    monkeypatch.setenv(name, value)
+    done = CliRunner().invoke(cli, ["cache", "info"])
+    assert done.exit_code == 2 and done.stderr == f"Error: {said}" + done.stderr.split(said)[1]
+    assert len(done.stderr.splitlines()) == 1
+    with pytest.raises(tv.TraceviewError, match=said.split("=")[0]):
+        tv.load(GENERATED / "dense_sglang.json.gz", options=ALWAYS)

@@ -25,7 +25,20 @@ def _invoke(args: list[str]) -> tuple[int, str]:
 # (arguments, what click says, the command whose help the line points to)
 USAGE_ERRORS = [
     (["summarize", TRACE, "--sumary"], "No such option '--sumary'", "traceview summarize"),
-    (["summarize", TRACE, "--layers", "0"], "Invalid value for '--layers'", "traceview summarize"),
+    (["summarize", TRACE, "--layers", "0"], "Error: --layers: 0 is not", "traceview summarize"),
+    # a value click refuses is named as traceview's own checks name one (a hostile probe:
+    # "Invalid value for '--device'" beside "--device: -1 is not ...")
+    (
+        ["summarize", TRACE, "--device", "abc"],
+        "Error: --device: 'abc' is not",
+        "traceview summarize",
+    ),
+    (["summarize", TRACE, "--workers", "0"], "Error: --workers: 0 is not", "traceview summarize"),
+    (
+        ["heartbeat", TRACE, "-o", "x.png", "--style", "pink"],
+        "Error: --style: 'pink' is not one of",
+        "traceview heartbeat",
+    ),
     (["check", TRACE], "nothing to check", "traceview check"),
     (["sumarize", TRACE], "No such command 'sumarize'. Did you mean 'summarize'?", "traceview"),
     (

@@ -22,12 +22,26 @@ class _UsageLine(click.UsageError):
     exit 2, instead of click's usage line, hint line and error line."""
 
     def __init__(self, error: click.UsageError) -> None:
-        super().__init__(error.format_message(), error.ctx)
+        super().__init__(_message(error), error.ctx)
 
     def show(self, file: IO[Any] | None = None) -> None:
         where = self.ctx.command_path if self.ctx is not None else "traceview"
         text = f"Error: {line(self.format_message())} (see '{line(where)} --help')"
         click.echo(text, file=file, err=file is None)
+
+
+def _message(error: click.UsageError) -> str:
+    """click's message; a bad value named as traceview's own checks name one
+    (``--device: 'abc' is not a valid integer``, not ``Invalid value for '--device': …``)."""
+    if isinstance(error, click.BadParameter) and error.param is not None:
+        param = error.param
+        name = (
+            max(param.opts, key=len)
+            if isinstance(param, click.Option)
+            else param.human_readable_name
+        )
+        return f"{name}: {error.message.rstrip('.')}"
+    return error.format_message()
 
 
 @contextlib.contextmanager

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 import orjson
 
+from traceview import environ
 from traceview.cli._options import json_option, say
 from traceview.errors import TraceviewError
 
@@ -25,7 +28,8 @@ def info(as_json: bool) -> None:
     if as_json:
         click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
         return
-    state = "on" if doc["enabled"] else "off (TRACEVIEW_CACHE=0)"
+    said = os.environ.get(environ.CACHE, "").strip()
+    state = "on" if doc["enabled"] else f"off ({environ.CACHE}={said})"
     click.echo(f"cache      {doc['dir']} ({state})")
     click.echo(f"entries    {doc['entries']:,}")
     click.echo(f"size       {doc['bytes'] / 2**20:,.1f} MiB of {doc['max_bytes'] / 2**30:,.1f} GiB")
