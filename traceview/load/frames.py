@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 
+from traceview.errors import NotATraceError
 from traceview.model import TraceMeta, empty_frame
 
 TS_LIMIT_US = 9.2e15  # beyond this, microseconds no longer fit Int64 nanoseconds
@@ -104,3 +105,24 @@ def trace_meta(
         warnings=warnings_list,
         extra=header,
     )
+
+
+def events_and_header(doc: Any, path: str) -> tuple[list[Any], dict[str, Any]]:
+    """A whole JSON document's events and its other top-level keys (none for the bare
+    array form). Raises NotATraceError where it is no trace: no ``traceEvents`` array (its
+    keys named), a ``traceEvents`` that is not an array, a document that is a scalar."""
+    if isinstance(doc, list):
+        return doc, {}
+    if not isinstance(doc, dict):
+        raise NotATraceError(path, f"JSON is not a trace: a {type(doc).__name__}")
+    events = doc.pop("traceEvents", None)
+    if events is not None and not isinstance(events, list):
+        kind = {dict: "an object", str: "a string", bool: "a boolean"}.get(type(events), "a number")
+        raise NotATraceError(path, f"JSON is not a trace: 'traceEvents' is {kind}, not an array")
+    if not isinstance(events, list):
+        raise NotATraceError(
+            path,
+            "JSON is not a trace: no 'traceEvents' array "
+            f"(top-level keys: {', '.join(sorted(map(str, doc))[:6]) or 'none'})",
+        )
+    return events, doc

@@ -28,7 +28,7 @@ from typing import Any, BinaryIO
 import msgspec
 import polars as pl
 
-from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning
+from traceview.errors import TraceFormatError, TraceviewWarning
 from traceview.load import kinds, lenient
 from traceview.load.boundaries import array_end, error_byte, last_cut
 from traceview.load.columns import (
@@ -40,6 +40,7 @@ from traceview.load.columns import (
 from traceview.load.frames import (
     OVERLAY_CATEGORY,
     assemble,
+    events_and_header,
     to_ns,
     trace_meta,
 )
@@ -211,26 +212,7 @@ class _Loader:
 
     def _whole_document(self, text: bytes) -> Trace:
         doc = lenient.parse(text, self.path, base=None, where="the document", offset=self.consumed)
-        if isinstance(doc, dict):
-            events = doc.pop("traceEvents", None)
-            if events is not None and not isinstance(events, list):
-                kind = {dict: "an object", str: "a string", bool: "a boolean"}.get(
-                    type(events), "a number"
-                )
-                raise NotATraceError(
-                    self.path, f"JSON is not a trace: 'traceEvents' is {kind}, not an array"
-                )
-            if not isinstance(events, list):
-                raise NotATraceError(
-                    self.path,
-                    "JSON is not a trace: no 'traceEvents' array "
-                    f"(top-level keys: {', '.join(sorted(map(str, doc))[:6]) or 'none'})",
-                )
-            header = doc
-        elif isinstance(doc, list):
-            events, header = doc, {}
-        else:
-            raise NotATraceError(self.path, f"JSON is not a trace: a {type(doc).__name__}")
+        events, header = events_and_header(doc, self.path)
         step = 200_000
         for start in range(0, len(events), step):
             self._add_events(events[start : start + step])
