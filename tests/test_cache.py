@@ -314,5 +314,20 @@ def test_a_cache_setting_that_means_nothing_is_said(
     done = CliRunner().invoke(cli, ["cache", "info"])
     assert done.exit_code == 2 and done.stderr == f"Error: {said}" + done.stderr.split(said)[1]
     assert len(done.stderr.splitlines()) == 1
+    # before any work: a trace too small to cache, and a run (not one rank's failure)
     with pytest.raises(tv.TraceviewError, match=said.split("=")[0]):
-        tv.load(GENERATED / "dense_sglang.json.gz", options=ALWAYS)
+        tv.load(GENERATED / "dense_sglang.json.gz")
+    assert not cache_dir.exists() or not any(cache_dir.iterdir())  # nothing parsed or stored
+    with pytest.raises(tv.TraceviewError, match=said.split("=")[0]):
+        tv.summarize_run([str(GENERATED / "dense_sglang.json.gz")])
+
+
+def test_cache_info_gives_its_sizes_in_binary_units(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound is 4 GiB (docs/loading.md); it read "4.3 GB"."""
+    done = CliRunner().invoke(cli, ["cache", "info"])
+    assert done.exit_code == 0 and "size       0.0 MiB of 4.0 GiB" in done.stdout
+    monkeypatch.setenv("TRACEVIEW_CACHE", "off")
+    done = CliRunner().invoke(cli, ["cache", "info"])
+    assert "(off (TRACEVIEW_CACHE=off))" in done.stdout  # the value as set

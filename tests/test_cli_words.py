@@ -47,6 +47,8 @@ USAGE_ERRORS = [
         "traceview summarize",
     ),
     (["cache", "clr"], "No such command 'clr'", "traceview cache"),
+    (["report", TRACE], "Missing option '-o' / '--output'.", "traceview report"),
+    (["summarize"], "Missing argument 'TRACES...'.", "traceview summarize"),
     (["--bogus"], "No such option '--bogus'", "traceview"),
 ]
 

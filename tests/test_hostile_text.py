@@ -73,6 +73,8 @@ def test_terminal_makes_every_control_visible() -> None:
     assert (
         terminal("a\u2028b\u2029c\u200bd\ufeffe\xadf") == "a\\u2028b\\u2029c\\u200bd\\ufeffe\\xadf"
     )
+    assert terminal("gemm\U000e0041") == "gemm\\U000e0041"  # a tag: it looks like "gemm"
+    assert terminal("a\u200db") == "a\u200db"  # a joiner: scripts and emoji need it
     assert terminal("tab\tand newline\n[b]µs·") == "tab\tand newline\n[b]µs·"
 
 

@@ -26,6 +26,7 @@ def test_the_gaps_are_the_planted_ones(tmp_path: Path) -> None:
         {"victim": 1, "token": 1, "t_ns": 450},
         *({"victim": 0, "token": k, "t_ns": t} for k, t in enumerate((0, 100, 300, 600))),
         {"victim": 1, "token": 0, "t_ns": 50},
+        {"note": "a record of another kind (a later probe's): not read"},
     ]
     done = CliRunner().invoke(cli, ["itl", str(_probe(tmp_path, rows)), "--json"])
     assert done.exit_code == 0, done.output
@@ -66,6 +67,7 @@ WINDOW = [{"event": "inject_start", "t_ns": 100}, {"event": "inject_end", "t_ns"
         ),
         ([*WINDOW, {"victim": 0, "token": 0, "t_ns": True}], "line 3: 't_ns' must be a whole"),
         ([*WINDOW, {"victim": 0, "token": 0, "t_ns": -5}], "line 3: 't_ns' -5 is out of range"),
+        ([*WINDOW, {"event": "inject_start", "t_ns": 5}], "line 3: a second inject_start"),
         (
             [*WINDOW, *({"victim": 0, "token": 0, "t_ns": t} for t in (1, 2))],
             "line 4: victim 0's token 0 is given twice",
@@ -83,6 +85,7 @@ WINDOW = [{"event": "inject_start", "t_ns": 100}, {"event": "inject_end", "t_ns"
         "huge-time",
         "bool-time",
         "negative-time",
+        "second-start",
         "token-twice",
     ],
 )

@@ -154,3 +154,37 @@ def test_a_file_another_writer_made_meanwhile_is_kept_without_force(
     assert atomic_write(out, write, overwrite=True) == out  # --force replaces it
     assert out.read_bytes() == b"this command's chart"
     assert [p.name for p in tmp_path.iterdir()] == ["same.png"]
+
+
+def test_without_hard_links_a_failed_commit_leaves_no_empty_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reviewer's finding: where the file system has no hard links, the name is claimed
+    by an exclusive create, then replaced by the whole file; a replace that failed left
+    the empty claim at the output (and a rerun said it already exists)."""
+    from traceview._io import atomic_write
+    from traceview.errors import TraceviewError
+
+    def no_link(*args: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    def full_disk(src: object, dst: object) -> None:  # as os.replace says it: both names
+        raise OSError(28, "No space left on device", str(src), None, str(dst))
+
+    monkeypatch.setattr(os, "link", no_link)
+    monkeypatch.setattr(os, "replace", full_disk)
+    out = tmp_path / "out.png"
+    with pytest.raises(TraceviewError, match="cannot be written: No space left on device"):
+        atomic_write(out, lambda target: target.write_bytes(b"chart"))
+    assert list(tmp_path.iterdir()) == []  # neither the claim nor the temporary file
+
+
+def test_a_dangling_link_at_the_output_is_refused_before_the_work(tmp_path: Path) -> None:
+    from traceview._io import check_output
+    from traceview.errors import TraceviewError
+
+    out = tmp_path / "out.png"
+    out.symlink_to(tmp_path / "nowhere.png")
+    with pytest.raises(TraceviewError, match="already exists"):
+        check_output(out)
+    assert check_output(out, force=True) == out

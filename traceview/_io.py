@@ -56,7 +56,11 @@ def _commit(tmp: Path, path: Path, *, overwrite: bool) -> None:
             raise
         except OSError:  # no hard links here (some network and FUSE file systems)
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            os.replace(tmp, path)
+            try:  # the name is ours now: the whole file replaces the empty claim
+                os.replace(tmp, path)
+            except OSError:
+                path.unlink(missing_ok=True)  # never an empty file left at the output
+                raise
     except FileExistsError:
         raise TraceviewError(
             f"{path}: already exists (another command wrote it meanwhile; use --force to overwrite)"
@@ -111,7 +115,7 @@ def check_output(
         path.name,
         folder=path.is_dir(),
         an_input=any(_same_file(path, Path(source)) for source in inputs),
-        exists=lambda: path.exists(),
+        exists=lambda: path.exists() or path.is_symlink(),  # a dangling link is a name too
         force=force,
         suffixes=suffixes,
     )

@@ -115,13 +115,17 @@ def scrub(text: str) -> str:
 # C0 controls but tab and newline, DEL, C1 controls; the bidi embeddings, overrides and
 # isolates (U+202A-U+202E, U+2066-U+2069) and marks (U+061C, U+200E, U+200F) that can
 # reorder what a reader sees; the line and paragraph separators (U+2028, U+2029: a table's
-# row broken in two); the invisible ones a reader cannot see at all (soft hyphen, U+180E,
-# zero-width space, joiners, word joiner, invisible operators, U+FEFF); and lone surrogates
-# (a file name's bytes that are not UTF-8, as Python reads them), which no terminal, font
-# or UTF-8 file takes
+# row broken in two); the characters that show nothing, so two names look alike (soft
+# hyphen, U+034F, Hangul fillers, U+17B4/U+17B5, U+180E, zero-width space, word joiner,
+# invisible operators, variation selectors, U+FEFF, interlinear annotations, tags; the
+# zero-width joiners U+200C/U+200D are kept: scripts and emoji need them); and lone
+# surrogates (a file name's bytes that are not UTF-8, as Python reads them), which no
+# terminal, font or UTF-8 file takes
 _UNSAFE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028\u2029"
-    "\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ud800-\udfff]"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e"
+    "\u200b\u200e\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\u3164"
+    "\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\ud800-\udfff"
+    "\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
 )
 
 
@@ -129,7 +133,9 @@ def _visible(m: re.Match[str]) -> str:
     code = ord(m.group())
     if 0xDC80 <= code <= 0xDCFF:  # the byte a file name held (surrogateescape): \xff
         return f"\\x{code - 0xDC00:02x}"
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def terminal(text: object) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+from traceview import environ
 from traceview.analysis.analyze import Analysis, AnalysisConfig
 from traceview.analysis.documents.run import RankResult, RunSummary, assemble, rank_of, step_work
 from traceview.batch.discover import discover
@@ -89,6 +90,7 @@ def summarize_run(
     if isinstance(paths, str | os.PathLike):
         paths = [str(paths)]  # one folder or glob, not its characters
     options = options or RunOptions()
+    environ.check_cache()  # said once, not as each rank's failure
     files = discover(paths)
     results = map_tasks(partial(analyse_rank, options=options), files, options.jobs, progress)
     failed = [r for r in results if r.error]

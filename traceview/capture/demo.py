@@ -52,10 +52,10 @@ def experiment(
 
 def run_demo(out: Path, *, prompt_tokens: int, echo: Callable[[str], None], err: Any) -> None:
     from traceview.analysis.analyze import analyze
-    from traceview.capture import lab, server
+    from traceview.capture import lab, probe, server
     from traceview.render.table import render_itl, render_summary
 
-    lab._torch(), server._deps()  # a missing extra is said before anything starts
+    lab._torch(), server._deps(), probe._httpx()  # a missing extra, said before anything starts
     rows = []
     for chunked in (False, True):
         label = "chunked prefill " + ("on" if chunked else "off")

@@ -399,10 +399,13 @@ def itl(probe_path: str | os.PathLike[str]) -> dict[str, Any]:
             raise CaptureError(f"{where}: not a probe file (bad JSON: {exc})") from None
         if not isinstance(row, dict):
             raise CaptureError(f"{where}: not a probe record (a JSON object)")
-        t_ns = _probe_int(row, "t_ns", where)
         if "event" in row:
-            events[str(row["event"])] = t_ns
+            event = str(row["event"])
+            if event in events and event in ("inject_start", "inject_end"):
+                raise CaptureError(f"{where}: a second {event}")
+            events[event] = _probe_int(row, "t_ns", where)
         elif "victim" in row:
+            t_ns = _probe_int(row, "t_ns", where)
             victim, token = _probe_int(row, "victim", where), _probe_int(row, "token", where)
             tokens = per.setdefault(victim, {})
             if token in tokens:

@@ -33,7 +33,11 @@ class _UsageLine(click.UsageError):
 def _message(error: click.UsageError) -> str:
     """click's message; a bad value named as traceview's own checks name one
     (``--device: 'abc' is not a valid integer``, not ``Invalid value for '--device': …``)."""
-    if isinstance(error, click.BadParameter) and error.param is not None:
+    if (
+        isinstance(error, click.BadParameter)
+        and not isinstance(error, click.MissingParameter)  # "Missing option '-o' / …"
+        and error.param is not None
+    ):
         param = error.param
         name = (
             max(param.opts, key=len)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import glob
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -64,7 +66,8 @@ def diff_command(
     from traceview.render.table import render_diff
 
     runs = is_run([a]), is_run([b])
-    if runs[0] != runs[1]:  # said before either is read
+    named = all(Path(p).exists() or "://" in p or glob.has_magic(p) for p in (a, b))
+    if runs[0] != runs[1] and named:  # said before either is read (a missing one: by load)
         what = {True: "a run", False: "a trace"}
         raise CheckError(
             f"diff compares a trace with a trace, or a run with a run: A ({shown(a)}) is "

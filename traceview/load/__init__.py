@@ -21,6 +21,7 @@ from typing import Any, BinaryIO, Protocol, cast
 
 from isal.igzip_lib import IsalError
 
+from traceview import environ
 from traceview._io import not_a_file
 from traceview.errors import TraceFormatError, TraceviewWarning
 from traceview.load import cache, nsys, remote
@@ -129,6 +130,8 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
             ``ts``/``dur``.
     """
     opts = options or LoadOptions()
+    if opts.cache:
+        environ.check_cache()  # a setting that means nothing, said before any work
     name = os.fspath(path)
     url = remote.is_url(name)
     if url:  # streamed through fsspec

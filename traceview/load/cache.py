@@ -73,23 +73,9 @@ def _version() -> str:
         return "0"
 
 
-_OFF = ("0", "false", "no", "off")
-_ON = ("", "1", "true", "yes", "on")
-
-
 def enabled() -> bool:
-    """False when ``TRACEVIEW_CACHE`` turns the cache off (0, false, no, off); on when it
-    is unset or 1, true, yes, on. Any other value is a usage error naming it (a typo must
-    not leave the cache on, or off, unsaid)."""
-    text = os.environ.get(environ.CACHE, "1").strip().lower()
-    if text not in _ON + _OFF:
-        from traceview.errors import UsageError
-
-        raise UsageError(
-            f"{environ.CACHE}={os.environ.get(environ.CACHE)!r} is neither on (1, true, yes, "
-            "on) nor off (0, false, no, off)"
-        )
-    return text not in _OFF
+    """Whether the cache is on (:func:`traceview.environ.cache_on`)."""
+    return environ.cache_on()
 
 
 def cache_dir() -> Path:
@@ -103,16 +89,8 @@ def cache_dir() -> Path:
 
 
 def max_bytes() -> int:
-    """The cache's size bound (``TRACEVIEW_CACHE_MAX_BYTES``, bytes, default 4 GiB); a value
-    that is not a count of bytes is a usage error naming it."""
-    text = os.environ.get("TRACEVIEW_CACHE_MAX_BYTES", "").strip()
-    if not text:
-        return 4 << 30
-    if not (text.isascii() and text.isdigit()):
-        from traceview.errors import UsageError
-
-        raise UsageError(f"TRACEVIEW_CACHE_MAX_BYTES={text!r} is not a count of bytes >= 0")
-    return int(text)
+    """The cache's size bound (:func:`traceview.environ.cache_max_bytes`)."""
+    return environ.cache_max_bytes()
 
 
 Identity = tuple[object, ...]  # device, inode, size, mtime (ns); an object's size, version

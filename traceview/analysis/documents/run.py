@@ -23,8 +23,8 @@ the process pool), :func:`assemble` builds the run. Across ranks:
   ranks', reported as the median over steps. Where the rank slowest by compute is another
   rank, the document says so (``straggler.agrees`` false, ``slowest_compute_rank`` and a
   warning), never naming one silently. A step counts for the rank whose compute is the
-  largest alone (a tie counts for none); ranks that tie in every step, none waiting less,
-  have no straggler.
+  largest alone (a tie counts for none); where no rank is the slowest alone in any step
+  and none waits less, there is no straggler.
 """
 
 from __future__ import annotations
