@@ -150,3 +150,26 @@ def test_perfetto_ui_shows_the_overlay_and_reports_no_new_import_error(tmp_path:
     ]
     assert after["import_errors"] == before["import_errors"]
     assert (tmp_path / "perfetto-ui.png").stat().st_size > 10_000
+
+
+def test_events_added_after_an_overlay_are_never_dropped(tmp_path: Path) -> None:
+    """A hostile probe's finding: annotate replaced everything from an earlier overlay to
+    the end of the events, so an event the user added after it vanished from the new copy.
+    Such a trace is refused, and nothing is written; a plain re-annotate still works."""
+    first = tmp_path / "a1.json"
+    assert (
+        CliRunner()
+        .invoke(cli, ["annotate", str(GENERATED / "dense_sglang.json.gz"), "-o", str(first)])
+        .exit_code
+        == 0
+    )
+    text = first.read_text()
+    end = text.rindex("]")
+    mine = '{"ph": "i", "cat": "mine", "name": "MINE", "pid": 1, "tid": 1, "ts": 1.0, "s": "t"}'
+    added = tmp_path / "added.json"
+    added.write_text(text[:end].rstrip() + ",\n" + mine + "\n" + text[end:])
+    done = CliRunner().invoke(cli, ["annotate", str(added), "-o", str(tmp_path / "a2.json")])
+    assert done.exit_code == 2 and "holds events after traceview's earlier overlay" in done.stderr
+    assert not (tmp_path / "a2.json").exists() and "MINE" in added.read_text()
+    again = CliRunner().invoke(cli, ["annotate", str(first), "-o", str(tmp_path / "a3.json")])
+    assert again.exit_code == 0 and (tmp_path / "a3.json").read_text() == text

@@ -253,6 +253,27 @@ def _overlay_start(source: str, end: int | None) -> int | None:
     return None
 
 
+def _only_overlay(source: str, cut: int, end: int | None) -> bool:
+    """Whether the text from ``cut`` (an earlier overlay's first event) to ``end`` holds
+    traceview's overlay events and nothing else (a user may have added events after it)."""
+    parts, seen = [], 0
+    for chunk in _read_text(source):
+        lo, hi = max(cut - seen, 0), len(chunk) if end is None else min(end - seen, len(chunk))
+        if hi > lo:
+            parts.append(chunk[lo:hi])
+        seen += len(chunk)
+        if end is not None and seen >= end:
+            break
+    text = b"".join(parts).strip().strip(b",").rstrip(b"]").strip()
+    try:
+        events = orjson.loads(b"[" + text + b"]")
+    except orjson.JSONDecodeError:
+        return False
+    return all(
+        isinstance(e, dict) and str(e.get("cat", "")).startswith(OVERLAY_CATEGORY) for e in events
+    )
+
+
 def annotate(
     source: str,
     out: str | os.PathLike[str],
@@ -289,6 +310,12 @@ def annotate(
     events = ",\n".join(e.to_json() for e in overlay_events(summary)).encode()
     target = Path(out)
     cut = _overlay_start(source, meta.events_end) if meta.overlay_events else None
+    if cut is not None and not _only_overlay(source, cut, meta.events_end):
+        raise UnsupportedTraceError(
+            f"{source}: holds events after traceview's earlier overlay; annotate replaces "
+            "the overlay at the end of the events whole, and would drop them: annotate the "
+            "trace as it was before its first annotate"
+        )
 
     def write(tmp: Path) -> None:
         if target.name.endswith(".gz"):
