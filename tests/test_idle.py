@@ -350,3 +350,22 @@ def test_inside_a_graph_replay_the_idle_is_queued_work() -> None:
     idle = idle_in_windows(t, ts, k["correlation"], u, lo, hi)
     assert idle["host_late"] == idle["sync"] == idle["other"] == 0
     assert idle["dependency"] > 0
+
+
+def test_a_sync_call_without_any_linked_launch_is_no_crash(tmp_path: Path) -> None:
+    """A hostile probe's finding: a trace with a synchronising runtime call but no launch
+    that links by correlation was an IndexError in the idle split, in every command. Its
+    gaps have no launch to blame: busy is the kernels' time over the span, 60 of 410 µs."""
+    events = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 1, "tid": 1}
+        | {"ts": 100, "dur": 50, "args": {}},
+        *(
+            {"ph": "X", "cat": "kernel", "name": "flash_fwd_kernel", "pid": 0, "tid": 7}
+            | {"ts": ts, "dur": 20, "args": {"correlation": c, "stream": 7, "device": 0}}
+            for c, ts in ((5, 10), (6, 200), (7, 400))
+        ),
+    ]
+    path = tmp_path / "sync.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    doc = tv.summarize(tv.load(path)).to_dict()
+    assert doc["busy"]["busy_ns"] == 60_000 and doc["trace"]["span_ns"] == 410_000

@@ -202,7 +202,7 @@ def _split(
     l1 = np.where(linked, c_l1[at_ok] if c_corr.size else -1, -1)
     # a synchronising call on the launching thread that ended inside [i0, L0]
     synced = np.zeros(i0.size, dtype=bool)
-    if host.sync_ends:
+    if host.sync_ends and c_corr.size:  # no launch linked: no gap waits on a sync
         thread = np.where(linked, c_thread[at_ok], -1)
         for key, e in host.sync_ends.items():
             mine = np.flatnonzero(linked & (thread == key))
