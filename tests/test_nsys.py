@@ -362,3 +362,31 @@ def test_a_scan_finds_exports(tmp_path: Path) -> None:
 
     (tmp_path / "report.sqlite").write_bytes((NSYS / "nsys_vllm.sqlite").read_bytes())
     assert discover([str(tmp_path)]) == [str(tmp_path / "report.sqlite")]
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        "update CUPTI_ACTIVITY_KIND_KERNEL set start = 'abc' where rowid = 3",
+        "update CUPTI_ACTIVITY_KIND_KERNEL set deviceId = 'gpu' where rowid = 3",
+    ],
+    ids=["text-start", "text-device"],
+)
+def test_a_malformed_export_is_one_line_and_a_scan_row(tmp_path: Path, update: str) -> None:
+    """A hostile probe's finding: a text value in a number column of the export was a
+    polars ComputeError traceback, and stopped a scan of its folder."""
+    import shutil
+    import sqlite3
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    export = folder / "x.sqlite"
+    shutil.copy(GENERATED / "nsys" / "nsys_vllm.sqlite", export)
+    with sqlite3.connect(export) as db:
+        db.execute(update)
+    done = CliRunner().invoke(cli, ["summarize", str(export)])
+    assert done.exit_code == 2 and len(done.stderr.splitlines()) == 1, done.output
+    assert done.stderr.startswith(f"Error: {export}: not a readable Nsight Systems export: ")
+    shutil.copy(GENERATED / "dense_sglang.json.gz", folder)
+    scanned = CliRunner().invoke(cli, ["scan", str(folder), "-o", str(tmp_path / "ds")])
+    assert scanned.exit_code == 0 and "scanned 1" in scanned.stderr and "failed 1" in scanned.stderr

@@ -132,3 +132,32 @@ def test_truncated_perfetto_trace_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["summarize", str(cut)])
     assert result.exit_code == 2
     assert result.stderr.startswith(f"Error: {cut}: truncated Perfetto trace in packet #")
+
+
+def test_a_device_slice_that_ends_before_it_begins_is_refused(tmp_path: Path) -> None:
+    """A hostile probe's finding: such a slice was a kernel of negative duration, and busy
+    read -0.30 (the JSON reader refuses a negative 'dur' on device activity)."""
+    t = pb2.Trace()
+
+    def packet() -> pb2.TracePacket:
+        p = t.packet.add()
+        p.trusted_packet_sequence_id = 1
+        return p
+
+    d = packet().track_descriptor
+    d.uuid, d.thread.pid, d.thread.tid = 11, 0, 7
+    for begin, end in ((1000, 21000), (101000, 121000), (300000, 200000)):
+        for ts, kind in (
+            (begin, pb2.TrackEvent.TYPE_SLICE_BEGIN),
+            (end, pb2.TrackEvent.TYPE_SLICE_END),
+        ):
+            p = packet()
+            p.timestamp, p.track_event.track_uuid, p.track_event.type = ts, 11, kind
+            if kind == pb2.TrackEvent.TYPE_SLICE_BEGIN:
+                p.track_event.name = "flash_fwd_kernel"
+                p.track_event.categories.append("kernel")
+    path = tmp_path / "neg.pftrace"
+    path.write_bytes(t.SerializeToString())
+    done = CliRunner().invoke(cli, ["summarize", str(path)])
+    assert done.exit_code == 2 and len(done.stderr.splitlines()) == 1, done.output
+    assert "ends before it begins; cannot place it in time" in done.stderr

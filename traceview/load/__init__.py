@@ -13,12 +13,14 @@ import gc
 import io
 import os
 import re
+import sqlite3
 import warnings
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO, Protocol, cast
 
+import polars as pl
 from isal.igzip_lib import IsalError
 
 from traceview import environ
@@ -265,7 +267,14 @@ def _load_sqlite(name: str, total: int, opts: LoadOptions) -> Trace:
         with open(name, "rb") as f:
             while chunk := f.read(1 << 20):
                 opts.hasher.update(chunk)
-    trace = nsys.load_nsys(name, raw_args=opts.raw_args)
+    try:
+        trace = nsys.load_nsys(name, raw_args=opts.raw_args)
+    except (pl.exceptions.PolarsError, OverflowError, sqlite3.Error) as exc:
+        from traceview.load.pftrace import unreadable
+
+        raise TraceFormatError(
+            name, f"not a readable Nsight Systems export: {unreadable(exc)}"
+        ) from None
     if opts.progress is not None:
         opts.progress(total, total)
     return trace

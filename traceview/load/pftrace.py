@@ -251,6 +251,13 @@ class _Reader:
             return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
         device = [r for r in rows if not r["instant"] and r["cat"].lower() in _DEVICE_CATS]
+        backwards = next((r for r in device if r["dur"] < 0), None)
+        if backwards is not None:  # as the JSON reader refuses a negative 'dur'
+            raise TraceFormatError(
+                self.path,
+                f"a slice of device activity ({backwards['cat']}, {backwards['name']!r:.80}) "
+                "ends before it begins; cannot place it in time",
+            )
         host = [r for r in rows if r["instant"] or r["cat"].lower() not in _DEVICE_CATS]
         kernels = pl.DataFrame(
             {
@@ -348,5 +355,15 @@ def _json_text(value: Any) -> str:
 
 
 def load_pftrace(path: str, stream: BinaryIO) -> Trace:
-    """Read a Perfetto protobuf trace from ``stream`` (already decompressed)."""
-    return _Reader(path).run(stream)
+    """Read a Perfetto protobuf trace from ``stream`` (already decompressed). A value no
+    frame column can hold (an id or a time of 2^63 or more) is the file's fault, one line."""
+    try:
+        return _Reader(path).run(stream)
+    except (pl.exceptions.PolarsError, OverflowError) as exc:
+        raise TraceFormatError(path, f"not a readable Perfetto trace: {unreadable(exc)}") from None
+
+
+def unreadable(exc: Exception) -> str:
+    """What a column builder said of a value it could not hold: its first line, short."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return first if len(first) <= 160 else first[:157] + "..."
