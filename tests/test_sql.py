@@ -700,3 +700,14 @@ def test_execute_is_sql_text_and_table_valued_pragmas_read_the_schema() -> None:
     assert {"ts", "dur", "name"} <= set(cols.stdout.split())
     write = CliRunner().invoke(cli, ["sql", "-e", "update sqlite_master set sql = ''", trace])
     assert write.exit_code == 2 and "may not be modified" in write.stderr
+
+
+def test_a_blob_is_written_as_its_hex_text() -> None:
+    """A hostile probe's finding: a BLOB column was a polars traceback in CSV and a Rust
+    panic in JSON."""
+    trace = str(GENERATED / "dense_sglang.json.gz")
+    sql = "select x'00ff' as b, 1 as n"
+    csv = CliRunner().invoke(cli, ["sql", "-e", sql, trace, "--format", "csv"])
+    assert csv.exit_code == 0 and csv.stdout == "b,n\n00ff,1\n", csv.output
+    js = CliRunner().invoke(cli, ["sql", "-e", sql, trace, "--format", "json"])
+    assert js.exit_code == 0 and json.loads(js.stdout) == [{"b": "00ff", "n": 1}], js.output

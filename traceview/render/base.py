@@ -143,6 +143,10 @@ def write_output(
     or to ``stdout``. A table on a terminal cuts long cells and shows the columns that
     fit; piped, its cells are cut but every column is kept; a file keeps everything."""
     renderer = RENDERERS[fmt]()
+    if fmt in ("csv", "json"):  # a BLOB (x'00ff') as its hex text: text formats hold no bytes
+        df = df.with_columns(
+            pl.col(c).bin.encode("hex") for c, t in df.schema.items() if t == pl.Binary
+        )
     if output is None and fmt == "table":
         import shutil
 
