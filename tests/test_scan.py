@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from conftest import GENERATED, ROOT, SCENARIO_NAMES, cut_in_half
+from conftest import GENERATED, ROOT, SCENARIO_NAMES, cut_in_half, truth
 
 import traceview as tv
 from fixtures.ranks import RankRun, build
@@ -640,3 +640,17 @@ def test_a_dataset_is_scanned_one_way(tmp_path: Path) -> None:
     assert after == before  # nothing written
     again = CliRunner().invoke(cli, ["scan", trace, "-o", str(ds)])
     assert again.exit_code == 0 and "skipped 1" in again.stderr
+
+
+def test_the_documented_reader_reads_a_clean_dataset(tmp_path: Path) -> None:
+    """A hostile probe's finding: ``committed(ds, "errors")`` (and ``"aliases"``) raised
+    "expanded paths were empty" on a dataset whose scan had no failure, the usual case."""
+    from traceview.batch.dataset import committed
+
+    ds = tmp_path / "ds"
+    done = CliRunner().invoke(cli, ["scan", str(GENERATED / "dense_sglang.json.gz"), "-o", str(ds)])
+    assert done.exit_code == 0, done.output
+    assert committed(ds, "errors").collect().columns == ["trace_id", "path", "run", "error"]
+    assert committed(ds, "errors").collect().height == 0
+    assert committed(ds, "aliases").collect().height == 0
+    assert committed(ds, "steps").collect().height == len(truth("dense_sglang")["steps"])

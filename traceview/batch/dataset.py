@@ -26,7 +26,7 @@ import os
 import re
 import time
 import uuid
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import polars as pl
 
@@ -393,12 +393,33 @@ def polars_options(url: str) -> dict[str, str] | None:
     return options
 
 
+# the tables a clean scan may leave without a file, as their rows are written
+_EMPTY: dict[str, dict[str, pl.DataType]] = {
+    "errors": {
+        "trace_id": pl.String(),
+        "path": pl.String(),
+        "run": pl.String(),
+        "error": pl.String(),
+    },
+    ALIASES: {
+        "trace_id": pl.String(),
+        "path": pl.String(),
+        "size": pl.Int64(),
+        "mtime_ns": pl.Int64(),
+        "version": pl.String(),
+    },
+}
+
+
 def committed(dataset: str | os.PathLike[str], table: str) -> pl.LazyFrame:
     """One table's rows of committed traces only (those with a ``traces/`` row): what a
     reader should see while a scan runs or after one was killed. ``dataset`` is a folder
     or a URL (read by polars itself)."""
     root = os.fspath(dataset).rstrip("/")
     opts = polars_options(root) if remote.is_url(root) else None
+    if not remote.is_url(root) and not any(Path(root, table).glob("*.parquet")):
+        # no file yet (a scan without a failure has no errors/): no rows, not an error
+        return pl.LazyFrame(schema=_EMPTY.get(table, {}))
     rows = pl.scan_parquet(f"{root}/{table}/*.parquet", storage_options=opts)
     if table in ("traces", "errors"):
         return rows
