@@ -247,3 +247,14 @@ def test_a_value_of_an_ns_map_is_a_duration(key: str) -> None:
     assert ok.exit_code == 0, ok.output
     bare = CliRunner().invoke(cli, ["check", trace, "--max", f"{key}=5"])
     assert bare.exit_code == 2 and "a duration needs a unit" in bare.stderr, bare.output
+
+
+def test_the_api_refuses_a_regression_bound_it_cannot_judge() -> None:
+    """A hostile probe's finding: ``tv.check(s, Bounds(max_regression=0.1))`` without a
+    baseline returned ok=True, a bound never checked (the CLI refuses it)."""
+    s = tv.summarize(tv.load(GENERATED / "dense_sglang.json.gz"))
+    with pytest.raises(tv.TraceviewError, match="max_regression needs a baseline"):
+        tv.check(s, tv.Bounds(max_regression=0.1))
+    with pytest.raises(tv.TraceviewError, match="a baseline needs max_regression"):
+        tv.check(s, tv.Bounds(baseline=s))
+    assert tv.check(s, tv.Bounds(baseline=s, max_regression=0.1)).ok  # itself: no regression

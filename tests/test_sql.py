@@ -711,3 +711,18 @@ def test_a_blob_is_written_as_its_hex_text() -> None:
     assert csv.exit_code == 0 and csv.stdout == "b,n\n00ff,1\n", csv.output
     js = CliRunner().invoke(cli, ["sql", "-e", sql, trace, "--format", "json"])
     assert js.exit_code == 0 and json.loads(js.stdout) == [{"b": "00ff", "n": 1}], js.output
+
+
+@pytest.mark.parametrize("bound", [float("nan"), float("inf"), 0, -1])
+def test_a_query_timeout_that_bounds_nothing_is_refused(bound: float) -> None:
+    """A hostile probe's finding: ``--timeout nan`` (and the API's 0 or -1) let a runaway
+    query run unbounded."""
+    trace = tv.load(GENERATED / "dense_sglang.json.gz")
+    with pytest.raises(tv.TraceviewError, match="not a finite number of seconds > 0"):
+        run_sql(trace, "select 1", timeout_s=bound)
+    if bound != bound:  # nan: click's range lets it through, the engine does not
+        done = CliRunner().invoke(
+            cli,
+            ["sql", "-e", "select 1", str(GENERATED / "dense_sglang.json.gz"), "--timeout", "nan"],
+        )
+        assert done.exit_code == 2 and "not a finite number of seconds" in done.stderr

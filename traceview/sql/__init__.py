@@ -289,6 +289,7 @@ def run_sql(
         QueryError: bad SQL (with file and line), a Perfetto-only statement on the
             embedded engine, a write attempt, a timeout, or no trace processor binary.
     """
+    check_timeout(timeout_s)
     sql, where = resolve_query(query)
     binary = tp_bin or os.environ.get(ENV_TP_BIN)
     if engine not in ("auto", "embedded", "perfetto"):
@@ -307,10 +308,21 @@ def run_sql(
     return run_embedded(trace, sql, where, timeout_s=timeout_s)
 
 
+def check_timeout(timeout_s: object) -> None:
+    """A query's time bound: a finite number of seconds > 0 (nan or inf would be none)."""
+    import math
+
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
+        raise QueryError(f"timeout {timeout_s!r} is not a number of seconds")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise QueryError(f"timeout {timeout_s!r} is not a finite number of seconds > 0")
+
+
 def run_embedded(
     trace: Trace, sql: str, where: str = "<sql>", *, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> pl.DataFrame:
     """Run ``sql`` on the embedded engine (see :func:`run_sql`)."""
+    check_timeout(timeout_s)
     from traceview.sql.embedded import Database
 
     kept = "args_json" in trace.kernels.columns or "args_json" in trace.events.columns

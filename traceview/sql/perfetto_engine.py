@@ -33,8 +33,9 @@ def run_perfetto(
     path: str, sql: str, where: str, *, binary: str | None, timeout_s: float
 ) -> pl.DataFrame:
     """Run ``sql`` with trace_processor on ``path``; the last statement's rows."""
-    from traceview.sql import split_statements
+    from traceview.sql import check_timeout, split_statements
 
+    check_timeout(timeout_s)
     exe = check_binary(binary)
     from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
 

@@ -228,9 +228,14 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
     Raises:
         CheckError: a path that is no figure of the summary's schema (:func:`figure_path`),
             an efficiency figure of a summary made without a model, an unreadable value,
-            or a prefill growth bound that is not a number ≥ 1.
+            a prefill growth bound that is not a number ≥ 1, or a regression bound without
+            a baseline.
         CaptureOnlyError: the trace holds only CUDA-graph capture (nothing to judge).
     """
+    if bounds.max_regression is not None and bounds.baseline is None:  # else never judged
+        raise CheckError("max_regression needs a baseline (Bounds(baseline=...))")
+    if bounds.baseline is not None and bounds.max_regression is None:
+        raise CheckError("a baseline needs max_regression (e.g. Bounds(max_regression=0.1))")
     refuse_capture_only(summary)
     doc = summary.to_dict()
     growth_bound = (
