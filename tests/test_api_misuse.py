@@ -68,6 +68,12 @@ def test_a_busy_window_must_be_a_window() -> None:
         tv.busy(t, start + 10, start)
     with pytest.raises(UsageError, match="t0_ns"):
         tv.busy(t, "0")  # type: ignore[arg-type]
+    # a hostile probe's finding: a window beside the activity (times counted from the
+    # trace's start, where busy takes the trace's clock) read a busy fraction of 0.0
+    with pytest.raises(
+        UsageError, match=r"holds none of the analysed device's activity \(it spans"
+    ):
+        tv.busy(t, 0, 10**8)
 
 
 def test_diff_takes_summaries() -> None:

@@ -197,7 +197,9 @@ def busy(
     """GPU-busy fraction of the analysed device, capture kernels left out
     (``tv.analyze(trace).busy``): over its first kernel start to its last kernel end, or
     over ``[t0_ns, t1_ns)`` on the trace's clock (either end, where given, replaces that
-    end of the default window).
+    end of the default window). A window that holds none of the activity (before or
+    after it) is a UsageError giving the activity's span, as
+    :meth:`Trace.window` says of its own.
 
     Returns:
         DataFrame of one row: ``device`` (Int64), ``window_start_ns``, ``window_end_ns``
@@ -211,6 +213,15 @@ def busy(
     if whole.height == 0:  # no serving kernels: say why (CUDA-graph capture alone)
         a.serving()
         return whole
-    lo = int(whole["window_start_ns"][0]) if t0_ns is None else t0_ns
-    hi = int(whole["window_end_ns"][0]) if t1_ns is None else t1_ns
+    start, end = int(whole["window_start_ns"][0]), int(whole["window_end_ns"][0])
+    lo = start if t0_ns is None else t0_ns
+    hi = end if t1_ns is None else t1_ns
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi))
+    if ints and lo < hi and (hi <= start or lo >= end):  # beside the activity: 0.0 says nothing
+        from traceview.errors import UsageError
+
+        raise UsageError(
+            f"{trace.meta.path}: the window [{lo}, {hi}) ns on the trace's clock holds none "
+            f"of the analysed device's activity (it spans {start}–{end} ns)"
+        )
     return a.busy_between(lo, hi)
