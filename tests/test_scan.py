@@ -654,3 +654,21 @@ def test_the_documented_reader_reads_a_clean_dataset(tmp_path: Path) -> None:
     assert committed(ds, "errors").collect().height == 0
     assert committed(ds, "aliases").collect().height == 0
     assert committed(ds, "steps").collect().height == len(truth("dense_sglang")["steps"])
+
+
+@pytest.mark.slow  # a shared trace scanned: about 3 s
+def test_a_newer_sglang_trace_is_named_sglang() -> None:
+    """A hostile probe's finding: newer SGLang wraps its step[…] in an execute_… range,
+    which names the steps (as vLLM's does), and the dataset said engine 'vllm'."""
+    from conftest import SHARED_TRACES
+
+    path = SHARED_TRACES / "tracelens" / "rocm-mi-sglang-qwen3-8b-decode.json.gz"
+    if not path.exists():
+        pytest.skip("the shared traces are not here")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        done = CliRunner().invoke(cli, ["scan", str(path), "-o", folder + "/ds"])
+        assert done.exit_code == 0, done.output
+        rows = pl.read_parquet(folder + "/ds/traces/*.parquet")
+    assert rows["engine"].to_list() == ["sglang"]

@@ -20,7 +20,8 @@ from traceview.model import Trace
 
 
 def _engine_of(annotations: list[str]) -> str | None:
-    """Which engine wrote the step annotations, where they say."""
+    """Which engine wrote the step annotations, where they say (SGLang's ``step[…]``
+    decides: its newer builds wrap it in an ``execute_…`` range, as vLLM names a step)."""
     if any(a.startswith("step[") for a in annotations):
         return "sglang"
     if any(a.startswith("execute_") for a in annotations):
@@ -79,6 +80,10 @@ def trace_row(
     doc = summary.to_dict()
     figures = trace_figures(doc)
     annotations = summary.steps["annotation"].drop_nulls().unique().to_list()
+    # newer SGLang wraps its step[…] in an execute_… range that the steps are named by (as
+    # vLLM's detailed one is): the inner one, anywhere in the trace, says which engine
+    names = trace.events.filter(pl.col("kind") == "user_annotation")["name"].cast(pl.String)
+    annotations += names.filter(names.str.starts_with("step[")).head(1).to_list()
     row: dict[str, Any] = {
         "trace_id": trace_id,
         "path": source.row_path,
