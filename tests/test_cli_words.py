@@ -255,3 +255,10 @@ def test_a_line_break_in_the_marker_kernels_name_stays_in_the_gap_tables_title()
     lines = buf.getvalue().splitlines()
     assert any("BatchDecode\\x0aFAKE" in ln for ln in lines), lines  # the title may wrap
     assert not any(ln.lstrip().startswith("FAKE ROW") for ln in lines)
+
+
+def test_a_negative_window_end_is_said_to_be_negative() -> None:
+    """A hostile probe's finding: ``--window=-5ms:10ms`` said "'-5ms' is not a duration; a
+    duration needs a unit", though it has one."""
+    code, err = _invoke(["heartbeat", TRACE, "-o", "w.png", "--window=-5ms:10ms"])
+    assert code == 2 and err == "Error: --window: '-5ms' is negative; a duration is 0 or more\n"

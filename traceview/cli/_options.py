@@ -393,14 +393,24 @@ def parse_duration(text: str | None, what: str = "duration") -> int | None:
     are never guessed."""
     if text is None:
         return None
-    from traceview.units import DURATION_HINT, duration_ns, too_long, unitless_number
+    from traceview.units import (
+        DURATION_HINT,
+        TIME_UNITS,
+        duration_ns,
+        read_quantity,
+        too_long,
+        unitless_number,
+    )
 
     ns = duration_ns(text)
     if ns is None:
         if too_long(text):
             raise TraceviewError(f"{what}: {text!r} is too long (at most 292 years, 9.2e9s)")
+        quantity = read_quantity(text)
+        if quantity is not None and quantity[1] in TIME_UNITS and quantity[0] < 0:
+            raise TraceviewError(f"{what}: {text!r} is negative; a duration is 0 or more")
         problem = "has no unit" if unitless_number(text) else "is not a duration"
-        raise TraceviewError(f"{what}: {text!r} {problem}; {DURATION_HINT}")
+        raise TraceviewError(f"{what}: {text!r} {problem}; {DURATION_HINT} (ns, us, ms or s)")
     return ns
 
 
