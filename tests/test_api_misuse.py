@@ -226,3 +226,15 @@ def test_a_chart_window_in_the_trace_draws() -> None:
     pytest.importorskip("matplotlib")
     figure = tv.analyze(TRACE).heartbeat(window_ms=(0, 50))
     assert figure.axes[0].get_xlim() == pytest.approx((0, 50), abs=1e-6)
+
+
+def test_no_paths_and_a_half_window_are_said(tmp_path: Path) -> None:
+    """A hostile probe's findings: ``tv.summarize_run([])`` and ``tv.scan([], ds)`` said
+    ": no trace files" (the paths' place empty), and ``AnalysisConfig(window=(None, 5))``
+    was a TypeError."""
+    for call in (lambda: tv.summarize_run([]), lambda: tv.scan([], tmp_path / "ds")):
+        with pytest.raises(tv.TraceviewError, match="^no paths given"):
+            call()
+    assert not (tmp_path / "ds").exists()
+    with pytest.raises(UsageError, match=r"needs both ends"):
+        tv.AnalysisConfig(window=(None, 5))  # type: ignore[arg-type]

@@ -117,6 +117,8 @@ class AnalysisConfig:
             w = self.window
             if not isinstance(w, tuple) or len(w) != 2:
                 raise UsageError(f"window: {w!r} is not a (t0_ns, t1_ns) pair")
+            if w[0] is None or w[1] is None:  # _count lets None by: a window has both ends
+                raise UsageError(f"window: {w!r} needs both ends, (t0_ns, t1_ns)")
             _count("window's t0_ns", w[0], -MAX_NS, MAX_NS)
             _count("window's t1_ns", w[1], -MAX_NS, MAX_NS)
             if w[1] <= w[0]:

@@ -135,6 +135,8 @@ def discover_tree(
             if fnmatch.fnmatch(_relative(f, r), pattern)
             or fnmatch.fnmatch(posixpath.basename(f), pattern)
         }
+    if not paths:
+        raise RunError("no paths given: name trace files, folders or globs")
     if not found:
         what = f" matching {pattern!r}" if pattern else ""
         where = ", in every subfolder" if recursive else ""
