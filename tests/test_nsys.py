@@ -390,3 +390,32 @@ def test_a_malformed_export_is_one_line_and_a_scan_row(tmp_path: Path, update: s
     shutil.copy(GENERATED / "dense_sglang.json.gz", folder)
     scanned = CliRunner().invoke(cli, ["scan", str(folder), "-o", str(tmp_path / "ds")])
     assert scanned.exit_code == 0 and "scanned 1" in scanned.stderr and "failed 1" in scanned.stderr
+
+
+def test_a_kernel_without_a_device_is_refused_and_one_without_a_name_is_said(
+    tmp_path: Path,
+) -> None:
+    """A hostile probe's finding: a NULL deviceId put kernels on device 0 (or dropped them
+    on a two-GPU export), and a NULL name id named them '' (family other), both silently."""
+    import shutil
+
+    for column, rows in (("deviceId", 3), ("demangledName", 3)):
+        export = tmp_path / f"{column}.sqlite"
+        shutil.copy(GENERATED / "nsys" / "nsys_vllm.sqlite", export)
+        with sqlite3.connect(export) as db:
+            db.execute(
+                f"update CUPTI_ACTIVITY_KIND_KERNEL set {column} = NULL where rowid <= {rows}"
+            )
+        done = CliRunner().invoke(cli, ["info", str(export)])
+        if column == "deviceId":
+            assert done.exit_code == 2, done.output
+            assert done.stderr == (
+                f"Error: {export}: 3 kernel rows in CUPTI_ACTIVITY_KIND_KERNEL without a "
+                "deviceId; cannot place them on a device\n"
+            )
+        else:
+            assert done.exit_code == 0, done.output
+            assert (
+                "3 kernels in CUPTI_ACTIVITY_KIND_KERNEL without a name in StringIds" in done.stderr
+            )
+            assert tv.load(export).kernels.filter(pl.col("name") == "").height == 3

@@ -333,7 +333,20 @@ class _Reader:
                 f"{bad:,} {kind} row{'s' if bad != 1 else ''} in {table} without a valid "
                 "start and end; every figure would be wrong without them",
             )
+        unplaced = f.filter(pl.col("deviceId").is_null()).height
+        if unplaced:  # never another device's time (a JSON trace's rule too)
+            raise TraceFormatError(
+                self.path,
+                f"{unplaced:,} {kind} row{'s' if unplaced != 1 else ''} in {table} without a "
+                "deviceId; cannot place them on a device",
+            )
         if kind == "kernel":
+            unnamed = f.select(self.strings.text("nameId").is_null().sum()).item()
+            if unnamed:
+                self.warnings.append(
+                    f"{unnamed:,} kernel{'s' if unnamed != 1 else ''} in {table} without a "
+                    "name in StringIds (named '', family other)"
+                )
             name = self.strings.text("nameId").fill_null("")
         elif kind == "memcpy":
             base = pl.concat_str(pl.lit("Memcpy "), lookup("copyKind", COPY_KINDS))
