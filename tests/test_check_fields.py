@@ -258,3 +258,13 @@ def test_the_api_refuses_a_regression_bound_it_cannot_judge() -> None:
     with pytest.raises(tv.TraceviewError, match="a baseline needs max_regression"):
         tv.check(s, tv.Bounds(baseline=s))
     assert tv.check(s, tv.Bounds(baseline=s, max_regression=0.1)).ok  # itself: no regression
+
+
+def test_the_api_names_a_wrong_bounds_or_baseline() -> None:
+    """A hostile probe's findings: ``tv.check(s, {})`` was an AttributeError and a path
+    as the baseline said "diff compares Summaries"."""
+    s = tv.summarize(tv.load(GENERATED / "dense_sglang.json.gz"))
+    with pytest.raises(tv.TraceviewError, match="^bounds: a Bounds .*not dict$"):
+        tv.check(s, {})  # type: ignore[arg-type]
+    with pytest.raises(tv.TraceviewError, match="^Bounds.baseline: a summary .*not str$"):
+        tv.check(s, tv.Bounds(baseline="a.json", max_regression=0.1))  # type: ignore[arg-type]

@@ -232,6 +232,13 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
             a baseline.
         CaptureOnlyError: the trace holds only CUDA-graph capture (nothing to judge).
     """
+    if not isinstance(bounds, Bounds):
+        raise CheckError(f"bounds: a Bounds (tv.Bounds(maximum=...)), not {type(bounds).__name__}")
+    if bounds.baseline is not None and not isinstance(bounds.baseline, Summary | RunSummary):
+        raise CheckError(
+            "Bounds.baseline: a summary (tv.summarize(...) or tv.summarize_run(...)), not "
+            f"{type(bounds.baseline).__name__}"
+        )
     if bounds.max_regression is not None and bounds.baseline is None:  # else never judged
         raise CheckError("max_regression needs a baseline (Bounds(baseline=...))")
     if bounds.baseline is not None and bounds.max_regression is None:
