@@ -22,7 +22,9 @@ HEADER = """\
 -- wins, unmatched kernels are "other" - the same name rules as `traceview summarize`.
 -- Names only: summarize also reads record_shapes to move PyTorch's softmax kernels that
 -- eager attention launched into full_attention, and moves a GEMM that runs between an MoE
--- router and its combine into moe (docs/metrics.md); this query does neither.
+-- router and its combine into moe (docs/metrics.md); this query does neither. It also
+-- counts every device's kernels, CUDA-graph capture at start-up included, where summarize
+-- counts the analysed device's serving kernels only.
 -- Generated from traceview/presets/default.toml by
 --   python -m traceview.sql.families_query > queries/kernel_families.sql
 -- Example:
