@@ -302,7 +302,7 @@ def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> Non
                 max_width=70 if col == "kernel" else None,
             )
         for k in d.kernels.head(12).iter_rows(named=True):
-            name = k["name"]  # two lines at most: a CK template name wrapped to 65 rows
+            name = k["name"]  # 140 characters: a CK template name wrapped to 65 rows
             kt.add_row(
                 name if len(name) <= 140 else name[:139] + "…",
                 fmt_value(k["a_ns"], "ns"),
