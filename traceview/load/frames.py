@@ -107,7 +107,7 @@ def trace_meta(
     )
 
 
-def events_and_header(doc: Any, path: str) -> tuple[list[Any], dict[str, Any]]:
+def events_and_header(doc: object, path: str) -> tuple[list[object], dict[str, object]]:
     """A whole JSON document's events and its other top-level keys (none for the bare
     array form). Raises NotATraceError where it is no trace: no ``traceEvents`` array (its
     keys named), a ``traceEvents`` that is not an array, a document that is a scalar."""
