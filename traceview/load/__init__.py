@@ -27,6 +27,7 @@ from traceview import environ
 from traceview._io import not_a_file
 from traceview.errors import TraceFormatError, TraceviewWarning
 from traceview.load import cache, nsys, remote
+from traceview.load.frames import unreadable
 from traceview.load.helpers import worker_count
 from traceview.load.json import BLOCK_BYTES, read_json
 from traceview.load.strings import STRING_CAP, CappedText
@@ -270,8 +271,6 @@ def _load_sqlite(name: str, total: int, opts: LoadOptions) -> Trace:
     try:
         trace = nsys.load_nsys(name, raw_args=opts.raw_args)
     except (pl.exceptions.PolarsError, OverflowError, sqlite3.Error) as exc:
-        from traceview.load.pftrace import unreadable
-
         raise TraceFormatError(
             name, f"not a readable Nsight Systems export: {unreadable(exc)}"
         ) from None

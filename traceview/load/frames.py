@@ -126,3 +126,10 @@ def events_and_header(doc: object, path: str) -> tuple[list[object], dict[str, o
             f"(top-level keys: {', '.join(sorted(map(str, doc))[:6]) or 'none'})",
         )
     return events, doc
+
+
+def unreadable(exc: Exception) -> str:
+    """What a column builder said of a value it could not hold (a Perfetto trace's, an
+    Nsight export's): its first line, short."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return first if len(first) <= 160 else first[:157] + "..."

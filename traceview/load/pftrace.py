@@ -26,6 +26,7 @@ import polars as pl
 from traceview.errors import MissingDependencyError, TraceFormatError
 from traceview.load.frames import DEVICE_CATS as _DEVICE_CATS
 from traceview.load.frames import EVENT_CATS as _EVENT_CATS
+from traceview.load.frames import unreadable
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -361,9 +362,3 @@ def load_pftrace(path: str, stream: BinaryIO) -> Trace:
         return _Reader(path).run(stream)
     except (pl.exceptions.PolarsError, OverflowError) as exc:
         raise TraceFormatError(path, f"not a readable Perfetto trace: {unreadable(exc)}") from None
-
-
-def unreadable(exc: Exception) -> str:
-    """What a column builder said of a value it could not hold: its first line, short."""
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return first if len(first) <= 160 else first[:157] + "..."

@@ -237,34 +237,40 @@ def _read_text(path: str) -> Iterator[bytes]:
 _OVERLAY_START = b'{"ph": "M", "cat": "traceview", "name": "process_name", "pid": '
 
 
-def _overlay_start(source: str, end: int | None) -> int | None:
-    """The byte offset of an earlier overlay's first event: annotate wrote it as the last
-    events before ``end``; the first occurrence of its opening bytes is where it starts."""
-    seen = 0
+def _overlay_start(source: str, end: int | None) -> tuple[int | None, bytes]:
+    """The byte offset of an earlier overlay's first event (annotate wrote it as the last
+    events before ``end``; the first occurrence of its opening bytes is where it starts),
+    and the text from there to ``end``: what a new overlay replaces. One pass; ``(None,
+    b"")`` where there is none."""
+    seen = 0  # bytes of text before the chunk
     carry = b""
+    found: int | None = None
+    tail: list[bytes] = []
     for chunk in _read_text(source):
-        window = carry + chunk
-        at = window.find(_OVERLAY_START)
-        if at >= 0:
+        if found is None:
+            window = carry + chunk
+            at = window.find(_OVERLAY_START)
+            if at < 0:
+                carry = window[-(len(_OVERLAY_START) - 1) :]
+                seen += len(chunk)
+                continue
             found = seen - len(carry) + at
-            return found if end is None or found < end else None
-        carry = window[-(len(_OVERLAY_START) - 1) :]
-        seen += len(chunk)
-    return None
-
-
-def _only_overlay(source: str, cut: int, end: int | None) -> bool:
-    """Whether the text from ``cut`` (an earlier overlay's first event) to ``end`` holds
-    traceview's overlay events and nothing else (a user may have added events after it)."""
-    parts, seen = [], 0
-    for chunk in _read_text(source):
-        lo, hi = max(cut - seen, 0), len(chunk) if end is None else min(end - seen, len(chunk))
-        if hi > lo:
-            parts.append(chunk[lo:hi])
+            if end is not None and found >= end:
+                return None, b""
+            piece, piece_at = window[at:], found
+        else:
+            piece, piece_at = chunk, seen
+        tail.append(piece if end is None else piece[: max(end - piece_at, 0)])
         seen += len(chunk)
         if end is not None and seen >= end:
             break
-    text = b"".join(parts).strip().strip(b",").rstrip(b"]").strip()
+    return found, b"".join(tail)
+
+
+def _only_overlay(tail: bytes) -> bool:
+    """Whether ``tail`` (an earlier overlay's text, to the end of the events) holds
+    traceview's overlay events and nothing else (a user may have added events after it)."""
+    text = tail.strip().strip(b",").rstrip(b"]").strip()
     try:
         events = orjson.loads(b"[" + text + b"]")
     except orjson.JSONDecodeError:
@@ -309,8 +315,8 @@ def annotate(
         )
     events = ",\n".join(e.to_json() for e in overlay_events(summary)).encode()
     target = Path(out)
-    cut = _overlay_start(source, meta.events_end) if meta.overlay_events else None
-    if cut is not None and not _only_overlay(source, cut, meta.events_end):
+    cut, tail = _overlay_start(source, meta.events_end) if meta.overlay_events else (None, b"")
+    if cut is not None and not _only_overlay(tail):
         raise UnsupportedTraceError(
             f"{source}: holds events after traceview's earlier overlay; annotate replaces "
             "the overlay at the end of the events whole, and would drop them: annotate the "

@@ -271,8 +271,8 @@ def cross_rank(aligned: pl.DataFrame, ranks: list[int]) -> CrossRank:
         others = np.delete(c, i, axis=1)
         excess[i] = c[:, i] - np.median(others, axis=1)
     by_compute = max(range(len(ranks)), key=lambda i: (slowest[i], float(np.median(excess[i]))))
-    waits = [median_ns(w[:, i] - w.min(axis=1)) or 0 for i in range(len(ranks))]
     wait = {ranks[i]: median_ns(w[:, i] - w.min(axis=1)) for i in range(len(ranks))}
+    waits = [wait[r] or 0 for r in ranks]
     if not slowest.any() and len(set(waits)) == 1:  # the ranks tie: no one is waited for
         return CrossRank(skew, None, wait)
     by: Literal["collective wait", "compute"]
