@@ -184,6 +184,32 @@ def test_nvtx_marks_open_ranges_and_raw_args(tmp_path: Path) -> None:
     assert args["device"] == 0 and args["correlation"] == 5 and args["grid"] == [None] * 3
 
 
+def test_an_nvtx_range_that_ends_before_it_starts_is_said_so(tmp_path: Path) -> None:
+    """A range whose end precedes its start is skipped and counted as such, apart from one
+    with no end (a probe found both called "without an end")."""
+    g = (1 << 48) | (777 << 24) | 779
+    path = _export(
+        tmp_path / "r.sqlite",
+        {
+            "StringIds": STRINGS,
+            "CUPTI_ACTIVITY_KIND_KERNEL": (KERNEL, [(100, 350, 0, 7, 5, g & ~0xFFFFFF, 1, 2)]),
+            "NVTX_EVENTS": (
+                NVTX,
+                [(50, 400, 59, "step", None, g), (90, 80, 59, "back", None, g)]
+                + [(70, None, 60, "open", None, g)],
+            ),
+        },
+    )
+    with pytest.warns(tv.TraceviewWarning) as said:
+        trace = tv.load(path, options=tv.LoadOptions(cache=False))
+    lines = sorted(str(w.message).split(": ", 1)[1] for w in said)
+    assert lines == [
+        "1 event skipped: NVTX range that ends before it starts",
+        "1 event skipped: NVTX range without an end",
+    ]
+    assert trace.events["name"].to_list() == ["step"]
+
+
 def test_processes_that_share_a_device_id_are_said(tmp_path: Path) -> None:
     a, b = (1 << 48) | (11 << 24), (1 << 48) | (12 << 24)
     rows = [(100, 200, 0, 7, 1, a, 1, 2), (150, 260, 0, 7, 1, b, 1, 2)]

@@ -13,8 +13,8 @@ the file) and each table is read with one query into polars. What maps where:
   ``driver``, named through ``StringIds`` without the ``_vNNNN`` version suffix
   (``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``); ``_SYNCHRONIZATION`` -> ``sync``.
 - ``NVTX_EVENTS``: push/pop (59) and start/end (60) ranges -> ``user_annotation``, their
-  text from ``text`` or ``textId``; marks (34) -> ``instant``. A range without an end is
-  counted as skipped.
+  text from ``text`` or ``textId``; marks (34) -> ``instant``. A range without an end, or
+  one that ends before it starts, is counted as skipped, each by its reason.
 - pid and tid come from ``globalTid``/``globalPid`` (pid = (g >> 24) & 0xFFFFFF, tid = g &
   0xFFFFFF); thread names from ``ThreadNames``, process names from ``PROCESSES``.
 - Correlation ids repeat across processes. Where more than one process has CUDA activity,
@@ -492,9 +492,14 @@ class _Reader:
         self.rows += f.height
         mark = pl.col("eventType") == NVTX_MARK
         ok = mark | (pl.col("end").is_not_null() & (pl.col("end") >= pl.col("start")))
-        bad = f.height - f.filter(ok).height
-        if bad:
-            self.skipped["NVTX range without an end"] += bad
+        open_ended, backwards = f.filter(~mark).select(
+            pl.col("end").is_null().sum().alias("open"),
+            (pl.col("end") < pl.col("start")).sum().alias("backwards"),
+        ).row(0)
+        if open_ended:
+            self.skipped["NVTX range without an end"] += open_ended
+        if backwards:
+            self.skipped["NVTX range that ends before it starts"] += backwards
         pid, tid = _unpack("globalTid")
         out = [
             pl.col("start").alias("ts_ns"),
