@@ -225,10 +225,11 @@ class Block:
         if device.null_count() != self.device.count(None) or (
             stream.null_count() != self.stream.count(None)
         ):
-            bad = (device.is_null() & pl.Series([v is not None for v in self.device])) | (
-                stream.is_null() & pl.Series([v is not None for v in self.stream])
-            )
-            frame = frame.with_columns(bad.alias(NOT_AN_ID))
+            said = [
+                _not_an_id("device", d) or _not_an_id("stream", s)
+                for d, s in zip(self.device, self.stream, strict=True)
+            ]
+            frame = frame.with_columns(pl.Series(NOT_AN_ID, said, dtype=pl.String))
         return frame
 
 
@@ -287,19 +288,38 @@ def as_number(v: Any) -> float | None:
     return None
 
 
-# a device or stream the trace gives that is no Int64 id (its column is null there)
+# a device or stream the trace gives that is no Int64 id (its column is null there): the
+# column says which and what it was (``'args.device' (1.5)``), null where both are ids
 NOT_AN_ID = "_not_an_id"
-_NOT_AN_ID = "<not an id>"  # in a column of ids: a value Int64 refuses, so it shows as one
+# in a column of ids: a value Int64 refuses (so it shows as one), then the value given
+_NOT_AN_ID = "<not an id>"
+_INT64 = range(-(1 << 63), 1 << 63)
 
 
 def _place(v: Any) -> int | str | None:
     """``args.device`` / ``args.stream``: an int (a numeric string too, as a pid is read),
     None where absent, else a value an Int64 column refuses (so :meth:`Block.frame` marks
-    it)."""
+    it), holding the value given."""
     if v is None:
         return None
     number = _ident(v) if isinstance(v, str) else _integer(v)
-    return number if isinstance(number, int) else _NOT_AN_ID
+    return number if isinstance(number, int) and number in _INT64 else _NOT_AN_ID + _shown(v)
+
+
+def _not_an_id(key: str, v: object) -> str | None:
+    """What :data:`NOT_AN_ID` says of ``args.<key>`` = ``v`` as a column holds it: None
+    where it is absent or an Int64 id."""
+    if v is None or (isinstance(v, int) and v in _INT64):
+        return None
+    if isinstance(v, str) and v.startswith(_NOT_AN_ID):
+        return f"'args.{key}' ({v[len(_NOT_AN_ID) :]})"
+    return f"'args.{key}' ({_shown(v)})"
+
+
+def _shown(v: object) -> str:
+    """A value of the trace as an error message shows it: Python's repr, cut at 40."""
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _integer(v: Any) -> int | None:

@@ -81,13 +81,14 @@ def _placed(df: pl.DataFrame, path: str) -> pl.DataFrame:
     activity: its ``args.device`` or ``args.stream`` is no id, and its pid and tid are not
     where it ran (only an absent one falls back to them)."""
     cat = pl.col("cat").str.to_lowercase()
-    device = (pl.col("ph") == "X") & cat.is_in(list(DEVICE_CATS)) & pl.col(NOT_AN_ID)
+    marked = pl.col(NOT_AN_ID).is_not_null()
+    device = (pl.col("ph") == "X") & cat.is_in(list(DEVICE_CATS)) & marked
     fatal = df.filter(device)
     if fatal.height:
         row = fatal.row(0, named=True)
         raise TraceFormatError(
             path,
-            f"'args.device' or 'args.stream' is not an integer id on device activity "
+            f"{row[NOT_AN_ID]} is not an integer id on device activity "
             f"({row['cat']}); cannot place it on a device and stream",
             index=row["idx"],
             event=describe_event(row["ph"], row["name"]),
