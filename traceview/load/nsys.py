@@ -492,10 +492,14 @@ class _Reader:
         self.rows += f.height
         mark = pl.col("eventType") == NVTX_MARK
         ok = mark | (pl.col("end").is_not_null() & (pl.col("end") >= pl.col("start")))
-        open_ended, backwards = f.filter(~mark).select(
-            pl.col("end").is_null().sum().alias("open"),
-            (pl.col("end") < pl.col("start")).sum().alias("backwards"),
-        ).row(0)
+        open_ended, backwards = (
+            f.filter(~mark)
+            .select(
+                pl.col("end").is_null().sum().alias("open"),
+                (pl.col("end") < pl.col("start")).sum().alias("backwards"),
+            )
+            .row(0)
+        )
         if open_ended:
             self.skipped["NVTX range without an end"] += open_ended
         if backwards:
