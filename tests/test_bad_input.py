@@ -600,6 +600,30 @@ def test_a_device_or_stream_that_is_no_id_is_refused_on_device_activity(
     )
 
 
+@pytest.mark.parametrize(
+    ("place", "said"),
+    [
+        ({"pid": "GPU 0", "tid": 7, "args": {"stream": 7}}, "no 'args.device' and a pid"),
+        ({"pid": 0, "tid": "stream 7", "args": {"device": 0}}, "no 'args.stream' and a tid"),
+    ],
+    ids=["pid", "tid"],
+)
+def test_device_activity_on_no_device_is_refused(
+    tmp_path: Path, place: dict[str, object], said: str
+) -> None:
+    """A probe's finding: kernels with ``"pid": "GPU 0"`` and no ``args.device`` loaded on
+    a null device, and every analysing command ended in a TypeError traceback (exit 1);
+    two such devices read as one. Refused in one line, exit 2."""
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([{**kernel, **place}]))
+    for command in ("info", "summarize"):
+        done = CliRunner().invoke(cli, [command, str(path)])
+        assert done.exit_code == 2 and done.stderr.count("\n") == 1, done.output
+        assert done.stderr.startswith(f"Error: {path}: event #0 (ph='X', name='k'): ")
+        assert f"device activity (kernel) with {said} that is not an integer id" in done.stderr
+
+
 def test_a_numeric_string_device_is_read_as_its_number(tmp_path: Path) -> None:
     """As a pid or tid written as text is read (``"0"``, ``"0x7"``)."""
     kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 9, "tid": 9, "ts": 1, "dur": 2}

@@ -26,6 +26,7 @@ def usable(df: pl.DataFrame, path: str) -> tuple[pl.DataFrame, Counter[str]]:
     be wrong without it)."""
     if NOT_AN_ID in df.columns:
         df = _placed(df, path)
+    _refuse_unplaced(df, path)
     ph = pl.col("ph")
     known = ph.is_in(list(KNOWN_PH))
     needs_ts = known & (ph != "M")
@@ -74,6 +75,32 @@ def _too_large(col: str) -> pl.Expr:
     """A finite time too large for Int64 nanoseconds (:data:`TS_LIMIT_US`)."""
     c = pl.col(col)
     return c.is_not_null() & c.is_finite() & (c.abs() >= TS_LIMIT_US)
+
+
+def _refuse_unplaced(df: pl.DataFrame, path: str) -> None:
+    """Raise for device activity with no device or no stream: no ``args.device`` and a
+    pid that is no integer (``"GPU 0"``), or the same of ``args.stream`` and the tid. Its
+    time would be counted on no device, or with another device's (a probe's finding: a
+    traceback in every analysing command, and two such devices read as one)."""
+    unplaced = []
+    for own, fallback, key in (("device", "pid", "args.device"), ("stream", "tid", "args.stream")):
+        if df[own].null_count() and df[fallback].null_count():  # metadata: cheap
+            unplaced.append((pl.col(own).is_null() & pl.col(fallback).is_null(), key, fallback))
+    if not unplaced:
+        return
+    cat = pl.col("cat").str.to_lowercase()
+    device = (pl.col("ph") == "X") & cat.is_in(list(DEVICE_CATS))
+    for missing, key, fallback in unplaced:
+        fatal = df.filter(device & missing)
+        if fatal.height:
+            row = fatal.row(0, named=True)
+            raise TraceFormatError(
+                path,
+                f"device activity ({row['cat']}) with no '{key}' and a {fallback} that is "
+                "not an integer id; cannot place it on a device and stream",
+                index=row["idx"],
+                event=describe_event(row["ph"], row["name"]),
+            )
 
 
 def _placed(df: pl.DataFrame, path: str) -> pl.DataFrame:
