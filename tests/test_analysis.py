@@ -192,6 +192,48 @@ def test_disagreeing_annotations_fall_back_to_bursts(tmp_path: Path) -> None:
     assert d["work"]["token_steps"] == t["step_count"] - 5
 
 
+def test_annotations_that_keep_the_layer_count_beat_bursts_a_copy_misled(
+    tmp_path: Path,
+) -> None:
+    """An unseen-trace probe's finding: a host-to-device copy on another stream over every
+    other between-step pause hides those pauses from the bursts, which then found steps two
+    at a time (every 2L bursts, "strong") and were used over annotations that held every
+    kernel. Each annotated step holds the model's L bursts and every burst lies in one:
+    the annotations are used, and the steps are the planted ones."""
+    t = truth("hybrid_chunked")
+    source = GENERATED / "hybrid_chunked.json.gz"
+    doc = json.loads(gzip.decompress(source.read_bytes()))
+    steps = tv.steps(tv.load(source))
+    assert steps.height == t["step_count"]
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    starts, anchors = steps["start_ns"].to_list(), steps["anchor_ns"].to_list()
+    for k in range(1, len(starts), 2):  # over the pause before every other step
+        begin = (starts[k] + anchors[k - 1]) // 2
+        doc["traceEvents"].append(
+            {
+                **kernel,
+                "cat": "gpu_memcpy",
+                "name": "Memcpy HtoD (Pageable -> Device)",
+                "ts": begin / 1000,
+                "dur": (starts[k] + 1000 - begin) / 1000,
+                "args": {**kernel["args"], "stream": 99, "correlation": None},
+            }
+        )
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    misled = tv.summarize(tv.load(path), method="bursts").to_dict()["steps"]
+    assert misled["count"] < t["step_count"]  # what the bursts alone find
+    summary = tv.summarize(tv.load(path))
+    d = summary.to_dict()["steps"]
+    assert (d["method"], d["count"]) == ("annotations", t["step_count"])
+    assert (d["cadence"], d["decoding_cadence"]) == (t["cadence"], t["decoding_cadence"])
+    assert [{k: p[k] for k in PHASE_KEYS} for p in d["phases"]] == [
+        {k: p[k] for k in PHASE_KEYS} for p in t["phases"]
+    ]
+    said = [w for w in summary.warnings if "disagree" in w]
+    assert len(said) == 1 and "step-marker bursts, as a model's fixed layer count does" in said[0]
+
+
 def test_steps_table_columns(scenario: str) -> None:
     t = truth(scenario)
     table = tv.steps(tv.load(GENERATED / f"{scenario}.json.gz"))

@@ -141,6 +141,7 @@ class Candidate:
         first_kernel: each step's first kernel's start (annotations; CPU captures start
             their steps there).
         coverage: share of the device's kernels the steps hold (annotations).
+        burst_starts: every step-marker burst's start (ns, in order; bursts).
     """
 
     method: str
@@ -152,6 +153,7 @@ class Candidate:
     names: list[list[str]] = field(default_factory=list)
     first_kernel: I64 | None = None
     coverage: float = 1.0
+    burst_starts: I64 | None = None
 
     @property
     def count(self) -> int:
@@ -349,7 +351,9 @@ def burst_candidate(k: DeviceKernels, u: Union, opts: StepOptions) -> Candidate 
     mask, layers, detail, strong = _choose_boundaries(idle, others, opts)
     first_burst = np.concatenate(([0], np.flatnonzero(mask) + 1))
     last_burst = np.append(first_burst[1:] - 1, bs.size - 1)
-    return Candidate("bursts", bs[first_burst], bl[last_burst], detail, strong, layers)
+    return Candidate(
+        "bursts", bs[first_burst], bl[last_burst], detail, strong, layers, burst_starts=bs
+    )
 
 
 def idle_candidate(k: DeviceKernels, u: Union) -> Candidate:
@@ -476,6 +480,33 @@ def annotation_candidate(trace: Trace, k: DeviceKernels, device: int) -> Candida
 # --- the arbiter ----------------------------------------------------------------------------
 
 
+def layers_per_step(annotations: Candidate, bursts: Candidate) -> int | None:
+    """The step-marker bursts every annotated step holds, where the annotations keep the
+    model's fixed layer count: every burst lies in one annotated step, at least
+    :data:`PERIODIC_MIN_STEPS` steps besides the first and the last (a capture may cut
+    those), and one count, above 0, in at least :data:`PERIODIC_SURE` of those; else None.
+
+    Steps that each hold the same number of full-attention layers are the periodicity the
+    bursts look for, found in the engine's own record: an annotation missing (a burst in
+    no step), deferred past its kernels, or one step recorded for several (what makes CPU
+    annotations untrustworthy) breaks it, while a between-step pause hidden by a copy on
+    another stream, or a host stall inside a step, misleads the bursts without touching
+    it."""
+    starts = bursts.burst_starts
+    if starts is None or annotations.count < PERIODIC_MIN_STEPS + 2:
+        return None
+    held = np.searchsorted(starts, annotations.last_markers, side="right")
+    held -= np.searchsorted(starts, annotations.anchors, side="left")
+    if int(held.sum()) != starts.size:  # a burst in no annotated step, or in two
+        return None
+    counts = held[1:-1]
+    values, times = np.unique(counts, return_counts=True)
+    mode = int(np.argmax(times))
+    if values[mode] <= 0 or times[mode] < PERIODIC_SURE * counts.size:
+        return None
+    return int(values[mode])
+
+
 def choose(
     bursts: Candidate | None,
     annotations: Candidate | None,
@@ -487,15 +518,19 @@ def choose(
     """Pick the steps to use, strongest evidence first.
 
     ``annotations`` and ``bursts`` force their method. ``auto`` uses the annotations where
-    they agree with the bursts (the same anchors), where the bursts found no steps, where
-    the bursts are only a weak guess and the annotations hold ≥ 90% of the kernels, and in
-    CPU captures (no device-idle pauses to go by) when they hold ≥ 90% of the activity;
-    else the bursts; with neither, the idle candidate.
+    they agree with the bursts (the same anchors), where the bursts found no steps, and
+    where they hold ≥ 90% of the kernels and either the bursts are only a weak guess, or
+    each annotated step holds the same number of step-marker bursts
+    (:func:`layers_per_step`), or the trace is a CPU capture (no device-idle pauses to go
+    by); else the bursts; with neither, the idle candidate.
     """
     disagreements: int | None = None
+    layers: int | None = None
     if bursts is not None and annotations is not None:
         a, b = set(annotations.anchors.tolist()), set(bursts.anchors.tolist())
         disagreements = len(a ^ b)
+        if disagreements:
+            layers = layers_per_step(annotations, bursts)
     covers = annotations is not None and annotations.coverage >= ANNOTATION_COVERAGE
     use_annotations = annotations is not None and (
         method == "annotations"
@@ -504,7 +539,7 @@ def choose(
             and (
                 bursts is None
                 or disagreements == 0
-                or (covers and (not bursts.strong or cpu_activity))
+                or (covers and (not bursts.strong or cpu_activity or layers is not None))
             )
         )
     )
@@ -519,7 +554,11 @@ def choose(
                 f"step(s) ({annotations.count} annotated vs {bursts.count} found from "
                 "kernels); using the annotations"
                 + (
-                    ""
+                    f" (they hold {annotations.coverage:.0%} of the kernels, and each "
+                    f"annotated step holds {layers} step-marker bursts, as a model's fixed layer count "
+                    "does)"
+                    if layers is not None and bursts.strong and not cpu_activity
+                    else ""
                     if bursts.strong
                     else f" (they cover {annotations.coverage:.0%} of the kernels; the "
                     "bursts show no clear step structure)"
