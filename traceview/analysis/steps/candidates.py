@@ -555,8 +555,8 @@ def choose(
                 "kernels); using the annotations"
                 + (
                     f" (they hold {annotations.coverage:.0%} of the kernels, and each "
-                    f"annotated step holds {layers} step-marker bursts, as a model's fixed layer count "
-                    "does)"
+                    f"annotated step holds {layers} step-marker bursts, as a model's "
+                    "fixed layer count does)"
                     if layers is not None and bursts.strong and not cpu_activity
                     else ""
                     if bursts.strong
