@@ -74,7 +74,7 @@ class RankResult:
 
     path: str
     rank: int | None = None
-    rank_source: str = ""  # distributedInfo | file name | order
+    rank_source: str = ""  # distributedInfo | file name | file name (DP, PP, TP order) | order
     summary: Summary | None = None
     per_step: pl.DataFrame | None = None  # index, annotation, compute_ns, collective_ns
     skipped: str | None = None  # a trace with nothing to analyse (no device activity)
@@ -174,7 +174,37 @@ def step_work(result: StepResult) -> pl.DataFrame:
     )
 
 
+# SGLang's ``{id}-TP-{tp}[-DP-{dp}][-PP-{pp}][-EP-…]`` names: TP is the rank within one
+# data-parallel replica's pipeline stage, so DP and PP parts name other GPUs
+_LAYOUT_PART = re.compile(r"-(DP|PP)-(\d+)(?=[-.]|$)", re.IGNORECASE)
+
+
+def layout_from_name(name: str) -> tuple[int, int, int] | None:
+    """``(dp, pp, tp)`` of a name with a TP part and a DP or PP part, else None."""
+    parts = {k.upper(): int(v) for k, v in _LAYOUT_PART.findall(name)}
+    tp = _RANK_IN_NAME[1].search(name)
+    if not parts or tp is None:
+        return None
+    return parts.get("DP", 0), parts.get("PP", 0), int(tp.group(1))
+
+
+def _by_layout(results: list[RankResult]) -> None:
+    """Ranks named by SGLang's TP part alone repeat across its DP or PP parts: where they
+    do, and every file ranked by its name has such parts, they are ranked in (DP, PP, TP)
+    order instead (one replica's pipeline stages after another's)."""
+    named = [r for r in results if r.rank_source == "file name"]
+    if len({r.rank for r in named}) == len(named):
+        return
+    layouts = [layout_from_name(Path(r.path).name) for r in named]
+    if any(x is None for x in layouts) or len(set(layouts)) != len(layouts):
+        return
+    order = sorted(range(len(named)), key=lambda i: layouts[i])  # type: ignore[arg-type,return-value]
+    for rank, i in enumerate(order):
+        named[i].rank, named[i].rank_source = rank, "file name (DP, PP, TP order)"
+
+
 def _assign_ranks(results: list[RankResult]) -> None:
+    _by_layout(results)
     taken: dict[int, str] = {}
     for r in results:
         if r.rank is None:
