@@ -271,3 +271,89 @@ def test_narrow_ids_keeps_int64_when_one_id_does_not_fit() -> None:
     assert {f.schema[c] for f in narrow_ids(fits).values() for c in f.columns} == {pl.Int32}
     beyond = {**fits, "c": pl.DataFrame({"stream": [2**31]})}
     assert {f.schema[c] for f in narrow_ids(beyond).values() for c in f.columns} == {pl.Int64}
+
+
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [
+        ("1712195495985358.047", 1712195495985358047),
+        ("1712195495985358.5", 1712195495985358500),
+        ("1712195495985358.4996", 1712195495985358500),  # 499.6 ns
+        ("1712195495985358.4994", 1712195495985358499),
+        ("1712195495985358.0005", 1712195495985358001),  # half up, as to_ns rounds
+        ("1712195495985358", 1712195495985358000),
+        ("12", 12000),
+        ('"12.5"', None),  # a string: its float stands
+        ("1.5e15", None),
+        ("-3.5", None),
+    ],
+)
+def test_exact_ts_reads_the_digits(text: str, ns: int | None) -> None:
+    from traceview.load.columns import exact_ts
+
+    doc = f'[{{"ts": {text}}}, {{"ph": "X"}}]'.encode()
+    assert exact_ts(doc, 2).to_list() == [ns, None]  # type: ignore[union-attr]
+    assert exact_ts(doc, 3) is None  # not the events just decoded
+
+
+def _us(ns: int) -> str:
+    """``ns`` as the digits of microseconds with three decimals, marked for :func:`_json`."""
+    return f"@@{ns // 1000}.{ns % 1000:03d}@@"
+
+
+def _json(doc: object) -> str:
+    """JSON text with each :func:`_us` value as a bare number (a float cannot hold it)."""
+    return json.dumps(doc).replace('"@@', "").replace('@@"', "")
+
+
+EPOCH = 1_712_195_495_985_358_000  # ns: 1.7e15 µs, where a float64 is 250 ns coarse
+
+
+def _epoch_trace(odd: bool) -> tuple[str, list[int]]:
+    """Kernels 1 ns apart on one stream at Unix-epoch microseconds, a B/E pair, a flow and
+    a counter, as JSON text; and each kernel's exact start (ns). ``odd``: one event has a
+    field the typed decoder refuses (its block takes the careful path)."""
+    kernel = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7}
+    events: list[dict[str, object]] = []
+    starts = []
+    t = EPOCH + 123
+    for i in range(40):
+        dur = 1_000 + 7 * i
+        starts.append(t)
+        args = {"device": 0, "stream": 7, "correlation": i}
+        events.append({**kernel, "name": f"k{i % 3}", "ts": _us(t), "dur": _us(dur), "args": args})
+        t += dur + 1
+    host = {"pid": 1, "tid": 1}
+    events.append({**host, "ph": "B", "name": "span", "ts": _us(EPOCH + 1)})
+    events.append({**host, "ph": "E", "ts": _us(EPOCH + 2_222_333)})
+    events.append({**host, "ph": "s", "id": 5, "cat": "ac2g", "name": "ac2g", "ts": _us(EPOCH + 5)})
+    events.append({**host, "ph": "C", "name": "mem", "ts": _us(EPOCH + 9), "args": {"bytes": 1}})
+    if odd:
+        op = {**host, "ph": "X", "cat": "cpu_op", "name": "op", "ts": _us(EPOCH + 7)}
+        events.append({**op, "dur": 1, "args": {"device": "0"}})
+    return _json({"traceEvents": events}), starts
+
+
+@pytest.mark.parametrize("odd", [False, True], ids=["typed", "careful"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_epoch_microsecond_times_load_to_the_exact_ns(
+    tmp_path: Path, odd: bool, workers: int
+) -> None:
+    """An unseen-trace probe's finding: times counted from the Unix epoch in µs with ns
+    decimals (hta/v100_ns_resolution_rank0 has them) lost up to 125 ns each in the float,
+    and kernels 1 ns apart overlapped. They are read from their digits."""
+    text, starts = _epoch_trace(odd)
+    assert json.loads(text)["traceEvents"][0]["ts"] == starts[0] / 1000  # numbers
+    path = tmp_path / "epoch.json"
+    path.write_text(text)
+    options = tv.LoadOptions(cache=False, workers=workers, block_bytes=2048)
+    t = tv.load(path, options=options)
+    k = t.kernels.sort("ts_ns")
+    assert k["ts_ns"].to_list() == starts
+    assert (k["ts_ns"].shift(-1) - (k["ts_ns"] + k["dur_ns"])).drop_nulls().to_list() == [1] * 39
+    span = t.events.filter(pl.col("name") == "span")
+    assert span.select("ts_ns", "dur_ns").row(0) == (EPOCH + 1, 2_222_332)
+    assert t.flows["ts_ns"].to_list() == [EPOCH + 5]
+    assert t.counters["ts_ns"].to_list() == [EPOCH + 9]
+    if odd:
+        assert t.events.filter(pl.col("name") == "op")["ts_ns"].to_list() == [EPOCH + 7]

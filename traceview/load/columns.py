@@ -4,6 +4,8 @@ same columns, then one polars frame per block."""
 
 from __future__ import annotations
 
+import math
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +55,68 @@ class _RawArgsEvent(msgspec.Struct):
 
 
 RAW_ARGS_DECODER = msgspec.json.Decoder(list[_RawArgsEvent])
+
+
+class _TsText(msgspec.Struct):
+    ts: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # empty: no ts
+
+
+_TS_TEXT_DECODER = msgspec.json.Decoder(list[_TsText])
+
+# A float64 holds microseconds to the nanosecond only below 2**43 (about 100 days): a clock
+# counted from the Unix epoch (1.7e15 µs) is off by up to 125 ns. Where a block's times
+# reach this far, they are read again from their text, exactly (:func:`exact_ts`).
+EXACT_FROM_US = float(1 << 43)
+EXACT_TS = "_ts_ns"  # a frame's column of those exact times (ns; null: read the float)
+
+
+def with_exact_ts(frame: pl.DataFrame, doc: bytes) -> pl.DataFrame:
+    """``frame`` (a block's, from the JSON array ``doc``) with :data:`EXACT_TS` where
+    some time of it is too large for a float64 to hold to the ns and has decimals."""
+    low, high = frame["ts"].min(), frame["ts"].max()
+    if not any(isinstance(v, float) and EXACT_FROM_US <= abs(v) < math.inf for v in (low, high)):
+        return frame
+    if not _DECIMAL_TS.search(doc):  # whole microseconds: each float is exact
+        return frame
+    exact = exact_ts(doc, frame.height)
+    return frame if exact is None else frame.with_columns(exact)
+
+
+_DECIMAL_TS = re.compile(rb'"ts"\s*:\s*-?[0-9]+\.')
+_TS = operator.attrgetter("ts")
+
+
+def exact_ts(doc: bytes, n: int) -> pl.Series | None:
+    """Each event's ``ts`` in ns, exact, from the text of ``doc`` (the JSON array of the
+    ``n`` events just decoded): the whole microseconds times 1000 plus the first three
+    decimals, rounded half up on the rest (what :func:`frames.to_ns` computes from an exact
+    float). Null where a ``ts`` is not a plain decimal number (absent, negative, a string,
+    an exponent, 1e16 µs or more): its float stands. None where the text does not decode
+    so."""
+    try:
+        texts = _TS_TEXT_DECODER.decode(doc)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if len(texts) != n:
+        return None
+    # one text of every ts, split by polars (no Python string per event)
+    joined = b"\n".join(map(bytes, map(_TS, texts))).decode("ascii", "replace")
+    del texts
+    text = pl.Series("t", [joined]).str.split("\n").explode()
+    t = pl.col("t")
+    parts = t.str.split_exact(".", 1)
+    whole, frac = parts.struct.field("field_0"), parts.struct.field("field_1").fill_null("")
+    plain = (
+        t.str.contains(r"^[0-9]") & ~t.str.contains("e", literal=True)
+        & ~t.str.contains("E", literal=True) & (whole.str.len_bytes() <= 16)
+        & ((frac == "") | frac.cast(pl.Int64, strict=False).is_not_null())
+    )  # fmt: skip
+    ns = (
+        whole.cast(pl.Int64, strict=False) * 1000
+        + frac.str.slice(0, 3).str.pad_end(3, "0").cast(pl.Int64, strict=False)
+        + (frac.str.slice(3, 1) >= "5").cast(pl.Int64)
+    )
+    return pl.DataFrame([text]).select(pl.when(plain).then(ns).alias(EXACT_TS)).to_series()
 
 
 # --- per-block columns -------------------------------------------------------------------

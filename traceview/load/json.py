@@ -11,8 +11,9 @@ Time conversion (the one place it happens): ``ts_ns = round(ts_us * 1000)``, com
 error never reaches a whole nanosecond. Guarantee: a timestamp written with at most three
 decimals converts to its exact nanosecond value while ``|ts_us| < 2**43`` (about 8.8e12 µs,
 i.e. any relative or ``baseTimeNanoseconds``-based Kineto clock); integer-microsecond
-timestamps are exact up to 2**53 µs. Durations are converted the same way and are never
-negative.
+timestamps are exact up to 2**53 µs. Beyond 2**43 µs (a Unix-epoch clock), a block's
+plain decimal ``ts`` values are read again from their digits (:func:`columns.exact_ts`).
+Durations are converted the same way and are never negative.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ from traceview.load import kinds, lenient
 from traceview.load.boundaries import array_end, error_byte, last_cut
 from traceview.load.columns import (
     DECODER,
+    EXACT_TS,
     RAW_ARGS_DECODER,
     Block,
     as_number,
+    with_exact_ts,
 )
 from traceview.load.frames import (
     OVERLAY_CATEGORY,
@@ -431,7 +434,7 @@ class _Loader:
             )
         except lenient.CutInsideAnEvent:
             return False
-        self._add_events(parsed)
+        self._add_events(parsed, text=doc)
         return True
 
     def _raise_json_error(self, text: bytes, problem: str) -> None:
@@ -441,11 +444,15 @@ class _Loader:
 
     # - converting events -
 
-    def _add_events(self, events: list[Any], typed_doc: bytes | None = None) -> None:
+    def _add_events(
+        self, events: list[Any], typed_doc: bytes | None = None, text: bytes | None = None
+    ) -> None:
         """Add decoded events to the frames: typed structs decoded from ``typed_doc``, or
-        plain JSON values (``typed_doc`` None)."""
+        plain JSON values (``typed_doc`` None) parsed from ``text`` where it is known (the
+        JSON array of exactly these events)."""
         if not events:
             return
+        text = typed_doc if typed_doc is not None else text
         base = self.total_events
         self.total_events += len(events)
         if typed_doc is not None:
@@ -460,7 +467,8 @@ class _Loader:
                 ]
         else:
             block = Block.from_dicts(list(events), base, keep_args=self.raw_args)
-        self._add_frame(block.frame(), block.counters, base)
+        frame = block.frame() if text is None else with_exact_ts(block.frame(), text)
+        self._add_frame(frame, block.counters, base)
 
     def _add_frame(
         self, df: pl.DataFrame, counters: list[tuple[int, dict[str, Any]]], base: int
@@ -502,8 +510,9 @@ class _Loader:
     def _add_counters(
         self, df: pl.DataFrame, counters: list[tuple[int, dict[str, Any]]], base: int
     ) -> None:
-        rows: list[tuple[float, str, str, float, int | None]] = []
-        good = df.filter(pl.col("ph") == "C").select("idx", "ts", "name", "pid")
+        rows: list[tuple[int, str, str, float, int | None]] = []
+        ts_ns = pl.coalesce(EXACT_TS, to_ns("ts")) if EXACT_TS in df.columns else to_ns("ts")
+        good = df.filter(pl.col("ph") == "C").select("idx", ts_ns.alias("ts"), "name", "pid")
         lookup = {idx: (ts, name, pid) for idx, ts, name, pid in good.iter_rows()}
         for i, args in counters:
             found = lookup.get(base + i)
@@ -516,8 +525,8 @@ class _Loader:
                     rows.append((ts, name or "", str(key), number, pid))
         if rows:
             frame = pl.DataFrame(
-                rows, schema=["ts", "name", "series", "value", "pid"], orient="row"
-            ).select(to_ns("ts").alias("ts_ns"), "name", "series", "value", "pid")
+                rows, schema=["ts_ns", "name", "series", "value", "pid"], orient="row"
+            )
             self.parts["counters"].append(self._cast(frame, COUNTER_SCHEMA))
 
     def _pair_begin_end(self) -> None:

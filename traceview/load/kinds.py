@@ -9,7 +9,7 @@ from collections import Counter
 import polars as pl
 
 from traceview.errors import TraceFormatError, describe_event
-from traceview.load.columns import NOT_AN_ID
+from traceview.load.columns import EXACT_TS, NOT_AN_ID
 from traceview.load.frames import (
     DEVICE_CATS,
     EVENT_CATS,
@@ -18,6 +18,9 @@ from traceview.load.frames import (
     finite,
     to_ns,
 )
+
+# a paired B/E event's exact duration (ns), where both ends had exact times (EXACT_TS)
+EXACT_DUR = "_dur_ns"
 
 
 def usable(df: pl.DataFrame, path: str) -> tuple[pl.DataFrame, Counter[str]]:
@@ -132,11 +135,13 @@ def split(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
     device = complete & cat.is_in(list(DEVICE_CATS))
     instant = pl.col("ph").is_in(["i", "I"])
     raw = ["args_json"] if "args_json" in df.columns else []
+    ts_ns = pl.coalesce(EXACT_TS, to_ns("ts")) if EXACT_TS in df.columns else to_ns("ts")
+    dur_ns = pl.coalesce(EXACT_DUR, to_ns("dur")) if EXACT_DUR in df.columns else to_ns("dur")
 
     parts = {
         "kernels": df.filter(device).select(
-            to_ns("ts").alias("ts_ns"),
-            to_ns("dur").alias("dur_ns"),
+            ts_ns.alias("ts_ns"),
+            dur_ns.alias("dur_ns"),
             pl.col("name").fill_null(""),
             pl.col("cat"),
             cat.replace_strict(DEVICE_CATS, default="kernel").alias("kind"),
@@ -149,8 +154,8 @@ def split(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
             *raw,
         ),
         "events": df.filter((complete & ~device) | instant).select(
-            to_ns("ts").alias("ts_ns"),
-            pl.when(instant).then(0).otherwise(to_ns("dur")).alias("dur_ns"),
+            ts_ns.alias("ts_ns"),
+            pl.when(instant).then(0).otherwise(dur_ns).alias("dur_ns"),
             pl.col("name").fill_null(""),
             pl.col("cat").fill_null(""),
             pl.when(instant)
@@ -164,7 +169,7 @@ def split(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
             *raw,
         ),
         "flows": df.filter(pl.col("ph").is_in(["s", "t", "f"])).select(
-            to_ns("ts").alias("ts_ns"),
+            ts_ns.alias("ts_ns"),
             "id",
             pl.col("ph").alias("phase"),
             pl.col("cat").fill_null(""),
@@ -180,8 +185,8 @@ def split(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
     }
     if "input_dims" in df.columns:
         parts["shapes"] = df.filter(complete & ~device & pl.col("input_dims").is_not_null()).select(
-            to_ns("ts").alias("ts_ns"),
-            to_ns("dur").alias("dur_ns"),
+            ts_ns.alias("ts_ns"),
+            dur_ns.alias("dur_ns"),
             pl.col("name").fill_null(""),
             *("pid", "tid", "input_dims", "input_types", "concrete_inputs"),
         )
@@ -212,6 +217,7 @@ def pair_begin_end(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame | None, Coun
         return None, skipped
     # blocks with and without "Input Dims" (or args) have other columns: nulls fill in
     rows = pl.concat(parts, how="diagonal").sort("idx")
+    exact = EXACT_TS in rows.columns
     stacks: dict[tuple[object, object], list[dict[str, object]]] = {}
     complete: list[dict[str, object]] = []
     for row in rows.iter_rows(named=True):
@@ -220,7 +226,11 @@ def pair_begin_end(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame | None, Coun
             stacks.setdefault(key, []).append(row)
         elif stacks.get(key):
             begin = stacks[key].pop()
-            complete.append({**begin, "ph": "X", "dur": row["ts"] - begin["ts"]})
+            paired = {**begin, "ph": "X", "dur": row["ts"] - begin["ts"]}
+            if exact:  # both ends' exact times, where each has one
+                a, b = begin[EXACT_TS], row[EXACT_TS]
+                paired[EXACT_DUR] = None if a is None or b is None else b - a
+            complete.append(paired)
         else:
             skipped["'E' without a matching 'B'"] += 1
     unmatched = sum(len(s) for s in stacks.values())
@@ -228,4 +238,5 @@ def pair_begin_end(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame | None, Coun
         skipped["'B' without a matching 'E'"] += unmatched
     if not complete:
         return None, skipped
-    return pl.DataFrame(complete, schema=rows.schema), skipped
+    schema = {**rows.schema, **({EXACT_DUR: pl.Int64()} if exact else {})}
+    return pl.DataFrame(complete, schema=schema), skipped
