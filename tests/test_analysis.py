@@ -234,6 +234,31 @@ def test_annotations_that_keep_the_layer_count_beat_bursts_a_copy_misled(
     assert len(said) == 1 and "step-marker bursts, as a model's fixed layer count does" in said[0]
 
 
+def test_a_trace_merged_from_two_processes_says_its_launch_links_are_shared(
+    tmp_path: Path,
+) -> None:
+    """An unseen-trace probe's finding: two processes merged into one file (SGLang's
+    ``merged-*`` traces) number their launches' correlation ids from 1 each, and a Kineto
+    kernel does not say which process launched it: one process's step annotations were
+    linked to the other device's kernels, silently. The summary now says so."""
+    doc = json.loads(gzip.decompress((GENERATED / "hybrid_chunked.json.gz").read_bytes()))
+    copy = []
+    for e in json.loads(json.dumps(doc["traceEvents"])):
+        if e.get("pid") == 0:  # the device's: now device 1
+            e["pid"] = 1
+            if isinstance(e.get("args"), dict) and "device" in e["args"]:
+                e["args"]["device"] = 1
+        elif isinstance(e.get("pid"), int):
+            e["pid"] += 1000
+        copy.append(e)
+    path = tmp_path / "merged.json"
+    path.write_text(json.dumps({**doc, "traceEvents": doc["traceEvents"] + copy}))
+    said = [w for w in tv.summarize(tv.load(path), device=1).warnings if "correlation id" in w]
+    assert len(said) == 1 and "launched inside the steps of more than one process" in said[0]
+    alone = tv.summarize(tv.load(GENERATED / "hybrid_chunked.json.gz")).warnings
+    assert not [w for w in alone if "correlation id" in w]
+
+
 def test_steps_table_columns(scenario: str) -> None:
     t = truth(scenario)
     table = tv.steps(tv.load(GENERATED / f"{scenario}.json.gz"))

@@ -175,7 +175,8 @@ def test_launches_belong_to_the_step_range_that_holds_them_on_their_thread(tmp_p
     k = device_kernels(trace.kernels, family_codes(trace.kernels, load_rules()), ())
     groups = _annotation_groups(trace, k, 0)
     assert groups is not None
-    _, held = groups  # per kernel: the index of the range (in time order) that holds it
+    _, held, shared = groups  # per kernel: the index of the range (in time order) holding it
+    assert shared == 0  # one process
     names = trace.kernels["name"].cast(pl.String).to_list()
     got = {names[i]: int(c) for i, c in enumerate(held) if c >= 0}
     assert got == {name: s for name, (_, s) in planted.items() if s is not None}

@@ -142,6 +142,8 @@ class Candidate:
             their steps there).
         coverage: share of the device's kernels the steps hold (annotations).
         burst_starts: every step-marker burst's start (ns, in order; bursts).
+        shared_ids: correlation ids launched inside steps of more than one process
+            (annotations: a file merged from several processes).
     """
 
     method: str
@@ -154,6 +156,7 @@ class Candidate:
     first_kernel: I64 | None = None
     coverage: float = 1.0
     burst_starts: I64 | None = None
+    shared_ids: int = 0
 
     @property
     def count(self) -> int:
@@ -375,28 +378,38 @@ def idle_candidate(k: DeviceKernels, u: Union) -> Candidate:
 # --- annotations --------------------------------------------------------------------------
 
 
-def _launched_in(trace: Trace, k: DeviceKernels, cpu: pl.DataFrame) -> np.ndarray:
+def _launched_in(trace: Trace, k: DeviceKernels, cpu: pl.DataFrame) -> tuple[np.ndarray, int]:
     """Per kernel, the CPU step cluster (``cpu``: ``cid``, ``pid``, ``tid``, ``a0``,
     ``a1``) its launch lies inside on the launching thread (:func:`launches_within`), by
     correlation id; -1 where none. A correlation launched twice keeps one launch (on one
-    thread, the first)."""
+    thread, the first). Also: how many ids are launched inside steps of more than one
+    process (correlation ids repeat across processes: a file merged from several holds
+    one process's launch for another's kernel, and nothing in a Kineto kernel says whose)."""
     launched, row = launches_within(trace, cpu)
     out = np.full(k.height, -1, dtype=np.int32)
     if launched.size == 0:
-        return out
+        return out, 0
     cid = cpu["cid"].to_numpy().astype(np.int32)[row]
+    pid = cpu["pid"].fill_null(-1).to_numpy().astype(np.int64)[row]
     del row
+    shared = 0
     if launched.size > 1 and not bool((launched[1:] > launched[:-1]).all()):
+        order = np.lexsort((pid, launched))
+        twice = launched[order][1:] == launched[order][:-1]
+        others = twice & (pid[order][1:] != pid[order][:-1])
+        shared = int(distinct(launched[order][1:][others]).size)
+        del order, twice, others
         launched, first = first_of_each(launched)  # one launch per id
         cid = cid[first]
         del first
+    del pid
     for c0 in range(0, k.height, LOOKUP_CHUNK):  # per-kernel arrays one slice at a time
         kc, known = k.correlation(c0, LOOKUP_CHUNK)
         pos = np.searchsorted(launched, kc)
         np.minimum(pos, launched.size - 1, out=pos)
         known &= launched[pos] == kc
         out[c0 : c0 + kc.size][known] = cid[pos[known]]
-    return out
+    return out, shared
 
 
 LOOKUP_CHUNK = 1 << 18  # kernels whose launch is looked up at a time
@@ -404,10 +417,11 @@ LOOKUP_CHUNK = 1 << 18  # kernels whose launch is looked up at a time
 
 def _annotation_groups(
     trace: Trace, k: DeviceKernels, device: int
-) -> tuple[list[list[str]], np.ndarray] | None:
+) -> tuple[list[list[str]], np.ndarray, int] | None:
     """Per-step annotations as clusters (see :func:`step_clusters`, in time order): each
-    cluster's names, and per kernel the cluster that holds it (int32, -1 for none); None if the
-    trace has none linked to the device's kernels.
+    cluster's names, per kernel the cluster that holds it (int32, -1 for none), and the
+    correlation ids launched inside steps of several processes (:func:`_launched_in`);
+    None if the trace has none linked to the device's kernels.
 
     GPU-projected annotations on this device take their kernels by time; CPU annotations
     take the kernels launched from inside them, through correlation ids (or, in a CPU
@@ -417,6 +431,7 @@ def _annotation_groups(
     if ann is None:
         return None
     gpu = ann.filter((pl.col("kind") == "gpu_user_annotation") & (pl.col("pid") == device))
+    shared = 0
     if gpu.height:
         clusters = step_clusters(gpu.drop("kind", "pid", "tid"), [])
         held = range_holding(k.ts, clusters["a0"].to_numpy(), clusters["a1"].to_numpy())
@@ -425,7 +440,7 @@ def _annotation_groups(
             ann.filter(pl.col("kind") == "user_annotation").drop("kind"), ["pid", "tid"]
         )
         cpu = clusters.select("cid", "pid", "tid", "a0", "a1")
-        held = _launched_in(trace, k, cpu)
+        held, shared = _launched_in(trace, k, cpu)
         if not (held >= 0).any():  # a CPU capture: its own process's activity by time
             pids = k.ids("pid")
             for (pid,), spans in cpu.sort("a0", maintain_order=True).group_by(
@@ -438,7 +453,7 @@ def _annotation_groups(
                 held[mine[at >= 0]] = spans["cid"].to_numpy()[at[at >= 0]]
     if not (held >= 0).any():
         return None
-    return clusters["names"].to_list(), held
+    return clusters["names"].to_list(), held, shared
 
 
 def annotation_candidate(trace: Trace, k: DeviceKernels, device: int) -> Candidate | None:
@@ -448,7 +463,7 @@ def annotation_candidate(trace: Trace, k: DeviceKernels, device: int) -> Candida
     groups = _annotation_groups(trace, k, device)
     if groups is None:
         return None
-    names, held = groups
+    names, held, shared = groups
     linked = np.flatnonzero(held >= 0)  # in time order
     cid = held[linked]
     n = len(names)
@@ -474,6 +489,7 @@ def annotation_candidate(trace: Trace, k: DeviceKernels, device: int) -> Candida
         names=[list(names[i]) for i in steps[order]],
         first_kernel=firsts[order],
         coverage=linked.size / max(k.height, 1),
+        shared_ids=shared,
     )
 
 
@@ -545,6 +561,13 @@ def choose(
     )
     warnings: list[str] = []
     n_ann = 0 if annotations is None else annotations.count
+    if annotations is not None and annotations.shared_ids:
+        warnings.append(
+            f"{annotations.shared_ids} correlation id(s) are launched inside the steps of "
+            "more than one process (a trace merged from several processes numbers each "
+            "process's launches from 1): a kernel may be linked to another process's step "
+            "annotation; analyse each process's trace alone for its steps' kinds and names"
+        )
     if use_annotations:
         assert annotations is not None
         if disagreements:
