@@ -14,6 +14,7 @@ from conftest import GENERATED, SHARED_TRACES
 from planned import planned_gap_fill
 
 import traceview as tv
+from fixtures.build import TraceBuilder
 from traceview.analysis.timing.idle import CAUSES, busy_by_family
 from traceview.cli import cli
 
@@ -369,3 +370,28 @@ def test_a_sync_call_without_any_linked_launch_is_no_crash(tmp_path: Path) -> No
     path.write_text(json.dumps({"traceEvents": events}))
     doc = tv.summarize(tv.load(path)).to_dict()
     assert doc["busy"]["busy_ns"] == 60_000 and doc["trace"]["span_ns"] == 410_000
+
+
+@pytest.mark.parametrize("dropped", [0, 3])
+def test_graph_launches_whose_records_were_dropped_are_said(tmp_path: Path, dropped: int) -> None:
+    """An unseen-trace probe's finding: graph replays whose device records the profiler
+    dropped (or an Nsight export traced at graph level) left steps out and read as the
+    host being late, with no word said. Ten replays of eight kernels each, ``dropped`` of
+    them (in the middle) without their kernels: the summary counts them."""
+    tb = TraceBuilder()
+    t0, period = 1_000_000_000, 400_000
+    for step in range(10):
+        corr = tb.next_correlation()
+        launch = t0 + step * period
+        tb.launch("graph", launch, corr, launch + 50_000, call="cudaGraphLaunch")
+        if 3 <= step < 3 + dropped:
+            continue  # its records dropped
+        for j in range(8):
+            name = "flash_attn_fwd_kernel" if j % 2 else "gemm_kernel"
+            tb.kernel(name, launch + 50_000 + j * 20_000, 15_000, correlation=corr)
+    summary = tv.summarize(tv.load(tb.write(tmp_path / "t.json")))
+    said = [w for w in summary.warnings if "CUDA-graph launches" in w]
+    if dropped:
+        assert len(said) == 1 and said[0].startswith(f"{dropped} of 9 CUDA-graph launches")
+    else:
+        assert said == []

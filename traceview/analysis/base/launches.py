@@ -65,3 +65,25 @@ def launches_within(
     if len(corrs) == 1:
         return corrs[0], rows[0]
     return np.concatenate(corrs), np.concatenate(rows)
+
+
+GRAPH_LAUNCH = r"^(cuda|hip)GraphLaunch"  # a CUDA/HIP graph's replay (nsys: `_v10000` cut)
+
+
+def graph_launches_without_work(trace: Trace, lo: int, hi: int) -> tuple[int, int]:
+    """Graph launches starting in ``[lo, hi]`` (the analysed device's activity) whose
+    correlation id no device activity has, and all graph launches there: a replay's
+    records dropped by the profiler, or an Nsight export traced at graph level, which
+    records no kernels of a replay. Launches at the edges of a capture are left out (their
+    work may fall outside it)."""
+    launches = trace.events.filter(
+        pl.col("kind").is_in(["runtime", "driver"])
+        & pl.col("name").cast(pl.String).str.contains(GRAPH_LAUNCH)
+        & pl.col("correlation").is_not_null()
+        & pl.col("ts_ns").is_between(lo, hi)
+    ).select("correlation")
+    if launches.height == 0:
+        return 0, 0
+    worked = trace.kernels["correlation"].drop_nulls().unique().implode()
+    idle = launches.filter(~pl.col("correlation").is_in(worked)).height
+    return idle, launches.height

@@ -35,6 +35,7 @@ import polars as pl
 from traceview._io import release_free_memory
 from traceview.analysis.base.document import Activity, StepFinding
 from traceview.analysis.base.intervals import I64, Union, union
+from traceview.analysis.base.launches import graph_launches_without_work
 from traceview.analysis.classify.families import Rules, family_codes, load_rules
 from traceview.analysis.classify.shapes import shape_families, shape_tokens
 from traceview.analysis.steps.candidates import (
@@ -449,6 +450,15 @@ def find_steps(
     if c.method == "idle":
         how = c.detail.removeprefix("no step-marker kernels: ")  # said once, with the markers
         warnings.append(f"no step-marker kernels ({', '.join(rules.step_marker)}): {how}")
+    if k.height and activity == "kernel":
+        empty, graphs = graph_launches_without_work(trace, int(k.ts[0]), int(k.ts[-1]))
+        if empty:
+            warnings.append(
+                f"{empty} of {graphs} CUDA-graph launches inside the trace have no device "
+                "activity (the profiler dropped their records, or an Nsight export traced "
+                "graphs whole: record with --cuda-graph-trace=node): the steps, cadence and "
+                "idle time around them are unreliable"
+            )
     starts = c.first_kernel if c.method == "annotations" and activity == "cpu_op" else None
     table, phases, disagree = _assemble(
         trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts
