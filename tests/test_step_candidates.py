@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 import pytest
 from conftest import GENERATED, truth
 
 import traceview as tv
+from fixtures.build import TraceBuilder
 from traceview.analysis.base.intervals import union
 from traceview.analysis.classify.families import family_codes, load_rules
 from traceview.analysis.steps.candidates import (
@@ -18,6 +21,7 @@ from traceview.analysis.steps.candidates import (
     burst_candidate,
     choose,
     device_kernels,
+    layers_per_step,
 )
 from traceview.analysis.steps.records import parse, record, stated_composition
 
@@ -103,6 +107,31 @@ def _cand(method: str, anchors: list[int], strong: bool = True, cover: float = 1
     return Candidate(method, arr, arr, method, strong, names=names, coverage=cover)
 
 
+def test_annotations_that_keep_the_layer_count_beat_strong_bursts_that_disagree() -> None:
+    """An unseen-trace probe's finding: strong bursts that took steps two at a time (a
+    hidden pause; a host stall) were used over annotations holding every kernel. Where
+    every burst lies in one annotated step and the annotated steps hold one count of
+    bursts (the model's layers), the annotations are used; an annotation missing (a burst
+    in no annotated step) or steps holding different counts leave the bursts in charge."""
+    # 8 annotated steps of 4 bursts each (bursts 10 ns apart, steps 100 ns apart)
+    starts = np.array([100 * s + 10 * b for s in range(8) for b in range(4)], dtype=np.int64)
+    annotated = _cand("annotations", [100 * s for s in range(8)])
+    annotated.last_markers = annotated.anchors + 30
+    pairs = Candidate("bursts", starts[::8], starts[7::8], "every 8", True, 8, burst_starts=starts)
+    assert layers_per_step(annotated, pairs) == 4
+    c = choose(pairs, annotated, None)
+    assert c.candidate is annotated and c.disagreements == 4
+    assert "each annotated step holds 4 step-marker bursts" in c.warnings[0]
+    missing = _cand("annotations", [100 * s for s in range(8) if s != 5])
+    missing.last_markers = missing.anchors + 30
+    assert layers_per_step(missing, pairs) is None  # step 5's bursts lie in no step
+    assert choose(pairs, missing, None).candidate is pairs
+    merged = _cand("annotations", [0, 100, 200, 400, 500, 600, 700])  # 200 holds 300 too
+    merged.last_markers = merged.anchors + np.array([30, 30, 130, 30, 30, 30, 30])
+    assert layers_per_step(merged, pairs) is None  # 200 holds 8: 4 in 4 of 5 inner steps
+    assert choose(pairs, merged, None).candidate is pairs
+
+
 def test_the_arbiter_prefers_the_strongest_agreeing_evidence() -> None:
     bursts, agreeing = _cand("bursts", [0, 10, 20]), _cand("annotations", [0, 10, 20])
     c = choose(bursts, agreeing, None)
@@ -180,3 +209,49 @@ def test_launches_belong_to_the_step_range_that_holds_them_on_their_thread(tmp_p
     names = trace.kernels["name"].cast(pl.String).to_list()
     got = {names[i]: int(c) for i, c in enumerate(held) if c >= 0}
     assert got == {name: s for name, (_, s) in planted.items() if s is not None}
+
+
+ATTENTION = "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64>>(flash::Params)"
+
+
+def _eager_steps(
+    tmp_path: Path, *, stalls: tuple[int, ...] = (), covered: tuple[int, ...] = ()
+) -> tuple[Path, list[int]]:
+    """40 decode steps of 4 attention layers (a GEMM after each, 2 µs apart) with a 300 µs
+    pause between steps; a 450 µs host stall after the second layer of each step in
+    ``stalls``; a copy on another stream over the pause before each step in ``covered``.
+    Returns the trace and each step's anchor (its first attention kernel's start)."""
+    tb = TraceBuilder()
+    t, anchors = 1_000_000_000, []
+    for step in range(40):
+        for layer in range(4):
+            if layer == 0:
+                anchors.append(t)
+            tb.kernel(ATTENTION, t, 30_000)
+            tb.kernel("gemm_kernel", t + 32_000, 40_000)
+            t += 74_000
+            if layer == 1 and step in stalls:
+                t += 450_000
+        if step + 1 in covered:
+            tb.kernel(
+                "Memcpy HtoD (Pageable -> Device)", t - 10_000, 310_000, stream=22, cat="gpu_memcpy"
+            )
+        t += 300_000 - 2_000
+    return tb.write(tmp_path / "t.json"), anchors
+
+
+@pytest.mark.parametrize(
+    ("stalls", "covered"),
+    [((), ()), ((3, 11, 17, 26, 33), ()), ((), tuple(range(1, 40, 2)))],
+    ids=["plain", "host-stalls", "copies-over-every-other-pause"],
+)
+def test_bursts_find_the_planted_steps_past_stalls_and_hidden_pauses(
+    tmp_path: Path, stalls: tuple[int, ...], covered: tuple[int, ...]
+) -> None:
+    """An unseen-trace probe's findings: five 450 µs host stalls inside 40 steps (longer
+    than the 300 µs between-step pause) made the whole trace one step; a copy on another
+    stream over every other pause hid those from the device's idle time, and the bursts
+    found the steps two at a time. The period is found past both."""
+    path, anchors = _eager_steps(tmp_path, stalls=stalls, covered=covered)
+    steps = tv.steps(tv.load(path), method="bursts")
+    assert steps["anchor_ns"].to_list() == anchors

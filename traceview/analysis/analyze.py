@@ -23,8 +23,9 @@ from traceview.analysis.base.precision import sig
 from traceview.analysis.classify.families import Rules, load_rules
 from traceview.analysis.documents import display
 from traceview.analysis.documents.summary import Summary, build, capture_only_summary
-from traceview.analysis.steps.candidates import MAX_LAYERS, StepOptions
+from traceview.analysis.steps.candidates import StepOptions
 from traceview.analysis.steps.find import StepResult, find_steps
+from traceview.analysis.steps.periodic import MAX_LAYERS
 from traceview.analysis.work.devices import DeviceSpec, device_option
 from traceview.analysis.work.model_config import ModelSpec, load_model
 from traceview.errors import CaptureOnlyError, UsageError

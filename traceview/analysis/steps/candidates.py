@@ -2,12 +2,14 @@
 chooses between them (docs/metrics.md, Engine steps; docs/design.md).
 
 - ``bursts``: consecutive step-marker kernels on a stream form a per-layer burst. Between
-  two bursts, the longest device-idle gap is the boundary's score. A model has a constant
-  number L of full-attention bursts per step, so the step boundaries are every L-th
-  boundary: L (and the phase of the pattern) is chosen where the chosen boundaries beat
-  every other boundary within L-1 of them; that holds even when the between-step pause is
-  barely longer than the gaps inside a step. ``--layers N`` fixes L; ``--step-gap`` instead
-  cuts at every idle gap of at least that length.
+  two bursts, the longest idle gap (of the device, or of the markers' own stream where
+  longer) is the boundary's score. A model has a constant number L of full-attention
+  bursts per step, so the step boundaries are every L-th boundary: L (and the phase of
+  the pattern) is chosen where the chosen boundaries beat every other boundary within L-1
+  of them, or nearly every boundary off the phase (a few host stalls); that holds even
+  when the between-step pause is barely longer than the gaps inside a step
+  (:mod:`.periodic`). ``--layers N`` fixes L; ``--step-gap`` instead cuts at every idle
+  gap of at least that length.
 - ``annotations``: the engine's own per-step ranges (see :mod:`.annotations`), projected on
   the GPU or on the CPU thread and linked to kernels through correlation ids. Overlapping
   step ranges are one step (SGLang's ``execute_…`` around ``step[…]``, or one range
@@ -24,19 +26,20 @@ from typing import cast
 import numpy as np
 import polars as pl
 
-from traceview.analysis.base.intervals import I64, Union, distinct, first_of_each
+from traceview.analysis.base.intervals import I64, Union, distinct, first_of_each, union
 from traceview.analysis.base.launches import launches_within, range_holding
 from traceview.analysis.classify.families import FamilyCodes
+from traceview.analysis.steps.periodic import (
+    PERIODIC_MIN_STEPS,
+    PERIODIC_SURE,
+    choose_boundaries,
+    natural_break,
+)
 from traceview.analysis.steps.ranges import step_clusters, step_ranges
 from traceview.analysis.steps.records import StepRecord, record
 from traceview.model import Trace
 
-PERIODIC_MIN_SCORE = 0.8  # share of chosen boundaries that must beat their neighbourhood
-PERIODIC_SURE = 0.95  # a period this clear ends the search
-PERIODIC_MARGIN = 1.15  # ... by at least this factor (a tie or a drift is not a pause)
 ANNOTATION_COVERAGE = 0.9  # share of kernels annotations must hold to beat a weak guess
-PERIODIC_MIN_STEPS = 3  # chosen boundaries needed before a period is believed
-MAX_LAYERS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,132 +229,19 @@ def _boundary_idle(u: Union, last_marker: I64, next_start: I64) -> tuple[I64, I6
     return best, others
 
 
-def _periodic_score(idle: I64, period: int) -> tuple[float, int]:
-    """Best (score, phase) for boundaries every ``period``: the share of chosen boundaries
-    whose idle gap beats every other boundary within ``period - 1`` of them."""
-    n = idle.size
-    s = pl.Series(idle.astype(np.float64))
-    w = period - 1
-    left = s.shift(1).rolling_max(window_size=w, min_samples=1).fill_null(-1.0).to_numpy()
-    right = (
-        s.reverse()
-        .shift(1)
-        .rolling_max(window_size=w, min_samples=1)
-        .fill_null(-1.0)
-        .reverse()
-        .to_numpy()
-    )
-    neighbours = np.maximum(left, right)
-    wins = (idle > PERIODIC_MARGIN * neighbours) & (idle > 0)
-    pos = np.arange(n) % period
-    total = np.bincount(pos, minlength=period)
-    won = np.bincount(pos, weights=wins, minlength=period)
-    share = np.where(total > 0, won / np.maximum(total, 1), 0.0)
-    phase = int(np.argmax(share))
-    return float(share[phase]), phase
-
-
-def _natural_break(values: I64) -> int | None:
-    """A threshold at the widest ratio between consecutive sorted positive values, if that
-    ratio is at least 2 (a clear break); None otherwise."""
-    v = distinct(values[values > 0]).astype(np.float64)
-    if v.size < 2:
-        return None
-    ratios = v[1:] / v[:-1]
-    i = int(np.argmax(ratios))
-    if ratios[i] < 2.0:
-        return None
-    return int(np.ceil(np.sqrt(v[i] * v[i + 1])))
-
-
-def _choose_boundaries(
-    idle: I64, others: I64, opts: StepOptions
-) -> tuple[np.ndarray, int | None, str, bool]:
-    """Which burst boundaries are step boundaries (mask); L; how, in words; and whether the
-    evidence is strong (a period, or the user's own option) rather than a weaker guess.
-
-    ``others`` are the device's idle gaps that are no boundary's longest: when (nearly)
-    every boundary's gap stands out above them, every burst is a step (one full-attention
-    layer per step).
-    """
-    n = idle.size
-    if n == 0:
-        return np.zeros(0, dtype=bool), 1, "a single burst", False
-    if opts.step_gap_ns is not None:
-        return idle >= opts.step_gap_ns, None, f"--step-gap {opts.step_gap_ns} ns", True
-    if opts.layers is not None:
-        period = max(1, opts.layers)
-        if period == 1:
-            return np.ones(n, dtype=bool), 1, "--layers 1", True
-        score, phase = _periodic_score(idle, period)
-        mask = (np.arange(n) % period) == phase
-        return mask, period, f"--layers {period} (boundary score {score:.2f})", True
-    best: tuple[float, int, int] | None = None
-    for period in range(2, min(MAX_LAYERS, n // PERIODIC_MIN_STEPS) + 1):
-        score, phase = _periodic_score(idle, period)
-        if best is None or score > best[0] + 1e-9:
-            best = (score, period, phase)
-        if score >= PERIODIC_SURE:
-            break  # multiples of the period score lower, not higher: no need to look on
-    if best is not None and best[0] >= PERIODIC_MIN_SCORE:
-        score, period, phase = best
-        mask = (np.arange(n) % period) == phase
-        return (
-            mask,
-            period,
-            (
-                f"every {period} step-marker bursts: the between-step idle gap "
-                f"beats every gap within {period - 1} bursts at {score:.0%} of "
-                "boundaries"
-            ),
-            True,
-        )
-    if others.size:
-        typical = float(np.quantile(others, 0.99))
-        standing_out = float((idle > PERIODIC_MARGIN * typical).mean())
-    else:
-        standing_out = float((idle > 0).mean())
-    if standing_out >= PERIODIC_MIN_SCORE:
-        return (
-            np.ones(n, dtype=bool),
-            1,
-            (
-                f"every step-marker burst: {standing_out:.0%} of the idle gaps between bursts "
-                "stand out above the device's other idle gaps"
-            ),
-            False,
-        )
-    threshold = _natural_break(idle)
-    if threshold is not None:
-        mask = idle >= threshold
-        counts = np.diff(np.flatnonzero(np.concatenate(([True], mask, [True]))))
-        if counts.size > 2:
-            inner = counts[1:-1]
-            if (inner == np.bincount(inner).argmax()).mean() >= PERIODIC_MIN_SCORE:
-                return (
-                    mask,
-                    int(np.bincount(inner).argmax()),
-                    (f"idle gaps ≥ {threshold} ns (a natural break in the gap distribution)"),
-                    False,
-                )
-    return (
-        np.zeros(n, dtype=bool),
-        None,
-        (
-            "no step structure found in the step-marker bursts (no between-step pause stands "
-            "out, no period): all of them are taken as one step; set --layers or --step-gap"
-        ),
-        False,
-    )
-
-
 def burst_candidate(k: DeviceKernels, u: Union, opts: StepOptions) -> Candidate | None:
     """Steps from step-marker bursts; None when the device has no step-marker kernels."""
     if not k.marker.any():
         return None
     bs, bl = _bursts(k)
     idle, others = _boundary_idle(u, bl[:-1], bs[1:])
-    mask, layers, detail, strong = _choose_boundaries(idle, others, opts)
+    stream = k.ids("stream")
+    main = np.bincount(stream[k.marker] - stream.min()).argmax() + stream.min()
+    own = stream == main
+    if not own.all():  # the markers' own stream: a copy on another one hides no pause there
+        mine, _ = _boundary_idle(union(k.ts[own], k.ts[own] + k.dur[own]), bl[:-1], bs[1:])
+        np.maximum(idle, mine, out=idle)
+    mask, layers, detail, strong = choose_boundaries(idle, others, opts.layers, opts.step_gap_ns)
     first_burst = np.concatenate(([0], np.flatnonzero(mask) + 1))
     last_burst = np.append(first_burst[1:] - 1, bs.size - 1)
     return Candidate(
@@ -363,7 +253,7 @@ def idle_candidate(k: DeviceKernels, u: Union) -> Candidate:
     """Steps as bursts of device activity between idle gaps that stand out (a natural
     break in the gap distribution), else one step."""
     ts = k.ts
-    threshold = _natural_break(u.gap_ends - u.gap_starts)
+    threshold = natural_break(u.gap_ends - u.gap_starts)
     if threshold is None:
         cut = np.zeros(0, dtype=np.int64)
     else:
