@@ -20,9 +20,10 @@ PERIODIC_MIN_STEPS = 3  # chosen boundaries needed before a period is believed
 MAX_LAYERS = 256
 
 
-def _periodic_score(idle: I64, period: int) -> tuple[float, int]:
+def _periodic_score(idle: I64, period: int, ranked: I64 | None = None) -> tuple[float, int]:
     """Best (score, phase) for boundaries every ``period``: the share of chosen boundaries
-    whose idle gap beats every other boundary within ``period - 1`` of them."""
+    whose idle gap beats every other boundary within ``period - 1`` of them, or nearly
+    every boundary off the phase (``ranked``: ``idle`` sorted, where the caller has it)."""
     n = idle.size
     s = pl.Series(idle.astype(np.float64))
     w = period - 1
@@ -36,23 +37,25 @@ def _periodic_score(idle: I64, period: int) -> tuple[float, int]:
         .to_numpy()
     )
     neighbours = np.maximum(left, right)
-    wins = (idle > PERIODIC_MARGIN * neighbours) & (idle > 0)
+    wins = idle > PERIODIC_MARGIN * neighbours
+    # ... or beats the PERIODIC_TYPICAL quantile of the boundaries off the phase, taken as
+    # the quantile of all at PERIODIC_TYPICAL · (period - 1) / period (the same where the
+    # phase holds the longest gaps, the steps' pauses): a host stall inside a few steps
+    # then costs only the boundaries it stands beside
+    ranked = np.sort(idle) if ranked is None else ranked
+    typical = ranked[int(PERIODIC_TYPICAL * (period - 1) / period * (n - 1))]
+    wins |= idle > PERIODIC_MARGIN * typical
+    wins &= idle > 0
     pos = np.arange(n) % period
     total = np.bincount(pos, minlength=period)
-    # ... or beats nearly every boundary off the phase: a host stall inside one step (or
-    # a long gap in a few) then costs only the boundaries it stands beside
-    for p in range(period):
-        chosen = pos == p
-        rest = idle[~chosen]
-        if rest.size:
-            typical = float(np.quantile(rest, PERIODIC_TYPICAL))
-            wins[chosen] |= idle[chosen] > PERIODIC_MARGIN * max(typical, 0.0)
     won = np.bincount(pos, weights=wins, minlength=period)
     share = np.where(total > 0, won / np.maximum(total, 1), 0.0)
     # the best share; on a tie, the phase of the longer gaps (a step's pause, not the one
     # long gap a layer of each step may have)
-    typical_gap = np.array([np.median(idle[pos == p]) if total[p] else -1.0 for p in range(period)])
-    phase = int(np.lexsort((-typical_gap, -share))[0])
+    best = np.flatnonzero(share == share.max())
+    phase = int(best[0])
+    if best.size > 1 and share[phase] > 0:
+        phase = int(max(best, key=lambda p: float(np.median(idle[p::period]))))
     return float(share[phase]), phase
 
 
@@ -84,16 +87,17 @@ def choose_boundaries(
         return np.zeros(0, dtype=bool), 1, "a single burst", False
     if step_gap_ns is not None:
         return idle >= step_gap_ns, None, f"--step-gap {step_gap_ns} ns", True
+    ranked = np.sort(idle)
     if layers is not None:
         period = max(1, layers)
         if period == 1:
             return np.ones(n, dtype=bool), 1, "--layers 1", True
-        score, phase = _periodic_score(idle, period)
+        score, phase = _periodic_score(idle, period, ranked)
         mask = (np.arange(n) % period) == phase
         return mask, period, f"--layers {period} (boundary score {score:.2f})", True
     best: tuple[float, int, int] | None = None
     for period in range(2, min(MAX_LAYERS, n // PERIODIC_MIN_STEPS) + 1):
-        score, phase = _periodic_score(idle, period)
+        score, phase = _periodic_score(idle, period, ranked)
         if best is None or score > best[0] + 1e-9:
             best = (score, period, phase)
         if score >= PERIODIC_SURE:
