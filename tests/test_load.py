@@ -357,3 +357,27 @@ def test_epoch_microsecond_times_load_to_the_exact_ns(
     assert t.counters["ts_ns"].to_list() == [EPOCH + 9]
     if odd:
         assert t.events.filter(pl.col("name") == "op")["ts_ns"].to_list() == [EPOCH + 7]
+
+
+def test_exact_times_never_break_a_load_nor_go_negative(tmp_path: Path) -> None:
+    """A reviewer's cases: a ``ts`` that is an array holding a newline, beside epoch
+    kernels, gave more texts than events (a ShapeError traceback); a B/E pair whose E is
+    2 ns before its B (one float step apart: the float says 0) got a negative duration."""
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7}
+    kernel |= {"dur": 1, "args": {"device": 0, "stream": 7}}
+    host = {"pid": 1, "tid": 1}
+    events = [
+        {**kernel, "ts": _us(EPOCH + 1)},
+        {**kernel, "ts": _us(EPOCH + 2_001)},
+        {**host, "ph": "B", "name": "span", "ts": _us(EPOCH + 5_003)},
+        {**host, "ph": "E", "ts": _us(EPOCH + 5_001)},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(_json({"traceEvents": events}))
+    t = tv.load(path, options=tv.LoadOptions(cache=False))
+    assert t.kernels["ts_ns"].to_list() == [EPOCH + 1, EPOCH + 2_001]
+    assert t.events.filter(pl.col("name") == "span")["dur_ns"].to_list() == [0]
+    odd = {**host, "ph": "X", "name": "odd", "ts": "@@[1,\n 2]@@", "dur": 1}
+    path.write_text(_json({"traceEvents": [*events[:2], odd]}).replace("\\n", "\n"))
+    t = tv.load(path, options=tv.LoadOptions(cache=False))  # the floats stand
+    assert t.kernels.height == 2 and abs(t.kernels["ts_ns"][0] - (EPOCH + 1)) <= 125

@@ -128,28 +128,25 @@ def test_ranks_fall_back_to_names_then_order(
     assert by_path == {"b_tp1.json.gz": (1, "file name"), "a_plain.json.gz": (0, "order")}
 
 
+@pytest.mark.parametrize("layout", ["DP", pytest.param("PP", marks=pytest.mark.slow)])
 def test_sglang_dp_and_pp_names_rank_in_layout_order(
-    planted: tuple[Path, dict, RankRun], tmp_path: Path
+    planted: tuple[Path, dict, RankRun], tmp_path: Path, layout: str
 ) -> None:
     """An unseen-trace probe's finding: SGLang's ``{id}-TP-{tp}-DP-{dp}`` (or ``-PP-``)
     files were refused as "both rank 0: two runs in one place?", their TP part read as the
     rank. Ranked in (DP, PP, TP) order, the run is the planted one rank for rank."""
     out, truth, run = planted
-    for layout in ("DP", "PP"):
-        named = tmp_path / layout
-        named.mkdir()
-        for f in out.glob("*.json.gz"):
-            doc = json.loads(gzip.decompress(f.read_bytes()))
-            r = doc.pop("distributedInfo")["rank"]
-            name = f"1700000000-TP-{r % 2}-{layout}-{r // 2}.trace.json.gz"
-            (named / name).write_bytes(gzip.compress(json.dumps(doc).encode()))
-        doc = summarize_run([str(named)], RunOptions(jobs=1)).to_dict()
-        by_rank = {r["rank"]: Path(r["path"]).name for r in doc["ranks"]}
-        assert by_rank == {
-            r: f"1700000000-TP-{r % 2}-{layout}-{r // 2}.trace.json.gz" for r in range(4)
-        }
-        assert {r["rank_source"] for r in doc["ranks"]} == {"file name (DP, PP, TP order)"}
-        assert doc["straggler"]["rank"] == truth["straggler"]
+    for f in out.glob("*.json.gz"):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        r = doc.pop("distributedInfo")["rank"]
+        name = f"1700000000-TP-{r % 2}-{layout}-{r // 2}.trace.json.gz"
+        (tmp_path / name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    doc = summarize_run([str(tmp_path)], RunOptions(jobs=1)).to_dict()
+    by_rank = {r["rank"]: Path(r["path"]).name for r in doc["ranks"]}
+    named = "1700000000-TP-{}-{}-{}.trace.json.gz"
+    assert by_rank == {r: named.format(r % 2, layout, r // 2) for r in range(4)}
+    assert {r["rank_source"] for r in doc["ranks"]} == {"file name (DP, PP, TP order)"}
+    assert doc["straggler"]["rank"] == truth["straggler"]
 
 
 def _cpu_only(path: Path) -> Path:

@@ -91,8 +91,8 @@ def exact_ts(doc: bytes, n: int) -> pl.Series | None:
     ``n`` events just decoded): the whole microseconds times 1000 plus the first three
     decimals, rounded half up on the rest (what :func:`frames.to_ns` computes from an exact
     float). Null where a ``ts`` is not a plain decimal number (absent, negative, a string,
-    an exponent, 1e16 µs or more): its float stands. None where the text does not decode
-    so."""
+    an exponent, 17 digits or more before the point): its float stands (a time of 9.2e15
+    µs or more is refused by the loader first). None where the text does not decode so."""
     try:
         texts = _TS_TEXT_DECODER.decode(doc)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -103,6 +103,8 @@ def exact_ts(doc: bytes, n: int) -> pl.Series | None:
     joined = b"\n".join(map(bytes, map(_TS, texts))).decode("ascii", "replace")
     del texts
     text = pl.Series("t", [joined]).str.split("\n").explode()
+    if text.len() != n:  # a ts that is an array or object with a newline in it
+        return None
     t = pl.col("t")
     parts = t.str.split_exact(".", 1)
     whole, frac = parts.struct.field("field_0"), parts.struct.field("field_1").fill_null("")

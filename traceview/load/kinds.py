@@ -229,7 +229,8 @@ def pair_begin_end(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame | None, Coun
             paired = {**begin, "ph": "X", "dur": row["ts"] - begin["ts"]}
             if exact:  # both ends' exact times, where each has one
                 a, b = begin[EXACT_TS], row[EXACT_TS]
-                paired[EXACT_DUR] = None if a is None or b is None else b - a
+                # never negative: the float said E is not before B (usable() checks it)
+                paired[EXACT_DUR] = None if a is None or b is None else max(b - a, 0)
             complete.append(paired)
         else:
             skipped["'E' without a matching 'B'"] += 1

@@ -2,12 +2,11 @@
 chooses between them (docs/metrics.md, Engine steps; docs/design.md).
 
 - ``bursts``: consecutive step-marker kernels on a stream form a per-layer burst. Between
-  two bursts, the longest idle gap (of the device, or of the markers' own stream where
-  longer) is the boundary's score. A model has a constant number L of full-attention
-  bursts per step, so the step boundaries are every L-th boundary: L (and the phase of
-  the pattern) is chosen where the chosen boundaries beat every other boundary within L-1
-  of them, or nearly every boundary off the phase (a few host stalls); that holds even
-  when the between-step pause is barely longer than the gaps inside a step
+  two bursts, the longest device-idle gap is the boundary's score. A model has a constant
+  number L of full-attention bursts per step, so the step boundaries are every L-th
+  boundary: L (and the phase of the pattern) is chosen where the chosen boundaries beat
+  every other boundary within L-1 of them; that holds even when the between-step pause is
+  barely longer than the gaps inside a step
   (:mod:`.periodic`). ``--layers N`` fixes L; ``--step-gap`` instead cuts at every idle
   gap of at least that length.
 - ``annotations``: the engine's own per-step ranges (see :mod:`.annotations`), projected on
@@ -26,7 +25,7 @@ from typing import cast
 import numpy as np
 import polars as pl
 
-from traceview.analysis.base.intervals import I64, Union, distinct, first_of_each, union
+from traceview.analysis.base.intervals import I64, Union, distinct, first_of_each
 from traceview.analysis.base.launches import launches_within, range_holding
 from traceview.analysis.classify.families import FamilyCodes
 from traceview.analysis.steps.periodic import (
@@ -235,12 +234,6 @@ def burst_candidate(k: DeviceKernels, u: Union, opts: StepOptions) -> Candidate 
         return None
     bs, bl = _bursts(k)
     idle, others = _boundary_idle(u, bl[:-1], bs[1:])
-    stream = k.ids("stream")
-    main = np.bincount(stream[k.marker] - stream.min()).argmax() + stream.min()
-    own = stream == main
-    if not own.all():  # the markers' own stream: a copy on another one hides no pause there
-        mine, _ = _boundary_idle(union(k.ts[own], k.ts[own] + k.dur[own]), bl[:-1], bs[1:])
-        np.maximum(idle, mine, out=idle)
     mask, layers, detail, strong = choose_boundaries(idle, others, opts.layers, opts.step_gap_ns)
     first_burst = np.concatenate(([0], np.flatnonzero(mask) + 1))
     last_burst = np.append(first_burst[1:] - 1, bs.size - 1)

@@ -1,9 +1,10 @@
 """The bursts' period: which boundaries between step-marker bursts are step boundaries
 (docs/metrics.md, Engine steps). A model has a constant number L of full-attention bursts
 per step, so the step boundaries are every L-th boundary; L and the pattern's phase are
-chosen where the chosen boundaries' idle gaps stand out, locally (each beats every other
-boundary within L-1 of it) or against nearly every boundary off the phase (a few host
-stalls inside steps then cost only the boundaries beside them)."""
+chosen where the chosen boundaries' idle gaps stand out locally (each beats every other
+boundary within L-1 of it). Where none does, a few fallbacks: every burst a step; the
+smallest L whose boundaries beat nearly every gap off their phase (host stalls inside a
+few steps); a natural break in the gaps; one step."""
 
 from __future__ import annotations
 
@@ -15,15 +16,15 @@ from traceview.analysis.base.intervals import I64, distinct
 PERIODIC_MIN_SCORE = 0.8  # share of chosen boundaries that must beat their neighbourhood
 PERIODIC_SURE = 0.95  # a period this clear ends the search
 PERIODIC_MARGIN = 1.15  # ... by at least this factor (a tie or a drift is not a pause)
-PERIODIC_TYPICAL = 0.8  # or beat this quantile of the boundaries off the phase (stalls)
+PERIODIC_TYPICAL = 0.8  # stalls: beat this quantile of the boundaries off the phase
 PERIODIC_MIN_STEPS = 3  # chosen boundaries needed before a period is believed
+STALL_MIN_STEPS = 10  # ... before one found past stalls is
 MAX_LAYERS = 256
 
 
-def _periodic_score(idle: I64, period: int, ranked: I64 | None = None) -> tuple[float, int]:
+def _periodic_score(idle: I64, period: int) -> tuple[float, int]:
     """Best (score, phase) for boundaries every ``period``: the share of chosen boundaries
-    whose idle gap beats every other boundary within ``period - 1`` of them, or nearly
-    every boundary off the phase (``ranked``: ``idle`` sorted, where the caller has it)."""
+    whose idle gap beats every other boundary within ``period - 1`` of them."""
     n = idle.size
     s = pl.Series(idle.astype(np.float64))
     w = period - 1
@@ -37,26 +38,40 @@ def _periodic_score(idle: I64, period: int, ranked: I64 | None = None) -> tuple[
         .to_numpy()
     )
     neighbours = np.maximum(left, right)
-    wins = idle > PERIODIC_MARGIN * neighbours
-    # ... or beats the PERIODIC_TYPICAL quantile of the boundaries off the phase, taken as
-    # the quantile of all at PERIODIC_TYPICAL · (period - 1) / period (the same where the
-    # phase holds the longest gaps, the steps' pauses): a host stall inside a few steps
-    # then costs only the boundaries it stands beside
-    ranked = np.sort(idle) if ranked is None else ranked
-    typical = ranked[int(PERIODIC_TYPICAL * (period - 1) / period * (n - 1))]
-    wins |= idle > PERIODIC_MARGIN * typical
-    wins &= idle > 0
+    wins = (idle > PERIODIC_MARGIN * neighbours) & (idle > 0)
     pos = np.arange(n) % period
     total = np.bincount(pos, minlength=period)
     won = np.bincount(pos, weights=wins, minlength=period)
     share = np.where(total > 0, won / np.maximum(total, 1), 0.0)
-    # the best share; on a tie, the phase of the longer gaps (a step's pause, not the one
-    # long gap a layer of each step may have)
-    best = np.flatnonzero(share == share.max())
-    phase = int(best[0])
-    if best.size > 1 and share[phase] > 0:
-        phase = int(max(best, key=lambda p: float(np.median(idle[p::period]))))
+    phase = int(np.argmax(share))
     return float(share[phase]), phase
+
+
+def _past_stalls(idle: I64) -> tuple[float, int, int] | None:
+    """Where no period stands out locally: the smallest period whose chosen boundaries,
+    at least :data:`STALL_MIN_STEPS` of them, nearly all (:data:`PERIODIC_SURE`) beat the
+    gaps off their phase but a fifth: a few host stalls inside steps, longer than the
+    between-step pause, hide the period from the local test without changing it. The
+    gaps off the phase are taken as all of them less the phase's share, so their
+    :data:`PERIODIC_TYPICAL` quantile is the quantile of all at
+    ``PERIODIC_TYPICAL * (period - 1) / period`` (exact where the phase holds the longest
+    gaps, the pauses; one sort, O(n) a period). (score, period, phase); None where none
+    does."""
+    n = idle.size
+    ranked = np.sort(idle)
+    pos = np.arange(n)
+    for period in range(2, min(MAX_LAYERS, n // STALL_MIN_STEPS) + 1):
+        typical = ranked[int(PERIODIC_TYPICAL * (period - 1) / period * (n - 1))]
+        if typical <= 0:
+            continue
+        wins = idle > PERIODIC_MARGIN * typical
+        phase_of = pos % period
+        total = np.bincount(phase_of, minlength=period)
+        share = np.bincount(phase_of, weights=wins, minlength=period) / total
+        phase = int(np.argmax(share))
+        if share[phase] >= PERIODIC_SURE:
+            return float(share[phase]), period, phase
+    return None
 
 
 def natural_break(values: I64) -> int | None:
@@ -87,17 +102,16 @@ def choose_boundaries(
         return np.zeros(0, dtype=bool), 1, "a single burst", False
     if step_gap_ns is not None:
         return idle >= step_gap_ns, None, f"--step-gap {step_gap_ns} ns", True
-    ranked = np.sort(idle)
     if layers is not None:
         period = max(1, layers)
         if period == 1:
             return np.ones(n, dtype=bool), 1, "--layers 1", True
-        score, phase = _periodic_score(idle, period, ranked)
+        score, phase = _periodic_score(idle, period)
         mask = (np.arange(n) % period) == phase
         return mask, period, f"--layers {period} (boundary score {score:.2f})", True
     best: tuple[float, int, int] | None = None
     for period in range(2, min(MAX_LAYERS, n // PERIODIC_MIN_STEPS) + 1):
-        score, phase = _periodic_score(idle, period, ranked)
+        score, phase = _periodic_score(idle, period)
         if best is None or score > best[0] + 1e-9:
             best = (score, period, phase)
         if score >= PERIODIC_SURE:
@@ -129,6 +143,20 @@ def choose_boundaries(
                 "stand out above the device's other idle gaps"
             ),
             False,
+        )
+    stalled = _past_stalls(idle)
+    if stalled is not None:
+        score, period, phase = stalled
+        mask = (np.arange(n) % period) == phase
+        return (
+            mask,
+            period,
+            (
+                f"every {period} step-marker bursts: the between-step idle gap beats "
+                f"{PERIODIC_TYPICAL:.0%} of the other boundaries' gaps at {score:.0%} of "
+                "boundaries (a few longer gaps inside steps, host stalls, hide it nearby)"
+            ),
+            True,
         )
     threshold = natural_break(idle)
     if threshold is not None:
