@@ -284,6 +284,7 @@ def test_repr_of_a_trace_and_a_summary_fit_a_screen() -> None:
     assert html.startswith("<b>Trace</b>") and "<table>" in html and "NVIDIA H200" in html
 
 
+@pytest.mark.slow  # every command on one odd trace (about 3 s): CI runs it
 def test_device_activity_that_lasts_no_time_reads_and_draws(tmp_path: Path) -> None:
     """A hostile probe's finding: one 0 ns memset (a single-step trace whose device events
     all last 0 ns) was a ValueError traceback in every analysing command, and stopped a

@@ -146,6 +146,7 @@ def test_a_misspelt_name_is_a_type_error(tmp_path: Path) -> None:
     assert "def (" in done.stdout  # summarize's own signature, not Any
 
 
+@pytest.mark.slow  # a whole interpreter; the in-process diff markdown: tests/test_compare.py
 def test_diff_markdown_on_the_command_line_is_markdown() -> None:
     a, b = (str(GENERATED / f"{n}.json.gz") for n in ("dense_sglang", "dense_vllm_detailed"))
     done = subprocess.run(
