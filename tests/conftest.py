@@ -85,7 +85,7 @@ def real_traces() -> list[Path]:
 
 # The default run (the README's test command) sweeps the shared traces up to this size; the
 # larger ones are marked slow and run in CI (`pytest -m slow`, .ci/run). Every shared trace
-# is still summarized in the default run, by tests/test_golden.py.
+# up to 1.3 MB is still summarized in the default run, by tests/test_golden.py.
 SAMPLE_BYTES = 40_000
 
 
@@ -106,17 +106,14 @@ def truth(name: str) -> dict:
 
 
 # The fixtures every per-fixture test sweeps in the default run (hybrid chunked prefill with
-# CPU ranges, CUDA-graph-like steps with no annotations, SGLang, old vLLM's names, capture
-# then serve); the others add
-# variations (GPU ranges, extend steps, detailed vLLM ranges, layer spacing, an unknown
-# recurrent kernel, FlashInfer's tensor-core decode, the re-feed twin) that tests naming them
-# check by name, and CI sweeps them all (pytest -m slow).
+# CPU ranges, CUDA-graph-like steps with no annotations, SGLang); the others add variations
+# (old vLLM's names, capture then serve, GPU ranges, extend steps, detailed vLLM ranges,
+# layer spacing, an unknown recurrent kernel, FlashInfer's tensor-core decode, the re-feed
+# twin) that tests naming them check by name, and CI sweeps them all (pytest -m slow).
 DEFAULT_SWEEP = {
     "hybrid_chunked",
     "hybrid_tight",
     "dense_sglang",
-    "hybrid_vllm_old",
-    "vllm_capture_then_serve",
 }
 
 

@@ -15,9 +15,19 @@ import pytest
 from tests.golden import GOLDEN, REL_TOL, cases, differences, main, render
 
 CASES = cases()
+# the shared traces this large (gzipped) are summarized with the long tests (CI runs them),
+# as is the 8-rank run; every smaller one, and every fixture, in the default run
+LARGE_BYTES = 1_300_000
 
 
-@pytest.mark.parametrize("name,paths", CASES, ids=[c[0] for c in CASES])
+def _large(paths: list[Path]) -> bool:
+    return any(p.is_dir() or p.stat().st_size > LARGE_BYTES for p in paths)
+
+
+@pytest.mark.parametrize(
+    "name,paths",
+    [pytest.param(*c, marks=[pytest.mark.slow] if _large(c[1]) else [], id=c[0]) for c in CASES],
+)
 def test_summary_json_is_unchanged(name: str, paths: list[Path]) -> None:
     golden = GOLDEN / f"{name}.json"
     assert golden.is_file(), f"no golden file for {name}: run python -m tests.golden --accept"
