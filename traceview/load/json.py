@@ -34,7 +34,6 @@ from traceview.load import kinds, lenient
 from traceview.load.boundaries import array_end, error_byte, last_cut
 from traceview.load.columns import (
     DECODER,
-    EXACT_TS,
     RAW_ARGS_DECODER,
     Block,
     as_number,
@@ -44,7 +43,6 @@ from traceview.load.frames import (
     OVERLAY_CATEGORY,
     assemble,
     events_and_header,
-    to_ns,
     trace_meta,
 )
 from traceview.load.in_order import SERIAL_BLOCKS, Decoded, InOrder, helpers_for
@@ -511,8 +509,9 @@ class _Loader:
         self, df: pl.DataFrame, counters: list[tuple[int, dict[str, Any]]], base: int
     ) -> None:
         rows: list[tuple[int, str, str, float, int | None]] = []
-        ts_ns = pl.coalesce(EXACT_TS, to_ns("ts")) if EXACT_TS in df.columns else to_ns("ts")
-        good = df.filter(pl.col("ph") == "C").select("idx", ts_ns.alias("ts"), "name", "pid")
+        good = df.filter(pl.col("ph") == "C").select(
+            "idx", kinds.ts_ns(df).alias("ts"), "name", "pid"
+        )
         lookup = {idx: (ts, name, pid) for idx, ts, name, pid in good.iter_rows()}
         for i, args in counters:
             found = lookup.get(base + i)

@@ -21,6 +21,14 @@ from traceview.load.frames import (
 
 # a paired B/E event's exact duration (ns), where both ends had exact times (EXACT_TS)
 EXACT_DUR = "_dur_ns"
+# device activity: a complete event of a kernel, memcpy or memset category, in any case
+DEVICE_ACTIVITY = (pl.col("ph") == "X") & pl.col("cat").str.to_lowercase().is_in(list(DEVICE_CATS))
+
+
+def ts_ns(df: pl.DataFrame) -> pl.Expr:
+    """Each event's ``ts`` in ns: its exact time (:data:`EXACT_TS`) where the block has
+    one, else the float's conversion."""
+    return pl.coalesce(EXACT_TS, to_ns("ts")) if EXACT_TS in df.columns else to_ns("ts")
 
 
 def usable(df: pl.DataFrame, path: str) -> tuple[pl.DataFrame, Counter[str]]:
@@ -56,8 +64,7 @@ def usable(df: pl.DataFrame, path: str) -> tuple[pl.DataFrame, Counter[str]]:
         .alias("_why"),
     )
     bad = checked.filter(~pl.col("_good"))
-    is_device = (ph == "X") & pl.col("cat").str.to_lowercase().is_in(list(DEVICE_CATS))
-    fatal = bad.filter(is_device)
+    fatal = bad.filter(DEVICE_ACTIVITY)
     if fatal.height:
         row = fatal.row(0, named=True)
         raise TraceFormatError(
@@ -91,10 +98,8 @@ def _refuse_unplaced(df: pl.DataFrame, path: str) -> None:
             unplaced.append((pl.col(own).is_null() & pl.col(fallback).is_null(), key, fallback))
     if not unplaced:
         return
-    cat = pl.col("cat").str.to_lowercase()
-    device = (pl.col("ph") == "X") & cat.is_in(list(DEVICE_CATS))
     for missing, key, fallback in unplaced:
-        fatal = df.filter(device & missing)
+        fatal = df.filter(DEVICE_ACTIVITY & missing)
         if fatal.height:
             row = fatal.row(0, named=True)
             raise TraceFormatError(
@@ -110,10 +115,7 @@ def _placed(df: pl.DataFrame, path: str) -> pl.DataFrame:
     """``df`` without its :data:`NOT_AN_ID` mark; raises where the mark is on device
     activity: its ``args.device`` or ``args.stream`` is no id, and its pid and tid are not
     where it ran (only an absent one falls back to them)."""
-    cat = pl.col("cat").str.to_lowercase()
-    marked = pl.col(NOT_AN_ID).is_not_null()
-    device = (pl.col("ph") == "X") & cat.is_in(list(DEVICE_CATS)) & marked
-    fatal = df.filter(device)
+    fatal = df.filter(DEVICE_ACTIVITY & pl.col(NOT_AN_ID).is_not_null())
     if fatal.height:
         row = fatal.row(0, named=True)
         raise TraceFormatError(
@@ -135,12 +137,12 @@ def split(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
     device = complete & cat.is_in(list(DEVICE_CATS))
     instant = pl.col("ph").is_in(["i", "I"])
     raw = ["args_json"] if "args_json" in df.columns else []
-    ts_ns = pl.coalesce(EXACT_TS, to_ns("ts")) if EXACT_TS in df.columns else to_ns("ts")
+    ts = ts_ns(df)
     dur_ns = pl.coalesce(EXACT_DUR, to_ns("dur")) if EXACT_DUR in df.columns else to_ns("dur")
 
     parts = {
         "kernels": df.filter(device).select(
-            ts_ns.alias("ts_ns"),
+            ts.alias("ts_ns"),
             dur_ns.alias("dur_ns"),
             pl.col("name").fill_null(""),
             pl.col("cat"),
@@ -154,7 +156,7 @@ def split(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
             *raw,
         ),
         "events": df.filter((complete & ~device) | instant).select(
-            ts_ns.alias("ts_ns"),
+            ts.alias("ts_ns"),
             pl.when(instant).then(0).otherwise(dur_ns).alias("dur_ns"),
             pl.col("name").fill_null(""),
             pl.col("cat").fill_null(""),
@@ -169,7 +171,7 @@ def split(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
             *raw,
         ),
         "flows": df.filter(pl.col("ph").is_in(["s", "t", "f"])).select(
-            ts_ns.alias("ts_ns"),
+            ts.alias("ts_ns"),
             "id",
             pl.col("ph").alias("phase"),
             pl.col("cat").fill_null(""),
@@ -185,7 +187,7 @@ def split(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
     }
     if "input_dims" in df.columns:
         parts["shapes"] = df.filter(complete & ~device & pl.col("input_dims").is_not_null()).select(
-            ts_ns.alias("ts_ns"),
+            ts.alias("ts_ns"),
             dur_ns.alias("dur_ns"),
             pl.col("name").fill_null(""),
             *("pid", "tid", "input_dims", "input_types", "concrete_inputs"),

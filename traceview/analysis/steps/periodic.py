@@ -87,6 +87,12 @@ def natural_break(values: I64) -> int | None:
     return int(np.ceil(np.sqrt(v[i] * v[i + 1])))
 
 
+def _every(n: int, period: int, phase: int) -> np.ndarray:
+    """The mask of ``n`` boundaries that holds every ``period``-th, from ``phase``."""
+    mask: np.ndarray = np.arange(n) % period == phase
+    return mask
+
+
 def choose_boundaries(
     idle: I64, others: I64, layers: int | None, step_gap_ns: int | None
 ) -> tuple[np.ndarray, int | None, str, bool]:
@@ -107,8 +113,8 @@ def choose_boundaries(
         if period == 1:
             return np.ones(n, dtype=bool), 1, "--layers 1", True
         score, phase = _periodic_score(idle, period)
-        mask = (np.arange(n) % period) == phase
-        return mask, period, f"--layers {period} (boundary score {score:.2f})", True
+        said = f"--layers {period} (boundary score {score:.2f})"
+        return _every(n, period, phase), period, said, True
     best: tuple[float, int, int] | None = None
     for period in range(2, min(MAX_LAYERS, n // PERIODIC_MIN_STEPS) + 1):
         score, phase = _periodic_score(idle, period)
@@ -118,9 +124,8 @@ def choose_boundaries(
             break  # multiples of the period score lower, not higher: no need to look on
     if best is not None and best[0] >= PERIODIC_MIN_SCORE:
         score, period, phase = best
-        mask = (np.arange(n) % period) == phase
         return (
-            mask,
+            _every(n, period, phase),
             period,
             (
                 f"every {period} step-marker bursts: the between-step idle gap "
@@ -147,9 +152,8 @@ def choose_boundaries(
     stalled = _past_stalls(idle)
     if stalled is not None:
         score, period, phase = stalled
-        mask = (np.arange(n) % period) == phase
         return (
-            mask,
+            _every(n, period, phase),
             period,
             (
                 f"every {period} step-marker bursts: the between-step idle gap beats "
