@@ -656,6 +656,39 @@ def test_the_documented_reader_reads_a_clean_dataset(tmp_path: Path) -> None:
     assert committed(ds, "steps").collect().height == len(truth("dense_sglang")["steps"])
 
 
+def test_a_committed_trace_without_a_file_is_said_by_the_reader_and_written_by_a_scan(
+    tmp_path: Path,
+) -> None:
+    """A committed trace whose steps/ file is gone (moved out by hand, as the readers tell
+    of an unreadable file) was skipped by every later scan, and the readers silently read
+    the dataset without its steps. Now the reader says which trace lacks the file, and the
+    next scan analyses that trace again and writes it whole, the same rows as before; a
+    copy of the trace, recorded as its alias, is no reason to skip it either."""
+    from traceview.batch.dataset import committed
+
+    trace = GENERATED / "dense_sglang.json.gz"
+    copy = tmp_path / "copy.json.gz"
+    shutil.copy(trace, copy)
+    ds = tmp_path / "ds"
+    first = scan([str(trace), str(copy)], ds, ScanOptions(jobs=1))
+    assert len(first.scanned) == 1 and len(first.copies) == 1
+    before = {t: committed(ds, t).collect().sort(pl.all()) for t in ("steps", "families", "gaps")}
+    tid = content_hash(trace)
+    moved = ds / "steps" / f"{tid}.parquet"
+    moved.rename(tmp_path / "moved-out.parquet")
+
+    with pytest.raises(tv.TraceviewError, match=f"committed trace {tid} has no steps/ file"):
+        committed(ds, "steps")
+    assert committed(ds, "families").collect().sort(pl.all()).equals(before["families"])
+
+    again = scan([str(trace), str(copy)], ds, ScanOptions(jobs=1))
+    assert len(again.scanned) == 1 and moved.exists()
+    for table, rows in before.items():
+        assert committed(ds, table).collect().sort(pl.all()).equals(rows), table
+    third = scan([str(trace), str(copy)], ds, ScanOptions(jobs=1))
+    assert third.scanned == [] and len(third.skipped) == 2 and third.bytes_read == 0
+
+
 @pytest.mark.slow  # a shared trace scanned: about 3 s
 def test_a_newer_sglang_trace_is_named_sglang() -> None:
     """A hostile probe's finding: newer SGLang wraps its step[…] in an execute_… range,

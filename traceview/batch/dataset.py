@@ -165,8 +165,30 @@ def _same_config(store: Store, config: dict[str, object]) -> None:
 
 
 def has_trace(store: Store, trace_id: str) -> bool:
-    """Whether the trace's ``traces/`` row (written last) is there: the trace is scanned."""
+    """Whether the trace's ``traces/`` row (written last) is there: the trace is committed."""
     return store.exists(table_file(table="traces", trace_id=trace_id))
+
+
+def scanned(store: Store, trace_id: str) -> bool:
+    """Whether the trace is committed and each file its ``traces/`` row commits is there:
+    a scan skips such a trace. One whose file is missing (moved out by hand, as the
+    readers tell of an unreadable one) is analysed again and written whole."""
+    return has_trace(store, trace_id) and all(
+        store.exists(table_file(table, trace_id)) for table in COMMITTED_BY_TRACES
+    )
+
+
+def incomplete(store: Store) -> dict[str, list[str]]:
+    """Each committed trace that lacks a file of a table its ``traces/`` row commits, by
+    table. ``traces/`` is listed first: a trace committed after that listing wrote its
+    other files before its row, so it is never taken for one that lacks them."""
+    ids = {n.removesuffix(".parquet") for n in _parquet(store, "traces")}
+    missing = {}
+    for table in COMMITTED_BY_TRACES:
+        there = {n.removesuffix(".parquet") for n in _parquet(store, table)}
+        if lacking := sorted(ids - there):
+            missing[table] = lacking
+    return missing
 
 
 def table_file(table: str, trace_id: str) -> str:
@@ -289,14 +311,17 @@ def known(store: Store) -> set[tuple[str, int, int | str | None]]:
     files += [f"{ALIASES}/{n}" for n in _parquet(store, ALIASES)]
     if not files:
         return set()
-    columns = ["path", "size", "mtime_ns", "version"]
+    columns = ["trace_id", "path", "size", "mtime_ns", "version"]
     try:
         rows = store.read_parquet(files, columns)
     except (OSError, pl.exceptions.PolarsError):
         raise _unreadable(store, files, columns) from None
+    # a trace that lacks a file is no reason to skip its paths: they are read again
+    lacking = {tid for ids in incomplete(store).values() for tid in ids}
     return {
         (p, int(s), v if remote.is_url(p) else m)
-        for p, s, m, v in rows.select("path", "size", "mtime_ns", "version").iter_rows()
+        for tid, p, s, m, v in rows.select(columns).iter_rows()
+        if tid not in lacking
     }
 
 
@@ -309,7 +334,7 @@ def _unreadable(store: Store, files: list[str], columns: list[str]) -> Traceview
             problem = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             return TraceviewError(
                 f"{store.full(rel)}: not a readable traceview table file ({problem}); "
-                "move it out of the dataset (nothing was removed)"
+                "move it out of the dataset and scan again (nothing was removed)"
             )
     return TraceviewError(
         f"{store.where}: its traces/ and aliases/ files do not read as one table "
@@ -417,6 +442,15 @@ def committed(dataset: str | os.PathLike[str], table: str) -> pl.LazyFrame:
     or a URL (read by polars itself)."""
     root = os.fspath(dataset).rstrip("/")
     opts = polars_options(root) if remote.is_url(root) else None
+    # a committed trace without its file of this table: its rows would be missing from
+    # every figure read, so it is said, not read (an HTTP URL cannot be listed)
+    listable = table in COMMITTED_BY_TRACES and not root.lower().startswith(("http://", "https://"))
+    if lacking := incomplete(open_store(root)).get(table, []) if listable else []:
+        more = f" and {len(lacking) - 1} more" if len(lacking) > 1 else ""
+        raise TraceviewError(
+            f"{root}: committed trace {lacking[0]}{more} has no {table}/ file (moved out or "
+            "lost); scan the traces into this dataset again to write it"
+        )
     if not remote.is_url(root) and not any(Path(root, table).glob("*.parquet")):
         # no file yet (a scan without a failure has no errors/): no rows, not an error
         return pl.LazyFrame(schema=_EMPTY.get(table, {}))

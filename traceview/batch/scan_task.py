@@ -23,9 +23,9 @@ from traceview.batch.dataset import (
     content_hash,
     drop_error,
     error_key,
-    has_trace,
     lock,
     note_alias,
+    scanned,
     table_file,
     unlock,
     write_table,
@@ -193,7 +193,7 @@ def claim(store: Store, source: Source) -> tuple[Source, str, str | None]:
     st = os.stat(source.path)
     source = Source(source.path, source.root, st.st_size, st.st_mtime_ns)
     trace_id = content_hash(source.path)
-    if has_trace(store, trace_id):
+    if scanned(store, trace_id):
         return source, trace_id, None
     return source, trace_id, lock(store, trace_id)
 
@@ -209,7 +209,7 @@ def settle(store: Store, a: Analysis) -> ScanStatus:
     skipped where the dataset holds that content already (and the object recorded as
     its alias, where it has a version), else written under its lock."""
     trace_id = a["status"]["trace_id"]
-    if a["status"]["status"] in ("scanned", "not_a_trace") and has_trace(store, trace_id):
+    if a["status"]["status"] in ("scanned", "not_a_trace") and scanned(store, trace_id):
         return as_copy(store, a["status"])
     marker = lock(store, trace_id)
     try:
@@ -316,7 +316,7 @@ def commit_analysis(store: Store, a: Analysis) -> ScanStatus:
         if not _said_before(store, key, a["errors"]):
             write_table(store, "errors", key, a["errors"])
     if a["tables"] is not None and a["row"] is not None:
-        if has_trace(store, trace_id):
+        if scanned(store, trace_id):
             return as_copy(store, a["status"])
         _commit(store, trace_id, a["tables"], a["row"])
         drop_error(store, a["row"]["path"][0])
