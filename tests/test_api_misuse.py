@@ -74,6 +74,16 @@ def test_a_busy_window_must_be_a_window() -> None:
         UsageError, match=r"holds none of the analysed device's activity \(it spans"
     ):
         tv.busy(t, 0, 10**8)
+    # and the notebook's Analysis.busy_between, the same figure, said the same (it read 0.0)
+    a = tv.analyze(t)
+    with pytest.raises(
+        UsageError, match=r"holds none of the analysed device's activity \(it spans"
+    ):
+        a.busy_between(0, 10**8)
+    end = int(a.busy["window_end_ns"][0])
+    with pytest.raises(UsageError, match="holds none"):
+        a.busy_between(end, end + 10**6)
+    assert a.busy_between(start, end)["fraction"][0] == a.busy["fraction"][0]
 
 
 def test_diff_takes_summaries() -> None:

@@ -294,12 +294,25 @@ class Analysis:
         ``[t0_ns, t1_ns)`` on the trace's clock; columns as :attr:`busy`.
 
         Raises:
-            UsageError: a bound that is not an integer, or an end not after the start.
+            UsageError: a bound that is not an integer, an end not after the start, or a
+                window that holds none of the activity (before or after it: 0.0 there
+                would say nothing), giving the activity's span.
+            CaptureOnlyError: no serving kernels (CUDA-graph capture alone).
         """
         _count("t0_ns", t0_ns, -MAX_NS, MAX_NS)
         _count("t1_ns", t1_ns, -MAX_NS, MAX_NS)
         if t1_ns <= t0_ns:
             raise UsageError(f"busy window [{t0_ns}, {t1_ns}): its end is not after its start")
+        whole = self.busy
+        if whole.height == 0:  # no serving kernels: say why (CUDA-graph capture alone)
+            self.serving()
+            return whole
+        start, end = int(whole["window_start_ns"][0]), int(whole["window_end_ns"][0])
+        if t1_ns <= start or t0_ns >= end:
+            raise UsageError(
+                f"{self.trace.meta.path}: the window [{t0_ns}, {t1_ns}) ns on the trace's "
+                f"clock holds none of the analysed device's activity (it spans {start}–{end} ns)"
+            )
         u = self.step_result.union
         covered = int(u.clipped_lengths(np.array([t0_ns]), np.array([t1_ns]))[0])
         row = {

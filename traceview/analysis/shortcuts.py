@@ -214,14 +214,4 @@ def busy(
         a.serving()
         return whole
     start, end = int(whole["window_start_ns"][0]), int(whole["window_end_ns"][0])
-    lo = start if t0_ns is None else t0_ns
-    hi = end if t1_ns is None else t1_ns
-    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi))
-    if ints and lo < hi and (hi <= start or lo >= end):  # beside the activity: 0.0 says nothing
-        from traceview.errors import UsageError
-
-        raise UsageError(
-            f"{trace.meta.path}: the window [{lo}, {hi}) ns on the trace's clock holds none "
-            f"of the analysed device's activity (it spans {start}–{end} ns)"
-        )
-    return a.busy_between(lo, hi)
+    return a.busy_between(start if t0_ns is None else t0_ns, end if t1_ns is None else t1_ns)
