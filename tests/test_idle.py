@@ -238,6 +238,9 @@ def test_annotate_draws_each_long_idle_interval_by_its_planted_cause(tmp_path: P
     assert read["dur"].to_list() == [w["end_ns"] - w["start_ns"] for w in want]
 
 
+BLOCKING_COPIES = ("cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream")
+
+
 def _stdlib_idle(path: Path, device: int, lo: int, hi: int) -> dict[str, int]:
     """docs/metrics.md's idle split read with the standard library alone: the device's
     activity (kernels, copies, memsets) from the JSON, its union's gaps inside [lo, hi),
@@ -266,7 +269,7 @@ def _stdlib_idle(path: Path, device: int, lo: int, hi: int) -> dict[str, int]:
             if "correlation" in args:
                 start = ns(e["ts"])
                 calls.setdefault(args["correlation"], (start, start + ns(e["dur"]), thread))
-            if "Synchronize" in e["name"] or e["name"] in ("cudaMemcpy", "hipMemcpy"):
+            if "Synchronize" in e["name"] or e["name"] in BLOCKING_COPIES:
                 syncs.setdefault(thread, []).append(ns(e["ts"]) + ns(e["dur"]))
     activity.sort()
     out = dict.fromkeys(CAUSES, 0)
@@ -301,6 +304,7 @@ REAL = SHARED_TRACES / "tracelens"
         "b300-sglang-qwen3-30b-a3b-moe-decode-graph",
         "b300-sglang-deepseek-r1-decode-graph",
         "rocm-mi-vllm-decode-cudagraph",
+        "rocm-mi-sglang-qwen3-8b-decode",
     ],
 )
 def test_real_traces_split_their_idle_as_a_stdlib_reading_does(name: str) -> None:
@@ -351,6 +355,56 @@ def test_inside_a_graph_replay_the_idle_is_queued_work() -> None:
     idle = idle_in_windows(t, ts, k["correlation"], u, lo, hi)
     assert idle["host_late"] == idle["sync"] == idle["other"] == 0
     assert idle["dependency"] > 0
+
+
+@pytest.mark.parametrize(
+    ("copy", "sync"),
+    [("hipMemcpyWithStream", "hipMemcpyWithStream"), ("cudaMemcpyAsync", "cudaStreamSynchronize")],
+)
+def test_a_blocking_copy_to_the_host_is_a_sync(tmp_path: Path, copy: str, sync: str) -> None:
+    """An unseen-trace probe's finding: ROCm's PyTorch copies the sampled ids to the host
+    with hipMemcpyWithStream (one blocking call, where CUDA's issues cudaMemcpyAsync and
+    cudaStreamSynchronize), and the idle after it read host_late, not sync. Planted: the
+    kernel ends at 100 µs, the blocking call ends at 105 µs, the host works until it
+    launches the next kernel at 405-410 µs, which starts at 412 µs: 310 µs of sync (the
+    device drained, the host caught up), then 2 µs of launch."""
+    host = {"pid": 1, "tid": 1}
+    runtime = "cuda_runtime"  # Kineto's category on ROCm too
+    launch = "hipLaunchKernel" if copy.startswith("hip") else "cudaLaunchKernel"
+    events = [
+        {"ph": "X", "cat": runtime, "name": launch, "ts": 0, "dur": 5}
+        | host
+        | {"args": {"correlation": 1}},
+        {"ph": "X", "cat": runtime, "name": copy, "ts": 90, "dur": 15 if copy == sync else 3}
+        | host
+        | {"args": {"correlation": 9}},
+        *(
+            [{"ph": "X", "cat": runtime, "name": sync, "ts": 94, "dur": 11} | host | {"args": {}}]
+            if copy != sync
+            else []
+        ),
+        {"ph": "X", "cat": runtime, "name": launch, "ts": 405, "dur": 5}
+        | host
+        | {"args": {"correlation": 2}},
+        *(
+            {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7}
+            | {"ts": ts, "dur": dur, "args": {"correlation": c, "stream": 7, "device": 0}}
+            for c, ts, dur in ((1, 10, 90), (2, 412, 50))
+        ),
+    ]
+    path = tmp_path / "copy.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    from traceview.analysis.base.intervals import union
+    from traceview.analysis.timing.idle import idle_in_windows
+
+    t = tv.load(path)
+    k = t.kernels.sort("ts_ns")
+    ts = k["ts_ns"].to_numpy()
+    u = union(ts, ts + k["dur_ns"].to_numpy())
+    idle = idle_in_windows(t, ts, k["correlation"], u, ts[:1], (ts + k["dur_ns"].to_numpy())[-1:])
+    assert {c: int(v) for c, v in idle.items()} == {
+        "host_late": 0, "launch": 2_000, "sync": 310_000, "dependency": 0, "other": 0
+    }  # fmt: skip
 
 
 def test_a_sync_call_without_any_linked_launch_is_no_crash(tmp_path: Path) -> None:

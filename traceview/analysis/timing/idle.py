@@ -33,9 +33,12 @@ from traceview.model import Trace
 
 CAUSES = ("host_late", "launch", "sync", "dependency", "other")
 CHUNK = 1 << 16  # kernels per time slice when sharing busy time among families
-# calls that block the host until the device has drained (a blocking copy included)
+# calls that block the host until the device has drained (a blocking copy included:
+# ROCm's PyTorch copies a tensor to the host with hipMemcpyWithStream, where CUDA's issues
+# cudaMemcpyAsync and cudaStreamSynchronize)
 SYNC = re.compile(
-    r"Synchronize|^(cuda|hip)Memcpy(_v\d+)?$|^(cuda|hip)Memcpy(DtoH|D2H)|^cuMemcpy(DtoH)?(_v\d+)?$"
+    r"Synchronize|^(cuda|hip)Memcpy(WithStream)?(_v\d+)?$|^(cuda|hip)Memcpy(DtoH|D2H)"
+    r"|^cuMemcpy(DtoH)?(_v\d+)?$"
 )
 
 
