@@ -411,6 +411,38 @@ NAMED = [
     ("triton_per_fused_native_layer_norm_0", "norm"),
     ("triton_poi_fused_mul_silu_1", "activation"),
     ("triton_poi_fused_add_mul_0", "elementwise"),
+    # attention an unseen-trace probe found in other families (gemm, other): PyTorch's
+    # memory-efficient SDPA, cuDNN's SDPA, SGLang's and vLLM's Triton attention, FlashInfer's
+    # MLA on Hopper, FlashMLA
+    (
+        "fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel"
+        "<cutlass::bfloat16_t, cutlass::arch::Sm80, true, 64, 128, 128, true, true>::Params)",
+        "full_attention",
+    ),
+    (
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128",
+        "full_attention",
+    ),
+    ("_fwd_grouped_kernel_stage1", "full_attention"),
+    ("_fwd_kernel_stage1", "full_attention"),
+    ("_fwd_kernel_stage2", "full_attention"),
+    ("_fwd_kernel", "full_attention"),
+    (
+        "void flashinfer::mla::hopper::BatchMLAPageAttentionHopperKernel<KernelTraits, Params>"
+        "(Params)",
+        "full_attention",
+    ),
+    (
+        "void flash_fwd_splitkv_mla_kernel<Flash_fwd_kernel_traits_mla<576, 64, 64, 8>>(...)",
+        "full_attention",
+    ),
+    (
+        "void flash_fwd_mla_combine_kernel<cutlass::bfloat16_t, float, 512, 64>(...)",
+        "full_attention",
+    ),
+    # and what must stay where it was
+    ("cudnn_infer_ampere_scudnn_128x64_relu_xregs_large_nn_v1", "other"),
+    ("_fwd_kernel_ep_scatter_1", "other"),
 ]
 
 
