@@ -440,15 +440,26 @@ NAMED = [
         "void flash_fwd_mla_combine_kernel<cutlass::bfloat16_t, float, 512, 64>(...)",
         "full_attention",
     ),
-    # and what must stay where it was
-    ("cudnn_infer_ampere_scudnn_128x64_relu_xregs_large_nn_v1", "other"),
-    ("_fwd_kernel_ep_scatter_1", "other"),
 ]
 
 
 @pytest.mark.parametrize(("name", "family"), NAMED, ids=[f"{n[:40]}->{f}" for n, f in NAMED])
 def test_engine_kernel_names_land_in_their_family(name: str, family: str) -> None:
     assert load_rules().family_of(name) == family
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cudnn_infer_ampere_scudnn_128x64_relu_xregs_large_nn_v1",  # a convolution
+        "_fwd_kernel_ep_scatter_1",  # SGLang's expert-parallel scatter, a Triton kernel
+        "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn>",
+    ],
+)
+def test_the_attention_patterns_leave_other_kernels_alone(name: str) -> None:
+    """The patterns added for SDPA, Triton and MLA attention take no convolution, no
+    other Triton ``_fwd_kernel_…`` and no CUTLASS GEMM."""
+    assert load_rules().family_of(name) != "full_attention"
 
 
 INFERENCE_TRACES = sorted(SHARED_TRACES.glob("tracelens/*.json.gz"))
