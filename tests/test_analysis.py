@@ -534,3 +534,35 @@ def test_an_engines_steps_win_over_a_profiler_step_around_them(tmp_path: Path) -
     d = tv.summarize(tv.load(path)).to_dict()
     assert d["steps"]["method"] == "annotations"
     check_against_truth(d, t)
+
+
+def test_profiler_steps_around_whole_generate_calls_do_not_override_the_bursts(
+    tmp_path: Path,
+) -> None:
+    """An unseen-trace probe's finding: torch.profiler's recipe calls ``prof.step()`` once
+    per loop iteration, and for inference that iteration is often a whole ``generate()``
+    of many forward passes. Each ``ProfilerStep#N`` then holds the same number of
+    step-marker bursts (k steps of L layers), which the fixed-layer-count rule took for a
+    model's layer count: 5 steps with a 46x cadence instead of 160. Planted: the fixture's
+    engine annotations replaced by ten ProfilerStep ranges of five engine steps each; the
+    steps are the fixture's, by the bursts."""
+    t = truth("hybrid_chunked")
+    source = GENERATED / "hybrid_chunked.json.gz"
+    doc = json.loads(gzip.decompress(source.read_bytes()))
+    engine = [e for e in doc["traceEvents"] if e.get("cat") == "user_annotation"]
+    assert len(engine) == t["step_count"] == 50
+    kept = [e for e in doc["traceEvents"] if e.get("cat") != "user_annotation"]
+    engine.sort(key=lambda e: e["ts"])
+    for n in range(10):
+        first, last = engine[5 * n], engine[5 * n + 4]
+        end = max(e["ts"] + e["dur"] for e in engine[5 * n : 5 * n + 5])
+        kept.append(first | {"name": f"ProfilerStep#{n}", "dur": end - first["ts"]})
+        assert last["ts"] >= first["ts"]
+    doc["traceEvents"] = kept
+    path = tmp_path / "profiler_steps.json"
+    path.write_text(json.dumps(doc))
+    summary = tv.summarize(tv.load(path))
+    d = summary.to_dict()["steps"]
+    assert (d["method"], d["count"]) == ("bursts", t["step_count"])
+    assert d["cadence"] == t["cadence"]
+    assert any("using the bursts" in w for w in summary.warnings)

@@ -29,6 +29,7 @@ from traceview.analysis.base.intervals import I64, Union, distinct, first_of_eac
 from traceview.analysis.base.launches import launches_within, range_holding
 from traceview.analysis.classify.families import FamilyCodes
 from traceview.analysis.steps.periodic import (
+    MAX_LAYERS,
     PERIODIC_MIN_STEPS,
     PERIODIC_SURE,
     choose_boundaries,
@@ -384,6 +385,10 @@ def layers_per_step(annotations: Candidate, bursts: Candidate) -> int | None:
     model's fixed layer count: every burst lies in one annotated step, at least
     :data:`PERIODIC_MIN_STEPS` steps besides the first and the last (a capture may cut
     those), and one count, above 0, in at least :data:`PERIODIC_SURE` of those; else None.
+    Nor is it a layer count where it exceeds :data:`MAX_LAYERS`, or where it is a whole
+    multiple (2 or more) of the bursts' own period: each annotated step then holds whole
+    steps of the bursts (torch.profiler's ``ProfilerStep#N`` around a ``generate()`` call
+    of many forward passes), and the annotation wraps steps rather than marking one.
 
     Steps that each hold the same number of full-attention layers are the periodicity the
     bursts look for, found in the engine's own record: an annotation missing (a burst in
@@ -403,7 +408,11 @@ def layers_per_step(annotations: Candidate, bursts: Candidate) -> int | None:
     mode = int(np.argmax(times))
     if values[mode] <= 0 or times[mode] < PERIODIC_SURE * counts.size:
         return None
-    return int(values[mode])
+    count = int(values[mode])
+    period = bursts.layers
+    if count > MAX_LAYERS or (period and count >= 2 * period and count % period == 0):
+        return None
+    return count
 
 
 def choose(
