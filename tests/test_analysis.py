@@ -566,3 +566,42 @@ def test_profiler_steps_around_whole_generate_calls_do_not_override_the_bursts(
     assert (d["method"], d["count"]) == ("bursts", t["step_count"])
     assert d["cadence"] == t["cadence"]
     assert any("using the bursts" in w for w in summary.warnings)
+
+
+def test_steps_with_a_varying_number_of_drafter_bursts_are_found_by_the_pause(
+    tmp_path: Path,
+) -> None:
+    """An unseen-trace probe's finding: speculative decoding runs a one-layer drafter a
+    varying number of times a step, so the steps hold different numbers of step-marker
+    bursts and no period or burst count stands out; without annotations the whole trace
+    was one step, though the between-step pause stood out 13x. Planted: the fixture's
+    annotations removed and 0, 1 or 2 drafter layers (a GEMM, then attention) appended to
+    each step, inside its pause; the steps and their cadence are the fixture's."""
+    t = truth("dense_sglang")
+    source = GENERATED / "dense_sglang.json.gz"
+    doc = json.loads(gzip.decompress(source.read_bytes()))
+    events = [e for e in doc["traceEvents"] if e.get("cat") != "user_annotation"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    gemm = next(e for e in kernels if tv.load_rules().family_of(e["name"]) == "gemm")
+    attention = next(e for e in kernels if tv.load_rules().family_of(e["name"]) == "full_attention")
+    starts = [s["start_ns"] for s in t["steps"]]
+    drafts = random.Random(7)  # not periodic: a cycle of counts would be a period itself
+    for i, start in enumerate(starts):
+        end = max(
+            round((e["ts"] + e["dur"]) * 1000)
+            for e in kernels
+            if start <= round(e["ts"] * 1000) < (starts[i + 1] if i + 1 < len(starts) else 1 << 62)
+        )
+        at = end + 2_000
+        for _ in range(drafts.choice((0, 1, 2))):
+            for kernel in (gemm, attention):
+                events.append(kernel | {"ts": at / 1000, "dur": 3.0})
+                at += 4_000
+        if i + 1 < len(starts):
+            assert starts[i + 1] - at > 100_000  # the pause still stands out
+    doc["traceEvents"] = events
+    path = tmp_path / "drafter.json"
+    path.write_text(json.dumps(doc))
+    d = tv.summarize(tv.load(path)).to_dict()["steps"]
+    assert (d["method"], d["count"]) == ("bursts", t["step_count"])
+    assert d["cadence"] == t["cadence"]

@@ -20,6 +20,12 @@ PERIODIC_TYPICAL = 0.8  # stalls: beat this quantile of the boundaries off the p
 PERIODIC_MIN_STEPS = 3  # chosen boundaries needed before a period is believed
 STALL_MIN_STEPS = 10  # ... before one found past stalls is
 MAX_LAYERS = 256
+# a natural break whose steps hold different numbers of bursts (a drafter run 0-k times a
+# step: speculative decoding) is believed where the break is this sharp and the steps this
+# alike: the largest inner step holds at most this many times the smallest's bursts (a host
+# stall that cuts steps in two makes halves and wholes)
+SHARP_BREAK = 4.0
+ALIKE_STEPS = 1.5
 
 
 def _periodic_score(idle: I64, period: int) -> tuple[float, int]:
@@ -85,6 +91,13 @@ def natural_break(values: I64) -> int | None:
     if ratios[i] < 2.0:
         return None
     return int(np.ceil(np.sqrt(v[i] * v[i + 1])))
+
+
+def _break_ratio(values: I64) -> float:
+    """The widest ratio between consecutive sorted distinct positive values (the sharpness
+    of :func:`natural_break`'s break); 0 with fewer than two."""
+    v = distinct(values[values > 0]).astype(np.float64)
+    return float((v[1:] / v[:-1]).max()) if v.size >= 2 else 0.0
 
 
 def _every(n: int, period: int, phase: int) -> np.ndarray:
@@ -168,11 +181,27 @@ def choose_boundaries(
         counts = np.diff(np.flatnonzero(np.concatenate(([True], mask, [True]))))
         if counts.size > 2:
             inner = counts[1:-1]
-            if (inner == np.bincount(inner).argmax()).mean() >= PERIODIC_MIN_SCORE:
+            mode = int(np.bincount(inner).argmax())
+            if (inner == mode).mean() >= PERIODIC_MIN_SCORE:
                 return (
                     mask,
-                    int(np.bincount(inner).argmax()),
+                    mode,
                     (f"idle gaps ≥ {threshold} ns (a natural break in the gap distribution)"),
+                    False,
+                )
+            if (
+                counts.size > PERIODIC_MIN_STEPS + 1
+                and _break_ratio(idle) >= SHARP_BREAK
+                and inner.max() <= ALIKE_STEPS * inner.min()
+            ):
+                return (
+                    mask,
+                    mode,
+                    (
+                        f"idle gaps ≥ {threshold} ns (a sharp break in the gap distribution; "
+                        f"the steps hold {inner.min()} to {inner.max()} step-marker bursts, "
+                        "as a drafter run a varying number of times a step does)"
+                    ),
                     False,
                 )
     return (
