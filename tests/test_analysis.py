@@ -605,3 +605,30 @@ def test_steps_with_a_varying_number_of_drafter_bursts_are_found_by_the_pause(
     d = tv.summarize(tv.load(path)).to_dict()["steps"]
     assert (d["method"], d["count"]) == ("bursts", t["step_count"])
     assert d["cadence"] == t["cadence"]
+
+
+def test_engine_annotations_keep_their_steps_when_the_bursts_lock_onto_a_divisor(
+    tmp_path: Path,
+) -> None:
+    """A review's finding: an engine's own step annotations were overruled wherever the
+    bursts found a strong period dividing the layer count. Planted: 30 SGLang steps of 8
+    layers; every other layer waits 40 µs on the host (an MoE layer), the pause between
+    steps is 45 µs (an overlap scheduler), so the bursts see a period of 2; the
+    annotations hold 8 bursts a step and are the steps."""
+    from fixtures.build import TraceBuilder
+
+    tb = TraceBuilder()
+    t, starts = 1_000_000_000, []
+    for _ in range(30):
+        starts.append(t)
+        for layer in range(8):
+            tb.kernel("flash_fwd_kernel", t, 20_000)
+            t += 22_000
+            tb.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", t, 30_000)
+            t += 30_000 + (0 if layer == 7 else 40_000 if layer % 2 else 5_000)
+        tb.gpu_annotation("step[DECODE bs=8]", starts[-1], t - starts[-1])
+        t += 45_000
+    path = tmp_path / "pairs.json"
+    tb.write(str(path))
+    steps = tv.steps(tv.load(path))
+    assert steps["start_ns"].to_list() == starts

@@ -19,6 +19,7 @@ chooses between them (docs/metrics.md, Engine steps; docs/design.md).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -29,7 +30,6 @@ from traceview.analysis.base.intervals import I64, Union, distinct, first_of_eac
 from traceview.analysis.base.launches import launches_within, range_holding
 from traceview.analysis.classify.families import FamilyCodes
 from traceview.analysis.steps.periodic import (
-    MAX_LAYERS,
     PERIODIC_MIN_STEPS,
     PERIODIC_SURE,
     choose_boundaries,
@@ -385,10 +385,12 @@ def layers_per_step(annotations: Candidate, bursts: Candidate) -> int | None:
     model's fixed layer count: every burst lies in one annotated step, at least
     :data:`PERIODIC_MIN_STEPS` steps besides the first and the last (a capture may cut
     those), and one count, above 0, in at least :data:`PERIODIC_SURE` of those; else None.
-    Nor is it a layer count where it exceeds :data:`MAX_LAYERS`, or where it is a whole
-    multiple (2 or more) of the bursts' own period: each annotated step then holds whole
-    steps of the bursts (torch.profiler's ``ProfilerStep#N`` around a ``generate()`` call
-    of many forward passes), and the annotation wraps steps rather than marking one.
+    Nor is it a layer count where the annotations are torch.profiler's iterations alone
+    (``ProfilerStep#N``, which may hold many engine steps) and the count is a whole multiple
+    (2 or more) of the bursts' own period: each iteration then holds whole steps of the
+    bursts (a ``generate()`` call of many forward passes), wrapping steps rather than
+    marking one. An engine's own step annotation marks one step, whatever period the bursts
+    lock onto (a stall every other layer makes a period of 2).
 
     Steps that each hold the same number of full-attention layers are the periodicity the
     bursts look for, found in the engine's own record: an annotation missing (a burst in
@@ -410,9 +412,19 @@ def layers_per_step(annotations: Candidate, bursts: Candidate) -> int | None:
         return None
     count = int(values[mode])
     period = bursts.layers
-    if count > MAX_LAYERS or (period and count >= 2 * period and count % period == 0):
+    if period and count >= 2 * period and count % period == 0 and _iterations(annotations):
         return None
     return count
+
+
+_ITERATION = re.compile(r"ProfilerStep#\d+$")
+
+
+def _iterations(annotations: Candidate) -> bool:
+    """Whether every annotated step is named by torch.profiler's iterations alone."""
+    return bool(annotations.names) and all(
+        bool(names) and all(_ITERATION.match(n) for n in names) for names in annotations.names
+    )
 
 
 def choose(
