@@ -22,10 +22,11 @@ STALL_MIN_STEPS = 10  # ... before one found past stalls is
 MAX_LAYERS = 256
 # a natural break whose steps hold different numbers of bursts (a drafter run 0-k times a
 # step: speculative decoding) is believed where the break is this sharp and the steps this
-# alike: the largest inner step holds at most this many times the smallest's bursts (a host
-# stall that cuts steps in two makes halves and wholes)
+# alike: the largest inner step holds at most this many times the smallest's bursts (a
+# drafter of a layer or two, run a few times, adds a few bursts to the model's L; host
+# stalls at random, in a trace with no between-step pause, cut stretches of any length)
 SHARP_BREAK = 4.0
-ALIKE_STEPS = 1.5
+ALIKE_STEPS = 1.25
 
 
 def _periodic_score(idle: I64, period: int) -> tuple[float, int]:
