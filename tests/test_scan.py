@@ -677,16 +677,35 @@ def test_a_committed_trace_without_a_file_is_said_by_the_reader_and_written_by_a
     moved = ds / "steps" / f"{tid}.parquet"
     moved.rename(tmp_path / "moved-out.parquet")
 
-    with pytest.raises(tv.TraceviewError, match=f"committed trace {tid} has no steps/ file"):
+    with pytest.raises(tv.TraceviewError, match=f"committed trace {tid} has no steps/ file") as e:
         committed(ds, "steps")
+    assert f"or move traces/{tid}.parquet out of the dataset" in str(e.value)
     assert committed(ds, "families").collect().sort(pl.all()).equals(before["families"])
 
     again = scan([str(trace), str(copy)], ds, ScanOptions(jobs=1))
     assert len(again.scanned) == 1 and moved.exists()
+    assert again.failed == [] and len(again.copies) == 1  # the copy, whatever came first
     for table, rows in before.items():
         assert committed(ds, table).collect().sort(pl.all()).equals(rows), table
     third = scan([str(trace), str(copy)], ds, ScanOptions(jobs=1))
     assert third.scanned == [] and len(third.skipped) == 2 and third.bytes_read == 0
+    # a review's finding: the copy alone, whose rows would name another run, repaired the
+    # trace under its own path and run (the trace moved to another run in every query)
+    rows = pl.read_parquet(ds / "traces" / f"{tid}.parquet")
+    own = rows["path"][0]
+    other = next(p for p in (str(trace.resolve()), str(copy.resolve())) if p != own)
+    (ds / "gaps" / f"{tid}.parquet").rename(tmp_path / "moved-gaps.parquet")
+    by_copy = scan([other], ds, ScanOptions(jobs=1))
+    assert by_copy.scanned == [] and len(by_copy.failed) == 1
+    assert "only a scan of that path writes them again" in by_copy.failed[0][1]
+    assert pl.read_parquet(ds / "traces" / f"{tid}.parquet").equals(rows)
+    assert committed(ds, "steps").collect().sort(pl.all()).equals(before["steps"])
+    assert not (ds / "gaps" / f"{tid}.parquet").exists()
+    by_own = scan([own], ds, ScanOptions(jobs=1))
+    assert len(by_own.scanned) == 1 and committed(ds, "gaps").collect().sort(pl.all()).equals(
+        before["gaps"]
+    )
+    assert pl.read_parquet(ds / "traces" / f"{tid}.parquet")["path"].equals(rows["path"])
 
 
 @pytest.mark.slow  # a shared trace scanned: about 3 s

@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 import polars as pl
 
 from traceview.batch.store import HOST, LocalStore, Store, open_store, to_frame
-from traceview.errors import TraceviewError
+from traceview.errors import MissingDependencyError, TraceviewError
 from traceview.load import remote
 
 TABLES = ("traces", "steps", "families", "gaps", "errors")
@@ -178,13 +178,14 @@ def scanned(store: Store, trace_id: str) -> bool:
     )
 
 
-def incomplete(store: Store) -> dict[str, list[str]]:
+def incomplete(store: Store, tables: tuple[str, ...] = COMMITTED_BY_TRACES) -> dict[str, list[str]]:
     """Each committed trace that lacks a file of a table its ``traces/`` row commits, by
-    table. ``traces/`` is listed first: a trace committed after that listing wrote its
-    other files before its row, so it is never taken for one that lacks them."""
+    table (of ``tables``). ``traces/`` is listed first: a trace committed after that
+    listing wrote its other files before its row, so it is never taken for one that
+    lacks them."""
     ids = {n.removesuffix(".parquet") for n in _parquet(store, "traces")}
     missing = {}
-    for table in COMMITTED_BY_TRACES:
+    for table in tables:
         there = {n.removesuffix(".parquet") for n in _parquet(store, table)}
         if lacking := sorted(ids - there):
             missing[table] = lacking
@@ -436,6 +437,18 @@ _EMPTY: dict[str, dict[str, pl.DataType]] = {
 }
 
 
+def _lacking(root: str, table: str) -> list[str]:
+    """The committed traces without their ``table`` file, where the dataset can be listed
+    here (a folder; a bucket with ``traceview[cloud]``); none elsewhere (an HTTP URL, or a
+    bucket polars reads by itself: as it was read before this check)."""
+    if table not in COMMITTED_BY_TRACES or root.lower().startswith(("http://", "https://")):
+        return []
+    try:
+        return incomplete(open_store(root), (table,)).get(table, [])
+    except MissingDependencyError:
+        return []
+
+
 def committed(dataset: str | os.PathLike[str], table: str) -> pl.LazyFrame:
     """One table's rows of committed traces only (those with a ``traces/`` row): what a
     reader should see while a scan runs or after one was killed. ``dataset`` is a folder
@@ -444,12 +457,12 @@ def committed(dataset: str | os.PathLike[str], table: str) -> pl.LazyFrame:
     opts = polars_options(root) if remote.is_url(root) else None
     # a committed trace without its file of this table: its rows would be missing from
     # every figure read, so it is said, not read (an HTTP URL cannot be listed)
-    listable = table in COMMITTED_BY_TRACES and not root.lower().startswith(("http://", "https://"))
-    if lacking := incomplete(open_store(root)).get(table, []) if listable else []:
+    if lacking := _lacking(root, table):
         more = f" and {len(lacking) - 1} more" if len(lacking) > 1 else ""
         raise TraceviewError(
             f"{root}: committed trace {lacking[0]}{more} has no {table}/ file (moved out or "
-            "lost); scan the traces into this dataset again to write it"
+            "lost): scan its trace into this dataset again to write it, or move "
+            f"traces/{lacking[0]}.parquet out of the dataset to read the rest without it"
         )
     if not remote.is_url(root) and not any(Path(root, table).glob("*.parquet")):
         # no file yet (a scan without a failure has no errors/): no rows, not an error

@@ -69,6 +69,7 @@ from traceview.batch.scan_task import (
     Source,
     as_copy,
     counted,
+    repaired_meanwhile,
     scan_trace,
 )
 from traceview.batch.store import Store, open_store
@@ -204,7 +205,7 @@ def scan(
         from traceview.batch.scan_ray import run_ray
 
         statuses = run_ray(todo, store, options, address, progress)
-    statuses = written_once(store, statuses)
+    statuses = repaired_meanwhile(store, written_once(store, statuses))
     sweep_tmp(store)
     by_path = {s.path: s.size for s in todo}
     scanned = [s for s in statuses if s["status"] == "scanned"]

@@ -23,6 +23,7 @@ from traceview.batch.dataset import (
     content_hash,
     drop_error,
     error_key,
+    has_trace,
     lock,
     note_alias,
     scanned,
@@ -318,9 +319,59 @@ def commit_analysis(store: Store, a: Analysis) -> ScanStatus:
     if a["tables"] is not None and a["row"] is not None:
         if scanned(store, trace_id):
             return as_copy(store, a["status"])
-        _commit(store, trace_id, a["tables"], a["row"])
+        kept = _kept_row(store, trace_id)
+        if kept is None:
+            _commit(store, trace_id, a["tables"], a["row"])
+        else:  # committed, and a file of it gone: a repair, under the row that is there
+            row = a["row"]
+            if (row["run"][0], row["rank"][0]) != (kept["run"], kept["rank"]):
+                return {
+                    **a["status"],
+                    "status": "failed",
+                    "error": (
+                        f"{REPAIR_ELSEWHERE} {trace_id}, whose rows lack a "
+                        f"file; its rows name the run {kept['run']!r} (from "
+                        f"{kept['path']}), so only a scan of that path writes them again, or "
+                        f"move traces/{trace_id}.parquet out of the dataset to scan it anew"
+                    ),
+                    "warnings": [],
+                }
+            for table, df in a["tables"].items():
+                if not store.exists(table_file(table, trace_id)):
+                    write_table(store, table, trace_id, df)
+            if row["path"][0] != kept["path"]:  # a copy of it wrote them: its alias
+                return as_copy(store, a["status"])
         drop_error(store, a["row"]["path"][0])
     return a["status"]
+
+
+# how a path whose content is a committed trace lacking a file, and which cannot repair
+# it (its rows would name another run), is said (:func:`repaired_meanwhile` reads it)
+REPAIR_ELSEWHERE = "its content is the dataset's trace"
+
+
+def repaired_meanwhile(store: Store, statuses: list[ScanStatus]) -> list[ScanStatus]:
+    """The statuses, where a path could not repair its trace but the trace's own path did
+    in the same scan: that path is recorded as its alias (a ``copy``), not a failure."""
+    out = []
+    for s in statuses:
+        if (
+            s["status"] == "failed"
+            and (s["error"] or "").startswith(REPAIR_ELSEWHERE)
+            and scanned(store, s["trace_id"])
+        ):
+            s = as_copy(store, {**s, "status": "scanned", "error": None})
+        out.append(s)
+    return out
+
+
+def _kept_row(store: Store, trace_id: str) -> dict[str, object] | None:
+    """The trace's ``traces/`` row as the dataset holds it (``path``, ``run``, ``rank``);
+    None where it has none."""
+    if not has_trace(store, trace_id):
+        return None
+    rows = store.read_parquet([table_file("traces", trace_id)], ["path", "run", "rank"])
+    return rows.row(0, named=True)
 
 
 def as_copy(store: Store, status: ScanStatus) -> ScanStatus:
