@@ -449,3 +449,25 @@ def test_graph_launches_whose_records_were_dropped_are_said(tmp_path: Path, drop
         assert len(said) == 1 and said[0].startswith(f"{dropped} of 9 CUDA-graph launches")
     else:
         assert said == []
+
+
+@pytest.mark.parametrize(
+    ("name", "blocks"),
+    [
+        ("cudaStreamSynchronize", True),
+        ("cudaMemcpy", True),
+        ("cudaMemcpy2D", True),
+        ("hipMemcpy", True),
+        ("hipMemcpyDtoH", True),
+        ("hipMemcpyWithStream", True),
+        ("cuMemcpyDtoH_v2", True),
+        ("cudaMemcpyAsync", False),
+        ("cudaMemcpy2DAsync", False),
+        ("hipMemcpyDtoHAsync", False),  # a review's finding: it read as a sync
+        ("cuMemcpyDtoHAsync_v2", False),
+    ],
+)
+def test_blocking_calls_are_syncs_and_async_ones_are_not(name: str, blocks: bool) -> None:
+    from traceview.analysis.timing.idle import SYNC
+
+    assert bool(SYNC.search(name)) is blocks

@@ -37,7 +37,7 @@ CHUNK = 1 << 16  # kernels per time slice when sharing busy time among families
 # ROCm's PyTorch copies a tensor to the host with hipMemcpyWithStream, where CUDA's issues
 # cudaMemcpyAsync and cudaStreamSynchronize)
 SYNC = re.compile(
-    r"Synchronize|^(cuda|hip)Memcpy(WithStream)?(_v\d+)?$|^(cuda|hip)Memcpy(DtoH|D2H)"
+    r"Synchronize|^(cuda|hip)Memcpy(WithStream|2D|DtoH|D2H)?(_v\d+)?$"
     r"|^cuMemcpy(DtoH)?(_v\d+)?$"
 )
 
