@@ -421,3 +421,37 @@ def test_a_run_against_a_trace_names_both(tmp_path: Path) -> None:
         "Error: diff compares a trace with a trace, or a run with a run: "
         f"A ({run}) is a run, B ({trace}) a trace\n"
     )
+
+
+@pytest.mark.slow  # three engine traces built and summarized: about 1.5 s
+def test_another_mix_of_steps_is_no_regression_and_slower_kernels_are(tmp_path: Path) -> None:
+    """An unseen-trace probe's finding: a capture with more decode steps, every kernel and
+    every step kind unchanged, failed `check --baseline --max-regression 10%` on five
+    family rows (attention 1.3x "per step", gemm 1.17x "mean kernel"): a family's time over
+    all steps, or per kernel, moves with the mix of steps. Planted: the fixture's engine
+    with 48 decode steps after the prompt instead of 16 passes at 10%; the same engine with
+    every kernel 10% slower fails at 5%, on its families' busy per decode step among
+    others."""
+    import dataclasses
+
+    from fixtures.engine import SCENARIOS, build
+
+    base = next(sc for sc in SCENARIOS if sc.name == "hybrid_chunked")
+
+    def summary(scenario: object, name: str) -> tv.Summary:
+        tb, _ = build(scenario)
+        path = tmp_path / f"{name}.json.gz"
+        tb.write(str(path))
+        return tv.summarize(tv.load(path))
+
+    a = summary(base, "a")
+    more = summary(dataclasses.replace(base, decode_after=48), "more")
+    slower = summary(dataclasses.replace(base, kernel_scale=1.1), "slower")
+    assert more.steps.height > a.steps.height
+    assert check(more, Bounds(baseline=a, max_regression=0.1)).ok
+    assert check(a, Bounds(baseline=more, max_regression=0.1)).ok  # fewer decode steps
+    failed = [r["check"] for r in check(slower, Bounds(baseline=a, max_regression=0.05)).failed]
+    assert any(c.startswith("families: decode gemm busy per step") for c in failed), failed
+    rows = diff(a, more).rows.filter(pl.col("section") == "families")
+    mixed = rows.filter(pl.col("metric").str.contains("time per step|mean kernel"))
+    assert mixed["verdict"].null_count() == mixed.height  # shown beside the work, unjudged
