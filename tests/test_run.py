@@ -452,3 +452,22 @@ def test_ranks_that_tie_in_every_step_have_no_straggler(tmp_path: Path) -> None:
     (tmp_path / "rank1.json.gz").write_bytes(gzip.compress(json.dumps(text).encode()))
     s = summarize_run([str(tmp_path)]).to_dict()["straggler"]
     assert s is not None and (s["rank"], s["steps_slowest"]) == (1, 1)
+
+
+def test_a_rank_whose_trace_is_missing_is_said(
+    planted: tuple[Path, dict, RankRun], tmp_path: Path
+) -> None:
+    """An unseen-trace probe's finding: three of a four-rank run's traces (one failed to
+    flush) read "no straggler, 0 ns of collective wait" and no warning, while every present
+    rank waited in its collectives for the absent one. The traces' own world_size says how
+    many ranks there were: the run names the absent rank; the whole run does not."""
+    out, truth, run = planted
+    files = sorted(out.glob("*.json.gz"))
+    assert len(files) == run.ranks == 4
+    absent = next(f for f in files if "_rank2." in f.name)
+    three = [str(f) for f in files if f != absent]
+    said = summarize_run(three, RunOptions(jobs=1)).warnings
+    assert any("4 ranks (distributedInfo.world_size), and 3 are analysed" in w for w in said)
+    assert any("absent: rank 2)" in w for w in said), said
+    whole = summarize_run([str(out)], RunOptions(jobs=1)).warnings
+    assert not any("world_size" in w for w in whole)

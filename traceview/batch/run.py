@@ -14,7 +14,14 @@ from functools import partial
 
 from traceview import environ
 from traceview.analysis.analyze import Analysis, AnalysisConfig
-from traceview.analysis.documents.run import RankResult, RunSummary, assemble, rank_of, step_work
+from traceview.analysis.documents.run import (
+    RankResult,
+    RunSummary,
+    assemble,
+    rank_of,
+    step_work,
+    world_size_of,
+)
 from traceview.batch.discover import discover
 from traceview.batch.pool import map_tasks
 from traceview.errors import CaptureOnlyError, RunError, TraceviewError, UsageError
@@ -67,6 +74,7 @@ def analyse_rank(path: str, options: RunOptions) -> RankResult:
         per_step=step_work(analysis.step_result),
         load_warnings=list(trace.meta.warnings),
         truncated_at=trace.meta.truncated_at,
+        world_size=world_size_of(trace),
     )
 
 

@@ -81,6 +81,7 @@ class RankResult:
     error: str | None = None  # a trace that failed to load or analyse
     load_warnings: list[str] = field(default_factory=list)  # the loader's (trace.meta.warnings)
     truncated_at: int | None = None  # a truncated trace's cut (byte of its JSON text)
+    world_size: int | None = None  # Kineto's distributedInfo.world_size, where it says
 
 
 @dataclass
@@ -138,6 +139,35 @@ def rank_of(trace: Trace, path: str) -> tuple[int | None, str]:
         return rank, "distributedInfo"
     named = rank_from_name(Path(path).name)
     return (named, "file name") if named is not None else (None, "")
+
+
+def world_size_of(trace: Trace) -> int | None:
+    """Kineto's ``distributedInfo.world_size``: the ranks of the run the trace was part
+    of; None where it does not say."""
+    dist = trace.meta.extra.get("distributedInfo")
+    size = dist.get("world_size") if isinstance(dist, dict) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
+def _absent_ranks(ranks: list[RankResult], given: int) -> str | None:
+    """What to say where the traces' own ``world_size`` counts more ranks than the run was
+    given (``given``: the traces, analysed or left out): a rank whose trace is missing
+    still takes part in the collectives, so the others wait for it."""
+    sizes = {r.world_size for r in ranks if r.world_size is not None}
+    if not sizes:
+        return None
+    world = max(sizes)
+    present = sorted(int(r.rank) for r in ranks if r.rank is not None)
+    if given >= world and len(present) >= world:
+        return None
+    absent = [k for k in range(world) if k not in set(present)]
+    shown = ", ".join(map(str, absent[:8])) + (", …" if len(absent) > 8 else "")
+    return (
+        f"the traces say the run had {world} ranks (distributedInfo.world_size), and "
+        f"{len(present)} are analysed here (absent: rank {shown}): where an absent rank "
+        "takes part in the same collectives, every rank's collective wait includes waiting "
+        "for it, and the straggler may be among the absent"
+    )
 
 
 def step_work(result: StepResult) -> pl.DataFrame:
@@ -226,14 +256,20 @@ def _alignment(ranks: list[RankResult]) -> tuple[AlignMethod, pl.DataFrame, list
     tables = {r.rank: r.per_step for r in ranks if r.per_step is not None}
     warnings = []
     counts = {rank: t.height for rank, t in tables.items()}
+    annotated = all(t["annotation"].null_count() == 0 for t in tables.values())
+    unique = annotated and all(t["annotation"].n_unique() == t.height for t in tables.values())
     if len(set(counts.values())) > 1:
         warnings.append(
             "ranks have different step counts ("
             + ", ".join(f"rank {k}: {v}" for k, v in sorted(counts.items()))
-            + "): only the steps found on every rank are compared"
+            + (
+                "): only the steps found on every rank are compared"
+                if unique
+                else f"): the first {min(counts.values())} steps of each rank are compared "
+                "in order (no unique step names say which steps are the same: where a rank "
+                "lacks an early step, every later pair is off by one, and skew reads high)"
+            )
         )
-    annotated = all(t["annotation"].null_count() == 0 for t in tables.values())
-    unique = annotated and all(t["annotation"].n_unique() == t.height for t in tables.values())
     method: AlignMethod
     if unique:
         method = "annotation name"
@@ -369,6 +405,9 @@ def assemble(paths: Sequence[str], results: list[RankResult]) -> RunSummary:
     warnings = [f"{r.path}: {line}" for r in ranks for line in r.load_warnings]
     warnings += [f"{r.path}: skipped: {r.skipped}" for r in left_out if r.skipped]
     warnings += [f"{r.path}: left out: {r.error}" for r in left_out if r.error]
+    absent = _absent_ranks(ranks, len(ranks) + len(left_out))
+    if absent is not None:
+        warnings.append(absent)
     method, aligned, align_warnings = _alignment(ranks)
     warnings += align_warnings
     rank_ids = [int(r.rank) for r in ranks if r.rank is not None]
