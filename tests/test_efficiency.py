@@ -460,3 +460,24 @@ def test_a_rank_of_a_parallel_run_is_warned_about() -> None:
     s = tv.summarize(tv.load(trace), model=tv.load_model(CONFIGS / "engine-dense.json"))
     assert any("one rank of 8" in w for w in s.warnings)
     assert not any("one rank of" in w for w in tv.summarize(tv.load(trace)).warnings)
+
+
+def test_sliding_window_layers_are_said_to_be_counted_as_full(tmp_path: Path) -> None:
+    """An unseen-trace probe's finding: gpt-oss and Gemma name half their attention layers
+    ``sliding_attention``; their KV reads were counted over the whole context, silently
+    (MBU about 2x high at 8k tokens of context, window 128). The figures stay an upper
+    bound, and say so; a config without such layers says nothing."""
+    dense = json.loads((CONFIGS / "engine-dense.json").read_text())
+    windowed = dense | {
+        "layer_types": ["sliding_attention", "full_attention"] * 4,
+        "sliding_window": 128,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(windowed))
+    trace = tv.load(GENERATED / "dense_vllm_detailed.json.gz")
+    s = tv.summarize(trace, model=tv.load_model(path))
+    said = [w for w in s.warnings if "sliding window" in w]
+    assert len(said) == 1 and "4 of the model's 8 attention layers" in said[0]
+    plain = tv.summarize(trace, model=tv.load_model(CONFIGS / "engine-dense.json"))
+    assert not any("sliding window" in w for w in plain.warnings)
+    assert s.steps["bytes"].to_list() == plain.steps["bytes"].to_list()  # the same upper bound

@@ -253,6 +253,19 @@ def efficiency_section(
             f"efficiency: {huge} step(s) state more tokens or attention pairs than their "
             "FLOPs can be counted for (over 2^62): their figures are not given"
         )
+    windowed = model.windowed_layers
+    context_counted = table.filter(pl.col("flops").is_not_null()).height and (
+        table.select(
+            (pl.col("kv_tokens").is_not_null() | pl.col("shape_kv_tokens").is_not_null()).any()
+        ).item()
+    )
+    if windowed and context_counted:
+        warnings.append(
+            f"efficiency: {windowed} of the model's {model.full_attention_layers} attention "
+            "layers attend over a sliding window: their KV reads and attention FLOPs are "
+            "counted over the whole context, an upper bound (MBU and MFU read high where the "
+            "context is longer than the window)"
+        )
     warnings += _over_one(table, model)
     section: Efficiency = {
         "device": facts,

@@ -90,6 +90,7 @@ class ModelSpec:
     kv_bytes_per_token: float
     weight_dtype: str
     compute_dtype: str
+    windowed_layers: int = 0  # full-attention layers that attend over a sliding window
 
     @property
     def block_params(self) -> int:
@@ -397,6 +398,18 @@ def _layer_kinds(c: _Config, n: int) -> list[str]:
     return [FULL] * n
 
 
+def _windowed_layers(c: _Config) -> int:
+    """The attention layers ``layer_types`` names as attending over a sliding window
+    (gpt-oss, Gemma 2 and 3: ``sliding_attention``, ``local``): counted as full attention,
+    which reads their KV cache over the whole context (:func:`_layer_kinds` has checked the
+    names)."""
+    named = c.get("layer_types", "layers_block_type")
+    if not isinstance(named, list):
+        return 0
+    names = [t.lower() for t in named if isinstance(t, str)]
+    return sum(1 for t in names if "sliding" in t or t == "local")
+
+
 _EXPERTS = ("num_experts", "n_routed_experts", "num_local_experts")
 _PER_TOKEN = ("num_experts_per_tok", "experts_per_token", "moe_top_k")
 
@@ -494,6 +507,7 @@ def model_spec(doc: dict[str, object], where: str = "config.json") -> ModelSpec:
         kv_bytes_per_token=kv_bytes,
         weight_dtype=weight_dtype,
         compute_dtype=compute_dtype,
+        windowed_layers=_windowed_layers(c),
     )
     if spec.params > MAX_PARAMS:
         raise EfficiencyInputError(
