@@ -471,3 +471,29 @@ def test_a_rank_whose_trace_is_missing_is_said(
     assert any("absent: rank 2)" in w for w in said), said
     whole = summarize_run([str(out)], RunOptions(jobs=1)).warnings
     assert not any("world_size" in w for w in whole)
+
+
+def test_data_parallel_replicas_and_ranks_without_collectives_are_said(tmp_path: Path) -> None:
+    """An unseen-trace probe's finding: two SGLang data-parallel replicas (``-TP-0-DP-0``,
+    ``-DP-1``) were compared step by step as if they ran in lockstep: "straggler rank 0 …
+    slowest in 22 of 40 steps" with no word that replicas never wait for each other. Each
+    is said; a tensor-parallel run with collectives says neither."""
+    for dp in (0, 1):
+        name = f"1733-TP-0-DP-{dp}.trace.json.gz"
+        shutil.copy(GENERATED / "dense_sglang.json.gz", tmp_path / name)
+    said = summarize_run([str(tmp_path)], RunOptions(jobs=1)).warnings
+    assert any("2 data-parallel replicas (their -DP- parts)" in w for w in said), said
+    alone = tmp_path / "plain"
+    alone.mkdir()
+    for rank in (0, 1):  # a fixture without communication kernels
+        shutil.copy(GENERATED / "hybrid_chunked.json.gz", alone / f"rank{rank}.json.gz")
+    said = summarize_run([str(alone)], RunOptions(jobs=1)).warnings
+    assert any("no rank runs a collective" in w for w in said), said
+
+
+def test_a_tensor_parallel_run_is_not_said_to_be_replicas(
+    planted: tuple[Path, dict, RankRun],
+) -> None:
+    out, _, _ = planted
+    said = summarize_run([str(out)], RunOptions(jobs=1)).warnings
+    assert not any("replicas" in w or "no rank runs a collective" in w for w in said), said

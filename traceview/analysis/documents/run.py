@@ -170,6 +170,27 @@ def _absent_ranks(ranks: list[RankResult], given: int) -> str | None:
     )
 
 
+def _replicas(ranks: list[RankResult]) -> str | None:
+    """What to say where the ranks never wait for each other: the files name several
+    data-parallel replicas (SGLang's ``-DP-d`` parts), or no rank runs a collective."""
+    layouts = [layout_from_name(Path(r.path).name) for r in ranks]
+    groups = {x[0] for x in layouts if x is not None}
+    if len(ranks) > 1 and None not in layouts and len(groups) > 1:
+        return (
+            f"the files name {len(groups)} data-parallel replicas (their -DP- parts): each "
+            "serves its own requests and never waits for another, so the skew and the "
+            "straggler across them compare independent work; give one replica's ranks for "
+            "its skew"
+        )
+    tables = [r.per_step for r in ranks if r.per_step is not None]
+    if len(tables) > 1 and all(int(t["collective_ns"].sum()) == 0 for t in tables):
+        return (
+            "no rank runs a collective (no communication kernel): the ranks never wait for "
+            "each other, so the skew and the straggler compare independent work"
+        )
+    return None
+
+
 def step_work(result: StepResult) -> pl.DataFrame:
     """Per step: ``compute_ns`` (busy time not overlapped by collectives on any stream,
     inside the step's span), ``collective_ns`` (``communication`` kernel time starting in
@@ -408,6 +429,9 @@ def assemble(paths: Sequence[str], results: list[RankResult]) -> RunSummary:
     absent = _absent_ranks(ranks, len(ranks) + len(left_out))
     if absent is not None:
         warnings.append(absent)
+    replicas = _replicas(ranks)
+    if replicas is not None:
+        warnings.append(replicas)
     method, aligned, align_warnings = _alignment(ranks)
     warnings += align_warnings
     rank_ids = [int(r.rank) for r in ranks if r.rank is not None]
