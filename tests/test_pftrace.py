@@ -161,3 +161,51 @@ def test_a_device_slice_that_ends_before_it_begins_is_refused(tmp_path: Path) ->
     done = CliRunner().invoke(cli, ["summarize", str(path)])
     assert done.exit_code == 2 and len(done.stderr.splitlines()) == 1, done.output
     assert "ends before it begins; cannot place it in time" in done.stderr
+
+
+@pytest.mark.parametrize("unit_ns", [1, 1000])
+def test_the_sdks_incremental_timestamps_read_as_absolute_ones(
+    tmp_path: Path, unit_ns: int
+) -> None:
+    """An unseen-trace probe's finding: the Perfetto C++ SDK writes each packet's time on
+    clock 64 of its sequence, incremental (a delta from the packet before), described by a
+    ClockSnapshot against the trace's clock; such a .pftrace was refused ("a slice of device
+    activity … ends before it begins"). Planted: the fixture's packets rewritten so (in ns,
+    and in µs units where every time is a whole µs), the frames equal the absolute file's."""
+    sc = next(s for s in SCENARIOS if s.name == "hybrid_tight")
+    tb, _ = build(sc)
+    absolute = to_pftrace(tb, tmp_path / "absolute.pftrace")
+    trace = pb2.Trace()
+    trace.ParseFromString(absolute.read_bytes())
+    timed = [p for p in trace.packet if p.HasField("timestamp")]
+    if unit_ns > 1:  # whole µs: round every time down, in both files
+        for p in timed:
+            p.timestamp -= p.timestamp % unit_ns
+        absolute.write_bytes(trace.SerializeToString())
+    first = min(p.timestamp for p in timed)
+    out = pb2.Trace()
+    last: dict[int, int] = {}
+    for p in trace.packet:
+        seq = p.trusted_packet_sequence_id
+        if seq not in last:  # the sequence's defaults and its clock, before its first packet
+            head = out.packet.add()
+            head.trusted_packet_sequence_id = seq
+            head.trace_packet_defaults.timestamp_clock_id = 64
+            boot = head.clock_snapshot.clocks.add()
+            boot.clock_id, boot.timestamp = 6, first
+            own = head.clock_snapshot.clocks.add()
+            own.clock_id, own.timestamp, own.is_incremental = 64, 1_000, True
+            own.unit_multiplier_ns = unit_ns
+            last[seq] = first
+        q = out.packet.add()
+        q.CopyFrom(p)
+        if p.HasField("timestamp"):
+            assert p.timestamp >= last[seq]
+            q.timestamp = (p.timestamp - last[seq]) // unit_ns
+            last[seq] = p.timestamp
+    incremental = tmp_path / "incremental.pftrace"
+    incremental.write_bytes(out.SerializeToString())
+    a, b = tv.load(absolute), tv.load(incremental)
+    for frame in ("kernels", "events", "flows"):
+        assert getattr(a, frame).equals(getattr(b, frame)), frame
+    assert tv.summarize(a).to_dict()["steps"] == tv.summarize(b).to_dict()["steps"]

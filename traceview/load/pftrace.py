@@ -5,7 +5,10 @@ Read packet by packet (the file is never held decoded as a whole): track descrip
 processes, threads and GPU streams; TrackEvent slices (begin/end pairs per track, and legacy
 complete events), instants, counters and flows become the same frames the JSON loader
 builds. Interned event names, categories and debug-annotation names are resolved per
-packet sequence. Times are the packets' integer nanoseconds, unchanged.
+packet sequence. Times are the packets' integer nanoseconds on the trace's clock; a
+sequence that writes them on a clock of its own (the Perfetto SDK's default: clock 64,
+incremental, each packet's time a delta from the one before) is read through its
+ClockSnapshot, which names that clock's value at a moment of the trace's clock.
 
 What maps where: a slice's first category is ``cat`` (``kernel``/``gpu_memcpy``/
 ``gpu_memset`` make it device activity, as in Kineto JSON); its track's pid/tid are
@@ -92,6 +95,23 @@ def _iter_packets(stream: BinaryIO, path: str) -> Any:
         index += 1
 
 
+_FIRST_SEQUENCE_CLOCK = 64  # clock ids from here on are scoped to one packet sequence
+_BOOTTIME = 6  # the trace's clock where a snapshot names none
+
+
+@dataclass
+class _Clock:
+    """A sequence's own clock, from its ClockSnapshot: its value ``origin`` was the trace
+    clock's ``at`` (ns); each unit is ``unit_ns``; ``last``: its latest value (incremental
+    clocks add each packet's delta to it)."""
+
+    origin: int
+    at: int
+    unit_ns: int
+    incremental: bool
+    last: int
+
+
 @dataclass
 class _Track:
     pid: int | None = None
@@ -113,6 +133,8 @@ class _Reader:
         self.metadata: list[tuple[str, int | None, int | None, str]] = []
         self.skipped: Counter[str] = Counter()
         self.packets = 0
+        self.clock_of: dict[int, int] = {}  # per sequence, its packets' default clock
+        self.clocks: dict[tuple[int, int], _Clock] = {}  # (sequence, clock id)
 
     def run(self, stream: BinaryIO) -> Trace:
         for packet in _iter_packets(stream, self.path):
@@ -129,6 +151,12 @@ class _Reader:
         seq = packet.trusted_packet_sequence_id
         if packet.sequence_flags & _SEQ_CLEARED:
             self.interned[seq] = {}
+        if packet.HasField("trace_packet_defaults"):
+            defaults = packet.trace_packet_defaults
+            if defaults.HasField("timestamp_clock_id"):
+                self.clock_of[seq] = defaults.timestamp_clock_id
+        if packet.HasField("clock_snapshot"):
+            self._snapshot(packet.clock_snapshot, seq)
         if packet.HasField("interned_data"):
             table = self.interned.setdefault(seq, {})
             data = packet.interned_data
@@ -139,10 +167,44 @@ class _Reader:
             ):
                 for e in entries:
                     table.setdefault(kind, {})[e.iid] = e.name
+        # every timed packet moves its sequence's incremental clock, not only events
+        ts = self._time(packet, seq) if packet.HasField("timestamp") else 0
         if packet.HasField("track_descriptor"):
             self._descriptor(packet.track_descriptor)
         if packet.HasField("track_event"):
-            self._event(packet, seq)
+            self._event(packet, seq, ts)
+
+    def _snapshot(self, snapshot: Any, seq: int) -> None:
+        """A sequence's own clocks, each against the trace's clock at one moment."""
+        primary = snapshot.primary_trace_clock or _BOOTTIME
+        at = next((c.timestamp for c in snapshot.clocks if c.clock_id == primary), None)
+        if at is None:
+            return
+        for c in snapshot.clocks:
+            if c.clock_id >= _FIRST_SEQUENCE_CLOCK:
+                unit = c.unit_multiplier_ns or 1
+                self.clocks[(seq, c.clock_id)] = _Clock(
+                    c.timestamp, at, unit, c.is_incremental, c.timestamp
+                )
+
+    def _time(self, packet: Any, seq: int) -> int | None:
+        """The packet's time on the trace's clock (ns); None where it is on a sequence's own
+        clock that no snapshot has described."""
+        clock_id = (
+            packet.timestamp_clock_id
+            if packet.HasField("timestamp_clock_id")
+            else self.clock_of.get(seq)
+        )
+        if clock_id is None or clock_id < _FIRST_SEQUENCE_CLOCK:
+            return int(packet.timestamp)
+        clock = self.clocks.get((seq, clock_id))
+        if clock is None:
+            return None
+        value = packet.timestamp
+        if clock.incremental:
+            clock.last += value
+            value = clock.last
+        return int(clock.at + (value - clock.origin) * clock.unit_ns)
 
     def _descriptor(self, d: Any) -> None:
         t = self.tracks.setdefault(d.uuid, _Track())
@@ -178,9 +240,11 @@ class _Reader:
     def _intern(self, seq: int, kind: str, iid: int) -> str | None:
         return self.interned.get(seq, {}).get(kind, {}).get(iid)
 
-    def _event(self, packet: Any, seq: int) -> None:
+    def _event(self, packet: Any, seq: int, ts: int | None) -> None:
         ev = packet.track_event
-        ts = packet.timestamp
+        if ts is None:
+            self.skipped["event timed on a clock no ClockSnapshot describes"] += 1
+            return
         uuid = ev.track_uuid
         if ev.type == COUNTER:
             t = self.tracks.get(uuid, _Track())
