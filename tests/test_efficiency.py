@@ -481,3 +481,26 @@ def test_sliding_window_layers_are_said_to_be_counted_as_full(tmp_path: Path) ->
     plain = tv.summarize(trace, model=tv.load_model(CONFIGS / "engine-dense.json"))
     assert not any("sliding window" in w for w in plain.warnings)
     assert s.steps["bytes"].to_list() == plain.steps["bytes"].to_list()  # the same upper bound
+    # a review's finding: steps whose context no annotation states count no KV: nothing said
+    no_context = tv.summarize(
+        tv.load(GENERATED / "hybrid_chunked.json.gz"), model=tv.load_model(path)
+    )
+    assert no_context.steps["flops"].is_not_null().any()
+    assert not any("sliding window" in w for w in no_context.warnings)
+
+
+def test_the_context_counted_is_the_one_step_efficiency_reads() -> None:
+    """A review's finding: the sliding-window warning read record_shapes' context on steps
+    whose tokens an annotation states, where step_efficiency counts no KV at all."""
+    from traceview.analysis.work.efficiency import _CONTEXT_COUNTED
+
+    steps = pl.DataFrame(
+        {
+            "context_tokens": [0, 0, None],
+            "generation_tokens": [8, 8, None],
+            "kv_tokens": [None, 4096, None],
+            "shape_kv_tokens": [4096, None, 4096],
+        },
+        schema_overrides={"kv_tokens": pl.Int64, "shape_kv_tokens": pl.Int64},
+    )
+    assert steps.select(_CONTEXT_COUNTED)["context_tokens"].to_list() == [False, True, True]

@@ -482,13 +482,22 @@ def test_data_parallel_replicas_and_ranks_without_collectives_are_said(tmp_path:
         name = f"1733-TP-0-DP-{dp}.trace.json.gz"
         shutil.copy(GENERATED / "dense_sglang.json.gz", tmp_path / name)
     said = summarize_run([str(tmp_path)], RunOptions(jobs=1)).warnings
-    assert any("2 data-parallel replicas (their -DP- parts)" in w for w in said), said
+    assert any("2 data-parallel replicas (their -DP- parts repeat" in w for w in said), said
     alone = tmp_path / "plain"
     alone.mkdir()
     for rank in (0, 1):  # a fixture without communication kernels
         shutil.copy(GENERATED / "hybrid_chunked.json.gz", alone / f"rank{rank}.json.gz")
     said = summarize_run([str(alone)], RunOptions(jobs=1)).warnings
-    assert any("no rank runs a collective" in w for w in said), said
+    assert any("no rank runs a communication kernel" in w for w in said), said
+    # a review's finding: SGLang's DP attention names ranks -TP-{global}-DP-{group}, each
+    # place once: ranks that share their collectives, not replicas
+    attention = tmp_path / "dp_attention"
+    attention.mkdir()
+    for r in (0, 1):
+        name = f"1733-TP-{r}-DP-{r}-PP-0.trace.json.gz"
+        shutil.copy(GENERATED / "dense_sglang.json.gz", attention / name)
+    said = summarize_run([str(attention)], RunOptions(jobs=1)).warnings
+    assert not any("replicas" in w for w in said), said
 
 
 def test_a_tensor_parallel_run_is_not_said_to_be_replicas(
@@ -496,4 +505,4 @@ def test_a_tensor_parallel_run_is_not_said_to_be_replicas(
 ) -> None:
     out, _, _ = planted
     said = summarize_run([str(out)], RunOptions(jobs=1)).warnings
-    assert not any("replicas" in w or "no rank runs a collective" in w for w in said), said
+    assert not any("replicas" in w or "no rank runs a communication" in w for w in said), said

@@ -30,6 +30,7 @@ the process pool), :func:`assemble` builds the run. Across ranks:
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,19 +175,26 @@ def _replicas(ranks: list[RankResult]) -> str | None:
     """What to say where the ranks never wait for each other: the files name several
     data-parallel replicas (SGLang's ``-DP-d`` parts), or no rank runs a collective."""
     layouts = [layout_from_name(Path(r.path).name) for r in ranks]
-    groups = {x[0] for x in layouts if x is not None}
-    if len(ranks) > 1 and None not in layouts and len(groups) > 1:
-        return (
-            f"the files name {len(groups)} data-parallel replicas (their -DP- parts): each "
-            "serves its own requests and never waits for another, so the skew and the "
-            "straggler across them compare independent work; give one replica's ranks for "
-            "its skew"
-        )
+    if len(ranks) > 1 and None not in layouts:
+        # replicas repeat one (PP, TP) place under several DP parts; SGLang's DP attention
+        # names its ranks -TP-{global}-DP-{attention group}, each place once, and they share
+        # their collectives
+        places = Counter((x[1], x[2]) for x in layouts if x is not None)
+        replicas = len({x[0] for x in layouts if x is not None})
+        if replicas > 1 and all(n > 1 for n in places.values()):
+            return (
+                f"the files name {replicas} data-parallel replicas (their -DP- parts repeat "
+                "each pipeline and tensor-parallel place): each serves its own requests and "
+                "never waits for another, so the skew and the straggler across them compare "
+                "independent work; give one replica's ranks for its skew"
+            )
     tables = [r.per_step for r in ranks if r.per_step is not None]
     if len(tables) > 1 and all(int(t["collective_ns"].sum()) == 0 for t in tables):
         return (
-            "no rank runs a collective (no communication kernel): the ranks never wait for "
-            "each other, so the skew and the straggler compare independent work"
+            "no rank runs a communication kernel that traceview recognises: if they run no "
+            "collective, they never wait for each other, and the skew and the straggler "
+            "compare independent work (an all-to-all the preset does not name would be "
+            "missed here: name it in a rules file's communication family)"
         )
     return None
 

@@ -54,13 +54,21 @@ def _weights_read(model: ModelSpec, tokens: np.ndarray) -> np.ndarray:
     return out
 
 
+_STATED = pl.col("context_tokens").is_not_null() & pl.col("generation_tokens").is_not_null()
+# a step whose KV reads are counted: the context the annotation states, else record_shapes'
+# (as :func:`step_efficiency` reads them)
+_CONTEXT_COUNTED = (_STATED & pl.col("kv_tokens").is_not_null()) | (
+    ~_STATED & pl.col("shape_kv_tokens").is_not_null()
+)
+
+
 def step_efficiency(
     table: pl.DataFrame, model: ModelSpec, device: DeviceSpec | None
 ) -> pl.DataFrame:
     """The steps table with ``tokens``, ``attention_counted``, ``flops``, ``bytes``, ``mfu``
     and ``mbu`` (the module docstring): null where a step states no tokens; a ratio null
     where the device's peak is not known or the step has no busy time."""
-    stated = pl.col("context_tokens").is_not_null() & pl.col("generation_tokens").is_not_null()
+    stated = _STATED
     # record_shapes' tokens count only where the step holds a whole forward: one read
     # attention op per full-attention layer (a burst may hold part of one)
     whole = pl.col("shape_attention_ops") == model.full_attention_layers
@@ -254,12 +262,7 @@ def efficiency_section(
             "FLOPs can be counted for (over 2^62): their figures are not given"
         )
     windowed = model.windowed_layers
-    context_counted = table.filter(pl.col("flops").is_not_null()).height and (
-        table.select(
-            (pl.col("kv_tokens").is_not_null() | pl.col("shape_kv_tokens").is_not_null()).any()
-        ).item()
-    )
-    if windowed and context_counted:
+    if windowed and table.select((pl.col("flops").is_not_null() & _CONTEXT_COUNTED).any()).item():
         warnings.append(
             f"efficiency: {windowed} of the model's {model.full_attention_layers} attention "
             "layers attend over a sliding window: their KV reads and attention FLOPs are "
