@@ -188,8 +188,9 @@ def test_the_sdks_incremental_timestamps_read_as_absolute_ones(
     for p in trace.packet:
         seq = p.trusted_packet_sequence_id
         if seq not in last:  # the sequence's defaults and its clock, before its first packet
-            head = out.packet.add()
+            head = out.packet.add()  # the SDK's first packet of a sequence: a clean start
             head.trusted_packet_sequence_id = seq
+            head.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
             head.trace_packet_defaults.timestamp_clock_id = 64
             boot = head.clock_snapshot.clocks.add()
             boot.clock_id, boot.timestamp = 6, first
@@ -199,6 +200,7 @@ def test_the_sdks_incremental_timestamps_read_as_absolute_ones(
             last[seq] = first
         q = out.packet.add()
         q.CopyFrom(p)
+        q.sequence_flags &= ~pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED  # started above
         if p.HasField("timestamp"):
             assert p.timestamp >= last[seq]
             q.timestamp = (p.timestamp - last[seq]) // unit_ns
@@ -209,3 +211,68 @@ def test_the_sdks_incremental_timestamps_read_as_absolute_ones(
     for frame in ("kernels", "events", "flows"):
         assert getattr(a, frame).equals(getattr(b, frame)), frame
     assert tv.summarize(a).to_dict()["steps"] == tv.summarize(b).to_dict()["steps"]
+
+
+def _sequence_trace(
+    path: Path,
+    *,
+    snapshot_clock: int = 6,
+    head_ts: int | None = None,
+    dropped_before_second: bool = False,
+) -> Path:
+    """One sequence on the SDK's incremental clock 64: a snapshot (clock 64 at 500 =
+    ``snapshot_clock`` at 1,000,000 ns), then two kernels, each a begin 100 ns after the
+    packet before and an end 1,000 ns after its begin; the second's begin may follow lost
+    packets (``previous_packet_dropped``)."""
+    trace = pb2.Trace()
+
+    def packet() -> pb2.TracePacket:
+        p = trace.packet.add()
+        p.trusted_packet_sequence_id = 1
+        return p
+
+    d = packet().track_descriptor
+    d.uuid, d.thread.pid, d.thread.tid = 11, 0, 7
+    head = packet()
+    head.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    head.trace_packet_defaults.timestamp_clock_id = 64
+    if head_ts is not None:
+        head.timestamp = head_ts
+    c = head.clock_snapshot.clocks.add()
+    c.clock_id, c.timestamp = snapshot_clock, 1_000_000
+    c = head.clock_snapshot.clocks.add()
+    c.clock_id, c.timestamp, c.is_incremental = 64, 500, True
+    begin, end = pb2.TrackEvent.TYPE_SLICE_BEGIN, pb2.TrackEvent.TYPE_SLICE_END
+    for i, (delta, kind) in enumerate([(100, begin), (1000, end), (100, begin), (1000, end)]):
+        p = packet()
+        p.timestamp = delta
+        p.sequence_flags = pb2.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+        if dropped_before_second and i == 2:
+            p.previous_packet_dropped = 1
+        p.track_event.track_uuid, p.track_event.type = 11, kind
+        if kind == begin:
+            p.track_event.name = "gemm_kernel"
+            p.track_event.categories.append("kernel")
+    path.write_bytes(trace.SerializeToString())
+    return path
+
+
+def test_sequence_clocks_as_perfetto_reads_them(tmp_path: Path) -> None:
+    """A review's findings on the incremental clocks: a snapshot that ties clock 64 to
+    MONOTONIC (the SDK's choice where BOOTTIME is not its clock) dropped every event; a
+    snapshot packet's own time was added as a delta; after lost packets, deltas were added
+    to a stale base, so the next kernel moved early, silently (Perfetto skips such events
+    until the sequence starts clean)."""
+
+    def kernels(**kw: int) -> tuple[list[tuple[int, int]], tuple[str, ...]]:
+        path = _sequence_trace(tmp_path / f"{sorted(kw)}.pftrace", **kw)  # type: ignore[arg-type]
+        trace = tv.load(path)
+        return trace.kernels.select("ts_ns", "dur_ns").rows(), tuple(trace.meta.warnings)
+
+    both = [(1_000_100, 1000), (1_001_200, 1000)]
+    assert kernels()[0] == both
+    assert kernels(snapshot_clock=3)[0] == both
+    assert kernels(head_ts=5000)[0] == both
+    rows, said = kernels(dropped_before_second=True)
+    assert rows == both[:1]
+    assert any("packets lost since the sequence last started clean" in w for w in said)

@@ -95,8 +95,13 @@ def _iter_packets(stream: BinaryIO, path: str) -> Any:
         index += 1
 
 
-_FIRST_SEQUENCE_CLOCK = 64  # clock ids from here on are scoped to one packet sequence
+# clock ids 64-127 are scoped to one packet sequence (Perfetto's sequence clocks)
+_SEQUENCE_CLOCKS = range(64, 128)
 _BOOTTIME = 6  # the trace's clock where a snapshot names none
+_UNKNOWN_CLOCK = (
+    "event timed on a sequence clock not known here (no ClockSnapshot, or packets lost "
+    "since the sequence last started clean)"
+)
 
 
 @dataclass
@@ -134,6 +139,7 @@ class _Reader:
         self.skipped: Counter[str] = Counter()
         self.packets = 0
         self.clock_of: dict[int, int] = {}  # per sequence, its packets' default clock
+        self.lost: set[int] = set()  # sequences that lost packets since their last start
         self.clocks: dict[tuple[int, int], _Clock] = {}  # (sequence, clock id)
 
     def run(self, stream: BinaryIO) -> Trace:
@@ -149,14 +155,24 @@ class _Reader:
 
     def _packet(self, packet: Any) -> None:
         seq = packet.trusted_packet_sequence_id
-        if packet.sequence_flags & _SEQ_CLEARED:
+        if packet.sequence_flags & _SEQ_CLEARED:  # a clean start: interned data, defaults
             self.interned[seq] = {}
+            self.clock_of.pop(seq, None)
+            self.lost.discard(seq)
+        elif packet.previous_packet_dropped:
+            # packets of this sequence were lost: its incremental clock's base (and what it
+            # interned) is not known until the sequence starts clean or is snapshotted again
+            self.lost.add(seq)
         if packet.HasField("trace_packet_defaults"):
             defaults = packet.trace_packet_defaults
             if defaults.HasField("timestamp_clock_id"):
                 self.clock_of[seq] = defaults.timestamp_clock_id
+            else:
+                self.clock_of.pop(seq, None)  # new defaults replace the old ones whole
         if packet.HasField("clock_snapshot"):
             self._snapshot(packet.clock_snapshot, seq)
+            self.lost.discard(seq)
+            return  # a snapshot's own time is not a delta of its sequence's clock
         if packet.HasField("interned_data"):
             table = self.interned.setdefault(seq, {})
             data = packet.interned_data
@@ -177,11 +193,15 @@ class _Reader:
     def _snapshot(self, snapshot: Any, seq: int) -> None:
         """A sequence's own clocks, each against the trace's clock at one moment."""
         primary = snapshot.primary_trace_clock or _BOOTTIME
-        at = next((c.timestamp for c in snapshot.clocks if c.clock_id == primary), None)
-        if at is None:
+        builtin = [c for c in snapshot.clocks if c.clock_id < _SEQUENCE_CLOCKS.start]
+        # the trace's clock, else another builtin one (the SDK snapshots MONOTONIC where it
+        # is not BOOTTIME): traceview reads builtin clocks' times as they are
+        ref = next((c for c in builtin if c.clock_id == primary), builtin[0] if builtin else None)
+        if ref is None:
             return
+        at = ref.timestamp
         for c in snapshot.clocks:
-            if c.clock_id >= _FIRST_SEQUENCE_CLOCK:
+            if c.clock_id in _SEQUENCE_CLOCKS:
                 unit = c.unit_multiplier_ns or 1
                 self.clocks[(seq, c.clock_id)] = _Clock(
                     c.timestamp, at, unit, c.is_incremental, c.timestamp
@@ -195,10 +215,10 @@ class _Reader:
             if packet.HasField("timestamp_clock_id")
             else self.clock_of.get(seq)
         )
-        if clock_id is None or clock_id < _FIRST_SEQUENCE_CLOCK:
+        if clock_id is None or clock_id not in _SEQUENCE_CLOCKS:
             return int(packet.timestamp)
         clock = self.clocks.get((seq, clock_id))
-        if clock is None:
+        if clock is None or (clock.incremental and seq in self.lost):
             return None
         value = packet.timestamp
         if clock.incremental:
@@ -243,7 +263,7 @@ class _Reader:
     def _event(self, packet: Any, seq: int, ts: int | None) -> None:
         ev = packet.track_event
         if ts is None:
-            self.skipped["event timed on a clock no ClockSnapshot describes"] += 1
+            self.skipped[_UNKNOWN_CLOCK] += 1
             return
         uuid = ev.track_uuid
         if ev.type == COUNTER:

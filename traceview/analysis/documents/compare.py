@@ -3,8 +3,9 @@
 A scheduling fix shows in the tail and the cadence, not in throughput; a change can return
 correct answers while doing many times the work. So the diff opens with the headline (the
 cadence a decoding request experiences, the decode-gap tail, prefill growth), judges only
-rates (per step, per token, per kernel, cadence, gaps, fractions), and shows the totals as
-workload, never judged: a bigger workload is not a regression. ``check`` is
+rates (per step, per token, per step of one kind, cadence, gaps, fractions), and shows the
+totals, and the figures that move with the mix of steps, as workload, never judged: a
+bigger workload, or another mix, is not a regression. ``check`` is
 :mod:`traceview.analysis.documents.checks`.
 """
 
@@ -41,9 +42,10 @@ class Metric:
     """One figure a diff compares: its identity (section, name), value, which way is
     better, unit, the size of the population it was computed over (None when it is not a
     statistic of a population), and its ``role``: ``headline`` and ``rate`` figures are
-    normalised (per step, per token, per kernel, cadence, gaps, fractions) and get a
-    verdict; ``workload`` figures are totals (steps, tokens, kernels, total time), which
-    grow with the work done, and get none."""
+    normalised (per step, per token, per step of one kind, cadence, gaps, fractions) and
+    get a verdict; ``workload`` figures are totals (steps, tokens, kernels, total time),
+    which grow with the work done, and figures that move with the mix of steps (a family's
+    time per step over all steps, its mean kernel), and get none."""
 
     section: str
     name: str
