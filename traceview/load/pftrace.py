@@ -98,6 +98,7 @@ def _iter_packets(stream: BinaryIO, path: str) -> Any:
 # clock ids 64-127 are scoped to one packet sequence (Perfetto's sequence clocks)
 _SEQUENCE_CLOCKS = range(64, 128)
 _BOOTTIME = 6  # the trace's clock where a snapshot names none
+Message = Any  # a protobuf message of Perfetto's (its generated classes carry no types)
 _UNKNOWN_CLOCK = (
     "event timed on a sequence clock not known here (no ClockSnapshot, or packets lost "
     "since the sequence last started clean)"
@@ -153,7 +154,7 @@ class _Reader:
 
     # - packets -
 
-    def _packet(self, packet: Any) -> None:
+    def _packet(self, packet: Message) -> None:
         seq = packet.trusted_packet_sequence_id
         if packet.sequence_flags & _SEQ_CLEARED:  # a clean start: interned data, defaults
             self.interned[seq] = {}
@@ -190,7 +191,7 @@ class _Reader:
         if packet.HasField("track_event"):
             self._event(packet, seq, ts)
 
-    def _snapshot(self, snapshot: Any, seq: int) -> None:
+    def _snapshot(self, snapshot: Message, seq: int) -> None:
         """A sequence's own clocks, each against the trace's clock at one moment."""
         primary = snapshot.primary_trace_clock or _BOOTTIME
         builtin = [c for c in snapshot.clocks if c.clock_id < _SEQUENCE_CLOCKS.start]
@@ -207,7 +208,7 @@ class _Reader:
                     c.timestamp, at, unit, c.is_incremental, c.timestamp
                 )
 
-    def _time(self, packet: Any, seq: int) -> int | None:
+    def _time(self, packet: Message, seq: int) -> int | None:
         """The packet's time on the trace's clock (ns); None where it is on a sequence's own
         clock that no snapshot has described."""
         clock_id = (
@@ -226,7 +227,7 @@ class _Reader:
             value = clock.last
         return int(clock.at + (value - clock.origin) * clock.unit_ns)
 
-    def _descriptor(self, d: Any) -> None:
+    def _descriptor(self, d: Message) -> None:
         t = self.tracks.setdefault(d.uuid, _Track())
         t.name = d.name or t.name
         if d.HasField("parent_uuid"):
@@ -260,7 +261,7 @@ class _Reader:
     def _intern(self, seq: int, kind: str, iid: int) -> str | None:
         return self.interned.get(seq, {}).get(kind, {}).get(iid)
 
-    def _event(self, packet: Any, seq: int, ts: int | None) -> None:
+    def _event(self, packet: Message, seq: int, ts: int | None) -> None:
         ev = packet.track_event
         if ts is None:
             self.skipped[_UNKNOWN_CLOCK] += 1
