@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 from click.testing import CliRunner
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb2
@@ -276,3 +277,49 @@ def test_sequence_clocks_as_perfetto_reads_them(tmp_path: Path) -> None:
     rows, said = kernels(dropped_before_second=True)
     assert rows == both[:1]
     assert any("packets lost since the sequence last started clean" in w for w in said)
+
+
+def test_a_user_clock_and_names_interned_beside_a_snapshot(tmp_path: Path) -> None:
+    """A review's findings: a user's clock (id 128 on) that a snapshot ties to the trace's
+    is converted for every sequence, and names interned in the snapshot's own packet are
+    kept (Perfetto reads interned data before it returns on a snapshot); a clean start
+    drops the sequence's default clock."""
+    trace = pb2.Trace()
+
+    def packet(seq: int = 1) -> pb2.TracePacket:
+        p = trace.packet.add()
+        p.trusted_packet_sequence_id = seq
+        return p
+
+    d = packet().track_descriptor
+    d.uuid, d.thread.pid, d.thread.tid = 11, 0, 7
+    head = packet(2)  # the snapshot on another sequence: a user's clock is the trace's
+    c = head.clock_snapshot.clocks.add()
+    c.clock_id, c.timestamp = 6, 1_000_000
+    c = head.clock_snapshot.clocks.add()
+    c.clock_id, c.timestamp = 200, 10
+    name = head.interned_data.event_names.add()
+    name.iid, name.name = 5, "interned_gemm"
+    begin, end = pb2.TrackEvent.TYPE_SLICE_BEGIN, pb2.TrackEvent.TYPE_SLICE_END
+    for seq, at, kind in ((2, 20, begin), (2, 30, end)):
+        p = packet(seq)
+        p.timestamp, p.timestamp_clock_id = at, 200
+        p.track_event.track_uuid, p.track_event.type = 11, kind
+        if kind == begin:
+            p.track_event.name_iid = 5
+            p.track_event.categories.append("kernel")
+    cleared = packet(3)  # a sequence whose clean start drops its defaults' clock
+    cleared.trace_packet_defaults.timestamp_clock_id = 64
+    restart = packet(3)
+    restart.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    for at, kind in ((5_000_000, begin), (5_001_000, end)):
+        p = packet(3)
+        p.timestamp = at
+        p.track_event.track_uuid, p.track_event.type = 11, kind
+        if kind == begin:
+            p.track_event.name = "absolute_gemm"
+            p.track_event.categories.append("kernel")
+    path = tmp_path / "user_clock.pftrace"
+    path.write_bytes(trace.SerializeToString())
+    rows = tv.load(path).kernels.select("ts_ns", "dur_ns", pl.col("name").cast(pl.String)).rows()
+    assert rows == [(1_000_010, 10, "interned_gemm"), (5_000_000, 1000, "absolute_gemm")]

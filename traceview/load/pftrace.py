@@ -98,10 +98,12 @@ def _iter_packets(stream: BinaryIO, path: str) -> Any:
 # clock ids 64-127 are scoped to one packet sequence (Perfetto's sequence clocks)
 _SEQUENCE_CLOCKS = range(64, 128)
 _BOOTTIME = 6  # the trace's clock where a snapshot names none
+_MONOTONIC = 3
+_ANY_SEQUENCE = -1  # the key of a clock the whole trace shares (ids from 128 on)
 Message = Any  # a protobuf message of Perfetto's (its generated classes carry no types)
 _UNKNOWN_CLOCK = (
-    "event timed on a sequence clock not known here (no ClockSnapshot, or packets lost "
-    "since the sequence last started clean)"
+    "event timed on a sequence's or a user's clock not known here (no ClockSnapshot, or "
+    "packets lost since the sequence last started clean)"
 )
 
 
@@ -161,8 +163,8 @@ class _Reader:
             self.clock_of.pop(seq, None)
             self.lost.discard(seq)
         elif packet.previous_packet_dropped:
-            # packets of this sequence were lost: its incremental clock's base (and what it
-            # interned) is not known until the sequence starts clean or is snapshotted again
+            # packets of this sequence were lost: its incremental clock's base is not known
+            # until the sequence starts clean (as Perfetto's trace processor reads it)
             self.lost.add(seq)
         if packet.HasField("trace_packet_defaults"):
             defaults = packet.trace_packet_defaults
@@ -170,10 +172,6 @@ class _Reader:
                 self.clock_of[seq] = defaults.timestamp_clock_id
             else:
                 self.clock_of.pop(seq, None)  # new defaults replace the old ones whole
-        if packet.HasField("clock_snapshot"):
-            self._snapshot(packet.clock_snapshot, seq)
-            self.lost.discard(seq)
-            return  # a snapshot's own time is not a delta of its sequence's clock
         if packet.HasField("interned_data"):
             table = self.interned.setdefault(seq, {})
             data = packet.interned_data
@@ -184,6 +182,9 @@ class _Reader:
             ):
                 for e in entries:
                     table.setdefault(kind, {})[e.iid] = e.name
+        if packet.HasField("clock_snapshot"):  # it shares no packet with events or tracks
+            self._snapshot(packet.clock_snapshot, seq)
+            return  # a snapshot's own time is not a delta of its sequence's clock
         # every timed packet moves its sequence's incremental clock, not only events
         ts = self._time(packet, seq) if packet.HasField("timestamp") else 0
         if packet.HasField("track_descriptor"):
@@ -194,31 +195,33 @@ class _Reader:
     def _snapshot(self, snapshot: Message, seq: int) -> None:
         """A sequence's own clocks, each against the trace's clock at one moment."""
         primary = snapshot.primary_trace_clock or _BOOTTIME
-        builtin = [c for c in snapshot.clocks if c.clock_id < _SEQUENCE_CLOCKS.start]
-        # the trace's clock, else another builtin one (the SDK snapshots MONOTONIC where it
-        # is not BOOTTIME): traceview reads builtin clocks' times as they are
-        ref = next((c for c in builtin if c.clock_id == primary), builtin[0] if builtin else None)
+        builtin = {c.clock_id: c for c in snapshot.clocks if c.clock_id < _SEQUENCE_CLOCKS.start}
+        # the trace's clock, else MONOTONIC (the SDK snapshots it where BOOTTIME is not its
+        # clock), else another builtin one: traceview reads builtin clocks' times as they are
+        ref = builtin.get(primary) or builtin.get(_MONOTONIC)
+        ref = ref or next(iter(builtin.values()), None)
         if ref is None:
             return
         at = ref.timestamp
         for c in snapshot.clocks:
-            if c.clock_id in _SEQUENCE_CLOCKS:
+            own = c.clock_id in _SEQUENCE_CLOCKS
+            if own or c.clock_id >= _SEQUENCE_CLOCKS.stop:  # 128 on: the whole trace's
                 unit = c.unit_multiplier_ns or 1
-                self.clocks[(seq, c.clock_id)] = _Clock(
-                    c.timestamp, at, unit, c.is_incremental, c.timestamp
-                )
+                clock = _Clock(c.timestamp, at, unit, c.is_incremental, c.timestamp)
+                self.clocks[(seq if own else _ANY_SEQUENCE, c.clock_id)] = clock
 
     def _time(self, packet: Message, seq: int) -> int | None:
-        """The packet's time on the trace's clock (ns); None where it is on a sequence's own
-        clock that no snapshot has described."""
+        """The packet's time on the trace's clock (ns); None where it is on a sequence's or
+        a user's clock that no snapshot has described."""
         clock_id = (
             packet.timestamp_clock_id
             if packet.HasField("timestamp_clock_id")
             else self.clock_of.get(seq)
         )
-        if clock_id is None or clock_id not in _SEQUENCE_CLOCKS:
+        if clock_id is None or clock_id < _SEQUENCE_CLOCKS.start:
             return int(packet.timestamp)
-        clock = self.clocks.get((seq, clock_id))
+        own = clock_id in _SEQUENCE_CLOCKS
+        clock = self.clocks.get((seq if own else _ANY_SEQUENCE, clock_id))
         if clock is None or (clock.incremental and seq in self.lost):
             return None
         value = packet.timestamp

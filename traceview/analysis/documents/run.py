@@ -172,8 +172,11 @@ def _absent_ranks(ranks: list[RankResult], given: int) -> str | None:
 
 
 def _replicas(ranks: list[RankResult]) -> str | None:
-    """What to say where the ranks never wait for each other: the files name several
-    data-parallel replicas (SGLang's ``-DP-d`` parts), or no rank runs a collective."""
+    """What to say where the ranks may never wait for each other: the files name several
+    data-parallel replicas (SGLang's ``-DP-d`` parts repeating each (PP, TP) place; its DP
+    attention names each place once), or no rank runs a communication kernel that the
+    rules recognise. A replica with a file left out is not named so: only the warning is
+    lost, never a figure."""
     layouts = [layout_from_name(Path(r.path).name) for r in ranks]
     if len(ranks) > 1 and None not in layouts:
         # replicas repeat one (PP, TP) place under several DP parts; SGLang's DP attention
