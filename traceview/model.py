@@ -199,6 +199,14 @@ class TraceMeta:
     overlay_events: int = 0
     strings_cut: int = 0
 
+    @property
+    def world_size(self) -> int | None:
+        """Kineto's ``distributedInfo.world_size``: the ranks of the run the trace was part
+        of; None where it does not say (or says no positive count)."""
+        dist = self.extra.get("distributedInfo")
+        size = dist.get("world_size") if isinstance(dist, dict) else None
+        return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
 
 @dataclass(frozen=True, slots=True)
 class Trace:

@@ -20,7 +20,6 @@ from traceview.analysis.documents.run import (
     assemble,
     rank_of,
     step_work,
-    world_size_of,
 )
 from traceview.batch.discover import discover
 from traceview.batch.pool import map_tasks
@@ -74,7 +73,7 @@ def analyse_rank(path: str, options: RunOptions) -> RankResult:
         per_step=step_work(analysis.step_result),
         load_warnings=list(trace.meta.warnings),
         truncated_at=trace.meta.truncated_at,
-        world_size=world_size_of(trace),
+        world_size=trace.meta.world_size,
     )
 
 

@@ -142,14 +142,6 @@ def rank_of(trace: Trace, path: str) -> tuple[int | None, str]:
     return (named, "file name") if named is not None else (None, "")
 
 
-def world_size_of(trace: Trace) -> int | None:
-    """Kineto's ``distributedInfo.world_size``: the ranks of the run the trace was part
-    of; None where it does not say."""
-    dist = trace.meta.extra.get("distributedInfo")
-    size = dist.get("world_size") if isinstance(dist, dict) else None
-    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
-
-
 def _absent_ranks(ranks: list[RankResult], given: int) -> str | None:
     """What to say where the traces' own ``world_size`` counts more ranks than the run was
     given (``given``: the traces, analysed or left out): a rank whose trace is missing

@@ -229,9 +229,8 @@ def efficiency_section(
         warnings.append(
             f"efficiency: {spec.name} has no {model.compute_dtype} peak: MFU is not given"
         )
-    dist = trace.meta.extra.get("distributedInfo")
-    world = dist.get("world_size") if isinstance(dist, dict) else None
-    if isinstance(world, int) and world > 1:
+    world = trace.meta.world_size
+    if world is not None and world > 1:
         warnings.append(
             f"efficiency: this trace is one rank of {world}: the figures count the whole "
             "model per step; under tensor or expert parallelism each rank runs a share of "
