@@ -26,6 +26,7 @@ MAX_LAYERS = 256
 # drafter of a layer or two, run a few times, adds a few bursts to the model's L; host
 # stalls at random, in a trace with no between-step pause, cut stretches of any length)
 SHARP_BREAK = 4.0
+NATURAL_BREAK = 2.0  # the widest ratio between sorted gaps that is a clear break
 ALIKE_STEPS = 1.25
 
 
@@ -84,21 +85,19 @@ def _past_stalls(idle: I64) -> tuple[float, int, int] | None:
 def natural_break(values: I64) -> int | None:
     """A threshold at the widest ratio between consecutive sorted positive values, if that
     ratio is at least 2 (a clear break); None otherwise."""
+    found = _widest_break(values)
+    return found[0] if found is not None and found[1] >= NATURAL_BREAK else None
+
+
+def _widest_break(values: I64) -> tuple[int, float] | None:
+    """The threshold at the widest ratio between consecutive sorted distinct positive
+    values (their geometric mean), and that ratio; None with fewer than two."""
     v = distinct(values[values > 0]).astype(np.float64)
     if v.size < 2:
         return None
     ratios = v[1:] / v[:-1]
     i = int(np.argmax(ratios))
-    if ratios[i] < 2.0:
-        return None
-    return int(np.ceil(np.sqrt(v[i] * v[i + 1])))
-
-
-def _break_ratio(values: I64) -> float:
-    """The widest ratio between consecutive sorted distinct positive values (the sharpness
-    of :func:`natural_break`'s break); 0 with fewer than two."""
-    v = distinct(values[values > 0]).astype(np.float64)
-    return float((v[1:] / v[:-1]).max()) if v.size >= 2 else 0.0
+    return int(np.ceil(np.sqrt(v[i] * v[i + 1]))), float(ratios[i])
 
 
 def _every(n: int, period: int, phase: int) -> np.ndarray:
@@ -176,8 +175,9 @@ def choose_boundaries(
             ),
             True,
         )
-    threshold = natural_break(idle)
-    if threshold is not None:
+    widest = _widest_break(idle)
+    if widest is not None and widest[1] >= NATURAL_BREAK:
+        threshold, ratio = widest
         mask = idle >= threshold
         counts = np.diff(np.flatnonzero(np.concatenate(([True], mask, [True]))))
         if counts.size > 2:
@@ -192,7 +192,7 @@ def choose_boundaries(
                 )
             if (
                 counts.size > PERIODIC_MIN_STEPS + 1
-                and _break_ratio(idle) >= SHARP_BREAK
+                and ratio >= SHARP_BREAK
                 and inner.max() <= ALIKE_STEPS * inner.min()
             ):
                 return (
