@@ -76,11 +76,11 @@ def test_same_events_summarize_identically(tmp_path: Path, sc) -> None:  # type:
     assert j.kernels.drop("cat").equals(p.kernels.drop("cat"))
 
 
-def _packet(builder: TraceProtoBuilder, ts: int | None = None):  # type: ignore[no-untyped-def]
+def _packet(builder: TraceProtoBuilder, ts: int | None = None, *, seq: int = 1):  # type: ignore[no-untyped-def]
     p = builder.add_packet()
     if ts is not None:
         p.timestamp = ts
-    p.trusted_packet_sequence_id = 1
+    p.trusted_packet_sequence_id = seq
     return p
 
 
@@ -135,30 +135,33 @@ def test_truncated_perfetto_trace_is_one_line(tmp_path: Path) -> None:
     assert result.stderr.startswith(f"Error: {cut}: truncated Perfetto trace in packet #")
 
 
+_TRACK = 11  # the thread track of the hand-built traces below: pid 0, tid 7
+
+
+def _thread_trace() -> TraceProtoBuilder:
+    """A trace that describes one thread track (:data:`_TRACK`) to put slices on."""
+    builder = TraceProtoBuilder()
+    d = _packet(builder).track_descriptor
+    d.uuid, d.thread.pid, d.thread.tid = _TRACK, 0, 7
+    return builder
+
+
 def test_a_device_slice_that_ends_before_it_begins_is_refused(tmp_path: Path) -> None:
     """A hostile probe's finding: such a slice was a kernel of negative duration, and busy
     read -0.30 (the JSON reader refuses a negative 'dur' on device activity)."""
-    t = pb2.Trace()
-
-    def packet() -> pb2.TracePacket:
-        p = t.packet.add()
-        p.trusted_packet_sequence_id = 1
-        return p
-
-    d = packet().track_descriptor
-    d.uuid, d.thread.pid, d.thread.tid = 11, 0, 7
+    t = _thread_trace()
     for begin, end in ((1000, 21000), (101000, 121000), (300000, 200000)):
         for ts, kind in (
             (begin, pb2.TrackEvent.TYPE_SLICE_BEGIN),
             (end, pb2.TrackEvent.TYPE_SLICE_END),
         ):
-            p = packet()
-            p.timestamp, p.track_event.track_uuid, p.track_event.type = ts, 11, kind
+            p = _packet(t)
+            p.timestamp, p.track_event.track_uuid, p.track_event.type = ts, _TRACK, kind
             if kind == pb2.TrackEvent.TYPE_SLICE_BEGIN:
                 p.track_event.name = "flash_fwd_kernel"
                 p.track_event.categories.append("kernel")
     path = tmp_path / "neg.pftrace"
-    path.write_bytes(t.SerializeToString())
+    path.write_bytes(t.serialize())
     done = CliRunner().invoke(cli, ["summarize", str(path)])
     assert done.exit_code == 2 and len(done.stderr.splitlines()) == 1, done.output
     assert "ends before it begins; cannot place it in time" in done.stderr
@@ -225,16 +228,8 @@ def _sequence_trace(
     ``snapshot_clock`` at 1,000,000 ns), then two kernels, each a begin 100 ns after the
     packet before and an end 1,000 ns after its begin; the second's begin may follow lost
     packets (``previous_packet_dropped``)."""
-    trace = pb2.Trace()
-
-    def packet() -> pb2.TracePacket:
-        p = trace.packet.add()
-        p.trusted_packet_sequence_id = 1
-        return p
-
-    d = packet().track_descriptor
-    d.uuid, d.thread.pid, d.thread.tid = 11, 0, 7
-    head = packet()
+    trace = _thread_trace()
+    head = _packet(trace)
     head.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
     head.trace_packet_defaults.timestamp_clock_id = 64
     if head_ts is not None:
@@ -245,16 +240,16 @@ def _sequence_trace(
     c.clock_id, c.timestamp, c.is_incremental = 64, 500, True
     begin, end = pb2.TrackEvent.TYPE_SLICE_BEGIN, pb2.TrackEvent.TYPE_SLICE_END
     for i, (delta, kind) in enumerate([(100, begin), (1000, end), (100, begin), (1000, end)]):
-        p = packet()
+        p = _packet(trace)
         p.timestamp = delta
         p.sequence_flags = pb2.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
         if dropped_before_second and i == 2:
             p.previous_packet_dropped = 1
-        p.track_event.track_uuid, p.track_event.type = 11, kind
+        p.track_event.track_uuid, p.track_event.type = _TRACK, kind
         if kind == begin:
             p.track_event.name = "gemm_kernel"
             p.track_event.categories.append("kernel")
-    path.write_bytes(trace.SerializeToString())
+    path.write_bytes(trace.serialize())
     return path
 
 
@@ -284,16 +279,8 @@ def test_a_user_clock_and_names_interned_beside_a_snapshot(tmp_path: Path) -> No
     is converted for every sequence, and names interned in the snapshot's own packet are
     kept (Perfetto reads interned data before it returns on a snapshot); a clean start
     drops the sequence's default clock."""
-    trace = pb2.Trace()
-
-    def packet(seq: int = 1) -> pb2.TracePacket:
-        p = trace.packet.add()
-        p.trusted_packet_sequence_id = seq
-        return p
-
-    d = packet().track_descriptor
-    d.uuid, d.thread.pid, d.thread.tid = 11, 0, 7
-    head = packet(2)  # the snapshot on another sequence: a user's clock is the trace's
+    trace = _thread_trace()
+    head = _packet(trace, seq=2)  # the snapshot on another sequence: a user's clock is the trace's
     c = head.clock_snapshot.clocks.add()
     c.clock_id, c.timestamp = 6, 1_000_000
     c = head.clock_snapshot.clocks.add()
@@ -302,24 +289,24 @@ def test_a_user_clock_and_names_interned_beside_a_snapshot(tmp_path: Path) -> No
     name.iid, name.name = 5, "interned_gemm"
     begin, end = pb2.TrackEvent.TYPE_SLICE_BEGIN, pb2.TrackEvent.TYPE_SLICE_END
     for seq, at, kind in ((2, 20, begin), (2, 30, end)):
-        p = packet(seq)
+        p = _packet(trace, seq=seq)
         p.timestamp, p.timestamp_clock_id = at, 200
-        p.track_event.track_uuid, p.track_event.type = 11, kind
+        p.track_event.track_uuid, p.track_event.type = _TRACK, kind
         if kind == begin:
             p.track_event.name_iid = 5
             p.track_event.categories.append("kernel")
-    cleared = packet(3)  # a sequence whose clean start drops its defaults' clock
+    cleared = _packet(trace, seq=3)  # a sequence whose clean start drops its defaults' clock
     cleared.trace_packet_defaults.timestamp_clock_id = 64
-    restart = packet(3)
+    restart = _packet(trace, seq=3)
     restart.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
     for at, kind in ((5_000_000, begin), (5_001_000, end)):
-        p = packet(3)
+        p = _packet(trace, seq=3)
         p.timestamp = at
-        p.track_event.track_uuid, p.track_event.type = 11, kind
+        p.track_event.track_uuid, p.track_event.type = _TRACK, kind
         if kind == begin:
             p.track_event.name = "absolute_gemm"
             p.track_event.categories.append("kernel")
     path = tmp_path / "user_clock.pftrace"
-    path.write_bytes(trace.SerializeToString())
+    path.write_bytes(trace.serialize())
     rows = tv.load(path).kernels.select("ts_ns", "dur_ns", pl.col("name").cast(pl.String)).rows()
     assert rows == [(1_000_010, 10, "interned_gemm"), (5_000_000, 1000, "absolute_gemm")]
