@@ -172,18 +172,26 @@ def has_trace(store: Store, trace_id: str) -> bool:
 def scanned(store: Store, trace_id: str) -> bool:
     """Whether the trace is committed and each file its ``traces/`` row commits is there:
     a scan skips such a trace. One whose file is missing (moved out by hand, as the
-    readers tell of an unreadable one) is analysed again and written whole."""
-    return has_trace(store, trace_id) and all(
-        store.exists(table_file(table, trace_id)) for table in COMMITTED_BY_TRACES
-    )
+    readers tell of an unreadable one) is analysed again and its missing files written."""
+    return has_trace(store, trace_id) and has_its_files(store, trace_id)
 
 
-def incomplete(store: Store, tables: tuple[str, ...] = COMMITTED_BY_TRACES) -> dict[str, list[str]]:
+def has_its_files(store: Store, trace_id: str) -> bool:
+    """Whether each file a trace's ``traces/`` row commits is there."""
+    return all(store.exists(table_file(table, trace_id)) for table in COMMITTED_BY_TRACES)
+
+
+def incomplete(
+    store: Store,
+    tables: tuple[str, ...] = COMMITTED_BY_TRACES,
+    committed: set[str] | None = None,
+) -> dict[str, list[str]]:
     """Each committed trace that lacks a file of a table its ``traces/`` row commits, by
-    table (of ``tables``). ``traces/`` is listed first: a trace committed after that
-    listing wrote its other files before its row, so it is never taken for one that
+    table (of ``tables``); ``committed``: the trace ids ``traces/`` was listed with just
+    before, else it is listed here. ``traces/`` is listed first: a trace committed after
+    that listing wrote its other files before its row, so it is never taken for one that
     lacks them."""
-    ids = {n.removesuffix(".parquet") for n in _parquet(store, "traces")}
+    ids = committed if committed is not None else _committed_ids(store)
     missing = {}
     for table in tables:
         there = {n.removesuffix(".parquet") for n in _parquet(store, table)}
@@ -308,7 +316,8 @@ def _own_keys(store: Store, trace_id: str) -> set[tuple[str, int, int | str | No
 def known(store: Store) -> set[tuple[str, int, int | str | None]]:
     """(path, size, mtime_ns) of every file already in the dataset, (URL, size, version)
     of every object: those of ``traces/``, and of ``aliases/``."""
-    files = [table_file("traces", n.removesuffix(".parquet")) for n in _parquet(store, "traces")]
+    committed = _committed_ids(store)
+    files = [table_file("traces", tid) for tid in sorted(committed)]
     files += [f"{ALIASES}/{n}" for n in _parquet(store, ALIASES)]
     if not files:
         return set()
@@ -318,7 +327,7 @@ def known(store: Store) -> set[tuple[str, int, int | str | None]]:
     except (OSError, pl.exceptions.PolarsError):
         raise _unreadable(store, files, columns) from None
     # a trace that lacks a file is no reason to skip its paths: they are read again
-    lacking = {tid for ids in incomplete(store).values() for tid in ids}
+    lacking = {tid for ids in incomplete(store, committed=committed).values() for tid in ids}
     return {
         (p, int(s), v if remote.is_url(p) else m)
         for tid, p, s, m, v in rows.select(columns).iter_rows()
@@ -341,6 +350,11 @@ def _unreadable(store: Store, files: list[str], columns: list[str]) -> Traceview
         f"{store.where}: its traces/ and aliases/ files do not read as one table "
         "(written by another traceview?); scan into a new folder"
     )
+
+
+def _committed_ids(store: Store) -> set[str]:
+    """The trace ids ``traces/`` holds a row of (one listing)."""
+    return {n.removesuffix(".parquet") for n in _parquet(store, "traces")}
 
 
 def _parquet(store: Store, table: str) -> list[str]:
@@ -389,7 +403,7 @@ def remove_orphans(dataset: Dataset) -> list[str]:
     a trace's files and its row). Only files named as a scan names them (a trace id) are
     ever removed: any other is the user's, and left alone. Returns what was removed."""
     store = _store(dataset)
-    committed_ids = {n.removesuffix(".parquet") for n in _parquet(store, "traces")}
+    committed_ids = _committed_ids(store)
     tmp = store.names(".tmp")
     removed = []
     for table in COMMITTED_BY_TRACES:

@@ -23,6 +23,7 @@ from traceview.batch.dataset import (
     content_hash,
     drop_error,
     error_key,
+    has_its_files,
     has_trace,
     lock,
     note_alias,
@@ -317,12 +318,12 @@ def commit_analysis(store: Store, a: Analysis) -> ScanStatus:
         if not _said_before(store, key, a["errors"]):
             write_table(store, "errors", key, a["errors"])
     if a["tables"] is not None and a["row"] is not None:
-        if scanned(store, trace_id):
-            return as_copy(store, a["status"])
-        kept = _kept_row(store, trace_id)
-        if kept is None:
+        if not has_trace(store, trace_id):
             _commit(store, trace_id, a["tables"], a["row"])
+        elif has_its_files(store, trace_id):  # committed meanwhile: a copy of it
+            return as_copy(store, a["status"])
         else:  # committed, and a file of it gone: a repair, under the row that is there
+            kept = _kept_row(store, trace_id)
             row = a["row"]
             if (row["run"][0], row["rank"][0]) != (kept["run"], kept["rank"]):
                 return {
@@ -365,11 +366,9 @@ def repaired_meanwhile(store: Store, statuses: list[ScanStatus]) -> list[ScanSta
     return out
 
 
-def _kept_row(store: Store, trace_id: str) -> dict[str, object] | None:
-    """The trace's ``traces/`` row as the dataset holds it (``path``, ``run``, ``rank``);
-    None where it has none."""
-    if not has_trace(store, trace_id):
-        return None
+def _kept_row(store: Store, trace_id: str) -> dict[str, object]:
+    """The committed trace's ``traces/`` row as the dataset holds it (``path``, ``run``,
+    ``rank``)."""
     rows = store.read_parquet([table_file("traces", trace_id)], ["path", "run", "rank"])
     return rows.row(0, named=True)
 
