@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from traceview.analysis.documents.summary import Summary
+    from traceview.capture.itl import OnTrace
 
 FORMATS = (".png", ".svg", ".pdf")
 COLORS = {
@@ -48,6 +49,7 @@ COLORS = {
         "prefill": "#9467bd",
         "shade": "#d62728",
         "text": "#222222",
+        "probe": "#e67e22",
     },
     "dark": {
         "decode": "#5fb3ff",
@@ -55,6 +57,7 @@ COLORS = {
         "prefill": "#c5a3ff",
         "shade": "#ff6b6b",
         "text": "#eeeeee",
+        "probe": "#ffb347",
     },
 }
 KIND_ORDER = KINDS
@@ -136,6 +139,11 @@ class HeartbeatData:
             ``--breakdown`` panel); None without steps.
         efficiency: each step's MBU and MFU (the ``--efficiency`` panel); None without a
             model.
+        injection_ms: a capture's injection window on this trace's clock (``--probe``),
+            shaded; None without one.
+        itl_ms: the capture's victim gaps on this trace's clock (``--probe --itl``): each
+            gap's later token (ms from ``t0_ns``) and the gap (ms), drawn on the interval
+            axis beside the cadence; None unless asked for.
     """
 
     title: str
@@ -150,6 +158,8 @@ class HeartbeatData:
     busy: float | None = None
     breakdown: StepBreakdown | None = None
     efficiency: StepEfficiency | None = None
+    injection_ms: tuple[float, float] | None = None
+    itl_ms: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def _window(window_ms: object) -> tuple[float, float]:
@@ -176,8 +186,12 @@ def heartbeat_data(
     title: str | None = None,
     window_ms: tuple[float, float] | None = None,
     window_label: str | None = None,
+    probe: OnTrace | None = None,
+    itl: bool = False,
 ) -> HeartbeatData:
-    """The heartbeat chart's data from a :class:`~traceview.Summary`.
+    """The heartbeat chart's data from a :class:`~traceview.Summary`; with ``probe`` (a
+    capture on this trace's clock, :func:`traceview.capture.itl.on_trace`), its injection
+    window, and with ``itl`` its victims' inter-token gaps too.
 
     ``window_label`` names the window in an error as its user wrote it (the command line
     passes ``--window '10s:20s'``); by default it is ``window_ms=(start, end)``.
@@ -227,6 +241,10 @@ def heartbeat_data(
         busy=doc["busy"]["fraction"],
         breakdown=step_breakdown(steps, t0),
         efficiency=step_efficiency(steps, t0),
+        injection_ms=None
+        if probe is None
+        else ((probe.window_ns[0] - t0) / 1e6, (probe.window_ns[1] - t0) / 1e6),
+        itl_ms=None if probe is None or not itl else ((probe.at_ns - t0) / 1e6, probe.gap_ns / 1e6),
     )
 
 
@@ -347,6 +365,25 @@ def draw_heartbeat(
                 alpha=0.22 if style == "dark" else 0.12,
                 lw=0,
             )
+    if data.injection_ms is not None:  # the client's window, hatched over the phases
+        ax.axvspan(
+            *data.injection_ms,
+            facecolor="none",
+            edgecolor=colors["probe"],
+            hatch="//",
+            linewidth=0.8,
+            label="injection window (probe)",
+        )
+    if data.itl_ms is not None:
+        ax.plot(
+            data.itl_ms[0],
+            data.itl_ms[1],
+            "x",
+            markersize=3,
+            color=colors["probe"],
+            alpha=0.7,
+            label=f"victims' inter-token gaps (probe) · n={data.itl_ms[1].size}",
+        )
     valid = ~np.isnan(data.interval_ms)
     # an interval that crosses a phase boundary belongs to neither phase: drawn hollow
     crossing = np.zeros(kinds.size, dtype=bool)
@@ -391,6 +428,8 @@ def draw_heartbeat(
     ax.set_xlabel("time from first kernel (ms)")
     ax.set_ylabel("step-to-step interval (ms)")
     finite = data.interval_ms[valid]
+    if data.itl_ms is not None:  # the gaps share the axis: the scale holds them too
+        finite = np.concatenate([finite, data.itl_ms[1]])
     top = y_max if y_max is not None else (float(finite.max()) * 1.15 if finite.size else 1.0)
     ax.set_ylim(0, top)
     ax.grid(True, alpha=0.25)
@@ -462,6 +501,14 @@ def draw_timeline(data: HeartbeatData, tick_ax: Axes, ax: Axes, *, style: str = 
         ax.set_xlim(*data.window_ms)
 
 
+def _y_top(data: HeartbeatData) -> float:
+    """The largest value the interval axis shows: a step interval, or a probe's gap."""
+    values = data.interval_ms[np.isfinite(data.interval_ms)]
+    if data.itl_ms is not None:
+        values = np.concatenate([values, data.itl_ms[1]])
+    return float(values.max()) if values.size else 1.0
+
+
 def heartbeat_figure(
     datas: list[HeartbeatData],
     *,
@@ -482,13 +529,7 @@ def heartbeat_figure(
         )
         grid = fig.add_gridspec(len(panels) * rows, 1, height_ratios=panels * rows)
         x_max = max(_x_end(d) for d in datas)
-        y_max = (
-            max(
-                (float(np.nanmax(d.interval_ms)) if np.isfinite(d.interval_ms).any() else 1.0)
-                for d in datas
-            )
-            * 1.15
-        )
+        y_max = max(_y_top(d) for d in datas) * 1.15
         first_ax = None
         for i, data in enumerate(datas):
             at = len(panels) * i
