@@ -193,8 +193,9 @@ def gaps(
 ) -> None:
     """Chart the decode-gap distribution per population (CDF on a log time axis, p50/p90/p99
     marked, n in the legend)."""
-    from traceview.render.charts import FORMATS, gaps_data, gaps_figure, save_figure
+    from traceview.render.charts import FORMATS, save_figure
     from traceview.render.format import gap_title
+    from traceview.render.gaps_chart import gaps_data, gaps_figure
 
     target = output_file(output, [trace], force=force, suffixes=FORMATS)
     summary = summarize_trace(trace, analysis=analysis, strict=strict)

@@ -1,4 +1,5 @@
-"""Charts: the heartbeat (step cadence over time) and the decode-gap distribution.
+"""Charts: the heartbeat (step cadence over time); the decode-gap distribution is
+:mod:`traceview.render.gaps_chart`.
 
 matplotlib is imported lazily, with the Agg backend: nothing here opens a window. The data
 behind each chart is computed first (:func:`heartbeat_data`, :func:`gaps_data`) so tests and
@@ -9,8 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import textwrap
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,6 @@ from traceview.render.breakdown_chart import (
     step_breakdown,
     step_efficiency,
 )
-from traceview.render.format import fmt_ns
 from traceview.render.safe import chart
 
 if TYPE_CHECKING:
@@ -61,7 +59,6 @@ COLORS = {
     },
 }
 KIND_ORDER = KINDS
-POPULATION_COLORS = {"all": "#7f7f7f", "decode": "#1f77b4", "mixed": "#d62728"}
 
 
 def load_matplotlib() -> ModuleType:
@@ -258,53 +255,6 @@ def _timeline(summary: Summary, t0: int) -> list[tuple[str, np.ndarray, np.ndarr
         start = (rows["start_ns"] - t0).to_numpy() / 1e6
         out.append((str(family), start, (rows["end_ns"] - rows["start_ns"]).to_numpy() / 1e6))
     return out
-
-
-@dataclass
-class GapCurve:
-    population: str
-    gaps_us: np.ndarray  # sorted
-    n: int
-    p50_us: float | None
-    p90_us: float | None
-    p99_us: float | None
-
-    @property
-    def label(self) -> str:
-        if not self.n:
-            return f"{self.population}  n=0"
-        return (
-            f"{self.population}  n={self.n} · p50 {_fmt_us(self.p50_us)} · "
-            f"p90 {_fmt_us(self.p90_us)} · p99 {_fmt_us(self.p99_us)}"
-        )
-
-
-def _fmt_us(us: float | None) -> str:
-    return fmt_ns(None if us is None else us * 1000)
-
-
-def gaps_data(summary: Summary, gaps: pl.DataFrame) -> list[GapCurve]:
-    """One CDF per population, with the summary's percentiles (µs)."""
-    stats = {g["population"]: g for g in summary.to_dict()["decode_gaps"]}
-    curves = []
-    for population in ("all", "decode", "mixed"):
-        sel = gaps if population == "all" else gaps.filter(pl.col("population") == population)
-        g = stats[population]
-
-        def us(v: int | None) -> float | None:
-            return None if v is None else v / 1000
-
-        curves.append(
-            GapCurve(
-                population,
-                np.sort(sel["gap_ns"].to_numpy() / 1000),
-                g["n"],
-                us(g["p50_ns"]),
-                us(g["p90_ns"]),
-                us(g["p99_ns"]),
-            )
-        )
-    return curves
 
 
 # --- drawing ----------------------------------------------------------------------------
@@ -563,65 +513,6 @@ def _x_end(data: HeartbeatData) -> float:
         ends = [float((s + n).max()) for _, s, n in data.timeline if s.size]
         return max(ends, default=1.0)
     return float(data.anchors_ms.max()) if data.anchors_ms.size else 1.0
-
-
-def gaps_figure(curves: list[GapCurve], *, title: str, style: str = "light") -> Figure:
-    """Decode-gap CDF per population on a log time axis, p50/p90/p99 marked."""
-    mpl = load_matplotlib()
-    with chart_style(mpl, style):
-        fig: Figure = mpl.figure.Figure(figsize=(10, 5.5), dpi=150, layout="constrained")
-        ax = fig.add_subplot()
-        for c in curves:
-            if c.n == 0:
-                continue
-            x = np.maximum(c.gaps_us, 1e-3)  # overlaps (0) sit at the left edge of a log axis
-            y = np.arange(1, x.size + 1) / x.size
-            color = POPULATION_COLORS[c.population]
-            ax.step(x, y, where="post", color=color, linewidth=1.6, label=c.label)
-            for q, v in ((0.5, c.p50_us), (0.9, c.p90_us), (0.99, c.p99_us)):
-                if v is not None:
-                    ax.plot([max(v, 1e-3)], [q], marker="o", color=color, markersize=5)
-        for q in (0.5, 0.9, 0.99):
-            ax.axhline(q, color="#888888", linewidth=0.6, linestyle=":")
-            ax.text(
-                1.0,
-                q,
-                f" p{int(q * 100)}",
-                transform=ax.get_yaxis_transform(),
-                va="center",
-                fontsize=8,
-                color="#888888",
-            )
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _: _fmt_us(v)))
-        ax.xaxis.set_minor_formatter(mpl.ticker.FuncFormatter(_minor_label(ax)))
-        ax.set_xlabel("decode gap (log scale)")
-        ax.set_ylabel("fraction of gaps ≤ x")
-        ax.set_ylim(0, 1.02)
-        # wrapped to the figure's width: a long marker name or file name once ran off the
-        # right edge and squeezed the axes
-        lines = textwrap.wrap(chart(title), width=100, break_on_hyphens=False)
-        ax.set_title("\n".join(lines), loc="left", fontsize=11)
-        ax.grid(True, which="both", alpha=0.2)
-        # below the axes: inside, a legend can cover the foot or the tail of a curve; one
-        # population a row (three of them side by side were wider than the figure)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=1, fontsize=8)
-    return fig
-
-
-def _minor_label(ax: Axes) -> Callable[[float, object], str]:
-    """Labels for a log axis's minor ticks, each with its unit like the major ones: at 2×
-    and 5× a power of ten where the axis spans under two decades (so a narrow axis still
-    has labelled ticks), none where it spans more (the decades are labelled)."""
-
-    def label(v: float, _: object) -> str:
-        lo, hi = ax.get_xlim()
-        if lo <= 0 or hi / lo > 100:
-            return ""
-        mantissa = v / 10 ** np.floor(np.log10(v) + 1e-9)
-        return _fmt_us(v) if np.isclose(mantissa, 2) or np.isclose(mantissa, 5) else ""
-
-    return label
 
 
 def save_figure(fig: Figure, output: str | os.PathLike[str], *, overwrite: bool = False) -> Path:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 from traceview.analysis.documents.compare import Diff
 from traceview.analysis.documents.summary import Summary
 from traceview.analysis.timing.gaps import SMALL_N
-from traceview.render.charts import gaps_data, gaps_figure, heartbeat_data, heartbeat_figure
+from traceview.render.charts import heartbeat_data, heartbeat_figure
 from traceview.render.format import (
     BREAKDOWN_CAPTION,
     BREAKDOWN_COLUMNS,
@@ -38,6 +38,7 @@ from traceview.render.format import (
     gap_title,
     phase_rows,
 )
+from traceview.render.gaps_chart import gaps_data, gaps_figure
 from traceview.render.safe import html_text as esc
 from traceview.render.safe import json_for_html
 
