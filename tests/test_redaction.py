@@ -351,6 +351,46 @@ def test_a_password_holding_a_slash_is_redacted(url: str) -> None:
     assert secret not in scrub(f"Error: {url}: no such object")
 
 
+@pytest.mark.parametrize(
+    "url, expected",
+    [
+        ("s3://AKIA:SE?CR/ET@bkt/k/x.json.gz", "s3://REDACTED@bkt/k/x.json.gz"),
+        ("s3://AKIA:p#a/ss@bkt/k/x.json.gz", "s3://REDACTED@bkt/k/x.json.gz"),
+        ("s3://AKIA:1234/ab@bkt/k", "s3://REDACTED@bkt/k"),  # no bucket has a port
+        ("s3://u:p@ss/x@bkt/k?e=a@b", "s3://REDACTED@bkt/k?e=a@b"),
+        ("http://u:p@h/x?email=a@b.example", "http://REDACTED@h/x?email=a@b.example"),
+        ("http://u:SE?CR/ET@h:8080/x#y@z", "http://REDACTED@h:8080/x#y@z"),
+        ("https://h/x?a=1;Signature=SEC", "https://h/x?a=1;Signature=REDACTED"),
+        (
+            "https://h/x?a=1;;sig=S&X-Amz-Credential=C;b=2",
+            "https://h/x?a=1;;sig=REDACTED&X-Amz-Credential=REDACTED;b=2",
+        ),
+        ("https://h/x#state=1;access_token=T", "https://h/x#state=1;access_token=REDACTED"),
+    ],
+    ids=[
+        "query-mark",
+        "hash",
+        "digits",
+        "at-in-password",
+        "at-in-query",
+        "port",
+        "semicolon",
+        "mixed-separators",
+        "fragment",
+    ],
+)
+def test_a_secret_spelled_with_url_delimiters_is_redacted(url: str, expected: str) -> None:
+    """Issue 49: a password holding '?' or '#' (then '/'), and a credential after ';' in the
+    query, were shown as they were written."""
+    assert shown(url) == expected
+    assert shown(expected) == expected
+    said = scrub(f"Error: {url}: no such object")
+    assert said == f"Error: {expected}: no such object"
+    for secret in ("SE?CR/ET", "p#a/ss", "1234/ab", "p@ss/x", "SEC", "=S&", "=C;", "=T"):
+        if secret in url:
+            assert secret not in said
+
+
 def test_a_path_with_an_at_sign_is_kept() -> None:
     for url in ("http://host:8080/a@b/x.json", "s3://bkt/a@b/x", "http://[::1]:8080/a@b"):
         assert shown(url) == url
