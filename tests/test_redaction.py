@@ -260,7 +260,8 @@ def test_a_scan_stores_no_credential(host: str, tmp_path: Path) -> None:
     assert r.exit_code == 0, r.stderr
     _clean(r.stdout, r.stderr)
     assert "scanned 2" in r.stderr and "failed 1" in r.stderr
-    assert f"Warning: http://{host}/broken.json?{SIGNING_SHOWN}: not scanned" in r.stderr
+    failed = f"Warning: http://{host}/broken.json?{SIGNING_SHOWN}: not scanned: "
+    assert failed + "no device activity (no kernels)\n" in r.stderr  # the URL said once
     cells = _every_cell(ds)
     _clean(cells)
     traces = pl.read_parquet(ds / "traces" / "*.parquet")
