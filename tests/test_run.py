@@ -402,6 +402,54 @@ def test_the_rank_tables_headers_are_never_cut(planted: tuple[Path, dict, RankRu
     assert "…" not in header
 
 
+@pytest.mark.parametrize("width", [80, 66])
+def test_the_rank_tables_values_are_never_cut(
+    planted: tuple[Path, dict, RankRun], width: int
+) -> None:
+    """Issue 49: at 80 columns, with every figure at its widest, the table cut a value
+    (``999.99 m…``) to keep its headers whole. A value keeps its width; a two-word header
+    may take two lines instead."""
+    import io
+
+    from rich.console import Console
+
+    from traceview.render.table import render_run
+
+    doc = summarize_run([str(planted[0])], RunOptions(jobs=1)).to_dict()
+    wide = 999_990_000  # 999.99 ms: fmt_ns's widest
+    for r in doc["ranks"]:
+        r["rank"] = 1000 + (r["rank"] or 0)
+        r["steps"] = 123_456
+        r["busy"] = 1.0
+        for key in ("cadence_p50_ns", "compute_p50_ns", "idle_dependency_p50_ns"):
+            r[key] = wide  # type: ignore[literal-required]
+        r["collective_ns_per_step"] = wide
+        r["collective_wait_p50_ns"] = wide
+    buf = io.StringIO()
+    render_run(doc, Console(file=buf, width=width, highlight=False))
+    shown = buf.getvalue()
+    table = shown.split("cadence: median step interval")[0]
+    assert "…" not in table, table
+    if width < 80:  # narrower than the widest row: a value wraps, never loses a character
+        assert table.count("999.99") == 5 * len(doc["ranks"]) == table.count("ms")
+        assert table.count("123,456") == table.count("100.0%") == len(doc["ranks"])
+        return
+    for r in doc["ranks"]:
+        row = next(ln for ln in table.splitlines() if ln.strip().startswith(str(r["rank"])))
+        assert (
+            row.split()
+            == [str(r["rank"]), "123,456", "999.99", "ms", "100.0%"]
+            + [
+                "999.99",
+                "ms",
+            ]
+            * 4
+        ), row
+    heads = " ".join(table.split())
+    for word in ("rank", "steps", "cadence", "busy", "compute", "coll.", "wait", "dep.", "idle"):
+        assert f" {word} " in f" {heads} "
+
+
 @pytest.mark.slow  # two spawned workers that fail to start: about 3 s
 def test_a_script_without_a_main_guard_gets_one_clear_error(tmp_path: Path) -> None:
     """A newcomer's finding: a script that asks for jobs=2 without ``if __name__ ==
@@ -506,3 +554,4 @@ def test_a_tensor_parallel_run_is_not_said_to_be_replicas(
     out, _, _ = planted
     said = summarize_run([str(out)], RunOptions(jobs=1)).warnings
     assert not any("replicas" in w or "no rank runs a communication" in w for w in said), said
+
