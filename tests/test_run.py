@@ -555,3 +555,25 @@ def test_a_tensor_parallel_run_is_not_said_to_be_replicas(
     said = summarize_run([str(out)], RunOptions(jobs=1)).warnings
     assert not any("replicas" in w or "no rank runs a communication" in w for w in said), said
 
+
+def test_a_run_diffs_workload_line_names_each_ranks_steps(tmp_path: Path) -> None:
+    """Issue 49: the line read "B did 0.95× the steps, 1.00× the steps …": each rank's
+    step count was worded as the run's. Rank 0 of B ran fewer steps than the others."""
+    a, b, short = tmp_path / "a", tmp_path / "b", tmp_path / "short"
+    build(RankRun(ranks=3, slow_rank=1, steps=12), a)
+    build(RankRun(ranks=3, slow_rank=1, steps=12), b)
+    build(RankRun(ranks=3, slow_rank=1, steps=9), short)
+    rank0 = RankRun().file_pattern.format(r=0)
+    shutil.copy(short / rank0, b / rank0)  # B's rank 0 ran 9 steps, its others 12
+    runs = [summarize_run([str(x)], RunOptions(jobs=1)) for x in (a, b)]
+    steps = [{r["rank"]: r["steps"] for r in run.to_dict()["ranks"]} for run in runs]
+    assert steps == [{0: 12, 1: 12, 2: 12}, {0: 9, 1: 12, 2: 12}]
+    aligned = [run.to_dict()["alignment"]["steps"] for run in runs]
+    d = tv.diff(*runs)
+    assert d.workload == (
+        f"B did 1.00× the ranks, {aligned[1] / aligned[0]:.2f}× the aligned steps, "
+        f"{9 / 12:.2f}× the steps on rank 0 and 1.00× on ranks 1 and 2"
+    )
+    assert tv.diff(runs[0], runs[0]).workload == (
+        "B did the same work as A (ranks, aligned steps, each rank's steps within ±5%)"
+    )

@@ -564,10 +564,12 @@ def _diff(
 
 
 _GROUP = {"headline": 0, "rate": 1, "workload": 2}
-# the workload rows the one-line statement names, in its order
+# the workload rows the one-line statement names, in its order (a run's per-rank steps
+# follow, named by their ranks)
 _WORK_WORDS = {
-    "steps": "the steps",
+    "ranks": "the ranks",
     "aligned steps": "the aligned steps",
+    "steps": "the steps",
     "prompt tokens total": "the prompt tokens",
     "decode tokens total": "the decode tokens",
 }
@@ -575,22 +577,39 @@ _WORK_WORDS = {
 
 def _workload_line(rows: pl.DataFrame) -> str:
     """The change in work done, in one line: "B did 1.22× the steps and 1.28× the prompt
-    tokens" (the totals both sides state), or that the work was the same (±5%)."""
-    said = []
+    tokens" (the totals both sides state; a run's steps per rank, named by their ranks:
+    "0.95× the steps on rank 0 and 1.00× on ranks 1 and 2"), or that the work was the same
+    (±5%)."""
+    said: list[tuple[float, str]] = []
+    ranks: dict[str, list[str]] = {}  # a ratio as written -> the ranks that did it
     for r in rows.filter(pl.col("role") == "workload").iter_rows(named=True):
         words = _WORK_WORDS.get(r["metric"])
         if words is None or r["a"] is None or r["b"] is None or not r["a"]:
             continue
+        if r["section"].startswith("rank "):
+            if r["metric"] == "steps":
+                ranks.setdefault(f"{r['ratio']:.2f}", []).append(r["section"].removeprefix("rank "))
+                said.append((r["ratio"], "rank"))
+            continue
         said.append((r["ratio"], words))
-    order = list(_WORK_WORDS.values())
-    said.sort(key=lambda x: order.index(x[1]))
     if not said:
         return ""
+    order = list(_WORK_WORDS.values())
+    totals = sorted((x for x in said if x[1] != "rank"), key=lambda x: order.index(x[1]))
+    by_rank = [
+        f"{'the steps ' if i == 0 else ''}on rank{'s' if len(who) > 1 else ''} {_and(who)}"
+        for i, who in enumerate(ranks.values())
+    ]
     if all(abs(ratio - 1) <= SAME for ratio, _ in said):
-        return (
-            "B did the same work as A ("
-            + ", ".join(w.removeprefix("the ") for _, w in said)
-            + " within ±5%)"
-        )
-    parts = [f"{ratio:.2f}× {words}" for ratio, words in said]
-    return "B did " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
+        named = [w.removeprefix("the ") for _, w in totals]
+        if ranks:
+            named.append("each rank's steps")
+        return f"B did the same work as A ({', '.join(named)} within ±5%)"
+    parts = [f"{ratio:.2f}× {words}" for ratio, words in totals]
+    parts += [f"{ratio}× {words}" for ratio, words in zip(ranks, by_rank, strict=True)]
+    return "B did " + _and(parts)
+
+
+def _and(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
