@@ -257,8 +257,8 @@ def test_commands_take_a_run(planted: tuple[Path, dict, RankRun], tmp_path: Path
     build(RankRun(ranks=4, slow_rank=2, slow_factor=1.5, steps=30), slower)
     d = CliRunner().invoke(cli, ["diff", str(out), str(slower), "--json", "-j", "1"])
     assert d.exit_code == 0, d.stderr
-    rows = {(r["section"], r["metric"]): r for r in json.loads(d.stdout)["rows"]}
-    excess_row = rows[("headline", "straggler excess p50")]
+    rows = {r["field"]: r for r in json.loads(d.stdout)["rows"] if r["field"]}
+    excess_row = rows["straggler.excess_p50_ns"]  # its label says its n too
     assert excess_row["verdict"] == "worse" and excess_row["ratio"] == pytest.approx(2.0, rel=0.01)
     mixed = CliRunner().invoke(cli, ["diff", str(out), str(next(out.glob("*.gz")))])
     assert mixed.exit_code == 2 and "a run with a run" in mixed.stderr
@@ -577,3 +577,30 @@ def test_a_run_diffs_workload_line_names_each_ranks_steps(tmp_path: Path) -> Non
     assert tv.diff(runs[0], runs[0]).workload == (
         "B did the same work as A (ranks, aligned steps, each rank's steps within ±5%)"
     )
+
+
+def test_check_bounds_every_row_diff_judges_a_skew_from_zero_included(tmp_path: Path) -> None:
+    """Issue 49: `check --max-regression` bounded only the rows whose A was above 0 and
+    whose lower value is better: a compute skew from 0 (balanced ranks) to 14 µs passed,
+    and diff called the way back, 14 µs to 0 ns, "gone" while B has a figure. Planted:
+    ranks of equal speed (skew 0 in every step) against a slowed rank."""
+    even, slow = tmp_path / "even", tmp_path / "slow"
+    _, t_even = build(RankRun(ranks=2, slow_rank=1, slow_factor=1.0, steps=12), even)
+    _, t_slow = build(RankRun(ranks=2, slow_rank=1, slow_factor=1.25, steps=12), slow)
+    assert set(t_even["skew"]) == {0} and min(t_slow["skew"]) > 0
+    a, b = (summarize_run([str(x)], RunOptions(jobs=1)) for x in (even, slow))
+    worse = tv.diff(a, b)
+    skew = worse.rows.filter(pl.col("metric").str.starts_with("compute skew p50")).row(
+        0, named=True
+    )
+    assert (skew["a"], skew["b"]) == (0, int(np.rint(np.median(t_slow["skew"]))))
+    assert (skew["ratio"], skew["verdict"]) == (float("inf"), "worse")
+    result = tv.check(b, tv.Bounds(baseline=a, max_regression=0.1))
+    assert not result.ok
+    failed = [r["check"] for r in result.failed]
+    assert "headline: compute skew p50 (n=12) <= baseline × 1.10" in failed
+    # every judged row has its check, and only those
+    assert len(result.rows) == worse.judged.height
+    back = tv.diff(b, a).rows.filter(pl.col("metric").str.starts_with("compute skew p50"))
+    assert back.row(0, named=True)["verdict"] == "better"  # B has a figure: 0 ns
+    assert back.row(0, named=True)["ratio"] == 0

@@ -262,8 +262,9 @@ def render_efficiency(doc: SummaryDocument, out: Console) -> None:
 
 def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> None:
     """The ``diff`` screen: the work each side did, in one line; the headline; then the
-    rates with a verdict, biggest changes first, and the workload (totals, never judged);
-    then the kernels. Identical inputs: one line."""
+    rates, biggest changes first, and the workload (totals, never judged); then the
+    kernels. A row not judged says why in its verdict's place. Identical inputs: one
+    line."""
 
     out = console or Console(highlight=False)
     if d.unchanged:
@@ -287,7 +288,7 @@ def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> Non
             fmt_value(r["a"], r["unit"]),
             fmt_value(r["b"], r["unit"]),
             fmt_ratio(r["ratio"]),
-            Text(verdict or "", style=style) if style else verdict or "",
+            Text(verdict, style=style or "") if verdict else Text(r["why"] or "", "dim"),
             end_section=last_of_role,
             style="dim" if r["role"] == "workload" else None,
         )

@@ -385,7 +385,8 @@ class DiffRow(TypedDict):
     a: float | None
     b: float | None
     ratio: float | None  # B/A; None where A is 0 and B is not, or either is absent
-    verdict: str | None  # same, better, worse, changed, new, gone, n/a; None: workload
+    verdict: str | None  # same, better, worse, new, gone; None: not judged (see why)
+    why: str | None  # why the row is not judged (compare.judgement); None: judged
     unit: Unit
     better: str | None  # lower, higher, or None: which way is an improvement
     role: Literal["headline", "rate", "workload"]

@@ -2,11 +2,15 @@
 
 A scheduling fix shows in the tail and the cadence, not in throughput; a change can return
 correct answers while doing many times the work. So the diff opens with the headline (the
-cadence a decoding request experiences, the decode-gap tail, prefill growth), judges only
-rates (per step, per token, per step of one kind, cadence, gaps, fractions), and shows the
-totals, and the figures that move with the mix of steps, as workload, never judged: a
-bigger workload, or another mix, is not a regression. ``check`` is
-:mod:`traceview.analysis.documents.checks`.
+cadence a decoding request experiences, the decode-gap tail, prefill growth) and judges a
+figure only where a verdict means something (:func:`judgement`): a rate (per step, per
+token, per step of one kind, cadence, gaps), within one step kind, with a better
+direction, on a population big enough for its percentile. Every other row is shown with
+the reason it is not judged (``why``): totals and the figures that move with the mix of
+steps (workload), figures pooled over step kinds, figures with no better direction,
+percentiles on too few samples, maxima. A bigger workload, another mix, or a p99 that
+moved because its n fell is not a regression. ``check``
+(:mod:`traceview.analysis.documents.checks`) bounds every row the diff judges.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from traceview.analysis.base.document import (
     DiffRow,
     KernelChange,
 )
-from traceview.analysis.base.stats import mean
+from traceview.analysis.base.stats import mean, samples_for
 from traceview.analysis.documents import display
 from traceview.analysis.documents.run import RunSummary
 from traceview.analysis.documents.summary import Summary, refuse_capture_only
@@ -42,10 +46,13 @@ class Metric:
     """One figure a diff compares: its identity (section, name), value, which way is
     better, unit, the size of the population it was computed over (None when it is not a
     statistic of a population), and its ``role``: ``headline`` and ``rate`` figures are
-    normalised (per step, per token, per step of one kind, cadence, gaps, fractions) and
-    get a verdict; ``workload`` figures are totals (steps, tokens, kernels, total time),
-    which grow with the work done, and figures that move with the mix of steps (a family's
-    time per step over all steps, its mean kernel), and get none."""
+    normalised (per step, per token, per step of one kind, cadence, gaps, fractions);
+    ``workload`` figures are totals (steps, tokens, kernels, total time), which grow with
+    the work done, and figures that move with the mix of steps (a family's time per step
+    over all steps, its mean kernel). ``quantile``: the percentile the figure is (0.5,
+    0.9, 0.99; 1 for a maximum), None for another statistic; ``pooled``: it is taken over
+    the steps (or gaps) of every kind together, so it moves with their mix. Whether a row
+    is judged is :func:`judgement`'s."""
 
     section: str
     name: str
@@ -55,6 +62,13 @@ class Metric:
     n: int | None = None
     role: Role = "rate"
     field: str | None = None  # the document's path of the figure (check's path syntax)
+    quantile: float | None = None
+    pooled: bool = False
+
+
+def _quantile(key: str) -> float:
+    """``p90_ns`` (or ``p90``) -> 0.9; ``max_ns`` -> 1."""
+    return 1.0 if key.startswith("max") else int(key[1:].split("_")[0]) / 100
 
 
 def _per(total: float | None, count: float | None) -> float | None:
@@ -87,6 +101,8 @@ def headline(summary: Summary) -> list[Metric]:
                 cad["n"],
                 h,
                 f"steps.decoding_cadence.{q}",
+                _quantile(q),
+                pooled=True,  # decode and mixed steps together
             )
             for q in ("p50_ns", "p90_ns", "p99_ns")
         ),
@@ -99,6 +115,7 @@ def headline(summary: Summary) -> list[Metric]:
             gaps["n"],
             h,
             "decode_gaps.decode.p99_ns",
+            0.99,
         ),
         Metric(
             h,
@@ -119,6 +136,7 @@ def headline(summary: Summary) -> list[Metric]:
             None,
             h,
             "busy.in_widest_gaps",
+            pooled=True,  # the widest of every population's gaps
         ),
     ]
 
@@ -135,20 +153,25 @@ def metrics(summary: Summary) -> list[Metric]:
             "steps", "steps", doc["steps"]["count"], None, "count", role=load, field="steps.count"
         )
     )
+    every = doc["steps"]["cadence"]
     for q in QUANTILES:
         out.append(
             Metric(
                 "cadence",
                 f"all {q[:-3]}",
-                doc["steps"]["cadence"][q],
+                every[q],
                 "lower",
                 "ns",
+                every["n"],
                 field=f"steps.cadence.{q}",
+                quantile=_quantile(q),
+                pooled=True,  # every step kind's intervals together
             )
         )
     for kind in KINDS:
         steps_of = t.filter(pl.col("kind") == kind)
-        out.append(Metric("steps", f"{kind} steps", steps_of.height, None, "count", role=load))
+        n = steps_of.height
+        out.append(Metric("steps", f"{kind} steps", n, None, "count", role=load))
         cad = doc["steps"]["cadence_by_kind"][kind]
         for q in QUANTILES:
             out.append(
@@ -160,16 +183,19 @@ def metrics(summary: Summary) -> list[Metric]:
                     "ns",
                     cad["n"],
                     field=f"steps.cadence_by_kind.{kind}.{q}",
+                    quantile=_quantile(q),
                 )
             )
         if steps_of.height:
             per = f"per {kind} step"
             out.append(
-                Metric("work", f"kernels {per}", mean(steps_of["kernels"]), "lower", "count")
+                Metric("work", f"kernels {per}", mean(steps_of["kernels"]), "lower", "count", n)
             )
             if kind != "decode":
                 out.append(
-                    Metric("work", f"prefill ns {per}", mean(steps_of["prefill_ns"]), "lower", "ns")
+                    Metric(
+                        "work", f"prefill ns {per}", mean(steps_of["prefill_ns"]), "lower", "ns", n
+                    )
                 )
                 out.append(
                     Metric(
@@ -178,6 +204,7 @@ def metrics(summary: Summary) -> list[Metric]:
                         mean(steps_of["prefill_kernels"]),
                         "lower",
                         "count",
+                        n,
                     )
                 )
     prefill_total = float(t["prefill_ns"].sum())
@@ -218,11 +245,15 @@ def metrics(summary: Summary) -> list[Metric]:
                     "ns",
                     g["n"],
                     field=f"decode_gaps.{pop}.{q}",
+                    quantile=_quantile(q),
+                    pooled=pop == "all",  # the decode and the mixed steps' gaps together
                 )
             )
     busy = doc["busy"]
     for key in ("fraction", "in_gaps", "in_widest_gaps"):
-        out.append(Metric("busy", key, busy[key], None, "fraction", field=f"busy.{key}"))
+        out.append(
+            Metric("busy", key, busy[key], None, "fraction", field=f"busy.{key}", pooled=True)
+        )
     for p in doc["efficiency"]["phases"] or []:  # with --model: rates, so judged
         kind, n = p["kind"], p["steps"]
         for key, label, unit in (
@@ -232,7 +263,9 @@ def metrics(summary: Summary) -> list[Metric]:
             ("gbps_p50", "GB/s p50", "count"),
         ):
             value = p[key]  # type: ignore[literal-required]
-            out.append(Metric("efficiency", f"{kind} {label}", value, "higher", unit, n))
+            out.append(
+                Metric("efficiency", f"{kind} {label}", value, "higher", unit, n, quantile=0.5)
+            )
     # a family's busy time per step within each step kind: a rate that another mix of
     # steps leaves alone (over all steps, or per kernel, a family's time moves with the mix:
     # more decode steps make attention cheaper per step and its kernels shorter on average)
@@ -276,23 +309,53 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return b / a
 
 
-def _verdict(
-    a: float | None, b: float | None, ratio: float | None, better: str | None, role: Role
-) -> str | None:
-    if role == "workload":
-        return None  # a total grows with the work done: shown, never judged
-    if a is None and b is None:
-        return "n/a"
-    if a is None or (a == 0 and b):
-        return "new"
-    if b is None or (b == 0 and a):
-        return "gone"
-    if ratio is None or abs(ratio - 1) <= SAME:
-        return "same"
-    if better is None:
-        return "changed"
-    worse = ratio > 1 if better == "lower" else ratio < 1
-    return "worse" if worse else "better"
+def judgement(a: Metric | None, b: Metric | None) -> tuple[str | None, str | None]:
+    """A row's verdict, or why it gets none: ``(verdict, None)`` for a judged row,
+    ``(None, why)`` for one shown unjudged. A figure is judged only where a verdict means
+    something, the first reason that applies keeping it unjudged:
+
+    - ``workload``: a total, or a figure that moves with the mix of steps (its ``role``);
+    - ``pooled over step kinds``: taken over several kinds' steps or gaps together, it
+      moves with their mix (the decoding cadence, every step's cadence, the ``all`` gaps);
+    - ``no better direction``: neither more nor less is an improvement (busy fractions);
+    - ``a maximum``: it grows with its population's size whatever else happens;
+    - ``no figure``: neither side has it;
+    - ``n < N for a pQ`` (``an empty population`` for a mean): either side's population is
+      smaller than the percentile needs (:func:`~traceview.analysis.base.stats.samples_for`:
+      p50 2, p90 10, p99 100), so the figure moves with n alone.
+
+    The verdicts: ``new`` and ``gone`` where only one side has the figure; else ``same``
+    within ±5%, and ``better`` or ``worse`` by the figure's direction (from 0 to more is
+    a ratio of ∞, from more to 0 one of 0)."""
+    m = a or b
+    assert m is not None
+    av = None if a is None else a.value
+    bv = None if b is None else b.value
+    if m.role == "workload":
+        return None, "workload"
+    if m.pooled:
+        return None, "pooled over step kinds"
+    if m.better is None:
+        return None, "no better direction"
+    if m.quantile is not None and m.quantile >= 1:
+        return None, "a maximum"
+    if av is None and bv is None:
+        return None, "no figure"
+    if m.n is not None or m.quantile is not None:
+        q = m.quantile
+        need = 1 if q is None else samples_for(q)
+        fewest = min((x.n or 0) if x is not None else 0 for x in (a, b))
+        if fewest < need:
+            return None, "an empty population" if q is None else f"n < {need} for a p{q * 100:g}"
+    if av is None:
+        return "new", None
+    if bv is None:
+        return "gone", None
+    ratio = _ratio(av, bv)
+    if ratio is None or abs(ratio - 1) <= SAME:  # None: both 0
+        return "same", None
+    worse = ratio > 1 if m.better == "lower" else ratio < 1
+    return ("worse" if worse else "better"), None
 
 
 @dataclass
@@ -304,10 +367,11 @@ class Diff:
         rows: DataFrame ``section``, ``metric``, ``field`` (the document's path of the
             figure, as ``check`` reads it; null where the figure is derived, e.g. a mean
             per step), ``a``, ``b`` (Float64), ``ratio`` (B/A),
-            ``verdict`` (same, better, worse, changed, new, gone, n/a; null for a workload
-            row), ``unit``, ``better`` (lower, higher or none: which way is an
-            improvement), ``role`` (headline, rate, workload): the headline first, then
-            the rates, biggest changes first, then the workload.
+            ``verdict`` (same, better, worse, new, gone; null for a row not judged),
+            ``why`` (why a row is not judged, :func:`judgement`; null for a judged one),
+            ``unit``, ``better`` (lower, higher or none: which way is an improvement),
+            ``role`` (headline, rate, workload): the headline first, then the rates,
+            biggest changes first, then the workload.
         kernels: DataFrame ``name``, ``a_ns``, ``b_ns`` (Int64, kernel time), ``ratio``,
             ``change`` (appeared, vanished, changed); biggest changes first.
         workload: the change in the work done, in one line ("B did 1.22× the steps …").
@@ -323,15 +387,24 @@ class Diff:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def judged(self) -> pl.DataFrame:
+        """The rows the diff judges (a verdict, no ``why``): the one list ``check
+        --max-regression`` bounds."""
+        return self.rows.filter(pl.col("verdict").is_not_null())
+
+    @property
     def unchanged(self) -> bool:
-        """Nothing moved beyond noise: every judged figure the same (±5%), the workload
-        the same, no kernel appeared, vanished or changed."""
-        judged = self.rows.filter(pl.col("verdict").is_not_null())
-        moved = judged.filter(~pl.col("verdict").is_in(["same", "n/a"])).height
-        work = self.rows.filter(pl.col("role") == "workload", pl.col("ratio").is_not_null())
-        work_moved = work.filter((pl.col("ratio") - 1).abs() > SAME).height
+        """Nothing moved beyond noise: every judged figure the same (±5%), every other
+        figure on both sides or neither and within ±5%, no kernel appeared, vanished or
+        changed."""
+        moved = self.judged.filter(pl.col("verdict") != "same").height
+        shown = self.rows.filter(pl.col("verdict").is_null())
+        shown_moved = shown.filter(
+            (pl.col("a").is_null() != pl.col("b").is_null())
+            | ((pl.col("ratio") - 1).abs() > SAME).fill_null(False)
+        ).height
         kernels = self.kernels.filter(pl.col("change") != "same").height
-        return moved == 0 and work_moved == 0 and kernels == 0
+        return moved == 0 and shown_moved == 0 and kernels == 0
 
     def to_dict(self) -> DiffDocument:
         """The ``traceview.diff/1`` document (non-finite ratios as null)."""
@@ -369,29 +442,35 @@ def _order(ratio: float | None, verdict: str) -> float:
 
 def run_metrics(run: RunSummary) -> list[Metric]:
     """The figures a diff of two runs compares: the skew and the straggler's excess
-    (headline), per rank its cadence, compute, collective wait, gaps and busy fraction
-    (rates), and the ranks and aligned steps (workload)."""
+    (headline), per rank its cadence (every step's, and per step kind), compute, collective
+    wait, gaps and busy fraction (rates), and the ranks and aligned steps (workload)."""
     doc = run.to_dict()
     h, load = "headline", "workload"
     skew, s = doc["skew"], doc["straggler"]
+    aligned = doc["alignment"]["steps"]
     out = [
-        Metric(h, "compute skew p50", skew["p50_ns"], "lower", "ns", skew["n"], h, "skew.p50_ns"),
-        Metric(h, "compute skew p99", skew["p99_ns"], "lower", "ns", skew["n"], h, "skew.p99_ns"),
+        Metric(
+            h, "compute skew p50", skew["p50_ns"], "lower", "ns", skew["n"], h, "skew.p50_ns", 0.5
+        ),
+        Metric(
+            h, "compute skew p99", skew["p99_ns"], "lower", "ns", skew["n"], h, "skew.p99_ns", 0.99
+        ),
         Metric(
             h,
             "straggler excess p50",
             None if s is None else s["excess_p50_ns"],
             "lower",
             "ns",
-            None,
+            aligned,
             h,
             "straggler.excess_p50_ns",
+            0.5,
         ),
         Metric("run", "ranks", len(doc["ranks"]), None, "count", role=load),
         Metric(
             "run",
             "aligned steps",
-            doc["alignment"]["steps"],
+            aligned,
             None,
             "count",
             role=load,
@@ -405,22 +484,43 @@ def run_metrics(run: RunSummary) -> list[Metric]:
             "ns",
             skew["n"],
             field="skew.max_ns",
+            quantile=1.0,
         ),
     ]
     for r in doc["ranks"]:
         rank = f"rank {r['rank']}"
         at = f"ranks.{r['rank']}"
-        for key, label, unit, better, role in (
-            ("cadence_p50_ns", "cadence p50", "ns", "lower", "rate"),
-            ("cadence_p99_ns", "cadence p99", "ns", "lower", "rate"),
-            ("compute_p50_ns", "compute p50", "ns", "lower", "rate"),
-            ("collective_wait_p50_ns", "collective wait p50", "ns", "lower", "rate"),
-            ("decode_gap_p99_ns", "decode gap p99", "ns", "lower", "rate"),
-            ("busy", "busy", "fraction", None, "rate"),
-            ("steps", "steps", "count", None, "workload"),
+        intervals = max(r["steps"] - 1, 0)
+        decode, mixed = r["decode_cadence_n"], r["mixed_cadence_n"]
+        for key, label, unit, better, n, pooled in (
+            ("cadence_p50_ns", "cadence p50", "ns", "lower", intervals, True),
+            ("cadence_p99_ns", "cadence p99", "ns", "lower", intervals, True),
+            ("decode_cadence_p50_ns", "decode cadence p50", "ns", "lower", decode, False),
+            ("decode_cadence_p99_ns", "decode cadence p99", "ns", "lower", decode, False),
+            ("mixed_cadence_p50_ns", "mixed cadence p50", "ns", "lower", mixed, False),
+            ("mixed_cadence_p99_ns", "mixed cadence p99", "ns", "lower", mixed, False),
+            ("compute_p50_ns", "compute p50", "ns", "lower", aligned, False),
+            ("collective_wait_p50_ns", "collective wait p50", "ns", "lower", aligned, False),
+            ("decode_gap_p99_ns", "decode gap p99", "ns", "lower", r["decode_gaps_n"], False),
         ):
             value = r[key]  # type: ignore[literal-required]
-            out.append(Metric(rank, label, value, better, unit, role=role, field=f"{at}.{key}"))
+            out.append(
+                Metric(
+                    rank,
+                    label,
+                    value,
+                    better,
+                    unit,
+                    n,
+                    field=f"{at}.{key}",
+                    quantile=_quantile(key.rsplit("_", 2)[1]),  # ..._p99_ns: p99
+                    pooled=pooled,
+                )
+            )
+        out.append(
+            Metric(rank, "busy", r["busy"], None, "fraction", field=f"{at}.busy", pooled=True)
+        )
+        out.append(Metric(rank, "steps", r["steps"], None, "count", role=load, field=f"{at}.steps"))
     return out
 
 
@@ -492,7 +592,7 @@ def _diff(
         bv = None if y is None else y.value
         name = _label_with_n(m.name, None if x is None else x.n, None if y is None else y.n)
         ratio = _ratio(av, bv)
-        verdict = _verdict(av, bv, ratio, m.better, m.role)
+        verdict, why = judgement(x, y)
         rows.append(
             {
                 "role": m.role,
@@ -503,6 +603,7 @@ def _diff(
                 "b": None if bv is None else float(bv),
                 "ratio": ratio,
                 "verdict": verdict,
+                "why": why,
                 "unit": m.unit,
                 "better": m.better or "none",
                 "_order": _order(ratio, verdict or "changed"),
@@ -521,6 +622,7 @@ def _diff(
             "b": pl.Float64,
             "ratio": pl.Float64,
             "verdict": pl.String,
+            "why": pl.String,
             "unit": pl.String,
             "better": pl.String,
             "_order": pl.Float64,
@@ -539,7 +641,17 @@ def _diff(
         .sort(["_group", "_order"], descending=[False, True], maintain_order=True)
         .drop("_order", "_group", "_seen")
         .select(
-            "section", "metric", "field", "a", "b", "ratio", "verdict", "unit", "better", "role"
+            "section",
+            "metric",
+            "field",
+            "a",
+            "b",
+            "ratio",
+            "verdict",
+            "why",
+            "unit",
+            "better",
+            "role",
         )
     )
     ka = kernels_a.select("name", pl.col("total_ns").alias("a_ns"))
