@@ -541,3 +541,59 @@ def test_a_mix_of_fewer_decode_steps_is_judged_per_kind_and_by_n(tmp_path: Path)
     assert r.exit_code == 0, r.stdout
     md = CliRunner().invoke(cli, ["diff", paths[1], paths[0], "--format", "markdown"]).stdout
     assert "| (pooled over step kinds) |" in md and "| (n \\< 100 for a p99) |" in md
+
+
+def test_each_judgement_rule_and_the_check_that_reads_it() -> None:
+    """Hostile cases around the one judgement (issue 49), figure by figure: the n each
+    percentile needs, at and below its bound; empty, pooled, direction-less and maximum
+    figures; 0 to more and back; and check's row for each judged one."""
+    from traceview.analysis.documents.checks import regression_rows
+    from traceview.analysis.documents.compare import Diff, Metric, judgement
+
+    def pair(a: float | None, b: float | None, **kw: object) -> tuple[str | None, str | None]:
+        fields: dict = {"better": "lower", "unit": "ns", **kw}
+        n_a, n_b = fields.pop("n_a", None), fields.pop("n_b", None)
+        return judgement(Metric("s", "m", a, n=n_a, **fields), Metric("s", "m", b, n=n_b, **fields))
+
+    assert pair(1.0, 2.0, quantile=0.99, n_a=100, n_b=100) == ("worse", None)
+    assert pair(1.0, 2.0, quantile=0.99, n_a=100, n_b=99) == (None, "n < 100 for a p99")
+    assert pair(1.0, 2.0, quantile=0.9, n_a=10, n_b=10) == ("worse", None)
+    assert pair(1.0, 2.0, quantile=0.9, n_a=9, n_b=10) == (None, "n < 10 for a p90")
+    assert pair(1.0, 1.0, quantile=0.5, n_a=2, n_b=2) == ("same", None)
+    assert pair(1.0, 2.0, quantile=0.5, n_a=1, n_b=2) == (None, "n < 2 for a p50")
+    assert pair(None, 2.0, n_a=0, n_b=3) == (None, "an empty population")
+    assert pair(1.0, 2.0, quantile=1.0, n_a=500, n_b=500) == (None, "a maximum")
+    assert pair(1.0, 2.0, pooled=True) == (None, "pooled over step kinds")
+    assert pair(1.0, 2.0, better=None) == (None, "no better direction")
+    assert pair(None, None) == (None, "no figure")
+    assert pair(0.0, 14_000.0) == ("worse", None)  # a skew from 0: worse, not "new"
+    assert pair(14_000.0, 0.0) == ("better", None)  # to 0: B has a figure, not "gone"
+    assert pair(0.0, 0.0) == ("same", None)
+    assert pair(0.0, 0.5, better="higher") == ("better", None)
+    assert pair(0.5, 0.0, better="higher") == ("worse", None)
+    assert pair(None, 3.0) == ("new", None) and pair(3.0, None) == ("gone", None)
+    assert pair(1.0, 2.0, role="workload", pooled=True) == (None, "workload")
+
+    rows = pl.DataFrame(
+        {
+            "section": ["s"] * 6,
+            "metric": ["lower", "higher", "from0", "both0", "new", "gone"],
+            "ratio": [1.2, 0.85, float("inf"), None, None, None],
+            "verdict": ["worse", "worse", "worse", "same", "new", "gone"],
+            "better": ["lower", "higher", "lower", "lower", "lower", "higher"],
+        }
+    )
+    empty = pl.DataFrame(schema={"change": pl.String})
+    checks = regression_rows(Diff("a", "b", rows, empty), 0.1)
+    said = {r["check"]: r["ok"] for r in checks}
+    assert said == {
+        "s: lower <= baseline × 1.10": False,
+        "s: higher >= baseline × 0.90": False,
+        "s: from0 <= baseline × 1.10": False,
+        "s: both0 <= baseline × 1.10": True,
+        "s: new <= baseline × 1.10 (only B has the figure)": False,
+        "s: gone >= baseline × 0.90 (only A has the figure)": False,
+    }
+    assert {r["check"]: r["ok"] for r in regression_rows(Diff("a", "b", rows, empty), 0.25)}[
+        "s: lower <= baseline × 1.25"
+    ]
