@@ -548,7 +548,8 @@ def test_each_judgement_rule_and_the_check_that_reads_it() -> None:
     percentile needs, at and below its bound; empty, pooled, direction-less and maximum
     figures; 0 to more and back; and check's row for each judged one."""
     from traceview.analysis.documents.checks import regression_rows
-    from traceview.analysis.documents.compare import Diff, Metric, judgement
+    from traceview.analysis.documents.compare import Diff
+    from traceview.analysis.documents.verdicts import Metric, judgement
 
     def pair(a: float | None, b: float | None, **kw: object) -> tuple[str | None, str | None]:
         fields: dict = {"better": "lower", "unit": "ns", **kw}

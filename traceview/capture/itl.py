@@ -437,13 +437,13 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     ``diff`` compares traces: a latency percentile gets a verdict (same within ±5%,
     better, worse) only where both populations support it (:func:`supports`; else
     ``too few``); maxima, counts and the engine's counters are shown, never judged."""
-    from traceview.analysis.documents.compare import Metric, _ratio, judgement
+    from traceview.analysis.documents.verdicts import Metric, judgement, ratio_of
 
     rows = []
     for fa, fb in zip(_figures(a), _figures(b), strict=True):
         section, metric, path, va, na, unit, role = fa
         vb, nb = fb[3], fb[4]
-        ratio = _ratio(va, vb)
+        ratio = ratio_of(va, vb)
         verdict = None
         if role == "rate":
             quantile = path.rsplit(".", 1)[1]
