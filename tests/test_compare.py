@@ -77,14 +77,16 @@ def test_workload_is_shown_never_judged_and_the_headline_is_decode_cadence(
 ) -> None:
     """Issue 21: chunked B did more steps and more prompt tokens than monolithic A. No total
     gets a verdict; the workload change is one line; the headline is the cadence a decoding
-    request experiences (between consecutive steps with decode work), worse by the planted
-    ratio where the prompt is chunked into the decode stream."""
+    request experiences (between consecutive steps with decode work), longer by the planted
+    ratio where the prompt is chunked into the decode stream, shown unjudged: it pools
+    decode and mixed steps, so it moves with their mix (issue 49)."""
     d = diff(s["hybrid_monolithic"], s["hybrid_chunked"])
     mono, chunked = truth("hybrid_monolithic"), truth("hybrid_chunked")
     workload = d.rows.filter(pl.col("role") == "workload")
     assert workload.height >= 8 and workload["verdict"].null_count() == workload.height
-    judged = d.rows.filter(pl.col("role") != "workload")
-    assert judged["verdict"].null_count() == 0
+    assert set(workload["why"]) == {"workload"}
+    # every row is judged or says why not, never both
+    assert (d.rows["verdict"].is_null() == d.rows["why"].is_not_null()).all()
     names = set(workload["metric"].to_list())
     assert {"steps", "prompt tokens total", "prefill ns total", "gemm time"} <= names
     steps = chunked["step_count"] / mono["step_count"]
@@ -104,9 +106,10 @@ def test_workload_is_shown_never_judged_and_the_headline_is_decode_cadence(
             chunked["decoding_cadence"][f"{q}_ns"],
         )
         assert row["ratio"] == pytest.approx(planted, rel=1e-12)
+        assert (row["verdict"], row["why"]) == (None, "pooled over step kinds")
     # the chunked prompt stretches every tenth interval a decoding request sees: the p90
     p90 = _row(d, "headline", "decoding cadence p90")
-    assert p90["verdict"] == "worse" and p90["ratio"] > 3
+    assert p90["ratio"] > 3
 
 
 @pytest.mark.slow
@@ -131,13 +134,18 @@ def test_chunked_vs_monolithic(s: dict[str, tv.Summary]) -> None:
     assert (steps["a"], steps["b"]) == (1, 10)
     gaps = {g["population"]: g for g in mono["decode_gaps"]}
     gc = {g["population"]: g for g in chunked["decode_gaps"]}
+    n = (gaps["mixed"]["n"], gc["mixed"]["n"])
+    assert min(n) >= 2  # enough for a p50
     for q in ("p50", "p99"):
         r = _row(d, "decode gaps", f"mixed {q}")
         assert (r["a"], r["b"]) == (gaps["mixed"][f"{q}_ns"], gc["mixed"][f"{q}_ns"])
-        assert r["verdict"] == "better"
+        if q == "p50" or min(n) >= 100:
+            assert r["verdict"] == "better"
+        else:  # issue 49: a p99 on fewer than 100 gaps is nearly their maximum
+            assert (r["verdict"], r["why"]) == (None, "n < 100 for a p99")
     new = _row(d, "cadence", "mixed p50")  # one monolithic step has no cadence; now it does
-    assert new["a"] is None and new["verdict"] == "new"
-    assert "(n 0 → 9)" in new["metric"]
+    assert new["a"] is None and "(n 0 → 9)" in new["metric"]
+    assert (new["verdict"], new["why"]) == (None, "n < 2 for a p50")
 
 
 @pytest.mark.slow
@@ -455,3 +463,138 @@ def test_another_mix_of_steps_is_no_regression_and_slower_kernels_are(tmp_path: 
     rows = diff(a, more).rows.filter(pl.col("section") == "families")
     mixed = rows.filter(pl.col("metric").str.contains("time per step|mean kernel"))
     assert mixed["verdict"].null_count() == mixed.height  # shown beside the work, unjudged
+
+
+def _engine_summaries(
+    tmp_path: Path, **plans: dict[str, object]
+) -> dict[str, tuple[tv.Summary, dict]]:
+    """Each plan's trace, from the fixture engine (hybrid_chunked's scenario with the
+    plan's fields replaced): its summary and the truth the plan implies."""
+    import dataclasses
+
+    from fixtures.engine import SCENARIOS, build
+    from fixtures.truth import truth as planned_truth
+
+    base = next(sc for sc in SCENARIOS if sc.name == "hybrid_chunked")
+    out = {}
+    for name, fields in plans.items():
+        sc = dataclasses.replace(base, name=name, **fields)  # type: ignore[arg-type]
+        tb, steps = build(sc)
+        path = tb.write(str(tmp_path / f"{name}.json.gz"))
+        out[name] = (tv.summarize(tv.load(path)), planned_truth(sc, steps, str(path), 0))
+    return out
+
+
+@pytest.mark.slow  # three engine traces built and summarized: about 2.7 s
+def test_a_mix_of_fewer_decode_steps_is_judged_per_kind_and_by_n(tmp_path: Path) -> None:
+    """Issue 49: B runs every step kind as A does, with fewer decode steps around the same
+    chunked prompt. `check B --baseline A --max-regression 10%` failed on the cadence over
+    every step and the decoding cadence (decode and mixed steps pooled: their p90 moves
+    with the share of mixed steps) and on percentiles whose n fell below what they need.
+    Now those rows are shown unjudged, saying why; the per-kind rows are judged, and a real
+    per-kind slowdown still fails."""
+    s = _engine_summaries(
+        tmp_path,
+        a={"decode_before": 14, "decode_after": 14, "chunks": 4},
+        b={"decode_before": 5, "decode_after": 6, "chunks": 4},
+        slower={"decode_before": 14, "decode_after": 14, "chunks": 4, "kernel_scale": 1.3},
+    )
+    (a, ta), (b, tb), (slower, _) = s["a"], s["b"], s["slower"]
+    d = diff(a, b)
+    # the pooled figures moved with the mix: shown, with their planted values, unjudged
+    for section, metric, value in (
+        ("headline", "decoding cadence p90", lambda t: t["decoding_cadence"]["p90_ns"]),
+        ("cadence", "all p90", lambda t: t["cadence"]["p90_ns"]),
+        ("decode gaps", "all p99", lambda t: t["decode_gaps"][0]["p99_ns"]),
+    ):
+        r = _row(d, section, metric)
+        assert (r["a"], r["b"]) == (value(ta), value(tb))
+        assert (r["verdict"], r["why"]) == (None, "pooled over step kinds")
+    assert _row(d, "headline", "decoding cadence p90")["ratio"] > 1.1
+    # a percentile judged only where both populations are big enough for it
+    n_a = {g["population"]: g["n"] for g in ta["decode_gaps"]}
+    n_b = {g["population"]: g["n"] for g in tb["decode_gaps"]}
+    assert n_a["decode"] >= 100 > n_b["decode"] >= 10
+    p99 = _row(d, "headline", "decode gap p99 (decode steps)")
+    assert (p99["verdict"], p99["why"]) == (None, "n < 100 for a p99")
+    assert f"(n {n_a['decode']} → {n_b['decode']})" in p99["metric"]
+    assert _row(d, "decode gaps", "decode p90")["verdict"] == "same"
+    cad_n = [next(p for p in t["phases"] if p["kind"] == "decode") for t in (ta, tb)]
+    assert (
+        a.to_dict()["steps"]["cadence_by_kind"]["decode"]["n"]
+        >= 10
+        > (b.to_dict()["steps"]["cadence_by_kind"]["decode"]["n"])
+    ), cad_n
+    assert _row(d, "cadence", "decode p90")["why"] == "n < 10 for a p90"
+    assert _row(d, "cadence", "decode p50")["verdict"] == "same"
+    # check bounds what diff judges, and nothing else
+    result = check(b, Bounds(baseline=a, max_regression=0.1))
+    assert result.ok, result.failed
+    assert len(result.rows) == d.judged.height > 0
+    failed = [r["check"] for r in check(slower, Bounds(baseline=a, max_regression=0.1)).failed]
+    assert any(c.startswith("cadence: decode p50") for c in failed), failed
+    # the CLI says the same
+    paths = [str(tmp_path / f"{n}.json.gz") for n in ("b", "a")]
+    r = CliRunner().invoke(
+        cli, ["check", paths[0], "--baseline", paths[1], "--max-regression", "10%"]
+    )
+    assert r.exit_code == 0, r.stdout
+    md = CliRunner().invoke(cli, ["diff", paths[1], paths[0], "--format", "markdown"]).stdout
+    assert "| (pooled over step kinds) |" in md and "| (n \\< 100 for a p99) |" in md
+
+
+def test_each_judgement_rule_and_the_check_that_reads_it() -> None:
+    """Hostile cases around the one judgement (issue 49), figure by figure: the n each
+    percentile needs, at and below its bound; empty, pooled, direction-less and maximum
+    figures; 0 to more and back; and check's row for each judged one."""
+    from traceview.analysis.documents.checks import regression_rows
+    from traceview.analysis.documents.compare import Diff
+    from traceview.analysis.documents.verdicts import Metric, judgement
+
+    def pair(a: float | None, b: float | None, **kw: object) -> tuple[str | None, str | None]:
+        fields: dict = {"better": "lower", "unit": "ns", **kw}
+        n_a, n_b = fields.pop("n_a", None), fields.pop("n_b", None)
+        return judgement(Metric("s", "m", a, n=n_a, **fields), Metric("s", "m", b, n=n_b, **fields))
+
+    assert pair(1.0, 2.0, quantile=0.99, n_a=100, n_b=100) == ("worse", None)
+    assert pair(1.0, 2.0, quantile=0.99, n_a=100, n_b=99) == (None, "n < 100 for a p99")
+    assert pair(1.0, 2.0, quantile=0.9, n_a=10, n_b=10) == ("worse", None)
+    assert pair(1.0, 2.0, quantile=0.9, n_a=9, n_b=10) == (None, "n < 10 for a p90")
+    assert pair(1.0, 1.0, quantile=0.5, n_a=2, n_b=2) == ("same", None)
+    assert pair(1.0, 2.0, quantile=0.5, n_a=1, n_b=2) == (None, "n < 2 for a p50")
+    assert pair(None, 2.0, n_a=0, n_b=3) == (None, "an empty population")
+    assert pair(1.0, 2.0, quantile=1.0, n_a=500, n_b=500) == (None, "a maximum")
+    assert pair(1.0, 2.0, pooled=True) == (None, "pooled over step kinds")
+    assert pair(1.0, 2.0, better=None) == (None, "no better direction")
+    assert pair(None, None) == (None, "no figure")
+    assert pair(0.0, 14_000.0) == ("worse", None)  # a skew from 0: worse, not "new"
+    assert pair(14_000.0, 0.0) == ("better", None)  # to 0: B has a figure, not "gone"
+    assert pair(0.0, 0.0) == ("same", None)
+    assert pair(0.0, 0.5, better="higher") == ("better", None)
+    assert pair(0.5, 0.0, better="higher") == ("worse", None)
+    assert pair(None, 3.0) == ("new", None) and pair(3.0, None) == ("gone", None)
+    assert pair(1.0, 2.0, role="workload", pooled=True) == (None, "workload")
+
+    rows = pl.DataFrame(
+        {
+            "section": ["s"] * 6,
+            "metric": ["lower", "higher", "from0", "both0", "new", "gone"],
+            "ratio": [1.2, 0.85, float("inf"), None, None, None],
+            "verdict": ["worse", "worse", "worse", "same", "new", "gone"],
+            "better": ["lower", "higher", "lower", "lower", "lower", "higher"],
+        }
+    )
+    empty = pl.DataFrame(schema={"change": pl.String})
+    checks = regression_rows(Diff("a", "b", rows, empty), 0.1)
+    said = {r["check"]: r["ok"] for r in checks}
+    assert said == {
+        "s: lower <= baseline × 1.10": False,
+        "s: higher >= baseline × 0.90": False,
+        "s: from0 <= baseline × 1.10": False,
+        "s: both0 <= baseline × 1.10": True,
+        "s: new <= baseline × 1.10 (only B has the figure)": False,
+        "s: gone >= baseline × 0.90 (only A has the figure)": False,
+    }
+    assert {r["check"]: r["ok"] for r in regression_rows(Diff("a", "b", rows, empty), 0.25)}[
+        "s: lower <= baseline × 1.25"
+    ]

@@ -267,6 +267,25 @@ def test_check_and_diff_read_mfu_and_mbu_as_rates() -> None:
     assert mfu["verdict"] == "same"
 
 
+def test_check_bounds_a_figure_whose_higher_value_is_better() -> None:
+    """Issue 49: diff called the decode MBU p50 worse (×0.67) and `check
+    --max-regression 10%` passed it: only the figures whose lower value is better were
+    bounded. Planted: the same steps on a device of 1.5× the bandwidth, so MBU is 2/3."""
+    t = tv.load(GENERATED / "dense_vllm_detailed.json.gz")
+    model = tv.load_model(CONFIGS / "engine-dense.json")
+    a = tv.summarize(t, model=model)
+    wider = tv.DeviceSpec("wider", {"bf16": H200_BF16}, H200_BYTES * 1.5)
+    b = tv.summarize(t, model=model, gpu=wider)
+    d = tv.diff(a, b)
+    mbu = d.rows.filter(pl.col("metric").str.starts_with("decode MBU p50")).row(0, named=True)
+    assert mbu["ratio"] == pytest.approx(2 / 3, rel=1e-6) and mbu["verdict"] == "worse"
+    result = tv.check(b, tv.Bounds(baseline=a, max_regression=0.1))
+    failed = {r["check"]: r["value"] for r in result.failed}
+    label = f"efficiency: {mbu['metric']} >= baseline × 0.90"
+    assert failed[label] == pytest.approx(2 / 3, rel=1e-6)
+    assert tv.check(b, tv.Bounds(baseline=a, max_regression=0.4)).ok  # 0.67 >= 0.60
+
+
 # --- per op from record_shapes -----------------------------------------------------------
 
 

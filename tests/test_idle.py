@@ -15,7 +15,8 @@ from planned import planned_gap_fill
 
 import traceview as tv
 from fixtures.build import TraceBuilder
-from traceview.analysis.timing.idle import CAUSES, busy_by_family
+from traceview.analysis.timing.clocks import CLOCK_JITTER_NS, read_clocks
+from traceview.analysis.timing.idle import CAUSES, Calls, busy_by_family
 from traceview.cli import cli
 
 IDLE = GENERATED / "idle" / "idle_stretches.json.gz"
@@ -471,3 +472,107 @@ def test_blocking_calls_are_syncs_and_async_ones_are_not(name: str, blocks: bool
     from traceview.analysis.timing.idle import SYNC
 
     assert bool(SYNC.search(name)) is blocks
+
+
+# --- clocks that cannot be right (issue 49) --------------------------------------------------
+
+
+def _shifted(tmp_path: Path, shift_ns: int, *, sync_records: bool) -> tuple[tv.Summary, dict]:
+    """The idle stretches with every host event written ``shift_ns`` later on the device's
+    clock, summarized, and their truth."""
+    from fixtures import idle
+
+    tb, truth = idle.build(host_shift_ns=shift_ns, sync_records=sync_records)
+    path = tb.write(tmp_path / f"shifted{shift_ns}.json.gz")
+    return tv.summarize(tv.load(path)), truth
+
+
+def _split_left_out(summary: tv.Summary, plain: tv.Summary) -> None:
+    """No idle time is split by cause on any surface; every other figure is the
+    unshifted trace's (busy time is the device's alone)."""
+    steps = summary.steps
+    for cause in CAUSES:
+        assert steps[f"idle_{cause}_ns"].null_count() == steps.height
+    assert steps["busy_ns"].to_list() == plain.steps["busy_ns"].to_list()
+    doc = summary.to_dict()
+    for phase in doc["time_breakdown"]:  # busy is 66% of the span: no verdict without causes
+        assert phase["idle_ns"] is None and phase["verdict"] is None
+        assert phase["busy_ns"] < 0.8 * phase["span_ns"]
+    for g in doc["decode_gaps"]:
+        for fill in (g["filled"], g["widest"]):
+            assert fill is None or fill["idle_ns"] is None
+    assert summary.idle.height == plain.idle.height
+    assert summary.idle["cause"].null_count() == summary.idle.height
+    assert summary.idle.select("start_ns", "end_ns").equals(plain.idle.select("start_ns", "end_ns"))
+
+
+def test_a_host_clock_ahead_of_the_device_is_said_and_no_idle_is_split(tmp_path: Path) -> None:
+    """Issue 49: with every host event 200 µs late, every kernel of the host-late stretch
+    starts before its own launch call: there was no warning, and the idle split read 100%
+    host_late. The clocks are read from the pairs themselves (here: 195 µs, the shift less
+    the plan's shortest launch-to-start, 5 µs), said, and the split is left out."""
+    summary, truth = _shifted(tmp_path, 200_000, sync_records=False)
+    clocks = truth["clocks"]
+    assert clocks["host_lead_ns"] == 195_000
+    plain = tv.summarize(tv.load(IDLE))
+    said = [w for w in summary.warnings if w.startswith("host and device clocks disagree")]
+    assert len(said) == 1 and "kernels start before their own launch call begins" in said[0]
+    assert f"at least {clocks['host_lead_ns'] / 1000:,.1f} µs ahead" in said[0]
+    assert f"of {clocks['launches']} kernels" in said[0]
+    _split_left_out(summary, plain)
+    assert not any("clocks disagree" in w for w in plain.warnings)
+
+
+@pytest.mark.parametrize("sync_records", [True, False], ids=["stream-sync-records", "inferred"])
+def test_a_host_clock_behind_the_device_is_said_and_no_idle_is_split(
+    tmp_path: Path, sync_records: bool
+) -> None:
+    """Issue 49: shifted 2 ms the other way, every idle interval read as queued work held
+    back (dependency). No launch contradicts that shift; the synchronises do: each returns
+    1,997 µs before the copy it waits for ends (the plan's synchronise returns 3 µs after
+    it). Read through Kineto's ``Stream Sync`` records, or, without them, through the copy
+    to the host that each synchronise follows on its thread."""
+    summary, truth = _shifted(tmp_path, -2_000_000, sync_records=sync_records)
+    assert truth["clocks"]["wait_overshoot_ns"] == 1_997_000
+    said = [w for w in summary.warnings if w.startswith("host and device clocks disagree")]
+    assert len(said) == 1
+    assert "5 of 5 synchronising calls return before the device work they wait for" in said[0]
+    assert "at least 1,997.0 µs behind" in said[0]
+    _split_left_out(summary, tv.summarize(tv.load(IDLE)))
+
+
+@pytest.mark.parametrize("shift_ns", [8_000, -8_000, 0])
+def test_clocks_within_the_jitter_keep_the_split(tmp_path: Path, shift_ns: int) -> None:
+    """A shift of a few µs is the clocks' jitter (the real traces here keep 3 µs or more on
+    the right side of every pair): no warning, and the split is read."""
+    summary, truth = _shifted(tmp_path, shift_ns, sync_records=True)
+    c = truth["clocks"]
+    assert c["host_lead_ns"] <= CLOCK_JITTER_NS and c["wait_overshoot_ns"] <= CLOCK_JITTER_NS
+    assert not any("clocks disagree" in w for w in summary.warnings)
+    assert summary.steps["idle_host_late_ns"].null_count() == 0
+    if shift_ns == 0:  # the sync records change nothing of the split
+        got = summary.steps.select(COLUMNS).to_dicts()
+        assert got == [{k: t[k] for k in COLUMNS} for t in truth["steps"]]
+
+
+def test_a_few_mislinked_pairs_do_not_make_the_clocks_disagree(tmp_path: Path) -> None:
+    """A hostile case for the measure: four of hybrid_chunked's 4,890 launch calls moved
+    1 ms after their kernel (a merged trace's reused correlation ids could link so) are
+    fewer than the 0.1% of pairs the shift must show; forty are not."""
+    import gzip
+
+    doc = json.loads(gzip.decompress((GENERATED / "hybrid_chunked.json.gz").read_bytes()))
+    device = ("kernel", "gpu_memcpy", "gpu_memset")
+    kernels = {e["args"]["correlation"]: e for e in doc["traceEvents"] if e.get("cat") in device}
+    launches = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime" and "args" in e]
+    for moved in (4, 40):
+        for e in launches[:moved]:
+            e["ts"] = kernels[e["args"]["correlation"]]["ts"] + 1000.0
+        path = tmp_path / f"moved{moved}.json"
+        path.write_text(json.dumps(doc))
+        trace = tv.load(path)
+        k = trace.kernels
+        ts = k["ts_ns"].to_numpy()
+        clocks = read_clocks(trace, 0, k, ts, ts + k["dur_ns"].to_numpy(), Calls.of(trace))
+        assert clocks.launches == 4_890 and clocks.early == moved
+        assert clocks.consistent == (moved == 4), moved  # 0.1% of 4,890 is 5 pairs

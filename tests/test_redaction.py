@@ -260,7 +260,8 @@ def test_a_scan_stores_no_credential(host: str, tmp_path: Path) -> None:
     assert r.exit_code == 0, r.stderr
     _clean(r.stdout, r.stderr)
     assert "scanned 2" in r.stderr and "failed 1" in r.stderr
-    assert f"Warning: http://{host}/broken.json?{SIGNING_SHOWN}: not scanned" in r.stderr
+    failed = f"Warning: http://{host}/broken.json?{SIGNING_SHOWN}: not scanned: "
+    assert failed + "no device activity (no kernels)\n" in r.stderr  # the URL said once
     cells = _every_cell(ds)
     _clean(cells)
     traces = pl.read_parquet(ds / "traces" / "*.parquet")
@@ -349,6 +350,46 @@ def test_a_password_holding_a_slash_is_redacted(url: str) -> None:
     secret = url.split("://", 1)[1].rsplit("@", 1)[0]
     assert secret not in said and said.count("REDACTED@") == 1
     assert secret not in scrub(f"Error: {url}: no such object")
+
+
+@pytest.mark.parametrize(
+    "url, expected",
+    [
+        ("s3://AKIA:SE?CR/ET@bkt/k/x.json.gz", "s3://REDACTED@bkt/k/x.json.gz"),
+        ("s3://AKIA:p#a/ss@bkt/k/x.json.gz", "s3://REDACTED@bkt/k/x.json.gz"),
+        ("s3://AKIA:1234/ab@bkt/k", "s3://REDACTED@bkt/k"),  # no bucket has a port
+        ("s3://u:p@ss/x@bkt/k?e=a@b", "s3://REDACTED@bkt/k?e=a@b"),
+        ("http://u:p@h/x?email=a@b.example", "http://REDACTED@h/x?email=a@b.example"),
+        ("http://u:SE?CR/ET@h:8080/x#y@z", "http://REDACTED@h:8080/x#y@z"),
+        ("https://h/x?a=1;Signature=SEC", "https://h/x?a=1;Signature=REDACTED"),
+        (
+            "https://h/x?a=1;;sig=S&X-Amz-Credential=C;b=2",
+            "https://h/x?a=1;;sig=REDACTED&X-Amz-Credential=REDACTED;b=2",
+        ),
+        ("https://h/x#state=1;access_token=T", "https://h/x#state=1;access_token=REDACTED"),
+    ],
+    ids=[
+        "query-mark",
+        "hash",
+        "digits",
+        "at-in-password",
+        "at-in-query",
+        "port",
+        "semicolon",
+        "mixed-separators",
+        "fragment",
+    ],
+)
+def test_a_secret_spelled_with_url_delimiters_is_redacted(url: str, expected: str) -> None:
+    """Issue 49: a password holding '?' or '#' (then '/'), and a credential after ';' in the
+    query, were shown as they were written."""
+    assert shown(url) == expected
+    assert shown(expected) == expected
+    said = scrub(f"Error: {url}: no such object")
+    assert said == f"Error: {expected}: no such object"
+    for secret in ("SE?CR/ET", "p#a/ss", "1234/ab", "p@ss/x", "SEC", "=S&", "=C;", "=T"):
+        if secret in url:
+            assert secret not in said
 
 
 def test_a_path_with_an_at_sign_is_kept() -> None:

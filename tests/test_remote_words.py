@@ -113,3 +113,34 @@ def test_an_http_server_that_refuses_an_upload_says_so() -> None:
         f"Error: {out}: cannot be written: the server refused the upload (POST): "
         "501 Unsupported method ('POST')"
     )
+
+
+@pytest.mark.parametrize(
+    "url", ["s3://user:pw@bkt/x.json.gz", "s3://AKIA:SE?CR/ET@bkt/x.json.gz"], ids=["plain", "?/"]
+)
+def test_an_s3_url_with_credentials_says_why_in_one_line(url: str) -> None:
+    """Issue 49: ``s3://user:pw@…`` ended in "Parameter validation failed:" with no reason
+    (botocore's reason is on the lines below that one)."""
+    (said,) = _error(["summarize", url])
+    head = "Error: s3://REDACTED@bkt/x.json.gz: an s3:// URL carries no credentials"
+    assert said.startswith(head)
+    assert "--storage-option key=KEY" in said and "pw" not in said and "SE?CR" not in said
+
+
+def test_a_drivers_reason_below_its_heading_line_is_kept_without_the_secret() -> None:
+    """A driver whose message is a heading line then the reason (botocore's
+    ParamValidationError) is read whole, on one line, and a credential of the URL it quotes
+    apart from the URL is redacted too."""
+    from traceview.load.remote import failure
+
+    url = "https://user:pw123@h.example/x.json.gz?sig=SECRET"
+    exc = ValueError(
+        'Parameter validation failed:\nInvalid bucket name "user:pw123@h.example": no\n'
+        "signature SECRET is accepted"
+    )
+    said = str(failure(url, exc))
+    assert said == (
+        "https://REDACTED@h.example/x.json.gz?sig=REDACTED: cannot read the object: Parameter "
+        'validation failed: Invalid bucket name "REDACTED@h.example": no signature REDACTED '
+        "is accepted"
+    )

@@ -257,8 +257,8 @@ def test_commands_take_a_run(planted: tuple[Path, dict, RankRun], tmp_path: Path
     build(RankRun(ranks=4, slow_rank=2, slow_factor=1.5, steps=30), slower)
     d = CliRunner().invoke(cli, ["diff", str(out), str(slower), "--json", "-j", "1"])
     assert d.exit_code == 0, d.stderr
-    rows = {(r["section"], r["metric"]): r for r in json.loads(d.stdout)["rows"]}
-    excess_row = rows[("headline", "straggler excess p50")]
+    rows = {r["field"]: r for r in json.loads(d.stdout)["rows"] if r["field"]}
+    excess_row = rows["straggler.excess_p50_ns"]  # its label says its n too
     assert excess_row["verdict"] == "worse" and excess_row["ratio"] == pytest.approx(2.0, rel=0.01)
     mixed = CliRunner().invoke(cli, ["diff", str(out), str(next(out.glob("*.gz")))])
     assert mixed.exit_code == 2 and "a run with a run" in mixed.stderr
@@ -402,6 +402,54 @@ def test_the_rank_tables_headers_are_never_cut(planted: tuple[Path, dict, RankRu
     assert "…" not in header
 
 
+@pytest.mark.parametrize("width", [80, 66])
+def test_the_rank_tables_values_are_never_cut(
+    planted: tuple[Path, dict, RankRun], width: int
+) -> None:
+    """Issue 49: at 80 columns, with every figure at its widest, the table cut a value
+    (``999.99 m…``) to keep its headers whole. A value keeps its width; a two-word header
+    may take two lines instead."""
+    import io
+
+    from rich.console import Console
+
+    from traceview.render.table import render_run
+
+    doc = summarize_run([str(planted[0])], RunOptions(jobs=1)).to_dict()
+    wide = 999_990_000  # 999.99 ms: fmt_ns's widest
+    for r in doc["ranks"]:
+        r["rank"] = 1000 + (r["rank"] or 0)
+        r["steps"] = 123_456
+        r["busy"] = 1.0
+        for key in ("cadence_p50_ns", "compute_p50_ns", "idle_dependency_p50_ns"):
+            r[key] = wide  # type: ignore[literal-required]
+        r["collective_ns_per_step"] = wide
+        r["collective_wait_p50_ns"] = wide
+    buf = io.StringIO()
+    render_run(doc, Console(file=buf, width=width, highlight=False))
+    shown = buf.getvalue()
+    table = shown.split("cadence: median step interval")[0]
+    assert "…" not in table, table
+    if width < 80:  # narrower than the widest row: a value wraps, never loses a character
+        assert table.count("999.99") == 5 * len(doc["ranks"]) == table.count("ms")
+        assert table.count("123,456") == table.count("100.0%") == len(doc["ranks"])
+        return
+    for r in doc["ranks"]:
+        row = next(ln for ln in table.splitlines() if ln.strip().startswith(str(r["rank"])))
+        assert (
+            row.split()
+            == [str(r["rank"]), "123,456", "999.99", "ms", "100.0%"]
+            + [
+                "999.99",
+                "ms",
+            ]
+            * 4
+        ), row
+    heads = " ".join(table.split())
+    for word in ("rank", "steps", "cadence", "busy", "compute", "coll.", "wait", "dep.", "idle"):
+        assert f" {word} " in f" {heads} "
+
+
 @pytest.mark.slow  # two spawned workers that fail to start: about 3 s
 def test_a_script_without_a_main_guard_gets_one_clear_error(tmp_path: Path) -> None:
     """A newcomer's finding: a script that asks for jobs=2 without ``if __name__ ==
@@ -506,3 +554,53 @@ def test_a_tensor_parallel_run_is_not_said_to_be_replicas(
     out, _, _ = planted
     said = summarize_run([str(out)], RunOptions(jobs=1)).warnings
     assert not any("replicas" in w or "no rank runs a communication" in w for w in said), said
+
+
+def test_a_run_diffs_workload_line_names_each_ranks_steps(tmp_path: Path) -> None:
+    """Issue 49: the line read "B did 0.95× the steps, 1.00× the steps …": each rank's
+    step count was worded as the run's. Rank 0 of B ran fewer steps than the others."""
+    a, b, short = tmp_path / "a", tmp_path / "b", tmp_path / "short"
+    build(RankRun(ranks=3, slow_rank=1, steps=12), a)
+    build(RankRun(ranks=3, slow_rank=1, steps=12), b)
+    build(RankRun(ranks=3, slow_rank=1, steps=9), short)
+    rank0 = RankRun().file_pattern.format(r=0)
+    shutil.copy(short / rank0, b / rank0)  # B's rank 0 ran 9 steps, its others 12
+    runs = [summarize_run([str(x)], RunOptions(jobs=1)) for x in (a, b)]
+    steps = [{r["rank"]: r["steps"] for r in run.to_dict()["ranks"]} for run in runs]
+    assert steps == [{0: 12, 1: 12, 2: 12}, {0: 9, 1: 12, 2: 12}]
+    aligned = [run.to_dict()["alignment"]["steps"] for run in runs]
+    d = tv.diff(*runs)
+    assert d.workload == (
+        f"B did 1.00× the ranks, {aligned[1] / aligned[0]:.2f}× the aligned steps, "
+        f"{9 / 12:.2f}× the steps on rank 0 and 1.00× on ranks 1 and 2"
+    )
+    assert tv.diff(runs[0], runs[0]).workload == (
+        "B did the same work as A (ranks, aligned steps, each rank's steps within ±5%)"
+    )
+
+
+def test_check_bounds_every_row_diff_judges_a_skew_from_zero_included(tmp_path: Path) -> None:
+    """Issue 49: `check --max-regression` bounded only the rows whose A was above 0 and
+    whose lower value is better: a compute skew from 0 (balanced ranks) to 14 µs passed,
+    and diff called the way back, 14 µs to 0 ns, "gone" while B has a figure. Planted:
+    ranks of equal speed (skew 0 in every step) against a slowed rank."""
+    even, slow = tmp_path / "even", tmp_path / "slow"
+    _, t_even = build(RankRun(ranks=2, slow_rank=1, slow_factor=1.0, steps=12), even)
+    _, t_slow = build(RankRun(ranks=2, slow_rank=1, slow_factor=1.25, steps=12), slow)
+    assert set(t_even["skew"]) == {0} and min(t_slow["skew"]) > 0
+    a, b = (summarize_run([str(x)], RunOptions(jobs=1)) for x in (even, slow))
+    worse = tv.diff(a, b)
+    skew = worse.rows.filter(pl.col("metric").str.starts_with("compute skew p50")).row(
+        0, named=True
+    )
+    assert (skew["a"], skew["b"]) == (0, int(np.rint(np.median(t_slow["skew"]))))
+    assert (skew["ratio"], skew["verdict"]) == (float("inf"), "worse")
+    result = tv.check(b, tv.Bounds(baseline=a, max_regression=0.1))
+    assert not result.ok
+    failed = [r["check"] for r in result.failed]
+    assert "headline: compute skew p50 (n=12) <= baseline × 1.10" in failed
+    # every judged row has its check, and only those
+    assert len(result.rows) == worse.judged.height
+    back = tv.diff(b, a).rows.filter(pl.col("metric").str.starts_with("compute skew p50"))
+    assert back.row(0, named=True)["verdict"] == "better"  # B has a figure: 0 ns
+    assert back.row(0, named=True)["ratio"] == 0

@@ -46,8 +46,9 @@ class TraceFormatError(TraceviewError):
         index: int | None = None,
         event: str | None = None,
     ) -> None:
+        # a driver's words may quote a credential of the URL apart from the URL itself
+        self.problem = problem = scrub(problem, path)
         self.path = path = shown(path)
-        self.problem = problem = scrub(problem)
         self.index = index
         self.event = event
         where = path

@@ -12,17 +12,31 @@ credential (``versionId``, ``generation``, ``X-Amz-Date``, ``X-Amz-Expires``, a 
 ``se``/``sp``/``sv``: they say which object and until when, and are no secret). It
 replaces by ``REDACTED``:
 
-- the userinfo (``user:password@`` or ``token@``): ``http://REDACTED@host/x.json.gz``;
-- the value of a query parameter whose name (case-insensitive, percent-decoded) is a
-  credential: one that contains ``signature``, ``token``, ``secret``, ``password``,
-  ``passwd``, ``credential``, ``apikey``/``api_key``/``api-key``, ``accesskey``/
-  ``access_key`` or ``accessid`` (``X-Amz-Signature``, ``X-Amz-Credential``,
-  ``X-Amz-Security-Token``, ``Signature``, ``AWSAccessKeyId``, ``X-Goog-Signature``,
-  ``X-Goog-Credential``, ``GoogleAccessId``, ``access_token``, ``client_secret``, ...),
+- the userinfo (``user:password@`` or ``token@``): ``http://REDACTED@host/x.json.gz``,
+  however the password is spelled (see below);
+- the value of a query parameter (split at ``&`` and at ``;``) whose name
+  (case-insensitive, percent-decoded) is a credential: one that contains ``signature``,
+  ``token``, ``secret``, ``password``, ``passwd``, ``credential``, ``apikey``/``api_key``/
+  ``api-key``, ``accesskey``/``access_key`` or ``accessid`` (``X-Amz-Signature``,
+  ``X-Amz-Credential``, ``X-Amz-Security-Token``, ``Signature``, ``AWSAccessKeyId``,
+  ``X-Goog-Signature``, ``X-Goog-Credential``, ``GoogleAccessId``, ``access_token``,
+  ``client_secret``, ...),
   or is ``sig`` (Azure SAS), ``pwd``, ``auth`` or ``authorization``.
 
 :func:`scrub` does the same to every URL inside a free text (an error message from a
 store's driver, which may quote the URL it was given).
+
+A password typed into a URL need not be percent-encoded: ``s3://KEY:SE?CR/ET@bkt/x`` and
+``s3://KEY:p#a/ss@bkt/x`` are what a user writes, and a reader may take them so. A URL
+parser that follows RFC 3986 (``urllib.parse``, ``rfc3986``, ``yarl``) ends the authority at
+the first ``/``, ``?`` or ``#``: it reads ``KEY:SE`` as the host and the rest of the secret
+as the path or the query, and shows it. So the authority is read here by hand, failing
+closed: a userinfo begins where the text before the first ``/``, ``?`` or ``#`` holds an
+``@``, or a ``:`` that starts no port (a bucket's name holds no ``:``, so only an http(s)
+host has a port). It runs to the last ``@`` that a host follows, before the query or
+fragment that comes after the first host and ``/`` (a ``?`` or ``#`` before that may be the
+password's own). A password that holds an ``@``, then a ``/`` and a ``?``, stays ambiguous
+with a path and a query, and is read as they are.
 """
 
 from __future__ import annotations
@@ -68,10 +82,35 @@ def _param(item: str) -> str:
 
 
 def _params(text: str) -> str:
-    return "&".join(_param(item) for item in text.split("&"))
+    """A query's (or fragment's) parameters, each credential's value redacted; the
+    separators, ``&`` and ``;`` (the W3C's alternative to ``&``), kept as they are."""
+    return "".join(_param(item) for item in re.split(r"([&;])", text))
 
 
+_HOST = re.compile(r"(?:[^:@/?#\[\]]*|\[[0-9A-Fa-f:.]*\])(?::\d*)?")  # host[:port], [v6][:port]
 _HOST_PORT = re.compile(r"[^:@\[\]]*:\d*|\[[0-9A-Fa-f:.]*\](:\d*)?")  # host:port, [v6]:port
+_PORTED = ("http", "https")  # the schemes whose authority may end in a port
+
+
+def _userinfo_end(scheme: str, rest: str) -> int:
+    """Where the userinfo of ``scheme://rest`` ends: the index of its ``@`` in ``rest``,
+    -1 where there is none (see the module doc)."""
+    head = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    ported = scheme.lower() in _PORTED and _HOST_PORT.fullmatch(head) is not None
+    if "@" not in head and (":" not in head or ported):
+        return -1
+    hosts = []  # each '@' that a host follows: its index, and where the host ends
+    for m in re.finditer("@", rest):
+        host = re.split(r"[/?#]", rest[m.end() :], maxsplit=1)[0]
+        if _HOST.fullmatch(host):
+            hosts.append((m.start(), m.end() + len(host)))
+    stop = len(rest)  # the query or fragment past the first host and its path
+    for _, host_end in hosts:
+        if rest.startswith("/", host_end):
+            query = re.search(r"[?#]", rest[host_end:])
+            stop = host_end + query.start() if query else stop
+            break
+    return max((at for at, _ in hosts if at < stop), default=-1)
 
 
 def shown(name: str) -> str:
@@ -81,14 +120,7 @@ def shown(name: str) -> str:
     scheme, sep, rest = name.partition("://")
     if not sep or not _SCHEME.fullmatch(scheme):
         return name
-    slash = rest.find("/")
-    head = rest if slash == -1 else rest[:slash]
-    at = head.rfind("@")  # a password may hold '?' or '#'
-    if at == -1 and ":" in head and not _HOST_PORT.fullmatch(head):
-        # "user:pa/ss@host": a password may hold a raw '/' too (fail closed: the userinfo
-        # runs to the last '@' before the query or fragment)
-        limit = min([i for i in map(rest.find, "?#") if i != -1], default=len(rest))
-        at = rest[:limit].rfind("@")
+    at = _userinfo_end(scheme, rest)
     user = f"{MARK}@" if at != -1 else ""
     rest = rest[at + 1 :]
     end = min([i for i in map(rest.find, "/?#") if i != -1], default=len(rest))
@@ -102,9 +134,41 @@ def shown(name: str) -> str:
     return f"{scheme}://{authority}{path}{q}{query}{hash_}{fragment}"
 
 
-def scrub(text: str) -> str:
+def has_userinfo(name: str) -> bool:
+    """Whether a URL names a user (and perhaps a password) before its host (see the
+    module doc for how a password with ``/``, ``?`` or ``#`` in it is read)."""
+    scheme, sep, rest = name.partition("://")
+    return bool(sep) and _SCHEME.fullmatch(scheme) is not None and _userinfo_end(scheme, rest) != -1
+
+
+def secrets(name: str) -> list[str]:
+    """The credentials a URL carries, longest first: its userinfo and each credential
+    parameter's value, as written and percent-decoded; none for a path."""
+    scheme, sep, rest = name.partition("://")
+    if not sep or not _SCHEME.fullmatch(scheme):
+        return []
+    found = set()
+    at = _userinfo_end(scheme, rest)
+    if at > 0:
+        found.add(rest[:at])
+        rest = rest[at + 1 :]
+    for part in re.split(r"[?#]", rest)[1:]:
+        for item in re.split(r"[&;]", part):
+            key, eq, value = item.partition("=")
+            if eq and value and is_secret(key):
+                found.add(value)
+    found |= {unquote(x) for x in found}
+    return sorted((x for x in found if x), key=len, reverse=True)
+
+
+def scrub(text: str, about: str | None = None) -> str:
     """``text`` with every URL in it as :func:`shown` gives it (a message that quotes the
-    URL it failed on shows no credential)."""
+    URL it failed on shows no credential); given the URL ``about`` that the text is about,
+    also every credential of that URL (:func:`secrets`) wherever the text quotes it (a
+    driver that names the bucket ``user:pw@bkt`` it was given)."""
+    for secret in secrets(about) if about is not None else ():
+        # as a word of its own: a short token is no reason to mangle the words around it
+        text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", MARK, text)
     if "://" not in text:
         return text
     return _URL_IN_TEXT.sub(lambda m: shown(m.group()), text)

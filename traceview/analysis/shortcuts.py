@@ -92,11 +92,12 @@ def steps(
         time per family in the step); and where the step's time went: ``busy_ns`` and
         ``idle_host_late_ns``, ``idle_launch_ns``, ``idle_sync_ns``,
         ``idle_dependency_ns``, ``idle_other_ns`` (Int64, ns), which add up to
-        ``end_ns - start_ns`` exactly; ``host_step_ns`` and ``host_before_gpu_ns`` (Int64,
-        ns: the length of the engine's CPU step annotation that issued the step, and the
-        time from its start to the step's first submitting call; null without one). With a
-        model in the config: ``tokens``, ``attention_counted``, ``flops``, ``bytes``,
-        ``mfu`` and ``mbu``.
+        ``end_ns - start_ns`` exactly (null where the host's and the device's clocks
+        disagree: :mod:`traceview.analysis.timing.clocks`); ``host_step_ns`` and
+        ``host_before_gpu_ns`` (Int64, ns: the length of the engine's CPU step annotation
+        that issued the step, and the time from its start to the step's first submitting
+        call; null without one). With a model in the config: ``tokens``,
+        ``attention_counted``, ``flops``, ``bytes``, ``mfu`` and ``mbu``.
 
         A trace with no device activity is analysed through its CPU ranges, as
         :func:`traceview.summarize` does.

@@ -363,14 +363,18 @@ def on_trace(source: str | os.PathLike[str], trace: Trace) -> OnTrace:
 # --- two captures side by side -------------------------------------------------------------
 
 ITL_DIFF_SCHEMA = "traceview.itl-diff/1"
-# the smallest population a percentile is judged on: below 1 / (1 − q) samples the
-# percentile is the largest sample, or nearly (a p99 of 63 gaps is its maximum)
-ENOUGH = {"p50_ns": 2, "p90_ns": 10, "p99_ns": 100}
+RATES = ("p50_ns", "p90_ns", "p99_ns")  # the percentiles a comparison judges (no maximum)
 
 
 def supports(quantile: str, n: int | None) -> bool:
-    """Whether ``n`` samples support a verdict on ``quantile`` (:data:`ENOUGH`)."""
-    return quantile in ENOUGH and n is not None and n >= ENOUGH[quantile]
+    """Whether ``n`` samples support a verdict on ``quantile`` (``p90_ns``): the rule
+    ``diff`` and ``check`` judge by (:func:`traceview.analysis.base.stats.samples_for`:
+    below 1 / (1 − q) samples the percentile is the largest sample, or nearly)."""
+    from traceview.analysis.base.stats import samples_for
+
+    if quantile not in RATES or n is None:
+        return False
+    return n >= samples_for(int(quantile[1:3]) / 100)
 
 
 def _figures(doc: dict[str, Any]) -> list[tuple[str, str, str, Any, int | None, str, str]]:
@@ -381,12 +385,12 @@ def _figures(doc: dict[str, Any]) -> list[tuple[str, str, str, Any, int | None, 
     for pop, label in (("all", "all tokens"), ("injection", "injection window")):
         s = doc[pop]
         for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns"):
-            role = "rate" if q in ENOUGH else "shown"
+            role = "rate" if q in RATES else "shown"
             out.append(("ITL", f"{label} {q[:-3]}", f"{pop}.{q}", s[q], s["n"], "ns", role))
     for pop in ("victims", "injected"):
         s = doc["ttft"][pop]
         for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns"):
-            role = "rate" if q in ENOUGH else "shown"
+            role = "rate" if q in RATES else "shown"
             out.append(("TTFT", f"{pop} {q[:-3]}", f"ttft.{pop}.{q}", s[q], s["n"], "ns", role))
     out.append(
         (
@@ -433,18 +437,21 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     ``diff`` compares traces: a latency percentile gets a verdict (same within ±5%,
     better, worse) only where both populations support it (:func:`supports`; else
     ``too few``); maxima, counts and the engine's counters are shown, never judged."""
-    from traceview.analysis.documents.compare import _ratio, _verdict
+    from traceview.analysis.documents.verdicts import Metric, judgement, ratio_of
 
     rows = []
     for fa, fb in zip(_figures(a), _figures(b), strict=True):
         section, metric, path, va, na, unit, role = fa
         vb, nb = fb[3], fb[4]
-        ratio = _ratio(va, vb)
+        ratio = ratio_of(va, vb)
         verdict = None
         if role == "rate":
             quantile = path.rsplit(".", 1)[1]
             if supports(quantile, na) and supports(quantile, nb):
-                verdict = _verdict(va, vb, ratio, "lower", "rate")
+                verdict, _ = judgement(  # the rule diff judges a trace's figures by
+                    Metric(section, metric, va, "lower", unit, na),
+                    Metric(section, metric, vb, "lower", unit, nb),
+                )
             else:
                 verdict = "too few"
         rows.append(

@@ -147,7 +147,8 @@ def _pairs(values: tuple[str, ...], flag: str, file: dict[str, object]) -> dict[
     help="A baseline trace to compare against.",
 )
 @click.option(
-    "--max-regression", help="With --baseline: how much worse (e.g. 10%) a timing figure may get."
+    "--max-regression",
+    help="With --baseline: how much worse (e.g. 10%) a figure diff judges may get.",
 )
 @click.option(
     "--prefill-growth",

@@ -11,6 +11,7 @@ import click
 
 from traceview.cli._options import analysis_options, bytes_bar, say, warn, warn_once
 from traceview.errors import TraceviewError
+from traceview.redact import shown
 
 if TYPE_CHECKING:
     from traceview.analysis.analyze import AnalysisConfig
@@ -98,8 +99,8 @@ def scan(
         close()
     for path, line in report.warnings:  # the loader's (a truncated trace): no worker says it
         warn_once(path, line)
-    for path, error in report.failed:
-        warn(f"{path}: not scanned: {error.removeprefix(f'{path}: ')}")
+    for path, error in report.failed:  # the error names the path as it may be shown
+        warn(f"{path}: not scanned: {error.removeprefix(f'{shown(path)}: ')}")
     for path in report.not_traces:
         warn(f"{path}: left out: valid JSON, but not a trace")
     for path in report.foreign:

@@ -27,6 +27,7 @@ from typing import BinaryIO, Protocol, cast
 
 from traceview import environ
 from traceview.errors import MissingDependencyError, TraceFormatError
+from traceview.redact import has_userinfo
 
 SCHEMES = ("s3://", "gs://", "gcs://", "az://", "abfs://", "http://", "https://")
 # an endpoint that does not answer fails in seconds, not minutes: each request waits this
@@ -204,6 +205,14 @@ def filesystem(url: str) -> tuple[FileSystem, str]:
             f"names no {'host' if http else 'bucket'}; give "
             f"{scheme(url).lower()}{'HOST' if http else 'BUCKET'}/PATH",
         )
+    if scheme(url).lower() in ("s3://", "s3a://") and has_userinfo(url):
+        # s3fs reads "user:pw@bkt" as the bucket's name; botocore then refuses that name
+        raise TraceFormatError(
+            url,
+            "an s3:// URL carries no credentials (the driver would read what precedes the "
+            "'@' as part of the bucket's name); give them with --storage-option key=KEY "
+            "--storage-option secret=SECRET, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        )
     try:
         options = _options(url)
     except ImportError:  # aiohttp, for an http(s) URL
@@ -250,9 +259,15 @@ def failure(url: str, exc: BaseException, *, writing: bool = False) -> TraceForm
 
 
 def _reason(exc: BaseException) -> str:
-    """An exception's first line, else its type's name (a bare ``TimeoutError()``)."""
-    text = str(exc).splitlines()[0].strip() if str(exc).strip() else ""
-    return text or type(exc).__name__
+    """An exception's first line, else its type's name (a bare ``TimeoutError()``); a
+    first line that only heads the lines below it (botocore's "Parameter validation
+    failed:") with those lines, on one line."""
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    if not lines:
+        return type(exc).__name__
+    if lines[0].endswith(":") and len(lines) > 1:
+        return " ".join(lines)
+    return lines[0]
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

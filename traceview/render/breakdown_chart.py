@@ -53,9 +53,12 @@ class StepBreakdown:
 
 def step_breakdown(steps: pl.DataFrame, t0_ns: int) -> StepBreakdown | None:
     """The breakdown of a steps table (``start_ns``, ``end_ns``, ``busy_ns``,
-    ``idle_<cause>_ns``); None without steps or without the breakdown's columns."""
+    ``idle_<cause>_ns``); None without steps, without the breakdown's columns, or without
+    the idle split (null where the host's and the device's clocks disagree)."""
     columns = ["busy_ns", *(f"idle_{c}_ns" for c in CAUSES)]
     if steps.height == 0 or not set(columns) <= set(steps.columns):
+        return None
+    if any(steps[c].null_count() for c in columns):
         return None
     start = steps["start_ns"].to_numpy().astype(np.int64)
     end = steps["end_ns"].to_numpy().astype(np.int64)

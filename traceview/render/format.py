@@ -123,8 +123,9 @@ def widest_line(fill: GapFill) -> str:
     causes)."""
     span = fill["span_ns"] or 1
     fams = ", ".join(f"{f} {v / span:.0%}" for f, v in list(fill["busy_by_family"].items())[:2])
-    idle = sorted(((v, c) for c, v in fill["idle_ns"].items() if v), reverse=True)[:2]
-    causes = ", ".join(f"{c} {v / span:.0%}" for v, c in idle)
+    by_cause = fill["idle_ns"]
+    idle = sorted(((v, c) for c, v in (by_cause or {}).items() if v), reverse=True)[:2]
+    causes = ", ".join(f"{c} {v / span:.0%}" for v, c in idle) if by_cause else "causes —"
     busy = f"{fill['busy_ns'] / span:.0%} busy" + (f": {fams}" if fams else "")
     idle_ns = span - fill["busy_ns"] if fill["span_ns"] else 0
     return busy + f"; idle {idle_ns / span:.0%}" + (f": {causes}" if causes else "")
@@ -150,8 +151,8 @@ def breakdown_rows(doc: SummaryDocument) -> list[list[str]]:
                 r["kind"],
                 f"{r['first_step']}–{r['last_step']}",
                 f"{r['busy_ns'] / span:.0%}",
-                *(f"{r['idle_ns'][c] / span:.0%}" for c in CAUSES),
-                r["verdict"],
+                *("—" if r["idle_ns"] is None else f"{r['idle_ns'][c] / span:.0%}" for c in CAUSES),
+                r["verdict"] or "—",
             ]
         )
     return rows

@@ -64,7 +64,7 @@ def diff_markdown(d: Diff, limit: int = 40) -> str:
         "|---|---|---:|---:|---:|---|",
     ]
     for r in diff_rows(d, limit):
-        verdict = "workload" if r["role"] == "workload" else _badge(r["verdict"] or "")
+        verdict = _badge(r["verdict"]) if r["verdict"] else f"({r['why'] or ''})"
         lines.append(
             f"| {markdown_text(r['section'])} | {markdown_text(r['metric'])} | "
             f"{fmt_value(r['a'], r['unit'])} | "

@@ -212,7 +212,7 @@ def _idle_slices(summary: Summary, pid: int) -> Iterator[OverlayEvent]:
         args.update({p: r[p] for p in parts if r[p]})
         yield OverlayEvent(
             "X",
-            f"idle · {r['cause']}",
+            f"idle · {r['cause'] or 'cause not split (the clocks disagree)'}",
             f"{OVERLAY_CATEGORY}.idle",
             pid,
             4,

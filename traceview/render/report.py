@@ -62,6 +62,7 @@ th { background: var(--head); font-weight: 600; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.name { white-space: normal; word-break: break-all; max-width: 520px; }
 .worse { color: var(--worse); font-weight: 600; } .better { color: var(--better); }
+.why { color: var(--muted); }
 .warn { background: var(--warn-bg); color: var(--warn-fg); padding: 8px 14px;
         border-radius: 6px; }
 .chart svg { width: 100%; height: auto; display: block; }
@@ -200,7 +201,7 @@ def _diff_section(d: Diff, limit: int = 40) -> str:
     rows = []
     for r in diff_rows(d, limit):
         verdict = r["verdict"] or ""
-        cls = verdict if verdict in ("worse", "better") else ""
+        cls = verdict if verdict in ("worse", "better") else "" if verdict else "why"
         rows.append(
             [
                 r["section"],
@@ -208,7 +209,7 @@ def _diff_section(d: Diff, limit: int = 40) -> str:
                 fmt_value(r["a"], r["unit"]),
                 fmt_value(r["b"], r["unit"]),
                 fmt_ratio(r["ratio"]),
-                Html(f'<span class="{cls}">{esc(verdict or "workload")}</span>'),
+                Html(f'<span class="{cls}">{esc(verdict or r["why"] or "")}</span>'),
             ]
         )
     return head + _table(["section", "metric", "A", "B", "B/A", "verdict"], rows, {2, 3, 4}, "diff")

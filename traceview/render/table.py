@@ -262,8 +262,9 @@ def render_efficiency(doc: SummaryDocument, out: Console) -> None:
 
 def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> None:
     """The ``diff`` screen: the work each side did, in one line; the headline; then the
-    rates with a verdict, biggest changes first, and the workload (totals, never judged);
-    then the kernels. Identical inputs: one line."""
+    rates, biggest changes first, and the workload (totals, never judged); then the
+    kernels. A row not judged says why in its verdict's place. Identical inputs: one
+    line."""
 
     out = console or Console(highlight=False)
     if d.unchanged:
@@ -287,7 +288,7 @@ def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> Non
             fmt_value(r["a"], r["unit"]),
             fmt_value(r["b"], r["unit"]),
             fmt_ratio(r["ratio"]),
-            Text(verdict or "", style=style) if style else verdict or "",
+            Text(verdict, style=style or "") if verdict else Text(r["why"] or "", "dim"),
             end_section=last_of_role,
             style="dim" if r["role"] == "workload" else None,
         )
@@ -456,18 +457,17 @@ def render_run(doc: RunDocument, console: Console | None = None) -> None:
     out = console or Console(highlight=False)
     from rich import box
 
-    ranks = Table(title=f"ranks ({len(doc['ranks'])})", title_justify="left", box=box.SIMPLE_HEAD)
+    ranks = Table(
+        title=f"ranks ({len(doc['ranks'])})",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,
+    )
     wide = out.width >= 140  # room for each rank's file name
     cols = ("rank", "steps", "cadence", "busy", "compute", "coll.", "coll. wait", "dep. idle")
-    for col in (*cols, *(["verdict", "cad. p99", "gap p99", "trace"] if wide else [])):
-        ranks.add_column(
-            col,
-            justify="left" if col == "trace" else "right",
-            no_wrap=True,
-            min_width=None if col == "trace" else len(col),  # a header is never cut
-        )
-    for r in doc["ranks"]:
-        ranks.add_row(
+    heads = (*cols, *(["verdict", "cad. p99", "gap p99", "trace"] if wide else []))
+    rows = [
+        (
             str(r["rank"]),
             f"{r['steps']:,}",
             fmt_ns(r["cadence_p50_ns"]),
@@ -478,7 +478,7 @@ def render_run(doc: RunDocument, console: Console | None = None) -> None:
             fmt_ns(r["idle_dependency_p50_ns"]),
             *(
                 [
-                    r["time_breakdown"]["verdict"],
+                    r["time_breakdown"]["verdict"] or "—",
                     fmt_ns(r["cadence_p99_ns"]),
                     fmt_ns(r["decode_gap_p99_ns"]),
                     r["path"].rsplit("/", 1)[-1],
@@ -487,6 +487,20 @@ def render_run(doc: RunDocument, console: Console | None = None) -> None:
                 else []
             ),
         )
+        for r in doc["ranks"]
+    ]
+    for i, col in enumerate(heads):
+        # never cut: each cell keeps its longest word whole, so a value and a header of two
+        # words take two lines only where the screen is narrower than the table
+        whole = max(len(w) for cell in (col, *(row[i] for row in rows)) for w in cell.split())
+        ranks.add_column(
+            col,
+            justify="left" if col == "trace" else "right",
+            no_wrap=col == "trace",
+            min_width=None if col == "trace" else whole,
+        )
+    for row in rows:
+        ranks.add_row(*row)
     ranks.caption = (
         "cadence: median step interval; compute: median busy time per step outside "
         "collectives; "

@@ -144,7 +144,7 @@ class GapFill(TypedDict):
     span_ns: int
     busy_ns: int
     busy_by_family: dict[str, int]
-    idle_ns: dict[str, int]
+    idle_ns: dict[str, int] | None  # None: the host's and the device's clocks disagree
 
 
 class GapStats(TypedDict):
@@ -184,8 +184,8 @@ class TimeBreakdown(TypedDict):
     span_ns: int
     busy_ns: int
     busy_by_family: dict[str, int]
-    idle_ns: dict[str, int]
-    verdict: str
+    idle_ns: dict[str, int] | None  # None: the host's and the device's clocks disagree
+    verdict: str | None  # None: no idle split, and busy not above 80% of the span
 
 
 class DevicePeaks(TypedDict):
@@ -313,8 +313,8 @@ class StepTime(TypedDict):
 
     span_ns: int
     busy_ns: int
-    idle_ns: dict[str, int]  # host_late, launch, sync, dependency, other
-    verdict: str  # host-bound | device-bound | balanced
+    idle_ns: dict[str, int] | None  # host_late, launch, sync, dependency, other; None: no split
+    verdict: str | None  # host-bound | device-bound | balanced; None: not known
 
 
 class RankRow(TraceFigures):
@@ -385,7 +385,8 @@ class DiffRow(TypedDict):
     a: float | None
     b: float | None
     ratio: float | None  # B/A; None where A is 0 and B is not, or either is absent
-    verdict: str | None  # same, better, worse, changed, new, gone, n/a; None: workload
+    verdict: str | None  # same, better, worse, new, gone; None: not judged (see why)
+    why: str | None  # why the row is not judged (compare.judgement); None: judged
     unit: Unit
     better: str | None  # lower, higher, or None: which way is an improvement
     role: Literal["headline", "rate", "workload"]

@@ -31,6 +31,15 @@ def percentiles(values: Sequence[int] | np.ndarray) -> Percentiles:
     }
 
 
+def samples_for(quantile: float) -> int:
+    """The fewest samples a percentile rests on before it says more than the sample's
+    extreme: ``ceil(1 / (1 - q))`` for the quantile ``q`` below 1 (p50: 2, p90: 10, p99:
+    100). With fewer, the p99 is the sample's maximum or next to it, and moves with ``n``
+    alone: the summary warns of such a p99, and ``diff`` and ``check`` judge no percentile
+    on fewer (a maximum, which grows with ``n`` whatever it is, they never judge)."""
+    return math.ceil(round(1 / (1 - quantile), 9))
+
+
 def mean(values: pl.Series | np.ndarray) -> float | None:
     """Arithmetic mean of a Series or array of integers (None when empty): the exact integer
     sum divided once, so the result is the correctly rounded mean on every machine (a float

@@ -1,6 +1,7 @@
 """``check``: bound any figure of a summary (or run) document, regressions against a
-baseline (on the rates a diff judges, never a total), and the growth of prompt work from
-chunk to chunk (the signature of a chunked prefill that re-feeds the prompt from token 0).
+baseline (every row a diff judges, and only those: never a total, a pooled figure or a
+percentile on too few samples), and the growth of prompt work from chunk to chunk (the
+signature of a chunked prefill that re-feeds the prompt from token 0).
 """
 
 from __future__ import annotations
@@ -9,11 +10,9 @@ import math
 import re
 from dataclasses import dataclass, field
 
-import polars as pl
-
 from traceview._io import read_toml
 from traceview.analysis.base.document import CheckRow, RunDocument, SummaryDocument, Unit
-from traceview.analysis.documents.compare import diff
+from traceview.analysis.documents.compare import Diff, diff
 from traceview.analysis.documents.fields import figure_path
 from traceview.analysis.documents.run import RunSummary
 from traceview.analysis.documents.summary import Summary, refuse_capture_only
@@ -309,27 +308,49 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                 }
             )
     if bounds.baseline is not None and bounds.max_regression is not None:
-        d = diff(bounds.baseline, summary)
-        timing = d.rows.filter(
-            pl.col("ratio").is_not_null()
-            & (pl.col("better") == "lower")
-            & (pl.col("a") > 0)
-            & (pl.col("role") != "workload")
-        )
-        for r in timing.iter_rows(named=True):
-            limit = 1 + bounds.max_regression
-            rows.append(
+        rows += regression_rows(diff(bounds.baseline, summary), bounds.max_regression)
+    return CheckResult(rows)
+
+
+def regression_rows(d: Diff, max_regression: float) -> list[CheckRow]:
+    """One check per row the diff judges (:attr:`Diff.judged`, the one list): B may be
+    ``max_regression`` worse than A, by the figure's direction (a ratio up to ``1 +
+    max_regression`` where lower is better, down to ``1 - max_regression`` where higher
+    is). A figure only one side has (``new``, ``gone``) cannot be bounded: its row fails,
+    saying which side lacks it. The rows the diff shows unjudged (a total, a pooled or
+    direction-less figure, a maximum, a percentile on too few samples) are not checked."""
+    out: list[CheckRow] = []
+    for r in d.judged.iter_rows(named=True):
+        lower = r["better"] == "lower"
+        limit = 1 + max_regression if lower else 1 - max_regression
+        where = f"{r['section']}: {r['metric']} {'<=' if lower else '>='} baseline × {limit:.2f}"
+        if r["verdict"] in ("new", "gone"):
+            out.append(
                 {
-                    "check": f"{r['section']}: {r['metric']} <= baseline × {limit:.2f}",
-                    "value": r["ratio"],
+                    "check": f"{where} ({'only B' if r['verdict'] == 'new' else 'only A'} "
+                    "has the figure)",
+                    "value": None,
                     "limit": limit,
-                    "ok": r["ratio"] <= limit,
+                    "ok": False,
                     "kind": "ratio",
                     "unit": "",
-                    "shown": written_as(r["ratio"], "", limit),
+                    "shown": None,
                 }
             )
-    return CheckResult(rows)
+            continue
+        ratio = r["ratio"] if r["ratio"] is not None else 1.0  # None: both 0, the same
+        out.append(
+            {
+                "check": where,
+                "value": ratio,
+                "limit": limit,
+                "ok": ratio <= limit if lower else ratio >= limit,
+                "kind": "ratio",
+                "unit": "",
+                "shown": written_as(ratio, "", limit),
+            }
+        )
+    return out
 
 
 @dataclass(frozen=True)

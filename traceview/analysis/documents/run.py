@@ -448,7 +448,8 @@ def assemble(paths: Sequence[str], results: list[RankResult]) -> RunSummary:
             "collective's own cost)"
         )
     dependency = {  # beside each rank's collective wait: over the same aligned steps
-        int(rank): median_ns(g["dependency_ns"].to_numpy())
+        # (none where the rank's idle is not split: its clocks disagree)
+        int(rank): None if g["dependency_ns"].null_count() else median_ns(g["dependency_ns"])
         for (rank,), g in aligned.group_by(["rank"])
     }
     doc: RunDocument = {

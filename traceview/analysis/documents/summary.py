@@ -167,10 +167,11 @@ def build(
     gaps, marker, gap_family = gap_table(k, result.totals, result.phases, rules)
     gap_stats = summarize_gaps(gaps, gap_family)
     warnings += gap_warnings(bool(table["kind"].is_in(DECODING).any()), marker, gap_stats)
-    device = DeviceActivity.of(trace, k, result.starts, result.union, result.host)
+    split = result.clocks.consistent  # else idle time is not split by cause
+    device = DeviceActivity.of(trace, k, result.starts, result.union, result.host, split=split)
     release_free_memory()  # its temporaries (each kernel's end, family codes) go back
     gap_stats = with_fills(gaps, gap_stats, device)
-    idle = long_idle(trace, device.ts, device.correlation, device.union, device.host)
+    idle = long_idle(trace, device.ts, device.correlation, device.union, device.host, split=split)
     shares = device.shares
     del device  # its correlation ids, before the phases' breakdown
     release_free_memory()

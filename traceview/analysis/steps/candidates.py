@@ -417,6 +417,20 @@ def layers_per_step(annotations: Candidate, bursts: Candidate) -> int | None:
     return count
 
 
+def wraps_steps(annotations: Candidate, bursts: Candidate) -> bool:
+    """Whether the annotations are torch.profiler's iterations alone (``ProfilerStep#N``)
+    and each holds two or more of the bursts' steps (all, or all but the first and the
+    last, which a capture may cut): a loop iteration of the program (a ``generate()``
+    call of many forward passes) wraps engine steps rather than marking one, however weak
+    the bursts' own evidence."""
+    if not _iterations(annotations) or bursts.count < 2:
+        return False
+    held = np.searchsorted(bursts.anchors, annotations.last_markers, side="right")
+    held -= np.searchsorted(bursts.anchors, annotations.anchors, side="left")
+    inner = held[1:-1] if held.size >= PERIODIC_MIN_STEPS else held
+    return bool(inner.size) and bool((inner >= 2).all())
+
+
 _ITERATION = re.compile(r"ProfilerStep#\d+$")
 
 
@@ -452,6 +466,7 @@ def choose(
         if disagreements:
             layers = layers_per_step(annotations, bursts)
     covers = annotations is not None and annotations.coverage >= ANNOTATION_COVERAGE
+    wrapping = annotations is not None and bursts is not None and wraps_steps(annotations, bursts)
     use_annotations = annotations is not None and (
         method == "annotations"
         or (
@@ -459,7 +474,11 @@ def choose(
             and (
                 bursts is None
                 or disagreements == 0
-                or (covers and (not bursts.strong or cpu_activity or layers is not None))
+                or (
+                    covers
+                    and not wrapping
+                    and (not bursts.strong or cpu_activity or layers is not None)
+                )
             )
         )
     )

@@ -57,6 +57,7 @@ from traceview.analysis.steps.records import (
     stated_composition,
     stated_requests,
 )
+from traceview.analysis.timing.clocks import Clocks, read_clocks
 from traceview.analysis.timing.idle import CAUSES, HostCalls, idle_per_window
 from traceview.errors import CaptureOnlyError, UnsupportedTraceError
 from traceview.model import Trace
@@ -93,6 +94,9 @@ class StepResult:
     capture_regions: int = 0  # CUDA-graph capture / warm-up regions left out
     capture_kernels: int = 0  # the kernels under them
     capture_spans: tuple[tuple[int, int], ...] = ()  # each region's (start_ns, end_ns)
+    # what the host calls say of the host's and the device's clocks: where they disagree
+    # beyond jitter, idle time is not split by cause (timing/clocks.py)
+    clocks: Clocks = field(default_factory=Clocks)
 
 
 def pick_device(trace: Trace, device: int | None) -> int:
@@ -340,11 +344,22 @@ def empty_step_table() -> pl.DataFrame:
 
 
 def with_time_breakdown(
-    table: pl.DataFrame, trace: Trace, k: DeviceKernels, u: Union, host: HostCalls
+    table: pl.DataFrame,
+    trace: Trace,
+    k: DeviceKernels,
+    u: Union,
+    host: HostCalls,
+    *,
+    split: bool = True,
 ) -> pl.DataFrame:
     """The steps with where their idle time went (:mod:`traceview.analysis.timing.idle`):
     one ``idle_<cause>_ns`` column per cause, over each step's span; with ``busy_ns`` they
-    add up to ``end_ns - start_ns`` exactly."""
+    add up to ``end_ns - start_ns`` exactly. ``split`` False (the host's and the device's
+    clocks disagree, :mod:`traceview.analysis.timing.clocks`): every cause null."""
+    if not split:
+        return table.with_columns(
+            pl.lit(None, pl.Int64).alias(f"idle_{cause}_ns") for cause in CAUSES
+        )
     lo = table["start_ns"].to_numpy().astype(np.int64, copy=False)
     hi = table["end_ns"].to_numpy().astype(np.int64, copy=False)
     idle = idle_per_window(trace, k.ts, k.frame["correlation"], u, lo, hi, host)
@@ -468,7 +483,15 @@ def find_steps(
     del bursts, annotations, idle, chosen, c  # the candidates, before the breakdown's arrays
     release_free_memory()
     host = HostCalls.of(trace)  # read once: the summary's gap fills split with it too
-    table = with_time_breakdown(table, trace, k, u, host)
+    clocks = (
+        read_clocks(trace, device, k.frame, k.ts, k.ts + k.dur, host.calls)
+        if activity == "kernel"
+        else Clocks()  # a CPU capture's stand-ins run on the host's own clock
+    )
+    table = with_time_breakdown(table, trace, k, u, host, split=clocks.consistent)
+    said = clocks.warning()
+    if said is not None:
+        warnings.append(said)
     table = with_host_columns(table, trace, k, host)
     release_free_memory()  # the breakdown's temporaries, before the summary's
     warnings.extend(
@@ -497,6 +520,7 @@ def find_steps(
         capture_spans=capture.spans,
         host=host,
         starts=k.ts,
+        clocks=clocks,
     )
 
 

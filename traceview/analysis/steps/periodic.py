@@ -2,9 +2,12 @@
 (docs/metrics.md, Engine steps). A model has a constant number L of full-attention bursts
 per step, so the step boundaries are every L-th boundary; L and the pattern's phase are
 chosen where the chosen boundaries' idle gaps stand out locally (each beats every other
-boundary within L-1 of it). Where none does, a few fallbacks: every burst a step; the
-smallest L whose boundaries beat nearly every gap off their phase (host stalls inside a
-few steps); a natural break in the gaps; one step."""
+boundary within L-1 of it), unless the boundaries off the phase are themselves sharp
+pauses: then the period is a loop around one-burst steps (:func:`_loop_around_steps`).
+Where none does, a few fallbacks: every burst a step; the smallest L whose boundaries
+beat nearly every gap off their phase (host stalls inside a few steps); a natural break
+in the gaps, whose steps hold one burst count, or counts a few drafter runs apart
+(:func:`draft_levels`); one step."""
 
 from __future__ import annotations
 
@@ -20,14 +23,21 @@ PERIODIC_TYPICAL = 0.8  # stalls: beat this quantile of the boundaries off the p
 PERIODIC_MIN_STEPS = 3  # chosen boundaries needed before a period is believed
 STALL_MIN_STEPS = 10  # ... before one found past stalls is
 MAX_LAYERS = 256
-# a natural break whose steps hold different numbers of bursts (a drafter run 0-k times a
-# step: speculative decoding) is believed where the break is this sharp and the steps this
-# alike: the largest inner step holds at most this many times the smallest's bursts (a
-# drafter of a layer or two, run a few times, adds a few bursts to the model's L; host
-# stalls at random, in a trace with no between-step pause, cut stretches of any length)
+# a pause this many times the gaps it stands out from is a sharp one: a step boundary at
+# any layer count (a one-layer model's, a drafter's steps)
 SHARP_BREAK = 4.0
 NATURAL_BREAK = 2.0  # the widest ratio between sorted gaps that is a clear break
-ALIKE_STEPS = 1.25
+# a pause two orders of magnitude above the gaps inside steps is a step boundary, whatever
+# longer pause (a program's loop) recurs around a few of them: a layer that waits on the
+# host idles the device a few times the launch gaps, not a hundred (eager MoE's per-layer
+# sync: 20-100 µs over 5-10 µs launch gaps; CUDA graphs leave no host wait inside a step)
+LOOP_SHARP = 100.0
+# a sharp break whose steps hold different numbers of bursts is believed where those
+# numbers are a few drafter runs apart: speculative decoding adds d bursts (its drafter's
+# layers) each time its drafter runs, 0 to a few times a step, so the steps' burst counts
+# lie on L + d·k for at most this many values of k; host stalls at random, in a trace with
+# no between-step pause, cut stretches of any length (every count over a range)
+DRAFT_LEVELS = 6
 
 
 def _periodic_score(idle: I64, period: int) -> tuple[float, int]:
@@ -100,10 +110,50 @@ def _widest_break(values: I64) -> tuple[int, float] | None:
     return int(np.ceil(np.sqrt(v[i] * v[i + 1]))), float(ratios[i])
 
 
+def draft_levels(counts: np.ndarray) -> int:
+    """How many drafter runs apart the steps' burst counts are, plus one: the counts read
+    as ``min + d·k`` with ``d`` the greatest common divisor of their differences from the
+    smallest (a drafter's layers), this is the number of values ``k`` spans (1 where every
+    step holds as many bursts)."""
+    low = int(counts.min())
+    step = int(np.gcd.reduce(counts.astype(np.int64) - low))
+    return 1 if step == 0 else (int(counts.max()) - low) // step + 1
+
+
 def _every(n: int, period: int, phase: int) -> np.ndarray:
     """The mask of ``n`` boundaries that holds every ``period``-th, from ``phase``."""
     mask: np.ndarray = np.arange(n) % period == phase
     return mask
+
+
+def _loop_around_steps(idle: I64, others: I64, period: int, phase: int) -> str | None:
+    """Whether a period of ``period`` bursts is a loop around one-burst steps (a program's
+    ``generate()`` calls, each of a few steps of a one-layer model) rather than a model of
+    ``period`` layers: the boundaries off the period's phase nearly all (80%) stand out
+    :data:`SHARP_BREAK` times or more above the device's other idle gaps, and either by
+    :data:`LOOP_SHARP` or more, or at least twice as sharply, in orders of magnitude, as
+    the period's own pauses stand out above them (a 60 µs pause over 2 µs gaps, 30×,
+    against a 300 µs pause every 5 bursts, 5×: 30 ≥ 5²). Then each burst is a step, as a
+    pause that sharp is at any layer count (the words saying so); else None. A model whose
+    every layer waits on the host (an MoE layer's sync: 50 µs over 2 µs launch gaps, 25×,
+    against a 300 µs pause between steps, 6×) keeps its period: its layers' pauses lie
+    about as far from the gaps as from that pause."""
+    if period < 2 or others.size == 0:
+        return None
+    typical = float(np.quantile(others, 0.99))
+    on = _every(idle.size, period, phase)
+    off = idle[~on]
+    if typical <= 0 or off.size == 0 or (off >= SHARP_BREAK * typical).mean() < PERIODIC_MIN_SCORE:
+        return None
+    inner = float(np.median(off))
+    below, above = inner / typical, float(np.median(idle[on])) / inner
+    if below < LOOP_SHARP and below < above**2:
+        return None
+    return (
+        f"every step-marker burst: the pause between two stands out {below:.0f}× above the "
+        f"gaps inside steps; the {above:.1f}× longer pause every {period} bursts is a loop "
+        "around steps (a program's generate() calls), not a model's layers"
+    )
 
 
 def choose_boundaries(
@@ -137,6 +187,9 @@ def choose_boundaries(
             break  # multiples of the period score lower, not higher: no need to look on
     if best is not None and best[0] >= PERIODIC_MIN_SCORE:
         score, period, phase = best
+        looped = _loop_around_steps(idle, others, period, phase)
+        if looped is not None:
+            return np.ones(n, dtype=bool), 1, looped, True
         return (
             _every(n, period, phase),
             period,
@@ -193,15 +246,16 @@ def choose_boundaries(
             if (
                 counts.size > PERIODIC_MIN_STEPS + 1
                 and ratio >= SHARP_BREAK
-                and inner.max() <= ALIKE_STEPS * inner.min()
+                and draft_levels(inner) <= DRAFT_LEVELS
             ):
                 return (
                     mask,
                     mode,
                     (
-                        f"idle gaps ≥ {threshold} ns (a sharp break in the gap distribution; "
-                        f"the steps hold {inner.min()} to {inner.max()} step-marker bursts, "
-                        "as a drafter run a varying number of times a step does)"
+                        f"idle gaps ≥ {threshold} ns (a sharp break in the gap distribution, "
+                        f"{ratio:.0f}×; the steps hold {inner.min()} to {inner.max()} "
+                        "step-marker bursts, as a drafter run a varying number of times a "
+                        "step does)"
                     ),
                     False,
                 )

@@ -50,10 +50,14 @@ HOST_BOUND = 0.2  # host_late + sync at least this share of a phase's span: host
 DEVICE_BOUND = 0.8  # busy at least this share (and not host-bound): device-bound
 
 
-def verdict(span_ns: int, busy_ns: int, idle: dict[str, int]) -> str:
+def verdict(span_ns: int, busy_ns: int, idle: dict[str, int] | None) -> str | None:
     """``host-bound`` when host_late plus sync is at least :data:`HOST_BOUND` of the span;
     ``device-bound`` when busy is at least :data:`DEVICE_BOUND` of it and the phase is not
-    host-bound; ``balanced`` otherwise."""
+    host-bound; ``balanced`` otherwise. Without the idle split (``idle`` None: the clocks
+    disagree) only a busy share above :data:`DEVICE_BOUND` decides (``device-bound``: the
+    idle left is below :data:`HOST_BOUND`, whatever its causes); else None."""
+    if idle is None:
+        return "device-bound" if span_ns > 0 and busy_ns > DEVICE_BOUND * span_ns else None
     if span_ns > 0 and idle["host_late"] + idle["sync"] >= HOST_BOUND * span_ns:
         return "host-bound"
     if span_ns > 0 and busy_ns >= DEVICE_BOUND * span_ns:
@@ -87,13 +91,22 @@ class DeviceActivity:
     families: list[str]
     shares: FamilyActivity
     host: HostCalls
+    split: bool = True  # the clocks agree: idle time is split by cause
 
     @classmethod
     def of(
-        cls, trace: Trace, kernels: pl.DataFrame, starts: np.ndarray, union: Union, host: HostCalls
+        cls,
+        trace: Trace,
+        kernels: pl.DataFrame,
+        starts: np.ndarray,
+        union: Union,
+        host: HostCalls,
+        *,
+        split: bool = True,
     ) -> DeviceActivity:
         """The analysed device's ``kernels`` (with their ``family`` Enum, in time order),
-        their ``starts`` as read once, their ``union`` and the trace's host calls."""
+        their ``starts`` as read once, their ``union`` and the trace's host calls;
+        ``split``: whether idle time is split by cause (the clocks agree)."""
         family = kernels["family"]
         assert isinstance(family.dtype, pl.Enum)
         ts = starts
@@ -107,6 +120,7 @@ class DeviceActivity:
             [str(x) for x in family.dtype.categories.to_list()],
             family_activity(kernels, ts),
             host,
+            split,
         )
 
 
@@ -132,8 +146,12 @@ def gap_fill(
     w = merge_windows(gaps["start_ns"].to_numpy()[rows], gaps["end_ns"].to_numpy()[rows])
     lo, hi = w.starts, w.ends
     by_family = device.shares.busy_by_family(lo, hi, summed=True)[0]
-    idle = idle_in_windows(
-        device.trace, device.ts, device.correlation, device.union, lo, hi, device.host
+    idle = (
+        idle_in_windows(
+            device.trace, device.ts, device.correlation, device.union, lo, hi, device.host
+        )
+        if device.split
+        else None
     )
     return {
         "gaps": int(rows.size),
@@ -178,10 +196,11 @@ def time_breakdown(
 
 def step_time(steps: pl.DataFrame) -> StepTime:
     """Where the steps' time went, summed over them: their span, busy time, idle time by
-    cause and the verdict."""
+    cause (None where the steps' split is null: the clocks disagree) and the verdict."""
     span = int((steps["end_ns"] - steps["start_ns"]).sum())
     busy = int(steps["busy_ns"].sum())
-    idle = {c: int(steps[f"idle_{c}_ns"].sum()) for c in CAUSES}
+    unsplit = any(steps[f"idle_{c}_ns"].null_count() for c in CAUSES)
+    idle = None if unsplit else {c: int(steps[f"idle_{c}_ns"].sum()) for c in CAUSES}
     return {"span_ns": span, "busy_ns": busy, "idle_ns": idle, "verdict": verdict(span, busy, idle)}
 
 

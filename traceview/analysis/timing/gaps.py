@@ -18,7 +18,7 @@ import polars as pl
 
 from traceview.analysis.base.document import DECODING, GapStats
 from traceview.analysis.base.names import short_name
-from traceview.analysis.base.stats import percentiles
+from traceview.analysis.base.stats import percentiles, samples_for
 from traceview.analysis.classify.families import Rules, distinct_names, family_is
 
 
@@ -175,7 +175,7 @@ def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[GapStats]:
     return out
 
 
-SMALL_N = 100  # below this, a p99 is close to the maximum: say so
+SMALL_N = samples_for(0.99)  # below this, a p99 is close to the maximum: say so
 
 
 def gap_warnings(decoding: bool, marker: Marker | None, stats: list[GapStats]) -> list[str]:

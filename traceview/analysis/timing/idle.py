@@ -414,14 +414,27 @@ def long_idle(
     u: Union,
     host: HostCalls,
     min_ns: int = LONG_IDLE_NS,
+    *,
+    split: bool = True,
 ) -> pl.DataFrame:
     """Each idle interval of the union at least ``min_ns`` long, split by cause:
     ``start_ns``, ``end_ns``, ``cause`` (the cause with the most of its time; the first in
     :data:`CAUSES` order on a tie) and one ``<cause>_ns`` column per cause (Int64), which
-    add up to its length."""
+    add up to its length. ``split`` False (the host's and the device's clocks disagree):
+    the intervals with their cause and its columns null."""
     keep = (u.gap_ends - u.gap_starts) >= min_ns
     starts, ends = u.gap_starts[keep].astype(np.int64), u.gap_ends[keep].astype(np.int64)
     del keep
+    if not split:
+        return pl.DataFrame(
+            {
+                "start_ns": starts,
+                "end_ns": ends,
+                "cause": pl.Series([None] * starts.size, dtype=pl.String),
+                **{f"{c}_ns": pl.Series([None] * starts.size, dtype=pl.Int64) for c in CAUSES},
+            },
+            schema=IDLE_SCHEMA,
+        )
     by_cause = np.zeros((len(CAUSES), starts.size), dtype=np.int64)
     for c0, s, parts in _split_in_slices(trace, host, ts, correlation, starts, ends):
         for row, cause in enumerate(CAUSES):
