@@ -135,6 +135,53 @@ def test_truncated_perfetto_trace_is_one_line(tmp_path: Path) -> None:
     assert result.stderr.startswith(f"Error: {cut}: truncated Perfetto trace in packet #")
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def test_a_packet_that_claims_more_than_the_file_holds_is_one_line(tmp_path: Path) -> None:
+    """A hostile probe's finding: a 107-byte .pftrace whose first packet claims 1 TiB raised
+    MemoryError, and a claim of 1.9 GB allocated it before saying "truncated". A claim of a
+    protobuf message's limit or more is refused as such; a smaller one is read as far as
+    the file goes, in a process capped at 2 GiB."""
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    huge = tmp_path / "tib.pftrace"
+    huge.write_bytes(b"\x0a" + _varint(1 << 40) + b"\x08" * 100)
+    assert huge.stat().st_size == 107
+    done = CliRunner().invoke(cli, ["summarize", str(huge)])
+    assert done.exit_code == 2, done.output
+    assert done.stderr == (
+        f"Error: {huge}: not a Perfetto trace: packet #0 claims 1,099,511,627,776 bytes, "
+        "more than a protobuf message can hold (2 GiB)\n"
+    )
+    large = tmp_path / "large.pftrace"
+    large.write_bytes(b"\x0a" + _varint(1_900_000_000) + b"\x08" * 100)
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    run = subprocess.run(
+        [sys.executable, "-m", "traceview", "--no-cache", "summarize", str(large)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=cap,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert run.stderr == f"Error: {large}: truncated Perfetto trace in packet #0\n"
+
+
 _TRACK = 11  # the thread track of the hand-built traces below: pid 0, tid 7
 
 

@@ -72,6 +72,27 @@ def _varint(stream: BinaryIO) -> int | None:
             return -1
 
 
+MAX_PACKET = 2 << 30  # protobuf's limit on one message
+_READ_CHUNK = 1 << 20
+
+
+def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
+    """The next ``size`` bytes, None where the stream ends first. Read a chunk at a time:
+    ``size`` is the file's claim, so the memory taken follows the bytes the file holds,
+    never the number it states."""
+    if size <= _READ_CHUNK:
+        data = stream.read(size)
+        return data if len(data) == size else None
+    parts, have = [], 0
+    while have < size:
+        part = stream.read(min(_READ_CHUNK, size - have))
+        if not part:
+            return None
+        parts.append(part)
+        have += len(part)
+    return b"".join(parts)
+
+
 def _iter_packets(stream: BinaryIO, path: str) -> Any:
     """Yield TracePacket messages one at a time from a Trace protobuf stream."""
     pb2 = _pb2()
@@ -83,8 +104,14 @@ def _iter_packets(stream: BinaryIO, path: str) -> Any:
         size = _varint(stream)
         if tag != 0x0A or size is None or size < 0:
             raise TraceFormatError(path, f"not a Perfetto trace: bad field at packet #{index}")
-        data = stream.read(size)
-        if len(data) != size:
+        if size >= MAX_PACKET:
+            raise TraceFormatError(
+                path,
+                f"not a Perfetto trace: packet #{index} claims {size:,} bytes, more than a "
+                "protobuf message can hold (2 GiB)",
+            )
+        data = _read_exactly(stream, size)
+        if data is None:
             raise TraceFormatError(path, f"truncated Perfetto trace in packet #{index}")
         packet = pb2.TracePacket()
         try:
