@@ -448,3 +448,72 @@ def test_a_kernel_without_a_device_is_refused_and_one_without_a_name_is_said(
                 "3 kernels in CUPTI_ACTIVITY_KIND_KERNEL without a name in StringIds" in done.stderr
             )
             assert tv.load(export).kernels.filter(pl.col("name") == "").height == 3
+
+
+def test_strings_that_are_not_utf8_are_read_with_replacement_and_counted(tmp_path: Path) -> None:
+    """A hostile probe's finding: one kernel name or NVTX text that is not UTF-8 (NVTX's
+    ASCII API takes any bytes) made the whole export "a corrupt SQLite database". Planted:
+    one kernel name gets a 0xff byte, and a range is added whose text holds a 0xfe byte;
+    each reads with U+FFFD in its place, the two are counted in one warning, and every
+    step is still found."""
+    import shutil
+
+    export = tmp_path / "bytes.sqlite"
+    shutil.copy(NSYS / "nsys_vllm.sqlite", export)
+    with sqlite3.connect(export) as db:
+        name_id, name = db.execute(
+            "SELECT id, value FROM StringIds WHERE value LIKE '%argmax%'"
+        ).fetchone()
+        db.execute(
+            "UPDATE StringIds SET value = CAST(? AS TEXT) WHERE id = ?",
+            (name.encode() + b"\xff", name_id),
+        )
+        db.execute(
+            "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) SELECT start, "
+            "end, eventType, CAST(? AS TEXT), globalTid FROM NVTX_EVENTS LIMIT 1",
+            (b"\xfeforward",),
+        )
+    with pytest.warns(tv.TraceviewWarning) as said:
+        trace = tv.load(export, options=tv.LoadOptions(cache=False))
+    assert [str(w.message) for w in said] == [
+        f"{export}: 2 text values (names, NVTX texts) not UTF-8: read with U+FFFD for each "
+        "invalid byte sequence"
+    ]
+    original = tv.load(NSYS / "nsys_vllm.sqlite")
+    names = trace.kernels["name"].cast(str)
+    assert (names == name + "\ufffd").sum() == (original.kernels["name"].cast(str) == name).sum()
+    assert trace.events.filter(pl.col("name") == "\ufffdforward").height == 1
+    assert tv.summarize(trace).to_dict()["steps"]["count"] == len(_truth("nsys_vllm")["steps"])
+
+
+def test_a_blob_in_string_ids_is_read_and_an_id_that_is_no_integer_is_one_line(
+    tmp_path: Path,
+) -> None:
+    """A hostile probe's finding: a BLOB value or a text id in StringIds was a traceback.
+    A BLOB's bytes are the name's (read as UTF-8, a bad sequence as U+FFFD and counted);
+    an id that is no integer can be matched to nothing, and is one line."""
+    g = (1 << 48) | (777 << 24) | 779
+    kernels = [(100, 350, 0, 7, 5, g & ~0xFFFFFF, 1, 2), (400, 500, 0, 7, 6, g & ~0xFFFFFF, 3, 2)]
+    blobs = _export(
+        tmp_path / "blob.sqlite",
+        {
+            "StringIds": ("id INTEGER PRIMARY KEY, value", [(1, b"gemm_blob"), (2, "s")]),
+            "CUPTI_ACTIVITY_KIND_KERNEL": (KERNEL, kernels),
+        },
+    )
+    with sqlite3.connect(blobs) as db:
+        db.execute("INSERT INTO StringIds VALUES (3, X'6e636370ff')")
+    with pytest.warns(tv.TraceviewWarning, match="1 text value .* not UTF-8"):
+        trace = tv.load(blobs, options=tv.LoadOptions(cache=False))
+    assert trace.kernels["name"].cast(str).to_list() == ["gemm_blob", "nccp\ufffd"]
+    text_id = _export(
+        tmp_path / "text_id.sqlite",
+        {
+            "StringIds": ("id, value", [(1, "gemm_kernel_full"), ("abc", "x")]),
+            "CUPTI_ACTIVITY_KIND_KERNEL": (KERNEL, kernels[:1]),
+        },
+    )
+    assert _bad(text_id) == (
+        f"Error: {text_id}: StringIds holds an id that is not an integer ('abc'): no name can "
+        "be matched to it; not a readable Nsight Systems export\n"
+    )

@@ -37,10 +37,11 @@ import sqlite3
 import warnings as warnings_module
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
-from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning
+from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning, shown_value
 from traceview.load.nsys_names import (
     COPY_KINDS,
     MEMORY_KINDS,
@@ -126,6 +127,22 @@ def _check_length(path: str, name: str) -> None:
         )
 
 
+class _Text:
+    """SQLite's TEXT values as ``str`` where one is not UTF-8 (NVTX's ASCII API and a
+    kernel's name take any bytes): each invalid byte sequence read as U+FFFD, and the
+    value counted."""
+
+    def __init__(self) -> None:
+        self.replaced = 0
+
+    def __call__(self, raw: bytes) -> str:
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            self.replaced += 1
+            return raw.decode(errors="replace")
+
+
 def _connect(path: str) -> sqlite3.Connection:
     """A read-only connection that never writes, locks or creates anything beside the file."""
     uri = Path(path).resolve().as_uri() + "?mode=ro&immutable=1"
@@ -134,26 +151,54 @@ def _connect(path: str) -> sqlite3.Connection:
     return con
 
 
-def _tables(con: sqlite3.Connection) -> dict[str, set[str]]:
-    names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+class _Db:
+    """The open export: each query's rows, its TEXT decoded by SQLite's own UTF-8 decoder;
+    where a value is not UTF-8, the query is read again, and every later one, through
+    :class:`_Text` (``text.replaced`` counts those values)."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self.con = con
+        self.text = _Text()
+
+    def fetch(self, sql: str) -> tuple[list[Any], list[str]]:
+        """The rows of ``sql`` and their column names."""
+        try:
+            cur = self.con.execute(sql)
+            rows = cur.fetchall()
+        except sqlite3.OperationalError:  # a value not UTF-8 (else the same error again)
+            if self.con.text_factory is self.text:
+                raise
+            self.con.text_factory = self.text
+            cur = self.con.execute(sql)
+            rows = cur.fetchall()
+        return rows, [d[0] for d in cur.description or ()]
+
+    def rows(self, sql: str) -> list[Any]:
+        return self.fetch(sql)[0]
+
+
+def _tables(db: _Db) -> dict[str, set[str]]:
     out = {}
-    for name in names:
+    for (name,) in db.rows("SELECT name FROM sqlite_master WHERE type = 'table'"):
         quoted = name.replace('"', '""')
-        out[name] = {r[1] for r in con.execute(f'PRAGMA table_info("{quoted}")')}
+        out[name] = {r[1] for r in db.rows(f'PRAGMA table_info("{quoted}")')}
     return out
 
 
 def _select(
-    con: sqlite3.Connection,
+    db: _Db,
     table: str,
     have: set[str],
     columns: dict[str, pl.DataType],
     where: str = "",
 ) -> pl.DataFrame:
-    """``columns`` of ``table`` (NULL for those the table lacks), in one query."""
-    exprs = [f'"{c}"' if c in have else "NULL" for c in columns]
-    sql = f'SELECT {", ".join(exprs)} FROM "{table}" {where}'
-    rows = con.execute(sql).fetchall()
+    """``columns`` of ``table`` (NULL for those the table lacks), in one query; a text
+    column's values read as text whatever SQLite holds (a BLOB's bytes decoded as UTF-8)."""
+    exprs = [
+        ("NULL" if c not in have else f'CAST("{c}" AS TEXT)' if t == pl.String() else f'"{c}"')
+        for c, t in columns.items()
+    ]
+    rows = db.rows(f'SELECT {", ".join(exprs)} FROM "{table}" {where}')
     return pl.DataFrame(rows, schema=columns, orient="row")
 
 
@@ -164,15 +209,26 @@ def _unpack(col: str) -> tuple[pl.Expr, pl.Expr]:
 
 
 class _Strings:
-    """``StringIds``: id -> text, applied to whole columns."""
+    """``StringIds``: id -> text, applied to whole columns. A value is read as text
+    whatever SQLite holds (a BLOB's bytes decoded as UTF-8); an id that is not an integer
+    is an error: no name can be matched to it."""
 
-    def __init__(self, con: sqlite3.Connection, tables: dict[str, set[str]]) -> None:
+    def __init__(self, db: _Db, tables: dict[str, set[str]], path: str) -> None:
         rows = (
-            con.execute("SELECT id, value FROM StringIds").fetchall()
+            db.rows("SELECT id, CAST(value AS TEXT) FROM StringIds")
             if "StringIds" in tables
             else []
         )
-        self.ids = pl.Series("id", [r[0] for r in rows], dtype=pl.Int64)
+        ids = [r[0] for r in rows]
+        try:
+            self.ids = pl.Series("id", ids, dtype=pl.Int64)
+        except (TypeError, pl.exceptions.PolarsError):
+            bad = next(i for i in ids if i is not None and type(i) is not int)
+            raise TraceFormatError(
+                path,
+                f"StringIds holds an id that is not an integer ({shown_value(bad)}): no name can "
+                "be matched to it; not a readable Nsight Systems export",
+            ) from None
         self.values = pl.Series("value", [r[1] for r in rows], dtype=pl.String)
 
     def text(self, col: str) -> pl.Expr:
@@ -190,11 +246,11 @@ def _corr(key: bool) -> pl.Expr:
 
 
 class _Reader:
-    def __init__(self, path: str, con: sqlite3.Connection, raw_args: bool) -> None:
+    def __init__(self, path: str, db: _Db, raw_args: bool) -> None:
         self.path = path
-        self.con = con
+        self.db = db
         self.raw_args = raw_args
-        self.tables = _tables(con)
+        self.tables = _tables(db)
         self.skipped: Counter[str] = Counter()
         self.rows = 0
         self.warnings: list[str] = []
@@ -217,7 +273,7 @@ class _Reader:
                 "no kernels or device activity: the export has no CUDA activity tables "
                 "(record with nsys profile --trace=cuda,nvtx)",
             )
-        self.strings = _Strings(self.con, t)
+        self.strings = _Strings(self.db, t, self.path)
         raw = {n: self._device_raw(n) for n in present}
         if sum(f.height for f in raw.values()) == 0:
             raise TraceFormatError(
@@ -265,6 +321,13 @@ class _Reader:
             self._rows("TARGET_INFO_CUDA_DEVICE"),
             sorted(kernels["device"].drop_nulls().unique().to_list()),
         )
+        extra = self._export_info()
+        if self.db.text.replaced:
+            n = self.db.text.replaced
+            self.warnings.append(
+                f"{n:,} text value{'s' if n != 1 else ''} (names, NVTX texts) not UTF-8: "
+                "read with U+FFFD for each invalid byte sequence"
+            )
         warnings = [
             f"{n} event{'s' if n != 1 else ''} skipped: {why}"
             for why, n in sorted(self.skipped.items())
@@ -279,7 +342,7 @@ class _Reader:
             events=self.rows,
             skipped_events=sum(self.skipped.values()),
             warnings=(*self.warnings, *warnings),
-            extra=self._export_info(),
+            extra=extra,
         )
         return Trace(meta=meta, **narrow_ids(frames))
 
@@ -318,7 +381,7 @@ class _Reader:
             else (f'"{c}"' if c in have else "NULL")
             for c in cols
         ]
-        rows = self.con.execute(f'SELECT {", ".join(exprs)} FROM "{table}"').fetchall()
+        rows = self.db.rows(f'SELECT {", ".join(exprs)} FROM "{table}"')
         self.rows += len(rows)
         return pl.DataFrame(rows, schema=cols, orient="row")
 
@@ -404,7 +467,7 @@ class _Reader:
             "correlationId": pl.Int64(),
             "nameId": pl.Int64(),
         }
-        f = _select(self.con, table, self.tables[table], cols)
+        f = _select(self.db, table, self.tables[table], cols)
         self.rows += f.height
         return f
 
@@ -453,7 +516,7 @@ class _Reader:
             "globalPid": pl.Int64(),
             "syncType": pl.Int64(),
         }
-        f = _select(self.con, table, self.tables[table], cols)
+        f = _select(self.db, table, self.tables[table], cols)
         self.rows += f.height
         return f
 
@@ -488,7 +551,7 @@ class _Reader:
             "globalTid": pl.Int64(),
         }
         kinds = (NVTX_PUSH_POP, NVTX_START_END, NVTX_MARK)
-        f = _select(self.con, table, self.tables[table], cols, f"WHERE eventType IN {kinds!r}")
+        f = _select(self.db, table, self.tables[table], cols, f"WHERE eventType IN {kinds!r}")
         self.rows += f.height
         mark = pl.col("eventType") == NVTX_MARK
         ok = mark | (pl.col("end").is_not_null() & (pl.col("end") >= pl.col("start")))
@@ -536,14 +599,14 @@ class _Reader:
         rows: list[tuple[str, int | None, int | None, str]] = []
         t = self.tables
         if "PROCESSES" in t and {"globalPid", "name"} <= t["PROCESSES"]:
-            for g, name in self.con.execute("SELECT globalPid, name FROM PROCESSES"):
+            for g, name in self.db.rows("SELECT globalPid, CAST(name AS TEXT) FROM PROCESSES"):
                 if g is not None:
                     rows.append(("process_name", (g >> 24) & _MASK24, 0, str(name or "")))
         if "ThreadNames" in t and {"nameId", "globalTid"} <= t["ThreadNames"]:
             names = dict(
                 zip(self.strings.ids.to_list(), self.strings.values.to_list(), strict=True)
             )
-            for name_id, g in self.con.execute("SELECT nameId, globalTid FROM ThreadNames"):
+            for name_id, g in self.db.rows("SELECT nameId, globalTid FROM ThreadNames"):
                 if g is not None:
                     rows.append(
                         ("thread_name", (g >> 24) & _MASK24, g & _MASK24, names.get(name_id) or "")
@@ -554,15 +617,16 @@ class _Reader:
     def _rows(self, table: str) -> list[dict[str, object]]:
         if table not in self.tables:
             return []
-        cur = self.con.execute(f'SELECT * FROM "{table}"')
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        rows, names = self.db.fetch(f'SELECT * FROM "{table}"')
+        return [dict(zip(names, r, strict=True)) for r in rows]
 
     def _export_info(self) -> dict[str, object]:
         info = {}
         for table in ("META_DATA_EXPORT", "META_DATA_CAPTURE"):
             if table in self.tables and {"name", "value"} <= self.tables[table]:
-                for k, v in self.con.execute(f"SELECT name, value FROM {table}"):
+                for k, v in self.db.rows(
+                    f"SELECT CAST(name AS TEXT), CAST(value AS TEXT) FROM {table}"
+                ):
                     info[str(k)] = v
         return {"nsys": info} if info else {}
 
@@ -583,7 +647,7 @@ def load_nsys(path: str, *, raw_args: bool = False, source: str | None = None) -
     except sqlite3.Error as exc:
         raise TraceFormatError(name, f"cannot open the SQLite database ({exc})") from None
     try:
-        return _Reader(name, con, raw_args).run()
+        return _Reader(name, _Db(con), raw_args).run()
     except sqlite3.DatabaseError as exc:
         raise TraceFormatError(name, f"a corrupt SQLite database ({exc})") from None
     except sqlite3.Error as exc:
