@@ -517,3 +517,58 @@ def test_a_blob_in_string_ids_is_read_and_an_id_that_is_no_integer_is_one_line(
         f"Error: {text_id}: StringIds holds an id that is not an integer ('abc'): no name can "
         "be matched to it; not a readable Nsight Systems export\n"
     )
+
+
+def _side_file_export(folder: Path, mode: str) -> tuple[Path, int]:
+    """``report.sqlite`` and its ``-wal`` or ``-journal``, as a writer leaves them, and the
+    kernels of the state SQLite commits. ``wal``: the kernel rows after the 100th deleted
+    and committed to the write-ahead log, not yet checkpointed into the file. ``journal``:
+    the same deletion in a transaction that never committed, its pages already spilled
+    into the file (a writer that stopped): the hot journal rolls it back."""
+    import shutil
+
+    work = folder / "work.sqlite"
+    shutil.copy(NSYS / "nsys_vllm.sqlite", work)
+    con = sqlite3.connect(work, isolation_level=None)
+    total = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    if mode == "wal":
+        con.execute("PRAGMA journal_mode = WAL")
+        con.execute("PRAGMA wal_autocheckpoint = 0")
+    else:
+        con.execute("PRAGMA cache_size = 1")  # dirty pages spill into the file
+        con.execute("BEGIN")
+    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid > 100")
+    side = "-wal" if mode == "wal" else "-journal"
+    export = folder / "report.sqlite"
+    shutil.copy(work, export)  # while the writer holds them
+    shutil.copy(f"{work}{side}", f"{export}{side}")
+    if mode == "journal":
+        con.execute("ROLLBACK")
+    con.close()
+    work.unlink()
+    return export, 100 if mode == "wal" else total
+
+
+@pytest.mark.parametrize("mode", ["wal", "journal"])
+def test_an_export_with_a_log_or_journal_reads_its_committed_state(
+    tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hostile probe's finding: an export left in WAL mode was opened immutable, so the
+    write-ahead log was ignored and stale rows read (687 kernels where 100 are committed);
+    a hot journal's rolled-back rows were read the same way. Planted: the committed count.
+    The user's files are only read: the same bytes and times, nothing created beside
+    them; the cache stores no entry keyed by the file alone."""
+    export, committed = _side_file_export(tmp_path, mode)
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
+    from traceview.load import cache
+
+    stored: list[object] = []
+    monkeypatch.setattr(cache, "put", lambda *a: stored.append(a))
+    options = tv.LoadOptions(cache=True, cache_min_bytes=0)
+    trace = tv.load(export, options=options)
+    assert trace.kernels.filter(pl.col("kind") == "kernel").height == committed
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
+    assert after == before
+    assert loader.pending(str(export)) == [f"{export}-{mode}"]
+    assert not list(Path(tempfile.gettempdir()).glob("traceview-export-*"))  # removed
+    assert stored == []

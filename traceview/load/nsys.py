@@ -2,7 +2,9 @@
 :class:`~traceview.model.Trace`.
 
 The export is opened read-only (``mode=ro&immutable=1``: SQLite neither writes nor locks
-the file) and each table is read with one query into polars. What maps where:
+the file) and each table is read with one query into polars. An export whose write-ahead
+log or hot journal beside it holds part of its committed state is copied with it to a
+temporary folder and read there (:func:`pending`). What maps where:
 
 - ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``_MEMCPY`` / ``_MEMSET`` -> ``kernels`` (categories
   ``kernel``, ``gpu_memcpy``, ``gpu_memset``, as Kineto writes them). A kernel's name is its
@@ -32,10 +34,12 @@ table_info``), so the 2024 layout and 2025's (with its added kernel columns) bot
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import warnings as warnings_module
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,12 +147,72 @@ class _Text:
             return raw.decode(errors="replace")
 
 
-def _connect(path: str) -> sqlite3.Connection:
-    """A read-only connection that never writes, locks or creates anything beside the file."""
-    uri = Path(path).resolve().as_uri() + "?mode=ro&immutable=1"
+_SIDE_FILES = ("-wal", "-journal")  # SQLite's write-ahead log, its rollback journal
+_WAL_MODE = 2  # the header's read and write versions in WAL mode (bytes 18, 19)
+
+
+def pending(path: str) -> list[str]:
+    """The files beside an export that hold part of its committed state: a write-ahead
+    log (``-wal``, where the header says WAL mode) or a rollback journal (``-journal``,
+    a writer that stopped mid-transaction), each not empty. The file alone is then not the
+    database SQLite would read (a cache key or an immutable open of it is stale)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return []
+    if len(head) < 20 or not is_sqlite(head):
+        return []
+    wal = head[18] == _WAL_MODE and head[19] == _WAL_MODE
+    out = []
+    for suffix in _SIDE_FILES:
+        side = path + suffix
+        if (suffix == "-journal" or wal) and os.path.isfile(side) and os.path.getsize(side):
+            out.append(side)
+    return out
+
+
+def _connect(path: str, *, copy: bool = False) -> sqlite3.Connection:
+    """A read-only connection that never writes, locks or creates anything beside the file;
+    ``copy``: the file is traceview's own copy (with its log or journal), opened so that
+    SQLite may apply them."""
+    uri = Path(path).resolve().as_uri() + ("" if copy else "?mode=ro&immutable=1")
     con = sqlite3.connect(uri, uri=True, check_same_thread=False)
     con.execute("PRAGMA query_only = 1")
     return con
+
+
+@contextlib.contextmanager
+def _committed(path: str, name: str) -> Iterator[tuple[str, bool]]:
+    """The file to read the export's committed state from, and whether it is a copy. An
+    export with a write-ahead log or a hot journal beside it (:func:`pending`) is copied
+    with them to a temporary folder, where SQLite applies them on open; the user's files
+    are never opened for writing (an immutable open would read the stale main file: a
+    log's deleted rows, say)."""
+    sides = pending(path)
+    if not sides:
+        yield path, False
+        return
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="traceview-export-")
+    try:
+        copy = os.path.join(folder, "export.sqlite")
+        try:
+            shutil.copyfile(path, copy)
+            for side in sides:
+                shutil.copyfile(side, copy + side[len(path) :])
+        except OSError as exc:
+            raise TraceFormatError(
+                name,
+                f"its committed state is partly in {os.path.basename(sides[0])}, and the "
+                f"copy that reads it failed ({exc}); checkpoint it first: sqlite3 "
+                f"{os.path.basename(path)} 'PRAGMA wal_checkpoint(TRUNCATE)'",
+            ) from None
+        yield copy, True
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class _Db:
@@ -642,18 +706,26 @@ def load_nsys(path: str, *, raw_args: bool = False, source: str | None = None) -
     """
     name = source or path
     _check_length(path, name)
-    try:
-        con = _connect(path)
-    except sqlite3.Error as exc:
-        raise TraceFormatError(name, f"cannot open the SQLite database ({exc})") from None
-    try:
-        return _Reader(name, _Db(con), raw_args).run()
-    except sqlite3.DatabaseError as exc:
-        raise TraceFormatError(name, f"a corrupt SQLite database ({exc})") from None
-    except sqlite3.Error as exc:
-        raise TraceFormatError(name, f"cannot read the SQLite database ({exc})") from None
-    finally:
-        con.close()
+    with _committed(path, name) as (readable, copy):
+        try:
+            con = _connect(readable, copy=copy)
+        except sqlite3.Error as exc:
+            raise TraceFormatError(name, f"cannot open the SQLite database ({exc})") from None
+        try:
+            return _Reader(name, _Db(con), raw_args).run()
+        except sqlite3.DatabaseError as exc:
+            raise TraceFormatError(name, f"a corrupt SQLite database ({exc})") from None
+        except sqlite3.Error as exc:
+            raise TraceFormatError(name, f"cannot read the SQLite database ({exc})") from None
+        finally:
+            con.close()
 
 
-__all__ = ["SQLITE_MAGIC", "is_export_file", "is_sqlite", "load_nsys", "report_problem"]
+__all__ = [
+    "SQLITE_MAGIC",
+    "is_export_file",
+    "is_sqlite",
+    "load_nsys",
+    "pending",
+    "report_problem",
+]
