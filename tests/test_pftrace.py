@@ -357,3 +357,97 @@ def test_a_user_clock_and_names_interned_beside_a_snapshot(tmp_path: Path) -> No
     path.write_bytes(trace.serialize())
     rows = tv.load(path).kernels.select("ts_ns", "dur_ns", pl.col("name").cast(pl.String)).rows()
     assert rows == [(1_000_010, 10, "interned_gemm"), (5_000_000, 1000, "absolute_gemm")]
+
+
+def test_a_ring_buffer_that_overwrote_a_sequences_start_skips_until_it_starts_clean(
+    tmp_path: Path,
+) -> None:
+    """A hostile probe's finding: where a ring buffer overwrote a sequence's clean start
+    (and the interned names it defined), the packets that need that state loaded as host
+    events named '' (kernels among them). Perfetto skips them until the sequence starts
+    clean (SEQ_NEEDS_INCREMENTAL_STATE). Planted: a fixture's packets flagged as the SDK
+    flags them, the first third lost, and a clean start (its names interned again) two
+    thirds in: what follows it loads as in the whole file, each event before it is
+    skipped and counted, and nothing is named ''."""
+    from dataclasses import replace
+
+    sc = next(s for s in SCENARIOS if s.name == "hybrid_chunked")  # kernels and host events
+    tb, _ = build(replace(sc, decode_before=6, chunks=2, decode_after=6))
+    whole = to_pftrace(tb, tmp_path / "whole.pftrace")
+    trace = pb2.Trace()
+    trace.ParseFromString(whole.read_bytes())
+    names = {}  # every interned name, to define again at the clean start
+    for p in trace.packet:
+        names.update({e.iid: e.name for e in p.interned_data.event_names})
+    timed = [i for i, p in enumerate(trace.packet) if p.HasField("track_event")]
+    lost, restart = timed[len(timed) // 3], timed[2 * len(timed) // 3]
+    out = pb2.Trace()
+    for i, p in enumerate(trace.packet):
+        if i == restart:  # the SDK's periodic clean start: names interned again
+            clean = out.packet.add()
+            clean.trusted_packet_sequence_id = p.trusted_packet_sequence_id
+            clean.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+            for iid, name in names.items():
+                e = clean.interned_data.event_names.add()
+                e.iid, e.name = iid, name
+        if i < lost and p.HasField("track_event"):
+            continue  # overwritten (the descriptors before it survive: emitted again)
+        q = out.packet.add()
+        q.CopyFrom(p)
+        if q.HasField("track_event"):
+            q.sequence_flags = pb2.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+    ring = tmp_path / "ring.pftrace"
+    ring.write_bytes(out.SerializeToString())
+    got = tv.load(ring, options=tv.LoadOptions(cache=False))
+    full = tv.load(whole)
+    first = trace.packet[restart].timestamp
+    assert got.kernels.equals(full.kernels.filter(pl.col("ts_ns") >= first))
+    host = full.events.filter(pl.col("ts_ns") >= first)
+    assert got.events.select("ts_ns", "name").equals(host.select("ts_ns", "name"))
+    assert "" not in got.events["name"].cast(str).to_list()
+    skipped = dict(w.split(" skipped: ", 1)[::-1] for w in got.meta.warnings if " skipped: " in w)
+    assert (
+        skipped[
+            "event that needs its sequence's incremental state (interned names, defaults, its "
+            "clock) where none is known: packets lost since the sequence last started clean (a "
+            "ring buffer that wrapped overwrote its start)"
+        ]
+        == f"{sum(1 for i in timed if lost <= i < restart)} events"
+    )
+
+
+def test_an_event_whose_interned_name_is_unknown_is_skipped_not_named_empty(
+    tmp_path: Path,
+) -> None:
+    """A writer that sets no sequence flags, its names interned in a packet that was lost:
+    an event naming an iid, or a category iid, its sequence never defined is skipped and
+    counted (it read as a host event named '', a kernel among them); one whose names are
+    known loads."""
+    t = _thread_trace()
+    head = _packet(t)
+    head.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    e = head.interned_data.event_names.add()
+    e.iid, e.name = 1, "gemm_known"
+    begin, end = pb2.TrackEvent.TYPE_SLICE_BEGIN, pb2.TrackEvent.TYPE_SLICE_END
+    for at, name_iid, cat_iid in ((1_000, 1, None), (5_000, 9, None), (9_000, 1, 4)):
+        for ts, kind in ((at, begin), (at + 500, end)):
+            p = _packet(t, ts)
+            p.track_event.track_uuid, p.track_event.type = _TRACK, kind
+            if kind == begin:
+                p.track_event.name_iid = name_iid
+                if cat_iid is None:
+                    p.track_event.categories.append("kernel")
+                else:
+                    p.track_event.category_iids.append(cat_iid)
+    path = tmp_path / "lost_names.pftrace"
+    path.write_bytes(t.serialize())
+    trace = tv.load(path)
+    assert trace.kernels.select("ts_ns", "dur_ns", pl.col("name").cast(str)).rows() == [
+        (1_000, 500, "gemm_known")
+    ]
+    assert trace.events.height == 0
+    assert sorted(trace.meta.warnings) == [
+        "2 events skipped: event that names an interned name, category or annotation its "
+        "sequence never defined (the packet that defined it lost)",
+        "2 events skipped: slice end without a begin",
+    ]

@@ -8,7 +8,12 @@ builds. Interned event names, categories and debug-annotation names are resolved
 packet sequence. Times are the packets' integer nanoseconds on the trace's clock; a
 sequence that writes them on a clock of its own (the Perfetto SDK's default: clock 64,
 incremental, each packet's time a delta from the one before) is read through its
-ClockSnapshot, which names that clock's value at a moment of the trace's clock.
+ClockSnapshot, which names that clock's value at a moment of the trace's clock. A packet
+that needs its sequence's incremental state (``SEQ_NEEDS_INCREMENTAL_STATE``) while none is
+known (before the sequence's first clean start, as where a ring buffer overwrote it, or
+after lost packets) is skipped until the sequence starts clean, as Perfetto's trace
+processor skips it; so is an event naming an interned string its sequence never defined.
+Skipped events are counted, each by its reason.
 
 What maps where: a slice's first category is ``cat`` (``kernel``/``gpu_memcpy``/
 ``gpu_memset`` make it device activity, as in Kineto JSON); its track's pid/tid are
@@ -45,6 +50,16 @@ from traceview.model import (
 
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
 _SEQ_CLEARED = 1  # TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+_SEQ_NEEDS_STATE = 2  # TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+_NO_STATE = (
+    "event that needs its sequence's incremental state (interned names, defaults, its "
+    "clock) where none is known: packets lost since the sequence last started clean (a "
+    "ring buffer that wrapped overwrote its start)"
+)
+_NOT_INTERNED = (
+    "event that names an interned name, category or annotation its sequence never defined "
+    "(the packet that defined it lost)"
+)
 _TRAILING_NUMBER = re.compile(r"(\d+)\s*$")
 
 
@@ -170,6 +185,8 @@ class _Reader:
         self.packets = 0
         self.clock_of: dict[int, int] = {}  # per sequence, its packets' default clock
         self.lost: set[int] = set()  # sequences that lost packets since their last start
+        # sequences whose incremental state is known: started clean, nothing lost since
+        self.valid: set[int] = set()
         self.clocks: dict[tuple[int, int], _Clock] = {}  # (sequence, clock id)
 
     def run(self, stream: BinaryIO) -> Trace:
@@ -185,14 +202,24 @@ class _Reader:
 
     def _packet(self, packet: Message) -> None:
         seq = packet.trusted_packet_sequence_id
-        if packet.sequence_flags & _SEQ_CLEARED:  # a clean start: interned data, defaults
+        if packet.sequence_flags & _SEQ_CLEARED or packet.incremental_state_cleared:
+            # a clean start: interned data, defaults
             self.interned[seq] = {}
             self.clock_of.pop(seq, None)
             self.lost.discard(seq)
+            self.valid.add(seq)
         elif packet.previous_packet_dropped:
             # packets of this sequence were lost: its incremental clock's base is not known
             # until the sequence starts clean (as Perfetto's trace processor reads it)
             self.lost.add(seq)
+            self.valid.discard(seq)
+        if packet.sequence_flags & _SEQ_NEEDS_STATE and seq not in self.valid:
+            # its interned names, defaults or clock are gone (a ring buffer that wrapped
+            # overwrote the sequence's clean start): skipped until the sequence starts
+            # clean, as Perfetto's trace processor skips it
+            if packet.HasField("track_event"):
+                self.skipped[_NO_STATE] += 1
+            return
         if packet.HasField("trace_packet_defaults"):
             defaults = packet.trace_packet_defaults
             if defaults.HasField("timestamp_clock_id"):
@@ -309,17 +336,21 @@ class _Reader:
         name = (
             ev.name
             if ev.HasField("name")
-            else (self._intern(seq, "name", ev.name_iid) if ev.HasField("name_iid") else None)
+            else (self._intern(seq, "name", ev.name_iid) if ev.HasField("name_iid") else "")
         )
-        cats = list(ev.categories) or [
-            c for c in (self._intern(seq, "category", i) for i in ev.category_iids) if c
-        ]
+        interned_cats = [self._intern(seq, "category", i) for i in ev.category_iids]
+        cats = list(ev.categories) or [c for c in interned_cats if c]
         args: dict[str, Any] = {}
+        unknown = name is None or None in interned_cats
         for a in ev.debug_annotations:
             key = a.name if a.HasField("name") else self._intern(seq, "annotation", a.name_iid)
+            unknown |= key is None
             which = a.WhichOneof("value")
             if key and which:
                 args[key] = getattr(a, which)
+        if unknown and ev.type != SLICE_END:  # its name, category or an argument unknown:
+            self.skipped[_NOT_INTERNED] += 1  # a kernel could read as a host event named ''
+            return
         pid, tid = self._where(uuid)
 
         def row_of(dur: int | None, instant: bool = False) -> dict[str, Any]:
