@@ -451,3 +451,90 @@ def test_an_event_whose_interned_name_is_unknown_is_skipped_not_named_empty(
         "sequence never defined (the packet that defined it lost)",
         "2 events skipped: slice end without a begin",
     ]
+
+
+def test_events_on_their_sequences_default_track_pair_per_track(tmp_path: Path) -> None:
+    """A hostile probe's finding: the Perfetto SDK writes one sequence per thread and puts
+    its events on the sequence's default track (``track_event_defaults.track_uuid``), with
+    no track_uuid of their own; such a .pftrace was a TypeError traceback, and with two
+    sequences begin/end pairs matched across threads. Planted: a fixture's packets written
+    so (one sequence per track, names inline): the frames equal the file's with every
+    event's track its own."""
+    from dataclasses import replace
+
+    sc = next(s for s in SCENARIOS if s.name == "hybrid_chunked")  # kernels and host events
+    tb, _ = build(replace(sc, decode_before=6, chunks=2, decode_after=6))
+    whole = to_pftrace(tb, tmp_path / "whole.pftrace")
+    trace = pb2.Trace()
+    trace.ParseFromString(whole.read_bytes())
+    names: dict[int, str] = {}
+    out = pb2.Trace()
+    seq_of: dict[int, int] = {}
+    for p in trace.packet:
+        names.update({e.iid: e.name for e in p.interned_data.event_names})
+        if p.HasField("track_descriptor"):
+            uuid = p.track_descriptor.uuid
+            seq_of[uuid] = 100 + len(seq_of)
+            head = out.packet.add()  # the SDK's clean start: the defaults, then the track
+            head.trusted_packet_sequence_id = seq_of[uuid]
+            head.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+            head.trace_packet_defaults.track_event_defaults.track_uuid = uuid
+        q = out.packet.add()
+        q.CopyFrom(p)
+        q.ClearField("interned_data")
+        q.sequence_flags = 0
+        if p.HasField("track_descriptor"):
+            q.trusted_packet_sequence_id = seq_of[p.track_descriptor.uuid]
+        if p.HasField("track_event"):
+            q.trusted_packet_sequence_id = seq_of[p.track_event.track_uuid]
+            q.sequence_flags = pb2.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+            q.track_event.ClearField("track_uuid")
+            if p.track_event.HasField("name_iid"):
+                q.track_event.name = names[p.track_event.name_iid]
+    assert len(seq_of) > 2  # threads and streams, each its own sequence
+    sdk = tmp_path / "sdk.pftrace"
+    sdk.write_bytes(out.SerializeToString())
+    a, b = tv.load(whole), tv.load(sdk, options=tv.LoadOptions(cache=False))
+    for frame in ("kernels", "events", "flows"):
+        assert getattr(a, frame).equals(getattr(b, frame)), frame
+    done = CliRunner().invoke(cli, ["summarize", str(sdk), "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["steps"] == tv.summarize(a).to_dict()["steps"]
+
+
+def test_a_legacy_thread_descriptor_places_events_and_the_global_track_does_not(
+    tmp_path: Path,
+) -> None:
+    """Perfetto's other placements of an event without a track_uuid: a sequence whose
+    legacy ThreadDescriptor names its thread puts them on that thread's track; without
+    either, on the trace-global track, which names no process or thread: a kernel there
+    cannot be placed on a device, and is one line (it was a TypeError traceback)."""
+    begin, end = pb2.TrackEvent.TYPE_SLICE_BEGIN, pb2.TrackEvent.TYPE_SLICE_END
+
+    def kernel_trace(path: Path, *, legacy: bool) -> Path:
+        t = TraceProtoBuilder()
+        head = _packet(t, seq=5)
+        head.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+        if legacy:
+            head.thread_descriptor.pid, head.thread_descriptor.tid = 0, 9
+        for ts, kind in ((6_000, begin), (6_500, end)):
+            p = _packet(t, ts, seq=5)
+            p.track_event.type = kind
+            if kind == begin:
+                p.track_event.name = "flash_fwd_kernel"
+                p.track_event.categories.append("kernel")
+        path.write_bytes(t.serialize())
+        return path
+
+    legacy = tv.load(kernel_trace(tmp_path / "legacy.pftrace", legacy=True))
+    assert legacy.kernels.select("ts_ns", "dur_ns", "device", "stream").rows() == [
+        (6_000, 500, 0, 9)
+    ]
+    nowhere = kernel_trace(tmp_path / "global.pftrace", legacy=False)
+    done = CliRunner().invoke(cli, ["summarize", str(nowhere)])
+    assert done.exit_code == 2, done.output
+    assert done.stderr == (
+        f"Error: {nowhere}: a slice of device activity (kernel, 'flash_fwd_kernel') with no "
+        "'device' annotation, on a track that names no process; cannot place it on a "
+        "device and stream\n"
+    )

@@ -18,7 +18,10 @@ Skipped events are counted, each by its reason.
 What maps where: a slice's first category is ``cat`` (``kernel``/``gpu_memcpy``/
 ``gpu_memset`` make it device activity, as in Kineto JSON); its track's pid/tid are
 ``pid``/``tid``; debug annotations ``device``, ``stream``, ``correlation`` and
-``External id`` fill those columns (``stream`` falls back to the tid, ``device`` to the pid).
+``External id`` fill those columns (``stream`` falls back to the tid, ``device`` to the pid;
+device activity with neither is an error). An event without a ``track_uuid`` goes on its
+sequence's default track (``track_event_defaults``), else the thread of the sequence's
+legacy ThreadDescriptor, else the trace-global track; begin/end pairs match per track.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any, BinaryIO
 import orjson
 import polars as pl
 
-from traceview.errors import MissingDependencyError, TraceFormatError
+from traceview.errors import MissingDependencyError, TraceFormatError, shown_value
 from traceview.load.frames import DEVICE_CATS as _DEVICE_CATS
 from traceview.load.frames import EVENT_CATS as _EVENT_CATS
 from traceview.load.frames import unreadable
@@ -187,6 +190,9 @@ class _Reader:
         self.lost: set[int] = set()  # sequences that lost packets since their last start
         # sequences whose incremental state is known: started clean, nothing lost since
         self.valid: set[int] = set()
+        self.track_of: dict[int, int] = {}  # per sequence, its events' default track
+        self.thread_of: dict[int, tuple[int, int]] = {}  # a legacy ThreadDescriptor's
+        self.thread_tracks: dict[tuple[int, int], int] = {}  # its tracks, by (pid, tid)
         self.clocks: dict[tuple[int, int], _Clock] = {}  # (sequence, clock id)
 
     def run(self, stream: BinaryIO) -> Trace:
@@ -206,6 +212,7 @@ class _Reader:
             # a clean start: interned data, defaults
             self.interned[seq] = {}
             self.clock_of.pop(seq, None)
+            self.track_of.pop(seq, None)
             self.lost.discard(seq)
             self.valid.add(seq)
         elif packet.previous_packet_dropped:
@@ -220,12 +227,20 @@ class _Reader:
             if packet.HasField("track_event"):
                 self.skipped[_NO_STATE] += 1
             return
+        if packet.HasField("thread_descriptor"):  # the legacy way to name a sequence's thread
+            thread = packet.thread_descriptor
+            self.thread_of[seq] = (thread.pid, thread.tid)
         if packet.HasField("trace_packet_defaults"):
             defaults = packet.trace_packet_defaults
             if defaults.HasField("timestamp_clock_id"):
                 self.clock_of[seq] = defaults.timestamp_clock_id
             else:
                 self.clock_of.pop(seq, None)  # new defaults replace the old ones whole
+            event_defaults = defaults.track_event_defaults
+            if defaults.HasField("track_event_defaults") and event_defaults.HasField("track_uuid"):
+                self.track_of[seq] = event_defaults.track_uuid
+            else:
+                self.track_of.pop(seq, None)
         if packet.HasField("interned_data"):
             table = self.interned.setdefault(seq, {})
             data = packet.interned_data
@@ -302,6 +317,24 @@ class _Reader:
         if d.HasField("counter"):
             t.is_counter = True
 
+    def _track_of(self, ev: Message, seq: int) -> int:
+        """The event's track, as Perfetto's trace processor places it: its own
+        ``track_uuid``, else its sequence's default (``track_event_defaults``), else the
+        thread a legacy ThreadDescriptor names for the sequence, else the trace-global
+        track 0. Begin/end pairs match per track, so two sequences never pair each other's
+        slices."""
+        if ev.HasField("track_uuid"):
+            return int(ev.track_uuid)
+        if seq in self.track_of:
+            return self.track_of[seq]
+        thread = self.thread_of.get(seq)
+        if thread is None:
+            return 0
+        if thread not in self.thread_tracks:  # a uuid no descriptor uses (they are >= 0)
+            self.thread_tracks[thread] = -1 - len(self.thread_tracks)
+            self.tracks[self.thread_tracks[thread]] = _Track(pid=thread[0], tid=thread[1])
+        return self.thread_tracks[thread]
+
     def _where(self, uuid: int) -> tuple[int | None, int | None]:
         t = self.tracks.get(uuid)
         if t is None:
@@ -323,7 +356,7 @@ class _Reader:
         if ts is None:
             self.skipped[_UNKNOWN_CLOCK] += 1
             return
-        uuid = ev.track_uuid
+        uuid = self._track_of(ev, seq)
         if ev.type == COUNTER:
             t = self.tracks.get(uuid, _Track())
             value = (
@@ -405,6 +438,18 @@ class _Reader:
                 f"a slice of device activity ({backwards['cat']}, {backwards['name']!r:.80}) "
                 "ends before it begins; cannot place it in time",
             )
+        for key, fallback in (("device", "pid"), ("stream", "tid")):
+            unplaced = next(
+                (r for r in device if arg(r, key) is None and r[fallback] is None), None
+            )
+            if unplaced is not None:  # as the JSON reader refuses it: never another's time
+                raise TraceFormatError(
+                    self.path,
+                    f"a slice of device activity ({unplaced['cat']}, "
+                    f"{shown_value(unplaced['name'])}) with no '{key}' annotation, on a "
+                    f"track that names no {'process' if key == 'device' else 'thread'}; "
+                    "cannot place it on a device and stream",
+                )
         host = [r for r in rows if r["instant"] or r["cat"].lower() not in _DEVICE_CATS]
         kernels = pl.DataFrame(
             {
