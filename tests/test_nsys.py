@@ -20,6 +20,7 @@ import traceview as tv
 from fixtures import nsys
 from fixtures.engine import RECORD_COLUMNS, build
 from fixtures.truth import truth as plan_truth
+from traceview import model as nsys_model
 from traceview.cli import cli
 from traceview.load import nsys as loader
 
@@ -572,3 +573,101 @@ def test_an_export_with_a_log_or_journal_reads_its_committed_state(
     assert loader.pending(str(export)) == [f"{export}-{mode}"]
     assert not list(Path(tempfile.gettempdir()).glob("traceview-export-*"))  # removed
     assert stored == []
+
+
+def _replay_summary_equals_truth(doc: dict[str, Any], t: dict[str, Any]) -> None:
+    """A graph-level export's summary against :func:`fixtures.nsys.graph_truth`."""
+    assert doc["trace"]["kernels"] == t["kernels"]
+    assert (doc["trace"]["start_ns"], doc["trace"]["span_ns"]) == (t["start_ns"], t["span_ns"])
+    assert doc["steps"]["count"] == t["step_count"]
+    assert doc["steps"]["cadence"] == t["cadence"]
+    assert doc["busy"]["fraction"] == pytest.approx(t["busy"]["fraction"], rel=1e-6)
+    got = {f["family"]: {"count": f["count"], "total_ns": f["total_ns"]} for f in doc["families"]}
+    assert got == t["families"]
+    gaps = {g["population"]: g for g in doc["decode_gaps"]}
+    for pop, want in t["decode_gaps"].items():
+        assert {k: gaps[pop][k] for k in want} == want, pop
+    assert nsys_model.replays_not_itemised(t["replays"]) in doc["warnings"]
+
+
+def test_a_graph_level_export_reads_its_replays_as_device_activity() -> None:
+    """A hostile probe's finding: ``nsys --cuda-graph-trace=graph`` (nsys's default) writes
+    each replay as one CUPTI_ACTIVITY_KIND_GRAPH_TRACE row and no row of its kernels; that
+    table was ignored, so three eager steps then 27 replays read as one step over a tenth
+    of the busy time, with no warning. Planted (fixtures.nsys.graph_truth): each replay is
+    device activity, family cuda_graph, and its step's marker: 30 steps, their starts,
+    anchors and kinds, cadence, busy, every family, and the decode gaps (none across a
+    replay); one warning says the replays' kernels are not itemised."""
+    t = _truth("nsys_graph_replays")
+    trace = tv.load(NSYS / "nsys_graph_replays.sqlite")
+    assert trace.meta.events == t["events"]
+    summary = tv.summarize(trace)
+    doc = summary.to_dict()
+    _replay_summary_equals_truth(doc, t)
+    assert doc["steps"]["marker"] == "full_attention, CUDA-graph replays"
+    table = summary.steps.select("index", "start_ns", "anchor_ns", "end_ns", "kind", "kernels")
+    assert table.to_dicts() == [
+        {k: s[k] for k in ("index", "start_ns", "anchor_ns", "end_ns", "kind", "kernels")}
+        for s in t["steps"]
+    ]
+    replays = trace.kernels.filter(pl.col("cat") == "cuda_graph")
+    assert replays["name"].cast(str).unique().to_list() == ["CUDA graph replay (graph 1, exec 1)"]
+    assert replays["kind"].cast(str).unique().to_list() == ["kernel"]
+    launches = trace.events.filter(pl.col("name") == "cudaGraphLaunch")["correlation"]
+    assert sorted(replays["correlation"].to_list()) == sorted(launches.to_list())
+    said = CliRunner().invoke(cli, ["summarize", str(NSYS / "nsys_graph_replays.sqlite")])
+    assert said.exit_code == 0, said.output
+    line = nsys_model.replays_not_itemised(t["replays"])
+    assert said.stderr.count(line) == 1  # the loader's and the summary's, said once
+
+
+@pytest.mark.parametrize(
+    ("layers", "annotations"),
+    [("LLLFLLLF", "vllm-cpu"), ("FFFF", "none")],
+    ids=["two-attention-layers-nvtx", "dense-bursts"],
+)
+def test_graph_level_steps_on_other_models(tmp_path: Path, layers: str, annotations: str) -> None:
+    """The same reading on other models: two full-attention layers a step with vLLM's NVTX
+    step ranges (each replay is linked to its range through its launch's correlation), and
+    a dense model's four from the bursts alone. Planted: fixtures.nsys.graph_truth."""
+    from dataclasses import replace
+
+    sc = replace(nsys.GRAPHS, name="other", layers=layers, annotations=annotations)
+    tb, steps = build(sc)
+    path, rows = nsys.to_nsys(
+        [nsys.Process(tb, 7)],
+        tmp_path / "other.sqlite",
+        nvtx=annotations != "none",
+        graph_trace=True,
+    )
+    t = nsys.graph_truth(sc, steps, path.name, rows)
+    summary = tv.summarize(tv.load(path, options=tv.LoadOptions(cache=False)))
+    _replay_summary_equals_truth(summary.to_dict(), t)
+    keys = ("index", "start_ns", "anchor_ns", "end_ns", "kind", "kernels")
+    assert summary.steps.select(keys).to_dicts() == [{k: s[k] for k in keys} for s in t["steps"]]
+
+
+def test_an_export_of_replays_only_loads(tmp_path: Path) -> None:
+    """Every step replayed (decode only, no eager copies): the export's CUPTI tables hold
+    no row but the replays', and it was refused ("its CUDA activity tables are empty").
+    Each replay is its step."""
+    from dataclasses import replace
+
+    from fixtures.engine import CATEGORY, Engine
+
+    sc = replace(nsys.GRAPHS, name="replays_only", chunks=0, decode_before=0, decode_after=12)
+    planned = Engine(sc).plan()
+    for s in planned:
+        s.kernels = [k for k in s.kernels if k.key not in CATEGORY]
+    tb, steps = build(sc, planned)
+    path, rows = nsys.to_nsys(
+        [nsys.Process(tb, 7)], tmp_path / "replays.sqlite", nvtx=False, graph_trace=True
+    )
+    with sqlite3.connect(path) as db:
+        for table in ("KERNEL", "MEMCPY", "MEMSET"):
+            count = f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_{table}"
+            assert db.execute(count).fetchone() == (0,)
+    t = nsys.graph_truth(sc, steps, path.name, rows)
+    doc = tv.summarize(tv.load(path, options=tv.LoadOptions(cache=False))).to_dict()
+    _replay_summary_equals_truth(doc, t)
+    assert doc["steps"]["count"] == 12

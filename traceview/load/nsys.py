@@ -58,6 +58,7 @@ from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
     FLOW_SCHEMA,
+    GRAPH_REPLAY,
     KERNEL_SCHEMA,
     METADATA_SCHEMA,
     SHAPE_SCHEMA,
@@ -65,6 +66,7 @@ from traceview.model import (
     TraceMeta,
     empty_frame,
     narrow_ids,
+    replays_not_itemised,
     wide,
 )
 
@@ -74,7 +76,11 @@ DEVICE_TABLES = {
     "CUPTI_ACTIVITY_KIND_KERNEL": ("kernel", "kernel"),
     "CUPTI_ACTIVITY_KIND_MEMCPY": ("memcpy", "gpu_memcpy"),
     "CUPTI_ACTIVITY_KIND_MEMSET": ("memset", "gpu_memset"),
+    # a whole replay of a CUDA graph (--cuda-graph-trace=graph): no row of its nodes
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": ("graph", GRAPH_REPLAY),
 }
+# CUpti_ActivityGraphTrace2: a replay whose first node ran on the host has this device
+_HOST_DEVICE = 0x7FFFFFFF
 HOST_TABLES = {
     "CUPTI_ACTIVITY_KIND_RUNTIME": ("runtime", "cuda_runtime"),
     "CUPTI_ACTIVITY_KIND_DRIVER": ("driver", "cuda_driver"),
@@ -429,6 +435,9 @@ class _Reader:
             extra = ["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"]
             extra += ["registersPerThread", "staticSharedMemory", "dynamicSharedMemory"]
             extra += ["graphId", "graphNodeId"]
+        elif kind == "graph":  # the ids name it, so they are read with or without raw_args
+            name = ""
+            extra = ["graphId", "graphExecId"]
         elif kind == "memcpy":
             name = ""
             extra = ["copyKind", "srcKind", "dstKind", "bytes", "graphNodeId"]
@@ -451,6 +460,8 @@ class _Reader:
 
     def _device(self, table: str, f: pl.DataFrame, keyed: bool) -> pl.DataFrame:
         kind, cat = DEVICE_TABLES[table]
+        if kind == "graph":
+            f = self._timed_replays(f)
         bad = f.filter(
             pl.col("start").is_null() | pl.col("end").is_null() | (pl.col("end") < pl.col("start"))
         ).height
@@ -475,6 +486,12 @@ class _Reader:
                     "name in StringIds (named '', family other)"
                 )
             name = self.strings.text("nameId").fill_null("")
+        elif kind == "graph":  # nsys shows a replay as its executable graph
+            name = pl.format(
+                "CUDA graph replay (graph {}, exec {})",
+                pl.col("graphId").cast(pl.String).fill_null("?"),
+                pl.col("graphExecId").cast(pl.String).fill_null("?"),
+            )
         elif kind == "memcpy":
             base = pl.concat_str(pl.lit("Memcpy "), lookup("copyKind", COPY_KINDS))
             pair = pl.format(
@@ -496,7 +513,7 @@ class _Reader:
             (pl.col("end") - pl.col("start")).alias("dur_ns"),
             name.cast(pl.Categorical).alias("name"),
             pl.lit(cat).cast(pl.Categorical).alias("cat"),
-            pl.lit(kind).cast(KERNEL_SCHEMA["kind"]).alias("kind"),
+            pl.lit("kernel" if kind == "graph" else kind).cast(KERNEL_SCHEMA["kind"]).alias("kind"),
             pl.col("deviceId").alias("pid"),
             pl.col("streamId").alias("tid"),
             pl.col("deviceId").alias("device"),
@@ -507,6 +524,22 @@ class _Reader:
         if self.raw_args:
             out.append(device_args(kind, f.columns, keyed))
         return f.select(out).cast(wide(KERNEL_SCHEMA))  # type: ignore[arg-type]
+
+    def _timed_replays(self, f: pl.DataFrame) -> pl.DataFrame:
+        """The replays CUPTI could place: it writes 0 for both times where it could not time
+        one, and device INT_MAX where its first node ran on the host; each such replay is
+        skipped and counted. Said once: the replays' kernels are not itemised."""
+        untimed = (pl.col("start") == 0) & (pl.col("end") == 0)
+        host = pl.col("deviceId") == _HOST_DEVICE
+        n_untimed, n_host = f.select(untimed.sum(), (host & ~untimed).sum()).row(0)
+        if n_untimed:
+            self.skipped["CUDA-graph replay CUPTI could not time (start and end 0)"] += n_untimed
+        if n_host:
+            self.skipped["CUDA-graph replay that started on the host (no device)"] += n_host
+        f = f.filter(~untimed & ~host.fill_null(False))
+        if f.height:
+            self.warnings.append(replays_not_itemised(f.height))
+        return f
 
     def _shared_devices(self, raw: dict[str, pl.DataFrame]) -> None:
         """A warning per CUDA device id that several processes report (each saw its own GPU

@@ -46,6 +46,8 @@ def device_args(kind: str, columns: list[str], keyed: bool) -> pl.Expr:
             ("graph id", num("graphId")),
             ("graph node id", num("graphNodeId")),
         ]
+    elif kind == "graph":
+        fields += [("graph id", num("graphId")), ("graph exec id", num("graphExecId"))]
     else:
         fields += [("bytes", num("bytes")), ("graph node id", num("graphNodeId"))]
         if kind == "memcpy":
