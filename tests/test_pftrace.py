@@ -538,3 +538,92 @@ def test_a_legacy_thread_descriptor_places_events_and_the_global_track_does_not(
         "'device' annotation, on a track that names no process; cannot place it on a "
         "device and stream\n"
     )
+
+
+def _one_kernel_each(path: Path, kernels: list[dict]) -> Path:  # type: ignore[type-arg]
+    """Slices on the thread track :data:`_TRACK` (pid 0, tid 7): each a ``begin`` and
+    ``end`` time (None: the packet has no timestamp), a ``name`` and the debug
+    ``annotations`` ``(name, field, value)`` its begin carries; a name ``gemm~`` is
+    written as the bytes ``gemm\\xff``, which are not UTF-8."""
+    t = _thread_trace()
+    head = _packet(t)
+    head.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    s = head.interned_data.debug_annotation_string_values.add()
+    s.iid, s.str = 4, b"9"
+    for k in kernels:
+        for ts, kind in ((k["begin"], pb2.TrackEvent.TYPE_SLICE_BEGIN), (k["end"], 2)):
+            p = _packet(t, ts)
+            p.track_event.track_uuid, p.track_event.type = _TRACK, kind
+            if kind == pb2.TrackEvent.TYPE_SLICE_BEGIN:
+                p.track_event.name = k.get("name", "gemm_kernel")
+                p.track_event.categories.append("kernel")
+                for key, field, value in k.get("annotations", ()):
+                    a = p.track_event.debug_annotations.add()
+                    a.name = key
+                    if field == "nested_value":
+                        a.nested_value.nested_type = 1
+                    else:
+                        setattr(a, field, value)
+    path.write_bytes(t.serialize().replace(b"gemm~", b"gemm\xff"))  # the same length
+    return path
+
+
+def test_hostile_times_annotations_and_names_read_as_the_json_reader_reads_them(
+    tmp_path: Path,
+) -> None:
+    """A hostile probe's findings on the .pftrace reader: an event whose packet has no
+    timestamp read at time 0 (a kernel 6 µs long from 0); a 'stream' annotation interned
+    (string_value_iid) read as the iid; a nested annotation value (``Input Dims``) was a
+    TypeError traceback; a name that is not UTF-8 (protobuf hands it over as bytes) was a
+    polars traceback. Planted: the kernels that can be placed, where they are; the rest
+    skipped and counted."""
+    path = _one_kernel_each(
+        tmp_path / "hostile.pftrace",
+        [
+            {"begin": 1_000, "end": 2_000},
+            {"begin": None, "end": 6_000},  # no time: skipped, its end without a begin
+            {"begin": 7_000, "end": 7_500, "annotations": [("stream", "string_value_iid", 4)]},
+            {"begin": 8_000, "end": 8_100, "annotations": [("Input Dims", "nested_value", 0)]},
+            {"begin": 9_000, "end": 9_500, "name": "gemm~"},  # written as gemm\\xff
+            {"begin": 10_000, "end": 10_200, "annotations": [("device", "double_value", 2.0)]},
+        ],
+    )
+    trace = tv.load(path, options=tv.LoadOptions(cache=False))
+    rows = trace.kernels.select("ts_ns", "dur_ns", pl.col("name").cast(str), "device", "stream")
+    assert rows.rows() == [
+        (1_000, 1_000, "gemm_kernel", 0, 7),
+        (7_000, 500, "gemm_kernel", 0, 9),
+        (8_000, 100, "gemm_kernel", 0, 7),
+        (9_000, 500, "gemm\ufffd", 0, 7),
+        (10_000, 200, "gemm_kernel", 2, 7),
+    ]
+    assert sorted(trace.meta.warnings) == [
+        "1 event skipped: event with no timestamp (its packet gives none)",
+        "1 event skipped: slice end without a begin",
+        "1 string (names, categories, annotations) not UTF-8: read with U+FFFD for each "
+        "invalid byte sequence",
+    ]
+    assert trace.meta.skipped_events == 2
+
+
+@pytest.mark.parametrize(
+    ("annotation", "shown"),
+    [(("device", "double_value", 1.5), "1.5"), (("stream", "string_value", "gpu"), "'gpu'")],
+    ids=["fractional-device", "text-stream"],
+)
+def test_a_device_or_stream_that_is_no_id_is_one_line(
+    tmp_path: Path, annotation: tuple[str, str, object], shown: str
+) -> None:
+    """A 'device' annotation of 1.5 read as device 1, silently; the JSON reader refuses a
+    device or stream that is no integer id on device activity, and so does this one."""
+    path = _one_kernel_each(
+        tmp_path / "no_id.pftrace",
+        [{"begin": 1_000, "end": 2_000, "annotations": [annotation]}],
+    )
+    done = CliRunner().invoke(cli, ["summarize", str(path)])
+    assert done.exit_code == 2, done.output
+    assert done.stderr == (
+        f"Error: {path}: a slice of device activity (kernel, 'gemm_kernel') whose "
+        f"'{annotation[0]}' annotation ({shown}) is not an integer id; cannot place it on a "
+        "device and stream\n"
+    )

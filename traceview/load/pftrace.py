@@ -165,6 +165,28 @@ class _Clock:
     last: int
 
 
+_NO_TIME = "event with no timestamp (its packet gives none)"
+# the debug-annotation values kept as arguments: scalars (a nested value is not read)
+_SCALARS = (
+    *("bool_value", "uint_value", "int_value", "double_value", "pointer_value"),
+    *("string_value", "legacy_json_value"),
+)
+
+
+def ident(value: Any) -> int | None:
+    """An id annotation's value (``device``, ``stream``, ``correlation``) as the JSON reader
+    reads it: an int, an integral double or a numeric string; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
 @dataclass
 class _Track:
     pid: int | None = None
@@ -193,6 +215,7 @@ class _Reader:
         self.track_of: dict[int, int] = {}  # per sequence, its events' default track
         self.thread_of: dict[int, tuple[int, int]] = {}  # a legacy ThreadDescriptor's
         self.thread_tracks: dict[tuple[int, int], int] = {}  # its tracks, by (pid, tid)
+        self.not_utf8 = 0  # string fields that were not UTF-8 (read with U+FFFD)
         self.clocks: dict[tuple[int, int], _Clock] = {}  # (sequence, clock id)
 
     def run(self, stream: BinaryIO) -> Trace:
@@ -250,7 +273,9 @@ class _Reader:
                 ("annotation", data.debug_annotation_names),
             ):
                 for e in entries:
-                    table.setdefault(kind, {})[e.iid] = e.name
+                    table.setdefault(kind, {})[e.iid] = self._text(e.name)
+            for e in data.debug_annotation_string_values:  # bytes, as InternedString holds
+                table.setdefault("string", {})[e.iid] = self._text(e.str)
         if packet.HasField("clock_snapshot"):  # it shares no packet with events or tracks
             self._snapshot(packet.clock_snapshot, seq)
             return  # a snapshot's own time is not a delta of its sequence's clock
@@ -299,20 +324,32 @@ class _Reader:
             value = clock.last
         return int(clock.at + (value - clock.origin) * clock.unit_ns)
 
+    def _text(self, value: str | bytes) -> str:
+        """A string field as text: protobuf hands a proto2 string that is not UTF-8 over
+        as bytes (and an interned string is bytes by its type); bytes that are not UTF-8
+        read with U+FFFD for each invalid sequence, and are counted."""
+        if isinstance(value, str):
+            return value
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            self.not_utf8 += 1
+            return value.decode(errors="replace")
+
     def _descriptor(self, d: Message) -> None:
         t = self.tracks.setdefault(d.uuid, _Track())
-        t.name = d.name or t.name
+        t.name = self._text(d.name) or t.name
         if d.HasField("parent_uuid"):
             t.parent = d.parent_uuid
         if d.HasField("thread"):
             t.pid, t.tid = d.thread.pid, d.thread.tid
             if d.thread.thread_name:
-                t.name = d.thread.thread_name
+                t.name = self._text(d.thread.thread_name)
             self.metadata.append(("thread_name", t.pid, t.tid, t.name or ""))
         elif d.HasField("process"):
             t.pid = d.process.pid
             if d.process.process_name:
-                t.name = d.process.process_name
+                t.name = self._text(d.process.process_name)
                 self.metadata.append(("process_name", t.pid, 0, t.name))
         if d.HasField("counter"):
             t.is_counter = True
@@ -353,6 +390,9 @@ class _Reader:
 
     def _event(self, packet: Message, seq: int, ts: int | None) -> None:
         ev = packet.track_event
+        if not packet.HasField("timestamp"):  # never at time 0: it would be a wrong time
+            self.skipped[_NO_TIME] += 1
+            return
         if ts is None:
             self.skipped[_UNKNOWN_CLOCK] += 1
             return
@@ -367,20 +407,31 @@ class _Reader:
             self.counters.append((ts, t.name or f"track {uuid}", value, self._where(uuid)[0]))
             return
         name = (
-            ev.name
+            self._text(ev.name)
             if ev.HasField("name")
             else (self._intern(seq, "name", ev.name_iid) if ev.HasField("name_iid") else "")
         )
         interned_cats = [self._intern(seq, "category", i) for i in ev.category_iids]
-        cats = list(ev.categories) or [c for c in interned_cats if c]
+        cats = [self._text(c) for c in ev.categories] or [c for c in interned_cats if c]
         args: dict[str, Any] = {}
         unknown = name is None or None in interned_cats
         for a in ev.debug_annotations:
-            key = a.name if a.HasField("name") else self._intern(seq, "annotation", a.name_iid)
+            key = (
+                self._text(a.name)
+                if a.HasField("name")
+                else self._intern(seq, "annotation", a.name_iid)
+            )
             unknown |= key is None
             which = a.WhichOneof("value")
-            if key and which:
-                args[key] = getattr(a, which)
+            given: Any = None
+            if which == "string_value_iid":
+                given = self._intern(seq, "string", a.string_value_iid)
+                unknown |= given is None
+            elif which in _SCALARS:
+                given = getattr(a, which)
+                given = self._text(given) if isinstance(given, str | bytes) else given
+            if key and given is not None:  # a nested value is not read
+                args[key] = given
         if unknown and ev.type != SLICE_END:  # its name, category or an argument unknown:
             self.skipped[_NOT_INTERNED] += 1  # a kernel could read as a host event named ''
             return
@@ -427,8 +478,7 @@ class _Reader:
         rows = [r for r in self.rows if r["dur"] is not None]
 
         def arg(r: dict[str, Any], key: str) -> int | None:
-            v = r["args"].get(key)
-            return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+            return ident(r["args"].get(key))
 
         device = [r for r in rows if not r["instant"] and r["cat"].lower() in _DEVICE_CATS]
         backwards = next((r for r in device if r["dur"] < 0), None)
@@ -438,6 +488,15 @@ class _Reader:
                 f"a slice of device activity ({backwards['cat']}, {backwards['name']!r:.80}) "
                 "ends before it begins; cannot place it in time",
             )
+        for key in ("device", "stream"):  # as the JSON reader refuses it
+            bad = next((r for r in device if key in r["args"] and arg(r, key) is None), None)
+            if bad is not None:
+                raise TraceFormatError(
+                    self.path,
+                    f"a slice of device activity ({bad['cat']}, {shown_value(bad['name'])}) "
+                    f"whose '{key}' annotation ({shown_value(bad['args'][key])}) is not an "
+                    "integer id; cannot place it on a device and stream",
+                )
         for key, fallback in (("device", "pid"), ("stream", "tid")):
             unplaced = next(
                 (r for r in device if arg(r, key) is None and r[fallback] is None), None
@@ -501,6 +560,13 @@ class _Reader:
             f"{n} event{'s' if n != 1 else ''} skipped: {why}"
             for why, n in sorted(self.skipped.items())
         )
+        if self.not_utf8:
+            n = self.not_utf8
+            warnings = (
+                f"{n:,} string{'s' if n != 1 else ''} (names, categories, annotations) not "
+                "UTF-8: read with U+FFFD for each invalid byte sequence",
+                *warnings,
+            )
         meta = TraceMeta(
             path=self.path,
             format="perfetto",
