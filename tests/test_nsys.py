@@ -671,3 +671,117 @@ def test_an_export_of_replays_only_loads(tmp_path: Path) -> None:
     doc = tv.summarize(tv.load(path, options=tv.LoadOptions(cache=False))).to_dict()
     _replay_summary_equals_truth(doc, t)
     assert doc["steps"]["count"] == 12
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "shown"),
+    [
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "deviceId", "0.5"),
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId", "1005.5"),
+        ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "correlationId", "2.5"),
+    ],
+    ids=["kernel-device", "launch-correlation", "replay-correlation"],
+)
+def test_a_real_number_where_an_integer_belongs_is_one_line(
+    tmp_path: Path, table: str, column: str, shown: str
+) -> None:
+    """A hostile probe's finding: a real number in a column of times or ids (deviceId 0.5,
+    a correlation id 1005.5) was cut to an integer as the frame was built, silently: the
+    kernel ran on device 0, or joined another launch. It is one line."""
+    import shutil
+
+    export = tmp_path / "reals.sqlite"
+    shutil.copy(NSYS / "nsys_graph_replays.sqlite", export)
+    with sqlite3.connect(export) as db:
+        rowid = db.execute(f"SELECT min(rowid) FROM {table} WHERE {column} IS NOT NULL").fetchone()
+        db.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = ?", (float(shown), rowid[0]))
+    assert _bad(export) == (
+        f"Error: {export}: {table}.{column} holds {shown}, a real number where an integer (a "
+        "time or an id) belongs; not a readable Nsight Systems export\n"
+    )
+
+
+def test_replays_also_itemised_by_kernel_rows_are_read_once(tmp_path: Path) -> None:
+    """A hostile probe's finding: an export holding a replay both whole (GRAPH_TRACE) and
+    node by node (kernel rows sharing its launch's correlation) counted its time twice
+    (family cuda_graph beside the kernels' own) and filled the gaps between its kernels
+    (busy 0.6468 -> 0.6643). Planted: the node-level fixture with every replay added
+    whole; its summary equals the fixture's, with one warning."""
+    import shutil
+
+    export = tmp_path / "both.sqlite"
+    shutil.copy(NSYS / "nsys_vllm.sqlite", export)
+    columns = ", ".join(nsys.GRAPH_TRACE)
+    with sqlite3.connect(export) as db:
+        db.execute(f"CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE ({columns})")
+        added = db.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE SELECT min(start), max(end), "
+            "deviceId, 1, NULL, streamId, correlationId, globalPid, 1, 1 FROM "
+            "CUPTI_ACTIVITY_KIND_KERNEL WHERE graphId IS NOT NULL GROUP BY correlationId"
+        ).rowcount
+    assert added == sum(1 for s in _truth("nsys_vllm")["steps"] if s["planned_kind"] == "decode")
+    with pytest.warns(tv.TraceviewWarning, match=f"{added} CUDA-graph replays in .* also"):
+        both = tv.summarize(tv.load(export, options=tv.LoadOptions(cache=False))).to_dict()
+    alone = tv.summarize(tv.load(NSYS / "nsys_vllm.sqlite")).to_dict()
+    for doc in (both, alone):
+        doc["trace"].pop("path"), doc["trace"].pop("events")
+    assert both == alone
+
+
+def test_replays_cupti_could_not_place_are_skipped_and_counted(tmp_path: Path) -> None:
+    """CUPTI writes 0 for both times of a replay it could not time, and device INT_MAX for
+    one whose first node ran on the host (CUpti_ActivityGraphTrace2): read as they are,
+    one would be a replay at time 0 (a span of 5e15 ns), the other a device of its own.
+    Each is skipped and counted, and its launch is said to have no device activity."""
+    import shutil
+
+    export = tmp_path / "unplaced.sqlite"
+    shutil.copy(NSYS / "nsys_graph_replays.sqlite", export)
+    with sqlite3.connect(export) as db:
+        table = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+        db.execute(f"UPDATE {table} SET start = 0, end = 0 WHERE rowid = 3")
+        db.execute(f"UPDATE {table} SET deviceId = 2147483647 WHERE rowid = 4")
+    trace = tv.load(export, options=tv.LoadOptions(cache=False))
+    t = _truth("nsys_graph_replays")
+    assert trace.kernels.height == t["kernels"] - 2 and trace.devices == [0]
+    assert trace.meta.skipped_events == 2
+    assert sorted(trace.meta.warnings)[:2] == [
+        "1 event skipped: CUDA-graph replay CUPTI could not time (start and end 0)",
+        "1 event skipped: CUDA-graph replay that started on the host (no device)",
+    ]
+    doc = tv.summarize(trace).to_dict()
+    assert doc["trace"]["start_ns"] == t["start_ns"]
+    assert any(
+        w.startswith("2 of 27 CUDA-graph launches inside the trace have no device")
+        for w in doc["warnings"]
+    )
+
+
+def test_hostile_values_in_the_device_and_name_tables(tmp_path: Path) -> None:
+    """A hostile probe's findings: a BLOB GPU name reached the summary as Python bytes, and
+    ``smCount = 'many'`` was passed on as the device's SM count; StringIds holding one id
+    twice was a polars message. A property is kept only with its own type (a BLOB name read
+    as its UTF-8 text); one id given the same text twice is one name; given two texts,
+    one line."""
+    import shutil
+
+    export = tmp_path / "hostile.sqlite"
+    shutil.copy(NSYS / "nsys_vllm.sqlite", export)
+    with sqlite3.connect(export) as db:
+        db.execute("UPDATE TARGET_INFO_GPU SET smCount = 'many', name = X'4832303020534d'")
+        db.execute("ALTER TABLE StringIds RENAME TO Old")
+        db.execute("CREATE TABLE StringIds (id, value)")
+        db.execute("INSERT INTO StringIds SELECT id, value FROM Old")
+        db.execute("INSERT INTO StringIds SELECT id, value FROM Old WHERE id = 3")
+        db.execute("DROP TABLE Old")
+    trace = tv.load(export, options=tv.LoadOptions(cache=False))
+    props = trace.meta.device_properties[0]
+    assert (trace.meta.gpu_name, props["name"], props["numSms"]) == ("H200 SM", "H200 SM", 132)
+    original = tv.load(NSYS / "nsys_vllm.sqlite")
+    assert trace.kernels.drop("external_id").equals(original.kernels.drop("external_id"))
+    with sqlite3.connect(export) as db:
+        db.execute("INSERT INTO StringIds VALUES (3, 'another name')")
+    assert _bad(export) == (
+        f"Error: {export}: StringIds gives the id 3 more than one text: the name of what "
+        "refers to it cannot be told; not a readable Nsight Systems export\n"
+    )

@@ -79,6 +79,7 @@ DEVICE_TABLES = {
     # a whole replay of a CUDA graph (--cuda-graph-trace=graph): no row of its nodes
     "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": ("graph", GRAPH_REPLAY),
 }
+GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 # CUpti_ActivityGraphTrace2: a replay whose first node ran on the host has this device
 _HOST_DEVICE = 0x7FFFFFFF
 HOST_TABLES = {
@@ -246,6 +247,25 @@ class _Db:
     def rows(self, sql: str) -> list[Any]:
         return self.fetch(sql)[0]
 
+    def no_reals(self, table: str, columns: list[str], path: str) -> None:
+        """Raise where a column read as integers (times, ids) holds a real number: the
+        frame would cut it to an integer, silently (nsys writes integers; text or a BLOB
+        there fails on its own). One scan of the table, stopping at the first."""
+        if not columns:
+            return
+        quoted = [f'"{c}"' for c in columns]
+        where = " OR ".join(f"typeof({q}) = 'real'" for q in quoted)
+        found = self.rows(f'SELECT {", ".join(quoted)} FROM "{table}" WHERE {where} LIMIT 1')
+        if found:
+            column, value = next(
+                (c, v) for c, v in zip(columns, found[0], strict=True) if isinstance(v, float)
+            )
+            raise TraceFormatError(
+                path,
+                f"{table}.{column} holds {shown_value(value)}, a real number where an integer "
+                "(a time or an id) belongs; not a readable Nsight Systems export",
+            )
+
 
 def _tables(db: _Db) -> dict[str, set[str]]:
     out = {}
@@ -260,10 +280,13 @@ def _select(
     table: str,
     have: set[str],
     columns: dict[str, pl.DataType],
+    path: str,
     where: str = "",
 ) -> pl.DataFrame:
     """``columns`` of ``table`` (NULL for those the table lacks), in one query; a text
-    column's values read as text whatever SQLite holds (a BLOB's bytes decoded as UTF-8)."""
+    column's values read as text whatever SQLite holds (a BLOB's bytes decoded as UTF-8),
+    an integer column's never a real number (:meth:`_Db.no_reals`)."""
+    db.no_reals(table, [c for c, t in columns.items() if c in have and t == pl.Int64()], path)
     exprs = [
         ("NULL" if c not in have else f'CAST("{c}" AS TEXT)' if t == pl.String() else f'"{c}"')
         for c, t in columns.items()
@@ -300,6 +323,16 @@ class _Strings:
                 "be matched to it; not a readable Nsight Systems export",
             ) from None
         self.values = pl.Series("value", [r[1] for r in rows], dtype=pl.String)
+        if self.ids.n_unique() != self.ids.len():  # StringIds holds an id twice
+            both = pl.DataFrame([self.ids, self.values]).unique(maintain_order=True)
+            twice = both.filter(pl.col("id").is_duplicated() & pl.col("id").is_not_null())
+            if twice.height:
+                raise TraceFormatError(
+                    path,
+                    f"StringIds gives the id {twice['id'][0]} more than one text: the name of "
+                    "what refers to it cannot be told; not a readable Nsight Systems export",
+                )
+            self.ids, self.values = both["id"], both["value"]
 
     def text(self, col: str) -> pl.Expr:
         return pl.col(col).replace_strict(
@@ -349,6 +382,8 @@ class _Reader:
             raise TraceFormatError(
                 self.path, "no kernels or device activity: its CUDA activity tables are empty"
             )
+        if GRAPH_TABLE in raw:
+            raw[GRAPH_TABLE] = self._not_itemised(raw)
         host = {n: self._host_raw(n) for n in HOST_TABLES if n in t}
         sync = self._sync_raw() if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in t else None
         pids: set[int] = set()
@@ -448,18 +483,16 @@ class _Reader:
             extra = []
         for c in extra:
             cols[c] = pl.Int64()
-        exprs = [
-            (f'"{name}"' if name in have else "NULL")
-            if c == "nameId"
-            else (f'"{c}"' if c in have else "NULL")
-            for c in cols
-        ]
+        read = [name if c == "nameId" else c for c in cols]
+        self.db.no_reals(table, [c for c in read if c in have], self.path)
+        exprs = [f'"{c}"' if c in have else "NULL" for c in read]
         rows = self.db.rows(f'SELECT {", ".join(exprs)} FROM "{table}"')
         self.rows += len(rows)
         return pl.DataFrame(rows, schema=cols, orient="row")
 
     def _device(self, table: str, f: pl.DataFrame, keyed: bool) -> pl.DataFrame:
         kind, cat = DEVICE_TABLES[table]
+        what = "replay" if kind == "graph" else kind  # as a message names a row
         if kind == "graph":
             f = self._timed_replays(f)
         bad = f.filter(
@@ -468,14 +501,14 @@ class _Reader:
         if bad:
             raise TraceFormatError(
                 self.path,
-                f"{bad:,} {kind} row{'s' if bad != 1 else ''} in {table} without a valid "
+                f"{bad:,} {what} row{'s' if bad != 1 else ''} in {table} without a valid "
                 "start and end; every figure would be wrong without them",
             )
         unplaced = f.filter(pl.col("deviceId").is_null()).height
         if unplaced:  # never another device's time (a JSON trace's rule too)
             raise TraceFormatError(
                 self.path,
-                f"{unplaced:,} {kind} row{'s' if unplaced != 1 else ''} in {table} without a "
+                f"{unplaced:,} {what} row{'s' if unplaced != 1 else ''} in {table} without a "
                 "deviceId; cannot place them on a device",
             )
         if kind == "kernel":
@@ -525,6 +558,25 @@ class _Reader:
             out.append(device_args(kind, f.columns, keyed))
         return f.select(out).cast(wide(KERNEL_SCHEMA))  # type: ignore[arg-type]
 
+    def _not_itemised(self, raw: dict[str, pl.DataFrame]) -> pl.DataFrame:
+        """The replays whose kernels the export does not itemise: a replay whose launch
+        (process and correlation id) kernel, copy or memset rows share is read through
+        those rows alone, never twice (its time counted again, the gaps between its
+        kernels filled), and said."""
+        replays = raw[GRAPH_TABLE]
+        rows = [f.select("globalPid", "correlationId") for n, f in raw.items() if n != GRAPH_TABLE]
+        if not rows or replays.height == 0:
+            return replays
+        itemised = pl.concat(rows).unique()
+        both = replays.join(itemised, on=["globalPid", "correlationId"], how="semi").height
+        if both:
+            self.warnings.append(
+                f"{both:,} CUDA-graph replay{'s' if both != 1 else ''} in {GRAPH_TABLE} "
+                "also itemised by kernel rows (their launch's correlation id): read through "
+                "those rows alone"
+            )
+        return replays.join(itemised, on=["globalPid", "correlationId"], how="anti")
+
     def _timed_replays(self, f: pl.DataFrame) -> pl.DataFrame:
         """The replays CUPTI could place: it writes 0 for both times where it could not time
         one, and device INT_MAX where its first node ran on the host; each such replay is
@@ -564,7 +616,7 @@ class _Reader:
             "correlationId": pl.Int64(),
             "nameId": pl.Int64(),
         }
-        f = _select(self.db, table, self.tables[table], cols)
+        f = _select(self.db, table, self.tables[table], cols, self.path)
         self.rows += f.height
         return f
 
@@ -613,7 +665,7 @@ class _Reader:
             "globalPid": pl.Int64(),
             "syncType": pl.Int64(),
         }
-        f = _select(self.db, table, self.tables[table], cols)
+        f = _select(self.db, table, self.tables[table], cols, self.path)
         self.rows += f.height
         return f
 
@@ -648,7 +700,8 @@ class _Reader:
             "globalTid": pl.Int64(),
         }
         kinds = (NVTX_PUSH_POP, NVTX_START_END, NVTX_MARK)
-        f = _select(self.db, table, self.tables[table], cols, f"WHERE eventType IN {kinds!r}")
+        where = f"WHERE eventType IN {kinds!r}"
+        f = _select(self.db, table, self.tables[table], cols, self.path, where)
         self.rows += f.height
         mark = pl.col("eventType") == NVTX_MARK
         ok = mark | (pl.col("end").is_not_null() & (pl.col("end") >= pl.col("start")))

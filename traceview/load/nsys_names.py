@@ -59,6 +59,25 @@ def device_args(kind: str, columns: list[str], keyed: bool) -> pl.Expr:
     return pl.concat_str(parts).alias("args_json")
 
 
+_TEXT_PROPERTIES = {"name", "chipName", "uuid", "busLocation"}
+
+
+def _typed(row: dict[str, object]) -> dict[str, object]:
+    """A TARGET_INFO row's values of the type each property has: text for the names, an
+    integer for the rest. A value of another type (a BLOB name's bytes are read as UTF-8
+    text; ``smCount = 'many'``, a real) is left out, never passed on as another type."""
+    out: dict[str, object] = {}
+    for key, value in row.items():
+        if key in _TEXT_PROPERTIES:
+            if isinstance(value, bytes):
+                value = value.decode(errors="replace")
+            if isinstance(value, str):
+                out[key] = value
+        elif isinstance(value, int) and not isinstance(value, bool):
+            out[key] = value
+    return out
+
+
 def device_properties(
     gpu_rows: list[dict[str, object]], cuda: list[dict[str, object]], devices: list[int]
 ) -> tuple[dict[str, object], ...]:
@@ -73,7 +92,7 @@ def device_properties(
         gpu = gpu or gpus.get(d)
         if gpu is None and mapped is None:
             continue
-        g, c = gpu or {}, mapped or {}
+        g, c = _typed(gpu or {}), _typed(mapped or {})
         prop = {
             "id": d,
             "name": g.get("name"),
