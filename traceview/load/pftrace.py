@@ -34,10 +34,11 @@ from typing import Any, BinaryIO
 import orjson
 import polars as pl
 
-from traceview.errors import MissingDependencyError, TraceFormatError, shown_value
+from traceview.errors import TraceFormatError, shown_value
 from traceview.load.frames import DEVICE_CATS as _DEVICE_CATS
 from traceview.load.frames import EVENT_CATS as _EVENT_CATS
 from traceview.load.frames import unreadable
+from traceview.load.pftrace_packets import packets
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -64,80 +65,6 @@ _NOT_INTERNED = (
     "(the packet that defined it lost)"
 )
 _TRAILING_NUMBER = re.compile(r"(\d+)\s*$")
-
-
-def _pb2() -> Any:
-    try:
-        from perfetto.protos.perfetto.trace import perfetto_trace_pb2
-    except ImportError:  # pragma: no cover - perfetto is a core dependency
-        raise MissingDependencyError(
-            "reading Perfetto traces needs the perfetto package: pip install perfetto"
-        ) from None
-    return perfetto_trace_pb2
-
-
-def _varint(stream: BinaryIO) -> int | None:
-    shift = result = 0
-    while True:
-        b = stream.read(1)
-        if not b:
-            return None if shift == 0 else -1
-        result |= (b[0] & 0x7F) << shift
-        if not b[0] & 0x80:
-            return result
-        shift += 7
-        if shift > 63:
-            return -1
-
-
-MAX_PACKET = 2 << 30  # protobuf's limit on one message
-_READ_CHUNK = 1 << 20
-
-
-def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
-    """The next ``size`` bytes, None where the stream ends first. Read a chunk at a time:
-    ``size`` is the file's claim, so the memory taken follows the bytes the file holds,
-    never the number it states."""
-    if size <= _READ_CHUNK:
-        data = stream.read(size)
-        return data if len(data) == size else None
-    parts, have = [], 0
-    while have < size:
-        part = stream.read(min(_READ_CHUNK, size - have))
-        if not part:
-            return None
-        parts.append(part)
-        have += len(part)
-    return b"".join(parts)
-
-
-def _iter_packets(stream: BinaryIO, path: str) -> Any:
-    """Yield TracePacket messages one at a time from a Trace protobuf stream."""
-    pb2 = _pb2()
-    index = 0
-    while True:
-        tag = _varint(stream)
-        if tag is None:
-            return
-        size = _varint(stream)
-        if tag != 0x0A or size is None or size < 0:
-            raise TraceFormatError(path, f"not a Perfetto trace: bad field at packet #{index}")
-        if size >= MAX_PACKET:
-            raise TraceFormatError(
-                path,
-                f"not a Perfetto trace: packet #{index} claims {size:,} bytes, more than a "
-                "protobuf message can hold (2 GiB)",
-            )
-        data = _read_exactly(stream, size)
-        if data is None:
-            raise TraceFormatError(path, f"truncated Perfetto trace in packet #{index}")
-        packet = pb2.TracePacket()
-        try:
-            packet.ParseFromString(data)
-        except Exception:
-            raise TraceFormatError(path, f"packet #{index} is not a valid TracePacket") from None
-        yield packet
-        index += 1
 
 
 # clock ids 64-127 are scoped to one packet sequence (Perfetto's sequence clocks)
@@ -219,7 +146,7 @@ class _Reader:
         self.clocks: dict[tuple[int, int], _Clock] = {}  # (sequence, clock id)
 
     def run(self, stream: BinaryIO) -> Trace:
-        for packet in _iter_packets(stream, self.path):
+        for packet in packets(stream, self.path):
             self.packets += 1
             self._packet(packet)
         unmatched = sum(len(v) for v in self.open.values())

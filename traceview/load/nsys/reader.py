@@ -34,25 +34,34 @@ table_info``), so the 2024 layout and 2025's (with its added kernel columns) bot
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import warnings as warnings_module
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import polars as pl
 
-from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning, shown_value
-from traceview.load.nsys_names import (
+from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning
+from traceview.load.nsys.names import (
     COPY_KINDS,
     MEMORY_KINDS,
     SYNC_KINDS,
+    StringIds,
     device_args,
     device_properties,
     lookup,
+)
+from traceview.load.nsys.sqlite_file import (
+    SQLITE_MAGIC,
+    Db,
+    check_length,
+    committed,
+    connect,
+    is_export_file,
+    is_sqlite,
+    pending,
+    select,
+    tables,
 )
 from traceview.model import (
     COUNTER_SCHEMA,
@@ -70,7 +79,6 @@ from traceview.model import (
     wide,
 )
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 DEVICE_TABLES = {
     "CUPTI_ACTIVITY_KIND_KERNEL": ("kernel", "kernel"),
@@ -91,21 +99,6 @@ _VERSION_SUFFIX = r"_v\d+$"
 _MASK24 = 0xFFFFFF
 
 
-def is_sqlite(head: bytes) -> bool:
-    """The file starts with SQLite's header string."""
-    return head.startswith(SQLITE_MAGIC)
-
-
-def is_export_file(path: str) -> bool:
-    """A local file that starts with SQLite's header (what ``sql --engine auto`` keeps off
-    Perfetto's trace processor, which cannot read it)."""
-    try:
-        with open(path, "rb") as f:
-            return is_sqlite(f.read(len(SQLITE_MAGIC)))
-    except OSError:
-        return False
-
-
 def report_problem(path: str) -> str | None:
     """What to say about an Nsight Systems report (``.nsys-rep``, ``.qdrep``), which
     traceview cannot read; None for any other name."""
@@ -120,224 +113,10 @@ def report_problem(path: str) -> str | None:
     return None
 
 
-def _check_length(path: str, name: str) -> None:
-    """A file shorter than its header's page count says is cut (a copy or download that
-    stopped): every later query would fail somewhere, or silently miss rows."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(100)
-    if len(head) < 100:
-        raise TraceFormatError(name, f"a cut SQLite file ({size:,} bytes, not even a header)")
-    page = int.from_bytes(head[16:18], "big")
-    page = 65_536 if page == 1 else page
-    pages = int.from_bytes(head[28:32], "big")
-    counter_valid = head[24:28] == head[92:96]
-    if counter_valid and pages and size < page * pages:
-        raise TraceFormatError(
-            name, f"a cut SQLite file: {size:,} of the {page * pages:,} bytes its header states"
-        )
-
-
-class _Text:
-    """SQLite's TEXT values as ``str`` where one is not UTF-8 (NVTX's ASCII API and a
-    kernel's name take any bytes): each invalid byte sequence read as U+FFFD, and the
-    value counted."""
-
-    def __init__(self) -> None:
-        self.replaced = 0
-
-    def __call__(self, raw: bytes) -> str:
-        try:
-            return raw.decode()
-        except UnicodeDecodeError:
-            self.replaced += 1
-            return raw.decode(errors="replace")
-
-
-_SIDE_FILES = ("-wal", "-journal")  # SQLite's write-ahead log, its rollback journal
-_WAL_MODE = 2  # the header's read and write versions in WAL mode (bytes 18, 19)
-
-
-def pending(path: str) -> list[str]:
-    """The files beside an export that hold part of its committed state: a write-ahead
-    log (``-wal``, where the header says WAL mode) or a rollback journal (``-journal``,
-    a writer that stopped mid-transaction), each not empty. The file alone is then not the
-    database SQLite would read (a cache key or an immutable open of it is stale)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(20)
-    except OSError:
-        return []
-    if len(head) < 20 or not is_sqlite(head):
-        return []
-    wal = head[18] == _WAL_MODE and head[19] == _WAL_MODE
-    out = []
-    for suffix in _SIDE_FILES:
-        side = path + suffix
-        if (suffix == "-journal" or wal) and os.path.isfile(side) and os.path.getsize(side):
-            out.append(side)
-    return out
-
-
-def _connect(path: str, *, copy: bool = False) -> sqlite3.Connection:
-    """A read-only connection that never writes, locks or creates anything beside the file;
-    ``copy``: the file is traceview's own copy (with its log or journal), opened so that
-    SQLite may apply them."""
-    uri = Path(path).resolve().as_uri() + ("" if copy else "?mode=ro&immutable=1")
-    con = sqlite3.connect(uri, uri=True, check_same_thread=False)
-    con.execute("PRAGMA query_only = 1")
-    return con
-
-
-@contextlib.contextmanager
-def _committed(path: str, name: str) -> Iterator[tuple[str, bool]]:
-    """The file to read the export's committed state from, and whether it is a copy. An
-    export with a write-ahead log or a hot journal beside it (:func:`pending`) is copied
-    with them to a temporary folder, where SQLite applies them on open; the user's files
-    are never opened for writing (an immutable open would read the stale main file: a
-    log's deleted rows, say)."""
-    sides = pending(path)
-    if not sides:
-        yield path, False
-        return
-    import shutil
-    import tempfile
-
-    folder = tempfile.mkdtemp(prefix="traceview-export-")
-    try:
-        copy = os.path.join(folder, "export.sqlite")
-        try:
-            shutil.copyfile(path, copy)
-            for side in sides:
-                shutil.copyfile(side, copy + side[len(path) :])
-        except OSError as exc:
-            raise TraceFormatError(
-                name,
-                f"its committed state is partly in {os.path.basename(sides[0])}, and the "
-                f"copy that reads it failed ({exc}); checkpoint it first: sqlite3 "
-                f"{os.path.basename(path)} 'PRAGMA wal_checkpoint(TRUNCATE)'",
-            ) from None
-        yield copy, True
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-class _Db:
-    """The open export: each query's rows, its TEXT decoded by SQLite's own UTF-8 decoder;
-    where a value is not UTF-8, the query is read again, and every later one, through
-    :class:`_Text` (``text.replaced`` counts those values)."""
-
-    def __init__(self, con: sqlite3.Connection) -> None:
-        self.con = con
-        self.text = _Text()
-
-    def fetch(self, sql: str) -> tuple[list[Any], list[str]]:
-        """The rows of ``sql`` and their column names."""
-        try:
-            cur = self.con.execute(sql)
-            rows = cur.fetchall()
-        except sqlite3.OperationalError:  # a value not UTF-8 (else the same error again)
-            if self.con.text_factory is self.text:
-                raise
-            self.con.text_factory = self.text
-            cur = self.con.execute(sql)
-            rows = cur.fetchall()
-        return rows, [d[0] for d in cur.description or ()]
-
-    def rows(self, sql: str) -> list[Any]:
-        return self.fetch(sql)[0]
-
-    def no_reals(self, table: str, columns: list[str], path: str) -> None:
-        """Raise where a column read as integers (times, ids) holds a real number: the
-        frame would cut it to an integer, silently (nsys writes integers; text or a BLOB
-        there fails on its own). One scan of the table, stopping at the first."""
-        if not columns:
-            return
-        quoted = [f'"{c}"' for c in columns]
-        where = " OR ".join(f"typeof({q}) = 'real'" for q in quoted)
-        found = self.rows(f'SELECT {", ".join(quoted)} FROM "{table}" WHERE {where} LIMIT 1')
-        if found:
-            column, value = next(
-                (c, v) for c, v in zip(columns, found[0], strict=True) if isinstance(v, float)
-            )
-            raise TraceFormatError(
-                path,
-                f"{table}.{column} holds {shown_value(value)}, a real number where an integer "
-                "(a time or an id) belongs; not a readable Nsight Systems export",
-            )
-
-
-def _tables(db: _Db) -> dict[str, set[str]]:
-    out = {}
-    for (name,) in db.rows("SELECT name FROM sqlite_master WHERE type = 'table'"):
-        quoted = name.replace('"', '""')
-        out[name] = {r[1] for r in db.rows(f'PRAGMA table_info("{quoted}")')}
-    return out
-
-
-def _select(
-    db: _Db,
-    table: str,
-    have: set[str],
-    columns: dict[str, pl.DataType],
-    path: str,
-    where: str = "",
-) -> pl.DataFrame:
-    """``columns`` of ``table`` (NULL for those the table lacks), in one query; a text
-    column's values read as text whatever SQLite holds (a BLOB's bytes decoded as UTF-8),
-    an integer column's never a real number (:meth:`_Db.no_reals`)."""
-    db.no_reals(table, [c for c, t in columns.items() if c in have and t == pl.Int64()], path)
-    exprs = [
-        ("NULL" if c not in have else f'CAST("{c}" AS TEXT)' if t == pl.String() else f'"{c}"')
-        for c, t in columns.items()
-    ]
-    rows = db.rows(f'SELECT {", ".join(exprs)} FROM "{table}" {where}')
-    return pl.DataFrame(rows, schema=columns, orient="row")
-
-
 def _unpack(col: str) -> tuple[pl.Expr, pl.Expr]:
     """pid and tid from a serialized ``globalTid`` (or ``globalPid``, whose tid is 0)."""
     g = pl.col(col)
     return ((g // (1 << 24)) % (1 << 24)).alias("pid"), (g % (1 << 24)).alias("tid")
-
-
-class _Strings:
-    """``StringIds``: id -> text, applied to whole columns. A value is read as text
-    whatever SQLite holds (a BLOB's bytes decoded as UTF-8); an id that is not an integer
-    is an error: no name can be matched to it."""
-
-    def __init__(self, db: _Db, tables: dict[str, set[str]], path: str) -> None:
-        rows = (
-            db.rows("SELECT id, CAST(value AS TEXT) FROM StringIds")
-            if "StringIds" in tables
-            else []
-        )
-        ids = [r[0] for r in rows]
-        try:
-            self.ids = pl.Series("id", ids, dtype=pl.Int64)
-        except (TypeError, pl.exceptions.PolarsError):
-            bad = next(i for i in ids if i is not None and type(i) is not int)
-            raise TraceFormatError(
-                path,
-                f"StringIds holds an id that is not an integer ({shown_value(bad)}): no name can "
-                "be matched to it; not a readable Nsight Systems export",
-            ) from None
-        self.values = pl.Series("value", [r[1] for r in rows], dtype=pl.String)
-        if self.ids.n_unique() != self.ids.len():  # StringIds holds an id twice
-            both = pl.DataFrame([self.ids, self.values]).unique(maintain_order=True)
-            twice = both.filter(pl.col("id").is_duplicated() & pl.col("id").is_not_null())
-            if twice.height:
-                raise TraceFormatError(
-                    path,
-                    f"StringIds gives the id {twice['id'][0]} more than one text: the name of "
-                    "what refers to it cannot be told; not a readable Nsight Systems export",
-                )
-            self.ids, self.values = both["id"], both["value"]
-
-    def text(self, col: str) -> pl.Expr:
-        return pl.col(col).replace_strict(
-            self.ids, self.values, default=None, return_dtype=pl.String
-        )
 
 
 def _corr(key: bool) -> pl.Expr:
@@ -349,11 +128,11 @@ def _corr(key: bool) -> pl.Expr:
 
 
 class _Reader:
-    def __init__(self, path: str, db: _Db, raw_args: bool) -> None:
+    def __init__(self, path: str, db: Db, raw_args: bool) -> None:
         self.path = path
         self.db = db
         self.raw_args = raw_args
-        self.tables = _tables(db)
+        self.tables = tables(db)
         self.skipped: Counter[str] = Counter()
         self.rows = 0
         self.warnings: list[str] = []
@@ -376,7 +155,7 @@ class _Reader:
                 "no kernels or device activity: the export has no CUDA activity tables "
                 "(record with nsys profile --trace=cuda,nvtx)",
             )
-        self.strings = _Strings(self.db, t, self.path)
+        self.strings = StringIds(self.db, t, self.path)
         raw = {n: self._device_raw(n) for n in present}
         if sum(f.height for f in raw.values()) == 0:
             raise TraceFormatError(
@@ -616,7 +395,7 @@ class _Reader:
             "correlationId": pl.Int64(),
             "nameId": pl.Int64(),
         }
-        f = _select(self.db, table, self.tables[table], cols, self.path)
+        f = select(self.db, table, self.tables[table], cols, self.path)
         self.rows += f.height
         return f
 
@@ -665,7 +444,7 @@ class _Reader:
             "globalPid": pl.Int64(),
             "syncType": pl.Int64(),
         }
-        f = _select(self.db, table, self.tables[table], cols, self.path)
+        f = select(self.db, table, self.tables[table], cols, self.path)
         self.rows += f.height
         return f
 
@@ -701,7 +480,7 @@ class _Reader:
         }
         kinds = (NVTX_PUSH_POP, NVTX_START_END, NVTX_MARK)
         where = f"WHERE eventType IN {kinds!r}"
-        f = _select(self.db, table, self.tables[table], cols, self.path, where)
+        f = select(self.db, table, self.tables[table], cols, self.path, where)
         self.rows += f.height
         mark = pl.col("eventType") == NVTX_MARK
         ok = mark | (pl.col("end").is_not_null() & (pl.col("end") >= pl.col("start")))
@@ -791,14 +570,14 @@ def load_nsys(path: str, *, raw_args: bool = False, source: str | None = None) -
         NotATraceError: a SQLite database that is not an Nsight Systems export.
     """
     name = source or path
-    _check_length(path, name)
-    with _committed(path, name) as (readable, copy):
+    check_length(path, name)
+    with committed(path, name) as (readable, copy):
         try:
-            con = _connect(readable, copy=copy)
+            con = connect(readable, copy=copy)
         except sqlite3.Error as exc:
             raise TraceFormatError(name, f"cannot open the SQLite database ({exc})") from None
         try:
-            return _Reader(name, _Db(con), raw_args).run()
+            return _Reader(name, Db(con), raw_args).run()
         except sqlite3.DatabaseError as exc:
             raise TraceFormatError(name, f"a corrupt SQLite database ({exc})") from None
         except sqlite3.Error as exc:

@@ -1,10 +1,18 @@
-"""What the numbers in an Nsight Systems export stand for (:mod:`.nsys`): CUPTI's enums as
-Kineto spells them in event names, a device row's raw args under Kineto's keys, and the
-devices' properties under Kineto's ``deviceProperties`` keys."""
+"""What the numbers in an Nsight Systems export stand for (:mod:`.reader`): CUPTI's enums as
+Kineto spells them in event names, a device row's raw args under Kineto's keys, the
+devices' properties under Kineto's ``deviceProperties`` keys, and ``StringIds`` (the text
+of every name id)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
+
+from traceview.errors import TraceFormatError, shown_value
+
+if TYPE_CHECKING:
+    from traceview.load.nsys.sqlite_file import Db
 
 # CUPTI's enums as Kineto spells them in event names (CUpti_ActivityMemcpyKind,
 # CUpti_ActivityMemoryKind, CUpti_ActivitySynchronizationType)
@@ -108,3 +116,42 @@ def device_properties(
         }
         out.append({k: v for k, v in prop.items() if v is not None and v != ""})
     return tuple(out)
+
+
+class StringIds:
+    """``StringIds``: id -> text, applied to whole columns. A value is read as text
+    whatever SQLite holds (a BLOB's bytes decoded as UTF-8); an id that is not an integer
+    is an error: no name can be matched to it."""
+
+    def __init__(self, db: Db, tables: dict[str, set[str]], path: str) -> None:
+        rows = (
+            db.rows("SELECT id, CAST(value AS TEXT) FROM StringIds")
+            if "StringIds" in tables
+            else []
+        )
+        ids = [r[0] for r in rows]
+        try:
+            self.ids = pl.Series("id", ids, dtype=pl.Int64)
+        except (TypeError, pl.exceptions.PolarsError):
+            bad = next(i for i in ids if i is not None and type(i) is not int)
+            raise TraceFormatError(
+                path,
+                f"StringIds holds an id that is not an integer ({shown_value(bad)}): no name can "
+                "be matched to it; not a readable Nsight Systems export",
+            ) from None
+        self.values = pl.Series("value", [r[1] for r in rows], dtype=pl.String)
+        if self.ids.n_unique() != self.ids.len():  # StringIds holds an id twice
+            both = pl.DataFrame([self.ids, self.values]).unique(maintain_order=True)
+            twice = both.filter(pl.col("id").is_duplicated() & pl.col("id").is_not_null())
+            if twice.height:
+                raise TraceFormatError(
+                    path,
+                    f"StringIds gives the id {twice['id'][0]} more than one text: the name of "
+                    "what refers to it cannot be told; not a readable Nsight Systems export",
+                )
+            self.ids, self.values = both["id"], both["value"]
+
+    def text(self, col: str) -> pl.Expr:
+        return pl.col(col).replace_strict(
+            self.ids, self.values, default=None, return_dtype=pl.String
+        )
