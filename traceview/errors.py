@@ -125,7 +125,7 @@ def describe_event(ph: Any, name: Any) -> str:
     return f"ph={ph!r}, name={text!r}"
 
 
-def shown_value(value: Any) -> str:
+def shown_value(value: object) -> str:
     """A value read from a trace as an error message shows it: Python's repr (quoted, its
     control characters escaped), cut at 40 characters."""
     text = repr(value)

@@ -38,7 +38,7 @@ from traceview.errors import TraceFormatError, shown_value
 from traceview.load.frames import DEVICE_CATS as _DEVICE_CATS
 from traceview.load.frames import EVENT_CATS as _EVENT_CATS
 from traceview.load.frames import unreadable
-from traceview.load.pftrace_packets import packets
+from traceview.load.pftrace_packets import Message, packets
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -72,7 +72,6 @@ _SEQUENCE_CLOCKS = range(64, 128)
 _BOOTTIME = 6  # the trace's clock where a snapshot names none
 _MONOTONIC = 3
 _ANY_SEQUENCE = -1  # the key of a clock the whole trace shares (ids from 128 on)
-Message = Any  # a protobuf message of Perfetto's (its generated classes carry no types)
 _UNKNOWN_CLOCK = (
     "event timed on a sequence's or a user's clock not known here (no ClockSnapshot, or "
     "packets lost since the sequence last started clean)"
@@ -100,7 +99,7 @@ _SCALARS = (
 )
 
 
-def ident(value: Any) -> int | None:
+def ident(value: object) -> int | None:
     """An id annotation's value (``device``, ``stream``, ``correlation``) as the JSON reader
     reads it: an int, an integral double or a numeric string; else None."""
     if isinstance(value, bool):
@@ -350,7 +349,7 @@ class _Reader:
             )
             unknown |= key is None
             which = a.WhichOneof("value")
-            given: Any = None
+            given: object = None
             if which == "string_value_iid":
                 given = self._intern(seq, "string", a.string_value_iid)
                 unknown |= given is None

@@ -4,12 +4,15 @@ the claim), and parsed as a ``TracePacket`` with the perfetto package's classes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from traceview.errors import MissingDependencyError, TraceFormatError
 
+Message = Any  # a protobuf message of Perfetto's (its generated classes carry no types)
 
-def protos() -> Any:
+
+def _protos() -> Any:
     try:
         from perfetto.protos.perfetto.trace import perfetto_trace_pb2
     except ImportError:  # pragma: no cover - perfetto is a core dependency
@@ -54,9 +57,9 @@ def read_exactly(stream: BinaryIO, size: int) -> bytes | None:
     return b"".join(parts)
 
 
-def packets(stream: BinaryIO, path: str) -> Any:
+def packets(stream: BinaryIO, path: str) -> Iterator[Message]:
     """Yield TracePacket messages one at a time from a Trace protobuf stream."""
-    pb2 = protos()
+    pb2 = _protos()
     index = 0
     while True:
         tag = varint(stream)
@@ -83,4 +86,4 @@ def packets(stream: BinaryIO, path: str) -> Any:
         index += 1
 
 
-__all__ = ["MAX_PACKET", "packets", "protos", "read_exactly", "varint"]
+__all__ = ["MAX_PACKET", "Message", "packets", "read_exactly", "varint"]

@@ -17,6 +17,7 @@ import polars as pl
 from traceview.errors import TraceFormatError, shown_value
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+Row = tuple[Any, ...]  # a row as sqlite3 gives it: its values of whatever SQLite type
 
 
 def is_sqlite(head: bytes) -> bool:
@@ -145,7 +146,7 @@ class Db:
         self.con = con
         self.text = Text()
 
-    def fetch(self, sql: str) -> tuple[list[Any], list[str]]:
+    def fetch(self, sql: str) -> tuple[list[Row], list[str]]:
         """The rows of ``sql`` and their column names."""
         try:
             cur = self.con.execute(sql)
@@ -158,7 +159,7 @@ class Db:
             rows = cur.fetchall()
         return rows, [d[0] for d in cur.description or ()]
 
-    def rows(self, sql: str) -> list[Any]:
+    def rows(self, sql: str) -> list[Row]:
         return self.fetch(sql)[0]
 
     def no_reals(self, table: str, columns: list[str], path: str) -> None:
