@@ -4,8 +4,9 @@
 -- Columns: family (text), kernels (count), total_ns (ns of kernel time), mean_ns (ns),
 --          share (fraction of all kernel time, 0..1). Sorted by total_ns, largest first.
 -- Device activity is every slice whose category is kernel, gpu_memcpy or gpu_memset (any
--- case: older Kineto writes Kernel/Memcpy/Memset). Rules are tried in order, first match
--- wins, unmatched kernels are "other" - the same name rules as `traceview summarize`.
+-- case: older Kineto writes Kernel/Memcpy/Memset), or cuda_graph (a whole CUDA-graph replay
+-- in an Nsight export traced at graph level). Rules are tried in order, first match wins,
+-- unmatched kernels are "other" - the same name rules as `traceview summarize`.
 -- Names only: summarize also reads record_shapes to move PyTorch's softmax kernels that
 -- eager attention launched into full_attention, and moves a GEMM that runs between an MoE
 -- router and its combine into moe (docs/metrics.md); this query does neither. It also
@@ -17,10 +18,11 @@
 --   traceview sql queries/kernel_families.sql trace.json.gz
 WITH k AS (
   SELECT name, category, dur FROM slice
-  WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
+  WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset', 'cuda_graph')
 ),
 f AS (
   SELECT dur, CASE
+    WHEN lower(category) IN ('cuda_graph') THEN 'cuda_graph'
     WHEN lower(category) IN ('gpu_memcpy', 'gpu_memset', 'memcpy', 'memset') THEN 'memory'
     WHEN lower(name) REGEXP '(?:flash_fwd_(splitkv_(combine_)?)?kernel)|(?:flashattnfwd(sm80|sm90|sm100|combine))|(?:flash_attn)|(?:(batch|single)(prefill|decode)with(paged|ragged)?kv(cache)?kernel)|(?:mergestates)|(?:batchmlapage)|(?:flash_fwd_\w*mla)|(?:_fwd_(grouped_)?kernel_stage[12])|(?:fmha_cutlass)|(?:sdpa)|(?:fmhasm1\d\d)|(?:paged_attention_(v[12]|ll4mi))|(?:kernel_unified_attention_[23]d)|(?:reduce_segments)|(?:fmha\w*kernel)|(?:fmha_fwd)|(?:attn_fwd)|(?:context_attention_fwd)|(?:efficient_attention)|(?:reshape_and_cache(_flash)?)|(?:store_kvcache)|(?:concat_and_cache_mla)' THEN 'full_attention'
     WHEN lower(name) REGEXP '(?:chunk_gated_delta_rule_fwd_kernel_h)|(?:chunk_fwd_kernel_o)|(?:chunk_scaled_dot_kkt_fwd)|(?:recompute_w_u_fwd)|(?:chunk_local_cumsum)|(?:solve_tril)|(?:merge_16x16_to_\d+x\d+_inverse)|(?:chunk_kda_)|(?:_chunk_(cumsum|state|scan)_fwd)|(?:_bmm_chunk_fwd)|(?:_chunk_state_passing_fwd)|(?:causal_conv1d_fwd)' THEN 'linear_attention.prefill'

@@ -15,7 +15,7 @@ WITH launch AS MATERIALIZED (
 k AS MATERIALIZED (
   SELECT ts, EXTRACT_ARG(arg_set_id, 'args.correlation') AS corr
   FROM slice
-  WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
+  WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset', 'cuda_graph')
 ),
 lat AS MATERIALIZED (
   SELECT l.name, k.ts - l.ts AS v FROM k JOIN launch l ON k.corr = l.corr

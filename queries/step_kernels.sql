@@ -20,7 +20,7 @@ WITH ann AS MATERIALIZED (
 k AS MATERIALIZED (
   SELECT s.ts, s.dur, t.upid, EXTRACT_ARG(s.arg_set_id, 'args.correlation') AS corr
   FROM slice s JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid)
-  WHERE lower(s.category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
+  WHERE lower(s.category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset', 'cuda_graph')
 ),
 launch AS MATERIALIZED (
   SELECT s.ts, tt.utid, EXTRACT_ARG(s.arg_set_id, 'args.correlation') AS corr

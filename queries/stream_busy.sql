@@ -14,7 +14,7 @@ WITH k AS (
   JOIN thread_track tt ON s.track_id = tt.id
   JOIN thread t USING (utid)
   JOIN process p USING (upid)
-  WHERE lower(s.category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
+  WHERE lower(s.category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset', 'cuda_graph')
 ),
 o AS (
   SELECT *, MAX(end_ts) OVER (PARTITION BY device, stream ORDER BY ts, end_ts

@@ -7,7 +7,7 @@
 --   traceview sql queries/top_kernels.sql trace.json.gz --format csv
 WITH k AS (
   SELECT name, dur FROM slice
-  WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
+  WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset', 'cuda_graph')
 )
 SELECT name, COUNT(*) AS kernels, SUM(dur) AS total_ns, 1.0 * SUM(dur) / COUNT(*) AS mean_ns,
   MAX(dur) AS max_ns, 1.0 * SUM(dur) / (SELECT SUM(dur) FROM k) AS share

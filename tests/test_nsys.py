@@ -20,6 +20,7 @@ import traceview as tv
 from fixtures import nsys
 from fixtures.engine import RECORD_COLUMNS, build
 from fixtures.truth import truth as plan_truth
+from traceview import model as nsys_model
 from traceview.cli import cli
 from traceview.load import nsys as loader
 
@@ -448,3 +449,339 @@ def test_a_kernel_without_a_device_is_refused_and_one_without_a_name_is_said(
                 "3 kernels in CUPTI_ACTIVITY_KIND_KERNEL without a name in StringIds" in done.stderr
             )
             assert tv.load(export).kernels.filter(pl.col("name") == "").height == 3
+
+
+def test_strings_that_are_not_utf8_are_read_with_replacement_and_counted(tmp_path: Path) -> None:
+    """A hostile probe's finding: one kernel name or NVTX text that is not UTF-8 (NVTX's
+    ASCII API takes any bytes) made the whole export "a corrupt SQLite database". Planted:
+    one kernel name gets a 0xff byte, and a range is added whose text holds a 0xfe byte;
+    each reads with U+FFFD in its place, the two are counted in one warning, and every
+    step is still found."""
+    import shutil
+
+    export = tmp_path / "bytes.sqlite"
+    shutil.copy(NSYS / "nsys_vllm.sqlite", export)
+    with sqlite3.connect(export) as db:
+        name_id, name = db.execute(
+            "SELECT id, value FROM StringIds WHERE value LIKE '%argmax%'"
+        ).fetchone()
+        db.execute(
+            "UPDATE StringIds SET value = CAST(? AS TEXT) WHERE id = ?",
+            (name.encode() + b"\xff", name_id),
+        )
+        db.execute(
+            "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) SELECT start, "
+            "end, eventType, CAST(? AS TEXT), globalTid FROM NVTX_EVENTS LIMIT 1",
+            (b"\xfeforward",),
+        )
+    with pytest.warns(tv.TraceviewWarning) as said:
+        trace = tv.load(export, options=tv.LoadOptions(cache=False))
+    assert [str(w.message) for w in said] == [
+        f"{export}: 2 text values (names, NVTX texts) not UTF-8: read with U+FFFD for each "
+        "invalid byte sequence"
+    ]
+    original = tv.load(NSYS / "nsys_vllm.sqlite")
+    names = trace.kernels["name"].cast(str)
+    assert (names == name + "\ufffd").sum() == (original.kernels["name"].cast(str) == name).sum()
+    assert trace.events.filter(pl.col("name") == "\ufffdforward").height == 1
+    assert tv.summarize(trace).to_dict()["steps"]["count"] == len(_truth("nsys_vllm")["steps"])
+
+
+def test_a_blob_in_string_ids_is_read_and_an_id_that_is_no_integer_is_one_line(
+    tmp_path: Path,
+) -> None:
+    """A hostile probe's finding: a BLOB value or a text id in StringIds was a traceback.
+    A BLOB's bytes are the name's (read as UTF-8, a bad sequence as U+FFFD and counted);
+    an id that is no integer can be matched to nothing, and is one line."""
+    g = (1 << 48) | (777 << 24) | 779
+    kernels = [(100, 350, 0, 7, 5, g & ~0xFFFFFF, 1, 2), (400, 500, 0, 7, 6, g & ~0xFFFFFF, 3, 2)]
+    blobs = _export(
+        tmp_path / "blob.sqlite",
+        {
+            "StringIds": ("id INTEGER PRIMARY KEY, value", [(1, b"gemm_blob"), (2, "s")]),
+            "CUPTI_ACTIVITY_KIND_KERNEL": (KERNEL, kernels),
+        },
+    )
+    with sqlite3.connect(blobs) as db:
+        db.execute("INSERT INTO StringIds VALUES (3, X'6e636370ff')")
+    with pytest.warns(tv.TraceviewWarning, match="1 text value .* not UTF-8"):
+        trace = tv.load(blobs, options=tv.LoadOptions(cache=False))
+    assert trace.kernels["name"].cast(str).to_list() == ["gemm_blob", "nccp\ufffd"]
+    text_id = _export(
+        tmp_path / "text_id.sqlite",
+        {
+            "StringIds": ("id, value", [(1, "gemm_kernel_full"), ("abc", "x")]),
+            "CUPTI_ACTIVITY_KIND_KERNEL": (KERNEL, kernels[:1]),
+        },
+    )
+    assert _bad(text_id) == (
+        f"Error: {text_id}: StringIds holds an id that is not an integer ('abc'): no name can "
+        "be matched to it; not a readable Nsight Systems export\n"
+    )
+
+
+def _side_file_export(folder: Path, mode: str) -> tuple[Path, int]:
+    """``report.sqlite`` and its ``-wal`` or ``-journal``, as a writer leaves them, and the
+    kernels of the state SQLite commits. ``wal``: the kernel rows after the 100th deleted
+    and committed to the write-ahead log, not yet checkpointed into the file. ``journal``:
+    the same deletion in a transaction that never committed, its pages already spilled
+    into the file (a writer that stopped): the hot journal rolls it back."""
+    import shutil
+
+    work = folder / "work.sqlite"
+    shutil.copy(NSYS / "nsys_vllm.sqlite", work)
+    con = sqlite3.connect(work, isolation_level=None)
+    total = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    if mode == "wal":
+        con.execute("PRAGMA journal_mode = WAL")
+        con.execute("PRAGMA wal_autocheckpoint = 0")
+    else:
+        con.execute("PRAGMA cache_size = 1")  # dirty pages spill into the file
+        con.execute("BEGIN")
+    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid > 100")
+    side = "-wal" if mode == "wal" else "-journal"
+    export = folder / "report.sqlite"
+    shutil.copy(work, export)  # while the writer holds them
+    shutil.copy(f"{work}{side}", f"{export}{side}")
+    if mode == "journal":
+        con.execute("ROLLBACK")
+    con.close()
+    work.unlink()
+    return export, 100 if mode == "wal" else total
+
+
+@pytest.mark.parametrize("mode", ["wal", "journal"])
+def test_an_export_with_a_log_or_journal_reads_its_committed_state(
+    tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hostile probe's finding: an export left in WAL mode was opened immutable, so the
+    write-ahead log was ignored and stale rows read (687 kernels where 100 are committed);
+    a hot journal's rolled-back rows were read the same way. Planted: the committed count.
+    The user's files are only read: the same bytes and times, nothing created beside
+    them; the cache stores no entry keyed by the file alone."""
+    export, committed = _side_file_export(tmp_path, mode)
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
+    from traceview.load import cache
+
+    stored: list[object] = []
+    monkeypatch.setattr(cache, "put", lambda *a: stored.append(a))
+    options = tv.LoadOptions(cache=True, cache_min_bytes=0)
+    trace = tv.load(export, options=options)
+    assert trace.kernels.filter(pl.col("kind") == "kernel").height == committed
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
+    assert after == before
+    assert loader.pending(str(export)) == [f"{export}-{mode}"]
+    assert not list(Path(tempfile.gettempdir()).glob("traceview-export-*"))  # removed
+    assert stored == []
+
+
+def _replay_summary_equals_truth(doc: dict[str, Any], t: dict[str, Any]) -> None:
+    """A graph-level export's summary against :func:`fixtures.nsys.graph_truth`."""
+    assert doc["trace"]["kernels"] == t["kernels"]
+    assert (doc["trace"]["start_ns"], doc["trace"]["span_ns"]) == (t["start_ns"], t["span_ns"])
+    assert doc["steps"]["count"] == t["step_count"]
+    assert doc["steps"]["cadence"] == t["cadence"]
+    assert doc["busy"]["fraction"] == pytest.approx(t["busy"]["fraction"], rel=1e-6)
+    got = {f["family"]: {"count": f["count"], "total_ns": f["total_ns"]} for f in doc["families"]}
+    assert got == t["families"]
+    gaps = {g["population"]: g for g in doc["decode_gaps"]}
+    for pop, want in t["decode_gaps"].items():
+        assert {k: gaps[pop][k] for k in want} == want, pop
+    assert nsys_model.replays_not_itemised(t["replays"]) in doc["warnings"]
+
+
+def test_a_graph_level_export_reads_its_replays_as_device_activity() -> None:
+    """A hostile probe's finding: ``nsys --cuda-graph-trace=graph`` (nsys's default) writes
+    each replay as one CUPTI_ACTIVITY_KIND_GRAPH_TRACE row and no row of its kernels; that
+    table was ignored, so three eager steps then 27 replays read as one step over a tenth
+    of the busy time, with no warning. Planted (fixtures.nsys.graph_truth): each replay is
+    device activity, family cuda_graph, and its step's marker: 30 steps, their starts,
+    anchors and kinds, cadence, busy, every family, and the decode gaps (none across a
+    replay); one warning says the replays' kernels are not itemised."""
+    t = _truth("nsys_graph_replays")
+    trace = tv.load(NSYS / "nsys_graph_replays.sqlite")
+    assert trace.meta.events == t["events"]
+    summary = tv.summarize(trace)
+    doc = summary.to_dict()
+    _replay_summary_equals_truth(doc, t)
+    assert doc["steps"]["marker"] == "full_attention, CUDA-graph replays"
+    table = summary.steps.select("index", "start_ns", "anchor_ns", "end_ns", "kind", "kernels")
+    assert table.to_dicts() == [
+        {k: s[k] for k in ("index", "start_ns", "anchor_ns", "end_ns", "kind", "kernels")}
+        for s in t["steps"]
+    ]
+    replays = trace.kernels.filter(pl.col("cat") == "cuda_graph")
+    assert replays["name"].cast(str).unique().to_list() == ["CUDA graph replay (graph 1, exec 1)"]
+    assert replays["kind"].cast(str).unique().to_list() == ["kernel"]
+    launches = trace.events.filter(pl.col("name") == "cudaGraphLaunch")["correlation"]
+    assert sorted(replays["correlation"].to_list()) == sorted(launches.to_list())
+    said = CliRunner().invoke(cli, ["summarize", str(NSYS / "nsys_graph_replays.sqlite")])
+    assert said.exit_code == 0, said.output
+    line = nsys_model.replays_not_itemised(t["replays"])
+    assert said.stderr.count(line) == 1  # the loader's and the summary's, said once
+
+
+@pytest.mark.parametrize(
+    ("layers", "annotations"),
+    [("LLLFLLLF", "vllm-cpu"), ("FFFF", "none")],
+    ids=["two-attention-layers-nvtx", "dense-bursts"],
+)
+def test_graph_level_steps_on_other_models(tmp_path: Path, layers: str, annotations: str) -> None:
+    """The same reading on other models: two full-attention layers a step with vLLM's NVTX
+    step ranges (each replay is linked to its range through its launch's correlation), and
+    a dense model's four from the bursts alone. Planted: fixtures.nsys.graph_truth."""
+    from dataclasses import replace
+
+    sc = replace(nsys.GRAPHS, name="other", layers=layers, annotations=annotations)
+    tb, steps = build(sc)
+    path, rows = nsys.to_nsys(
+        [nsys.Process(tb, 7)],
+        tmp_path / "other.sqlite",
+        nvtx=annotations != "none",
+        graph_trace=True,
+    )
+    t = nsys.graph_truth(sc, steps, path.name, rows)
+    summary = tv.summarize(tv.load(path, options=tv.LoadOptions(cache=False)))
+    _replay_summary_equals_truth(summary.to_dict(), t)
+    keys = ("index", "start_ns", "anchor_ns", "end_ns", "kind", "kernels")
+    assert summary.steps.select(keys).to_dicts() == [{k: s[k] for k in keys} for s in t["steps"]]
+
+
+def test_an_export_of_replays_only_loads(tmp_path: Path) -> None:
+    """Every step replayed (decode only, no eager copies): the export's CUPTI tables hold
+    no row but the replays', and it was refused ("its CUDA activity tables are empty").
+    Each replay is its step."""
+    from dataclasses import replace
+
+    from fixtures.engine import CATEGORY, Engine
+
+    sc = replace(nsys.GRAPHS, name="replays_only", chunks=0, decode_before=0, decode_after=12)
+    planned = Engine(sc).plan()
+    for s in planned:
+        s.kernels = [k for k in s.kernels if k.key not in CATEGORY]
+    tb, steps = build(sc, planned)
+    path, rows = nsys.to_nsys(
+        [nsys.Process(tb, 7)], tmp_path / "replays.sqlite", nvtx=False, graph_trace=True
+    )
+    with sqlite3.connect(path) as db:
+        for table in ("KERNEL", "MEMCPY", "MEMSET"):
+            count = f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_{table}"
+            assert db.execute(count).fetchone() == (0,)
+    t = nsys.graph_truth(sc, steps, path.name, rows)
+    doc = tv.summarize(tv.load(path, options=tv.LoadOptions(cache=False))).to_dict()
+    _replay_summary_equals_truth(doc, t)
+    assert doc["steps"]["count"] == 12
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "shown"),
+    [
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "deviceId", "0.5"),
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId", "1005.5"),
+        ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "correlationId", "2.5"),
+    ],
+    ids=["kernel-device", "launch-correlation", "replay-correlation"],
+)
+def test_a_real_number_where_an_integer_belongs_is_one_line(
+    tmp_path: Path, table: str, column: str, shown: str
+) -> None:
+    """A hostile probe's finding: a real number in a column of times or ids (deviceId 0.5,
+    a correlation id 1005.5) was cut to an integer as the frame was built, silently: the
+    kernel ran on device 0, or joined another launch. It is one line."""
+    import shutil
+
+    export = tmp_path / "reals.sqlite"
+    shutil.copy(NSYS / "nsys_graph_replays.sqlite", export)
+    with sqlite3.connect(export) as db:
+        rowid = db.execute(f"SELECT min(rowid) FROM {table} WHERE {column} IS NOT NULL").fetchone()
+        db.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = ?", (float(shown), rowid[0]))
+    assert _bad(export) == (
+        f"Error: {export}: {table}.{column} holds {shown}, a real number where an integer (a "
+        "time or an id) belongs; not a readable Nsight Systems export\n"
+    )
+
+
+def test_replays_also_itemised_by_kernel_rows_are_read_once(tmp_path: Path) -> None:
+    """A hostile probe's finding: an export holding a replay both whole (GRAPH_TRACE) and
+    node by node (kernel rows sharing its launch's correlation) counted its time twice
+    (family cuda_graph beside the kernels' own) and filled the gaps between its kernels
+    (busy 0.6468 -> 0.6643). Planted: the node-level fixture with every replay added
+    whole; its summary equals the fixture's, with one warning."""
+    import shutil
+
+    export = tmp_path / "both.sqlite"
+    shutil.copy(NSYS / "nsys_vllm.sqlite", export)
+    columns = ", ".join(nsys.GRAPH_TRACE)
+    with sqlite3.connect(export) as db:
+        db.execute(f"CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE ({columns})")
+        added = db.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE SELECT min(start), max(end), "
+            "deviceId, 1, NULL, streamId, correlationId, globalPid, 1, 1 FROM "
+            "CUPTI_ACTIVITY_KIND_KERNEL WHERE graphId IS NOT NULL GROUP BY correlationId"
+        ).rowcount
+    assert added == sum(1 for s in _truth("nsys_vllm")["steps"] if s["planned_kind"] == "decode")
+    with pytest.warns(tv.TraceviewWarning, match=f"{added} CUDA-graph replays in .* also"):
+        both = tv.summarize(tv.load(export, options=tv.LoadOptions(cache=False))).to_dict()
+    alone = tv.summarize(tv.load(NSYS / "nsys_vllm.sqlite")).to_dict()
+    for doc in (both, alone):
+        doc["trace"].pop("path"), doc["trace"].pop("events")
+    assert both == alone
+
+
+def test_replays_cupti_could_not_place_are_skipped_and_counted(tmp_path: Path) -> None:
+    """CUPTI writes 0 for both times of a replay it could not time, and device INT_MAX for
+    one whose first node ran on the host (CUpti_ActivityGraphTrace2): read as they are,
+    one would be a replay at time 0 (a span of 5e15 ns), the other a device of its own.
+    Each is skipped and counted, and its launch is said to have no device activity."""
+    import shutil
+
+    export = tmp_path / "unplaced.sqlite"
+    shutil.copy(NSYS / "nsys_graph_replays.sqlite", export)
+    with sqlite3.connect(export) as db:
+        table = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+        db.execute(f"UPDATE {table} SET start = 0, end = 0 WHERE rowid = 3")
+        db.execute(f"UPDATE {table} SET deviceId = 2147483647 WHERE rowid = 4")
+    trace = tv.load(export, options=tv.LoadOptions(cache=False))
+    t = _truth("nsys_graph_replays")
+    assert trace.kernels.height == t["kernels"] - 2 and trace.devices == [0]
+    assert trace.meta.skipped_events == 2
+    assert sorted(trace.meta.warnings)[:2] == [
+        "1 event skipped: CUDA-graph replay CUPTI could not time (start and end 0)",
+        "1 event skipped: CUDA-graph replay that started on the host (no device)",
+    ]
+    doc = tv.summarize(trace).to_dict()
+    assert doc["trace"]["start_ns"] == t["start_ns"]
+    assert any(
+        w.startswith("2 of 27 CUDA-graph launches inside the trace have no device")
+        for w in doc["warnings"]
+    )
+
+
+def test_hostile_values_in_the_device_and_name_tables(tmp_path: Path) -> None:
+    """A hostile probe's findings: a BLOB GPU name reached the summary as Python bytes, and
+    ``smCount = 'many'`` was passed on as the device's SM count; StringIds holding one id
+    twice was a polars message. A property is kept only with its own type (a BLOB name read
+    as its UTF-8 text); one id given the same text twice is one name; given two texts,
+    one line."""
+    import shutil
+
+    export = tmp_path / "hostile.sqlite"
+    shutil.copy(NSYS / "nsys_vllm.sqlite", export)
+    with sqlite3.connect(export) as db:
+        db.execute("UPDATE TARGET_INFO_GPU SET smCount = 'many', name = X'4832303020534d'")
+        db.execute("ALTER TABLE StringIds RENAME TO Old")
+        db.execute("CREATE TABLE StringIds (id, value)")
+        db.execute("INSERT INTO StringIds SELECT id, value FROM Old")
+        db.execute("INSERT INTO StringIds SELECT id, value FROM Old WHERE id = 3")
+        db.execute("DROP TABLE Old")
+    trace = tv.load(export, options=tv.LoadOptions(cache=False))
+    props = trace.meta.device_properties[0]
+    assert (trace.meta.gpu_name, props["name"], props["numSms"]) == ("H200 SM", "H200 SM", 132)
+    original = tv.load(NSYS / "nsys_vllm.sqlite")
+    assert trace.kernels.drop("external_id").equals(original.kernels.drop("external_id"))
+    with sqlite3.connect(export) as db:
+        db.execute("INSERT INTO StringIds VALUES (3, 'another name')")
+    assert _bad(export) == (
+        f"Error: {export}: StringIds gives the id 3 more than one text: the name of what "
+        "refers to it cannot be told; not a readable Nsight Systems export\n"
+    )

@@ -135,6 +135,53 @@ def test_truncated_perfetto_trace_is_one_line(tmp_path: Path) -> None:
     assert result.stderr.startswith(f"Error: {cut}: truncated Perfetto trace in packet #")
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def test_a_packet_that_claims_more_than_the_file_holds_is_one_line(tmp_path: Path) -> None:
+    """A hostile probe's finding: a 107-byte .pftrace whose first packet claims 1 TiB raised
+    MemoryError, and a claim of 1.9 GB allocated it before saying "truncated". A claim of a
+    protobuf message's limit or more is refused as such; a smaller one is read as far as
+    the file goes, in a process capped at 2 GiB."""
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    huge = tmp_path / "tib.pftrace"
+    huge.write_bytes(b"\x0a" + _varint(1 << 40) + b"\x08" * 100)
+    assert huge.stat().st_size == 107
+    done = CliRunner().invoke(cli, ["summarize", str(huge)])
+    assert done.exit_code == 2, done.output
+    assert done.stderr == (
+        f"Error: {huge}: not a Perfetto trace: packet #0 claims 1,099,511,627,776 bytes, "
+        "more than a protobuf message can hold (2 GiB)\n"
+    )
+    large = tmp_path / "large.pftrace"
+    large.write_bytes(b"\x0a" + _varint(1_900_000_000) + b"\x08" * 100)
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    run = subprocess.run(
+        [sys.executable, "-m", "traceview", "--no-cache", "summarize", str(large)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=cap,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert run.stderr == f"Error: {large}: truncated Perfetto trace in packet #0\n"
+
+
 _TRACK = 11  # the thread track of the hand-built traces below: pid 0, tid 7
 
 
@@ -310,3 +357,273 @@ def test_a_user_clock_and_names_interned_beside_a_snapshot(tmp_path: Path) -> No
     path.write_bytes(trace.serialize())
     rows = tv.load(path).kernels.select("ts_ns", "dur_ns", pl.col("name").cast(pl.String)).rows()
     assert rows == [(1_000_010, 10, "interned_gemm"), (5_000_000, 1000, "absolute_gemm")]
+
+
+def test_a_ring_buffer_that_overwrote_a_sequences_start_skips_until_it_starts_clean(
+    tmp_path: Path,
+) -> None:
+    """A hostile probe's finding: where a ring buffer overwrote a sequence's clean start
+    (and the interned names it defined), the packets that need that state loaded as host
+    events named '' (kernels among them). Perfetto skips them until the sequence starts
+    clean (SEQ_NEEDS_INCREMENTAL_STATE). Planted: a fixture's packets flagged as the SDK
+    flags them, the first third lost, and a clean start (its names interned again) two
+    thirds in: what follows it loads as in the whole file, each event before it is
+    skipped and counted, and nothing is named ''."""
+    from dataclasses import replace
+
+    sc = next(s for s in SCENARIOS if s.name == "hybrid_chunked")  # kernels and host events
+    tb, _ = build(replace(sc, decode_before=6, chunks=2, decode_after=6))
+    whole = to_pftrace(tb, tmp_path / "whole.pftrace")
+    trace = pb2.Trace()
+    trace.ParseFromString(whole.read_bytes())
+    names = {}  # every interned name, to define again at the clean start
+    for p in trace.packet:
+        names.update({e.iid: e.name for e in p.interned_data.event_names})
+    timed = [i for i, p in enumerate(trace.packet) if p.HasField("track_event")]
+    lost, restart = timed[len(timed) // 3], timed[2 * len(timed) // 3]
+    out = pb2.Trace()
+    for i, p in enumerate(trace.packet):
+        if i == restart:  # the SDK's periodic clean start: names interned again
+            clean = out.packet.add()
+            clean.trusted_packet_sequence_id = p.trusted_packet_sequence_id
+            clean.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+            for iid, name in names.items():
+                e = clean.interned_data.event_names.add()
+                e.iid, e.name = iid, name
+        if i < lost and p.HasField("track_event"):
+            continue  # overwritten (the descriptors before it survive: emitted again)
+        q = out.packet.add()
+        q.CopyFrom(p)
+        if q.HasField("track_event"):
+            q.sequence_flags = pb2.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+    ring = tmp_path / "ring.pftrace"
+    ring.write_bytes(out.SerializeToString())
+    got = tv.load(ring, options=tv.LoadOptions(cache=False))
+    full = tv.load(whole)
+    first = trace.packet[restart].timestamp
+    assert got.kernels.equals(full.kernels.filter(pl.col("ts_ns") >= first))
+    host = full.events.filter(pl.col("ts_ns") >= first)
+    assert got.events.select("ts_ns", "name").equals(host.select("ts_ns", "name"))
+    assert "" not in got.events["name"].cast(str).to_list()
+    skipped = dict(w.split(" skipped: ", 1)[::-1] for w in got.meta.warnings if " skipped: " in w)
+    assert (
+        skipped[
+            "event that needs its sequence's incremental state (interned names, defaults, its "
+            "clock) where none is known: packets lost since the sequence last started clean (a "
+            "ring buffer that wrapped overwrote its start)"
+        ]
+        == f"{sum(1 for i in timed if lost <= i < restart)} events"
+    )
+
+
+def test_an_event_whose_interned_name_is_unknown_is_skipped_not_named_empty(
+    tmp_path: Path,
+) -> None:
+    """A writer that sets no sequence flags, its names interned in a packet that was lost:
+    an event naming an iid, or a category iid, its sequence never defined is skipped and
+    counted (it read as a host event named '', a kernel among them); one whose names are
+    known loads."""
+    t = _thread_trace()
+    head = _packet(t)
+    head.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    e = head.interned_data.event_names.add()
+    e.iid, e.name = 1, "gemm_known"
+    begin, end = pb2.TrackEvent.TYPE_SLICE_BEGIN, pb2.TrackEvent.TYPE_SLICE_END
+    for at, name_iid, cat_iid in ((1_000, 1, None), (5_000, 9, None), (9_000, 1, 4)):
+        for ts, kind in ((at, begin), (at + 500, end)):
+            p = _packet(t, ts)
+            p.track_event.track_uuid, p.track_event.type = _TRACK, kind
+            if kind == begin:
+                p.track_event.name_iid = name_iid
+                if cat_iid is None:
+                    p.track_event.categories.append("kernel")
+                else:
+                    p.track_event.category_iids.append(cat_iid)
+    path = tmp_path / "lost_names.pftrace"
+    path.write_bytes(t.serialize())
+    trace = tv.load(path)
+    assert trace.kernels.select("ts_ns", "dur_ns", pl.col("name").cast(str)).rows() == [
+        (1_000, 500, "gemm_known")
+    ]
+    assert trace.events.height == 0
+    assert sorted(trace.meta.warnings) == [
+        "2 events skipped: event that names an interned name, category or annotation its "
+        "sequence never defined (the packet that defined it lost)",
+        "2 events skipped: slice end without a begin",
+    ]
+
+
+def test_events_on_their_sequences_default_track_pair_per_track(tmp_path: Path) -> None:
+    """A hostile probe's finding: the Perfetto SDK writes one sequence per thread and puts
+    its events on the sequence's default track (``track_event_defaults.track_uuid``), with
+    no track_uuid of their own; such a .pftrace was a TypeError traceback, and with two
+    sequences begin/end pairs matched across threads. Planted: a fixture's packets written
+    so (one sequence per track, names inline): the frames equal the file's with every
+    event's track its own."""
+    from dataclasses import replace
+
+    sc = next(s for s in SCENARIOS if s.name == "hybrid_chunked")  # kernels and host events
+    tb, _ = build(replace(sc, decode_before=6, chunks=2, decode_after=6))
+    whole = to_pftrace(tb, tmp_path / "whole.pftrace")
+    trace = pb2.Trace()
+    trace.ParseFromString(whole.read_bytes())
+    names: dict[int, str] = {}
+    out = pb2.Trace()
+    seq_of: dict[int, int] = {}
+    for p in trace.packet:
+        names.update({e.iid: e.name for e in p.interned_data.event_names})
+        if p.HasField("track_descriptor"):
+            uuid = p.track_descriptor.uuid
+            seq_of[uuid] = 100 + len(seq_of)
+            head = out.packet.add()  # the SDK's clean start: the defaults, then the track
+            head.trusted_packet_sequence_id = seq_of[uuid]
+            head.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+            head.trace_packet_defaults.track_event_defaults.track_uuid = uuid
+        q = out.packet.add()
+        q.CopyFrom(p)
+        q.ClearField("interned_data")
+        q.sequence_flags = 0
+        if p.HasField("track_descriptor"):
+            q.trusted_packet_sequence_id = seq_of[p.track_descriptor.uuid]
+        if p.HasField("track_event"):
+            q.trusted_packet_sequence_id = seq_of[p.track_event.track_uuid]
+            q.sequence_flags = pb2.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+            q.track_event.ClearField("track_uuid")
+            if p.track_event.HasField("name_iid"):
+                q.track_event.name = names[p.track_event.name_iid]
+    assert len(seq_of) > 2  # threads and streams, each its own sequence
+    sdk = tmp_path / "sdk.pftrace"
+    sdk.write_bytes(out.SerializeToString())
+    a, b = tv.load(whole), tv.load(sdk, options=tv.LoadOptions(cache=False))
+    for frame in ("kernels", "events", "flows"):
+        assert getattr(a, frame).equals(getattr(b, frame)), frame
+    done = CliRunner().invoke(cli, ["summarize", str(sdk), "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["steps"] == tv.summarize(a).to_dict()["steps"]
+
+
+def test_a_legacy_thread_descriptor_places_events_and_the_global_track_does_not(
+    tmp_path: Path,
+) -> None:
+    """Perfetto's other placements of an event without a track_uuid: a sequence whose
+    legacy ThreadDescriptor names its thread puts them on that thread's track; without
+    either, on the trace-global track, which names no process or thread: a kernel there
+    cannot be placed on a device, and is one line (it was a TypeError traceback)."""
+    begin, end = pb2.TrackEvent.TYPE_SLICE_BEGIN, pb2.TrackEvent.TYPE_SLICE_END
+
+    def kernel_trace(path: Path, *, legacy: bool) -> Path:
+        t = TraceProtoBuilder()
+        head = _packet(t, seq=5)
+        head.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+        if legacy:
+            head.thread_descriptor.pid, head.thread_descriptor.tid = 0, 9
+        for ts, kind in ((6_000, begin), (6_500, end)):
+            p = _packet(t, ts, seq=5)
+            p.track_event.type = kind
+            if kind == begin:
+                p.track_event.name = "flash_fwd_kernel"
+                p.track_event.categories.append("kernel")
+        path.write_bytes(t.serialize())
+        return path
+
+    legacy = tv.load(kernel_trace(tmp_path / "legacy.pftrace", legacy=True))
+    assert legacy.kernels.select("ts_ns", "dur_ns", "device", "stream").rows() == [
+        (6_000, 500, 0, 9)
+    ]
+    nowhere = kernel_trace(tmp_path / "global.pftrace", legacy=False)
+    done = CliRunner().invoke(cli, ["summarize", str(nowhere)])
+    assert done.exit_code == 2, done.output
+    assert done.stderr == (
+        f"Error: {nowhere}: a slice of device activity (kernel, 'flash_fwd_kernel') with no "
+        "'device' annotation, on a track that names no process; cannot place it on a "
+        "device and stream\n"
+    )
+
+
+def _one_kernel_each(path: Path, kernels: list[dict]) -> Path:  # type: ignore[type-arg]
+    """Slices on the thread track :data:`_TRACK` (pid 0, tid 7): each a ``begin`` and
+    ``end`` time (None: the packet has no timestamp), a ``name`` and the debug
+    ``annotations`` ``(name, field, value)`` its begin carries; a name ``gemm~`` is
+    written as the bytes ``gemm\\xff``, which are not UTF-8."""
+    t = _thread_trace()
+    head = _packet(t)
+    head.sequence_flags = pb2.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    s = head.interned_data.debug_annotation_string_values.add()
+    s.iid, s.str = 4, b"9"
+    for k in kernels:
+        for ts, kind in ((k["begin"], pb2.TrackEvent.TYPE_SLICE_BEGIN), (k["end"], 2)):
+            p = _packet(t, ts)
+            p.track_event.track_uuid, p.track_event.type = _TRACK, kind
+            if kind == pb2.TrackEvent.TYPE_SLICE_BEGIN:
+                p.track_event.name = k.get("name", "gemm_kernel")
+                p.track_event.categories.append("kernel")
+                for key, field, value in k.get("annotations", ()):
+                    a = p.track_event.debug_annotations.add()
+                    a.name = key
+                    if field == "nested_value":
+                        a.nested_value.nested_type = 1
+                    else:
+                        setattr(a, field, value)
+    path.write_bytes(t.serialize().replace(b"gemm~", b"gemm\xff"))  # the same length
+    return path
+
+
+def test_hostile_times_annotations_and_names_read_as_the_json_reader_reads_them(
+    tmp_path: Path,
+) -> None:
+    """A hostile probe's findings on the .pftrace reader: an event whose packet has no
+    timestamp read at time 0 (a kernel 6 µs long from 0); a 'stream' annotation interned
+    (string_value_iid) read as the iid; a nested annotation value (``Input Dims``) was a
+    TypeError traceback; a name that is not UTF-8 (protobuf hands it over as bytes) was a
+    polars traceback. Planted: the kernels that can be placed, where they are; the rest
+    skipped and counted."""
+    path = _one_kernel_each(
+        tmp_path / "hostile.pftrace",
+        [
+            {"begin": 1_000, "end": 2_000},
+            {"begin": None, "end": 6_000},  # no time: skipped, its end without a begin
+            {"begin": 7_000, "end": 7_500, "annotations": [("stream", "string_value_iid", 4)]},
+            {"begin": 8_000, "end": 8_100, "annotations": [("Input Dims", "nested_value", 0)]},
+            {"begin": 9_000, "end": 9_500, "name": "gemm~"},  # written as gemm\\xff
+            {"begin": 10_000, "end": 10_200, "annotations": [("device", "double_value", 2.0)]},
+        ],
+    )
+    trace = tv.load(path, options=tv.LoadOptions(cache=False))
+    rows = trace.kernels.select("ts_ns", "dur_ns", pl.col("name").cast(str), "device", "stream")
+    assert rows.rows() == [
+        (1_000, 1_000, "gemm_kernel", 0, 7),
+        (7_000, 500, "gemm_kernel", 0, 9),
+        (8_000, 100, "gemm_kernel", 0, 7),
+        (9_000, 500, "gemm\ufffd", 0, 7),
+        (10_000, 200, "gemm_kernel", 2, 7),
+    ]
+    assert sorted(trace.meta.warnings) == [
+        "1 event skipped: event with no timestamp (its packet gives none)",
+        "1 event skipped: slice end without a begin",
+        "1 string (names, categories, annotations) not UTF-8: read with U+FFFD for each "
+        "invalid byte sequence",
+    ]
+    assert trace.meta.skipped_events == 2
+
+
+@pytest.mark.parametrize(
+    ("annotation", "shown"),
+    [(("device", "double_value", 1.5), "1.5"), (("stream", "string_value", "gpu"), "'gpu'")],
+    ids=["fractional-device", "text-stream"],
+)
+def test_a_device_or_stream_that_is_no_id_is_one_line(
+    tmp_path: Path, annotation: tuple[str, str, object], shown: str
+) -> None:
+    """A 'device' annotation of 1.5 read as device 1, silently; the JSON reader refuses a
+    device or stream that is no integer id on device activity, and so does this one."""
+    path = _one_kernel_each(
+        tmp_path / "no_id.pftrace",
+        [{"begin": 1_000, "end": 2_000, "annotations": [annotation]}],
+    )
+    done = CliRunner().invoke(cli, ["summarize", str(path)])
+    assert done.exit_code == 2, done.output
+    assert done.stderr == (
+        f"Error: {path}: a slice of device activity (kernel, 'gemm_kernel') whose "
+        f"'{annotation[0]}' annotation ({shown}) is not an integer id; cannot place it on a "
+        "device and stream\n"
+    )

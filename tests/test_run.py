@@ -521,6 +521,34 @@ def test_a_rank_whose_trace_is_missing_is_said(
     assert not any("world_size" in w for w in whole)
 
 
+def test_a_world_size_of_a_billion_is_said_in_bounded_memory() -> None:
+    """A hostile probe's finding: ``distributedInfo.world_size = 10**9`` made the run list
+    every absent rank (24 GB). Two ranks of a billion, in a process capped at 2 GiB: the
+    warning counts the absent ranks and names the first eight."""
+    import resource
+
+    code = (
+        "from traceview.analysis.documents.run import RankResult, _absent_ranks\n"
+        "ranks = [RankResult(path=f'r{k}', rank=k, world_size=10**9) for k in (0, 5)]\n"
+        "print(_absent_ranks(ranks, 2))\n"
+    )
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=cap,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "the run had 1,000,000,000 ranks (distributedInfo.world_size), and 2 are" in done.stdout
+    assert "(absent: rank 1, 2, 3, 4, 6, 7, 8, 9, … (999,999,998 in all))" in done.stdout
+
+
 def test_data_parallel_replicas_and_ranks_without_collectives_are_said(tmp_path: Path) -> None:
     """An unseen-trace probe's finding: two SGLang data-parallel replicas (``-TP-0-DP-0``,
     ``-DP-1``) were compared step by step as if they ran in lockstep: "straggler rank 0 …

@@ -236,7 +236,7 @@ def test_sidecar_files_are_left_out_not_failed(tmp_path: Path) -> None:
     for paths in ([str(folder)], [str(folder / "*")]):
         report = scan(paths, tmp_path / f"ds{len(paths[0])}")
         assert len(report.scanned) == 1 and report.failed == []
-        assert [Path(p).name for p in report.not_traces] == ["dense_sglang.truth.json"]
+        assert [Path(p).name for p, _ in report.not_traces] == ["dense_sglang.truth.json"]
     result = CliRunner().invoke(cli, ["scan", str(folder / "*"), "-o", str(tmp_path / "c")])
     assert result.exit_code == 0 and "1 not traces (left out)" in result.stderr
 
@@ -724,3 +724,25 @@ def test_a_newer_sglang_trace_is_named_sglang() -> None:
         assert done.exit_code == 0, done.output
         rows = pl.read_parquet(folder + "/ds/traces/*.parquet")
     assert rows["engine"].to_list() == ["sglang"]
+
+
+def test_a_file_left_out_is_named_as_summarize_names_it(tmp_path: Path) -> None:
+    """A hostile probe's finding: scan called a SQLite database that is not an Nsight export
+    "valid JSON, but not a trace", while summarize named it right. Both now give the
+    loader's own words, for it and for a JSON file that is no trace."""
+    import sqlite3
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    with sqlite3.connect(folder / "app.sqlite") as db:
+        db.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+    (folder / "config.json").write_text('{"model": "x"}')
+    r = CliRunner().invoke(cli, ["scan", str(folder), "-o", str(tmp_path / "ds"), "-j", "1"])
+    assert r.exit_code == 0, r.stderr
+    for name in ("app.sqlite", "config.json"):
+        path = folder / name
+        said = CliRunner().invoke(cli, ["summarize", str(path)])
+        assert said.exit_code == 2
+        why = said.stderr.removeprefix(f"Error: {path}: ")
+        assert f"Warning: {path}: left out: {why}" in r.stderr, r.stderr
+    assert "not an Nsight Systems export" in r.stderr and "valid JSON" not in r.stderr

@@ -126,6 +126,13 @@ def describe_event(ph: Any, name: Any) -> str:
     return f"ph={ph!r}, name={text!r}"
 
 
+def shown_value(value: object) -> str:
+    """A value read from a trace as an error message shows it: Python's repr (quoted, its
+    control characters escaped), cut at 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 class EfficiencyInputError(TraceviewError):
     """A device spec (``--gpu``) or a model config (``--model``) is unreadable, unknown or
     lacks a field MFU and MBU need."""

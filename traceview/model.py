@@ -30,6 +30,24 @@ EVENT_KINDS = (
 Kind = pl.Enum(list(EVENT_KINDS))
 FlowPhase = pl.Enum(["s", "t", "f"])
 
+# The category of a whole CUDA-graph replay, as an Nsight export traced at graph level
+# (``nsys profile --cuda-graph-trace=graph``) records it: one interval of device activity
+# (kind ``kernel``) whose kernels are not itemised. Its family is ``cuda_graph``, and it is
+# a step marker: it replays the step's layers, their attention among them.
+GRAPH_REPLAY = "cuda_graph"
+
+
+def replays_not_itemised(n: int) -> str:
+    """What the loader warns of, and a summary of such a trace repeats: ``n`` replays."""
+    return (
+        f"{n:,} CUDA-graph replay{'s' if n != 1 else ''} traced whole (nsys "
+        "--cuda-graph-trace=graph): the kernels inside a replay are not itemised; each "
+        "replay counts as device activity (busy, steps, cadence) in family cuda_graph, and no "
+        "family, decode gap or idle cause inside one is seen (record with "
+        "--cuda-graph-trace=node to itemise them)"
+    )
+
+
 # Process, thread, device and stream ids: Int32 (OS pids and tids, CUDA devices and streams
 # fit), so the largest frames of a big trace hold 4 bytes per id, not 8. A trace where any
 # id does not fit Int32 has them all as Int64, in every frame (:func:`wide`): never a

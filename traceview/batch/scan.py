@@ -87,7 +87,9 @@ class ScanReport:
     skipped: list[str]
     failed: list[tuple[str, str]]
     seconds: float
-    not_traces: list[str] = field(default_factory=list)  # JSON files that are no trace
+    # files that are no trace (a JSON sidecar, a SQLite database that is not an export),
+    # each with why: the loader's own words, as summarize gives them
+    not_traces: list[tuple[str, str]] = field(default_factory=list)
     orphans_removed: int = 0  # uncommitted rows an interrupted scan had left
     bytes_read: int = 0  # the traces' bytes read (not those skipped unread)
     copies: list[str] = field(default_factory=list)
@@ -215,7 +217,9 @@ def scan(
         failed=[(s["path"], s["error"] or "") for s in statuses if s["status"] == "failed"],
         seconds=time.monotonic() - started,
         orphans_removed=len(orphans),
-        not_traces=[s["path"] for s in statuses if s["status"] == "not_a_trace"],
+        not_traces=[
+            (s["path"], s["error"] or "") for s in statuses if s["status"] == "not_a_trace"
+        ],
         bytes_read=sum(by_path.get(s["path"], 0) for s in statuses),
         copies=[s["path"] for s in statuses if s["status"] == "copy"],
         truncated=[s["path"] for s in scanned if s["truncated"]],

@@ -101,8 +101,8 @@ def scan(
         warn_once(path, line)
     for path, error in report.failed:  # the error names the path as it may be shown
         warn(f"{path}: not scanned: {error.removeprefix(f'{shown(path)}: ')}")
-    for path in report.not_traces:
-        warn(f"{path}: left out: valid JSON, but not a trace")
+    for path, why in report.not_traces:  # the loader's words, as summarize says them
+        warn(f"{path}: left out: {why.removeprefix(f'{shown(path)}: ')}")
     for path in report.foreign:
         warn(
             f"{path}: not a file traceview writes: left alone, but a reader of its table "

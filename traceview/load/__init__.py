@@ -167,6 +167,9 @@ def load(path: str | os.PathLike[str], *, options: LoadOptions | None = None) ->
         and (not url or (obj.version is not None and obj.sized))  # else not cached
         and total >= opts.cache_min_bytes
         and cache.enabled()
+        # an export whose log or journal beside it holds part of its state: the key, a
+        # digest of the file alone, would not change with them
+        and (url or not nsys.pending(name))
     )
     variant = f"raw_args={opts.raw_args}"
     if caching:

@@ -54,7 +54,7 @@ from traceview.load import remote
 from traceview.model import Trace, TraceMeta
 
 FRAMES = ("kernels", "events", "flows", "counters", "metadata", "shapes")
-FORMAT = 10  # bump when the entry layout, a frame schema, TraceMeta or a loaded value changes
+FORMAT = 11  # bump when the entry layout, a frame schema, TraceMeta or a loaded value changes
 _CHUNK = 1 << 20  # bytes hashed at a time (small: a first open is at its memory peak)
 _STALE_TMP_S = 3600
 # What the cache writes in its folder, and so all it ever removes there: an entry is a

@@ -8,12 +8,20 @@ builds. Interned event names, categories and debug-annotation names are resolved
 packet sequence. Times are the packets' integer nanoseconds on the trace's clock; a
 sequence that writes them on a clock of its own (the Perfetto SDK's default: clock 64,
 incremental, each packet's time a delta from the one before) is read through its
-ClockSnapshot, which names that clock's value at a moment of the trace's clock.
+ClockSnapshot, which names that clock's value at a moment of the trace's clock. A packet
+that needs its sequence's incremental state (``SEQ_NEEDS_INCREMENTAL_STATE``) while none is
+known (before the sequence's first clean start, as where a ring buffer overwrote it, or
+after lost packets) is skipped until the sequence starts clean, as Perfetto's trace
+processor skips it; so is an event naming an interned string its sequence never defined.
+Skipped events are counted, each by its reason.
 
 What maps where: a slice's first category is ``cat`` (``kernel``/``gpu_memcpy``/
 ``gpu_memset`` make it device activity, as in Kineto JSON); its track's pid/tid are
 ``pid``/``tid``; debug annotations ``device``, ``stream``, ``correlation`` and
-``External id`` fill those columns (``stream`` falls back to the tid, ``device`` to the pid).
+``External id`` fill those columns (``stream`` falls back to the tid, ``device`` to the pid;
+device activity with neither is an error). An event without a ``track_uuid`` goes on its
+sequence's default track (``track_event_defaults``), else the thread of the sequence's
+legacy ThreadDescriptor, else the trace-global track; begin/end pairs match per track.
 """
 
 from __future__ import annotations
@@ -26,10 +34,11 @@ from typing import Any, BinaryIO
 import orjson
 import polars as pl
 
-from traceview.errors import MissingDependencyError, TraceFormatError
+from traceview.errors import TraceFormatError, shown_value
 from traceview.load.frames import DEVICE_CATS as _DEVICE_CATS
 from traceview.load.frames import EVENT_CATS as _EVENT_CATS
 from traceview.load.frames import unreadable
+from traceview.load.pftrace_packets import Message, packets
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -45,54 +54,17 @@ from traceview.model import (
 
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
 _SEQ_CLEARED = 1  # TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+_SEQ_NEEDS_STATE = 2  # TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+_NO_STATE = (
+    "event that needs its sequence's incremental state (interned names, defaults, its "
+    "clock) where none is known: packets lost since the sequence last started clean (a "
+    "ring buffer that wrapped overwrote its start)"
+)
+_NOT_INTERNED = (
+    "event that names an interned name, category or annotation its sequence never defined "
+    "(the packet that defined it lost)"
+)
 _TRAILING_NUMBER = re.compile(r"(\d+)\s*$")
-
-
-def _pb2() -> Any:
-    try:
-        from perfetto.protos.perfetto.trace import perfetto_trace_pb2
-    except ImportError:  # pragma: no cover - perfetto is a core dependency
-        raise MissingDependencyError(
-            "reading Perfetto traces needs the perfetto package: pip install perfetto"
-        ) from None
-    return perfetto_trace_pb2
-
-
-def _varint(stream: BinaryIO) -> int | None:
-    shift = result = 0
-    while True:
-        b = stream.read(1)
-        if not b:
-            return None if shift == 0 else -1
-        result |= (b[0] & 0x7F) << shift
-        if not b[0] & 0x80:
-            return result
-        shift += 7
-        if shift > 63:
-            return -1
-
-
-def _iter_packets(stream: BinaryIO, path: str) -> Any:
-    """Yield TracePacket messages one at a time from a Trace protobuf stream."""
-    pb2 = _pb2()
-    index = 0
-    while True:
-        tag = _varint(stream)
-        if tag is None:
-            return
-        size = _varint(stream)
-        if tag != 0x0A or size is None or size < 0:
-            raise TraceFormatError(path, f"not a Perfetto trace: bad field at packet #{index}")
-        data = stream.read(size)
-        if len(data) != size:
-            raise TraceFormatError(path, f"truncated Perfetto trace in packet #{index}")
-        packet = pb2.TracePacket()
-        try:
-            packet.ParseFromString(data)
-        except Exception:
-            raise TraceFormatError(path, f"packet #{index} is not a valid TracePacket") from None
-        yield packet
-        index += 1
 
 
 # clock ids 64-127 are scoped to one packet sequence (Perfetto's sequence clocks)
@@ -100,7 +72,6 @@ _SEQUENCE_CLOCKS = range(64, 128)
 _BOOTTIME = 6  # the trace's clock where a snapshot names none
 _MONOTONIC = 3
 _ANY_SEQUENCE = -1  # the key of a clock the whole trace shares (ids from 128 on)
-Message = Any  # a protobuf message of Perfetto's (its generated classes carry no types)
 _UNKNOWN_CLOCK = (
     "event timed on a sequence's or a user's clock not known here (no ClockSnapshot, or "
     "packets lost since the sequence last started clean)"
@@ -118,6 +89,28 @@ class _Clock:
     unit_ns: int
     incremental: bool
     last: int
+
+
+_NO_TIME = "event with no timestamp (its packet gives none)"
+# the debug-annotation values kept as arguments: scalars (a nested value is not read)
+_SCALARS = (
+    *("bool_value", "uint_value", "int_value", "double_value", "pointer_value"),
+    *("string_value", "legacy_json_value"),
+)
+
+
+def ident(value: object) -> int | None:
+    """An id annotation's value (``device``, ``stream``, ``correlation``) as the JSON reader
+    reads it: an int, an integral double or a numeric string; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
 
 
 @dataclass
@@ -143,10 +136,16 @@ class _Reader:
         self.packets = 0
         self.clock_of: dict[int, int] = {}  # per sequence, its packets' default clock
         self.lost: set[int] = set()  # sequences that lost packets since their last start
+        # sequences whose incremental state is known: started clean, nothing lost since
+        self.valid: set[int] = set()
+        self.track_of: dict[int, int] = {}  # per sequence, its events' default track
+        self.thread_of: dict[int, tuple[int, int]] = {}  # a legacy ThreadDescriptor's
+        self.thread_tracks: dict[tuple[int, int], int] = {}  # its tracks, by (pid, tid)
+        self.not_utf8 = 0  # string fields that were not UTF-8 (read with U+FFFD)
         self.clocks: dict[tuple[int, int], _Clock] = {}  # (sequence, clock id)
 
     def run(self, stream: BinaryIO) -> Trace:
-        for packet in _iter_packets(stream, self.path):
+        for packet in packets(stream, self.path):
             self.packets += 1
             self._packet(packet)
         unmatched = sum(len(v) for v in self.open.values())
@@ -158,20 +157,39 @@ class _Reader:
 
     def _packet(self, packet: Message) -> None:
         seq = packet.trusted_packet_sequence_id
-        if packet.sequence_flags & _SEQ_CLEARED:  # a clean start: interned data, defaults
+        if packet.sequence_flags & _SEQ_CLEARED or packet.incremental_state_cleared:
+            # a clean start: interned data, defaults
             self.interned[seq] = {}
             self.clock_of.pop(seq, None)
+            self.track_of.pop(seq, None)
             self.lost.discard(seq)
+            self.valid.add(seq)
         elif packet.previous_packet_dropped:
             # packets of this sequence were lost: its incremental clock's base is not known
             # until the sequence starts clean (as Perfetto's trace processor reads it)
             self.lost.add(seq)
+            self.valid.discard(seq)
+        if packet.sequence_flags & _SEQ_NEEDS_STATE and seq not in self.valid:
+            # its interned names, defaults or clock are gone (a ring buffer that wrapped
+            # overwrote the sequence's clean start): skipped until the sequence starts
+            # clean, as Perfetto's trace processor skips it
+            if packet.HasField("track_event"):
+                self.skipped[_NO_STATE] += 1
+            return
+        if packet.HasField("thread_descriptor"):  # the legacy way to name a sequence's thread
+            thread = packet.thread_descriptor
+            self.thread_of[seq] = (thread.pid, thread.tid)
         if packet.HasField("trace_packet_defaults"):
             defaults = packet.trace_packet_defaults
             if defaults.HasField("timestamp_clock_id"):
                 self.clock_of[seq] = defaults.timestamp_clock_id
             else:
                 self.clock_of.pop(seq, None)  # new defaults replace the old ones whole
+            event_defaults = defaults.track_event_defaults
+            if defaults.HasField("track_event_defaults") and event_defaults.HasField("track_uuid"):
+                self.track_of[seq] = event_defaults.track_uuid
+            else:
+                self.track_of.pop(seq, None)
         if packet.HasField("interned_data"):
             table = self.interned.setdefault(seq, {})
             data = packet.interned_data
@@ -181,7 +199,9 @@ class _Reader:
                 ("annotation", data.debug_annotation_names),
             ):
                 for e in entries:
-                    table.setdefault(kind, {})[e.iid] = e.name
+                    table.setdefault(kind, {})[e.iid] = self._text(e.name)
+            for e in data.debug_annotation_string_values:  # bytes, as InternedString holds
+                table.setdefault("string", {})[e.iid] = self._text(e.str)
         if packet.HasField("clock_snapshot"):  # it shares no packet with events or tracks
             self._snapshot(packet.clock_snapshot, seq)
             return  # a snapshot's own time is not a delta of its sequence's clock
@@ -230,23 +250,53 @@ class _Reader:
             value = clock.last
         return int(clock.at + (value - clock.origin) * clock.unit_ns)
 
+    def _text(self, value: str | bytes) -> str:
+        """A string field as text: protobuf hands a proto2 string that is not UTF-8 over
+        as bytes (and an interned string is bytes by its type); bytes that are not UTF-8
+        read with U+FFFD for each invalid sequence, and are counted."""
+        if isinstance(value, str):
+            return value
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            self.not_utf8 += 1
+            return value.decode(errors="replace")
+
     def _descriptor(self, d: Message) -> None:
         t = self.tracks.setdefault(d.uuid, _Track())
-        t.name = d.name or t.name
+        t.name = self._text(d.name) or t.name
         if d.HasField("parent_uuid"):
             t.parent = d.parent_uuid
         if d.HasField("thread"):
             t.pid, t.tid = d.thread.pid, d.thread.tid
             if d.thread.thread_name:
-                t.name = d.thread.thread_name
+                t.name = self._text(d.thread.thread_name)
             self.metadata.append(("thread_name", t.pid, t.tid, t.name or ""))
         elif d.HasField("process"):
             t.pid = d.process.pid
             if d.process.process_name:
-                t.name = d.process.process_name
+                t.name = self._text(d.process.process_name)
                 self.metadata.append(("process_name", t.pid, 0, t.name))
         if d.HasField("counter"):
             t.is_counter = True
+
+    def _track_of(self, ev: Message, seq: int) -> int:
+        """The event's track, as Perfetto's trace processor places it: its own
+        ``track_uuid``, else its sequence's default (``track_event_defaults``), else the
+        thread a legacy ThreadDescriptor names for the sequence, else the trace-global
+        track 0. Begin/end pairs match per track, so two sequences never pair each other's
+        slices."""
+        if ev.HasField("track_uuid"):
+            return int(ev.track_uuid)
+        if seq in self.track_of:
+            return self.track_of[seq]
+        thread = self.thread_of.get(seq)
+        if thread is None:
+            return 0
+        if thread not in self.thread_tracks:  # a uuid no descriptor uses (they are >= 0)
+            self.thread_tracks[thread] = -1 - len(self.thread_tracks)
+            self.tracks[self.thread_tracks[thread]] = _Track(pid=thread[0], tid=thread[1])
+        return self.thread_tracks[thread]
 
     def _where(self, uuid: int) -> tuple[int | None, int | None]:
         t = self.tracks.get(uuid)
@@ -266,10 +316,13 @@ class _Reader:
 
     def _event(self, packet: Message, seq: int, ts: int | None) -> None:
         ev = packet.track_event
+        if not packet.HasField("timestamp"):  # never at time 0: it would be a wrong time
+            self.skipped[_NO_TIME] += 1
+            return
         if ts is None:
             self.skipped[_UNKNOWN_CLOCK] += 1
             return
-        uuid = ev.track_uuid
+        uuid = self._track_of(ev, seq)
         if ev.type == COUNTER:
             t = self.tracks.get(uuid, _Track())
             value = (
@@ -280,19 +333,34 @@ class _Reader:
             self.counters.append((ts, t.name or f"track {uuid}", value, self._where(uuid)[0]))
             return
         name = (
-            ev.name
+            self._text(ev.name)
             if ev.HasField("name")
-            else (self._intern(seq, "name", ev.name_iid) if ev.HasField("name_iid") else None)
+            else (self._intern(seq, "name", ev.name_iid) if ev.HasField("name_iid") else "")
         )
-        cats = list(ev.categories) or [
-            c for c in (self._intern(seq, "category", i) for i in ev.category_iids) if c
-        ]
+        interned_cats = [self._intern(seq, "category", i) for i in ev.category_iids]
+        cats = [self._text(c) for c in ev.categories] or [c for c in interned_cats if c]
         args: dict[str, Any] = {}
+        unknown = name is None or None in interned_cats
         for a in ev.debug_annotations:
-            key = a.name if a.HasField("name") else self._intern(seq, "annotation", a.name_iid)
+            key = (
+                self._text(a.name)
+                if a.HasField("name")
+                else self._intern(seq, "annotation", a.name_iid)
+            )
+            unknown |= key is None
             which = a.WhichOneof("value")
-            if key and which:
-                args[key] = getattr(a, which)
+            given: object = None
+            if which == "string_value_iid":
+                given = self._intern(seq, "string", a.string_value_iid)
+                unknown |= given is None
+            elif which in _SCALARS:
+                given = getattr(a, which)
+                given = self._text(given) if isinstance(given, str | bytes) else given
+            if key and given is not None:  # a nested value is not read
+                args[key] = given
+        if unknown and ev.type != SLICE_END:  # its name, category or an argument unknown:
+            self.skipped[_NOT_INTERNED] += 1  # a kernel could read as a host event named ''
+            return
         pid, tid = self._where(uuid)
 
         def row_of(dur: int | None, instant: bool = False) -> dict[str, Any]:
@@ -336,8 +404,7 @@ class _Reader:
         rows = [r for r in self.rows if r["dur"] is not None]
 
         def arg(r: dict[str, Any], key: str) -> int | None:
-            v = r["args"].get(key)
-            return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+            return ident(r["args"].get(key))
 
         device = [r for r in rows if not r["instant"] and r["cat"].lower() in _DEVICE_CATS]
         backwards = next((r for r in device if r["dur"] < 0), None)
@@ -347,6 +414,27 @@ class _Reader:
                 f"a slice of device activity ({backwards['cat']}, {backwards['name']!r:.80}) "
                 "ends before it begins; cannot place it in time",
             )
+        for key in ("device", "stream"):  # as the JSON reader refuses it
+            bad = next((r for r in device if key in r["args"] and arg(r, key) is None), None)
+            if bad is not None:
+                raise TraceFormatError(
+                    self.path,
+                    f"a slice of device activity ({bad['cat']}, {shown_value(bad['name'])}) "
+                    f"whose '{key}' annotation ({shown_value(bad['args'][key])}) is not an "
+                    "integer id; cannot place it on a device and stream",
+                )
+        for key, fallback in (("device", "pid"), ("stream", "tid")):
+            unplaced = next(
+                (r for r in device if arg(r, key) is None and r[fallback] is None), None
+            )
+            if unplaced is not None:  # as the JSON reader refuses it: never another's time
+                raise TraceFormatError(
+                    self.path,
+                    f"a slice of device activity ({unplaced['cat']}, "
+                    f"{shown_value(unplaced['name'])}) with no '{key}' annotation, on a "
+                    f"track that names no {'process' if key == 'device' else 'thread'}; "
+                    "cannot place it on a device and stream",
+                )
         host = [r for r in rows if r["instant"] or r["cat"].lower() not in _DEVICE_CATS]
         kernels = pl.DataFrame(
             {
@@ -398,6 +486,13 @@ class _Reader:
             f"{n} event{'s' if n != 1 else ''} skipped: {why}"
             for why, n in sorted(self.skipped.items())
         )
+        if self.not_utf8:
+            n = self.not_utf8
+            warnings = (
+                f"{n:,} string{'s' if n != 1 else ''} (names, categories, annotations) not "
+                "UTF-8: read with U+FFFD for each invalid byte sequence",
+                *warnings,
+            )
         meta = TraceMeta(
             path=self.path,
             format="perfetto",

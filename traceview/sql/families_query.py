@@ -18,8 +18,9 @@ HEADER = """\
 -- Columns: family (text), kernels (count), total_ns (ns of kernel time), mean_ns (ns),
 --          share (fraction of all kernel time, 0..1). Sorted by total_ns, largest first.
 -- Device activity is every slice whose category is kernel, gpu_memcpy or gpu_memset (any
--- case: older Kineto writes Kernel/Memcpy/Memset). Rules are tried in order, first match
--- wins, unmatched kernels are "other" - the same name rules as `traceview summarize`.
+-- case: older Kineto writes Kernel/Memcpy/Memset), or cuda_graph (a whole CUDA-graph replay
+-- in an Nsight export traced at graph level). Rules are tried in order, first match wins,
+-- unmatched kernels are "other" - the same name rules as `traceview summarize`.
 -- Names only: summarize also reads record_shapes to move PyTorch's softmax kernels that
 -- eager attention launched into full_attention, and moves a GEMM that runs between an MoE
 -- router and its combine into moe (docs/metrics.md); this query does neither. It also
@@ -31,7 +32,7 @@ HEADER = """\
 --   traceview sql queries/kernel_families.sql trace.json.gz
 """
 
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "cuda_graph")
 
 
 def _quote(text: str) -> str:

@@ -29,6 +29,7 @@ the process pool), :func:`assemble` builds the run. Across ranks:
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -153,10 +154,16 @@ def _absent_ranks(ranks: list[RankResult], given: int) -> str | None:
     present = sorted(int(r.rank) for r in ranks if r.rank is not None)
     if given >= world and len(present) >= world:
         return None
-    absent = [k for k in range(world) if k not in set(present)]
-    shown = ", ".join(map(str, absent[:8])) + (", …" if len(absent) > 8 else "")
+    # the world size is the trace's word, any number: the absent ranks are counted and the
+    # first few named, so the memory this takes never follows that number
+    inside = {k for k in present if 0 <= k < world}
+    absent = world - len(inside)
+    if absent == 0:
+        return None
+    first = list(itertools.islice((k for k in range(world) if k not in inside), 8))
+    shown = ", ".join(map(str, first)) + (f", … ({absent:,} in all)" if absent > 8 else "")
     return (
-        f"the traces say the run had {world} ranks (distributedInfo.world_size), and "
+        f"the traces say the run had {world:,} ranks (distributedInfo.world_size), and "
         f"{len(present)} are analysed here (absent: rank {shown}): where an absent rank "
         "takes part in the same collectives, every rank's collective wait includes waiting "
         "for it, and the straggler may be among the absent"

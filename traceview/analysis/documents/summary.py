@@ -164,7 +164,8 @@ def build(
     table, efficiency, said = efficiency_section(trace, result.device, table, model, peaks)
     warnings += said
     phases = phase_rows(result.phases, table)
-    gaps, marker, gap_family = gap_table(k, result.totals, result.phases, rules)
+    starts = table["start_ns"].to_numpy()
+    gaps, marker, gap_family = gap_table(k, result.totals, result.phases, rules, starts)
     gap_stats = summarize_gaps(gaps, gap_family)
     warnings += gap_warnings(bool(table["kind"].is_in(DECODING).any()), marker, gap_stats)
     split = result.clocks.consistent  # else idle time is not split by cause

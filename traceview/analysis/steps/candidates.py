@@ -37,7 +37,7 @@ from traceview.analysis.steps.periodic import (
 )
 from traceview.analysis.steps.ranges import step_clusters, step_ranges
 from traceview.analysis.steps.records import StepRecord, record
-from traceview.model import Trace
+from traceview.model import GRAPH_REPLAY, Trace
 
 ANNOTATION_COVERAGE = 0.9  # share of kernels annotations must hold to beat a weak guess
 
@@ -89,7 +89,8 @@ class DeviceKernels:
         frame: the kernels as loaded (no ``family`` column).
         ts, dur: start and duration (ns, int64).
         family: each kernel's family.
-        marker: each kernel is a step marker (a ``step_marker`` family).
+        marker: each kernel is a step marker (a ``step_marker`` family, or a replay).
+        replay: each kernel is a whole CUDA-graph replay (None where there is none).
     """
 
     frame: pl.DataFrame
@@ -97,6 +98,7 @@ class DeviceKernels:
     dur: I64
     family: FamilyCodes
     marker: np.ndarray
+    replay: np.ndarray | None = None
 
     @property
     def height(self) -> int:
@@ -122,10 +124,24 @@ class DeviceKernels:
 def device_kernels(
     frame: pl.DataFrame, family: FamilyCodes, step_marker: tuple[str, ...]
 ) -> DeviceKernels:
-    """:class:`DeviceKernels` of ``frame`` (one device's kernels, sorted by ``ts_ns``)."""
+    """:class:`DeviceKernels` of ``frame`` (one device's kernels, sorted by ``ts_ns``).
+    A whole CUDA-graph replay (:data:`~traceview.model.GRAPH_REPLAY`) is a step marker
+    whatever the rules name it: it replays the step's layers, their attention among them,
+    without itemising them."""
     ts = frame["ts_ns"].to_numpy().astype(np.int64, copy=False)
     dur = frame["dur_ns"].to_numpy().astype(np.int64, copy=False)
-    return DeviceKernels(frame, ts, dur, family, family.mask(step_marker))
+    marker = family.mask(step_marker)
+    replays = replay_mask(frame)
+    if not replays.any():
+        return DeviceKernels(frame, ts, dur, family, marker)
+    return DeviceKernels(frame, ts, dur, family, marker | replays, replays)
+
+
+def replay_mask(frame: pl.DataFrame) -> np.ndarray:
+    """Per kernel: it is a whole CUDA-graph replay (an Nsight export traced at graph
+    level), its kernels not itemised."""
+    mask: np.ndarray = (frame["cat"] == GRAPH_REPLAY).fill_null(False).to_numpy()
+    return mask
 
 
 @dataclass
@@ -184,7 +200,8 @@ class Choice:
 
 def _bursts(k: DeviceKernels) -> tuple[I64, I64]:
     """Runs of consecutive step-marker kernels on one stream: each run's start and its last
-    marker's start (ns), in order of start."""
+    marker's start (ns), in order of start. A whole CUDA-graph replay is a run of its own
+    (the markers it replays are its own layers, never a neighbour's)."""
     stream = k.ids("stream")
     if stream.size and bool((stream == stream[0]).all()):
         order = None  # one stream: already in (stream, ts) order
@@ -194,6 +211,10 @@ def _bursts(k: DeviceKernels) -> tuple[I64, I64]:
     marker = k.marker if order is None else k.marker[order]
     new_run = marker.copy()
     new_run[1:] &= ~(marker[:-1] & (stream[1:] == stream[:-1]))
+    if k.replay is not None:
+        replay = k.replay if order is None else k.replay[order]
+        new_run |= replay  # a replay starts a run, and the marker after it another
+        new_run[1:] |= replay[:-1] & marker[1:]
     idx = np.flatnonzero(marker) if order is None else order[marker]
     first = np.flatnonzero(new_run[marker])  # each run's first marker, among the markers
     last = np.append(first[1:] - 1, idx.size - 1)

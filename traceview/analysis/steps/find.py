@@ -46,6 +46,7 @@ from traceview.analysis.steps.candidates import (
     choose,
     device_kernels,
     idle_candidate,
+    replay_mask,
 )
 from traceview.analysis.steps.capture import capture_regions
 from traceview.analysis.steps.host import with_host_columns
@@ -60,7 +61,7 @@ from traceview.analysis.steps.records import (
 from traceview.analysis.timing.clocks import Clocks, read_clocks
 from traceview.analysis.timing.idle import CAUSES, HostCalls, idle_per_window
 from traceview.errors import CaptureOnlyError, UnsupportedTraceError
-from traceview.model import Trace
+from traceview.model import Trace, replays_not_itemised
 
 RECORD_DTYPES: dict[str, pl.DataType] = {
     **{c: pl.Int64() for c in RECORD_COLUMNS if c != "forward_mode"},
@@ -421,6 +422,7 @@ def find_steps(
     if opts.method not in ("auto", "bursts", "annotations"):
         raise UnsupportedTraceError(f"unknown step method {opts.method!r}")
     activity: Activity = "kernel"
+    replays = int(replay_mask(trace.kernels).sum())  # the whole trace's, as the loader says
     capture = capture_regions(trace)
     if capture.kernels:  # engine start-up, not serving: no steps, cadence or gaps from it
         if capture.kernels == trace.kernels.height:
@@ -465,6 +467,9 @@ def find_steps(
     if c.method == "idle":
         how = c.detail.removeprefix("no step-marker kernels: ")  # said once, with the markers
         warnings.append(f"no step-marker kernels ({', '.join(rules.step_marker)}): {how}")
+    replayed = bool(replays) and bool(replay_mask(mine).any())
+    if replayed:  # the loader's line, which the command prints once
+        warnings.append(replays_not_itemised(replays))
     if k.height and activity == "kernel":
         empty, graphs = graph_launches_without_work(trace, int(k.ts[0]), int(k.ts[-1]))
         if empty:
@@ -505,7 +510,11 @@ def find_steps(
         table=table,
         phases=phases,
         method=method,
-        marker=", ".join(rules.step_marker) if method != "idle" else None,
+        marker=(
+            ", ".join(rules.step_marker) + (", CUDA-graph replays" if replayed else "")
+            if method != "idle"
+            else None
+        ),
         layers=layers,
         detail=detail,
         annotation_steps=annotation_steps,

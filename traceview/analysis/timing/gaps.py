@@ -3,7 +3,10 @@
 For consecutive decode-marker kernels on one device (ordered by start), a gap is
 ``next.start - prev.end``; overlaps count as 0 and are counted. A gap belongs to the phase
 whose span holds its start (``prev.end``), and is kept only where that phase carries decode
-work (``decode`` or ``mixed``): between prefill-only steps' kernels nothing decodes.
+work (``decode`` or ``mixed``): between prefill-only steps' kernels nothing decodes. A gap
+across a whole CUDA-graph replay that holds its step's decode markers (an Nsight export
+traced at graph level: a step whose only decode work is in replays) is not measured: its
+two kernels are not consecutive.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from traceview.analysis.base.document import DECODING, GapStats
 from traceview.analysis.base.names import short_name
 from traceview.analysis.base.stats import percentiles, samples_for
 from traceview.analysis.classify.families import Rules, distinct_names, family_is
+from traceview.model import GRAPH_REPLAY
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +121,19 @@ GAP_SCHEMA = pl.Schema(
 
 
 def gap_table(
-    kernels: pl.DataFrame, totals: pl.DataFrame, phases: pl.DataFrame, rules: Rules
+    kernels: pl.DataFrame,
+    totals: pl.DataFrame,
+    phases: pl.DataFrame,
+    rules: Rules,
+    step_starts: np.ndarray | None = None,
 ) -> tuple[pl.DataFrame, Marker | None, str | None]:
     """One row per decode gap between the device's decode-marker kernels (``kernels``, with
-    their ``family``; ``totals`` per name; the steps' ``phases``): ``start_ns`` (prev end),
-    ``end_ns`` (next start),
+    their ``family``; ``totals`` per name; the steps' ``phases``; ``step_starts``: each
+    step's start, ns, in order): ``start_ns`` (prev end), ``end_ns`` (next start),
     ``gap_ns`` (Int64, ns, ≥ 0), ``overlap`` (Boolean), ``phase`` (Int64), ``population``
-    (String: decode|mixed); plus the marker pattern and the markers' family."""
+    (String: decode|mixed); plus the marker pattern and the markers' family. A gap across a
+    whole CUDA-graph replay in a step with no decode-marker kernel of its own is left out
+    (:func:`_across_replays`)."""
     markers, used = decode_markers(kernels, totals, rules)
     family = None
     if markers.height:
@@ -147,8 +157,44 @@ def gap_table(
             "population": phases["kind"].to_numpy()[idx],
         }
     )
+    if step_starts is not None:
+        blind = _blind_replays(kernels, m["ts_ns"].to_numpy(), step_starts)
+        if blind is not None:
+            table = table.filter(~pl.Series(_across_replays(prev_end, next_start, *blind)))
     # decode gaps are measured only inside steps that carry decode work
     return table.filter(pl.col("population").is_in(DECODING)), used, family
+
+
+def _blind_replays(
+    kernels: pl.DataFrame, marker_ts: np.ndarray, step_starts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The starts and ends (ns, each sorted) of the whole CUDA-graph replays that hold
+    their step's decode markers: those in a step with no decode-marker kernel of its own
+    (a decode step replayed as one graph). A replay in a step with itemised decode markers
+    (a piecewise graph between eager attention layers) holds none. None where there are
+    none."""
+    replays = kernels.filter(pl.col("cat") == GRAPH_REPLAY)
+    if replays.height == 0 or step_starts.size == 0:
+        return None
+    ts = replays["ts_ns"].to_numpy()
+    step_of = np.searchsorted(step_starts, ts, side="right") - 1
+    marked = np.unique(np.searchsorted(step_starts, marker_ts, side="right") - 1)
+    blind = ~np.isin(step_of, marked)
+    if not blind.any():
+        return None
+    ends = ts[blind] + replays["dur_ns"].to_numpy()[blind]
+    return np.sort(ts[blind]), np.sort(ends)
+
+
+def _across_replays(
+    prev_end: np.ndarray, next_start: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> np.ndarray:
+    """Per gap (``prev_end`` to ``next_start``): a replay of ``starts``/``ends`` (each
+    sorted) lies in it in part: one starts before the gap ends and ends after it starts."""
+    begun = np.searchsorted(starts, next_start, side="left")  # replays starting before b
+    done = np.searchsorted(ends, prev_end, side="right")  # replays ending by a
+    out: np.ndarray = (next_start > prev_end) & (begun > done)
+    return out
 
 
 def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[GapStats]:

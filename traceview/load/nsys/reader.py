@@ -2,7 +2,9 @@
 :class:`~traceview.model.Trace`.
 
 The export is opened read-only (``mode=ro&immutable=1``: SQLite neither writes nor locks
-the file) and each table is read with one query into polars. What maps where:
+the file) and each table is read with one query into polars. An export whose write-ahead
+log or hot journal beside it holds part of its committed state is copied with it to a
+temporary folder and read there (:func:`pending`). What maps where:
 
 - ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``_MEMCPY`` / ``_MEMSET`` -> ``kernels`` (categories
   ``kernel``, ``gpu_memcpy``, ``gpu_memset``, as Kineto writes them). A kernel's name is its
@@ -36,23 +38,36 @@ import os
 import sqlite3
 import warnings as warnings_module
 from collections import Counter
-from pathlib import Path
 
 import polars as pl
 
 from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning
-from traceview.load.nsys_names import (
+from traceview.load.nsys.names import (
     COPY_KINDS,
     MEMORY_KINDS,
     SYNC_KINDS,
+    StringIds,
     device_args,
     device_properties,
     lookup,
+)
+from traceview.load.nsys.sqlite_file import (
+    SQLITE_MAGIC,
+    Db,
+    check_length,
+    committed,
+    connect,
+    is_export_file,
+    is_sqlite,
+    pending,
+    select,
+    tables,
 )
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
     FLOW_SCHEMA,
+    GRAPH_REPLAY,
     KERNEL_SCHEMA,
     METADATA_SCHEMA,
     SHAPE_SCHEMA,
@@ -60,16 +75,21 @@ from traceview.model import (
     TraceMeta,
     empty_frame,
     narrow_ids,
+    replays_not_itemised,
     wide,
 )
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 DEVICE_TABLES = {
     "CUPTI_ACTIVITY_KIND_KERNEL": ("kernel", "kernel"),
     "CUPTI_ACTIVITY_KIND_MEMCPY": ("memcpy", "gpu_memcpy"),
     "CUPTI_ACTIVITY_KIND_MEMSET": ("memset", "gpu_memset"),
+    # a whole replay of a CUDA graph (--cuda-graph-trace=graph): no row of its nodes
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": ("graph", GRAPH_REPLAY),
 }
+GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+# CUpti_ActivityGraphTrace2: a replay whose first node ran on the host has this device
+_HOST_DEVICE = 0x7FFFFFFF
 HOST_TABLES = {
     "CUPTI_ACTIVITY_KIND_RUNTIME": ("runtime", "cuda_runtime"),
     "CUPTI_ACTIVITY_KIND_DRIVER": ("driver", "cuda_driver"),
@@ -77,21 +97,6 @@ HOST_TABLES = {
 NVTX_PUSH_POP, NVTX_START_END, NVTX_MARK = 59, 60, 34
 _VERSION_SUFFIX = r"_v\d+$"
 _MASK24 = 0xFFFFFF
-
-
-def is_sqlite(head: bytes) -> bool:
-    """The file starts with SQLite's header string."""
-    return head.startswith(SQLITE_MAGIC)
-
-
-def is_export_file(path: str) -> bool:
-    """A local file that starts with SQLite's header (what ``sql --engine auto`` keeps off
-    Perfetto's trace processor, which cannot read it)."""
-    try:
-        with open(path, "rb") as f:
-            return is_sqlite(f.read(len(SQLITE_MAGIC)))
-    except OSError:
-        return False
 
 
 def report_problem(path: str) -> str | None:
@@ -108,77 +113,10 @@ def report_problem(path: str) -> str | None:
     return None
 
 
-def _check_length(path: str, name: str) -> None:
-    """A file shorter than its header's page count says is cut (a copy or download that
-    stopped): every later query would fail somewhere, or silently miss rows."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(100)
-    if len(head) < 100:
-        raise TraceFormatError(name, f"a cut SQLite file ({size:,} bytes, not even a header)")
-    page = int.from_bytes(head[16:18], "big")
-    page = 65_536 if page == 1 else page
-    pages = int.from_bytes(head[28:32], "big")
-    counter_valid = head[24:28] == head[92:96]
-    if counter_valid and pages and size < page * pages:
-        raise TraceFormatError(
-            name, f"a cut SQLite file: {size:,} of the {page * pages:,} bytes its header states"
-        )
-
-
-def _connect(path: str) -> sqlite3.Connection:
-    """A read-only connection that never writes, locks or creates anything beside the file."""
-    uri = Path(path).resolve().as_uri() + "?mode=ro&immutable=1"
-    con = sqlite3.connect(uri, uri=True, check_same_thread=False)
-    con.execute("PRAGMA query_only = 1")
-    return con
-
-
-def _tables(con: sqlite3.Connection) -> dict[str, set[str]]:
-    names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    out = {}
-    for name in names:
-        quoted = name.replace('"', '""')
-        out[name] = {r[1] for r in con.execute(f'PRAGMA table_info("{quoted}")')}
-    return out
-
-
-def _select(
-    con: sqlite3.Connection,
-    table: str,
-    have: set[str],
-    columns: dict[str, pl.DataType],
-    where: str = "",
-) -> pl.DataFrame:
-    """``columns`` of ``table`` (NULL for those the table lacks), in one query."""
-    exprs = [f'"{c}"' if c in have else "NULL" for c in columns]
-    sql = f'SELECT {", ".join(exprs)} FROM "{table}" {where}'
-    rows = con.execute(sql).fetchall()
-    return pl.DataFrame(rows, schema=columns, orient="row")
-
-
 def _unpack(col: str) -> tuple[pl.Expr, pl.Expr]:
     """pid and tid from a serialized ``globalTid`` (or ``globalPid``, whose tid is 0)."""
     g = pl.col(col)
     return ((g // (1 << 24)) % (1 << 24)).alias("pid"), (g % (1 << 24)).alias("tid")
-
-
-class _Strings:
-    """``StringIds``: id -> text, applied to whole columns."""
-
-    def __init__(self, con: sqlite3.Connection, tables: dict[str, set[str]]) -> None:
-        rows = (
-            con.execute("SELECT id, value FROM StringIds").fetchall()
-            if "StringIds" in tables
-            else []
-        )
-        self.ids = pl.Series("id", [r[0] for r in rows], dtype=pl.Int64)
-        self.values = pl.Series("value", [r[1] for r in rows], dtype=pl.String)
-
-    def text(self, col: str) -> pl.Expr:
-        return pl.col(col).replace_strict(
-            self.ids, self.values, default=None, return_dtype=pl.String
-        )
 
 
 def _corr(key: bool) -> pl.Expr:
@@ -190,11 +128,11 @@ def _corr(key: bool) -> pl.Expr:
 
 
 class _Reader:
-    def __init__(self, path: str, con: sqlite3.Connection, raw_args: bool) -> None:
+    def __init__(self, path: str, db: Db, raw_args: bool) -> None:
         self.path = path
-        self.con = con
+        self.db = db
         self.raw_args = raw_args
-        self.tables = _tables(con)
+        self.tables = tables(db)
         self.skipped: Counter[str] = Counter()
         self.rows = 0
         self.warnings: list[str] = []
@@ -217,12 +155,14 @@ class _Reader:
                 "no kernels or device activity: the export has no CUDA activity tables "
                 "(record with nsys profile --trace=cuda,nvtx)",
             )
-        self.strings = _Strings(self.con, t)
+        self.strings = StringIds(self.db, t, self.path)
         raw = {n: self._device_raw(n) for n in present}
         if sum(f.height for f in raw.values()) == 0:
             raise TraceFormatError(
                 self.path, "no kernels or device activity: its CUDA activity tables are empty"
             )
+        if GRAPH_TABLE in raw:
+            raw[GRAPH_TABLE] = self._not_itemised(raw)
         host = {n: self._host_raw(n) for n in HOST_TABLES if n in t}
         sync = self._sync_raw() if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in t else None
         pids: set[int] = set()
@@ -265,6 +205,13 @@ class _Reader:
             self._rows("TARGET_INFO_CUDA_DEVICE"),
             sorted(kernels["device"].drop_nulls().unique().to_list()),
         )
+        extra = self._export_info()
+        if self.db.text.replaced:
+            n = self.db.text.replaced
+            self.warnings.append(
+                f"{n:,} text value{'s' if n != 1 else ''} (names, NVTX texts) not UTF-8: "
+                "read with U+FFFD for each invalid byte sequence"
+            )
         warnings = [
             f"{n} event{'s' if n != 1 else ''} skipped: {why}"
             for why, n in sorted(self.skipped.items())
@@ -279,7 +226,7 @@ class _Reader:
             events=self.rows,
             skipped_events=sum(self.skipped.values()),
             warnings=(*self.warnings, *warnings),
-            extra=self._export_info(),
+            extra=extra,
         )
         return Trace(meta=meta, **narrow_ids(frames))
 
@@ -302,6 +249,9 @@ class _Reader:
             extra = ["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"]
             extra += ["registersPerThread", "staticSharedMemory", "dynamicSharedMemory"]
             extra += ["graphId", "graphNodeId"]
+        elif kind == "graph":  # the ids name it, so they are read with or without raw_args
+            name = ""
+            extra = ["graphId", "graphExecId"]
         elif kind == "memcpy":
             name = ""
             extra = ["copyKind", "srcKind", "dstKind", "bytes", "graphNodeId"]
@@ -312,32 +262,32 @@ class _Reader:
             extra = []
         for c in extra:
             cols[c] = pl.Int64()
-        exprs = [
-            (f'"{name}"' if name in have else "NULL")
-            if c == "nameId"
-            else (f'"{c}"' if c in have else "NULL")
-            for c in cols
-        ]
-        rows = self.con.execute(f'SELECT {", ".join(exprs)} FROM "{table}"').fetchall()
+        read = [name if c == "nameId" else c for c in cols]
+        self.db.no_reals(table, [c for c in read if c in have], self.path)
+        exprs = [f'"{c}"' if c in have else "NULL" for c in read]
+        rows = self.db.rows(f'SELECT {", ".join(exprs)} FROM "{table}"')
         self.rows += len(rows)
         return pl.DataFrame(rows, schema=cols, orient="row")
 
     def _device(self, table: str, f: pl.DataFrame, keyed: bool) -> pl.DataFrame:
         kind, cat = DEVICE_TABLES[table]
+        what = "replay" if kind == "graph" else kind  # as a message names a row
+        if kind == "graph":
+            f = self._timed_replays(f)
         bad = f.filter(
             pl.col("start").is_null() | pl.col("end").is_null() | (pl.col("end") < pl.col("start"))
         ).height
         if bad:
             raise TraceFormatError(
                 self.path,
-                f"{bad:,} {kind} row{'s' if bad != 1 else ''} in {table} without a valid "
+                f"{bad:,} {what} row{'s' if bad != 1 else ''} in {table} without a valid "
                 "start and end; every figure would be wrong without them",
             )
         unplaced = f.filter(pl.col("deviceId").is_null()).height
         if unplaced:  # never another device's time (a JSON trace's rule too)
             raise TraceFormatError(
                 self.path,
-                f"{unplaced:,} {kind} row{'s' if unplaced != 1 else ''} in {table} without a "
+                f"{unplaced:,} {what} row{'s' if unplaced != 1 else ''} in {table} without a "
                 "deviceId; cannot place them on a device",
             )
         if kind == "kernel":
@@ -348,6 +298,12 @@ class _Reader:
                     "name in StringIds (named '', family other)"
                 )
             name = self.strings.text("nameId").fill_null("")
+        elif kind == "graph":  # nsys shows a replay as its executable graph
+            name = pl.format(
+                "CUDA graph replay (graph {}, exec {})",
+                pl.col("graphId").cast(pl.String).fill_null("?"),
+                pl.col("graphExecId").cast(pl.String).fill_null("?"),
+            )
         elif kind == "memcpy":
             base = pl.concat_str(pl.lit("Memcpy "), lookup("copyKind", COPY_KINDS))
             pair = pl.format(
@@ -369,7 +325,7 @@ class _Reader:
             (pl.col("end") - pl.col("start")).alias("dur_ns"),
             name.cast(pl.Categorical).alias("name"),
             pl.lit(cat).cast(pl.Categorical).alias("cat"),
-            pl.lit(kind).cast(KERNEL_SCHEMA["kind"]).alias("kind"),
+            pl.lit("kernel" if kind == "graph" else kind).cast(KERNEL_SCHEMA["kind"]).alias("kind"),
             pl.col("deviceId").alias("pid"),
             pl.col("streamId").alias("tid"),
             pl.col("deviceId").alias("device"),
@@ -380,6 +336,41 @@ class _Reader:
         if self.raw_args:
             out.append(device_args(kind, f.columns, keyed))
         return f.select(out).cast(wide(KERNEL_SCHEMA))  # type: ignore[arg-type]
+
+    def _not_itemised(self, raw: dict[str, pl.DataFrame]) -> pl.DataFrame:
+        """The replays whose kernels the export does not itemise: a replay whose launch
+        (process and correlation id) kernel, copy or memset rows share is read through
+        those rows alone, never twice (its time counted again, the gaps between its
+        kernels filled), and said."""
+        replays = raw[GRAPH_TABLE]
+        rows = [f.select("globalPid", "correlationId") for n, f in raw.items() if n != GRAPH_TABLE]
+        if not rows or replays.height == 0:
+            return replays
+        itemised = pl.concat(rows).unique()
+        both = replays.join(itemised, on=["globalPid", "correlationId"], how="semi").height
+        if both:
+            self.warnings.append(
+                f"{both:,} CUDA-graph replay{'s' if both != 1 else ''} in {GRAPH_TABLE} "
+                "also itemised by kernel rows (their launch's correlation id): read through "
+                "those rows alone"
+            )
+        return replays.join(itemised, on=["globalPid", "correlationId"], how="anti")
+
+    def _timed_replays(self, f: pl.DataFrame) -> pl.DataFrame:
+        """The replays CUPTI could place: it writes 0 for both times where it could not time
+        one, and device INT_MAX where its first node ran on the host; each such replay is
+        skipped and counted. Said once: the replays' kernels are not itemised."""
+        untimed = (pl.col("start") == 0) & (pl.col("end") == 0)
+        host = pl.col("deviceId") == _HOST_DEVICE
+        n_untimed, n_host = f.select(untimed.sum(), (host & ~untimed).sum()).row(0)
+        if n_untimed:
+            self.skipped["CUDA-graph replay CUPTI could not time (start and end 0)"] += n_untimed
+        if n_host:
+            self.skipped["CUDA-graph replay that started on the host (no device)"] += n_host
+        f = f.filter(~untimed & ~host.fill_null(False))
+        if f.height:
+            self.warnings.append(replays_not_itemised(f.height))
+        return f
 
     def _shared_devices(self, raw: dict[str, pl.DataFrame]) -> None:
         """A warning per CUDA device id that several processes report (each saw its own GPU
@@ -404,7 +395,7 @@ class _Reader:
             "correlationId": pl.Int64(),
             "nameId": pl.Int64(),
         }
-        f = _select(self.con, table, self.tables[table], cols)
+        f = select(self.db, table, self.tables[table], cols, self.path)
         self.rows += f.height
         return f
 
@@ -453,7 +444,7 @@ class _Reader:
             "globalPid": pl.Int64(),
             "syncType": pl.Int64(),
         }
-        f = _select(self.con, table, self.tables[table], cols)
+        f = select(self.db, table, self.tables[table], cols, self.path)
         self.rows += f.height
         return f
 
@@ -488,7 +479,8 @@ class _Reader:
             "globalTid": pl.Int64(),
         }
         kinds = (NVTX_PUSH_POP, NVTX_START_END, NVTX_MARK)
-        f = _select(self.con, table, self.tables[table], cols, f"WHERE eventType IN {kinds!r}")
+        where = f"WHERE eventType IN {kinds!r}"
+        f = select(self.db, table, self.tables[table], cols, self.path, where)
         self.rows += f.height
         mark = pl.col("eventType") == NVTX_MARK
         ok = mark | (pl.col("end").is_not_null() & (pl.col("end") >= pl.col("start")))
@@ -536,14 +528,14 @@ class _Reader:
         rows: list[tuple[str, int | None, int | None, str]] = []
         t = self.tables
         if "PROCESSES" in t and {"globalPid", "name"} <= t["PROCESSES"]:
-            for g, name in self.con.execute("SELECT globalPid, name FROM PROCESSES"):
+            for g, name in self.db.rows("SELECT globalPid, CAST(name AS TEXT) FROM PROCESSES"):
                 if g is not None:
                     rows.append(("process_name", (g >> 24) & _MASK24, 0, str(name or "")))
         if "ThreadNames" in t and {"nameId", "globalTid"} <= t["ThreadNames"]:
             names = dict(
                 zip(self.strings.ids.to_list(), self.strings.values.to_list(), strict=True)
             )
-            for name_id, g in self.con.execute("SELECT nameId, globalTid FROM ThreadNames"):
+            for name_id, g in self.db.rows("SELECT nameId, globalTid FROM ThreadNames"):
                 if g is not None:
                     rows.append(
                         ("thread_name", (g >> 24) & _MASK24, g & _MASK24, names.get(name_id) or "")
@@ -554,15 +546,16 @@ class _Reader:
     def _rows(self, table: str) -> list[dict[str, object]]:
         if table not in self.tables:
             return []
-        cur = self.con.execute(f'SELECT * FROM "{table}"')
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        rows, names = self.db.fetch(f'SELECT * FROM "{table}"')
+        return [dict(zip(names, r, strict=True)) for r in rows]
 
     def _export_info(self) -> dict[str, object]:
         info = {}
         for table in ("META_DATA_EXPORT", "META_DATA_CAPTURE"):
             if table in self.tables and {"name", "value"} <= self.tables[table]:
-                for k, v in self.con.execute(f"SELECT name, value FROM {table}"):
+                for k, v in self.db.rows(
+                    f"SELECT CAST(name AS TEXT), CAST(value AS TEXT) FROM {table}"
+                ):
                     info[str(k)] = v
         return {"nsys": info} if info else {}
 
@@ -577,19 +570,27 @@ def load_nsys(path: str, *, raw_args: bool = False, source: str | None = None) -
         NotATraceError: a SQLite database that is not an Nsight Systems export.
     """
     name = source or path
-    _check_length(path, name)
-    try:
-        con = _connect(path)
-    except sqlite3.Error as exc:
-        raise TraceFormatError(name, f"cannot open the SQLite database ({exc})") from None
-    try:
-        return _Reader(name, con, raw_args).run()
-    except sqlite3.DatabaseError as exc:
-        raise TraceFormatError(name, f"a corrupt SQLite database ({exc})") from None
-    except sqlite3.Error as exc:
-        raise TraceFormatError(name, f"cannot read the SQLite database ({exc})") from None
-    finally:
-        con.close()
+    check_length(path, name)
+    with committed(path, name) as (readable, copy):
+        try:
+            con = connect(readable, copy=copy)
+        except sqlite3.Error as exc:
+            raise TraceFormatError(name, f"cannot open the SQLite database ({exc})") from None
+        try:
+            return _Reader(name, Db(con), raw_args).run()
+        except sqlite3.DatabaseError as exc:
+            raise TraceFormatError(name, f"a corrupt SQLite database ({exc})") from None
+        except sqlite3.Error as exc:
+            raise TraceFormatError(name, f"cannot read the SQLite database ({exc})") from None
+        finally:
+            con.close()
 
 
-__all__ = ["SQLITE_MAGIC", "is_export_file", "is_sqlite", "load_nsys", "report_problem"]
+__all__ = [
+    "SQLITE_MAGIC",
+    "is_export_file",
+    "is_sqlite",
+    "load_nsys",
+    "pending",
+    "report_problem",
+]

@@ -1,0 +1,89 @@
+"""A Perfetto ``Trace`` protobuf, packet by packet: each ``packet`` field's length read as
+the varint the file states, its bytes read as far as the file goes (never allocated from
+the claim), and parsed as a ``TracePacket`` with the perfetto package's classes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+from traceview.errors import MissingDependencyError, TraceFormatError
+
+Message = Any  # a protobuf message of Perfetto's (its generated classes carry no types)
+
+
+def _protos() -> Any:
+    try:
+        from perfetto.protos.perfetto.trace import perfetto_trace_pb2
+    except ImportError:  # pragma: no cover - perfetto is a core dependency
+        raise MissingDependencyError(
+            "reading Perfetto traces needs the perfetto package: pip install perfetto"
+        ) from None
+    return perfetto_trace_pb2
+
+
+def varint(stream: BinaryIO) -> int | None:
+    shift = result = 0
+    while True:
+        b = stream.read(1)
+        if not b:
+            return None if shift == 0 else -1
+        result |= (b[0] & 0x7F) << shift
+        if not b[0] & 0x80:
+            return result
+        shift += 7
+        if shift > 63:
+            return -1
+
+
+MAX_PACKET = 2 << 30  # protobuf's limit on one message
+READ_CHUNK = 1 << 20
+
+
+def read_exactly(stream: BinaryIO, size: int) -> bytes | None:
+    """The next ``size`` bytes, None where the stream ends first. Read a chunk at a time:
+    ``size`` is the file's claim, so the memory taken follows the bytes the file holds,
+    never the number it states."""
+    if size <= READ_CHUNK:
+        data = stream.read(size)
+        return data if len(data) == size else None
+    parts, have = [], 0
+    while have < size:
+        part = stream.read(min(READ_CHUNK, size - have))
+        if not part:
+            return None
+        parts.append(part)
+        have += len(part)
+    return b"".join(parts)
+
+
+def packets(stream: BinaryIO, path: str) -> Iterator[Message]:
+    """Yield TracePacket messages one at a time from a Trace protobuf stream."""
+    pb2 = _protos()
+    index = 0
+    while True:
+        tag = varint(stream)
+        if tag is None:
+            return
+        size = varint(stream)
+        if tag != 0x0A or size is None or size < 0:
+            raise TraceFormatError(path, f"not a Perfetto trace: bad field at packet #{index}")
+        if size >= MAX_PACKET:
+            raise TraceFormatError(
+                path,
+                f"not a Perfetto trace: packet #{index} claims {size:,} bytes, more than a "
+                "protobuf message can hold (2 GiB)",
+            )
+        data = read_exactly(stream, size)
+        if data is None:
+            raise TraceFormatError(path, f"truncated Perfetto trace in packet #{index}")
+        packet = pb2.TracePacket()
+        try:
+            packet.ParseFromString(data)
+        except Exception:
+            raise TraceFormatError(path, f"packet #{index} is not a valid TracePacket") from None
+        yield packet
+        index += 1
+
+
+__all__ = ["MAX_PACKET", "Message", "packets", "read_exactly", "varint"]
