@@ -16,9 +16,12 @@ its norm.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
+
+import numpy as np
 
 from traceview._io import read_capped
 from traceview.analysis.base.document import ModelFacts
@@ -51,13 +54,17 @@ MAX_PARAMS = 10**15  # the whole model: a config counting more is refused
 @dataclass(frozen=True)
 class Layer:
     """One block: its mixer kind, its parameters, those of its experts (all, and each), the
-    experts per token, and whether it is a mixture of experts."""
+    experts per token, and of these the parameters a quantization leaves in the model's own
+    dtype (norms, biases, the router, and the modules the config names)."""
 
     kind: str  # full_attention | linear_attention | mamba (sliding windows count as full)
     params: int  # every parameter of the block
     expert_params: int  # one routed expert's parameters (0 for a dense MLP)
     experts: int  # routed experts (0 for a dense MLP)
     experts_per_token: int
+    # of the parameters outside the routed experts, those held in the model's own dtype
+    plain_params: int = 0
+    plain_expert_params: int = 0  # of one routed expert's, those held in the model's dtype
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,12 @@ class ModelSpec:
         kv_bytes_per_token: the KV cache of one token in one full-attention layer.
         weight_dtype: the weights' dtype (bf16, fp16, fp32, fp8, fp4 or int4), and
             ``compute_dtype`` the dtype whose peak the GEMMs run at.
+        plain_dtype: the model's own dtype, which the weights a quantization leaves alone
+            keep (``""``: ``weight_dtype``).
+        group_overhead: bytes per quantized weight added by its group's scale and zero
+            point (``scale + zero point`` over ``group_size``; 0 without groups).
+        lm_head_quantized: whether lm_head is quantized with the blocks (GPTQ's
+            ``lm_head: true``); engines keep it in the model's dtype otherwise.
     """
 
     name: str
@@ -91,6 +104,9 @@ class ModelSpec:
     weight_dtype: str
     compute_dtype: str
     windowed_layers: int = 0  # full-attention layers that attend over a sliding window
+    plain_dtype: str = ""
+    group_overhead: float = 0.0
+    lm_head_quantized: bool = False
 
     @property
     def block_params(self) -> int:
@@ -121,7 +137,38 @@ class ModelSpec:
 
     @property
     def weight_bytes_per_param(self) -> float:
-        return BYTES[self.weight_dtype]
+        """A quantized weight's bytes, its share of its group's scale and zero point
+        included (a weight in an unquantized model: its dtype's bytes)."""
+        return BYTES[self.weight_dtype] + self.group_overhead
+
+    @property
+    def plain_bytes_per_param(self) -> float:
+        """The bytes of a weight held in the model's own dtype."""
+        return BYTES[self.plain_dtype or self.weight_dtype]
+
+    def weight_bytes(self, tokens: np.ndarray) -> np.ndarray:
+        """Per step of ``tokens`` tokens, the bytes of the weights it reads (float64):
+        every block's part outside the routed experts and lm_head, and per
+        mixture-of-experts block ``min(E, k·T)`` routed experts (an upper bound on the
+        experts its tokens touch); each parameter at its dtype's bytes (quantized, or the
+        model's own where the quantization leaves it)."""
+        q, p = self.weight_bytes_per_param, self.plain_bytes_per_param
+        dense = self.lm_head_params * (q if self.lm_head_quantized else p)
+        moe: dict[tuple[int, int, float], int] = {}  # (E, k, one expert's bytes) -> layers
+        for layer in self.layers:
+            outside = layer.params - layer.experts * layer.expert_params
+            dense += (outside - layer.plain_params) * q + layer.plain_params * p
+            if layer.experts:
+                expert = (
+                    layer.expert_params - layer.plain_expert_params
+                ) * q + layer.plain_expert_params * p
+                key = (layer.experts, layer.experts_per_token, expert)
+                moe[key] = moe.get(key, 0) + 1
+        out = np.full(tokens.size, float(dense))
+        reach = tokens.astype(np.float64)  # k·T in floats: a trace's T never wraps around
+        for (experts, per_token, expert), layers in moe.items():
+            out += layers * np.minimum(float(experts), per_token * reach) * expert
+        return out
 
     def to_dict(self) -> ModelFacts:
         return {
@@ -221,13 +268,101 @@ _QUANTIZATIONS = (
 )
 
 
-def _dtypes(c: _Config) -> tuple[str, str]:
-    """The weights' dtype and the dtype their GEMMs run at; a quantization not known here
+@dataclass(frozen=True)
+class _Quantization:
+    """How a ``quantization_config`` stores the weights: their dtype and the GEMMs'; the
+    bytes per quantized weight its group's scale and zero point add; the module-name
+    patterns it leaves in the model's own dtype; whether lm_head is quantized too."""
+
+    weight_dtype: str
+    compute_dtype: str
+    active: bool = False  # a quantization_config is given
+    group_overhead: float = 0.0
+    skip: tuple[re.Pattern[str], ...] = ()
+    lm_head: bool = False
+
+    def plain(self, module: str) -> bool:
+        """Whether the module of this dotted name keeps the model's own dtype: every one
+        without a quantization, else those the config's skip list names (a name that
+        holds an entry, as vLLM and SGLang match ``modules_to_not_convert``; ``*`` a
+        wildcard; ``re:`` a regular expression, compressed-tensors' ``ignore``)."""
+        return not self.active or any(p.search(module) for p in self.skip)
+
+
+# the keys that list the modules a quantization leaves alone, by quantization library
+_SKIP_KEYS = (
+    "modules_to_not_convert",  # AWQ, GPTQ, fp8, mxfp4 (transformers and the engines)
+    "ignore",  # compressed-tensors
+    "exclude_modules",  # ModelOpt
+    "llm_int8_skip_modules",  # bitsandbytes
+)
+
+
+def _skip_patterns(c: _Config, q: dict[str, object]) -> tuple[re.Pattern[str], ...]:
+    """The config's modules left unquantized, as patterns over dotted module names."""
+    out = []
+    for key in _SKIP_KEYS:
+        value = q.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise EfficiencyInputError(
+                f"{c.where}: quantization_config.{key} = {_show(value)} is not a list of "
+                "module names"
+            )
+        for entry in value:
+            if entry.startswith("re:"):
+                text = entry[3:]
+            else:
+                text = ".*".join(re.escape(part) for part in entry.split("*"))
+            try:
+                out.append(re.compile(text))
+            except re.error as exc:
+                raise EfficiencyInputError(
+                    f"{c.where}: quantization_config.{key} holds {_show(entry)}, not a "
+                    f"regular expression ({exc})"
+                ) from None
+    return tuple(out)
+
+
+def _group_size(c: _Config, q: dict[str, object], *keys: str, default: int) -> int:
+    """A quantization's group size: a whole number of weights sharing a scale, or -1 for
+    one scale per output channel."""
+    value = next((q[k] for k in keys if q.get(k) is not None), default)
+    if type(value) is not int or not (value == -1 or 1 <= value <= LIMITS["width"]):
+        key = next((k for k in keys if q.get(k) is not None), keys[0])
+        raise EfficiencyInputError(
+            f"{c.where}: quantization_config.{key} = {_show(value)} is not a group size "
+            f"(a whole number from 1 to {LIMITS['width']:,}, or -1)"
+        )
+    return value
+
+
+def _flag(c: _Config, q: dict[str, object], key: str, default: bool) -> bool:
+    value = q.get(key, default)
+    if not isinstance(value, bool):
+        raise EfficiencyInputError(
+            f"{c.where}: quantization_config.{key} = {_show(value)} is not true or false "
+            "(a JSON boolean)"
+        )
+    return value
+
+
+def _per_group(scale_bytes: float, zero_bytes: float, group: int) -> float:
+    """Bytes per weight of its group's scale and zero point (none per output channel)."""
+    return (scale_bytes + zero_bytes) / group if group > 0 else 0.0
+
+
+FP16_SCALE = 2.0  # AWQ and GPTQ keep their scales in fp16
+
+
+def _quantization(c: _Config) -> _Quantization:
+    """The weights' storage (see :class:`_Quantization`); a quantization not known here
     is refused, never taken for the model's own dtype."""
     base = activation_dtype(c)
     q = c.get("quantization_config")
     if q is None:
-        return base, base
+        return _Quantization(base, base)
     if not isinstance(q, dict):
         raise EfficiencyInputError(
             f"{c.where}: quantization_config = {_show(q)} is not a table of the quantization"
@@ -238,35 +373,63 @@ def _dtypes(c: _Config) -> tuple[str, str]:
             f"{c.where}: quantization_config.quant_method = {_show(raw_method)} is not a name"
         )
     method = raw_method.lower()
+    skip = _skip_patterns(c, q)
+
+    def made(
+        weights: str, compute: str, overhead: float = 0.0, lm_head: bool = False
+    ) -> _Quantization:
+        return _Quantization(weights, compute, True, overhead, skip, lm_head)
+
     if method in ("fp8", "fbgemm_fp8"):
-        return "fp8", "fp8"
-    if method in ("mxfp4", "nvfp4", "modelopt_fp4"):
-        return "fp4", "fp4"
+        return made("fp8", "fp8")
     algo = q.get("quant_algo")
-    if method == "modelopt" and isinstance(algo, str) and algo.upper() in ("FP8", "NVFP4"):
-        return ("fp8", "fp8") if algo.upper() == "FP8" else ("fp4", "fp4")
+    nvfp4 = method in ("nvfp4", "modelopt_fp4") or (
+        method == "modelopt" and isinstance(algo, str) and algo.upper() == "NVFP4"
+    )
+    if nvfp4:  # a 1-byte (fp8) scale per 16 weights
+        return made("fp4", "fp4", 1 / 16)
+    if method == "mxfp4":  # a 1-byte (e8m0) scale per 32 weights
+        return made("fp4", "fp4", 1 / 32)
+    if method == "modelopt" and isinstance(algo, str) and algo.upper() == "FP8":
+        return made("fp8", "fp8")
     bits = q.get("bits", q.get("w_bit"))
+    group, zero = -1, 0.0
     if method == "compressed-tensors":
         groups = q.get("config_groups")
         first: object = next(iter(groups.values()), None) if isinstance(groups, dict) else None
         weights = first.get("weights") if isinstance(first, dict) else None
         if isinstance(weights, dict):
             bits, kind = weights.get("num_bits"), weights.get("type")
+            if bits == 8 and kind == "float":
+                return made("fp8", "fp8")
+            group = _group_size(c, weights, "group_size", default=-1)
+            if not _flag(c, weights, "symmetric", True) and type(bits) is int:
+                zero = bits / 8
+            scale = BYTES[base]
         else:
-            bits, kind = None, None
-        if bits == 8 and kind == "float":
-            return "fp8", "fp8"
-    flags = {}
-    for key in ("load_in_4bit", "load_in_8bit"):
-        value = q.get(key, False)
-        if not isinstance(value, bool):
-            raise EfficiencyInputError(
-                f"{c.where}: quantization_config.{key} = {_show(value)} is not true or false "
-                "(a JSON boolean)"
-            )
-        flags[key] = value
+            bits, kind, scale = None, None, BYTES[base]
+    elif method == "awq":
+        group = _group_size(c, q, "group_size", "q_group_size", default=128)
+        zero = 0.5 if _flag(c, q, "zero_point", True) else 0.0
+        scale = FP16_SCALE
+    elif method in ("gptq", "gptq_marlin", "auto-round"):
+        group = _group_size(c, q, "group_size", default=128)
+        zero = 0.5 if not _flag(c, q, "sym", True) else 0.0
+        scale = FP16_SCALE
+    else:
+        scale = 0.0
+    flags = {key: _flag(c, q, key, False) for key in ("load_in_4bit", "load_in_8bit")}
     if (type(bits) is int and bits == 4) or flags["load_in_4bit"]:
-        return "int4", base  # weight-only: dequantized into the activations' dtype
+        lm_head = _flag(c, q, "lm_head", False)
+        if flags["load_in_4bit"] and method in ("", "bitsandbytes"):
+            # an fp32 absmax per block of 64; double quantization: 1 byte per block and an
+            # fp32 per 256 blocks
+            double = _flag(c, q, "bnb_4bit_use_double_quant", False)
+            overhead = (1 + 4 / 256) / 64 if double else 4 / 64
+        else:
+            overhead = _per_group(scale, zero, group)
+        # weight-only: dequantized into the activations' dtype
+        return made("int4", base, overhead, lm_head)
     if (type(bits) is int and bits == 8) or flags["load_in_8bit"]:
         raise EfficiencyInputError(
             f"{c.where}: quantization_config: 8-bit integer weights "
@@ -279,20 +442,34 @@ def _dtypes(c: _Config) -> tuple[str, str]:
     )
 
 
-def _attention(c: _Config, hidden: int) -> tuple[int, int, int, int, float]:
-    """A full-attention block's mixer: its parameters, query heads, per-head query-key and
-    value widths, and the KV cache elements per token (keys and values, every KV head)."""
+Part = tuple[str, int, bool]  # a module's name below its block, its parameters, a linear
+
+
+def _attention(c: _Config, hidden: int) -> tuple[list[Part], int, int, int, float]:
+    """A full-attention block's mixer: its modules (name, parameters, whether it is a
+    linear layer a quantization may convert), query heads, per-head query-key and value
+    widths, and the KV cache elements per token (keys and values, every KV head)."""
     heads = c.int("num_attention_heads", "n_head", kind="heads")
+    at = "self_attn."
     if c.has("kv_lora_rank"):  # multi-head latent attention (DeepSeek-V2/V3)
         rank, rope = c.int("kv_lora_rank", kind="width"), c.int("qk_rope_head_dim", kind="head_dim")
         nope, v = c.int("qk_nope_head_dim", kind="head_dim"), c.int("v_head_dim", kind="head_dim")
         q_rank = c.int("q_lora_rank", kind="width", default=0, zero=True)
         if q_rank:
-            q = hidden * q_rank + q_rank + q_rank * heads * (nope + rope)
+            q: list[Part] = [
+                (at + "q_a_proj", hidden * q_rank, True),
+                (at + "q_a_layernorm", q_rank, False),
+                (at + "q_b_proj", q_rank * heads * (nope + rope), True),
+            ]
         else:
-            q = hidden * heads * (nope + rope)
-        kv = hidden * (rank + rope) + rank + rank * heads * (nope + v)
-        return q + kv + heads * v * hidden, heads, nope + rope, v, float(rank + rope)
+            q = [(at + "q_proj", hidden * heads * (nope + rope), True)]
+        kv: list[Part] = [
+            (at + "kv_a_proj_with_mqa", hidden * (rank + rope), True),
+            (at + "kv_a_layernorm", rank, False),
+            (at + "kv_b_proj", rank * heads * (nope + v), True),
+        ]
+        parts = [*q, *kv, (at + "o_proj", heads * v * hidden, True)]
+        return parts, heads, nope + rope, v, float(rank + rope)
     kv_heads = c.int("num_key_value_heads", kind="heads", default=heads)
     if heads % kv_heads:
         raise EfficiencyInputError(
@@ -305,18 +482,25 @@ def _attention(c: _Config, hidden: int) -> tuple[int, int, int, int, float]:
             f"{hidden} is not a multiple of {c.key('num_attention_heads', 'n_head')} = {heads}"
         )
     head_dim = c.int("head_dim", kind="head_dim", default=hidden // heads)
-    q, kv = heads * head_dim, kv_heads * head_dim
-    params = hidden * q + 2 * hidden * kv + q * hidden
+    qw, kvw = heads * head_dim, kv_heads * head_dim
+    parts = [
+        (at + "q_proj", hidden * qw, True),
+        (at + "k_proj", hidden * kvw, True),
+        (at + "v_proj", hidden * kvw, True),
+        (at + "o_proj", qw * hidden, True),
+    ]
     qwen2 = c.get("model_type") == "qwen2"
     bias = c.flag("attention_bias", c.flag("qkv_bias", qwen2))
     if bias:
-        params += q + 2 * kv + (hidden if c.flag("attention_bias", False) else 0)
+        parts.append(
+            (at + "bias", qw + 2 * kvw + (hidden if c.flag("attention_bias", False) else 0), False)
+        )
     if c.get("model_type") in ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "olmo2"):
-        params += 2 * head_dim  # q_norm and k_norm
-    return params, heads, head_dim, head_dim, float(2 * kv)
+        parts.append((at + "qk_norm", 2 * head_dim, False))  # q_norm and k_norm
+    return parts, heads, head_dim, head_dim, float(2 * kvw)
 
 
-def _linear_attention(c: _Config, hidden: int) -> int:
+def _linear_attention(c: _Config, hidden: int) -> list[Part]:
     """A Gated DeltaNet mixer (Qwen3-Next's ``linear_attention`` layers)."""
     nk, dk = (
         c.int("linear_num_key_heads", kind="heads"),
@@ -326,17 +510,18 @@ def _linear_attention(c: _Config, hidden: int) -> int:
     dv = c.int("linear_value_head_dim", kind="head_dim")
     kernel = c.int("linear_conv_kernel_dim", kind="factor", default=4)
     conv = 2 * nk * dk + nv * dv
-    return (
-        hidden * (2 * nk * dk + 2 * nv * dv)  # in_proj_qkvz
-        + hidden * 2 * nv  # in_proj_ba
-        + conv * kernel  # the depthwise convolution
-        + 2 * nv  # dt_bias, A_log
-        + dv  # the gated norm
-        + nv * dv * hidden  # out_proj
-    )
+    at = "linear_attn."
+    return [
+        (at + "in_proj_qkvz", hidden * (2 * nk * dk + 2 * nv * dv), True),
+        (at + "in_proj_ba", hidden * 2 * nv, True),
+        (at + "conv1d", conv * kernel, False),  # the depthwise convolution
+        (at + "dt_bias", 2 * nv, False),  # dt_bias, A_log
+        (at + "norm", dv, False),  # the gated norm
+        (at + "out_proj", nv * dv * hidden, True),
+    ]
 
 
-def _mamba(c: _Config, hidden: int) -> int:
+def _mamba(c: _Config, hidden: int) -> list[Part]:
     """A Mamba-2 mixer (its in_proj, depthwise convolution, per-head A, D and dt bias, the
     gated norm and out_proj)."""
     state = c.int("mamba_d_state", "ssm_state_size", "state_size", kind="width")
@@ -350,14 +535,14 @@ def _mamba(c: _Config, hidden: int) -> int:
     nheads = c.int("mamba_n_heads", "mamba_num_heads", kind="heads", default=inner // 64)
     kernel = c.int("mamba_d_conv", "conv_kernel", kind="factor", default=4)
     conv = inner + 2 * groups * state
-    return (
-        hidden * (2 * inner + 2 * groups * state + nheads)
-        + conv * kernel
-        + conv
-        + 3 * nheads
-        + inner
-        + inner * hidden
-    )
+    at = "mixer."
+    return [
+        (at + "in_proj", hidden * (2 * inner + 2 * groups * state + nheads), True),
+        (at + "conv1d", conv * kernel + conv, False),
+        (at + "A_log", 3 * nheads, False),  # A, D and dt_bias
+        (at + "norm", inner, False),
+        (at + "out_proj", inner * hidden, True),
+    ]
 
 
 def _layer_kinds(c: _Config, n: int) -> list[str]:
@@ -449,9 +634,13 @@ def model_spec(doc: dict[str, object], where: str = "config.json") -> ModelSpec:
     hidden = c.int("hidden_size", "d_model", "n_embd", kind="width")
     n = c.int("num_hidden_layers", "n_layer", "num_layers", kind="layers")
     vocab = c.int("vocab_size", kind="vocab")
-    weight_dtype, compute_dtype = _dtypes(c)
+    quant = _quantization(c)
     kinds, moe = _layer_kinds(c, n), _moe_layers(c, n)
-    attn, heads, qk, v, kv_elems = _attention(c, hidden) if FULL in kinds else (0, 0, 0, 0, 0.0)
+    attn: list[Part] = []
+    heads = qk = v = 0
+    kv_elems = 0.0
+    if FULL in kinds:
+        attn, heads, qk, v, kv_elems = _attention(c, hidden)
     experts = c.int(*_EXPERTS, kind="experts", default=0, zero=True)
     per_token = c.int(*_PER_TOKEN, kind="experts", default=0, zero=True)
     if experts and not per_token:
@@ -477,22 +666,32 @@ def model_spec(doc: dict[str, object], where: str = "config.json") -> ModelSpec:
     )
     mixers = {
         FULL: attn,
-        LINEAR: _linear_attention(c, hidden) if LINEAR in kinds else 0,
-        MAMBA: _mamba(c, hidden) if MAMBA in kinds else 0,
+        LINEAR: _linear_attention(c, hidden) if LINEAR in kinds else [],
+        MAMBA: _mamba(c, hidden) if MAMBA in kinds else [],
     }
+    gated = ("gate_proj", "up_proj", "down_proj")
     layers = []
     for i, kind in enumerate(kinds):
-        mixer = mixers[kind]
-        norms = 2 * hidden
+        at = f"model.layers.{i}."
+        parts: list[Part] = [*mixers[kind], ("input_layernorm", 2 * hidden, False)]
+        expert = 3 * hidden * expert_inter if moe[i] else 0
         if moe[i]:
-            expert = 3 * hidden * expert_inter
-            shared_params = 3 * hidden * shared + (hidden if shared else 0)  # its gate
-            shared_params += n_shared * expert
-            router = hidden * experts
-            mlp = experts * expert + shared_params + router
-            layers.append(Layer(kind, mixer + mlp + norms, expert, experts, per_token))
+            parts.append(("mlp.gate", hidden * experts, False))  # the router
+            if shared:
+                parts += [(f"mlp.shared_expert.{m}", hidden * shared, True) for m in gated]
+                parts.append(("mlp.shared_expert_gate", hidden, False))
+            parts += [
+                (f"mlp.shared_experts.{m}", n_shared * hidden * expert_inter, True) for m in gated
+            ]
         else:
-            layers.append(Layer(kind, mixer + 3 * hidden * dense_inter + norms, 0, 0, 0))
+            parts += [(f"mlp.{m}", hidden * dense_inter, True) for m in gated]
+        params = sum(size for _, size, _ in parts) + experts * expert
+        plain = sum(size for name, size, linear in parts if not linear or quant.plain(at + name))
+        plain_expert = expert if moe[i] and quant.plain(at + "mlp.experts") else 0
+        if moe[i]:
+            layers.append(Layer(kind, params, expert, experts, per_token, plain, plain_expert))
+        else:
+            layers.append(Layer(kind, params, 0, 0, 0, plain, 0))
     tied = c.flag("tie_word_embeddings", True)
     kv_bytes = kv_elems * BYTES[activation_dtype(c)]
     spec = ModelSpec(
@@ -505,9 +704,13 @@ def model_spec(doc: dict[str, object], where: str = "config.json") -> ModelSpec:
         qk_dim=qk,
         v_dim=v,
         kv_bytes_per_token=kv_bytes,
-        weight_dtype=weight_dtype,
-        compute_dtype=compute_dtype,
+        weight_dtype=quant.weight_dtype,
+        compute_dtype=quant.compute_dtype,
         windowed_layers=_windowed_layers(c),
+        plain_dtype=activation_dtype(c),
+        group_overhead=quant.group_overhead,
+        # a tied lm_head is the embedding, which no quantization converts
+        lm_head_quantized=quant.lm_head and not tied and not quant.plain("lm_head"),
     )
     if spec.params > MAX_PARAMS:
         raise EfficiencyInputError(
