@@ -16,16 +16,26 @@ from rich import table as rich_table
 from rich.console import Console, RenderableType
 from rich.text import Text
 
-from traceview.analysis.base.document import InfoDocument, RunDocument, SummaryDocument
+from traceview.analysis.base.document import (
+    Cost,
+    DecodeCost,
+    InfoDocument,
+    PromptCost,
+    RunDocument,
+    SummaryDocument,
+)
 from traceview.analysis.documents.checks import CheckResult
 from traceview.analysis.documents.compare import Diff
 from traceview.render.format import (
     BREAKDOWN_CAPTION,
     BREAKDOWN_COLUMNS,
+    COST_COLUMNS,
     EFFICIENCY_COLUMNS,
     PHASE_COLUMNS,
     UNCHANGED,
     breakdown_rows,
+    cost_caption,
+    cost_terms,
     diff_rows,
     efficiency_caption,
     efficiency_rows,
@@ -35,6 +45,7 @@ from traceview.render.format import (
     fmt_value,
     gap_title,
     phase_rows,
+    weights_line,
     widest_line,
 )
 from traceview.render.safe import line
@@ -193,6 +204,7 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
     out.print(ph)
     render_time_breakdown(doc, out)
     render_efficiency(doc, out)
+    render_step_cost(doc["cost"], out, fitted_only=True)
 
     gaps = Table(title=gap_title(doc), title_justify="left")
     for col in ("population", "n", "overlaps", "p50", "p90", "p99", "max"):
@@ -258,6 +270,36 @@ def render_efficiency(doc: SummaryDocument, out: Console) -> None:
     table.caption = Text(line(efficiency_caption(doc)))
     table.caption_justify = "left"
     out.print(table)
+
+
+_FITS = (
+    ("decode", "decode step = fixed + per sequence × N"),
+    ("prompt", "prompt step = fixed + per sequence × N + per token × T"),
+)
+
+
+def render_step_cost(cost: Cost, out: Console, *, fitted_only: bool = False) -> None:
+    """The step-cost fits: each term with its 95% interval, the caption (n, R², the
+    crossover or the T² term), and the weights line with ``--model``; ``fitted_only``:
+    nothing for a fit that is null (the summary's screen), else its reason."""
+    for key, title in _FITS:
+        fit: DecodeCost | PromptCost = cost[key]  # type: ignore[literal-required]
+        rows = cost_terms(fit)
+        if not rows:
+            if not fitted_only:
+                out.print(Text(line(f"{title}: no fit: {fit['reason']}")))
+            continue
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+        for col in COST_COLUMNS:
+            table.add_column(col, justify="left" if col == "term" else "right", no_wrap=True)
+        for cells in rows:
+            table.add_row(*cells)
+        table.caption = Text(line(cost_caption(fit)))
+        table.caption_justify = "left"
+        out.print(table)
+    weights = cost["weights"]
+    if weights is not None and (not fitted_only or weights["fixed_bytes_per_s"] is not None):
+        out.print(Text(line(weights_line(weights))))
 
 
 def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> None:

@@ -23,6 +23,7 @@ from traceview.analysis.base.document import (
     QUANTILES,
     DiffDocument,
     DiffRow,
+    Interval95,
     KernelChange,
 )
 from traceview.analysis.base.stats import mean
@@ -55,6 +56,9 @@ class Metric:
     n: int | None = None
     role: Role = "rate"
     field: str | None = None  # the document's path of the figure (check's path syntax)
+    # a fitted figure's 95% interval half-width: A and B are "same" where they differ by
+    # less than their combined half-widths (the difference is not significant at 5%)
+    spread: float | None = None
 
 
 def _per(total: float | None, count: float | None) -> float | None:
@@ -220,6 +224,7 @@ def metrics(summary: Summary) -> list[Metric]:
                     field=f"decode_gaps.{pop}.{q}",
                 )
             )
+    out += cost_metrics(summary)
     busy = doc["busy"]
     for key in ("fraction", "in_gaps", "in_widest_gaps"):
         out.append(Metric("busy", key, busy[key], None, "fraction", field=f"busy.{key}"))
@@ -257,6 +262,65 @@ def metrics(summary: Summary) -> list[Metric]:
     return out
 
 
+def _half(ci: Interval95 | None) -> float | None:
+    return None if ci is None else (ci["high_ns"] - ci["low_ns"]) / 2
+
+
+def cost_metrics(summary: Summary) -> list[Metric]:
+    """The step-cost fits as a diff compares them: the decode fit's fixed and per-sequence
+    cost and the prompt fit's per-token cost are rates, each within its kind of step and
+    over at least ``MIN_STEPS`` steps (else null), judged with their 95% intervals; the
+    weights a decode step reads (``--model``, ``--model-b``) are shown, never judged."""
+    cost = summary.to_dict()["cost"]
+    d, p = cost["decode"], cost["prompt"]
+    out = [
+        Metric(
+            "cost",
+            "decode fixed per step",
+            d["fixed_ns"],
+            "lower",
+            "ns",
+            d["n"],
+            field="cost.decode.fixed_ns",
+            spread=_half(d["fixed_ci95"]),
+        ),
+        Metric(
+            "cost",
+            "decode per sequence",
+            d["per_sequence_ns"],
+            "lower",
+            "ns",
+            d["n"],
+            field="cost.decode.per_sequence_ns",
+            spread=_half(d["per_sequence_ci95"]),
+        ),
+        Metric(
+            "cost",
+            "prompt per token",
+            p["per_prompt_token_ns"],
+            "lower",
+            "ns",
+            p["n"],
+            field="cost.prompt.per_prompt_token_ns",
+            spread=_half(p["per_prompt_token_ci95"]),
+        ),
+    ]
+    w = cost["weights"]
+    if w is not None:
+        out.append(
+            Metric(
+                "cost",
+                "weight bytes per decode step",
+                w["weight_bytes"],
+                None,
+                "count",
+                role="workload",
+                field="cost.weights.weight_bytes",
+            )
+        )
+    return out
+
+
 def _label_with_n(name: str, n_a: int | None, n_b: int | None) -> str:
     """A metric's row label with its population size: ``(n=N)``, or ``(n A → B)`` where the
     two populations differ (a statistic's n is a field of its Metric, never parsed)."""
@@ -277,7 +341,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _verdict(
-    a: float | None, b: float | None, ratio: float | None, better: str | None, role: Role
+    a: float | None,
+    b: float | None,
+    ratio: float | None,
+    better: str | None,
+    role: Role,
+    spreads: tuple[float | None, float | None] = (None, None),
 ) -> str | None:
     if role == "workload":
         return None  # a total grows with the work done: shown, never judged
@@ -289,6 +358,9 @@ def _verdict(
         return "gone"
     if ratio is None or abs(ratio - 1) <= SAME:
         return "same"
+    sa, sb = spreads
+    if sa is not None and sb is not None and abs(b - a) <= math.hypot(sa, sb):
+        return "same"  # two fits whose difference their own uncertainty covers
     if better is None:
         return "changed"
     worse = ratio > 1 if better == "lower" else ratio < 1
@@ -492,7 +564,8 @@ def _diff(
         bv = None if y is None else y.value
         name = _label_with_n(m.name, None if x is None else x.n, None if y is None else y.n)
         ratio = _ratio(av, bv)
-        verdict = _verdict(av, bv, ratio, m.better, m.role)
+        spreads = (None if x is None else x.spread, None if y is None else y.spread)
+        verdict = _verdict(av, bv, ratio, m.better, m.role, spreads)
         rows.append(
             {
                 "role": m.role,
