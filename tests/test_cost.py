@@ -11,6 +11,7 @@ the reason, where the counts cannot support a fit.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -277,3 +278,123 @@ def test_the_summary_screen_shows_a_fit_where_there_is_one() -> None:
     assert "decode step = fixed + per sequence × N" in text and "per prompt token" in text
     out = CliRunner().invoke(cli, ["summarize", str(GENERATED / "hybrid_chunked.json.gz")])
     assert "decode step =" not in out.stdout  # no fit there: nothing said on the screen
+
+
+def test_the_batch_sweep_pools_into_part_ones_fit() -> None:
+    """Part 1's four captures (batch 1, 8, 64, 146) pooled: the fit equals numpy's least
+    squares on every planted step, and gives the series' figure: 19.1 ms + 0.313 ms × N,
+    the crossover near 61, throughput from about 50 to 2,225 tokens/s."""
+    pooled = tv.step_cost([str(p) for p in SWEEP]).to_dict()
+    rows = [r for p in SWEEP for r in _decode_rows(_timed(p.name.removesuffix(".json.gz")))]
+    fixed, per = _lstsq(rows, ["fixed", "per_sequence"])
+    d = pooled["decode"]
+    assert d["n"] == len(rows) == 36
+    _close(d["fixed_ns"], fixed, TIGHT)
+    _close(d["per_sequence_ns"], per, TIGHT)
+    _close(d["fixed_ns"], 19.1e6, 0.01)
+    _close(d["per_sequence_ns"], 313e3, 0.01)
+    assert d["crossover_sequences"] == pytest.approx(61, abs=1)
+    by_n = {b["sequences"]: b for b in d["batches"]}
+    assert sorted(by_n) == [1, 8, 64, 146]
+    for n, b in by_n.items():
+        times = [r["time_ns"] for r in rows if r["sequences"] == n]
+        assert b["steps"] == len(times)
+        _close(b["mean_ns"], float(np.mean(times)), TIGHT)
+        _close(b["fitted_tokens_per_s"], n * 1e9 / (fixed + per * n), TIGHT)
+    assert by_n[1]["tokens_per_s"] == pytest.approx(50, rel=0.05)
+    assert by_n[146]["tokens_per_s"] == pytest.approx(2225, rel=0.03)
+    assert [t["sequences_min"] for t in pooled["traces"]] == [1, 146, 64, 8]  # file order
+    assert [t["decode_steps"] for t in pooled["traces"]] == [9, 9, 9, 9]
+    assert pooled["prompt"]["reason"] == "no steps with prompt work"
+
+
+def test_a_capture_only_trace_is_left_out_of_a_pooled_fit() -> None:
+    pooled = tv.step_cost(
+        [str(SWEEP[0]), str(SWEEP[3]), str(GENERATED / "sglang_capture_only.json.gz")]
+    ).to_dict()
+    assert [t["path"] for t in pooled["traces"]] == [str(SWEEP[0]), str(SWEEP[3])]
+    assert any("sglang_capture_only" in w and "left out" in w for w in pooled["warnings"])
+    with pytest.raises(tv.RunError, match="no steps to fit"):
+        tv.step_cost([str(GENERATED / "sglang_capture_only.json.gz")])
+
+
+def test_the_cost_command_prints_the_document() -> None:
+    out = CliRunner().invoke(cli, ["cost", "-j", "1", *map(str, SWEEP), "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["schema"] == "traceview.cost/1"
+    assert doc == json.loads(json.dumps(tv.step_cost([str(p) for p in SWEEP]).to_dict()))
+    out = CliRunner().invoke(cli, ["cost", "-j", "1", *map(str, SWEEP)])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.stdout.split())
+    assert "decode step = fixed + per sequence × N" in text
+    assert "crossover (fixed = per-sequence work) at N = 61.6" in text
+
+
+@pytest.mark.slow  # about 2.5 s: matplotlib draws two panels
+def test_the_cost_command_draws_part_ones_figure(tmp_path: Path) -> None:
+    """Part 1's figure from four traces in one command: each trace's steps in its own
+    colour, in batch order, with the fitted line and the tokens per second it gives."""
+    chart = tmp_path / "part1.png"
+    out = CliRunner().invoke(cli, ["cost", "-j", "1", *map(str, SWEEP), "-o", str(chart)])
+    assert out.exit_code == 0, out.output
+    from matplotlib import image
+
+    assert image.imread(chart).shape[:2] == (780, 1560)  # two panels, 10.4 × 5.2 in at 150 dpi
+    from traceview.render.cost_chart import cost_data
+
+    pooled = tv.step_cost([str(p) for p in SWEEP])
+    data = cost_data(pooled)
+    assert [t.label for t in data.traces] == [p.name for p in SWEEP]  # batch order
+    assert [t.sequences.size for t in data.traces] == [9, 9, 9, 9]
+    d = pooled.to_dict()["decode"]
+    assert d["fixed_ns"] is not None and d["per_sequence_ns"] is not None
+    assert data.decode_line == (d["fixed_ns"] / 1e6, d["per_sequence_ns"] / 1e6)
+    assert data.prompt_curve is None
+    for t in data.traces:
+        assert t.tokens_per_s == pytest.approx(t.sequences / (t.decode_ms / 1e3))
+
+
+@pytest.mark.slow  # about 2 s: three panels
+def test_a_prompt_fit_adds_a_panel() -> None:
+    from traceview.render.cost_chart import cost_data
+
+    pooled = tv.step_cost([str(GENERATED / "cost_prefill_curve.json.gz")])
+    data = cost_data(pooled)
+    p = pooled.to_dict()["prompt"]
+    assert data.prompt_curve == (
+        p["fixed_ns"] / 1e6,  # type: ignore[operator]
+        p["per_prompt_token_ns"] / 1e6,  # type: ignore[operator]
+        p["per_prompt_token_squared_ns"] / 1e6,  # type: ignore[operator]
+    )
+    assert not data.prompt_adjusted  # no per-sequence term: the times as they are
+    assert len(pooled.chart().axes) == 3
+
+
+def test_the_cost_command_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = tmp_path / "nope.json.gz"
+    out = runner.invoke(cli, ["cost", "-j", "1", str(missing)])
+    assert out.exit_code == 2 and out.stderr.count("\n") == 1 and str(missing) in out.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    out = runner.invoke(cli, ["cost", "-j", "1", str(SWEEP[0]), str(bad)])
+    assert out.exit_code == 2 and out.stderr.startswith("Error: ") and str(bad) in out.stderr
+    out = runner.invoke(cli, ["cost", "-j", "1", str(SWEEP[0]), "-o", str(tmp_path / "c.txt")])
+    assert out.exit_code == 2 and "c.txt" in out.stderr
+
+
+def test_the_pooled_fit_sets_its_fixed_term_against_the_weight_bytes() -> None:
+    """``traceview cost --model --gpu`` (Part 6's comparison), from the pooled fit."""
+    config_path = str(Path(__file__).parent.parent / "fixtures/configs/llama-3.1-8b.json")
+    model = tv.load_model(config_path)
+    config = tv.AnalysisConfig(model=model, gpu="H100 SXM")
+    pooled = tv.step_cost([str(p) for p in SWEEP], tv.RunOptions(config=config)).to_dict()
+    w, fixed = pooled["weights"], pooled["decode"]["fixed_ns"]
+    assert w is not None and fixed is not None
+    _close(w["fixed_bytes_per_s"], w["weight_bytes"] / (fixed / 1e9), 1e-8)
+    args = ["cost", "-j", "1", *map(str, SWEEP), "--model", config_path, "--gpu", "H100 SXM"]
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output
+    said = f"at {w['fixed_bytes_per_s'] / 1e9:,.0f} GB/s: {w['fraction_of_peak']:.1%} of the 3,350"
+    assert said in " ".join(out.stdout.split())

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from traceview.analysis.base.document import (
     Cost,
+    CostDocument,
     DecodeCost,
     InfoDocument,
     PromptCost,
@@ -278,7 +279,7 @@ _FITS = (
 )
 
 
-def render_step_cost(cost: Cost, out: Console, *, fitted_only: bool = False) -> None:
+def render_step_cost(cost: Cost | CostDocument, out: Console, *, fitted_only: bool = False) -> None:
     """The step-cost fits: each term with its 95% interval, the caption (n, R², the
     crossover or the T² term), and the weights line with ``--model``; ``fitted_only``:
     nothing for a fit that is null (the summary's screen), else its reason."""
@@ -300,6 +301,43 @@ def render_step_cost(cost: Cost, out: Console, *, fitted_only: bool = False) -> 
     weights = cost["weights"]
     if weights is not None and (not fitted_only or weights["fixed_bytes_per_s"] is not None):
         out.print(Text(line(weights_line(weights))))
+
+
+BATCH_ROWS = 30  # batch sizes shown on the screen (all of them are in --json)
+
+
+def render_cost(doc: CostDocument, console: Console | None = None) -> None:
+    """``traceview cost``: the traces pooled, the fits, and per decode batch size its
+    steps' mean time, the fit's, and the tokens per second each gives."""
+    out = console or Console(highlight=False)
+    traces = Table(title=f"steps pooled from {len(doc['traces'])} trace(s)", title_justify="left")
+    for col in ("trace", "steps", "decode", "batch", "prompt"):
+        traces.add_column(col, justify="left" if col == "trace" else "right")
+    for t in doc["traces"]:
+        low, high = t["sequences_min"], t["sequences_max"]
+        batch = "—" if low is None else str(low) if low == high else f"{low}–{high}"
+        traces.add_row(
+            t["path"], f"{t['steps']:,}", f"{t['decode_steps']:,}", batch, f"{t['prompt_steps']:,}"
+        )
+    out.print(traces)
+    render_step_cost(doc, out)
+    batches = doc["decode"]["batches"]
+    if batches:
+        table = Table(title="decode steps by batch size", title_justify="left")
+        for col in ("N", "steps", "mean step", "fitted", "tokens/s", "fitted tokens/s"):
+            table.add_column(col, justify="right")
+        for b in batches[:BATCH_ROWS]:
+            table.add_row(
+                f"{b['sequences']:,}",
+                f"{b['steps']:,}",
+                fmt_ns(b["mean_ns"]),
+                fmt_ns(b["fitted_ns"]),
+                fmt_value(b["tokens_per_s"], "count"),
+                fmt_value(b["fitted_tokens_per_s"], "count"),
+            )
+        if len(batches) > BATCH_ROWS:
+            table.caption = f"{len(batches) - BATCH_ROWS} more batch sizes in --json"
+        out.print(table)
 
 
 def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> None:

@@ -455,6 +455,33 @@ class RunDocument(TypedDict):
     summaries: list[SummaryDocument]
 
 
+COST_SCHEMA = "traceview.cost/1"
+
+
+class CostTrace(TypedDict):
+    """One trace of a pooled step-cost fit: its serving steps, those each fit reads, and
+    the decode batch sizes among them."""
+
+    path: str
+    steps: int
+    decode_steps: int
+    prompt_steps: int
+    sequences_min: int | None
+    sequences_max: int | None
+
+
+class CostDocument(TypedDict):
+    """``traceview.cost/1`` (``traceview cost --json``): the summary's ``cost`` fields
+    over several traces' steps pooled, and each trace's part."""
+
+    schema: str
+    traces: list[CostTrace]
+    decode: DecodeCost
+    prompt: PromptCost
+    weights: CostWeights | None
+    warnings: list[str]
+
+
 DIFF_SCHEMA = "traceview.diff/1"
 INFO_SCHEMA = "traceview.info/1"
 
