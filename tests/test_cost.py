@@ -398,3 +398,35 @@ def test_the_pooled_fit_sets_its_fixed_term_against_the_weight_bytes() -> None:
     assert out.exit_code == 0, out.output
     said = f"at {w['fixed_bytes_per_s'] / 1e9:,.0f} GB/s: {w['fraction_of_peak']:.1%} of the 3,350"
     assert said in " ".join(out.stdout.split())
+
+
+def test_diff_reads_each_side_with_its_own_model(tmp_path: Path) -> None:
+    """``diff A B --model A.json --model-b B.json``: a quantized B's weight bytes and MBU
+    come from B's config, and the note sets the per-sequence cost beside the bytes (Part
+    6's comparison)."""
+    configs = Path(__file__).parent.parent / "fixtures" / "configs"
+    llama = json.loads((configs / "llama-3.1-8b.json").read_text())
+    awq = tmp_path / "awq.json"
+    awq.write_text(
+        json.dumps(
+            {
+                **llama,
+                "torch_dtype": "float16",
+                "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128},
+            }
+        )
+    )
+    trace = str(GENERATED / "cost_wandering.json.gz")
+    args = ["diff", trace, trace, "--json", "--model", str(configs / "llama-3.1-8b.json")]
+    out = CliRunner().invoke(cli, [*args, "--model-b", str(awq)])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    rows = {r["field"]: r for r in doc["rows"] if r["field"]}
+    weights = rows["cost.weights.weight_bytes"]
+    assert (weights["a"], weights["b"]) == (15_009_841_152, 4_677_173_248)
+    assert weights["role"] == "workload" and weights["verdict"] is None
+    assert rows["cost.decode.per_sequence_ns"]["verdict"] == "same"  # the same trace
+    said = "decode: B's per-sequence cost is 1.00× A's; B's weights are 0.31× A's bytes a step"
+    assert said in doc["notes"]
+    bad = CliRunner().invoke(cli, [*args, "--model-b", str(tmp_path / "missing.json")])
+    assert bad.exit_code == 2 and "missing.json" in bad.stderr
