@@ -16,38 +16,19 @@ its norm.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 
 from traceview._io import read_capped
 from traceview.analysis.base.document import ModelFacts
+from traceview.analysis.work.config_fields import BYTES, Fields, activation_dtype, parse_int, show
+from traceview.analysis.work.config_fields import LIMITS as LIMITS  # the bounds, read here
+from traceview.analysis.work.quantization import quantization
 from traceview.errors import EfficiencyInputError
 
 FULL, LINEAR, MAMBA = "full_attention", "linear_attention", "mamba"
-BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5}
-_TORCH_DTYPES = {
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "half": "fp16",
-    "float32": "fp32",
-    "float": "fp32",
-}
-
-# The bound on every count a config gives, by what it counts (docs/metrics.md, "The
-# model's config"): far above any published model, low enough that no figure overflows.
-LIMITS = {
-    "layers": 10_000,  # num_hidden_layers, and the layer indices and intervals
-    "width": 1_000_000,  # hidden_size, intermediate sizes, LoRA ranks, state sizes
-    "heads": 100_000,  # attention, key-value, linear-attention and Mamba heads, groups
-    "head_dim": 100_000,  # head_dim and every per-head width
-    "experts": 100_000,  # num_experts, num_experts_per_tok, n_shared_experts
-    "vocab": 100_000_000,  # vocab_size
-    "factor": 1_000,  # mamba_expand, convolution kernels
-}
 MAX_PARAMS = 10**15  # the whole model: a config counting more is refused
 
 
@@ -179,273 +160,10 @@ class ModelSpec:
         }
 
 
-class _Digits(str):
-    """An integer too long to be a count (JSON allows any length), kept as its digits so
-    that the key holding it is named (Python refuses to read over 4300 digits)."""
-
-
-def _parse_int(text: str) -> int | _Digits:
-    return int(text) if len(text) <= 30 else _Digits(text)
-
-
-def _show(value: object) -> str:
-    """A config's value as an error shows it: ASCII, escaped, at most 40 characters."""
-    if isinstance(value, _Digits):
-        return f"a {len(value.lstrip('-'))}-digit integer"
-    text = ascii(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-class _Config:
-    """The config's fields, read with the path in every error."""
-
-    def __init__(self, doc: dict[str, object], where: str) -> None:
-        text = doc.get("text_config")  # multimodal wrappers keep the language model here
-        self.doc = {**doc, **cast(dict[str, object], text)} if isinstance(text, dict) else doc
-        self.where = where
-
-    def key(self, *keys: str) -> str:
-        """The first of ``keys`` the config gives (else the first)."""
-        return next((k for k in keys if self.doc.get(k) is not None), keys[0])
-
-    def has(self, *keys: str) -> bool:
-        return any(self.doc.get(k) is not None for k in keys)
-
-    def get(self, *keys: str, default: object = None) -> object:
-        for k in keys:
-            if self.doc.get(k) is not None:
-                return self.doc[k]
-        return default
-
-    def int(self, *keys: str, kind: str, default: int | None = None, zero: bool = False) -> int:
-        """The count at the first of ``keys`` given: a JSON integer from 1 (0 where
-        ``zero``: it means none) to ``LIMITS[kind]``; ``default`` where none is given."""
-        value = self.get(*keys)
-        if value is None:
-            if default is not None:
-                return default
-            raise EfficiencyInputError(
-                f"{self.where}: model not understood: no {' or '.join(keys)} in the config"
-            )
-        low, high = (0 if zero else 1), LIMITS[kind]
-        if type(value) is not int or not low <= value <= high:
-            raise EfficiencyInputError(
-                f"{self.where}: {self.key(*keys)} = {_show(value)} is not a count "
-                f"(a whole number from {low} to {high:,})"
-            )
-        return value
-
-    def flag(self, key: str, default: bool) -> bool:
-        """A JSON boolean (``"false"``, a string, is not one)."""
-        value = self.doc.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise EfficiencyInputError(
-                f"{self.where}: {key} = {_show(value)} is not true or false (a JSON boolean)"
-            )
-        return value
-
-
-def activation_dtype(c: _Config) -> str:
-    """The model's own dtype (``torch_dtype``, or ``dtype``): its activations' and its KV
-    cache's, whatever the weights are quantized to."""
-    value = c.get("torch_dtype", "dtype", default="bfloat16")
-    raw = value.removeprefix("torch.") if isinstance(value, str) else None
-    base = _TORCH_DTYPES.get(raw) if raw is not None else None
-    if base is None:
-        raise EfficiencyInputError(
-            f"{c.where}: {c.key('torch_dtype', 'dtype')} = {_show(value)} is not understood "
-            f"(known: {', '.join(_TORCH_DTYPES)})"
-        )
-    return base
-
-
-_QUANTIZATIONS = (
-    "fp8 or fbgemm_fp8; mxfp4, nvfp4 or modelopt_fp4; modelopt FP8 or NVFP4; "
-    "compressed-tensors with 8-bit float or 4-bit weights; 4-bit weights (bits or w_bit 4, "
-    "load_in_4bit)"
-)
-
-
-@dataclass(frozen=True)
-class _Quantization:
-    """How a ``quantization_config`` stores the weights: their dtype and the GEMMs'; the
-    bytes per quantized weight its group's scale and zero point add; the module-name
-    patterns it leaves in the model's own dtype; whether lm_head is quantized too."""
-
-    weight_dtype: str
-    compute_dtype: str
-    active: bool = False  # a quantization_config is given
-    group_overhead: float = 0.0
-    skip: tuple[re.Pattern[str], ...] = ()
-    lm_head: bool = False
-
-    def plain(self, module: str) -> bool:
-        """Whether the module of this dotted name keeps the model's own dtype: every one
-        without a quantization, else those the config's skip list names (a name that
-        holds an entry, as vLLM and SGLang match ``modules_to_not_convert``; ``*`` a
-        wildcard; ``re:`` a regular expression, compressed-tensors' ``ignore``)."""
-        return not self.active or any(p.search(module) for p in self.skip)
-
-
-# the keys that list the modules a quantization leaves alone, by quantization library
-_SKIP_KEYS = (
-    "modules_to_not_convert",  # AWQ, GPTQ, fp8, mxfp4 (transformers and the engines)
-    "ignore",  # compressed-tensors
-    "exclude_modules",  # ModelOpt
-    "llm_int8_skip_modules",  # bitsandbytes
-)
-
-
-def _skip_patterns(c: _Config, q: dict[str, object]) -> tuple[re.Pattern[str], ...]:
-    """The config's modules left unquantized, as patterns over dotted module names."""
-    out = []
-    for key in _SKIP_KEYS:
-        value = q.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise EfficiencyInputError(
-                f"{c.where}: quantization_config.{key} = {_show(value)} is not a list of "
-                "module names"
-            )
-        for entry in value:
-            if entry.startswith("re:"):
-                text = entry[3:]
-            else:
-                text = ".*".join(re.escape(part) for part in entry.split("*"))
-            try:
-                out.append(re.compile(text))
-            except re.error as exc:
-                raise EfficiencyInputError(
-                    f"{c.where}: quantization_config.{key} holds {_show(entry)}, not a "
-                    f"regular expression ({exc})"
-                ) from None
-    return tuple(out)
-
-
-def _group_size(c: _Config, q: dict[str, object], *keys: str, default: int) -> int:
-    """A quantization's group size: a whole number of weights sharing a scale, or -1 for
-    one scale per output channel."""
-    value = next((q[k] for k in keys if q.get(k) is not None), default)
-    if type(value) is not int or not (value == -1 or 1 <= value <= LIMITS["width"]):
-        key = next((k for k in keys if q.get(k) is not None), keys[0])
-        raise EfficiencyInputError(
-            f"{c.where}: quantization_config.{key} = {_show(value)} is not a group size "
-            f"(a whole number from 1 to {LIMITS['width']:,}, or -1)"
-        )
-    return value
-
-
-def _flag(c: _Config, q: dict[str, object], key: str, default: bool) -> bool:
-    value = q.get(key, default)
-    if not isinstance(value, bool):
-        raise EfficiencyInputError(
-            f"{c.where}: quantization_config.{key} = {_show(value)} is not true or false "
-            "(a JSON boolean)"
-        )
-    return value
-
-
-def _per_group(scale_bytes: float, zero_bytes: float, group: int) -> float:
-    """Bytes per weight of its group's scale and zero point (none per output channel)."""
-    return (scale_bytes + zero_bytes) / group if group > 0 else 0.0
-
-
-FP16_SCALE = 2.0  # AWQ and GPTQ keep their scales in fp16
-
-
-def _quantization(c: _Config) -> _Quantization:
-    """The weights' storage (see :class:`_Quantization`); a quantization not known here
-    is refused, never taken for the model's own dtype."""
-    base = activation_dtype(c)
-    q = c.get("quantization_config")
-    if q is None:
-        return _Quantization(base, base)
-    if not isinstance(q, dict):
-        raise EfficiencyInputError(
-            f"{c.where}: quantization_config = {_show(q)} is not a table of the quantization"
-        )
-    raw_method = q.get("quant_method", "")
-    if not isinstance(raw_method, str):
-        raise EfficiencyInputError(
-            f"{c.where}: quantization_config.quant_method = {_show(raw_method)} is not a name"
-        )
-    method = raw_method.lower()
-    skip = _skip_patterns(c, q)
-
-    def made(
-        weights: str, compute: str, overhead: float = 0.0, lm_head: bool = False
-    ) -> _Quantization:
-        return _Quantization(weights, compute, True, overhead, skip, lm_head)
-
-    if method in ("fp8", "fbgemm_fp8"):
-        return made("fp8", "fp8")
-    algo = q.get("quant_algo")
-    nvfp4 = method in ("nvfp4", "modelopt_fp4") or (
-        method == "modelopt" and isinstance(algo, str) and algo.upper() == "NVFP4"
-    )
-    if nvfp4:  # a 1-byte (fp8) scale per 16 weights
-        return made("fp4", "fp4", 1 / 16)
-    if method == "mxfp4":  # a 1-byte (e8m0) scale per 32 weights
-        return made("fp4", "fp4", 1 / 32)
-    if method == "modelopt" and isinstance(algo, str) and algo.upper() == "FP8":
-        return made("fp8", "fp8")
-    bits = q.get("bits", q.get("w_bit"))
-    group, zero = -1, 0.0
-    if method == "compressed-tensors":
-        groups = q.get("config_groups")
-        first: object = next(iter(groups.values()), None) if isinstance(groups, dict) else None
-        weights = first.get("weights") if isinstance(first, dict) else None
-        if isinstance(weights, dict):
-            bits, kind = weights.get("num_bits"), weights.get("type")
-            if bits == 8 and kind == "float":
-                return made("fp8", "fp8")
-            group = _group_size(c, weights, "group_size", default=-1)
-            if not _flag(c, weights, "symmetric", True) and type(bits) is int:
-                zero = bits / 8
-            scale = BYTES[base]
-        else:
-            bits, kind, scale = None, None, BYTES[base]
-    elif method == "awq":
-        group = _group_size(c, q, "group_size", "q_group_size", default=128)
-        zero = 0.5 if _flag(c, q, "zero_point", True) else 0.0
-        scale = FP16_SCALE
-    elif method in ("gptq", "gptq_marlin", "auto-round"):
-        group = _group_size(c, q, "group_size", default=128)
-        zero = 0.5 if not _flag(c, q, "sym", True) else 0.0
-        scale = FP16_SCALE
-    else:
-        scale = 0.0
-    flags = {key: _flag(c, q, key, False) for key in ("load_in_4bit", "load_in_8bit")}
-    if (type(bits) is int and bits == 4) or flags["load_in_4bit"]:
-        lm_head = _flag(c, q, "lm_head", False)
-        if flags["load_in_4bit"] and method in ("", "bitsandbytes"):
-            # an fp32 absmax per block of 64; double quantization: 1 byte per block and an
-            # fp32 per 256 blocks
-            double = _flag(c, q, "bnb_4bit_use_double_quant", False)
-            overhead = (1 + 4 / 256) / 64 if double else 4 / 64
-        else:
-            overhead = _per_group(scale, zero, group)
-        # weight-only: dequantized into the activations' dtype
-        return made("int4", base, overhead, lm_head)
-    if (type(bits) is int and bits == 8) or flags["load_in_8bit"]:
-        raise EfficiencyInputError(
-            f"{c.where}: quantization_config: 8-bit integer weights "
-            f"({_show(method or 'no quant_method')}) are not understood"
-        )
-    named = f"quant_method {_show(raw_method)}" if raw_method else "no quant_method"
-    raise EfficiencyInputError(
-        f"{c.where}: quantization_config ({named}, bits {_show(bits)}) is not understood; "
-        f"known: {_QUANTIZATIONS}"
-    )
-
-
 Part = tuple[str, int, bool]  # a module's name below its block, its parameters, a linear
 
 
-def _attention(c: _Config, hidden: int) -> tuple[list[Part], int, int, int, float]:
+def _attention(c: Fields, hidden: int) -> tuple[list[Part], int, int, int, float]:
     """A full-attention block's mixer: its modules (name, parameters, whether it is a
     linear layer a quantization may convert), query heads, per-head query-key and value
     widths, and the KV cache elements per token (keys and values, every KV head)."""
@@ -500,7 +218,7 @@ def _attention(c: _Config, hidden: int) -> tuple[list[Part], int, int, int, floa
     return parts, heads, head_dim, head_dim, float(2 * kvw)
 
 
-def _linear_attention(c: _Config, hidden: int) -> list[Part]:
+def _linear_attention(c: Fields, hidden: int) -> list[Part]:
     """A Gated DeltaNet mixer (Qwen3-Next's ``linear_attention`` layers)."""
     nk, dk = (
         c.int("linear_num_key_heads", kind="heads"),
@@ -521,7 +239,7 @@ def _linear_attention(c: _Config, hidden: int) -> list[Part]:
     ]
 
 
-def _mamba(c: _Config, hidden: int) -> list[Part]:
+def _mamba(c: Fields, hidden: int) -> list[Part]:
     """A Mamba-2 mixer (its in_proj, depthwise convolution, per-head A, D and dt bias, the
     gated norm and out_proj)."""
     state = c.int("mamba_d_state", "ssm_state_size", "state_size", kind="width")
@@ -545,7 +263,7 @@ def _mamba(c: _Config, hidden: int) -> list[Part]:
     ]
 
 
-def _layer_kinds(c: _Config, n: int) -> list[str]:
+def _layer_kinds(c: Fields, n: int) -> list[str]:
     """Each block's mixer, from ``layer_types``, ``layers_block_type`` or the hybrid's own
     pattern field; full attention where the config names none."""
     named = c.get("layer_types", "layers_block_type")
@@ -558,7 +276,7 @@ def _layer_kinds(c: _Config, n: int) -> list[str]:
         kinds = []
         for t in named:
             if not isinstance(t, str):
-                raise EfficiencyInputError(f"{c.where}: {key} holds {_show(t)}, not a name")
+                raise EfficiencyInputError(f"{c.where}: {key} holds {show(t)}, not a name")
             t = t.lower()
             if "linear" in t:
                 kinds.append(LINEAR)
@@ -567,11 +285,11 @@ def _layer_kinds(c: _Config, n: int) -> list[str]:
             elif "attention" in t or t in ("attn", "full", "sliding", "global", "local"):
                 kinds.append(FULL)
             else:
-                raise EfficiencyInputError(f"{c.where}: layer type {_show(t)} is not understood")
+                raise EfficiencyInputError(f"{c.where}: layer type {show(t)} is not understood")
         return kinds
     if named is not None:
         key = c.key("layer_types", "layers_block_type")
-        raise EfficiencyInputError(f"{c.where}: {key} = {_show(named)} is not a list of names")
+        raise EfficiencyInputError(f"{c.where}: {key} = {show(named)} is not a list of names")
     pattern = c.get("hybrid_override_pattern")  # Nemotron-H: M mamba, * attention, - MLP
     if isinstance(pattern, str):
         raise EfficiencyInputError(
@@ -583,7 +301,7 @@ def _layer_kinds(c: _Config, n: int) -> list[str]:
     return [FULL] * n
 
 
-def _windowed_layers(c: _Config) -> int:
+def _windowed_layers(c: Fields) -> int:
     """The attention layers ``layer_types`` names as attending over a sliding window
     (gpt-oss, Gemma 2 and 3: ``sliding_attention``, ``local``): counted as full attention,
     which reads their KV cache over the whole context (:func:`_layer_kinds` has checked the
@@ -599,7 +317,7 @@ _EXPERTS = ("num_experts", "n_routed_experts", "num_local_experts")
 _PER_TOKEN = ("num_experts_per_tok", "experts_per_token", "moe_top_k")
 
 
-def _moe_layers(c: _Config, n: int) -> list[bool]:
+def _moe_layers(c: Fields, n: int) -> list[bool]:
     """Which blocks carry a mixture of experts."""
     experts = c.int(*_EXPERTS, kind="experts", default=0, zero=True)
     if experts == 0:
@@ -611,7 +329,7 @@ def _moe_layers(c: _Config, n: int) -> list[bool]:
         listed = []
     if not isinstance(listed, list) or not all(type(i) is int and 0 <= i < n for i in listed):
         raise EfficiencyInputError(
-            f"{c.where}: mlp_only_layers = {_show(listed)} is not a list of layer indices "
+            f"{c.where}: mlp_only_layers = {show(listed)} is not a list of layer indices "
             f"(whole numbers from 0 to {n - 1})"
         )
     dense_only = set(listed)
@@ -630,11 +348,11 @@ def model_spec(doc: dict[str, object], where: str = "config.json") -> ModelSpec:
             a boolean, more experts per token than experts, or more than
             :data:`MAX_PARAMS` parameters in all.
     """
-    c = _Config(doc, where)
+    c = Fields(doc, where)
     hidden = c.int("hidden_size", "d_model", "n_embd", kind="width")
     n = c.int("num_hidden_layers", "n_layer", "num_layers", kind="layers")
     vocab = c.int("vocab_size", kind="vocab")
-    quant = _quantization(c)
+    quant = quantization(c)
     kinds, moe = _layer_kinds(c, n), _moe_layers(c, n)
     attn: list[Part] = []
     heads = qk = v = 0
@@ -734,7 +452,7 @@ def load_model(path: str | Path) -> ModelSpec:
         p = p / "config.json"
     data = read_capped(p, "model config", EfficiencyInputError)
     try:
-        doc = json.loads(data.decode("utf-8"), parse_int=_parse_int)
+        doc = json.loads(data.decode("utf-8"), parse_int=parse_int)
     except UnicodeDecodeError as exc:
         raise EfficiencyInputError(
             f"{p}: not a JSON model config: not UTF-8 ({exc.reason})"
