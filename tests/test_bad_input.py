@@ -540,6 +540,7 @@ _STRICT_COMMANDS = {
     "check": ["--max", "busy.fraction=100%"],
     "sql": [],
     "diff": [],
+    "cost": ["-j", "1", "-o", "{out}/c.png"],
 }
 
 

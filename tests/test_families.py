@@ -325,6 +325,53 @@ def test_softmax_family_follows_the_launching_ops_shape(tmp_path: Path) -> None:
     assert fams == {"sampling": 4, "full_attention": 2}
 
 
+def _template_trace(path: Path, launches: list[tuple[str, str | None]]) -> Path:
+    """A tiny trace: per launch, a host op of that name around it (None: no op, as in a
+    graph replay), its cudaLaunchKernel and the kernel."""
+    events: list[dict] = []
+    for i, (kernel, op) in enumerate(launches):
+        t = 100 * i
+        if op is not None:
+            events.append(
+                {"ph": "X", "cat": "cpu_op", "name": op, "pid": 1, "tid": 1, "ts": t, "dur": 10}
+            )
+        events.append(
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+             "ts": t + 2, "dur": 1, "args": {"correlation": i + 1}}
+        )  # fmt: skip
+        events.append(
+            {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": t + 20,
+             "dur": 5, "args": {"correlation": i + 1, "device": 0, "stream": 7}}
+        )  # fmt: skip
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_flex_attention_templates_follow_the_launching_op(tmp_path: Path) -> None:
+    """Planted: Inductor's template kernels under a ``flex_attention`` op are attention;
+    the same prefix launched by a matmul (or once outside any op) keeps its name's family.
+    The series' Part 8 FlexAttention trace runs ``triton_tem_fused_0`` so."""
+    flex, mm, replayed = "triton_tem_fused_0", "triton_tem_fused_1", "triton_tem_fused_2"
+    path = _template_trace(
+        tmp_path / "t.json",
+        [
+            (flex, "flex_attention"),
+            (mm, "aten::mm"),
+            (flex, "torch.ops.higher_order.flex_attention"),
+            (replayed, "flex_attention"),
+            (replayed, None),
+            ("triton_tem_fused_mm_4", "aten::mm"),
+        ],
+    )
+    got = dict(tv.kernels(tv.load(path)).select("name", "family").iter_rows())
+    assert got == {
+        flex: "full_attention",
+        mm: "other",
+        replayed: "other",
+        "triton_tem_fused_mm_4": "gemm",
+    }
+
+
 def test_fixture_families_equal_truth(scenario: str) -> None:
     t = truth(scenario)
     fam = tv.families(tv.load(GENERATED / f"{scenario}.json.gz"))
@@ -391,6 +438,18 @@ def test_presets_listed_and_unknown_preset_rejected() -> None:
 # Names from the engines' source (issue 10), each with the family it must land in.
 NAMED = [
     ("void marlin_moe_wna16::Marlin<(vllm::ScalarType)5, 128, 8, 8, true, 4>(...)", "moe"),
+    # AWQ/GPTQ (and FP8-on-Ampere) weight-only GEMMs: as a dense model's projections run
+    (
+        "void marlin::Marlin<(long)1125899906910725, (long)1125899906843648, (long)"
+        "1125899906910725, (int)256, (int)1, (int)8, (int)8, true, (int)4, false>(...)",
+        "gemm",
+    ),
+    ("void marlin::Marlin<__half, vllm::kU4.id(), 256, 1, 16, 4, 4, false, true, -1>", "gemm"),
+    # Inductor's templates: named by the ops they fuse, or by FlexAttention
+    ("triton_tem_fused_mm_0", "gemm"),
+    ("triton_tem_fused_addmm_relu_3", "gemm"),
+    ("triton_tem_fused__to_copy__unsafe_view_add_addmm_bmm_clone_mean_139", "gemm"),
+    ("triton_tem_fused_flex_attention_0", "full_attention"),
     ("fused_moe_kernel", "moe"),
     ("void moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int)", "moe"),
     ("void vllm::moe::topkGatingSoftmax<4, 128, 4, 16, int>(float const*, ...)", "moe"),

@@ -57,6 +57,10 @@ DEFINITIONS: dict[str, Callable[[Summary], object]] = {
     "decode_gap_p50_ns": lambda s: _pop(s, "decode")["p50_ns"],
     "decode_gap_p99_ns": lambda s: _pop(s, "decode")["p99_ns"],
     "busy": lambda s: s.document["busy"]["fraction"],
+    "cost_decode_n": lambda s: s.document["cost"]["decode"]["n"],
+    "cost_decode_fixed_ns": lambda s: s.document["cost"]["decode"]["fixed_ns"],
+    "cost_decode_per_sequence_ns": lambda s: s.document["cost"]["decode"]["per_sequence_ns"],
+    "cost_decode_r2": lambda s: s.document["cost"]["decode"]["r2"],
     "kernels": lambda s: s.document["trace"]["kernels"],
     "span_ns": lambda s: s.document["trace"]["span_ns"],
     "prompt_tokens": lambda s: s.document["work"]["prompt_tokens"],
@@ -82,6 +86,8 @@ LOADED = {"truncated", "truncated_at_byte"}
     "inputs",
     [
         pytest.param([GENERATED / "hybrid_chunked.json.gz"], id="hybrid_chunked"),
+        # a decode fit of its own (hybrid_chunked's decode runs one batch size: null)
+        pytest.param([GENERATED / "cost_wandering.json.gz"], id="cost_wandering"),
         pytest.param(
             sorted(DLRM.glob("*.json.gz")),
             id="dlrm_8rank",
@@ -122,4 +128,4 @@ def test_shared_names_mean_the_same_in_summary_run_and_scan(
         for kind in ("decode", "mixed"):
             assert by_kind[kind]["p50_ns"] == row[f"{kind}_cadence_p50_ns"]
             assert rank["cadence_by_phase"][kind]["p50_ns"] == row[f"{kind}_cadence_p50_ns"]
-    assert checked >= 13 * len(inputs)
+    assert checked >= 17 * len(inputs)

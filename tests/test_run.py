@@ -391,7 +391,7 @@ def test_the_rank_tables_headers_are_never_cut(planted: tuple[Path, dict, RankRu
 
     from rich.console import Console
 
-    from traceview.render.table import render_run
+    from traceview.render.run_table import render_run
 
     buf = io.StringIO()
     doc = summarize_run([str(planted[0])], RunOptions(jobs=1)).to_dict()

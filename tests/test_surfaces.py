@@ -44,6 +44,10 @@ FIGURE_FIELDS = {
     "decode_gap_p50_ns": "decode_gaps.decode.p50_ns",
     "decode_gap_p99_ns": "decode_gaps.decode.p99_ns",
     "busy": "busy.fraction",
+    "cost_decode_n": "cost.decode.n",
+    "cost_decode_fixed_ns": "cost.decode.fixed_ns",
+    "cost_decode_per_sequence_ns": "cost.decode.per_sequence_ns",
+    "cost_decode_r2": "cost.decode.r2",
 }
 
 

@@ -38,12 +38,14 @@ if TYPE_CHECKING:
     from traceview.analysis.classify.families import load_rules
     from traceview.analysis.documents.checks import Bounds, CheckResult, check
     from traceview.analysis.documents.compare import Diff, diff
+    from traceview.analysis.documents.cost import StepCost
     from traceview.analysis.documents.run import RunSummary
     from traceview.analysis.documents.summary import Summary
     from traceview.analysis.shortcuts import busy, decode_gaps, families, kernels, steps, summarize
     from traceview.analysis.work.devices import DeviceSpec
     from traceview.analysis.work.devices import device_option as device_spec
     from traceview.analysis.work.model_config import ModelSpec, load_model
+    from traceview.batch.cost import step_cost
     from traceview.batch.run import RunOptions, summarize_run
     from traceview.batch.scan import scan
     from traceview.batch.scan_task import ScanOptions
@@ -85,6 +87,8 @@ _NAMES = {
     "RunOptions": ("traceview.batch.run", "RunOptions"),
     "summarize_run": ("traceview.batch.run", "summarize_run"),
     "scan": ("traceview.batch.scan", "scan"),
+    "step_cost": ("traceview.batch.cost", "step_cost"),
+    "StepCost": ("traceview.analysis.documents.cost", "StepCost"),
     "ScanOptions": ("traceview.batch.scan_task", "ScanOptions"),
     "plot": ("traceview.plot", None),
     "run_sql": ("traceview.sql", "run_sql"),
@@ -172,6 +176,8 @@ __all__ = [
     "RunSummary",
     "scan",
     "ScanOptions",
+    "step_cost",
+    "StepCost",
     "CaptureError",
     "CheckError",
     "CheckFailed",

@@ -5,14 +5,17 @@ Each returns a matplotlib Figure (shown inline by Jupyter); nothing opens a wind
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traceview.analysis.analyze import Analysis, analyze
 from traceview.analysis.documents import display
+from traceview.analysis.documents.cost import StepCost
 from traceview.analysis.documents.summary import Summary
 from traceview.errors import UsageError
 from traceview.model import Trace
 from traceview.render.charts import draw_heartbeat, heartbeat_data, heartbeat_figure
+from traceview.render.cost_chart import cost_data, cost_figure
 from traceview.render.format import gap_title
 from traceview.render.gaps_chart import gaps_data, gaps_figure
 
@@ -20,7 +23,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["gaps", "heartbeat"]
+__all__ = ["cost", "gaps", "heartbeat"]
 
 
 Chartable = Trace | Analysis | Summary
@@ -75,9 +78,22 @@ def gaps(trace_or_summary: Chartable, *, title: str | None = None, style: str = 
     )
 
 
+def cost(step_cost: StepCost, *, title: str | None = None, style: str = "light") -> Figure:
+    """The step-cost chart of a pooled fit (``tv.step_cost(paths)``): step time and decode
+    tokens per second against the decode batch with the fitted line, each trace's steps in
+    its own colour; with a prompt fit, step time against the prompt tokens too."""
+    doc = step_cost.to_dict()
+    shown = ", ".join(Path(t["path"]).name for t in doc["traces"][:4])
+    more = f" and {len(doc['traces']) - 4} more" if len(doc["traces"]) > 4 else ""
+    return cost_figure(
+        cost_data(step_cost), title=title or f"what a step costs — {shown}{more}", style=style
+    )
+
+
 display.register_charts(
     lambda summary, title, window_ms, style: heartbeat(
         summary, title=title, window_ms=window_ms, style=style
     ),
     lambda summary, title, style: gaps(summary, title=title, style=style),
+    lambda step_cost, title, style: cost(step_cost, title=title, style=style),
 )

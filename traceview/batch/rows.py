@@ -112,7 +112,9 @@ def trace_row(
     }
     strings: tuple[str, ...] = ("trace_id", "path", "run", "version", "rank_source", "engine")
     strings += ("model", "gpu", "format")
-    types: dict[str, pl.DataType] = {"busy": pl.Float64(), "truncated": pl.Boolean()}
+    floats = ("busy", "cost_decode_fixed_ns", "cost_decode_per_sequence_ns", "cost_decode_r2")
+    types: dict[str, pl.DataType] = {k: pl.Float64() for k in floats}
+    types["truncated"] = pl.Boolean()
     types.update({k: pl.String() for k in (*strings, "step_method")})
     schema = {k: types.get(k, pl.Int64()) for k in row}
     return pl.DataFrame([row], schema=schema)

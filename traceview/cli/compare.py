@@ -16,7 +16,7 @@ from traceview.cli._options import (
     summarize_run_paths,
     summarize_trace,
 )
-from traceview.errors import CheckError, CheckFailed
+from traceview.errors import CheckError, CheckFailed, UsageError
 from traceview.redact import shown
 
 if TYPE_CHECKING:  # the analysis is imported by the command that runs: --help stays fast
@@ -44,6 +44,13 @@ if TYPE_CHECKING:  # the analysis is imported by the command that runs: --help s
     show_default=True,
     help="Rows to show (biggest changes first).",
 )
+@click.option(
+    "--model-b",
+    "model_b",
+    type=click.Path(dir_okay=True),
+    help="B's model config.json where B runs another model (a quantized one, say); "
+    "default: --model for both.",
+)
 @analysis_options
 @run_options
 def diff_command(
@@ -52,6 +59,7 @@ def diff_command(
     as_json: bool,
     fmt: str,
     limit: int,
+    model_b: str | None,
     jobs: int | None,
     strict: bool,
     analysis: AnalysisConfig,
@@ -61,9 +69,21 @@ def diff_command(
     step, and the kernels that appeared, vanished or changed most. Ratios are B/A.
 
     A and B may both be runs (a directory or a quoted glob of rank traces): then the compute
-    skew, the straggler's excess and each rank's cadence, compute and collective wait."""
+    skew, the straggler's excess and each rank's cadence, compute and collective wait.
+
+    --model gives both sides' model; --model-b gives B its own (a quantized B against an
+    unquantized A): each side's MFU, MBU and weight bytes read its own."""
+    from dataclasses import replace
+
     from traceview.analysis.documents.compare import diff
     from traceview.render.table import render_diff
+
+    analysis_b = analysis
+    if model_b is not None:
+        try:
+            analysis_b = replace(analysis, model=model_b)  # read here: a bad one fails first
+        except UsageError as exc:
+            raise UsageError(f"--model-b: {str(exc).partition(': ')[2]}") from exc
 
     runs = is_run([a]), is_run([b])
     named = all(Path(p).exists() or "://" in p or glob.has_magic(p) for p in (a, b))
@@ -75,7 +95,7 @@ def diff_command(
         )
     d = diff(
         _summary_or_run(a, "A: ", jobs, strict, analysis),
-        _summary_or_run(b, "B: ", jobs, strict, analysis),
+        _summary_or_run(b, "B: ", jobs, strict, analysis_b),
     )
     if as_json:
         click.echo(orjson.dumps(d.to_dict(), option=orjson.OPT_INDENT_2).decode())

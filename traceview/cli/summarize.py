@@ -46,7 +46,8 @@ def summarize(
     compute skew across ranks, the straggler and each rank's collective wait.
     --json prints the traceview.summary/1 (or traceview.run/1) document instead.
     """
-    from traceview.render.table import render_run, render_summary
+    from traceview.render.run_table import render_run
+    from traceview.render.table import render_summary
 
     if is_run(traces):
         run = summarize_run_paths(traces, analysis, jobs=jobs, strict=strict)

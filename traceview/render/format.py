@@ -7,7 +7,16 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, cast
 
-from traceview.analysis.base.document import GapFill, Percentiles, StepFacts, SummaryDocument
+from traceview.analysis.base.document import (
+    CostWeights,
+    DecodeCost,
+    GapFill,
+    Interval95,
+    Percentiles,
+    PromptCost,
+    StepFacts,
+    SummaryDocument,
+)
 from traceview.analysis.base.names import short_name
 from traceview.analysis.timing.idle import CAUSES
 
@@ -205,3 +214,91 @@ def efficiency_caption(doc: SummaryDocument) -> str:
     name = device["name"] or "an unnamed device"
     about = f"{model['name']}, {model['active_params'] / 1e9:.2f}B active params" if model else ""
     return f"{about}; {name} {peaks} (p50 rates over each step's busy time; docs/metrics.md)"
+
+
+def _interval(ci: Interval95 | None) -> str:
+    return "—" if ci is None else f"{fmt_ns(ci['low_ns'])} – {fmt_ns(ci['high_ns'])}"
+
+
+def _small_ns(ns: float | None) -> str:
+    """A coefficient that may be below 1 ns (per token²): ps where it is."""
+    if ns is None:
+        return "—"
+    if abs(ns) < 1:
+        return f"{ns * 1e3:.4g} ps"
+    return f"{ns:.4g} ns" if abs(ns) < 1e3 else fmt_ns(ns)
+
+
+COST_COLUMNS = ("term", "cost", "95% interval")
+
+
+def cost_terms(fit: DecodeCost | PromptCost) -> list[list[str]]:
+    """The fitted terms of a decode or prompt fit as rows: the term, its value and its 95%
+    interval (empty where the fit is null)."""
+    rows: list[list[str]] = []
+    if fit["fixed_ns"] is None:
+        return rows
+    rows.append(["fixed", fmt_ns(fit["fixed_ns"]), _interval(fit["fixed_ci95"])])
+    if fit["per_sequence_ns"] is not None:
+        rows.append(
+            ["per sequence", fmt_ns(fit["per_sequence_ns"]), _interval(fit["per_sequence_ci95"])]
+        )
+    if "per_prompt_token_ns" in fit:
+        p = cast("PromptCost", fit)
+        if p["per_prompt_token_ns"] is not None:
+            rows.append(
+                [
+                    "per prompt token",
+                    fmt_ns(p["per_prompt_token_ns"]),
+                    _interval(p["per_prompt_token_ci95"]),
+                ]
+            )
+        if p["per_prompt_token_squared_ns"] is not None:
+            ci = p["per_prompt_token_squared_ci95"]
+            shown = "—" if ci is None else f"{_small_ns(ci['low_ns'])} – {_small_ns(ci['high_ns'])}"
+            rows.append(["per prompt token²", _small_ns(p["per_prompt_token_squared_ns"]), shown])
+    return rows
+
+
+def cost_caption(fit: DecodeCost | PromptCost) -> str:
+    """The line under a fit: its population, R² and residual; the crossover (decode); why
+    the T² term is in or out (prompt)."""
+    if fit["fixed_ns"] is None:
+        return f"no fit: {fit['reason']}"
+    r2 = "—" if fit["r2"] is None else f"{fit['r2']:.4f}"
+    said = f"n={fit['n']} steps, r² {r2}, residual {fmt_ns(fit['residual_ns'])}"
+    if "crossover_sequences" in fit:
+        crossover = cast("DecodeCost", fit)["crossover_sequences"]
+        if crossover is not None:
+            said += f"; crossover (fixed = per-sequence work) at N = {crossover:.1f}"
+    if "quadratic" in fit:
+        said += f"; T² term {cast('PromptCost', fit)['quadratic']}"
+    return said
+
+
+def weights_line(w: CostWeights) -> str:
+    """The decode fit's fixed term against the weights a step reads (``--model``):
+    ``fixed 19.1 ms = 8.10 GB at 424 GB/s: 70.6% of the 600 GB/s peak``."""
+    gb = w["weight_bytes"] / 1e9
+    said = f"{w['model']}: {gb:,.2f} GB of weights a decode step"
+    if w["fixed_bytes_per_s"] is not None:
+        fixed = w["weight_bytes"] / w["fixed_bytes_per_s"] * 1e9
+        said = (
+            f"fixed {fmt_ns(fixed)} = {gb:,.2f} GB ({w['model']}'s weights) at "
+            f"{w['fixed_bytes_per_s'] / 1e9:,.0f} GB/s"
+        )
+        if w["fraction_of_peak"] is not None and w["peak_bytes_per_s"] is not None:
+            said += (
+                f": {fmt_pct(w['fraction_of_peak'])} of the {w['peak_bytes_per_s'] / 1e9:,.0f} "
+                f"GB/s peak ({w['device']})"
+            )
+    if w["fraction_of_peak"] is not None and w["fraction_of_peak"] > 1:
+        said += (
+            " — more than the device can stream: the model or the device is not the traced "
+            "one, or the trace is one rank of a tensor-parallel run"
+        )
+    if w["floor_ns"] is not None:
+        said += f"; at the peak they take {fmt_ns(w['floor_ns'])}"
+    else:
+        said += "; the device's peak bandwidth is not known (--gpu)"
+    return said

@@ -7,7 +7,16 @@ from __future__ import annotations
 from traceview.analysis.base.document import SummaryDocument
 from traceview.analysis.documents import display
 from traceview.analysis.documents.compare import Diff
-from traceview.render.format import UNCHANGED, diff_rows, fmt_ns, fmt_pct, fmt_ratio, fmt_value
+from traceview.render.format import (
+    UNCHANGED,
+    cost_caption,
+    cost_terms,
+    diff_rows,
+    fmt_ns,
+    fmt_pct,
+    fmt_ratio,
+    fmt_value,
+)
 from traceview.render.safe import html_text as esc
 from traceview.render.safe import markdown_code, markdown_text
 
@@ -30,6 +39,17 @@ def summary_html(d: SummaryDocument) -> str:
         + "</td></tr>"
         for g in d["decode_gaps"]
     )
+    cost = "".join(
+        f"<p>{esc(title)}: "
+        + esc(", ".join(f"{term} {value} ({interval})" for term, value, interval in terms))
+        + f"; {esc(cost_caption(fit))}</p>"
+        for fit, title in (
+            (d["cost"]["decode"], "decode step"),
+            (d["cost"]["prompt"], "prompt step"),
+        )
+        for terms in [cost_terms(fit)]
+        if terms
+    )
     warn = "".join(f"<li>{esc(w)}</li>" for w in d["warnings"])
     return (
         f"<div><b>{esc(str(t['path']))}</b> — {t['kernels']:,} kernels, "
@@ -38,6 +58,7 @@ def summary_html(d: SummaryDocument) -> str:
         f"{rows}</table><table><tr><th>phase</th><th>steps</th><th>cadence p50</th></tr>"
         f"{phases}</table><table><tr><th>decode gaps</th><th>n</th><th>p50</th>"
         f"<th>p90</th><th>p99</th></tr>{gaps}</table>"
+        + cost
         + (f"<ul>{warn}</ul>" if warn else "")
         + "</div>"
     )

@@ -24,10 +24,13 @@ from traceview.render.charts import heartbeat_data, heartbeat_figure
 from traceview.render.format import (
     BREAKDOWN_CAPTION,
     BREAKDOWN_COLUMNS,
+    COST_COLUMNS,
     EFFICIENCY_COLUMNS,
     PHASE_COLUMNS,
     UNCHANGED,
     breakdown_rows,
+    cost_caption,
+    cost_terms,
     diff_rows,
     efficiency_caption,
     efficiency_rows,
@@ -37,6 +40,7 @@ from traceview.render.format import (
     fmt_value,
     gap_title,
     phase_rows,
+    weights_line,
 )
 from traceview.render.gaps_chart import gaps_data, gaps_figure
 from traceview.render.safe import html_text as esc
@@ -149,6 +153,15 @@ def _summary_section(summary: Summary, label: str) -> str:
         numeric = set(range(1, len(EFFICIENCY_COLUMNS)))
         out.append(_table(list(EFFICIENCY_COLUMNS), efficiency, numeric, "efficiency"))
         out.append(f'<p class="muted">{esc(efficiency_caption(d))}</p>')
+    for fit, title in ((d["cost"]["decode"], "decode step"), (d["cost"]["prompt"], "prompt step")):
+        terms = cost_terms(fit)
+        if terms:  # a fit the counts support (docs/metrics.md, "What a step costs")
+            out.append(f"<h3>What a {title} costs</h3>")
+            out.append(_table(list(COST_COLUMNS), terms, {1, 2}, "cost"))
+            out.append(f'<p class="muted">{esc(cost_caption(fit))}</p>')
+    weights = d["cost"]["weights"]
+    if weights is not None and weights["fixed_bytes_per_s"] is not None:
+        out.append(f'<p class="muted">{esc(weights_line(weights))}</p>')
     gaps = [
         [
             g["population"],

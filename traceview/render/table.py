@@ -16,16 +16,26 @@ from rich import table as rich_table
 from rich.console import Console, RenderableType
 from rich.text import Text
 
-from traceview.analysis.base.document import InfoDocument, RunDocument, SummaryDocument
+from traceview.analysis.base.document import (
+    Cost,
+    CostDocument,
+    DecodeCost,
+    InfoDocument,
+    PromptCost,
+    SummaryDocument,
+)
 from traceview.analysis.documents.checks import CheckResult
 from traceview.analysis.documents.compare import Diff
 from traceview.render.format import (
     BREAKDOWN_CAPTION,
     BREAKDOWN_COLUMNS,
+    COST_COLUMNS,
     EFFICIENCY_COLUMNS,
     PHASE_COLUMNS,
     UNCHANGED,
     breakdown_rows,
+    cost_caption,
+    cost_terms,
     diff_rows,
     efficiency_caption,
     efficiency_rows,
@@ -35,6 +45,7 @@ from traceview.render.format import (
     fmt_value,
     gap_title,
     phase_rows,
+    weights_line,
     widest_line,
 )
 from traceview.render.safe import line
@@ -193,6 +204,7 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
     out.print(ph)
     render_time_breakdown(doc, out)
     render_efficiency(doc, out)
+    render_step_cost(doc["cost"], out, fitted_only=True)
 
     gaps = Table(title=gap_title(doc), title_justify="left")
     for col in ("population", "n", "overlaps", "p50", "p90", "p99", "max"):
@@ -258,6 +270,73 @@ def render_efficiency(doc: SummaryDocument, out: Console) -> None:
     table.caption = Text(line(efficiency_caption(doc)))
     table.caption_justify = "left"
     out.print(table)
+
+
+_FITS = (
+    ("decode", "decode step = fixed + per sequence × N"),
+    ("prompt", "prompt step = fixed + per sequence × N + per token × T"),
+)
+
+
+def render_step_cost(cost: Cost | CostDocument, out: Console, *, fitted_only: bool = False) -> None:
+    """The step-cost fits: each term with its 95% interval, the caption (n, R², the
+    crossover or the T² term), and the weights line with ``--model``; ``fitted_only``:
+    nothing for a fit that is null (the summary's screen), else its reason."""
+    for key, title in _FITS:
+        fit: DecodeCost | PromptCost = cost[key]  # type: ignore[literal-required]
+        rows = cost_terms(fit)
+        if not rows:
+            if not fitted_only:
+                out.print(Text(line(f"{title}: no fit: {fit['reason']}")))
+            continue
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+        for col in COST_COLUMNS:
+            table.add_column(col, justify="left" if col == "term" else "right", no_wrap=True)
+        for cells in rows:
+            table.add_row(*cells)
+        table.caption = Text(line(cost_caption(fit)))
+        table.caption_justify = "left"
+        out.print(table)
+    weights = cost["weights"]
+    if weights is not None and (not fitted_only or weights["fixed_bytes_per_s"] is not None):
+        out.print(Text(line(weights_line(weights))))
+
+
+BATCH_ROWS = 30  # batch sizes shown on the screen (all of them are in --json)
+
+
+def render_cost(doc: CostDocument, console: Console | None = None) -> None:
+    """``traceview cost``: the traces pooled, the fits, and per decode batch size its
+    steps' mean time, the fit's, and the tokens per second each gives."""
+    out = console or Console(highlight=False)
+    traces = Table(title=f"steps pooled from {len(doc['traces'])} trace(s)", title_justify="left")
+    for col in ("trace", "steps", "decode", "batch", "prompt"):
+        traces.add_column(col, justify="left" if col == "trace" else "right")
+    for t in doc["traces"]:
+        low, high = t["sequences_min"], t["sequences_max"]
+        batch = "—" if low is None else str(low) if low == high else f"{low}–{high}"
+        traces.add_row(
+            t["path"], f"{t['steps']:,}", f"{t['decode_steps']:,}", batch, f"{t['prompt_steps']:,}"
+        )
+    out.print(traces)
+    render_step_cost(doc, out)
+    batches = doc["decode"]["batches"]
+    if batches:
+        table = Table(title="decode steps by batch size", title_justify="left")
+        for col in ("N", "steps", "mean step", "fitted", "tokens/s", "fitted tokens/s"):
+            table.add_column(col, justify="right")
+        for b in batches[:BATCH_ROWS]:
+            table.add_row(
+                f"{b['sequences']:,}",
+                f"{b['steps']:,}",
+                fmt_ns(b["mean_ns"]),
+                fmt_ns(b["fitted_ns"]),
+                fmt_value(b["tokens_per_s"], "count"),
+                fmt_value(b["fitted_tokens_per_s"], "count"),
+            )
+        if len(batches) > BATCH_ROWS:
+            table.caption = f"{len(batches) - BATCH_ROWS} more batch sizes in --json"
+        out.print(table)
 
 
 def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> None:
@@ -450,98 +529,6 @@ def render_itl_diff(doc: dict[str, Any], console: Console | None = None) -> None
             r["verdict"] or "",
         )
     out.print(table)
-
-
-def render_run(doc: RunDocument, console: Console | None = None) -> None:
-    """The ``summarize`` screen of a run: one row per rank, then skew and the straggler."""
-    out = console or Console(highlight=False)
-    from rich import box
-
-    ranks = Table(
-        title=f"ranks ({len(doc['ranks'])})",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        collapse_padding=True,
-    )
-    wide = out.width >= 140  # room for each rank's file name
-    cols = ("rank", "steps", "cadence", "busy", "compute", "coll.", "coll. wait", "dep. idle")
-    heads = (*cols, *(["verdict", "cad. p99", "gap p99", "trace"] if wide else []))
-    rows = [
-        (
-            str(r["rank"]),
-            f"{r['steps']:,}",
-            fmt_ns(r["cadence_p50_ns"]),
-            fmt_pct(r["busy"]),
-            fmt_ns(r["compute_p50_ns"]),
-            fmt_ns(r["collective_ns_per_step"]),
-            fmt_ns(r["collective_wait_p50_ns"]),
-            fmt_ns(r["idle_dependency_p50_ns"]),
-            *(
-                [
-                    r["time_breakdown"]["verdict"] or "—",
-                    fmt_ns(r["cadence_p99_ns"]),
-                    fmt_ns(r["decode_gap_p99_ns"]),
-                    r["path"].rsplit("/", 1)[-1],
-                ]
-                if wide
-                else []
-            ),
-        )
-        for r in doc["ranks"]
-    ]
-    for i, col in enumerate(heads):
-        # never cut: each cell keeps its longest word whole, so a value and a header of two
-        # words take two lines only where the screen is narrower than the table
-        whole = max(len(w) for cell in (col, *(row[i] for row in rows)) for w in cell.split())
-        ranks.add_column(
-            col,
-            justify="left" if col == "trace" else "right",
-            no_wrap=col == "trace",
-            min_width=None if col == "trace" else whole,
-        )
-    for row in rows:
-        ranks.add_row(*row)
-    ranks.caption = (
-        "cadence: median step interval; compute: median busy time per step outside "
-        "collectives; "
-        "coll.: collective time per step; coll. wait: median collective time beyond the "
-        "fastest rank's in the same step; dep. idle: median idle time per step with work "
-        "queued (waiting on another stream or an event; docs/metrics.md)"
-    )
-    ranks.caption_justify = "left"
-    out.print(ranks)
-    facts = Table(show_header=False, box=None, title="across ranks", title_justify="left")
-    facts.add_column(style="bold")
-    facts.add_column()
-    a, k, s = doc["alignment"], doc["skew"], doc["straggler"]
-    facts.add_row("alignment", f"{a['steps']:,} steps matched by {a['method']}")
-    facts.add_row(
-        "compute skew",
-        f"p50 {fmt_ns(k['p50_ns'])}, p99 {fmt_ns(k['p99_ns'])}, max {fmt_ns(k['max_ns'])} "
-        f"(n={k['n']:,} steps; slowest rank's compute minus the fastest's)",
-    )
-    if s is None:
-        facts.add_row("straggler", "— (one rank, no aligned steps, or the ranks tie in every step)")
-    else:
-        why = (
-            "the others wait for it (least collective wait)"
-            if s["by"] == "collective wait"
-            else "slowest by compute (no collectives)"
-        )
-        facts.add_row(
-            "straggler",
-            f"rank {s['rank']}: {why}; slowest by compute in {s['steps_slowest']:,} of "
-            f"{a['steps']:,} steps, {fmt_ns(s['excess_p50_ns'])} over the other ranks' median",
-        )
-        if not s["agrees"]:
-            facts.add_row(
-                "",
-                f"but rank {s['slowest_compute_rank']} is slowest by compute in the most "
-                "steps: the two readings disagree",
-            )
-    for item in doc["left_out"]:
-        facts.add_row("left out", f"{item['path']}: {item['reason']}")
-    out.print(facts)
 
 
 # the steps table's columns a screen shows first, the rest after them as they fit

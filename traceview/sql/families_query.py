@@ -22,8 +22,9 @@ HEADER = """\
 -- in an Nsight export traced at graph level). Rules are tried in order, first match wins,
 -- unmatched kernels are "other" - the same name rules as `traceview summarize`.
 -- Names only: summarize also reads record_shapes to move PyTorch's softmax kernels that
--- eager attention launched into full_attention, and moves a GEMM that runs between an MoE
--- router and its combine into moe (docs/metrics.md); this query does neither. It also
+-- eager attention launched into full_attention, moves Inductor templates launched under a
+-- flex_attention op there too, and moves a GEMM that runs between an MoE router and its
+-- combine into moe (docs/metrics.md); this query does none of these. It also
 -- counts every device's kernels, CUDA-graph capture at start-up included, where summarize
 -- counts the analysed device's serving kernels only.
 -- Generated from traceview/presets/default.toml by

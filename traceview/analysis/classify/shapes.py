@@ -170,26 +170,74 @@ def _rank(text: str) -> int | None:
         return None
 
 
-def shape_families(trace: Trace, kernels: pl.DataFrame) -> dict[str, str]:
-    """Families that the launching op's input decides where the kernel name cannot.
+# Inductor's template kernels: FlexAttention's (``triton_tem_fused_0`` under the
+# ``flex_attention`` op) and the matmul templates' share the name's prefix
+TEMPLATE = re.compile(r"^triton_tem_fused")
+FLEX_OPS = r"(?i)flex_(attention|decoding)"  # the host op around FlexAttention's launches
 
-    The rule: a PyTorch softmax kernel (``GENERIC_SOFTMAX``) is attention's work
-    (``full_attention``) when every one of its launches is linked (launch correlation, then
-    the innermost enclosing softmax op on the launching thread) to a softmax op whose input
-    has rank 3 or more: attention scores are ``[B·heads, Lq, Lk]`` or ``[B, heads, Lq, Lk]``,
-    while a sampler's logits are ``[B, vocab]``. Without ``record_shapes``, or where a single
-    launch is not linked (a CUDA graph replay) or is 2-D, the name's own rule stands.
-    Returns ``{kernel name: family}`` for the names decided.
+
+def _every_launch_in(
+    trace: Trace, kernels: pl.DataFrame, names: list[str], ops: pl.DataFrame
+) -> list[str]:
+    """Of ``names``, those whose every launch lies inside one of ``ops`` (``pid``,
+    ``tid``, ``ts_ns``, ``op_end``) on its launching thread."""
+    linked = _launches_in(trace, ops).select("correlation").with_columns(pl.lit(True).alias("in"))
+    mine = (
+        kernels.filter(pl.col("name").cast(pl.String).is_in(names))
+        .select(pl.col("name").cast(pl.String), "correlation")
+        .join(linked.unique("correlation"), on="correlation", how="left")
+        .group_by("name")
+        .agg(pl.col("in").fill_null(False).all())
+    )
+    return [n for n, inside in mine.iter_rows() if inside]
+
+
+def _flex_templates(trace: Trace, kernels: pl.DataFrame, names: list[str]) -> list[str]:
+    """Inductor template kernels (:data:`TEMPLATE`) whose every launch lies inside a host
+    op or annotation named ``flex_attention`` (or ``flex_decoding``): FlexAttention's."""
+    templates = [n for n in names if TEMPLATE.search(n)]
+    if not templates:
+        return []
+    ops = trace.events.filter(
+        pl.col("kind").is_in(["cpu_op", "user_annotation"])
+        & pl.col("name").cast(pl.String).str.contains(FLEX_OPS)
+    )
+    if ops.height == 0:
+        return []
+    ops = ops.select("pid", "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("op_end"))
+    return _every_launch_in(trace, kernels, templates, ops)
+
+
+def shape_families(trace: Trace, kernels: pl.DataFrame) -> dict[str, str]:
+    """Families that the launching op decides where the kernel name cannot.
+
+    The rules:
+
+    - an Inductor template kernel (``triton_tem_fused_…``) is attention's
+      (``full_attention``) when every one of its launches is linked (launch correlation,
+      then an enclosing range on the launching thread) to a host op or annotation named
+      ``flex_attention`` or ``flex_decoding``: FlexAttention's template, whose name
+      (``triton_tem_fused_0``) Inductor's matmul templates share;
+    - a PyTorch softmax kernel (``GENERIC_SOFTMAX``) is attention's work when every one
+      of its launches is linked to a softmax op whose input has rank 3 or more:
+      attention scores are ``[B·heads, Lq, Lk]`` or ``[B, heads, Lq, Lk]``, while a
+      sampler's logits are ``[B, vocab]`` (this one needs ``record_shapes``).
+
+    Where a single launch is not linked (a CUDA graph replay), or a softmax's is 2-D, the
+    name's own rule stands. Returns ``{kernel name: family}`` for the names decided.
     """
-    if trace.shapes.height == 0 or kernels.height == 0:
+    if kernels.height == 0:
         return {}
     names = [str(n) for n in kernels["name"].unique().drop_nulls().to_list()]
+    out = dict.fromkeys(_flex_templates(trace, kernels, names), "full_attention")
+    if trace.shapes.height == 0:
+        return out
     softmax = [n for n in names if GENERIC_SOFTMAX.search(n)]
     if not softmax:
-        return {}
+        return out
     ops = trace.shapes.filter(pl.col("name").cast(pl.String).is_in(SOFTMAX_OPS))
     if ops.height == 0:
-        return {}
+        return out
     ops = ops.select(
         "pid",
         "tid",
@@ -205,4 +253,5 @@ def shape_families(trace: Trace, kernels: pl.DataFrame) -> dict[str, str]:
         .group_by("name")
         .agg((pl.col("rank").fill_null(0) >= 3).all().alias("attention"))
     )
-    return {n: "full_attention" for n, attention in mine.iter_rows() if attention}
+    out |= {n: "full_attention" for n, attention in mine.iter_rows() if attention}
+    return out

@@ -147,6 +147,8 @@ _FRACTION_KEYS = {
     "mfu_p90",
     "mbu_p50",
     "mbu_p90",
+    "r2",
+    "fraction_of_peak",
 }
 
 

@@ -168,7 +168,26 @@ def diff(a: Summary | RunSummary, b: Summary | RunSummary) -> Diff:
         d.notes += [_straggler_note("A", a), _straggler_note("B", b)]
         return d
     assert isinstance(a, Summary) and isinstance(b, Summary)
-    return _diff(metrics(a), metrics(b), a.kernel_table, b.kernel_table, a, b)
+    d = _diff(metrics(a), metrics(b), a.kernel_table, b.kernel_table, a, b)
+    note = _bytes_note(a, b)
+    if note:
+        d.notes.append(note)
+    return d
+
+
+def _bytes_note(a: Summary, b: Summary) -> str | None:
+    """Where both sides have a decode fit and a model: B's per-sequence cost against A's,
+    beside B's weight bytes against A's (a decode bound by memory bandwidth scales with
+    the bytes, not with the parameters)."""
+    ca, cb = a.to_dict()["cost"], b.to_dict()["cost"]
+    pa, pb = ca["decode"]["per_sequence_ns"], cb["decode"]["per_sequence_ns"]
+    wa, wb = ca["weights"], cb["weights"]
+    if pa is None or pb is None or pa <= 0 or wa is None or wb is None or not wa["weight_bytes"]:
+        return None
+    return (
+        f"decode: B's per-sequence cost is {pb / pa:.2f}× A's; B's weights are "
+        f"{wb['weight_bytes'] / wa['weight_bytes']:.2f}× A's bytes a step"
+    )
 
 
 def _run_kernels(run: RunSummary) -> pl.DataFrame:

@@ -15,6 +15,7 @@ from traceview.analysis.base.document import SummaryDocument
 
 if TYPE_CHECKING:
     from traceview.analysis.documents.compare import Diff
+    from traceview.analysis.documents.cost import StepCost
     from traceview.analysis.documents.summary import Summary
 
 SummaryHtml = Callable[[SummaryDocument], str]
@@ -44,15 +45,18 @@ class Figure(Protocol):
 
 HeartbeatChart = Callable[["Summary", str | None, tuple[float, float] | None, str], Figure]
 GapsChart = Callable[["Summary", str | None, str], Figure]
+CostChart = Callable[["StepCost", str | None, str], Figure]
 _heartbeat: list[HeartbeatChart] = []
 _gaps: list[GapsChart] = []
+_cost: list[CostChart] = []
 
 
-def register_charts(heartbeat: HeartbeatChart, gaps: GapsChart) -> None:
+def register_charts(heartbeat: HeartbeatChart, gaps: GapsChart, cost: CostChart) -> None:
     """Set the functions that draw an analysis' charts (:mod:`traceview.plot` registers
     them when it is imported)."""
     _heartbeat[:] = [heartbeat]
     _gaps[:] = [gaps]
+    _cost[:] = [cost]
 
 
 def _charts_missing() -> Exception:
@@ -85,6 +89,18 @@ def gaps(summary: Summary, title: str | None, style: str) -> Figure:
     if not _gaps:
         raise _charts_missing()
     return _gaps[0](summary, title, style)
+
+
+def cost(step_cost: StepCost, title: str | None, style: str) -> Figure:
+    """The step-cost chart of a pooled fit (the registered drawing).
+
+    Raises:
+        MissingDependencyError: no drawing is registered.
+    """
+    _drawn()
+    if not _cost:
+        raise _charts_missing()
+    return _cost[0](step_cost, title, style)
 
 
 def register(summary_html: SummaryHtml, diff_markdown: DiffMarkdown) -> None:

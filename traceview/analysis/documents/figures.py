@@ -14,7 +14,9 @@ each equals):
 - ``decode_gap_*``, ``decode_gaps_n``: the ``decode`` population of decode gaps (the
   summary's ``decode_gaps`` row whose population is ``decode``); the ``all`` population is
   always named ``all``;
-- ``busy``: the busy fraction over the device's active window (``busy.fraction``).
+- ``busy``: the busy fraction over the device's active window (``busy.fraction``);
+- ``cost_decode_*``: the decode step-cost fit (``cost.decode``: its ``n``, ``fixed_ns``,
+  ``per_sequence_ns``, ``r2``).
 """
 
 from __future__ import annotations
@@ -46,4 +48,8 @@ def trace_figures(doc: SummaryDocument) -> TraceFigures:
         "decode_gap_p50_ns": gaps["p50_ns"],
         "decode_gap_p99_ns": gaps["p99_ns"],
         "busy": doc["busy"]["fraction"],
+        "cost_decode_n": doc["cost"]["decode"]["n"],
+        "cost_decode_fixed_ns": doc["cost"]["decode"]["fixed_ns"],
+        "cost_decode_per_sequence_ns": doc["cost"]["decode"]["per_sequence_ns"],
+        "cost_decode_r2": doc["cost"]["decode"]["r2"],
     }

@@ -46,6 +46,7 @@ from traceview.analysis.timing.idle import (
     IDLE_SCHEMA,
     long_idle,
 )
+from traceview.analysis.work.cost import COST_STEP_SCHEMA, cost_section, cost_steps
 from traceview.analysis.work.devices import DeviceSpec
 from traceview.analysis.work.efficiency import (
     device_peaks,
@@ -83,6 +84,10 @@ class Summary:
             (:func:`traceview.analysis.timing.idle.long_idle`: ``start_ns``, ``end_ns``,
             ``cause``, ``host_late_ns``, ``launch_ns``, ``sync_ns``, ``dependency_ns``,
             ``other_ns``); what ``annotate`` draws on its "traceview idle" track.
+        cost_steps: the serving steps with the counts and times the ``cost`` section's
+            fits read (:func:`traceview.analysis.work.cost.cost_steps`: ``index``,
+            ``kind``, ``sequences``, ``prompt_tokens``, ``prompt_requests``,
+            ``time_ns``); ``traceview cost`` pools several traces' rows.
     """
 
     document: SummaryDocument
@@ -94,6 +99,7 @@ class Summary:
     idle: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
     timeline: pl.DataFrame | None = None
+    cost_steps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=COST_STEP_SCHEMA))
 
     def to_dict(self) -> SummaryDocument:
         return self.document
@@ -204,6 +210,7 @@ def build(
     }
     fam = family_rows(result.totals)
     rolled = family_rows(result.totals, roll_up=True)
+    costed = cost_steps(table)
     doc: SummaryDocument = {
         "schema": SCHEMA,
         "trace": facts,
@@ -219,6 +226,7 @@ def build(
         "busy": busy_document(result.union, result.device, gaps, gap_stats[0]["p99_ns"]),
         "time_breakdown": time_breakdown(table, phases, k, shares),
         "efficiency": efficiency,
+        "cost": cost_section(costed, model, peaks),
         "capture": capture_section(
             result.capture_regions, result.capture_kernels, result.capture_spans
         ),
@@ -234,6 +242,7 @@ def build(
         warnings=warnings,
         timeline=timeline(k, start_ns, end_ns) if table.height < 2 else None,
         idle=idle,
+        cost_steps=costed,
     )
 
 
@@ -330,6 +339,7 @@ def capture_only_summary(
         "busy": no_busy(device),
         "time_breakdown": [],
         "efficiency": efficiency,
+        "cost": cost_section(cost_steps(table), model, peaks),
         "capture": capture_section(capture.regions, capture.kernels, capture.spans),
         "warnings": warnings,
     }

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceview.analysis.base.document import KINDS, QUANTILES
+from traceview.analysis.base.document import KINDS, QUANTILES, Interval95
 from traceview.analysis.base.stats import mean, samples_for
 from traceview.analysis.documents.run import RunSummary
 from traceview.analysis.documents.summary import Summary
@@ -46,6 +46,9 @@ class Metric:
     field: str | None = None  # the document's path of the figure (check's path syntax)
     quantile: float | None = None
     pooled: bool = False
+    # a fitted figure's 95% interval half-width: A and B are "same" where they differ by
+    # less than their combined half-widths (the difference is not significant at 5%)
+    spread: float | None = None
 
 
 def _quantile(key: str) -> float:
@@ -269,6 +272,66 @@ def metrics(summary: Summary) -> list[Metric]:
         out.append(Metric("families", f"{name} mean kernel", f["mean_ns"], None, "ns", role=load))
         out.append(Metric("families", f"{name} time", f["total_ns"], None, "ns", role=load))
         out.append(Metric("families", f"{name} kernels", f["count"], None, "count", role=load))
+    out += cost_metrics(summary)
+    return out
+
+
+def _half(ci: Interval95 | None) -> float | None:
+    return None if ci is None else (ci["high_ns"] - ci["low_ns"]) / 2
+
+
+def cost_metrics(summary: Summary) -> list[Metric]:
+    """The step-cost fits as a diff compares them: the decode fit's fixed and per-sequence
+    cost and the prompt fit's per-token cost are rates, each within its kind of step (null
+    where the fit is), judged with their 95% intervals; the weights a decode step reads
+    (``--model``, ``--model-b``) are shown, never judged."""
+    cost = summary.to_dict()["cost"]
+    d, p = cost["decode"], cost["prompt"]
+    out = [
+        Metric(
+            "cost",
+            "decode fixed per step",
+            d["fixed_ns"],
+            "lower",
+            "ns",
+            d["n"],
+            field="cost.decode.fixed_ns",
+            spread=_half(d["fixed_ci95"]),
+        ),
+        Metric(
+            "cost",
+            "decode per sequence",
+            d["per_sequence_ns"],
+            "lower",
+            "ns",
+            d["n"],
+            field="cost.decode.per_sequence_ns",
+            spread=_half(d["per_sequence_ci95"]),
+        ),
+        Metric(
+            "cost",
+            "prompt per token",
+            p["per_prompt_token_ns"],
+            "lower",
+            "ns",
+            p["n"],
+            field="cost.prompt.per_prompt_token_ns",
+            spread=_half(p["per_prompt_token_ci95"]),
+        ),
+    ]
+    w = cost["weights"]
+    if w is not None:
+        out.append(
+            Metric(
+                "cost",
+                "weight bytes per decode step",
+                w["weight_bytes"],
+                None,
+                "count",
+                role="workload",
+                field="cost.weights.weight_bytes",
+            )
+        )
     return out
 
 
@@ -298,7 +361,9 @@ def judgement(a: Metric | None, b: Metric | None) -> tuple[str | None, str | Non
 
     The verdicts: ``new`` and ``gone`` where only one side has the figure; else ``same``
     within ±5%, and ``better`` or ``worse`` by the figure's direction (from 0 to more is
-    a ratio of ∞, from more to 0 one of 0)."""
+    a ratio of ∞, from more to 0 one of 0). Two fitted figures (``spread``: their 95%
+    intervals' half-widths) are also ``same`` where they differ by no more than their
+    combined half-widths."""
     m = a or b
     assert m is not None
     av = None if a is None else a.value
@@ -326,6 +391,9 @@ def judgement(a: Metric | None, b: Metric | None) -> tuple[str | None, str | Non
     ratio = ratio_of(av, bv)
     if ratio is None or abs(ratio - 1) <= SAME:  # None: both 0
         return "same", None
+    sa, sb = (None if x is None else x.spread for x in (a, b))
+    if sa is not None and sb is not None and abs(bv - av) <= math.hypot(sa, sb):
+        return "same", None  # two fits whose difference their own uncertainty covers
     worse = ratio > 1 if m.better == "lower" else ratio < 1
     return ("worse" if worse else "better"), None
 

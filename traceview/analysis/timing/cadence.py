@@ -6,7 +6,9 @@ documents report (docs/metrics.md). Every cadence figure is computed here:
   phase, or inside every phase of that kind; the interval that crosses a phase boundary
   belongs to neither;
 - the **decoding cadence**: the intervals between consecutive steps that carry decode work
-  (decode and mixed), whatever runs between them.
+  (decode and mixed), whatever runs between them;
+- a **step's time** (``time_to_next``): its anchor to the next step's anchor, the interval
+  cadence gives the next step, which the step-cost fits read.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ from traceview.analysis.base.stats import percentiles
 def cadence(steps: pl.DataFrame) -> Percentiles:
     """Every step-to-step interval (the first step has none)."""
     return percentiles(steps["interval_ns"].drop_nulls().to_numpy())
+
+
+def time_to_next(steps: pl.DataFrame) -> pl.Series:
+    """Each step's time: its anchor to the next step's anchor (ns), read from the next
+    row's ``interval_ns`` so that it is the interval cadence measures; null for the last
+    step, and wherever the next row's interval is null."""
+    return steps["interval_ns"].shift(-1).alias("time_ns")
 
 
 def decoding_cadence(steps: pl.DataFrame) -> Percentiles:

@@ -10,8 +10,10 @@ context (KV) lengths ``K``:
 
 - ``flops = 2·N·T + 2·heads·(qk_dim + v_dim)·P·full_attention_layers`` (the second term
   only where ``P`` is known: ``attention_counted``);
-- ``bytes = w·(dense + lm_head + Σ_moe min(E, k·T)·expert) + K·kv_bytes_per_token·
-  full_attention_layers`` (``w`` bytes per weight; the KV term only where ``K`` is known);
+- ``bytes = weights(T) + K·kv_bytes_per_token·full_attention_layers``: the weights read
+  (:meth:`ModelSpec.weight_bytes`: every block's part outside the routed experts, lm_head,
+  and ``min(E, k·T)`` experts per mixture-of-experts block, each weight at its stored
+  bytes); the KV term only where ``K`` is known;
 - ``mfu = flops / busy_s / peak_flops[compute dtype]``, ``mbu = bytes / busy_s /
   peak_bytes_per_s``, ``busy_s`` the step's device activity inside its span.
 """
@@ -34,25 +36,6 @@ from traceview.analysis.base.precision import sig
 from traceview.analysis.work.devices import DeviceSpec, match_device
 from traceview.analysis.work.model_config import ModelSpec
 from traceview.model import Trace
-
-
-def _weights_read(model: ModelSpec, tokens: np.ndarray) -> np.ndarray:
-    """Per step, the weights it reads (parameters): every block's dense part and lm_head,
-    and per mixture-of-experts layer ``min(E, k·T)`` experts (an upper bound on the experts
-    its tokens touch)."""
-    dense = model.lm_head_params
-    moe: dict[tuple[int, int, int], int] = {}  # (E, k, one expert's params) -> layers
-    for layer in model.layers:
-        dense += layer.params - layer.experts * layer.expert_params
-        if layer.experts:
-            key = (layer.experts, layer.experts_per_token, layer.expert_params)
-            moe[key] = moe.get(key, 0) + 1
-    out = np.full(tokens.size, float(dense))
-    reach = tokens.astype(np.float64)  # k·T in floats: a trace's T never wraps around
-    for (experts, per_token, expert), layers in moe.items():
-        out += layers * np.minimum(float(experts), per_token * reach) * float(expert)
-    return out
-
 
 _STATED = pl.col("context_tokens").is_not_null() & pl.col("generation_tokens").is_not_null()
 # a step whose KV reads are counted: the context the annotation states, else record_shapes'
@@ -109,9 +92,7 @@ def step_efficiency(
     )
     kv = context["kv"]
     kv_read = kv.fill_null(0).to_numpy().astype(np.float64) * model.kv_bytes_per_token * full
-    nbytes = _weights_read(model, tokens) * model.weight_bytes_per_param + np.where(
-        kv.is_not_null().to_numpy(), kv_read, 0.0
-    )
+    nbytes = model.weight_bytes(tokens) + np.where(kv.is_not_null().to_numpy(), kv_read, 0.0)
     busy_s = table["busy_ns"].to_numpy().astype(np.float64) / 1e9
     ok = known & fits & (busy_s > 0)
     seconds = np.where(ok, busy_s, np.nan)

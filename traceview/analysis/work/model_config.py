@@ -18,46 +18,34 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+
+import numpy as np
 
 from traceview._io import read_capped
 from traceview.analysis.base.document import ModelFacts
+from traceview.analysis.work.config_fields import BYTES, Fields, activation_dtype, parse_int, show
+from traceview.analysis.work.config_fields import LIMITS as LIMITS  # the bounds, read here
+from traceview.analysis.work.quantization import quantization
 from traceview.errors import EfficiencyInputError
 
 FULL, LINEAR, MAMBA = "full_attention", "linear_attention", "mamba"
-BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5}
-_TORCH_DTYPES = {
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "half": "fp16",
-    "float32": "fp32",
-    "float": "fp32",
-}
-
-# The bound on every count a config gives, by what it counts (docs/metrics.md, "The
-# model's config"): far above any published model, low enough that no figure overflows.
-LIMITS = {
-    "layers": 10_000,  # num_hidden_layers, and the layer indices and intervals
-    "width": 1_000_000,  # hidden_size, intermediate sizes, LoRA ranks, state sizes
-    "heads": 100_000,  # attention, key-value, linear-attention and Mamba heads, groups
-    "head_dim": 100_000,  # head_dim and every per-head width
-    "experts": 100_000,  # num_experts, num_experts_per_tok, n_shared_experts
-    "vocab": 100_000_000,  # vocab_size
-    "factor": 1_000,  # mamba_expand, convolution kernels
-}
 MAX_PARAMS = 10**15  # the whole model: a config counting more is refused
 
 
 @dataclass(frozen=True)
 class Layer:
     """One block: its mixer kind, its parameters, those of its experts (all, and each), the
-    experts per token, and whether it is a mixture of experts."""
+    experts per token, and of these the parameters a quantization leaves in the model's own
+    dtype (norms, biases, the router, and the modules the config names)."""
 
     kind: str  # full_attention | linear_attention | mamba (sliding windows count as full)
     params: int  # every parameter of the block
     expert_params: int  # one routed expert's parameters (0 for a dense MLP)
     experts: int  # routed experts (0 for a dense MLP)
     experts_per_token: int
+    # of the parameters outside the routed experts, those held in the model's own dtype
+    plain_params: int = 0
+    plain_expert_params: int = 0  # of one routed expert's, those held in the model's dtype
 
 
 @dataclass(frozen=True)
@@ -77,6 +65,12 @@ class ModelSpec:
         kv_bytes_per_token: the KV cache of one token in one full-attention layer.
         weight_dtype: the weights' dtype (bf16, fp16, fp32, fp8, fp4 or int4), and
             ``compute_dtype`` the dtype whose peak the GEMMs run at.
+        plain_dtype: the model's own dtype, which the weights a quantization leaves alone
+            keep (``""``: ``weight_dtype``).
+        group_overhead: bytes per quantized weight added by its group's scale and zero
+            point (``scale + zero point`` over ``group_size``; 0 without groups).
+        lm_head_quantized: whether lm_head is quantized with the blocks (GPTQ's
+            ``lm_head: true``); engines keep it in the model's dtype otherwise.
     """
 
     name: str
@@ -91,6 +85,9 @@ class ModelSpec:
     weight_dtype: str
     compute_dtype: str
     windowed_layers: int = 0  # full-attention layers that attend over a sliding window
+    plain_dtype: str = ""
+    group_overhead: float = 0.0
+    lm_head_quantized: bool = False
 
     @property
     def block_params(self) -> int:
@@ -121,7 +118,38 @@ class ModelSpec:
 
     @property
     def weight_bytes_per_param(self) -> float:
-        return BYTES[self.weight_dtype]
+        """A quantized weight's bytes, its share of its group's scale and zero point
+        included (a weight in an unquantized model: its dtype's bytes)."""
+        return BYTES[self.weight_dtype] + self.group_overhead
+
+    @property
+    def plain_bytes_per_param(self) -> float:
+        """The bytes of a weight held in the model's own dtype."""
+        return BYTES[self.plain_dtype or self.weight_dtype]
+
+    def weight_bytes(self, tokens: np.ndarray) -> np.ndarray:
+        """Per step of ``tokens`` tokens, the bytes of the weights it reads (float64):
+        every block's part outside the routed experts and lm_head, and per
+        mixture-of-experts block ``min(E, k·T)`` routed experts (an upper bound on the
+        experts its tokens touch); each parameter at its dtype's bytes (quantized, or the
+        model's own where the quantization leaves it)."""
+        q, p = self.weight_bytes_per_param, self.plain_bytes_per_param
+        dense = self.lm_head_params * (q if self.lm_head_quantized else p)
+        moe: dict[tuple[int, int, float], int] = {}  # (E, k, one expert's bytes) -> layers
+        for layer in self.layers:
+            outside = layer.params - layer.experts * layer.expert_params
+            dense += (outside - layer.plain_params) * q + layer.plain_params * p
+            if layer.experts:
+                expert = (
+                    layer.expert_params - layer.plain_expert_params
+                ) * q + layer.plain_expert_params * p
+                key = (layer.experts, layer.experts_per_token, expert)
+                moe[key] = moe.get(key, 0) + 1
+        out = np.full(tokens.size, float(dense))
+        reach = tokens.astype(np.float64)  # k·T in floats: a trace's T never wraps around
+        for (experts, per_token, expert), layers in moe.items():
+            out += layers * np.minimum(float(experts), per_token * reach) * expert
+        return out
 
     def to_dict(self) -> ModelFacts:
         return {
@@ -132,167 +160,34 @@ class ModelSpec:
         }
 
 
-class _Digits(str):
-    """An integer too long to be a count (JSON allows any length), kept as its digits so
-    that the key holding it is named (Python refuses to read over 4300 digits)."""
+Part = tuple[str, int, bool]  # a module's name below its block, its parameters, a linear
 
 
-def _parse_int(text: str) -> int | _Digits:
-    return int(text) if len(text) <= 30 else _Digits(text)
-
-
-def _show(value: object) -> str:
-    """A config's value as an error shows it: ASCII, escaped, at most 40 characters."""
-    if isinstance(value, _Digits):
-        return f"a {len(value.lstrip('-'))}-digit integer"
-    text = ascii(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-class _Config:
-    """The config's fields, read with the path in every error."""
-
-    def __init__(self, doc: dict[str, object], where: str) -> None:
-        text = doc.get("text_config")  # multimodal wrappers keep the language model here
-        self.doc = {**doc, **cast(dict[str, object], text)} if isinstance(text, dict) else doc
-        self.where = where
-
-    def key(self, *keys: str) -> str:
-        """The first of ``keys`` the config gives (else the first)."""
-        return next((k for k in keys if self.doc.get(k) is not None), keys[0])
-
-    def has(self, *keys: str) -> bool:
-        return any(self.doc.get(k) is not None for k in keys)
-
-    def get(self, *keys: str, default: object = None) -> object:
-        for k in keys:
-            if self.doc.get(k) is not None:
-                return self.doc[k]
-        return default
-
-    def int(self, *keys: str, kind: str, default: int | None = None, zero: bool = False) -> int:
-        """The count at the first of ``keys`` given: a JSON integer from 1 (0 where
-        ``zero``: it means none) to ``LIMITS[kind]``; ``default`` where none is given."""
-        value = self.get(*keys)
-        if value is None:
-            if default is not None:
-                return default
-            raise EfficiencyInputError(
-                f"{self.where}: model not understood: no {' or '.join(keys)} in the config"
-            )
-        low, high = (0 if zero else 1), LIMITS[kind]
-        if type(value) is not int or not low <= value <= high:
-            raise EfficiencyInputError(
-                f"{self.where}: {self.key(*keys)} = {_show(value)} is not a count "
-                f"(a whole number from {low} to {high:,})"
-            )
-        return value
-
-    def flag(self, key: str, default: bool) -> bool:
-        """A JSON boolean (``"false"``, a string, is not one)."""
-        value = self.doc.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise EfficiencyInputError(
-                f"{self.where}: {key} = {_show(value)} is not true or false (a JSON boolean)"
-            )
-        return value
-
-
-def activation_dtype(c: _Config) -> str:
-    """The model's own dtype (``torch_dtype``, or ``dtype``): its activations' and its KV
-    cache's, whatever the weights are quantized to."""
-    value = c.get("torch_dtype", "dtype", default="bfloat16")
-    raw = value.removeprefix("torch.") if isinstance(value, str) else None
-    base = _TORCH_DTYPES.get(raw) if raw is not None else None
-    if base is None:
-        raise EfficiencyInputError(
-            f"{c.where}: {c.key('torch_dtype', 'dtype')} = {_show(value)} is not understood "
-            f"(known: {', '.join(_TORCH_DTYPES)})"
-        )
-    return base
-
-
-_QUANTIZATIONS = (
-    "fp8 or fbgemm_fp8; mxfp4, nvfp4 or modelopt_fp4; modelopt FP8 or NVFP4; "
-    "compressed-tensors with 8-bit float or 4-bit weights; 4-bit weights (bits or w_bit 4, "
-    "load_in_4bit)"
-)
-
-
-def _dtypes(c: _Config) -> tuple[str, str]:
-    """The weights' dtype and the dtype their GEMMs run at; a quantization not known here
-    is refused, never taken for the model's own dtype."""
-    base = activation_dtype(c)
-    q = c.get("quantization_config")
-    if q is None:
-        return base, base
-    if not isinstance(q, dict):
-        raise EfficiencyInputError(
-            f"{c.where}: quantization_config = {_show(q)} is not a table of the quantization"
-        )
-    raw_method = q.get("quant_method", "")
-    if not isinstance(raw_method, str):
-        raise EfficiencyInputError(
-            f"{c.where}: quantization_config.quant_method = {_show(raw_method)} is not a name"
-        )
-    method = raw_method.lower()
-    if method in ("fp8", "fbgemm_fp8"):
-        return "fp8", "fp8"
-    if method in ("mxfp4", "nvfp4", "modelopt_fp4"):
-        return "fp4", "fp4"
-    algo = q.get("quant_algo")
-    if method == "modelopt" and isinstance(algo, str) and algo.upper() in ("FP8", "NVFP4"):
-        return ("fp8", "fp8") if algo.upper() == "FP8" else ("fp4", "fp4")
-    bits = q.get("bits", q.get("w_bit"))
-    if method == "compressed-tensors":
-        groups = q.get("config_groups")
-        first: object = next(iter(groups.values()), None) if isinstance(groups, dict) else None
-        weights = first.get("weights") if isinstance(first, dict) else None
-        if isinstance(weights, dict):
-            bits, kind = weights.get("num_bits"), weights.get("type")
-        else:
-            bits, kind = None, None
-        if bits == 8 and kind == "float":
-            return "fp8", "fp8"
-    flags = {}
-    for key in ("load_in_4bit", "load_in_8bit"):
-        value = q.get(key, False)
-        if not isinstance(value, bool):
-            raise EfficiencyInputError(
-                f"{c.where}: quantization_config.{key} = {_show(value)} is not true or false "
-                "(a JSON boolean)"
-            )
-        flags[key] = value
-    if (type(bits) is int and bits == 4) or flags["load_in_4bit"]:
-        return "int4", base  # weight-only: dequantized into the activations' dtype
-    if (type(bits) is int and bits == 8) or flags["load_in_8bit"]:
-        raise EfficiencyInputError(
-            f"{c.where}: quantization_config: 8-bit integer weights "
-            f"({_show(method or 'no quant_method')}) are not understood"
-        )
-    named = f"quant_method {_show(raw_method)}" if raw_method else "no quant_method"
-    raise EfficiencyInputError(
-        f"{c.where}: quantization_config ({named}, bits {_show(bits)}) is not understood; "
-        f"known: {_QUANTIZATIONS}"
-    )
-
-
-def _attention(c: _Config, hidden: int) -> tuple[int, int, int, int, float]:
-    """A full-attention block's mixer: its parameters, query heads, per-head query-key and
-    value widths, and the KV cache elements per token (keys and values, every KV head)."""
+def _attention(c: Fields, hidden: int) -> tuple[list[Part], int, int, int, float]:
+    """A full-attention block's mixer: its modules (name, parameters, whether it is a
+    linear layer a quantization may convert), query heads, per-head query-key and value
+    widths, and the KV cache elements per token (keys and values, every KV head)."""
     heads = c.int("num_attention_heads", "n_head", kind="heads")
+    at = "self_attn."
     if c.has("kv_lora_rank"):  # multi-head latent attention (DeepSeek-V2/V3)
         rank, rope = c.int("kv_lora_rank", kind="width"), c.int("qk_rope_head_dim", kind="head_dim")
         nope, v = c.int("qk_nope_head_dim", kind="head_dim"), c.int("v_head_dim", kind="head_dim")
         q_rank = c.int("q_lora_rank", kind="width", default=0, zero=True)
         if q_rank:
-            q = hidden * q_rank + q_rank + q_rank * heads * (nope + rope)
+            q: list[Part] = [
+                (at + "q_a_proj", hidden * q_rank, True),
+                (at + "q_a_layernorm", q_rank, False),
+                (at + "q_b_proj", q_rank * heads * (nope + rope), True),
+            ]
         else:
-            q = hidden * heads * (nope + rope)
-        kv = hidden * (rank + rope) + rank + rank * heads * (nope + v)
-        return q + kv + heads * v * hidden, heads, nope + rope, v, float(rank + rope)
+            q = [(at + "q_proj", hidden * heads * (nope + rope), True)]
+        kv: list[Part] = [
+            (at + "kv_a_proj_with_mqa", hidden * (rank + rope), True),
+            (at + "kv_a_layernorm", rank, False),
+            (at + "kv_b_proj", rank * heads * (nope + v), True),
+        ]
+        parts = [*q, *kv, (at + "o_proj", heads * v * hidden, True)]
+        return parts, heads, nope + rope, v, float(rank + rope)
     kv_heads = c.int("num_key_value_heads", kind="heads", default=heads)
     if heads % kv_heads:
         raise EfficiencyInputError(
@@ -305,18 +200,25 @@ def _attention(c: _Config, hidden: int) -> tuple[int, int, int, int, float]:
             f"{hidden} is not a multiple of {c.key('num_attention_heads', 'n_head')} = {heads}"
         )
     head_dim = c.int("head_dim", kind="head_dim", default=hidden // heads)
-    q, kv = heads * head_dim, kv_heads * head_dim
-    params = hidden * q + 2 * hidden * kv + q * hidden
+    qw, kvw = heads * head_dim, kv_heads * head_dim
+    parts = [
+        (at + "q_proj", hidden * qw, True),
+        (at + "k_proj", hidden * kvw, True),
+        (at + "v_proj", hidden * kvw, True),
+        (at + "o_proj", qw * hidden, True),
+    ]
     qwen2 = c.get("model_type") == "qwen2"
     bias = c.flag("attention_bias", c.flag("qkv_bias", qwen2))
     if bias:
-        params += q + 2 * kv + (hidden if c.flag("attention_bias", False) else 0)
+        parts.append(
+            (at + "bias", qw + 2 * kvw + (hidden if c.flag("attention_bias", False) else 0), False)
+        )
     if c.get("model_type") in ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "olmo2"):
-        params += 2 * head_dim  # q_norm and k_norm
-    return params, heads, head_dim, head_dim, float(2 * kv)
+        parts.append((at + "qk_norm", 2 * head_dim, False))  # q_norm and k_norm
+    return parts, heads, head_dim, head_dim, float(2 * kvw)
 
 
-def _linear_attention(c: _Config, hidden: int) -> int:
+def _linear_attention(c: Fields, hidden: int) -> list[Part]:
     """A Gated DeltaNet mixer (Qwen3-Next's ``linear_attention`` layers)."""
     nk, dk = (
         c.int("linear_num_key_heads", kind="heads"),
@@ -326,17 +228,18 @@ def _linear_attention(c: _Config, hidden: int) -> int:
     dv = c.int("linear_value_head_dim", kind="head_dim")
     kernel = c.int("linear_conv_kernel_dim", kind="factor", default=4)
     conv = 2 * nk * dk + nv * dv
-    return (
-        hidden * (2 * nk * dk + 2 * nv * dv)  # in_proj_qkvz
-        + hidden * 2 * nv  # in_proj_ba
-        + conv * kernel  # the depthwise convolution
-        + 2 * nv  # dt_bias, A_log
-        + dv  # the gated norm
-        + nv * dv * hidden  # out_proj
-    )
+    at = "linear_attn."
+    return [
+        (at + "in_proj_qkvz", hidden * (2 * nk * dk + 2 * nv * dv), True),
+        (at + "in_proj_ba", hidden * 2 * nv, True),
+        (at + "conv1d", conv * kernel, False),  # the depthwise convolution
+        (at + "dt_bias", 2 * nv, False),  # dt_bias, A_log
+        (at + "norm", dv, False),  # the gated norm
+        (at + "out_proj", nv * dv * hidden, True),
+    ]
 
 
-def _mamba(c: _Config, hidden: int) -> int:
+def _mamba(c: Fields, hidden: int) -> list[Part]:
     """A Mamba-2 mixer (its in_proj, depthwise convolution, per-head A, D and dt bias, the
     gated norm and out_proj)."""
     state = c.int("mamba_d_state", "ssm_state_size", "state_size", kind="width")
@@ -350,17 +253,17 @@ def _mamba(c: _Config, hidden: int) -> int:
     nheads = c.int("mamba_n_heads", "mamba_num_heads", kind="heads", default=inner // 64)
     kernel = c.int("mamba_d_conv", "conv_kernel", kind="factor", default=4)
     conv = inner + 2 * groups * state
-    return (
-        hidden * (2 * inner + 2 * groups * state + nheads)
-        + conv * kernel
-        + conv
-        + 3 * nheads
-        + inner
-        + inner * hidden
-    )
+    at = "mixer."
+    return [
+        (at + "in_proj", hidden * (2 * inner + 2 * groups * state + nheads), True),
+        (at + "conv1d", conv * kernel + conv, False),
+        (at + "A_log", 3 * nheads, False),  # A, D and dt_bias
+        (at + "norm", inner, False),
+        (at + "out_proj", inner * hidden, True),
+    ]
 
 
-def _layer_kinds(c: _Config, n: int) -> list[str]:
+def _layer_kinds(c: Fields, n: int) -> list[str]:
     """Each block's mixer, from ``layer_types``, ``layers_block_type`` or the hybrid's own
     pattern field; full attention where the config names none."""
     named = c.get("layer_types", "layers_block_type")
@@ -373,7 +276,7 @@ def _layer_kinds(c: _Config, n: int) -> list[str]:
         kinds = []
         for t in named:
             if not isinstance(t, str):
-                raise EfficiencyInputError(f"{c.where}: {key} holds {_show(t)}, not a name")
+                raise EfficiencyInputError(f"{c.where}: {key} holds {show(t)}, not a name")
             t = t.lower()
             if "linear" in t:
                 kinds.append(LINEAR)
@@ -382,11 +285,11 @@ def _layer_kinds(c: _Config, n: int) -> list[str]:
             elif "attention" in t or t in ("attn", "full", "sliding", "global", "local"):
                 kinds.append(FULL)
             else:
-                raise EfficiencyInputError(f"{c.where}: layer type {_show(t)} is not understood")
+                raise EfficiencyInputError(f"{c.where}: layer type {show(t)} is not understood")
         return kinds
     if named is not None:
         key = c.key("layer_types", "layers_block_type")
-        raise EfficiencyInputError(f"{c.where}: {key} = {_show(named)} is not a list of names")
+        raise EfficiencyInputError(f"{c.where}: {key} = {show(named)} is not a list of names")
     pattern = c.get("hybrid_override_pattern")  # Nemotron-H: M mamba, * attention, - MLP
     if isinstance(pattern, str):
         raise EfficiencyInputError(
@@ -398,7 +301,7 @@ def _layer_kinds(c: _Config, n: int) -> list[str]:
     return [FULL] * n
 
 
-def _windowed_layers(c: _Config) -> int:
+def _windowed_layers(c: Fields) -> int:
     """The attention layers ``layer_types`` names as attending over a sliding window
     (gpt-oss, Gemma 2 and 3: ``sliding_attention``, ``local``): counted as full attention,
     which reads their KV cache over the whole context (:func:`_layer_kinds` has checked the
@@ -414,7 +317,7 @@ _EXPERTS = ("num_experts", "n_routed_experts", "num_local_experts")
 _PER_TOKEN = ("num_experts_per_tok", "experts_per_token", "moe_top_k")
 
 
-def _moe_layers(c: _Config, n: int) -> list[bool]:
+def _moe_layers(c: Fields, n: int) -> list[bool]:
     """Which blocks carry a mixture of experts."""
     experts = c.int(*_EXPERTS, kind="experts", default=0, zero=True)
     if experts == 0:
@@ -426,7 +329,7 @@ def _moe_layers(c: _Config, n: int) -> list[bool]:
         listed = []
     if not isinstance(listed, list) or not all(type(i) is int and 0 <= i < n for i in listed):
         raise EfficiencyInputError(
-            f"{c.where}: mlp_only_layers = {_show(listed)} is not a list of layer indices "
+            f"{c.where}: mlp_only_layers = {show(listed)} is not a list of layer indices "
             f"(whole numbers from 0 to {n - 1})"
         )
     dense_only = set(listed)
@@ -445,13 +348,17 @@ def model_spec(doc: dict[str, object], where: str = "config.json") -> ModelSpec:
             a boolean, more experts per token than experts, or more than
             :data:`MAX_PARAMS` parameters in all.
     """
-    c = _Config(doc, where)
+    c = Fields(doc, where)
     hidden = c.int("hidden_size", "d_model", "n_embd", kind="width")
     n = c.int("num_hidden_layers", "n_layer", "num_layers", kind="layers")
     vocab = c.int("vocab_size", kind="vocab")
-    weight_dtype, compute_dtype = _dtypes(c)
+    quant = quantization(c)
     kinds, moe = _layer_kinds(c, n), _moe_layers(c, n)
-    attn, heads, qk, v, kv_elems = _attention(c, hidden) if FULL in kinds else (0, 0, 0, 0, 0.0)
+    attn: list[Part] = []
+    heads = qk = v = 0
+    kv_elems = 0.0
+    if FULL in kinds:
+        attn, heads, qk, v, kv_elems = _attention(c, hidden)
     experts = c.int(*_EXPERTS, kind="experts", default=0, zero=True)
     per_token = c.int(*_PER_TOKEN, kind="experts", default=0, zero=True)
     if experts and not per_token:
@@ -477,22 +384,32 @@ def model_spec(doc: dict[str, object], where: str = "config.json") -> ModelSpec:
     )
     mixers = {
         FULL: attn,
-        LINEAR: _linear_attention(c, hidden) if LINEAR in kinds else 0,
-        MAMBA: _mamba(c, hidden) if MAMBA in kinds else 0,
+        LINEAR: _linear_attention(c, hidden) if LINEAR in kinds else [],
+        MAMBA: _mamba(c, hidden) if MAMBA in kinds else [],
     }
+    gated = ("gate_proj", "up_proj", "down_proj")
     layers = []
     for i, kind in enumerate(kinds):
-        mixer = mixers[kind]
-        norms = 2 * hidden
+        at = f"model.layers.{i}."
+        parts: list[Part] = [*mixers[kind], ("input_layernorm", 2 * hidden, False)]
+        expert = 3 * hidden * expert_inter if moe[i] else 0
         if moe[i]:
-            expert = 3 * hidden * expert_inter
-            shared_params = 3 * hidden * shared + (hidden if shared else 0)  # its gate
-            shared_params += n_shared * expert
-            router = hidden * experts
-            mlp = experts * expert + shared_params + router
-            layers.append(Layer(kind, mixer + mlp + norms, expert, experts, per_token))
+            parts.append(("mlp.gate", hidden * experts, False))  # the router
+            if shared:
+                parts += [(f"mlp.shared_expert.{m}", hidden * shared, True) for m in gated]
+                parts.append(("mlp.shared_expert_gate", hidden, False))
+            parts += [
+                (f"mlp.shared_experts.{m}", n_shared * hidden * expert_inter, True) for m in gated
+            ]
         else:
-            layers.append(Layer(kind, mixer + 3 * hidden * dense_inter + norms, 0, 0, 0))
+            parts += [(f"mlp.{m}", hidden * dense_inter, True) for m in gated]
+        params = sum(size for _, size, _ in parts) + experts * expert
+        plain = sum(size for name, size, linear in parts if not linear or quant.plain(at + name))
+        plain_expert = expert if moe[i] and quant.plain(at + "mlp.experts") else 0
+        if moe[i]:
+            layers.append(Layer(kind, params, expert, experts, per_token, plain, plain_expert))
+        else:
+            layers.append(Layer(kind, params, 0, 0, 0, plain, 0))
     tied = c.flag("tie_word_embeddings", True)
     kv_bytes = kv_elems * BYTES[activation_dtype(c)]
     spec = ModelSpec(
@@ -505,9 +422,13 @@ def model_spec(doc: dict[str, object], where: str = "config.json") -> ModelSpec:
         qk_dim=qk,
         v_dim=v,
         kv_bytes_per_token=kv_bytes,
-        weight_dtype=weight_dtype,
-        compute_dtype=compute_dtype,
+        weight_dtype=quant.weight_dtype,
+        compute_dtype=quant.compute_dtype,
         windowed_layers=_windowed_layers(c),
+        plain_dtype=activation_dtype(c),
+        group_overhead=quant.group_overhead,
+        # a tied lm_head is the embedding, which no quantization converts
+        lm_head_quantized=quant.lm_head and not tied and not quant.plain("lm_head"),
     )
     if spec.params > MAX_PARAMS:
         raise EfficiencyInputError(
@@ -531,7 +452,7 @@ def load_model(path: str | Path) -> ModelSpec:
         p = p / "config.json"
     data = read_capped(p, "model config", EfficiencyInputError)
     try:
-        doc = json.loads(data.decode("utf-8"), parse_int=_parse_int)
+        doc = json.loads(data.decode("utf-8"), parse_int=parse_int)
     except UnicodeDecodeError as exc:
         raise EfficiencyInputError(
             f"{p}: not a JSON model config: not UTF-8 ({exc.reason})"

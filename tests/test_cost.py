@@ -1,0 +1,432 @@
+"""What a step costs (issue 52), against planted truth.
+
+The step-cost engine (``fixtures.engine.PlantedCost``) plants each serving step's time, its
+anchor to the next anchor, as a function of the counts its annotation states, with noise.
+The fits of the summary's ``cost`` section and of ``traceview cost`` must equal numpy's
+least squares on the planted times (the issue asks 1%, 2% per token: the fit is exact, so
+they agree to the document's 9 digits), recover the planted coefficients, and be null, with
+the reason, where the counts cannot support a fit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from conftest import GENERATED, truth
+
+import traceview as tv
+from fixtures.engine import SCENARIOS, Engine
+from tests.planned import write
+from traceview.analysis.work.cost import (
+    COST_STEP_SCHEMA,
+    MIN_STEPS,
+    cost_steps,
+    prompt_cost,
+)
+from traceview.cli import cli
+
+SWEEP = [GENERATED / f"cost_batch{n}.json.gz" for n in (1, 8, 64, 146)]
+TIGHT = 1e-7  # the fit is exact; a document keeps 9 significant digits
+
+
+def _timed(name: str) -> list[dict[str, int | str | None]]:
+    return [r for r in truth(name)["cost"]["steps"] if r["time_ns"] is not None]
+
+
+def _decode_rows(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["kind"] == "decode" and (r["sequences"] or 0) >= 1]
+
+
+def _prompt_rows(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["kind"] in ("prefill", "mixed") and (r["prompt_tokens"] or 0) >= 1]
+
+
+def _lstsq(rows: list[dict], terms: list[str]) -> np.ndarray:
+    """numpy's least squares of the planted times on the planted counts."""
+    column = {
+        "fixed": lambda r: 1.0,
+        "per_sequence": lambda r: float(r["sequences"]),
+        "per_prompt_token": lambda r: float(r["prompt_tokens"]),
+        "per_prompt_token_squared": lambda r: float(r["prompt_tokens"]) ** 2,
+    }
+    x = np.array([[column[t](r) for t in terms] for r in rows])
+    y = np.array([float(r["time_ns"]) for r in rows])
+    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+    return beta
+
+
+def _close(got: float | None, want: float, rel: float) -> None:
+    assert got is not None
+    assert got == pytest.approx(want, rel=rel)
+
+
+# (fixture, the prompt fit's terms its plan calls for): the wandering batch's mixed steps
+# vary N and T; SGLang's extend steps decode nothing (N = 0: no per-sequence term); Part 8's
+# single stream plants a T² term, the others none
+PLANTED = [
+    ("cost_wandering", ["fixed", "per_sequence", "per_prompt_token"]),
+    ("cost_sglang", ["fixed", "per_prompt_token"]),
+    ("cost_prefill_curve", ["fixed", "per_prompt_token", "per_prompt_token_squared"]),
+]
+
+
+@pytest.mark.parametrize(("name", "terms"), PLANTED, ids=[n for n, _ in PLANTED])
+def test_the_fits_equal_the_plans_least_squares(name: str, terms: list[str]) -> None:
+    cost = tv.analyze(GENERATED / f"{name}.json.gz").summary.document["cost"]
+    rows = _timed(name)
+    decode = _decode_rows(rows)
+    if len({r["sequences"] for r in decode}) > 1:
+        fixed, per = _lstsq(decode, ["fixed", "per_sequence"])
+        d = cost["decode"]
+        assert d["reason"] is None and d["n"] == len(decode)
+        _close(d["fixed_ns"], fixed, TIGHT)
+        _close(d["per_sequence_ns"], per, TIGHT)
+        _close(d["crossover_sequences"], fixed / per, TIGHT)
+        by_n: dict[int, list[int]] = {}
+        for r in decode:
+            by_n.setdefault(int(r["sequences"]), []).append(int(r["time_ns"]))
+        assert [b["sequences"] for b in d["batches"]] == sorted(by_n)
+        for b in d["batches"]:
+            times = by_n[b["sequences"]]
+            assert b["steps"] == len(times)
+            _close(b["mean_ns"], float(np.mean(times)), TIGHT)
+            _close(b["fitted_ns"], fixed + per * b["sequences"], TIGHT)
+            _close(b["tokens_per_s"], b["sequences"] * 1e9 / float(np.mean(times)), TIGHT)
+            _close(b["fitted_tokens_per_s"], b["sequences"] * 1e9 / b["fitted_ns"], TIGHT)
+    else:  # one batch size: no slope
+        assert cost["decode"]["per_sequence_ns"] is None and "one batch size" in str(
+            cost["decode"]["reason"]
+        )
+    prompt = _prompt_rows(rows)
+    p = cost["prompt"]
+    assert p["reason"] is None and p["n"] == len(prompt)
+    assert p["terms"] == terms
+    for term, want in zip(terms, _lstsq(prompt, terms), strict=True):
+        got = p[f"{term}_ns"]  # type: ignore[literal-required]
+        _close(got, float(want), TIGHT)
+    for term in {"per_sequence", "per_prompt_token_squared"} - set(terms):
+        assert p[f"{term}_ns"] is None and p[f"{term}_ci95"] is None  # type: ignore[literal-required]
+
+
+@pytest.mark.parametrize("name", [n for n, _ in PLANTED])
+def test_the_fits_recover_the_planted_cost_within_their_intervals(name: str) -> None:
+    """The noise is planted uniform and independent: each planted coefficient lies inside
+    the fit's 95% interval (the fit equals the plan's least squares, above; this checks
+    that the interval says how far that may be from the planted cost)."""
+    cost = tv.analyze(GENERATED / f"{name}.json.gz").summary.document["cost"]
+    planted = truth(name)["cost"]["planted"]
+    d, p = cost["decode"], cost["prompt"]
+    checks = [(p, "per_prompt_token", planted["per_prompt_token_ns"])]
+    if p["fixed_ns"] is not None:
+        checks.append((p, "fixed", planted["prompt_fixed_ns"]))
+    if d["fixed_ns"] is not None:
+        checks += [
+            (d, "fixed", planted["fixed_ns"]),
+            (d, "per_sequence", planted["per_sequence_ns"]),
+        ]
+    if p["per_prompt_token_squared_ns"] is not None:
+        checks.append((p, "per_prompt_token_squared", planted["per_token_squared_ps"] / 1000))
+    for fit, term, want in checks:
+        value, ci = fit[f"{term}_ns"], fit[f"{term}_ci95"]
+        assert value is not None and ci is not None
+        assert ci["low_ns"] <= want <= ci["high_ns"], (term, ci, want)
+
+
+def test_the_quadratic_term_is_kept_only_where_the_data_supports_it() -> None:
+    said = {
+        name: tv.analyze(GENERATED / f"{name}.json.gz").summary.document["cost"]["prompt"][
+            "quadratic"
+        ]
+        for name, _ in PLANTED
+    }
+    assert said["cost_prefill_curve"] == "kept: its 95% interval lies above 0"
+    assert str(said["cost_wandering"]).startswith("left out: its 95% interval reaches 0")
+    assert str(said["cost_sglang"]).startswith("left out: its 95% interval reaches 0")
+
+
+def _frame(rows: list[tuple[str, int | None, int | None, int | None, int | None]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        [(i, *r) for i, r in enumerate(rows)],
+        schema=list(COST_STEP_SCHEMA),
+        orient="row",
+    ).cast(COST_STEP_SCHEMA)  # type: ignore[arg-type]
+
+
+def test_the_quadratic_term_needs_one_prompt_a_step_and_three_sizes() -> None:
+    t = [512, 1024, 2048, 4096, 512, 1024, 2048, 4096, 3072, 1536]
+    # (kind, N, T, C, time): a planted curve, but each step runs two prompts
+    rows = [("prefill", 0, v, 2, 1_000_000 + 100 * v + v * v) for v in t]
+    p = prompt_cost(_frame(rows))
+    assert p["terms"] == ["fixed", "per_prompt_token"]
+    assert str(p["quadratic"]).startswith("not tried: a step runs several prompts")
+    two = [("prefill", 0, v, 1, 1_000_000 + 100 * v) for v in [512, 4096] * 5]
+    assert prompt_cost(_frame(two))["quadratic"] == "not tried: 2 prompt sizes (a curve needs 3)"
+
+
+def test_counts_that_cannot_support_a_fit_give_null_and_the_reason() -> None:
+    one = tv.analyze(SWEEP[1]).summary.document["cost"]
+    assert one["decode"]["n"] == 9 and one["decode"]["fixed_ns"] is None
+    assert one["decode"]["reason"].startswith("every decode step runs 8 sequence(s)")  # type: ignore[union-attr]
+    assert one["prompt"]["reason"] == "no steps with prompt work"
+    old = tv.analyze(GENERATED / "hybrid_vllm_old.json.gz").summary.document["cost"]
+    assert old["decode"]["n"] == 0  # execute_new_N_cached_M says nothing of decode sequences
+    assert old["decode"]["reason"].startswith("no annotation states the decode steps' sequences")  # type: ignore[union-attr]
+    few = tv.analyze(GENERATED / "dense_vllm_detailed.json.gz").summary.document["cost"]
+    assert few["prompt"]["n"] == 5 < MIN_STEPS
+    assert few["prompt"]["reason"] == (
+        "5 of 5 step(s) with prompt work that state their counts have a next step to time "
+        f"them; a fit needs at least {MIN_STEPS}"
+    )
+    for fit in (one["decode"], old["decode"], few["prompt"]):
+        nulls = [k for k, v in fit.items() if k not in ("n", "reason", "batches", "terms")]
+        assert all(fit[k] is None for k in nulls), fit  # type: ignore[literal-required]
+
+
+def test_warm_up_steps_are_left_out_and_no_time_crosses_them() -> None:
+    """The steps table's ``warmup`` column (the step's warm-up cause, null when it serves):
+    a marked step is no sample, and every other step keeps its own anchor-to-next time."""
+    steps = tv.analyze(GENERATED / "cost_wandering.json.gz").steps
+    marked = steps.with_columns(
+        pl.when(pl.col("index").is_in([3, 40])).then(pl.lit("triton_autotune")).alias("warmup")
+    )
+    plain, kept = cost_steps(steps), cost_steps(marked)
+    assert plain.height == steps.height and kept.height == steps.height - 2
+    assert set(plain["index"]) - set(kept["index"]) == {3, 40}
+    anchors = steps["anchor_ns"].to_list()
+    for index, time in kept.select("index", "time_ns").iter_rows():
+        want = anchors[index + 1] - anchors[index] if index + 1 < len(anchors) else None
+        assert time == want
+
+
+def test_the_model_sets_the_fixed_term_against_the_weight_bytes() -> None:
+    """``--model`` and ``--gpu``: the weights one decode step reads at the device's peak
+    bandwidth, against the fixed term (Part 6's comparison)."""
+    model = tv.load_model(str(Path(__file__).parent.parent / "fixtures/configs/llama-3.1-8b.json"))
+    config = tv.AnalysisConfig(model=model, gpu="H100 SXM")
+    cost = tv.analyze(GENERATED / "cost_wandering.json.gz", config).summary.document["cost"]
+    w, fixed = cost["weights"], cost["decode"]["fixed_ns"]
+    assert w is not None and fixed is not None
+    read = int(round(float(model.weight_bytes(np.array([1]))[0])))
+    assert w["weight_bytes"] == read == 2 * 8_030_261_248 - 2 * 525_340_672  # no embedding
+    assert w["peak_bytes_per_s"] == 3.35e12
+    _close(w["floor_ns"], read / 3.35e12 * 1e9, 1e-8)
+    _close(w["fixed_bytes_per_s"], read / (fixed / 1e9), 1e-8)
+    _close(w["fraction_of_peak"], read / (fixed / 1e9) / 3.35e12, 1e-8)
+    assert (
+        tv.analyze(GENERATED / "cost_wandering.json.gz").summary.document["cost"]["weights"] is None
+    )
+
+
+def _twin(tmp_path: Path, name: str, **cost: int) -> Path:
+    sc = next(s for s in SCENARIOS if s.name == "cost_wandering")
+    assert sc.cost is not None
+    twin = dataclasses.replace(sc, name=name, cost=dataclasses.replace(sc.cost, **cost))
+    path, _ = write(twin, Engine(twin).plan(), tmp_path)
+    return path
+
+
+@pytest.mark.slow  # about 2 s: the twin is planned and written
+def test_diff_judges_a_dearer_sequence_worse_and_noise_the_same(tmp_path: Path) -> None:
+    """A twin of the wandering trace whose sequences cost 1.3× as much: diff calls the
+    per-sequence cost worse, and the fixed and per-token costs (planted the same) same."""
+    a = tv.analyze(GENERATED / "cost_wandering.json.gz").summary
+    b = tv.analyze(_twin(tmp_path, "dearer", per_sequence_ns=195_000)).summary
+    rows = {
+        r["field"]: r for r in tv.diff(a, b).rows.iter_rows(named=True) if r["section"] == "cost"
+    }
+    assert rows["cost.decode.per_sequence_ns"]["verdict"] == "worse"
+    assert rows["cost.decode.per_sequence_ns"]["ratio"] == pytest.approx(1.3, rel=0.05)
+    assert rows["cost.decode.fixed_ns"]["verdict"] == "same"
+    assert rows["cost.prompt.per_prompt_token_ns"]["verdict"] == "same"
+    assert all(r["role"] == "rate" for r in rows.values())
+    same = {r["field"]: r["verdict"] for r in tv.diff(a, a).rows.iter_rows(named=True)}
+    assert same["cost.decode.per_sequence_ns"] == "same"
+
+
+def test_check_bounds_the_fit(tmp_path: Path) -> None:
+    path = str(GENERATED / "cost_wandering.json.gz")
+    runner = CliRunner()
+    ok = runner.invoke(
+        cli,
+        [
+            "check",
+            path,
+            "--max",
+            "cost.decode.per_sequence_ns=400us",
+            "--min",
+            "cost.decode.r2=0.95",
+        ],
+    )
+    assert ok.exit_code == 0, ok.output
+    failed = runner.invoke(cli, ["check", path, "--max", "cost.decode.per_sequence_ns=140us"])
+    assert failed.exit_code == 1
+    assert "cost.decode.per_sequence_ns <= 140us" in failed.stdout
+    typo = runner.invoke(cli, ["check", path, "--max", "cost.decode.per_seq_ns=1ms"])
+    assert typo.exit_code == 2
+
+
+def test_the_summary_screen_shows_a_fit_where_there_is_one() -> None:
+    out = CliRunner().invoke(cli, ["summarize", str(GENERATED / "cost_wandering.json.gz")])
+    assert out.exit_code == 0
+    text = " ".join(out.stdout.split())
+    assert "decode step = fixed + per sequence × N" in text and "per prompt token" in text
+    out = CliRunner().invoke(cli, ["summarize", str(GENERATED / "hybrid_chunked.json.gz")])
+    assert "decode step =" not in out.stdout  # no fit there: nothing said on the screen
+
+
+def test_the_batch_sweep_pools_into_part_ones_fit() -> None:
+    """Part 1's four captures (batch 1, 8, 64, 146) pooled: the fit equals numpy's least
+    squares on every planted step, and gives the series' figure: 19.1 ms + 0.313 ms × N,
+    the crossover near 61, throughput from about 50 to 2,225 tokens/s."""
+    pooled = tv.step_cost([str(p) for p in SWEEP]).to_dict()
+    rows = [r for p in SWEEP for r in _decode_rows(_timed(p.name.removesuffix(".json.gz")))]
+    fixed, per = _lstsq(rows, ["fixed", "per_sequence"])
+    d = pooled["decode"]
+    assert d["n"] == len(rows) == 36
+    _close(d["fixed_ns"], fixed, TIGHT)
+    _close(d["per_sequence_ns"], per, TIGHT)
+    _close(d["fixed_ns"], 19.1e6, 0.01)
+    _close(d["per_sequence_ns"], 313e3, 0.01)
+    assert d["crossover_sequences"] == pytest.approx(61, abs=1)
+    by_n = {b["sequences"]: b for b in d["batches"]}
+    assert sorted(by_n) == [1, 8, 64, 146]
+    for n, b in by_n.items():
+        times = [r["time_ns"] for r in rows if r["sequences"] == n]
+        assert b["steps"] == len(times)
+        _close(b["mean_ns"], float(np.mean(times)), TIGHT)
+        _close(b["fitted_tokens_per_s"], n * 1e9 / (fixed + per * n), TIGHT)
+    assert by_n[1]["tokens_per_s"] == pytest.approx(50, rel=0.05)
+    assert by_n[146]["tokens_per_s"] == pytest.approx(2225, rel=0.03)
+    assert [t["sequences_min"] for t in pooled["traces"]] == [1, 146, 64, 8]  # file order
+    assert [t["decode_steps"] for t in pooled["traces"]] == [9, 9, 9, 9]
+    assert pooled["prompt"]["reason"] == "no steps with prompt work"
+
+
+def test_a_capture_only_trace_is_left_out_of_a_pooled_fit() -> None:
+    pooled = tv.step_cost(
+        [str(SWEEP[0]), str(SWEEP[3]), str(GENERATED / "sglang_capture_only.json.gz")]
+    ).to_dict()
+    assert [t["path"] for t in pooled["traces"]] == [str(SWEEP[0]), str(SWEEP[3])]
+    assert any("sglang_capture_only" in w and "left out" in w for w in pooled["warnings"])
+    with pytest.raises(tv.RunError, match="no steps to fit"):
+        tv.step_cost([str(GENERATED / "sglang_capture_only.json.gz")])
+
+
+def test_the_cost_command_prints_the_document() -> None:
+    out = CliRunner().invoke(cli, ["cost", "-j", "1", *map(str, SWEEP), "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["schema"] == "traceview.cost/1"
+    assert doc == json.loads(json.dumps(tv.step_cost([str(p) for p in SWEEP]).to_dict()))
+    out = CliRunner().invoke(cli, ["cost", "-j", "1", *map(str, SWEEP)])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.stdout.split())
+    assert "decode step = fixed + per sequence × N" in text
+    assert "crossover (fixed = per-sequence work) at N = 61.6" in text
+
+
+@pytest.mark.slow  # about 2.5 s: matplotlib draws two panels
+def test_the_cost_command_draws_part_ones_figure(tmp_path: Path) -> None:
+    """Part 1's figure from four traces in one command: each trace's steps in its own
+    colour, in batch order, with the fitted line and the tokens per second it gives."""
+    chart = tmp_path / "part1.png"
+    out = CliRunner().invoke(cli, ["cost", "-j", "1", *map(str, SWEEP), "-o", str(chart)])
+    assert out.exit_code == 0, out.output
+    from matplotlib import image
+
+    assert image.imread(chart).shape[:2] == (780, 1560)  # two panels, 10.4 × 5.2 in at 150 dpi
+    from traceview.render.cost_chart import cost_data
+
+    pooled = tv.step_cost([str(p) for p in SWEEP])
+    data = cost_data(pooled)
+    assert [t.label for t in data.traces] == [p.name for p in SWEEP]  # batch order
+    assert [t.sequences.size for t in data.traces] == [9, 9, 9, 9]
+    d = pooled.to_dict()["decode"]
+    assert d["fixed_ns"] is not None and d["per_sequence_ns"] is not None
+    assert data.decode_line == (d["fixed_ns"] / 1e6, d["per_sequence_ns"] / 1e6)
+    assert data.prompt_curve is None
+    for t in data.traces:
+        assert t.tokens_per_s == pytest.approx(t.sequences / (t.decode_ms / 1e3))
+
+
+@pytest.mark.slow  # about 2 s: three panels
+def test_a_prompt_fit_adds_a_panel() -> None:
+    from traceview.render.cost_chart import cost_data
+
+    pooled = tv.step_cost([str(GENERATED / "cost_prefill_curve.json.gz")])
+    data = cost_data(pooled)
+    p = pooled.to_dict()["prompt"]
+    assert data.prompt_curve == (
+        p["fixed_ns"] / 1e6,  # type: ignore[operator]
+        p["per_prompt_token_ns"] / 1e6,  # type: ignore[operator]
+        p["per_prompt_token_squared_ns"] / 1e6,  # type: ignore[operator]
+    )
+    assert not data.prompt_adjusted  # no per-sequence term: the times as they are
+    assert len(pooled.chart().axes) == 3
+
+
+def test_the_cost_command_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = tmp_path / "nope.json.gz"
+    out = runner.invoke(cli, ["cost", "-j", "1", str(missing)])
+    assert out.exit_code == 2 and out.stderr.count("\n") == 1 and str(missing) in out.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    out = runner.invoke(cli, ["cost", "-j", "1", str(SWEEP[0]), str(bad)])
+    assert out.exit_code == 2 and out.stderr.startswith("Error: ") and str(bad) in out.stderr
+    out = runner.invoke(cli, ["cost", "-j", "1", str(SWEEP[0]), "-o", str(tmp_path / "c.txt")])
+    assert out.exit_code == 2 and "c.txt" in out.stderr
+
+
+def test_the_pooled_fit_sets_its_fixed_term_against_the_weight_bytes() -> None:
+    """``traceview cost --model --gpu`` (Part 6's comparison), from the pooled fit."""
+    config_path = str(Path(__file__).parent.parent / "fixtures/configs/llama-3.1-8b.json")
+    model = tv.load_model(config_path)
+    config = tv.AnalysisConfig(model=model, gpu="H100 SXM")
+    pooled = tv.step_cost([str(p) for p in SWEEP], tv.RunOptions(config=config)).to_dict()
+    w, fixed = pooled["weights"], pooled["decode"]["fixed_ns"]
+    assert w is not None and fixed is not None
+    _close(w["fixed_bytes_per_s"], w["weight_bytes"] / (fixed / 1e9), 1e-8)
+    args = ["cost", "-j", "1", *map(str, SWEEP), "--model", config_path, "--gpu", "H100 SXM"]
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output
+    said = f"at {w['fixed_bytes_per_s'] / 1e9:,.0f} GB/s: {w['fraction_of_peak']:.1%} of the 3,350"
+    assert said in " ".join(out.stdout.split())
+
+
+def test_diff_reads_each_side_with_its_own_model(tmp_path: Path) -> None:
+    """``diff A B --model A.json --model-b B.json``: a quantized B's weight bytes and MBU
+    come from B's config, and the note sets the per-sequence cost beside the bytes (Part
+    6's comparison)."""
+    configs = Path(__file__).parent.parent / "fixtures" / "configs"
+    llama = json.loads((configs / "llama-3.1-8b.json").read_text())
+    awq = tmp_path / "awq.json"
+    awq.write_text(
+        json.dumps(
+            {
+                **llama,
+                "torch_dtype": "float16",
+                "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128},
+            }
+        )
+    )
+    trace = str(GENERATED / "cost_wandering.json.gz")
+    args = ["diff", trace, trace, "--json", "--model", str(configs / "llama-3.1-8b.json")]
+    out = CliRunner().invoke(cli, [*args, "--model-b", str(awq)])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    rows = {r["field"]: r for r in doc["rows"] if r["field"]}
+    weights = rows["cost.weights.weight_bytes"]
+    assert (weights["a"], weights["b"]) == (15_009_841_152, 4_677_173_248)
+    assert weights["role"] == "workload" and weights["verdict"] is None
+    assert rows["cost.decode.per_sequence_ns"]["verdict"] == "same"  # the same trace
+    said = "decode: B's per-sequence cost is 1.00× A's; B's weights are 0.31× A's bytes a step"
+    assert said in doc["notes"]
+    bad = CliRunner().invoke(cli, [*args, "--model-b", str(tmp_path / "missing.json")])
+    assert bad.exit_code == 2 and "missing.json" in bad.stderr

@@ -1,0 +1,73 @@
+"""``traceview cost``: each trace analysed (in a process pool with ``jobs``), its steps with
+their counts and times kept, and all of them pooled into one step-cost fit
+(:func:`traceview.analysis.documents.cost.pool_cost`). A worker returns the small table of
+steps, never the frames, so memory stays near one trace per worker."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from traceview import environ
+from traceview.analysis.analyze import Analysis
+from traceview.analysis.documents.cost import CostedTrace, StepCost, pool_cost
+from traceview.batch.discover import discover
+from traceview.batch.pool import map_tasks
+from traceview.batch.run import RunOptions
+from traceview.errors import CaptureOnlyError, RunError, TraceviewError
+from traceview.load import LoadOptions, load
+from traceview.redact import shown
+
+
+def costed_trace(path: str, options: RunOptions) -> CostedTrace:
+    """One trace's steps for a pooled fit (the work of one pool task). A trace that cannot
+    be read gives its error, and one that holds only CUDA-graph capture / warm-up gives no
+    steps, each said beside its name (a worker returns text, never an exception)."""
+    name = shown(path)
+    try:
+        trace = load(path, options=LoadOptions(strict=options.strict))
+        analysis = Analysis(trace, options.config)
+        summary = analysis.serving()
+    except CaptureOnlyError:
+        return CostedTrace(name, skipped="CUDA-graph capture / warm-up only (no serving steps)")
+    except TraceviewError as exc:
+        return CostedTrace(name, error=str(exc).removeprefix(f"{name}: "))
+    # what bears on the steps: the loader's warnings and the step finder's
+    said = [*trace.meta.warnings, *analysis.step_result.warnings]
+    return CostedTrace.of(name, summary, said)
+
+
+def step_cost(
+    paths: Sequence[str] | str,
+    options: RunOptions | None = None,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> StepCost:
+    """Every trace's steps pooled into one step-cost fit: a batch sweep of fixed-batch
+    captures gives the per-sequence cost no single one can (docs/metrics.md, "What a step
+    costs").
+
+    Args:
+        paths: trace files, folders or globs.
+        options: :class:`~traceview.RunOptions` (the analysis' config, whose ``model``
+            sets the fixed term against the weight bytes; ``jobs``; ``strict``).
+        progress: ``progress(traces_done, traces_total)``.
+
+    Raises:
+        RunError: no trace files, a trace that cannot be read (named, with its error), or
+            no trace with serving steps (one of CUDA-graph capture alone is left out, and
+            said in the document's warnings).
+    """
+    if isinstance(paths, str | os.PathLike):
+        paths = [str(paths)]
+    options = options or RunOptions()
+    environ.check_cache()
+    files = discover(paths)
+    traces = map_tasks(partial(costed_trace, options=options), files, options.jobs, progress)
+    failed = next((t for t in traces if t.error is not None), None)
+    if failed is not None:
+        raise RunError(f"{failed.path}: {failed.error}")
+    if all(t.skipped for t in traces):
+        raise RunError(f"{shown(files[0])}: {traces[0].skipped}: no steps to fit")
+    return pool_cost(traces, options.config.model_spec)
