@@ -413,7 +413,7 @@ def test_the_rank_tables_values_are_never_cut(
 
     from rich.console import Console
 
-    from traceview.render.table import render_run
+    from traceview.render.run_table import render_run
 
     doc = summarize_run([str(planted[0])], RunOptions(jobs=1)).to_dict()
     wide = 999_990_000  # 999.99 ms: fmt_ns's widest
