@@ -12,7 +12,7 @@ from conftest import GENERATED, truth
 
 import traceview as tv
 from fixtures.build import TraceBuilder, us
-from traceview.load import LoadOptions
+from traceview.loader import LoadOptions
 from traceview.model import KERNEL_SCHEMA
 
 
@@ -289,7 +289,7 @@ def test_narrow_ids_keeps_int64_when_one_id_does_not_fit() -> None:
     ],
 )
 def test_exact_ts_reads_the_digits(text: str, ns: int | None) -> None:
-    from traceview.load.columns import exact_ts
+    from traceview.loader.columns import exact_ts
 
     doc = f'[{{"ts": {text}}}, {{"ph": "X"}}]'.encode()
     assert exact_ts(doc, 2).to_list() == [ns, None]  # type: ignore[union-attr]

@@ -21,7 +21,7 @@ from fixtures import nsys
 from fixtures.engine import RECORD_COLUMNS, build
 from fixtures.truth import truth as plan_truth
 from traceview.cli import cli
-from traceview.load import nsys as loader
+from traceview.loader import nsys as loader
 
 NSYS = GENERATED / "nsys"
 SINGLE = [nsys.VLLM, nsys.BURSTS]
@@ -233,7 +233,7 @@ def test_raw_args_carry_grid_block_and_graph_ids() -> None:
     assert len(graphs) == sum(
         1 for s in _truth("nsys_vllm")["steps"] if s["planned_kind"] == "decode"
     )
-    rows = tv.sql(
+    rows = tv.run_sql(
         trace,
         "SELECT EXTRACT_ARG(arg_set_id, 'args.registers per thread') AS r "
         "FROM slice WHERE category = 'kernel' LIMIT 1",

@@ -5,16 +5,20 @@ the error classes only, ``tv.load`` the loader (polars), and an analysis name th
 What draws a summary, a diff or an analysis' charts (``render/markup.py``, ``plot.py``) is
 imported the first time something is drawn, whichever module made it: the package gives
 :mod:`traceview.analysis.documents.display` the function that imports them.
+
+No public function shares its name with a subpackage (``tv.load`` lives in
+:mod:`traceview.loader`, ``tv.run_sql`` in :mod:`traceview.sqlengine`), so importing a
+subpackage never rebinds a public name. A deprecated name (:data:`_DEPRECATED`) still works
+for one release and warns when it is read.
 """
 
 from __future__ import annotations
 
 import importlib as _importlib
 import importlib.util as _importlib_util
-import sys as _sys
-import types as _types
 from typing import TYPE_CHECKING
 
+from traceview._deprecated import deprecated as _deprecated
 from traceview.analysis.documents import display as _display
 from traceview.errors import (
     CaptureError,
@@ -47,17 +51,18 @@ if TYPE_CHECKING:
     from traceview.batch.run import RunOptions, summarize_run
     from traceview.batch.scan import scan
     from traceview.batch.scan_task import ScanOptions
-    from traceview.load import LoadOptions, load
+    from traceview.loader import LoadOptions, load
     from traceview.model import Trace, TraceMeta
-    from traceview.sql import run_sql
+    from traceview.sqlengine import run_sql
 
+    # deprecated: it warns when read (_DEPRECATED)
     sql = run_sql
     __version__: str
 
 # public name -> (module, attribute; None: the module itself)
 _NAMES = {
-    "load": ("traceview.load", "load"),
-    "LoadOptions": ("traceview.load", "LoadOptions"),
+    "load": ("traceview.loader", "load"),
+    "LoadOptions": ("traceview.loader", "LoadOptions"),
     "Trace": ("traceview.model", "Trace"),
     "TraceMeta": ("traceview.model", "TraceMeta"),
     "capture": ("traceview.capture", None),  # torch itself is imported when recording
@@ -87,15 +92,14 @@ _NAMES = {
     "scan": ("traceview.batch.scan", "scan"),
     "ScanOptions": ("traceview.batch.scan_task", "ScanOptions"),
     "plot": ("traceview.plot", None),
-    "run_sql": ("traceview.sql", "run_sql"),
-    # tv.sql(trace, "select ...") reads as the issue's examples do
-    "sql": ("traceview.sql", "run_sql"),
+    "run_sql": ("traceview.sqlengine", "run_sql"),
+}
+# deprecated public name -> its new name: it still works for one release, and warns
+_DEPRECATED = {
+    "sql": "run_sql",
 }
 # what draws the analysis' objects: imported the first time one is drawn
 _DRAWINGS = ("traceview.render.markup", "traceview.plot")
-# names that are also subpackages: importing ``traceview.load`` or ``traceview.sql`` binds
-# the subpackage to the package's attribute, which must stay the function
-_FUNCTIONS_OVER_PACKAGES = frozenset(("load", "sql"))
 
 
 def _import_drawings() -> None:
@@ -112,6 +116,9 @@ if not TYPE_CHECKING:  # to a type checker, only the names imported above exist
             from importlib.metadata import version
 
             value = version("traceview")  # pyproject.toml is the one place it is written
+        elif name in _DEPRECATED:  # not kept in globals(): every read warns
+            _deprecated(f"traceview.{name}", f"traceview.{_DEPRECATED[name]}")
+            return __getattr__(_DEPRECATED[name])
         elif name in _NAMES:
             where, attribute = _NAMES[name]
             module = _importlib.import_module(where)
@@ -127,18 +134,6 @@ if not TYPE_CHECKING:  # to a type checker, only the names imported above exist
 def __dir__() -> list[str]:
     return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
 
-
-class _Package(_types.ModuleType):
-    """The package, whose ``load`` and ``sql`` stay the functions when their subpackages
-    are imported (Python binds a subpackage to its parent's attribute as it imports it)."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in _FUNCTIONS_OVER_PACKAGES and isinstance(value, _types.ModuleType):
-            return  # the subpackage stays in sys.modules; the name is the function's
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "__version__",
@@ -164,7 +159,6 @@ __all__ = [
     "load_rules",
     "plot",
     "run_sql",
-    "sql",
     "steps",
     "summarize",
     "summarize_run",

@@ -137,7 +137,7 @@ def check_url_output(
         TraceviewError: one line naming the output and what is wrong (or the store that
             cannot be reached).
     """
-    from traceview.load import remote
+    from traceview.loader import remote
 
     name = url_output_name(url)
     _writer_rule(

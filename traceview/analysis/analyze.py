@@ -29,7 +29,7 @@ from traceview.analysis.steps.periodic import MAX_LAYERS
 from traceview.analysis.work.devices import DeviceSpec, device_option
 from traceview.analysis.work.model_config import ModelSpec, load_model
 from traceview.errors import CaptureOnlyError, UsageError
-from traceview.load import LoadOptions, load
+from traceview.loader import LoadOptions, load
 from traceview.model import Trace
 
 METHODS = ("auto", "bursts", "annotations")

@@ -190,7 +190,7 @@ def _storage_option() -> click.Option:
     def keep(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
         import json
 
-        from traceview.load.remote import option_value, storage_options
+        from traceview.loader.remote import option_value, storage_options
         from traceview.redact import scrub
 
         if not value:

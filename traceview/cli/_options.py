@@ -73,7 +73,7 @@ def publish_outputs(ok: bool) -> None:
     try:
         for staged in _STAGED:
             if ok and staged.path.is_file():
-                from traceview.load import remote  # an output for a URL: the loader's store
+                from traceview.loader import remote  # an output for a URL: the loader's store
 
                 remote.upload(str(staged.path), staged.url)
         if ok:
@@ -174,7 +174,7 @@ def load_trace(path: str, *, strict: bool = False, raw_args: bool = False) -> Tr
     """Load a trace for a command: progress bar on a terminal, warnings summarised;
     ``strict``: a truncated trace is an error; ``raw_args``: every event's args kept (for
     SQL)."""
-    from traceview.load import LoadOptions, load
+    from traceview.loader import LoadOptions, load
 
     options = LoadOptions(strict=strict, raw_args=raw_args)
     if sys.stderr.isatty():
@@ -195,7 +195,7 @@ force_option = click.option("--force", is_flag=True, help="Overwrite an existing
 
 def local_files(paths: list[str]) -> list[Path]:
     """The files among ``paths`` (a URL is never a local output's input)."""
-    from traceview.load.remote import is_url
+    from traceview.loader.remote import is_url
 
     return [Path(p) for p in paths if not is_url(p)]
 
@@ -206,7 +206,7 @@ def input_files(paths: tuple[str, ...] | list[str]) -> list[Path]:
     reads), nor does a URL."""
     from traceview.batch.discover import discover
     from traceview.errors import RunError
-    from traceview.load.remote import is_url
+    from traceview.loader.remote import is_url
 
     found: list[Path] = []
     for text in paths:
@@ -228,7 +228,7 @@ def output_file(
     ``inputs`` names; checked before any work is done. An output at a URL gets the same
     rule, and a local path to write it to; it is uploaded when the command succeeds
     (:func:`publish_outputs`)."""
-    from traceview.load import remote
+    from traceview.loader import remote
 
     if remote.is_url(output):
         return _staged(output, inputs, force=force, suffixes=suffixes)
@@ -465,7 +465,7 @@ def is_run(paths: tuple[str, ...] | list[str]) -> bool:
         return True
     import os
 
-    from traceview.load import remote
+    from traceview.loader import remote
 
     p = paths[0]
     if remote.is_url(p):

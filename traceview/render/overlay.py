@@ -33,8 +33,8 @@ import orjson
 from traceview._io import atomic_write
 from traceview.analysis.documents.summary import Summary
 from traceview.errors import UnsupportedTraceError
-from traceview.load import open_source
-from traceview.load.frames import OVERLAY_CATEGORY, OVERLAY_PID
+from traceview.loader import open_source
+from traceview.loader.frames import OVERLAY_CATEGORY, OVERLAY_PID
 from traceview.model import Trace
 
 _CHUNK = 8 << 20

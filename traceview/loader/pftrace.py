@@ -27,9 +27,9 @@ import orjson
 import polars as pl
 
 from traceview.errors import MissingDependencyError, TraceFormatError
-from traceview.load.frames import DEVICE_CATS as _DEVICE_CATS
-from traceview.load.frames import EVENT_CATS as _EVENT_CATS
-from traceview.load.frames import unreadable
+from traceview.loader.frames import DEVICE_CATS as _DEVICE_CATS
+from traceview.loader.frames import EVENT_CATS as _EVENT_CATS
+from traceview.loader.frames import unreadable
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,

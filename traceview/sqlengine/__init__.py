@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 
 from traceview.errors import QueryError
-from traceview.load.nsys import is_export_file
+from traceview.loader.nsys import is_export_file
 from traceview.model import Trace
 
 ENV_TP_BIN = "TRACEVIEW_TRACE_PROCESSOR"
@@ -190,7 +190,7 @@ def resolve_query(query: str) -> tuple[str, str]:
 
 def needs_raw_args(sql: str) -> bool:
     """Whether the query reads args beyond the ones traceview keeps in its frames."""
-    from traceview.sql.embedded import KEPT_ARGS
+    from traceview.sqlengine.embedded import KEPT_ARGS
 
     if _USES_ARGS_TABLE.search(_strip_comments(sql)):
         return True
@@ -298,11 +298,11 @@ def run_sql(
     if engine == "auto" and binary and is_export_file(path):
         engine = "embedded"  # an Nsight Systems export: trace_processor cannot read it
     if engine == "perfetto" or (engine == "auto" and binary):
-        from traceview.sql.perfetto_engine import run_perfetto
+        from traceview.sqlengine.perfetto_engine import run_perfetto
 
         return run_perfetto(path, sql, where, binary=binary, timeout_s=timeout_s)
     if not isinstance(trace, Trace):
-        from traceview.load import LoadOptions, load
+        from traceview.loader import LoadOptions, load
 
         trace = load(trace, options=LoadOptions(raw_args=needs_raw_args(sql)))
     return run_embedded(trace, sql, where, timeout_s=timeout_s)
@@ -323,7 +323,7 @@ def run_embedded(
 ) -> pl.DataFrame:
     """Run ``sql`` on the embedded engine (see :func:`run_sql`)."""
     check_timeout(timeout_s)
-    from traceview.sql.embedded import Database
+    from traceview.sqlengine.embedded import Database
 
     kept = "args_json" in trace.kernels.columns or "args_json" in trace.events.columns
     if needs_raw_args(sql) and not kept:

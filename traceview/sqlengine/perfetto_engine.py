@@ -17,7 +17,7 @@ LOAD_TIMEOUT_S = 600  # large traces take minutes to import
 
 def check_binary(binary: str | None) -> str:
     """The binary path, checked; a QueryError that says how to configure it otherwise."""
-    from traceview.sql import ENV_TP_BIN
+    from traceview.sqlengine import ENV_TP_BIN
 
     if not binary:
         raise QueryError(
@@ -33,7 +33,7 @@ def run_perfetto(
     path: str, sql: str, where: str, *, binary: str | None, timeout_s: float
 ) -> pl.DataFrame:
     """Run ``sql`` with trace_processor on ``path``; the last statement's rows."""
-    from traceview.sql import check_timeout, split_statements
+    from traceview.sqlengine import check_timeout, split_statements
 
     check_timeout(timeout_s)
     exe = check_binary(binary)

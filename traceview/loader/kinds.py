@@ -9,8 +9,8 @@ from collections import Counter
 import polars as pl
 
 from traceview.errors import TraceFormatError, describe_event
-from traceview.load.columns import EXACT_TS, NOT_AN_ID
-from traceview.load.frames import (
+from traceview.loader.columns import EXACT_TS, NOT_AN_ID
+from traceview.loader.frames import (
     DEVICE_CATS,
     EVENT_CATS,
     KNOWN_PH,

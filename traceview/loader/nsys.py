@@ -41,7 +41,7 @@ from pathlib import Path
 import polars as pl
 
 from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning
-from traceview.load.nsys_names import (
+from traceview.loader.nsys_names import (
     COPY_KINDS,
     MEMORY_KINDS,
     SYNC_KINDS,

@@ -50,7 +50,7 @@ from isal import isal_zlib
 
 from traceview import environ
 from traceview.errors import TraceviewError, TraceviewWarning
-from traceview.load import remote
+from traceview.loader import remote
 from traceview.model import Trace, TraceMeta
 
 FRAMES = ("kernels", "events", "flows", "counters", "metadata", "shapes")
