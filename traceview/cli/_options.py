@@ -7,7 +7,7 @@ import functools
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from traceview._io import check_output, check_url_output, url_output_name
+from traceview._io import check_output, url_output_name, writer_rule
 from traceview.errors import TraceviewError, UsageError
 from traceview.render.safe import line as one_line
 
@@ -104,7 +104,7 @@ def warn_once(source: str, text: str, label: str = "") -> None:
 
 
 class _WarnOnce(logging.Handler):
-    """traceview's own log records (``traceview.load``: helper processes that stopped) as
+    """traceview's own log records (``traceview.loader``: helper processes that stopped) as
     the command's warnings: ``Warning: <file>: <text>``, escaped, once."""
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -235,6 +235,34 @@ def output_file(
     return check_output(output, inputs=input_files(inputs), force=force, suffixes=suffixes)
 
 
+def _check_url_output(
+    url: str,
+    *,
+    inputs: Iterable[str] = (),
+    force: bool = False,
+    suffixes: Sequence[str] | None = None,
+) -> None:
+    """``_io.check_output``'s rule for an output at a URL (``s3://…``), asked of its store.
+
+    Raises:
+        TraceviewError: one line naming the output and what is wrong (or the store that
+            cannot be reached).
+    """
+    from traceview.loader import remote
+
+    name = url_output_name(url)
+    writer_rule(
+        url,
+        name,
+        folder=False,
+        an_input=url in set(inputs),
+        exists=lambda: remote.exists(url),
+        force=force,
+        suffixes=suffixes,
+    )
+    remote.check_bucket(url)
+
+
 def _staged(
     url: str,
     inputs: tuple[str, ...] | list[str],
@@ -245,7 +273,7 @@ def _staged(
     """The writer rule for an output at a URL, and the local path to write it to."""
     import tempfile
 
-    check_url_output(url, inputs=inputs, force=force, suffixes=suffixes)
+    _check_url_output(url, inputs=inputs, force=force, suffixes=suffixes)
     name = url_output_name(url)  # a plain name: never empty, ".", ".." (checked above)
     folder = Path(tempfile.mkdtemp(prefix="traceview-out-"))
     path = folder / name
