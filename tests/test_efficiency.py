@@ -114,12 +114,12 @@ def test_devices_match_by_name_and_memory(
 
 def test_an_unknown_device_gives_rates_without_ratios(tmp_path: Path) -> None:
     t = tv.load(GENERATED / "dense_vllm_detailed.json.gz")
-    unknown = tv.DeviceSpec("NVIDIA Imaginary X1")  # a --gpu with no peaks at all is refused
+    unknown = tv.GpuSpec("NVIDIA Imaginary X1")  # a --gpu with no peaks at all is refused
     assert unknown.peak_bytes_per_s is None
     s = tv.summarize(
         t,
         model=tv.load_model(CONFIGS / "engine-dense.json"),
-        gpu=tv.DeviceSpec("made up", {"fp8": 1e15}, None),
+        gpu=tv.GpuSpec("made up", {"fp8": 1e15}, None),
     )
     assert s.steps["mfu"].null_count() == s.steps.height  # no bf16 peak
     assert s.steps["mbu"].null_count() == s.steps.height  # no bandwidth
@@ -129,19 +129,28 @@ def test_an_unknown_device_gives_rates_without_ratios(tmp_path: Path) -> None:
     assert any("no bf16 peak" in w for w in s.warnings)
 
 
+def test_the_config_reads_its_gpu_once_and_device_spec_is_its_old_name() -> None:
+    """``gpu`` is the GPU's peaks, ``device`` the device analysed: the config's read spec
+    is ``gpu_spec``; ``device_spec`` still gives it for one release, and warns."""
+    config = tv.AnalysisConfig(gpu="h100", device=0)
+    assert config.gpu_spec == tv.load_gpu("h100") and config.device == 0
+    with pytest.warns(DeprecationWarning, match="AnalysisConfig.device_spec is deprecated"):
+        assert config.device_spec is config.gpu_spec
+
+
 def test_gpu_option_takes_a_name_or_a_spec_file(tmp_path: Path) -> None:
     spec = tmp_path / "x.toml"
     spec.write_text(
         'name = "lab part"\npeak_bytes_per_s = 1e12\nsource = "our measurement"\n'
         "[peak_flops]\nbf16 = 5e14\n"
     )
-    got = tv.device_spec(str(spec))
+    got = tv.load_gpu(str(spec))
     assert (got.name, got.peak_flops, got.peak_bytes_per_s) == ("lab part", {"bf16": 5e14}, 1e12)
-    assert tv.device_spec("h100").name == "NVIDIA H100 SXM"
-    assert tv.device_spec("NVIDIA H100 80GB HBM3").peak_bytes_per_s == 3.35e12
+    assert tv.load_gpu("h100").name == "NVIDIA H100 SXM"
+    assert tv.load_gpu("NVIDIA H100 80GB HBM3").peak_bytes_per_s == 3.35e12
     trace = str(GENERATED / "dense_vllm_detailed.json.gz")
     r = CliRunner().invoke(cli, ["summarize", trace, "--gpu", "NVIDIA Imaginary X1"])
-    assert r.exit_code == 2 and "unknown device" in r.stderr and "Traceback" not in r.stderr
+    assert r.exit_code == 2 and "unknown GPU" in r.stderr and "Traceback" not in r.stderr
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "x"\n[peak_flops]\nbf17 = 1\n')
     r = CliRunner().invoke(cli, ["summarize", trace, "--gpu", str(bad)])
@@ -196,7 +205,7 @@ def test_each_step_is_as_planted(scenario: str, config: str, by_hand, attention:
     s = tv.summarize(
         tv.load(GENERATED / f"{scenario}.json.gz"), model=tv.load_model(CONFIGS / f"{config}.json")
     )
-    assert s.document["efficiency"]["device"]["name"] == "NVIDIA H200 SXM"
+    assert s.document["efficiency"]["gpu"]["name"] == "NVIDIA H200 SXM"
     rows = s.steps.to_dicts()
     assert len(rows) == len(t["steps"])
     for row, step in zip(rows, t["steps"], strict=True):
@@ -229,7 +238,7 @@ def _percentile(values: list[float], q: float) -> float:
 def test_without_a_model_the_section_gives_the_device_only() -> None:
     s = tv.summarize(tv.load(GENERATED / "hybrid_chunked.json.gz"))
     eff = s.document["efficiency"]
-    assert eff["device"]["peak_flops"]["bf16"] == H200_BF16
+    assert eff["gpu"]["peak_flops"]["bf16"] == H200_BF16
     assert (eff["model"], eff["phases"], eff["families"]) == (None, None, None)
     assert "mfu" not in s.steps.columns
 
@@ -257,7 +266,7 @@ def test_check_and_diff_read_mfu_and_mbu_as_rates() -> None:
     failing = tv.check(a, tv.Bounds(minimum={"efficiency.decode.mbu_p50": "99%"}))
     assert not failing.ok
     # the same steps against a device of half the bandwidth: MBU doubles, judged better
-    half = tv.DeviceSpec("half", {"bf16": H200_BF16}, H200_BYTES / 2)
+    half = tv.GpuSpec("half", {"bf16": H200_BF16}, H200_BYTES / 2)
     b = tv.summarize(t, model=model, gpu=half)
     rows = tv.diff(a, b).rows.filter(pl.col("section") == "efficiency")
     mbu = rows.filter(pl.col("metric").str.starts_with("decode MBU p50")).row(0, named=True)
@@ -340,7 +349,7 @@ def test_real_gemm_flops_match_a_stdlib_reading(name: str) -> None:
     assert len(got) == len(want) > 0
     assert [f for _, f in got] == [f for _, f in want]
     s = tv.summarize(t)
-    peak = s.document["efficiency"]["device"]["peak_flops"]["bf16"]
+    peak = s.document["efficiency"]["gpu"]["peak_flops"]["bf16"]
     families = s.document["efficiency"]["families"] or []
     assert families and all(f["tflops"] * 1e12 < peak for f in families)
     # every read GEMM's work reached a kernel: the driver's launches count

@@ -1,5 +1,5 @@
 """Efficiency inputs are data, never believed (issue 32, item 5): every hostile or careless
-model config (``--model``) and device spec (``--gpu``) is one line naming the file and the
+model config (``--model``) and GPU spec (``--gpu``) is one line naming the file and the
 key, exit 2; a figure past 100% always says why."""
 
 from __future__ import annotations
@@ -294,11 +294,11 @@ def test_the_built_in_devices_are_within_the_bounds() -> None:
 # --- a figure above 100% says why ---------------------------------------------------------
 
 
-def _slow_part(tmp_path: Path) -> tv.DeviceSpec:
+def _slow_part(tmp_path: Path) -> tv.GpuSpec:
     """A part far slower than the H200 the fixtures ran on: every step passes 100%."""
     spec = tmp_path / "slow.toml"
     spec.write_text('name = "slow part"\npeak_bytes_per_s = 1e6\n[peak_flops]\nbf16 = 1e6\n')
-    return tv.device_spec(str(spec))
+    return tv.load_gpu(str(spec))
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,7 @@ def test_summary_equals_planted_truth(sc) -> None:  # type: ignore[no-untyped-de
     kinds = {s["planned_kind"] for s in t["steps"]}
     assert kinds == {"decode", "prefill", "mixed"}
     # the device's peaks are matched from TARGET_INFO_GPU, as from Kineto's deviceProperties
-    assert doc["efficiency"]["device"]["name"] == "NVIDIA H200 SXM"
+    assert doc["efficiency"]["gpu"]["name"] == "NVIDIA H200 SXM"
 
 
 @pytest.mark.parametrize("sc", SINGLE, ids=lambda s: s.name)

@@ -73,7 +73,7 @@ def test_no_public_function_is_named_like_a_module() -> None:
 
 @pytest.mark.parametrize(
     ("old", "new"),
-    [("sql", "run_sql")],
+    [("sql", "run_sql"), ("device_spec", "load_gpu"), ("DeviceSpec", "GpuSpec")],
 )
 def test_a_deprecated_name_still_works_and_warns(old: str, new: str) -> None:
     with pytest.warns(DeprecationWarning, match=f"traceview.{old} is deprecated.*traceview.{new}"):

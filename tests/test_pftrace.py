@@ -55,7 +55,7 @@ def test_same_events_summarize_identically(tmp_path: Path, sc) -> None:  # type:
     ]
     # a .pftrace carries no deviceProperties: the device's peaks are not known there, so
     # neither is a family's roofline bound; the work itself is the same
-    assert b["efficiency"]["device"]["name"] is None and a["efficiency"]["device"]["name"]
+    assert b["efficiency"]["gpu"]["name"] is None and a["efficiency"]["gpu"]["name"]
 
     def unbound(eff: dict) -> dict:  # type: ignore[type-arg]
         families = [{**f, "bound": None} for f in eff["families"] or []]

@@ -45,8 +45,7 @@ if TYPE_CHECKING:
     from traceview.analysis.documents.run import RunSummary
     from traceview.analysis.documents.summary import Summary
     from traceview.analysis.shortcuts import busy, decode_gaps, families, kernels, steps, summarize
-    from traceview.analysis.work.devices import DeviceSpec
-    from traceview.analysis.work.devices import device_option as device_spec
+    from traceview.analysis.work.devices import GpuSpec, load_gpu
     from traceview.analysis.work.model_config import ModelSpec, load_model
     from traceview.batch.run import RunOptions, summarize_run
     from traceview.batch.scan import scan
@@ -55,8 +54,10 @@ if TYPE_CHECKING:
     from traceview.model import Trace, TraceMeta
     from traceview.sqlengine import run_sql
 
-    # deprecated: it warns when read (_DEPRECATED)
+    # deprecated: they warn when read (_DEPRECATED)
     sql = run_sql
+    device_spec = load_gpu
+    DeviceSpec = GpuSpec
     __version__: str
 
 # public name -> (module, attribute; None: the module itself)
@@ -83,8 +84,8 @@ _NAMES = {
     "kernels": ("traceview.analysis.shortcuts", "kernels"),
     "steps": ("traceview.analysis.shortcuts", "steps"),
     "summarize": ("traceview.analysis.shortcuts", "summarize"),
-    "DeviceSpec": ("traceview.analysis.work.devices", "DeviceSpec"),
-    "device_spec": ("traceview.analysis.work.devices", "device_option"),
+    "GpuSpec": ("traceview.analysis.work.devices", "GpuSpec"),
+    "load_gpu": ("traceview.analysis.work.devices", "load_gpu"),
     "ModelSpec": ("traceview.analysis.work.model_config", "ModelSpec"),
     "load_model": ("traceview.analysis.work.model_config", "load_model"),
     "RunOptions": ("traceview.batch.run", "RunOptions"),
@@ -97,6 +98,8 @@ _NAMES = {
 # deprecated public name -> its new name: it still works for one release, and warns
 _DEPRECATED = {
     "sql": "run_sql",
+    "device_spec": "load_gpu",
+    "DeviceSpec": "GpuSpec",
 }
 # what draws the analysis' objects: imported the first time one is drawn
 _DRAWINGS = ("traceview.render.markup", "traceview.plot")
@@ -149,8 +152,8 @@ __all__ = [
     "busy",
     "capture",
     "decode_gaps",
-    "device_spec",
-    "DeviceSpec",
+    "load_gpu",
+    "GpuSpec",
     "EfficiencyInputError",
     "load_model",
     "ModelSpec",

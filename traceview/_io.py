@@ -197,7 +197,7 @@ def release_free_memory() -> None:
         _TRIM(0)
 
 
-MAX_INPUT_BYTES = 16 << 20  # a config, device spec, checks or rules file: far above any real one
+MAX_INPUT_BYTES = 16 << 20  # a config, GPU spec, checks or rules file: far above any real one
 
 
 def read_capped(
@@ -218,7 +218,7 @@ def read_capped(
 def read_toml(path: str | Path, what: str, error: type[TraceviewError]) -> dict[str, object]:
     """A TOML file as a table; an unreadable, too large (:func:`read_capped`) or non-UTF-8
     file, or invalid TOML, is one ``error`` naming the file and ``what`` it was (``checks
-    file``, ``device spec``)."""
+    file``, ``GPU spec``)."""
     import tomllib
 
     data = read_capped(path, what, error)

@@ -126,5 +126,5 @@ def describe_event(ph: Any, name: Any) -> str:
 
 
 class EfficiencyInputError(TraceviewError):
-    """A device spec (``--gpu``) or a model config (``--model``) is unreadable, unknown or
+    """A GPU spec (``--gpu``) or a model config (``--model``) is unreadable, unknown or
     lacks a field MFU and MBU need."""

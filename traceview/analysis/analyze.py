@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from traceview._deprecated import deprecated
 from traceview._io import release_free_memory
 from traceview.analysis.base.document import Efficiency
 from traceview.analysis.base.precision import sig
@@ -26,7 +27,7 @@ from traceview.analysis.documents.summary import Summary, build, capture_only_su
 from traceview.analysis.steps.candidates import StepOptions
 from traceview.analysis.steps.find import StepResult, find_steps
 from traceview.analysis.steps.periodic import MAX_LAYERS
-from traceview.analysis.work.devices import DeviceSpec, device_option
+from traceview.analysis.work.devices import GpuSpec, load_gpu
 from traceview.analysis.work.model_config import ModelSpec, load_model
 from traceview.errors import CaptureOnlyError, UsageError
 from traceview.loader import LoadOptions, load
@@ -74,14 +75,14 @@ class AnalysisConfig:
             (``tv.load_rules(...)``) used as they are.
         model: the model (``tv.load_model(path)``, or a ``config.json`` path, read here):
             each step's FLOPs, bytes, MFU and MBU.
-        gpu: the device's peaks (``tv.device_spec(...)``, or a part name or a
-            ``SPEC.toml`` path, read here), instead of those matched from the trace.
+        gpu: the GPU's peaks (``tv.load_gpu(...)``, or a part name or a ``SPEC.toml``
+            path, read here), instead of those matched from the trace.
         window: ``(t0_ns, t1_ns)``: analyse only the events starting in this window, in
             ns from the trace's first device activity (``Trace.window``).
 
     Raises:
         UsageError: an unknown method, or a window whose end is not after its start.
-        EfficiencyInputError: a model or device spec that cannot be read.
+        EfficiencyInputError: a model or GPU spec that cannot be read.
     """
 
     method: str = "auto"
@@ -91,7 +92,7 @@ class AnalysisConfig:
     preset: str = "default"
     rules: str | Path | Rules | None = None
     model: ModelSpec | str | Path | None = None
-    gpu: DeviceSpec | str | None = None
+    gpu: GpuSpec | str | None = None
     window: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
@@ -111,9 +112,9 @@ class AnalysisConfig:
         elif self.model is not None and not isinstance(self.model, ModelSpec):
             raise UsageError(f"model: {self.model!r} is neither a config.json nor a ModelSpec")
         if isinstance(self.gpu, str):
-            object.__setattr__(self, "gpu", device_option(self.gpu))
-        elif self.gpu is not None and not isinstance(self.gpu, DeviceSpec):
-            raise UsageError(f"gpu: {self.gpu!r} is neither a part, a spec file nor a DeviceSpec")
+            object.__setattr__(self, "gpu", load_gpu(self.gpu))
+        elif self.gpu is not None and not isinstance(self.gpu, GpuSpec):
+            raise UsageError(f"gpu: {self.gpu!r} is neither a part, a spec file nor a GpuSpec")
         if self.window is not None:
             w = self.window
             if not isinstance(w, tuple) or len(w) != 2:
@@ -132,11 +133,18 @@ class AnalysisConfig:
         return self.model
 
     @property
-    def device_spec(self) -> DeviceSpec | None:
-        """The device's peaks, as read (a name or path given is read when the config is
+    def gpu_spec(self) -> GpuSpec | None:
+        """The GPU's peaks, as read (a name or path given is read when the config is
         made)."""
         assert not isinstance(self.gpu, str)
         return self.gpu
+
+    @property
+    def device_spec(self) -> GpuSpec | None:
+        """Deprecated: :attr:`gpu_spec` (``device`` is the device analysed, ``gpu`` its
+        peaks)."""
+        deprecated("AnalysisConfig.device_spec", "AnalysisConfig.gpu_spec")
+        return self.gpu_spec
 
     def describe(self) -> dict[str, object]:
         """What decides the figures, as plain data: the step options, the rules (their
@@ -148,7 +156,7 @@ class AnalysisConfig:
             return hashlib.blake2b(repr(value).encode(), digest_size=8).hexdigest()
 
         rules = self.load_rules()
-        model, gpu = self.model_spec, self.device_spec
+        model, gpu = self.model_spec, self.gpu_spec
         return {
             "method": self.method,
             "layers": self.layers,
@@ -181,7 +189,7 @@ def config_with(
     step_gap_ns: int | None = None,
     device: int | None = None,
     model: ModelSpec | None = None,
-    gpu: DeviceSpec | None = None,
+    gpu: GpuSpec | None = None,
 ) -> AnalysisConfig:
     """``config`` (default: ``AnalysisConfig()``) with each shortcut keyword that is given
     (not None) replacing its field: how the module-level shortcuts map their keywords."""
@@ -235,7 +243,7 @@ class Analysis:
         """The ``traceview.summary/1`` document and the tables beside it; for a trace that
         holds only CUDA-graph capture / warm-up (engine start-up), the document with 0
         steps and its ``capture`` section (:meth:`serving` refuses it instead)."""
-        model, gpu = self.config.model_spec, self.config.device_spec
+        model, gpu = self.config.model_spec, self.config.gpu_spec
         try:
             result = self.step_result
         except CaptureOnlyError as exc:

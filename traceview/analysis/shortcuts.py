@@ -11,7 +11,7 @@ import polars as pl
 from traceview.analysis.analyze import AnalysisConfig, analyze, config_with
 from traceview.analysis.classify.families import Rules
 from traceview.analysis.documents.summary import Summary
-from traceview.analysis.work.devices import DeviceSpec
+from traceview.analysis.work.devices import GpuSpec
 from traceview.analysis.work.model_config import ModelSpec
 from traceview.model import Trace
 
@@ -26,7 +26,7 @@ def summarize(
     step_gap_ns: int | None = None,
     device: int | None = None,
     model: ModelSpec | None = None,
-    gpu: DeviceSpec | None = None,
+    gpu: GpuSpec | None = None,
 ) -> Summary:
     """Everything traceview knows about a trace, as the ``traceview.summary/1`` document
     (``tv.analyze(trace, config).summary``).

@@ -7,10 +7,11 @@ import functools
 import logging
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import click
 from rich.console import Console
@@ -101,6 +102,30 @@ def warn_once(source: str, text: str, label: str = "") -> None:
         return
     _WARNED.add((source, text))
     warn(f"{label}{source}: {text}")
+
+
+def show_deprecations() -> None:
+    """For one command (inside its ``warnings.catch_warnings()``): traceview's own
+    DeprecationWarnings (a check bound that names a renamed key) as ``Warning: <text>``
+    lines, each once; Python hides them from a command's user otherwise."""
+    shown = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if not issubclass(category, DeprecationWarning):
+            shown(message, category, filename, lineno, file, line)
+        elif ("", str(message)) not in _WARNED:
+            _WARNED.add(("", str(message)))
+            warn(str(message))
+
+    warnings.filterwarnings("always", category=DeprecationWarning, module=r"traceview(\.|$)")
+    warnings.showwarning = show
 
 
 class _WarnOnce(logging.Handler):
@@ -378,7 +403,7 @@ def analysis_options(func: Callable[..., R]) -> Callable[..., R]:
         click.option(
             "--gpu",
             type=str,
-            help="The device's peaks: a built-in part (e.g. H100, 'NVIDIA H200 NVL') or a "
+            help="The GPU's peaks: a built-in part (e.g. H100, 'NVIDIA H200 NVL') or a "
             "SPEC.toml (default: matched from the trace's deviceProperties).",
         ),
         click.option("--device", type=int, help="Device to analyse (default: most kernel time)."),

@@ -10,7 +10,8 @@ against these types, key for key and type for type.
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from copy import deepcopy
+from typing import Literal, NotRequired, TypedDict
 
 SUMMARY_SCHEMA = "traceview.summary/1"
 RUN_SCHEMA = "traceview.run/1"
@@ -188,9 +189,9 @@ class TimeBreakdown(TypedDict):
     verdict: str
 
 
-class DevicePeaks(TypedDict):
-    """The device's peaks (``traceview/presets/devices.toml`` or ``--gpu``): FLOP/s per
-    dtype, bytes/s; empty and null where the device is not known."""
+class GpuPeaks(TypedDict):
+    """The GPU's peaks (``traceview/presets/devices.toml`` or ``--gpu``): FLOP/s per
+    dtype, bytes/s; empty and null where the part is not known."""
 
     name: str | None
     peak_flops: dict[str, float]
@@ -237,10 +238,11 @@ class Efficiency(TypedDict):
     """How close to the hardware (docs/metrics.md): ``model`` and ``phases`` null without
     ``--model``; ``families`` null without record_shapes."""
 
-    device: DevicePeaks
+    gpu: GpuPeaks
     model: ModelFacts | None
     phases: list[EfficiencyPhase] | None
     families: list[EfficiencyFamily] | None
+    device: NotRequired[GpuPeaks]  # deprecated: gpu
 
 
 class CaptureSpan(TypedDict):
@@ -464,3 +466,17 @@ class InfoDocument(TypedDict):
     categories: list[CategoryCount]
     flows: int
     counters: int
+
+
+# Renamed keys, by the section that holds them: old key -> new key. For one release a
+# document holds each old key beside its new one, with the same value (written by
+# :func:`keep_deprecated_keys`); docs/metrics.md says which are deprecated, and ``check``
+# reads an old key as its new one and warns.
+DEPRECATED_KEYS: dict[type, dict[str, str]] = {
+    Efficiency: {"device": "gpu"},
+}
+
+
+def keep_deprecated_keys(doc: SummaryDocument) -> None:
+    """Write each deprecated key of ``doc`` beside its new one (:data:`DEPRECATED_KEYS`)."""
+    doc["efficiency"]["device"] = deepcopy(doc["efficiency"]["gpu"])

@@ -21,6 +21,7 @@ from traceview.analysis.base.document import (
     StepFinding,
     SummaryDocument,
     TraceFacts,
+    keep_deprecated_keys,
 )
 from traceview.analysis.base.precision import sig
 from traceview.analysis.base.stats import percentiles
@@ -46,7 +47,7 @@ from traceview.analysis.timing.idle import (
     IDLE_SCHEMA,
     long_idle,
 )
-from traceview.analysis.work.devices import DeviceSpec
+from traceview.analysis.work.devices import GpuSpec
 from traceview.analysis.work.efficiency import (
     device_peaks,
     efficiency_section,
@@ -148,7 +149,7 @@ def build(
     rules: Rules,
     result: StepResult,
     model: ModelSpec | None = None,
-    gpu: DeviceSpec | None = None,
+    gpu: GpuSpec | None = None,
 ) -> Summary:
     """The summary of the steps the step finder found (``result``): each figure computed
     by the module that defines it, assembled here into the document and its tables."""
@@ -222,6 +223,7 @@ def build(
         ),
         "warnings": warnings,
     }
+    keep_deprecated_keys(doc)
     return Summary(
         document=doc,
         steps=table,
@@ -264,7 +266,7 @@ def capture_only_summary(
     device: int | None,
     said: str,
     model: ModelSpec | None = None,
-    gpu: DeviceSpec | None = None,
+    gpu: GpuSpec | None = None,
 ) -> Summary:
     """The summary of a trace that holds only CUDA-graph capture / warm-up (engine
     start-up): 0 steps, no families, gaps, busy or phases (every kernel is under capture,
@@ -331,6 +333,7 @@ def capture_only_summary(
         "capture": capture_section(capture.regions, capture.kernels, capture.spans),
         "warnings": warnings,
     }
+    keep_deprecated_keys(doc)
     no_kernels = pl.DataFrame(
         schema={"name": pl.String, "family": pl.String, "count": pl.UInt32, "total_ns": pl.Int64}
     )
