@@ -30,7 +30,7 @@ def check_against_truth(doc: dict, t: dict, *, tokens: bool = True) -> None:
     s = doc["steps"]
     assert s["count"] == t["step_count"]
     assert s["cadence"] == t["cadence"]
-    assert s["decoding_cadence"] == t["decoding_cadence"]
+    assert s["token_cadence"] == t["token_cadence"]
     assert [{k: p[k] for k in PHASE_KEYS} for p in s["phases"]] == [
         {k: p[k] for k in PHASE_KEYS} for p in t["phases"]
     ]
@@ -225,7 +225,7 @@ def test_annotations_that_keep_the_layer_count_beat_bursts_a_copy_misled(
     d = summary.to_dict()["steps"]
     assert (d["method"], d["count"]) == ("annotations", t["step_count"])
     assert d["disagreements"] > 0  # the bursts alone took them two at a time
-    assert (d["cadence"], d["decoding_cadence"]) == (t["cadence"], t["decoding_cadence"])
+    assert (d["cadence"], d["token_cadence"]) == (t["cadence"], t["token_cadence"])
     assert [{k: p[k] for k in PHASE_KEYS} for p in d["phases"]] == [
         {k: p[k] for k in PHASE_KEYS} for p in t["phases"]
     ]

@@ -124,9 +124,9 @@ def test_a_name_with_a_line_break_cannot_forge_a_line(tmp_path: Path) -> None:
     assert r.stderr.startswith("Error: ") and "\\x0aError: fake" in r.stderr
 
 
-def test_the_summary_repr_names_the_decoding_cadence() -> None:
+def test_the_summary_repr_names_the_token_cadence() -> None:
     text = repr(tv.analyze(TRACE).summary)
-    assert "decoding cadence" in text and "decode cadence" not in text
+    assert "token cadence" in text and "decode cadence" not in text
 
 
 @pytest.mark.parametrize("command", ["steps", "sql"])

@@ -129,8 +129,8 @@ def test_prefill_alone_steps_are_prefill_and_hold_no_decode_gaps() -> None:
     for lo, hi in prefill.select("start_ns", "end_ns").iter_rows():
         assert gaps.filter((gaps["start_ns"] >= lo) & (gaps["start_ns"] < hi)).height == 0
     doc = summary.to_dict()
-    assert doc["steps"]["decoding_cadence"] == t["decoding_cadence"]
-    assert doc["steps"]["decoding_cadence"]["n"] == kinds.count("decode") - 1
+    assert doc["steps"]["token_cadence"] == t["token_cadence"]
+    assert doc["steps"]["token_cadence"]["n"] == kinds.count("decode") - 1
     assert doc["steps"]["cadence_by_kind"]["prefill"]["n"] == 0  # each prefill step alone
 
 

@@ -279,6 +279,7 @@ def test_the_api_names_a_wrong_bounds_or_baseline() -> None:
 # a bound on each renamed key, and the same bound on its new name
 RENAMED = [
     ("efficiency.device.peak_bytes_per_s", "efficiency.gpu.peak_bytes_per_s", "'device'"),
+    ("steps.decoding_cadence.p90_ns", "steps.token_cadence.p90_ns", "'decoding_cadence'"),
 ]
 
 

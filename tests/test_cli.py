@@ -279,7 +279,7 @@ def test_repr_of_a_trace_and_a_summary_fit_a_screen() -> None:
     summary = tv.summarize(trace)
     for text in (repr(trace), repr(summary)):
         assert len(text.splitlines()) <= 15 and len(text) < 1500
-    assert "decoding cadence p50" in repr(summary)
+    assert "token cadence   p50" in repr(summary)
     html = trace._repr_html_()
     assert html.startswith("<b>Trace</b>") and "<table>" in html and "NVIDIA H200" in html
 

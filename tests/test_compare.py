@@ -93,19 +93,19 @@ def test_workload_is_shown_never_judged_and_the_headline_is_decode_cadence(
         f"{chunked['decode_tokens'] / mono['decode_tokens']:.2f}× the decode tokens"
     )
     heads = d.rows.filter(pl.col("role") == "headline")["metric"].to_list()
-    assert heads[0].startswith("decoding cadence p50")
-    assert heads[2].startswith("decoding cadence p99")
+    assert heads[0].startswith("token cadence p50")
+    assert heads[2].startswith("token cadence p99")
     for q in ("p50", "p90", "p99"):
-        row = _row(d, "headline", f"decoding cadence {q}")
-        assert row["field"] == f"steps.decoding_cadence.{q}_ns"
-        planted = chunked["decoding_cadence"][f"{q}_ns"] / mono["decoding_cadence"][f"{q}_ns"]
+        row = _row(d, "headline", f"token cadence {q}")
+        assert row["field"] == f"steps.token_cadence.{q}_ns"
+        planted = chunked["token_cadence"][f"{q}_ns"] / mono["token_cadence"][f"{q}_ns"]
         assert (row["a"], row["b"]) == (
-            mono["decoding_cadence"][f"{q}_ns"],
-            chunked["decoding_cadence"][f"{q}_ns"],
+            mono["token_cadence"][f"{q}_ns"],
+            chunked["token_cadence"][f"{q}_ns"],
         )
         assert row["ratio"] == pytest.approx(planted, rel=1e-12)
     # the chunked prompt stretches every tenth interval a decoding request sees: the p90
-    p90 = _row(d, "headline", "decoding cadence p90")
+    p90 = _row(d, "headline", "token cadence p90")
     assert p90["verdict"] == "worse" and p90["ratio"] > 3
 
 
@@ -323,7 +323,7 @@ def test_every_row_with_a_field_shows_the_documents_value_there(
     """Issue 33: one name, one figure. A diff row that names its ``field`` shows, as A and
     B, the values at that path of the two summary documents (read with check's path
     reader), and every headline row names its field; the headline's cadence is the
-    decoding cadence (decode + mixed steps), labelled so, never the run's and dataset's
+    token cadence (decode + mixed steps), labelled so, never the run's and dataset's
     ``decode_cadence`` (decode phases only)."""
     from traceview.analysis.documents.checks import lookup
 

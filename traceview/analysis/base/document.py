@@ -93,8 +93,9 @@ class StepFacts(StepFinding):
     count: int
     cadence: Percentiles
     cadence_by_kind: dict[str, Percentiles]  # decode, mixed, prefill: inside phases of a kind
-    decoding_cadence: Percentiles  # between consecutive steps with decode work (decode, mixed)
+    token_cadence: Percentiles  # between consecutive steps with decode work (decode, mixed)
     phases: list[Phase]
+    decoding_cadence: NotRequired[Percentiles]  # deprecated: token_cadence
 
 
 class PhaseWork(TypedDict):
@@ -473,10 +474,12 @@ class InfoDocument(TypedDict):
 # :func:`keep_deprecated_keys`); docs/metrics.md says which are deprecated, and ``check``
 # reads an old key as its new one and warns.
 DEPRECATED_KEYS: dict[type, dict[str, str]] = {
+    StepFacts: {"decoding_cadence": "token_cadence"},
     Efficiency: {"device": "gpu"},
 }
 
 
 def keep_deprecated_keys(doc: SummaryDocument) -> None:
     """Write each deprecated key of ``doc`` beside its new one (:data:`DEPRECATED_KEYS`)."""
+    doc["steps"]["decoding_cadence"] = deepcopy(doc["steps"]["token_cadence"])
     doc["efficiency"]["device"] = deepcopy(doc["efficiency"]["gpu"])

@@ -63,13 +63,13 @@ def _per(total: float | None, count: float | None) -> float | None:
 
 def headline(summary: Summary) -> list[Metric]:
     """The figures that answer "did decode slow down while prompts were prefilled?": the
-    cadence a decoding request experiences (``steps.decoding_cadence``: the intervals
+    cadence a decoding request experiences (``steps.token_cadence``: the intervals
     between consecutive steps with decode work, decode and mixed; p50, p90, p99), the decode
     population's gap p99, the largest growth of prompt work within a mixed phase, and how
     busy the GPU is inside the widest gaps. Each carries ``field``, the summary document's
     path of the figure (as ``check`` reads it), and is labelled by that field's name."""
     doc = summary.to_dict()
-    cad = doc["steps"]["decoding_cadence"]
+    cad = doc["steps"]["token_cadence"]
     gaps = next(g for g in doc["decode_gaps"] if g["population"] == "decode")
     # None: unbounded (a document read back from JSON, which holds no infinity)
     growth = [
@@ -80,13 +80,13 @@ def headline(summary: Summary) -> list[Metric]:
         *(
             Metric(
                 h,
-                f"decoding cadence {q[:-3]}",
+                f"token cadence {q[:-3]}",
                 cad[q],
                 "lower",
                 "ns",
                 cad["n"],
                 h,
-                f"steps.decoding_cadence.{q}",
+                f"steps.token_cadence.{q}",
             )
             for q in ("p50_ns", "p90_ns", "p99_ns")
         ),

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import cast
 
-import numpy as np
 import orjson
 import polars as pl
 
@@ -17,6 +15,7 @@ from traceview.analysis.base.document import (
     SUMMARY_SCHEMA,
     Capture,
     FamilyRow,
+    Phase,
     StepFacts,
     StepFinding,
     SummaryDocument,
@@ -24,7 +23,6 @@ from traceview.analysis.base.document import (
     keep_deprecated_keys,
 )
 from traceview.analysis.base.precision import sig
-from traceview.analysis.base.stats import percentiles
 from traceview.analysis.classify.families import Rules, family_rows, kernel_rows
 from traceview.analysis.documents import display
 from traceview.analysis.steps.capture import capture_regions
@@ -36,7 +34,7 @@ from traceview.analysis.timing.breakdown import (
     with_fills,
 )
 from traceview.analysis.timing.busy import busy_document, no_busy
-from traceview.analysis.timing.cadence import cadence, decoding_cadence, kind_cadence, phase_rows
+from traceview.analysis.timing.cadence import cadence, kind_cadence, phase_rows, token_cadence
 from traceview.analysis.timing.gaps import (
     GAP_SCHEMA,
     gap_table,
@@ -104,7 +102,7 @@ class Summary:
         return orjson.dumps(self.document, option=option).decode()
 
     def __repr__(self) -> str:
-        """About 15 lines: the trace, its steps and phases, the decode cadence, the decode
+        """About 15 lines: the trace, its steps and phases, the token cadence, the decode
         gaps, busy and the largest families (the whole document is ``to_dict()``)."""
         d = self.document
         t, st, b = d["trace"], d["steps"], d["busy"]
@@ -115,7 +113,7 @@ class Summary:
         def pct(x: float | None) -> str:
             return "—" if x is None else f"{x:.1%}"
 
-        cad = st["decoding_cadence"]
+        cad = st["token_cadence"]
         gaps = next(g for g in d["decode_gaps"] if g["population"] == "decode")
         phases = ", ".join(
             f"{p['kind']} {p['first_step']}–{p['last_step']}" for p in st["phases"][:6]
@@ -127,7 +125,7 @@ class Summary:
             f"  activity        {t['kernels']:,} {t['activity']}s",
             f"  steps           {st['count']:,} by {st['method']}",
             f"  phases          {phases or '—'}",
-            f"  decoding cadence p50 {ms(cad['p50_ns'])}, p99 {ms(cad['p99_ns'])} "
+            f"  token cadence   p50 {ms(cad['p50_ns'])}, p99 {ms(cad['p99_ns'])} "
             f"(n={cad['n']}, steps with decode work)",
             f"  decode gaps     p50 {ms(gaps['p50_ns'])}, p99 {ms(gaps['p99_ns'])} "
             f"(n={gaps['n']}, decode steps)",
@@ -193,14 +191,7 @@ def build(
         "span_ns": end_ns - start_ns,
         "activity": result.activity,
     }
-    step_facts: StepFacts = {
-        **describe(result),
-        "count": table.height,
-        "cadence": cadence(table),
-        "cadence_by_kind": {kind: kind_cadence(table, kind) for kind in KINDS},
-        "decoding_cadence": decoding_cadence(table),
-        "phases": phases,
-    }
+    step_facts = _step_facts(describe(result), table, phases)
     fam = family_rows(result.totals)
     rolled = family_rows(result.totals, roll_up=True)
     doc: SummaryDocument = {
@@ -284,7 +275,6 @@ def capture_only_summary(
     peaks = device_peaks(trace, device, gpu)
     table, efficiency, more = efficiency_section(trace, device, empty_step_table(), model, peaks)
     warnings += more
-    empty = percentiles(np.empty(0, dtype=np.int64))
     finding: StepFinding = {
         "method": "none",
         "marker": None,
@@ -314,14 +304,7 @@ def capture_only_summary(
         "classification": rules.name,
         "families": [],
         "families_rollup": [],
-        "steps": {
-            **finding,
-            "count": 0,
-            "cadence": empty,
-            "cadence_by_kind": {kind: deepcopy(empty) for kind in KINDS},
-            "decoding_cadence": deepcopy(empty),
-            "phases": [],
-        },
+        "steps": _step_facts(finding, table, []),
         "work": work(table, []),
         "decode_gaps": summarize_gaps(pl.DataFrame(schema=GAP_SCHEMA), None),
         "decode_marker": None,
@@ -355,6 +338,25 @@ def capture_only_summary(
         idle=pl.DataFrame(schema=IDLE_SCHEMA),
         warnings=warnings,
     )
+
+
+def _step_facts(finding: StepFinding, table: pl.DataFrame, phases: list[Phase]) -> StepFacts:
+    """The summary's ``steps`` section: how the steps were found, their count, their
+    cadence over each population (:mod:`~traceview.analysis.timing.cadence`) and phases."""
+    return {
+        "method": finding["method"],
+        "marker": finding["marker"],
+        "layers": finding["layers"],
+        "detail": finding["detail"],
+        "annotation_steps": finding["annotation_steps"],
+        "disagreements": finding["disagreements"],
+        "kind_sources": finding["kind_sources"],
+        "count": table.height,
+        "cadence": cadence(table),
+        "cadence_by_kind": {kind: kind_cadence(table, kind) for kind in KINDS},
+        "token_cadence": token_cadence(table),
+        "phases": phases,
+    }
 
 
 def _family_rows(table: pl.DataFrame) -> list[FamilyRow]:

@@ -5,8 +5,9 @@ documents report (docs/metrics.md). Every cadence figure is computed here:
 - a **phase's** cadence and a **kind's** (``cadence_by_kind``): the intervals inside the
   phase, or inside every phase of that kind; the interval that crosses a phase boundary
   belongs to neither;
-- the **decoding cadence**: the intervals between consecutive steps that carry decode work
-  (decode and mixed), whatever runs between them.
+- the **token cadence**: the intervals between consecutive steps that carry decode work
+  (decode and mixed), whatever runs between them: how often a decoding request gets a
+  token.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ def cadence(steps: pl.DataFrame) -> Percentiles:
     return percentiles(steps["interval_ns"].drop_nulls().to_numpy())
 
 
-def decoding_cadence(steps: pl.DataFrame) -> Percentiles:
-    """The cadence a decoding request experiences: the anchor-to-anchor intervals between
+def token_cadence(steps: pl.DataFrame) -> Percentiles:
+    """The cadence a decoding request experiences, a token per step that carries its decode
+    work: the anchor-to-anchor intervals between
     consecutive steps that carry decode work (``decode`` and ``mixed``), whatever runs
     between them (a prefill-only step between two decode steps lengthens the interval)."""
     anchors = steps.filter(pl.col("kind").is_in(DECODING))["anchor_ns"]
