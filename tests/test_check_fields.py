@@ -280,6 +280,7 @@ def test_the_api_names_a_wrong_bounds_or_baseline() -> None:
 RENAMED = [
     ("efficiency.device.peak_bytes_per_s", "efficiency.gpu.peak_bytes_per_s", "'device'"),
     ("steps.decoding_cadence.p90_ns", "steps.token_cadence.p90_ns", "'decoding_cadence'"),
+    ("work.prefill_growth.0.first", "work.prefill_growth.0.measured_first", "'first'"),
 ]
 
 

@@ -231,11 +231,13 @@ def test_a_prompt_that_grows_from_nothing_has_unbounded_growth(tmp_path: Path) -
         "last_step": mixed[-1]["index"],
         "steps": 3,
         "measure": "prompt_tokens",
-        "first": GROWTH_FROM_NOTHING[0],
-        "last": GROWTH_FROM_NOTHING[-1],
+        "measured_first": GROWTH_FROM_NOTHING[0],
+        "measured_last": GROWTH_FROM_NOTHING[-1],
         "prefill_ns_first": mixed[0]["prefill_ns"],
         "prefill_ns_last": mixed[-1]["prefill_ns"],
         "growth": float("inf"),
+        "first": GROWTH_FROM_NOTHING[0],  # the deprecated names, for one release
+        "last": GROWTH_FROM_NOTHING[-1],
     }
     result = CliRunner().invoke(cli, ["check", str(path), "--prefill-growth", "1000000"])
     assert result.exit_code == 1, result.output

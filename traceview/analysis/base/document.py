@@ -115,13 +115,16 @@ class PrefillGrowth(TypedDict):
     last_step: int
     steps: int
     measure: GrowthMeasure
-    first: int
-    last: int
+    measured_first: int  # the first step's prompt work, as measured (not the fitted line's)
+    measured_last: int
     prefill_ns_first: int
     prefill_ns_last: int
-    # None: unbounded (the fitted line's first value is <= 0). to_dict() holds math.inf
-    # there, which JSON cannot hold: the document as written says null
+    # the fitted line's last value over its first. None: unbounded (the line's first value
+    # is <= 0). to_dict() holds math.inf there, which JSON cannot hold: the document as
+    # written says null
     growth: float | None
+    first: NotRequired[int]  # deprecated: measured_first
+    last: NotRequired[int]  # deprecated: measured_last
 
 
 class Work(TypedDict):
@@ -475,6 +478,7 @@ class InfoDocument(TypedDict):
 # reads an old key as its new one and warns.
 DEPRECATED_KEYS: dict[type, dict[str, str]] = {
     StepFacts: {"decoding_cadence": "token_cadence"},
+    PrefillGrowth: {"first": "measured_first", "last": "measured_last"},
     Efficiency: {"device": "gpu"},
 }
 
@@ -483,3 +487,5 @@ def keep_deprecated_keys(doc: SummaryDocument) -> None:
     """Write each deprecated key of ``doc`` beside its new one (:data:`DEPRECATED_KEYS`)."""
     doc["steps"]["decoding_cadence"] = deepcopy(doc["steps"]["token_cadence"])
     doc["efficiency"]["device"] = deepcopy(doc["efficiency"]["gpu"])
+    for growth in doc["work"]["prefill_growth"]:
+        growth["first"], growth["last"] = growth["measured_first"], growth["measured_last"]
