@@ -455,8 +455,8 @@ def test_cpu_captures_analyse_the_same_through_every_entry_point(tmp_path: Path)
     assert table["annotation"].to_list() == names
     assert table["kind"].to_list() == ["decode", "decode", "mixed", "mixed", "decode", "decode"]
     assert set(table["kind_source"].to_list()) == {"annotation"}
-    assert tv.decode_gaps(trace).equals(summary.gaps)
-    assert summary.gaps.height == 6 * 2 - 1
+    assert tv.decode_gaps(trace).equals(summary.decode_gaps)
+    assert summary.decode_gaps.height == 6 * 2 - 1
     assert summary.to_dict()["trace"]["activity"] == "cpu_op"
     # a scan analyses it as summarize does (it refused CPU-only traces: issue 33)
     report = tv.scan([str(path)], tmp_path / "ds")

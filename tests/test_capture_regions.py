@@ -124,7 +124,7 @@ def test_prefill_alone_steps_are_prefill_and_hold_no_decode_gaps() -> None:
     summary = tv.summarize(tv.load(GENERATED / "dense_sglang_extend.json.gz"))
     kinds = summary.steps["kind"].to_list()
     assert kinds == [s["kind"] for s in t["steps"]] and kinds.count("prefill") == 5
-    gaps = summary.gaps
+    gaps = summary.decode_gaps
     prefill = summary.steps.filter(summary.steps["kind"] == "prefill")
     for lo, hi in prefill.select("start_ns", "end_ns").iter_rows():
         assert gaps.filter((gaps["start_ns"] >= lo) & (gaps["start_ns"] < hi)).height == 0

@@ -82,7 +82,7 @@ def test_comparison_shares_scales() -> None:
 
 def test_gaps_data_carries_percentiles_and_n(chunked: tv.Summary) -> None:
     t = {g["population"]: g for g in truth("hybrid_chunked")["decode_gaps"]}
-    for curve in gaps_data(chunked, chunked.gaps):
+    for curve in gaps_data(chunked, chunked.decode_gaps):
         g = t[curve.population]
         assert curve.n == g["n"] == curve.gaps_us.size
         assert curve.p99_us == g["p99_ns"] / 1000
@@ -103,7 +103,7 @@ def test_the_gaps_chart_keeps_its_title_and_legend_inside_the_figure(chunked: tv
     from traceview.render.format import gap_title
 
     title = f"{gap_title(chunked.document)} — {'a_rather_long_trace_file_name_' * 3}.json.gz"
-    fig = gaps_figure(gaps_data(chunked, chunked.gaps), title=title)
+    fig = gaps_figure(gaps_data(chunked, chunked.decode_gaps), title=title)
     renderer = FigureCanvasAgg(fig).get_renderer()
     fig.draw(renderer)
     inside = fig.bbox.padded(1)

@@ -335,7 +335,7 @@ class Analysis:
     @property
     def decode_gaps(self) -> pl.DataFrame:
         """One row per decode gap (columns: :func:`traceview.decode_gaps`)."""
-        return self.summary.gaps
+        return self.summary.decode_gaps
 
     @property
     def idle(self) -> pl.DataFrame:

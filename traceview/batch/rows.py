@@ -141,5 +141,5 @@ def table_rows(
         *fixed,
     )
     families = summary.families.select(*ids, pl.all())
-    gaps = summary.gaps.select(*ids, pl.all())
+    gaps = summary.decode_gaps.select(*ids, pl.all())
     return steps, families, gaps, work

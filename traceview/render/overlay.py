@@ -182,7 +182,8 @@ def overlay_events(summary: Summary) -> list[OverlayEvent]:
         )
     p99 = doc["decode_gaps"][0]["p99_ns"]
     if p99 is not None:
-        for g in summary.gaps.filter(summary.gaps["gap_ns"] >= p99).iter_rows(named=True):
+        gaps = summary.decode_gaps
+        for g in gaps.filter(gaps["gap_ns"] >= p99).iter_rows(named=True):
             out.append(
                 OverlayEvent(
                     "X",

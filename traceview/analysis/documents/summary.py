@@ -8,6 +8,7 @@ from typing import cast
 import orjson
 import polars as pl
 
+from traceview._deprecated import deprecated
 from traceview._io import release_free_memory
 from traceview.analysis.base.document import (
     DECODING,
@@ -71,7 +72,8 @@ class Summary:
         steps: the step table (see :func:`traceview.steps`).
         families: the family table (see :func:`traceview.families`).
         families_rollup: the family table with dotted families rolled up.
-        gaps: the decode-gap table (see :func:`traceview.decode_gaps`).
+        decode_gaps: the decode-gap table (see :func:`traceview.decode_gaps`); ``gaps`` is
+            its deprecated name.
         kernel_table: time per kernel name on the device (see :func:`traceview.kernels`).
         warnings: what a reader should know before trusting a figure.
         timeline: with fewer than 2 steps (no cadence to draw), the analysed device's
@@ -88,11 +90,18 @@ class Summary:
     steps: pl.DataFrame
     families: pl.DataFrame
     families_rollup: pl.DataFrame
-    gaps: pl.DataFrame
+    decode_gaps: pl.DataFrame
     kernel_table: pl.DataFrame
     idle: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
     timeline: pl.DataFrame | None = None
+
+    @property
+    def gaps(self) -> pl.DataFrame:
+        """Deprecated: :attr:`decode_gaps` (``Analysis.gaps()`` draws the decode-gap
+        chart)."""
+        deprecated("Summary.gaps", "Summary.decode_gaps")
+        return self.decode_gaps
 
     def to_dict(self) -> SummaryDocument:
         return self.document
@@ -220,7 +229,7 @@ def build(
         steps=table,
         families=fam,
         families_rollup=rolled,
-        gaps=gaps,
+        decode_gaps=gaps,
         kernel_table=kernel_table_work(kernel_rows(result.totals), k, op_work, peaks),
         warnings=warnings,
         timeline=timeline(k, start_ns, end_ns) if table.height < 2 else None,
@@ -326,7 +335,7 @@ def capture_only_summary(
         steps=table,
         families=no_families,
         families_rollup=no_families,
-        gaps=pl.DataFrame(schema=GAP_SCHEMA),
+        decode_gaps=pl.DataFrame(schema=GAP_SCHEMA),
         kernel_table=kernel_table_work(
             no_kernels.with_columns(
                 pl.lit(None, pl.Float64).alias("mean_ns"), pl.lit(None, pl.Float64).alias("share")
