@@ -29,6 +29,11 @@ def test_info_json_matches_truth(scenario: str) -> None:
     assert doc["devices"][0]["streams"] == t["streams"]
     assert doc["gpu"] == "NVIDIA H200"
     assert doc["skipped_events"] == 0
+    copies = held["families"].get("memory", {"count": 0})["count"]  # memcpy and memset
+    by_kind = doc["kernels_by_event_kind"]
+    assert by_kind.get("kernel") == held["kernels"] - copies
+    assert sum(n for k, n in by_kind.items() if k != "kernel") == copies
+    assert doc["kernels_by_kind"] == by_kind  # its deprecated name, for one release
 
 
 def test_info_table() -> None:

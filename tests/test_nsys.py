@@ -95,7 +95,7 @@ def test_two_gpus_in_two_processes(tmp_path: Path) -> None:
         .is_in(raw.filter(trace.kernels["device"] == 1).implode())
         .any()
     )  # the ids do repeat
-    launches = trace.events.filter(pl.col("kind").is_in(["runtime", "driver"]))
+    launches = trace.events.filter(pl.col("event_kind").is_in(["runtime", "driver"]))
     assert set(launches["pid"].unique().to_list()) == set(nsys.RANK_PIDS)
     assert ((launches["correlation"] // 2**32) == launches["pid"].cast(pl.Int64)).all()
 
@@ -108,8 +108,8 @@ def test_tables_map_as_documented() -> None:
     assert "rms_norm_kernel" not in names
     assert {"Memcpy HtoD (Pinned -> Device)", "Memcpy DtoH (Device -> Pinned)"} <= names
     assert "Memset (Device)" in names
-    calls = trace.events.filter(pl.col("kind").is_in(["runtime", "driver"]))
-    by = dict(calls.group_by("name").agg(pl.col("kind").first()).iter_rows())
+    calls = trace.events.filter(pl.col("event_kind").is_in(["runtime", "driver"]))
+    by = dict(calls.group_by("name").agg(pl.col("event_kind").first()).iter_rows())
     assert by == {
         "cudaLaunchKernel": "runtime",
         "cudaGraphLaunch": "runtime",
@@ -126,7 +126,7 @@ def test_tables_map_as_documented() -> None:
     assert replayed.height == sum(s["kernels"] - 3 for s in decode_steps)  # copies are eager
     # pid/tid unpacked from globalTid (whose high bits hold hardware ids)
     assert calls.select("pid", "tid").unique().rows() == [(31_337, 31_337)]
-    ranges = trace.events.filter(pl.col("kind") == "user_annotation")
+    ranges = trace.events.filter(pl.col("event_kind") == "user_annotation")
     assert ranges.height == len(_truth("nsys_vllm")["steps"])  # NVTX text or textId
     assert ranges["name"].cast(str).str.starts_with("execute_context_").all()
     assert trace.metadata.filter(pl.col("name") == "thread_name")["value"].to_list() == ["python3"]
@@ -173,7 +173,7 @@ def test_nvtx_marks_open_ranges_and_raw_args(tmp_path: Path) -> None:
     assert trace.kernels.select("ts_ns", "dur_ns", "name", "stream", "correlation").rows() == [
         (100, 250, "gemm_kernel_full", 7, 5)
     ]
-    assert trace.events.select("ts_ns", "dur_ns", "name", "kind", "pid", "tid").rows() == [
+    assert trace.events.select("ts_ns", "dur_ns", "name", "event_kind", "pid", "tid").rows() == [
         (50, 350, "step", "user_annotation", 777, 779),
         (60, 0, "m", "instant", 777, 779),
     ]
@@ -224,7 +224,7 @@ def test_processes_that_share_a_device_id_are_said(tmp_path: Path) -> None:
 
 def test_raw_args_carry_grid_block_and_graph_ids() -> None:
     trace = tv.load(NSYS / "nsys_vllm.sqlite", options=tv.LoadOptions(raw_args=True))
-    k = trace.kernels.filter(pl.col("kind") == "kernel")
+    k = trace.kernels.filter(pl.col("event_kind") == "kernel")
     args = [json.loads(a) for a in k["args_json"].to_list()]
     assert {tuple(a["grid"]) for a in args} == {(132, 1, 1)}
     assert {a["registers per thread"] for a in args} == {128}

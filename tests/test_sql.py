@@ -176,7 +176,7 @@ def test_step_kernels_equal_the_planted_steps(scenario: str) -> None:
 def test_launch_latency_equals_a_correlation_join(scenario: str) -> None:
     trace = tv.load(GENERATED / f"{scenario}.json.gz")
     sql = run_sql(trace, "launch_latency")
-    launches = trace.events.filter(pl.col("kind") == "runtime").select(
+    launches = trace.events.filter(pl.col("event_kind") == "runtime").select(
         "correlation", pl.col("ts_ns").alias("launch_ts")
     )
     lat = (

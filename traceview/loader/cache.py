@@ -51,10 +51,10 @@ from isal import isal_zlib
 from traceview import environ
 from traceview.errors import TraceviewError, TraceviewWarning
 from traceview.loader import remote
-from traceview.model import Trace, TraceMeta
+from traceview.model import DEPRECATED_COLUMNS, Trace, TraceMeta
 
 FRAMES = ("kernels", "events", "flows", "counters", "metadata", "shapes")
-FORMAT = 10  # bump when the entry layout, a frame schema, TraceMeta or a loaded value changes
+FORMAT = 11  # bump when the entry layout, a frame schema, TraceMeta or a loaded value changes
 _CHUNK = 1 << 20  # bytes hashed at a time (small: a first open is at its memory peak)
 _STALE_TMP_S = 3600
 # What the cache writes in its folder, and so all it ever removes there: an entry is a
@@ -202,7 +202,10 @@ def put(path: str, variant: str, trace: Trace, digest: str, before: Identity) ->
         try:
             stored = {}
             for name in FRAMES:
-                getattr(trace, name).write_ipc(tmp / f"{name}.arrow")
+                # a deprecated column is the same values under another name: the Trace
+                # read back adds it again
+                frame: pl.DataFrame = getattr(trace, name)
+                frame.drop(DEPRECATED_COLUMNS, strict=False).write_ipc(tmp / f"{name}.arrow")
                 stored[name] = frame_check(tmp / f"{name}.arrow")
             meta = asdict(trace.meta)
             doc = {"format": FORMAT, "content": digest, "frames": stored, "meta": meta}

@@ -369,7 +369,7 @@ class _Reader:
             (pl.col("end") - pl.col("start")).alias("dur_ns"),
             name.cast(pl.Categorical).alias("name"),
             pl.lit(cat).cast(pl.Categorical).alias("cat"),
-            pl.lit(kind).cast(KERNEL_SCHEMA["kind"]).alias("kind"),
+            pl.lit(kind).cast(KERNEL_SCHEMA["event_kind"]).alias("event_kind"),
             pl.col("deviceId").alias("pid"),
             pl.col("streamId").alias("tid"),
             pl.col("deviceId").alias("device"),
@@ -426,7 +426,7 @@ class _Reader:
             .cast(pl.Categorical)
             .alias("name"),
             pl.lit(cat).cast(pl.Categorical).alias("cat"),
-            pl.lit(kind).cast(EVENT_SCHEMA["kind"]).alias("kind"),
+            pl.lit(kind).cast(EVENT_SCHEMA["event_kind"]).alias("event_kind"),
             pid,
             tid,
             _corr(keyed),
@@ -467,7 +467,7 @@ class _Reader:
             (pl.col("end") - pl.col("start")).alias("dur_ns"),
             lookup("syncType", SYNC_KINDS).cast(pl.Categorical).alias("name"),
             pl.lit("cuda_sync").cast(pl.Categorical).alias("cat"),
-            pl.lit("sync").cast(EVENT_SCHEMA["kind"]).alias("kind"),
+            pl.lit("sync").cast(EVENT_SCHEMA["event_kind"]).alias("event_kind"),
             pl.col("deviceId").alias("pid"),
             pl.col("streamId").alias("tid"),
             _corr(keyed),
@@ -519,8 +519,8 @@ class _Reader:
             pl.when(mark)
             .then(pl.lit("instant"))
             .otherwise(pl.lit("user_annotation"))
-            .cast(EVENT_SCHEMA["kind"])
-            .alias("kind"),
+            .cast(EVENT_SCHEMA["event_kind"])
+            .alias("event_kind"),
             pid,
             tid,
             pl.lit(None, pl.Int64).alias("correlation"),

@@ -354,7 +354,7 @@ class _Reader:
                 "dur_ns": [r["dur"] for r in device],
                 "name": [r["name"] for r in device],
                 "cat": [r["cat"] for r in device],
-                "kind": [_DEVICE_CATS[r["cat"].lower()] for r in device],
+                "event_kind": [_DEVICE_CATS[r["cat"].lower()] for r in device],
                 "pid": [r["pid"] for r in device],
                 "tid": [r["tid"] for r in device],
                 "device": [
@@ -374,7 +374,7 @@ class _Reader:
                 "dur_ns": [r["dur"] for r in host],
                 "name": [r["name"] for r in host],
                 "cat": [r["cat"] for r in host],
-                "kind": [
+                "event_kind": [
                     "instant" if r["instant"] else _EVENT_CATS.get(r["cat"].lower(), "other")
                     for r in host
                 ],

@@ -461,7 +461,8 @@ class InfoDocument(TypedDict):
     skipped_events: int
     warnings: list[str]
     kernels: int
-    kernels_by_kind: dict[str, int]
+    kernels_by_event_kind: dict[str, int]  # kernel, memcpy, memset
+    kernels_by_kind: NotRequired[dict[str, int]]  # deprecated: kernels_by_event_kind
     devices: list[DeviceFacts]
     streams: list[list[int]]
     start_ns: int | None
@@ -480,6 +481,7 @@ DEPRECATED_KEYS: dict[type, dict[str, str]] = {
     StepFacts: {"decoding_cadence": "token_cadence"},
     PrefillGrowth: {"first": "measured_first", "last": "measured_last"},
     Efficiency: {"device": "gpu"},
+    InfoDocument: {"kernels_by_kind": "kernels_by_event_kind"},
 }
 
 
