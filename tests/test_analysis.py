@@ -252,7 +252,11 @@ def test_a_trace_merged_from_two_processes_says_its_launch_links_are_shared(
         copy.append(e)
     path = tmp_path / "merged.json"
     path.write_text(json.dumps({**doc, "traceEvents": doc["traceEvents"] + copy}))
-    said = [w for w in tv.summarize(tv.load(path), device=1).warnings if "correlation id" in w]
+    said = [
+        w
+        for w in tv.summarize(tv.load(path), tv.AnalysisConfig(device=1)).warnings
+        if "correlation id" in w
+    ]
     assert len(said) == 1 and "launched inside the steps of more than one process" in said[0]
     # the file alone says nothing of the kind: its golden summary (tests/golden) holds it
 

@@ -117,7 +117,9 @@ def test_an_efficiency_panel_below_1_percent_labels_its_ticks_apart() -> None:
     """Decode's MBU is under 1% of peak on the bundled trace: the y ticks once all read
     0% or 1%; their labels are now distinct."""
     model = GENERATED.parent / "configs" / "engine-hybrid-moe.json"
-    summary = tv.summarize(tv.load(GENERATED / "hybrid_chunked.json.gz"), model=str(model))
+    summary = tv.summarize(
+        tv.load(GENERATED / "hybrid_chunked.json.gz"), tv.AnalysisConfig(model=str(model))
+    )
     fig = heartbeat_figure([heartbeat_data(summary)], efficiency=True)
     fig.draw(FigureCanvasAgg(fig).get_renderer())
     panel = fig.axes[-1]

@@ -163,7 +163,7 @@ def _documents() -> list[tuple[str, dict]]:  # type: ignore[type-arg]
     docs = [(name, doc) for name, doc in docs if "schema" in doc]  # not capture-only
     with_model = tv.summarize(
         tv.load(GENERATED / "dense_vllm_detailed.json.gz"),
-        model=tv.load_model(CONFIGS / "engine-dense.json"),
+        tv.AnalysisConfig(model=tv.load_model(CONFIGS / "engine-dense.json")),
     )
     return [*docs, ("dense_vllm_detailed --model", with_model.to_dict())]
 

@@ -219,7 +219,7 @@ def test_flops_past_int64_are_not_given_rather_than_wrapped(tmp_path: Path) -> N
     n = layers * (4 * hidden * q + 3 * hidden * inter + 2 * hidden)
     per_pair = 2 * heads * (2 * head_dim) * layers
     truth = json.loads((GENERATED / "dense_vllm_detailed.truth.json").read_text())
-    s = tv.summarize(tv.load(DENSE_TRACE), model=tv.load_model(path))
+    s = tv.summarize(tv.load(DENSE_TRACE), tv.AnalysisConfig(model=tv.load_model(path)))
     rows = s.steps.to_dicts()
     given = 0
     for row, step in zip(rows, truth["steps"], strict=True):
@@ -316,8 +316,9 @@ def test_mfu_and_mbu_above_one_are_warned_with_their_cause(
     )
     s = tv.summarize(
         tv.load(GENERATED / f"{scenario}.json.gz"),
-        model=tv.load_model(CONFIGS / f"{config}.json"),
-        gpu=_slow_part(tmp_path),
+        tv.AnalysisConfig(
+            model=tv.load_model(CONFIGS / f"{config}.json"), gpu=_slow_part(tmp_path)
+        ),
     )
     assert (s.steps["mfu"] > 1).sum() == (s.steps["mbu"] > 1).sum() == counted > 0
     mfu = [w for w in s.warnings if w.startswith("efficiency: MFU above 1")]
@@ -329,7 +330,8 @@ def test_mfu_and_mbu_above_one_are_warned_with_their_cause(
     assert ("expert" in mbu[0]) is moe  # a dense model's warning never speaks of experts
     # within the device's peaks, no such warning
     plain = tv.summarize(
-        tv.load(GENERATED / f"{scenario}.json.gz"), model=tv.load_model(CONFIGS / f"{config}.json")
+        tv.load(GENERATED / f"{scenario}.json.gz"),
+        tv.AnalysisConfig(model=tv.load_model(CONFIGS / f"{config}.json")),
     )
     assert not any("above 1" in w for w in plain.warnings)
 

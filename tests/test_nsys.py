@@ -81,7 +81,7 @@ def test_two_gpus_in_two_processes(tmp_path: Path) -> None:
     pids = dict(zip((0, 1), nsys.RANK_PIDS, strict=True))
     for sc in nsys.RANKS:
         t = _truth(sc.name)
-        doc = tv.summarize(trace, device=sc.device).to_dict()
+        doc = tv.summarize(trace, tv.AnalysisConfig(device=sc.device)).to_dict()
         check_against_truth(doc, t)
         assert doc["steps"]["method"] == "annotations" and doc["steps"]["disagreements"] == 0
         tb, _ = build(sc)

@@ -79,16 +79,16 @@ def test_device_1_gives_the_second_plans_figures(two: tuple[tv.Trace, dict, dict
     """``device=1`` on every surface: the summary, steps (found from its kernels: it has
     no annotations), decode gaps, busy and families are the second plan's."""
     trace, _, second = two
-    doc = tv.summarize(trace, device=1).to_dict()
+    doc = tv.summarize(trace, tv.AnalysisConfig(device=1)).to_dict()
     assert doc["busy"]["device"] == 1
     check_against_truth(doc, second)
     assert doc["steps"]["method"] == "bursts"
-    _steps_as_planned(tv.steps(trace, device=1), second)
-    gaps = tv.decode_gaps(trace, device=1)
+    _steps_as_planned(tv.steps(trace, tv.AnalysisConfig(device=1)), second)
+    gaps = tv.decode_gaps(trace, tv.AnalysisConfig(device=1))
     assert gaps.height == next(g["n"] for g in second["decode_gaps"] if g["population"] == "all")
-    (row,) = tv.busy(trace, device=1).to_dicts()
+    (row,) = tv.busy(trace, config=tv.AnalysisConfig(device=1)).to_dicts()
     _busy_row_as_planned(row, second, 1)
-    fams = tv.families(trace, device=1)
+    fams = tv.families(trace, tv.AnalysisConfig(device=1))
     assert {
         r["family"]: {"count": r["count"], "total_ns": r["total_ns"]} for r in fams.to_dicts()
     } == second["families"]
@@ -105,7 +105,7 @@ def test_busy_is_the_analysed_devices(two: tuple[tv.Trace, dict, dict]) -> None:
     trace, first, second = two
     (row,) = tv.busy(trace).to_dicts()
     _busy_row_as_planned(row, first, 0)
-    (row,) = tv.busy(trace, device=1).to_dicts()
+    (row,) = tv.busy(trace, config=tv.AnalysisConfig(device=1)).to_dicts()
     _busy_row_as_planned(row, second, 1)
 
 

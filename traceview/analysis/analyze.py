@@ -10,7 +10,7 @@ value (and one population) wherever it is read.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -61,7 +61,8 @@ BUSY_SCHEMA: dict[str, pl.DataType] = {
 @dataclass(frozen=True, slots=True)
 class AnalysisConfig:
     """How a trace is analysed: the one way to configure an analysis, on every surface
-    (the CLI builds one from its options; ``RunOptions`` and ``ScanOptions`` carry one).
+    (the CLI builds one from its options; ``RunOptions`` and ``ScanOptions`` carry one;
+    the shortcuts, ``tv.steps`` and the rest, take one).
 
     Attributes:
         method: how to find engine steps: ``auto`` (the engine's annotations where they
@@ -178,33 +179,6 @@ class AnalysisConfig:
         if isinstance(self.rules, Rules):
             return self.rules
         return load_rules(self.preset, self.rules)
-
-
-def config_with(
-    config: AnalysisConfig | None,
-    rules: Rules | None = None,
-    *,
-    method: str | None = None,
-    layers: int | None = None,
-    step_gap_ns: int | None = None,
-    device: int | None = None,
-    model: ModelSpec | None = None,
-    gpu: GpuSpec | None = None,
-) -> AnalysisConfig:
-    """``config`` (default: ``AnalysisConfig()``) with each shortcut keyword that is given
-    (not None) replacing its field: how the module-level shortcuts map their keywords."""
-    base = config or AnalysisConfig()
-    given = {
-        "rules": rules,
-        "method": method,
-        "layers": layers,
-        "step_gap_ns": step_gap_ns,
-        "device": device,
-        "model": model,
-        "gpu": gpu,
-    }
-    changed = {k: v for k, v in given.items() if v is not None}
-    return replace(base, **changed) if changed else base  # type: ignore[arg-type]
 
 
 class Analysis:
