@@ -148,6 +148,14 @@ def test_busy_over_its_own_window_is_the_summarys() -> None:
     again = tv.busy(t, int(whole["window_start_ns"][0]), int(whole["window_end_ns"][0]))
     assert again["fraction"][0] == whole["fraction"][0]
     assert again["busy_ns"][0] == whole["busy_ns"][0]
+    # an end not given is the activity's own, on the shortcut and on the Analysis alike
+    a = tv.analyze(t)
+    mid = (int(whole["window_start_ns"][0]) + int(whole["window_end_ns"][0])) // 2
+    assert a.busy_between().equals(whole)
+    assert a.busy_between(None, mid).equals(tv.busy(t, None, mid))
+    assert a.busy_between(mid).equals(tv.busy(t, mid))
+    halves = a.busy_between(None, mid)["busy_ns"][0] + a.busy_between(mid)["busy_ns"][0]
+    assert halves == whole["busy_ns"][0]
 
 
 def test_capture_alone_is_refused_where_steps_are_judged(tmp_path: Path) -> None:

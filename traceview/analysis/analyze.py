@@ -14,19 +14,18 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 from traceview._deprecated import deprecated
 from traceview._io import release_free_memory
 from traceview.analysis.base.document import Efficiency
-from traceview.analysis.base.precision import sig
 from traceview.analysis.classify.families import Rules, load_rules
 from traceview.analysis.documents import display
 from traceview.analysis.documents.summary import Summary, build, capture_only_summary
 from traceview.analysis.steps.candidates import StepOptions
 from traceview.analysis.steps.find import StepResult, find_steps
 from traceview.analysis.steps.periodic import MAX_LAYERS
+from traceview.analysis.timing.busy import BUSY_SCHEMA, busy_window
 from traceview.analysis.work.devices import GpuSpec, load_gpu
 from traceview.analysis.work.model_config import ModelSpec, load_model
 from traceview.errors import CaptureOnlyError, UsageError
@@ -47,15 +46,6 @@ def _count(name: str, value: object, low: int, high: int) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise UsageError(f"{name}: {value!r} is not an integer from {low} to {high}")
-
-
-BUSY_SCHEMA: dict[str, pl.DataType] = {
-    "device": pl.Int64(),
-    "window_start_ns": pl.Int64(),
-    "window_end_ns": pl.Int64(),
-    "busy_ns": pl.Int64(),
-    "fraction": pl.Float64(),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,9 +261,11 @@ class Analysis:
         row = {k: [b[k]] for k in BUSY_SCHEMA}  # type: ignore[literal-required]
         return pl.DataFrame(row, schema=BUSY_SCHEMA)
 
-    def busy_between(self, t0_ns: int, t1_ns: int) -> pl.DataFrame:
+    def busy_between(self, t0_ns: int | None = None, t1_ns: int | None = None) -> pl.DataFrame:
         """GPU busy of the analysed device (capture kernels left out) over the window
-        ``[t0_ns, t1_ns)`` on the trace's clock; columns as :attr:`busy`.
+        ``[t0_ns, t1_ns)`` on the trace's clock (an end not given: the activity's own);
+        columns as :attr:`busy`, computed by
+        :func:`~traceview.analysis.timing.busy.busy_window`.
 
         Raises:
             UsageError: a bound that is not an integer, an end not after the start, or a
@@ -283,28 +275,15 @@ class Analysis:
         """
         _count("t0_ns", t0_ns, -MAX_NS, MAX_NS)
         _count("t1_ns", t1_ns, -MAX_NS, MAX_NS)
-        if t1_ns <= t0_ns:
+        if t0_ns is not None and t1_ns is not None and t1_ns <= t0_ns:
             raise UsageError(f"busy window [{t0_ns}, {t1_ns}): its end is not after its start")
         whole = self.busy
         if whole.height == 0:  # no serving kernels: say why (CUDA-graph capture alone)
             self.serving()
             return whole
-        start, end = int(whole["window_start_ns"][0]), int(whole["window_end_ns"][0])
-        if t1_ns <= start or t0_ns >= end:
-            raise UsageError(
-                f"{self.trace.meta.path}: the window [{t0_ns}, {t1_ns}) ns on the trace's "
-                f"clock holds none of the analysed device's activity (it spans {start}–{end} ns)"
-            )
-        u = self.step_result.union
-        covered = int(u.clipped_lengths(np.array([t0_ns]), np.array([t1_ns]))[0])
-        row = {
-            "device": [self.step_result.device],
-            "window_start_ns": [t0_ns],
-            "window_end_ns": [t1_ns],
-            "busy_ns": [covered],
-            "fraction": [sig(covered / (t1_ns - t0_ns))],  # the document's precision
-        }
-        return pl.DataFrame(row, schema=BUSY_SCHEMA)
+        result = self.step_result
+        row = busy_window(result.union, result.device, t0_ns, t1_ns, self.trace.meta.path)
+        return pl.DataFrame([row], schema=BUSY_SCHEMA)
 
     @property
     def decode_gaps(self) -> pl.DataFrame:

@@ -204,11 +204,4 @@ def busy(
         inside the window), ``fraction`` (Float64, busy_ns / window length).
     """
     a = analyze(trace, _config("busy", config, deprecated))
-    whole = a.busy
-    if t0_ns is None and t1_ns is None:
-        return whole
-    if whole.height == 0:  # no serving kernels: say why (CUDA-graph capture alone)
-        a.serving()
-        return whole
-    start, end = int(whole["window_start_ns"][0]), int(whole["window_end_ns"][0])
-    return a.busy_between(start if t0_ns is None else t0_ns, end if t1_ns is None else t1_ns)
+    return a.busy if t0_ns is None and t1_ns is None else a.busy_between(t0_ns, t1_ns)
