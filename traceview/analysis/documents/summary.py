@@ -14,6 +14,7 @@ from traceview.analysis.base.document import (
     DECODING,
     KINDS,
     SUMMARY_SCHEMA,
+    Activity,
     Capture,
     FamilyRow,
     Phase,
@@ -184,22 +185,8 @@ def build(
     release_free_memory()
     op_work = kernel_work(trace, k)  # record_shapes' GEMM and attention ops, where present
     efficiency["families"] = family_work(k, op_work, peaks)
-    start_ns, end_ns = int(result.union.starts[0]), int(result.union.ends[-1])
-    facts: TraceFacts = {
-        "path": stored(trace.meta.path),  # a name's non-UTF-8 bytes as \xff
-        "format": trace.meta.format,
-        "gpu": trace.meta.gpu_name,
-        "events": trace.meta.events,
-        "kernels": k.height,
-        "skipped_events": trace.meta.skipped_events,
-        "devices": trace.devices,
-        "device": result.device,
-        "streams": sorted(k["stream"].drop_nulls().unique().to_list()),
-        "start_ns": start_ns,
-        "end_ns": end_ns,
-        "span_ns": end_ns - start_ns,
-        "activity": result.activity,
-    }
+    facts = trace_facts(trace, k, result.device, result.activity)
+    start_ns, end_ns = facts["start_ns"], facts["end_ns"]
     step_facts = _step_facts(describe(result), table, phases)
     fam = family_rows(result.totals)
     rolled = family_rows(result.totals, roll_up=True)
@@ -235,6 +222,30 @@ def build(
         timeline=timeline(k, start_ns, end_ns) if table.height < 2 else None,
         idle=idle,
     )
+
+
+def trace_facts(trace: Trace, kernels: pl.DataFrame, device: int, activity: Activity) -> TraceFacts:
+    """The summary's ``trace`` section, for every summary: the file's facts, and those of
+    the analysed device's activity the summary is over (``kernels``, not empty: its
+    kernels, capture left out unless it is all there is, or the CPU ranges that stand in
+    for them): how many, on which streams, from their first start to their last end."""
+    start_ns = int(kernels["ts_ns"].min())  # type: ignore[arg-type]
+    end_ns = int((kernels["ts_ns"] + kernels["dur_ns"]).max())  # type: ignore[arg-type]
+    return {
+        "path": stored(trace.meta.path),  # a name's non-UTF-8 bytes as \xff
+        "format": trace.meta.format,
+        "gpu": trace.meta.gpu_name,
+        "events": trace.meta.events,
+        "kernels": kernels.height,
+        "skipped_events": trace.meta.skipped_events,
+        "devices": trace.devices,
+        "device": device,
+        "streams": sorted(kernels["stream"].drop_nulls().unique().to_list()),
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "span_ns": end_ns - start_ns,
+        "activity": activity,
+    }
 
 
 def refuse_capture_only(summary: object) -> None:
@@ -277,8 +288,6 @@ def capture_only_summary(
     device = pick_device(trace, device)
     k = trace.kernels
     mine = k.filter(pl.col("device") == device) if len(trace.devices) > 1 else k
-    start_ns = int(mine["ts_ns"].min())  # type: ignore[arg-type]
-    end_ns = int((mine["ts_ns"] + mine["dur_ns"]).max())  # type: ignore[arg-type]
     path = trace.meta.path
     warnings = [said.removeprefix(f"{path}: ")]
     peaks = device_peaks(trace, device, gpu)
@@ -295,21 +304,7 @@ def capture_only_summary(
     }
     doc: SummaryDocument = {
         "schema": SCHEMA,
-        "trace": {
-            "path": stored(path),
-            "format": trace.meta.format,
-            "gpu": trace.meta.gpu_name,
-            "events": trace.meta.events,
-            "kernels": k.height,
-            "skipped_events": trace.meta.skipped_events,
-            "devices": trace.devices,
-            "device": device,
-            "streams": sorted(mine["stream"].drop_nulls().unique().to_list()),
-            "start_ns": start_ns,
-            "end_ns": end_ns,
-            "span_ns": end_ns - start_ns,
-            "activity": "kernel",
-        },
+        "trace": trace_facts(trace, mine, device, "kernel"),
         "classification": rules.name,
         "families": [],
         "families_rollup": [],
