@@ -31,6 +31,7 @@ def check_against_truth(doc: dict, t: dict, *, tokens: bool = True) -> None:
     assert s["count"] == t["step_count"]
     assert s["cadence"] == t["cadence"]
     assert s["token_cadence"] == t["token_cadence"]
+    assert s["cadence_by_kind"] == t["cadence_by_kind"]
     assert [{k: p[k] for k in PHASE_KEYS} for p in s["phases"]] == [
         {k: p[k] for k in PHASE_KEYS} for p in t["phases"]
     ]

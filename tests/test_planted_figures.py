@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import DOC_REL, GENERATED, truth
@@ -18,12 +19,14 @@ from planned import (
     growth_from_nothing,
     line_ends,
     two_devices,
+    two_prompts,
 )
 from test_analysis import check_against_truth
 
 import traceview as tv
 from fixtures.engine import SCENARIOS, build
 from fixtures.truth import union_length
+from traceview.analysis.documents.figures import trace_figures
 from traceview.cli import cli
 
 CAPTURE = GENERATED / "vllm_capture_then_serve.json.gz"
@@ -241,6 +244,41 @@ def test_a_prompt_that_grows_from_nothing_has_unbounded_growth(tmp_path: Path) -
     }
     result = CliRunner().invoke(cli, ["check", str(path), "--prefill-growth", "1000000"])
     assert result.exit_code == 1, result.output
+
+
+# --- each kind's cadence, pooled over its phases -----------------------------------------------
+
+
+def test_each_kind_s_cadence_pools_the_intervals_inside_every_phase_of_it(
+    tmp_path: Path,
+) -> None:
+    """``steps.cadence_by_kind`` (a run's and a dataset's ``decode_cadence_*`` and
+    ``mixed_cadence_*``) on a plan with two mixed phases and three decode phases: each
+    kind's percentiles are over the intervals inside every phase of the kind, pooled, and
+    never over an interval that crosses into a phase (the plan's truth,
+    fixtures/truth.py)."""
+    path, t = two_prompts(tmp_path)
+    assert [p["kind"] for p in t["phases"]] == ["decode", "mixed", "decode", "mixed", "decode"]
+    summary = tv.summarize(tv.load(path))
+    by_kind = summary.to_dict()["steps"]["cadence_by_kind"]
+    assert by_kind == t["cadence_by_kind"]
+    for kind, planted in (("decode", [4, 3, 5]), ("mixed", [3, 4])):
+        phases = [p for p in t["phases"] if p["kind"] == kind]
+        assert [p["steps"] for p in phases] == planted
+        assert by_kind[kind]["n"] == sum(n - 1 for n in planted)  # no crossing interval
+        assert by_kind[kind]["max_ns"] == max(p["cadence"]["max_ns"] for p in phases)
+        inside = [
+            s["interval_ns"]
+            for p in phases
+            for s in t["steps"][p["first_step"] + 1 : p["last_step"] + 1]
+        ]
+        assert by_kind[kind]["p50_ns"] == round(float(np.percentile(inside, 50)))
+    assert by_kind["prefill"]["n"] == 0
+    # every surface reads the same pooled figure: a run's and a dataset's flat fields
+    figures = trace_figures(summary.document)
+    assert figures["mixed_cadence_n"] == by_kind["mixed"]["n"] == 5
+    assert figures["mixed_cadence_p50_ns"] == by_kind["mixed"]["p50_ns"]
+    assert figures["decode_cadence_p99_ns"] == by_kind["decode"]["p99_ns"]
 
 
 # --- the verdict at each threshold ----------------------------------------------------------
