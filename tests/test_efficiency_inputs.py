@@ -253,7 +253,7 @@ def test_flops_past_int64_are_not_given_rather_than_wrapped(tmp_path: Path) -> N
         ("bf16 = " + DIGITS, "integer too long"),
     ],
 )
-def test_a_device_spec_peak_must_be_finite_and_bounded(
+def test_a_gpu_spec_peak_must_be_finite_and_bounded(
     tmp_path: Path, line: str, named: str
 ) -> None:
     spec = tmp_path / "gpu.toml"
@@ -263,7 +263,7 @@ def test_a_device_spec_peak_must_be_finite_and_bounded(
 
 
 @pytest.mark.parametrize("value", ["inf", "nan", "1e-300", "0", "1e30", "-1"])
-def test_a_device_spec_bandwidth_must_be_finite_and_bounded(tmp_path: Path, value: str) -> None:
+def test_a_gpu_spec_bandwidth_must_be_finite_and_bounded(tmp_path: Path, value: str) -> None:
     spec = tmp_path / "gpu.toml"
     spec.write_text(f'name = "lab part"\npeak_bytes_per_s = {value}\n[peak_flops]\nbf16 = 1e15\n')
     config = str(CONFIGS / f"{DENSE}.json")
@@ -274,7 +274,7 @@ def test_a_device_spec_bandwidth_must_be_finite_and_bounded(tmp_path: Path, valu
     _one_line_error(r, str(spec), "peak_bytes_per_s")
 
 
-def test_a_non_utf8_device_spec_is_one_line(tmp_path: Path) -> None:
+def test_a_non_utf8_gpu_spec_is_one_line(tmp_path: Path) -> None:
     spec = tmp_path / "gpu.toml"
     spec.write_bytes(b'name = "lab \xff part"\npeak_bytes_per_s = 1e12\n')
     r = CliRunner().invoke(cli, ["summarize", DENSE_TRACE, "--gpu", str(spec)])
