@@ -253,9 +253,7 @@ def test_flops_past_int64_are_not_given_rather_than_wrapped(tmp_path: Path) -> N
         ("bf16 = " + DIGITS, "integer too long"),
     ],
 )
-def test_a_gpu_spec_peak_must_be_finite_and_bounded(
-    tmp_path: Path, line: str, named: str
-) -> None:
+def test_a_gpu_spec_peak_must_be_finite_and_bounded(tmp_path: Path, line: str, named: str) -> None:
     spec = tmp_path / "gpu.toml"
     spec.write_text(f'name = "lab part"\npeak_bytes_per_s = 1e12\n[peak_flops]\n{line}\n')
     r = CliRunner().invoke(cli, ["summarize", DENSE_TRACE, "--gpu", str(spec)])

@@ -8,7 +8,7 @@ import logging
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
@@ -260,22 +260,25 @@ def output_file(
     return check_output(output, inputs=input_files(inputs), force=force, suffixes=suffixes)
 
 
-def _check_url_output(
+def _staged(
     url: str,
+    inputs: tuple[str, ...] | list[str],
     *,
-    inputs: Iterable[str] = (),
-    force: bool = False,
-    suffixes: Sequence[str] | None = None,
-) -> None:
-    """``_io.check_output``'s rule for an output at a URL (``s3://…``), asked of its store.
+    force: bool,
+    suffixes: tuple[str, ...] | None,
+) -> Path:
+    """The writer rule (``_io.writer_rule``) for an output at a URL, asked of its store,
+    and the local path to write it to.
 
     Raises:
         TraceviewError: one line naming the output and what is wrong (or the store that
             cannot be reached).
     """
+    import tempfile
+
     from traceview.loader import remote
 
-    name = url_output_name(url)
+    name = url_output_name(url)  # a plain name: never empty, ".", ".."
     writer_rule(
         url,
         name,
@@ -286,20 +289,6 @@ def _check_url_output(
         suffixes=suffixes,
     )
     remote.check_bucket(url)
-
-
-def _staged(
-    url: str,
-    inputs: tuple[str, ...] | list[str],
-    *,
-    force: bool,
-    suffixes: tuple[str, ...] | None,
-) -> Path:
-    """The writer rule for an output at a URL, and the local path to write it to."""
-    import tempfile
-
-    _check_url_output(url, inputs=inputs, force=force, suffixes=suffixes)
-    name = url_output_name(url)  # a plain name: never empty, ".", ".." (checked above)
     folder = Path(tempfile.mkdtemp(prefix="traceview-out-"))
     path = folder / name
     _STAGED.append(_Staged(url, folder, path))
