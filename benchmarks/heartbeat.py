@@ -58,11 +58,11 @@ def main() -> None:
     summary = tv.summarize(trace)
     t2 = time.perf_counter()
     out = OUT / "heartbeat_bench.png"
-    save_figure(heartbeat_figure([heartbeat_data(summary)]), out)
+    save_figure(heartbeat_figure([heartbeat_data(summary)]), out, overwrite=True)
     t3 = time.perf_counter()
     cli0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "traceview", "heartbeat", str(path), "-o", str(out)],
+        [sys.executable, "-m", "traceview", "heartbeat", str(path), "-o", str(out), "--force"],
         check=True,
         capture_output=True,
     )

@@ -24,8 +24,9 @@ pytest.importorskip("starlette")
 
 import traceview as tv  # noqa: E402
 from traceview.capture.demo import experiment  # noqa: E402
+from traceview.capture.itl import itl  # noqa: E402
 from traceview.capture.lab import LabConfig  # noqa: E402
-from traceview.capture.probe import ProbeConfig, itl, run_probe  # noqa: E402
+from traceview.capture.probe import ProbeConfig, run_probe  # noqa: E402
 from traceview.capture.recorder import record  # noqa: E402
 from traceview.capture.server import LabServer  # noqa: E402
 from traceview.cli import cli  # noqa: E402
@@ -104,6 +105,8 @@ def test_demo_runs_as_the_readme_writes_it(tmp_path: Path) -> None:
             f"=== chunked prefill {label}: traceview-demo/chunked-{label}/{traces[0].name} (" in out
         )
     assert "=== victims' inter-token latency ===" in out
+    # both views: each run's TTFT per population and the engine's counters, checked
+    assert out.count("time to first token") == 1 and "the engine's /metrics" in out
 
 
 def test_capture_lab_and_server_with_relative_profile_dirs(
@@ -219,6 +222,68 @@ def test_itl_populations_have_the_right_n(runs: dict, chunked: bool) -> None:
     assert cli_doc["injection"] == doc["injection"]
     run = json.loads(result.run.read_text())
     assert run["traces"] == [result.traces[0].name] and not run["errors"]
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["chunked-off", "chunked-on"])
+def test_a_capture_times_every_request_and_counts_what_was_sent(runs: dict, chunked: bool) -> None:
+    """Issue 53's first bar: TTFT for every request, victims (8-token prompts) and injected
+    prompts (320 tokens) alike; the engine's prompt tokens over the workload equal those
+    sent; it generated at least every token the clients received (a cancelled victim's
+    last tokens can be generated and never read)."""
+    result = runs[chunked][0]
+    doc = itl(result.out)
+    requests = doc["requests"]
+    assert [(r["role"], r["prompt_tokens"]) for r in requests] == [("victim", 8)] * 3 + [
+        ("injected", 320)
+    ] * 2
+    assert all(r["ttft_ns"] is not None and r["ttft_ns"] > 0 for r in requests)
+    assert (doc["ttft"]["victims"]["n"], doc["ttft"]["injected"]["n"]) == (3, 2)
+    delta, check = doc["metrics"]["delta"], doc["prefill_check"]
+    assert delta["prompt_tokens"] == 3 * 8 + 2 * 320 == check["sent_prompt_tokens"]
+    assert check["verdict"] == "match" and delta["preemptions"] == 0
+    assert delta["generation_tokens"] >= sum(r["tokens"] for r in requests)
+    assert doc["metrics"]["after"]["running"] == 0 and doc["metrics"]["snapshots"] >= 3
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["chunked-off", "chunked-on"])
+def test_the_injection_window_lies_over_the_mixed_steps(runs: dict, chunked: bool) -> None:
+    """One clock: on the trace's clock, the steps anchored inside the injection window
+    carry every injected prompt token (2 × 320) and the steps outside it only the
+    victims' prompts (3 × 8): the window lies over the mixed steps that prefilled the
+    injected prompts, by the wall clock, checked against the profiler's calls."""
+    result = runs[chunked][0]
+    doc = itl(result.out)
+    assert doc["clock"]["method"] == "wall clock", doc["clock"]
+    lo, hi = doc["window_on_trace_ns"]
+    steps = tv.analyze(result.traces[0]).steps
+    inside = steps.filter(pl.col("anchor_ns").is_between(lo, hi))
+    outside = steps.filter(~pl.col("anchor_ns").is_between(lo, hi))
+    assert inside["context_tokens"].sum() == 2 * 320
+    assert outside["context_tokens"].sum() == 3 * 8
+    assert "mixed" in inside["kind"].to_list()
+    span = (doc["clock"]["profiler_start_ns"], doc["clock"]["profiler_end_ns"])
+    assert span[0] < lo < hi < span[1]
+
+
+def test_the_unprofiled_control_runs(tmp_path: Path) -> None:
+    """capture server --no-profile on the lab engine: the same workload, no trace written,
+    the client's view whole; itl compares it with a profiled run as diff compares traces."""
+    control, steps = experiment(
+        tmp_path, chunked=True, prompt_tokens=160, victims=2, inject=1, budget=40, profile=False
+    )
+    assert control.traces == [] and steps == []
+    assert not list((tmp_path / "chunked-on-unprofiled" / "profiles").glob("*.json.gz"))
+    doc = itl(control.out)
+    assert doc["profiled"] is False and doc["prefill_check"]["verdict"] == "match"
+    assert doc["ttft"]["injected"]["n"] == 1 and doc["all"]["n"] > 0
+    profiled, _ = experiment(
+        tmp_path, chunked=True, prompt_tokens=160, victims=2, inject=1, budget=40
+    )
+    done = CliRunner().invoke(cli, ["itl", str(control.out), str(profiled.out), "--json"])
+    assert done.exit_code == 0, done.output
+    rows = {r["field"]: r for r in json.loads(done.stdout)["rows"]}
+    assert rows["ttft.injected.p50_ns"]["n_a"] == 1
+    assert rows["all.p99_ns"]["verdict"] in ("too few", "same", "better", "worse")
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["chunked-off", "chunked-on"])

@@ -12,7 +12,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 import traceview as tv
 from traceview.cli import cli
-from traceview.render.charts import gaps_data, heartbeat_data, heartbeat_figure
+from traceview.render.charts import heartbeat_data, heartbeat_figure
+from traceview.render.gaps_chart import gaps_data
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +100,8 @@ def test_gaps_data_carries_percentiles_and_n(chunked: tv.Summary) -> None:
 def test_the_gaps_chart_keeps_its_title_and_legend_inside_the_figure(chunked: tv.Summary) -> None:
     """A long marker name and file name, and three populations' legend rows, once ran off
     the figure's edges (a newcomer's gaps.png): every text is drawn inside it."""
-    from traceview.render.charts import gaps_figure
     from traceview.render.format import gap_title
+    from traceview.render.gaps_chart import gaps_figure
 
     title = f"{gap_title(chunked.document)} — {'a_rather_long_trace_file_name_' * 3}.json.gz"
     fig = gaps_figure(gaps_data(chunked, chunked.decode_gaps), title=title)

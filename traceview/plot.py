@@ -12,14 +12,9 @@ from traceview.analysis.documents import display
 from traceview.analysis.documents.summary import Summary
 from traceview.errors import UsageError
 from traceview.model import Trace
-from traceview.render.charts import (
-    draw_heartbeat,
-    gaps_data,
-    gaps_figure,
-    heartbeat_data,
-    heartbeat_figure,
-)
+from traceview.render.charts import draw_heartbeat, heartbeat_data, heartbeat_figure
 from traceview.render.format import gap_title
+from traceview.render.gaps_chart import gaps_data, gaps_figure
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

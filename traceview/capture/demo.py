@@ -7,8 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from traceview.capture.itl import itl
 from traceview.capture.lab import LabConfig
-from traceview.capture.probe import ProbeConfig, ProbeResult, itl, run_probe
+from traceview.capture.probe import ProbeConfig, ProbeResult, run_probe
 from traceview.capture.server import LabServer
 
 
@@ -20,10 +21,11 @@ def experiment(
     victims: int = 4,
     inject: int = 2,
     budget: int = 48,
+    profile: bool = True,
 ) -> tuple[ProbeResult, list[Any]]:
     """One run: serve the lab engine, probe it, return the capture and the engine's own
-    log of the profiled steps."""
-    name = "chunked-on" if chunked else "chunked-off"
+    log of the profiled steps (``profile=False``: the unprofiled control, no steps)."""
+    name = ("chunked-on" if chunked else "chunked-off") + ("" if profile else "-unprofiled")
     folder = out / name
     profiles = str((folder / "profiles").resolve())  # absolute: server and probe agree on it
     cfg = LabConfig(layers="LLLF", token_budget=budget, chunked_prefill=chunked, max_waiting=64)
@@ -41,6 +43,8 @@ def experiment(
                     max_tokens=victim_tokens,
                     steady_tokens=6,
                     profile_dir=profiles,
+                    profile=profile,
+                    metrics_every_s=0.25,
                     out=str(folder),
                     vocab=cfg.vocab,
                 )

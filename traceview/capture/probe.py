@@ -1,11 +1,17 @@
-"""The server probe: drive a serving engine through an interference workload while it
-profiles, and record what the clients saw.
+"""The server probe: drive a serving engine through an interference workload, and record
+what the clients saw and what the engine counted.
 
-Victim requests stream tokens while long prompts are injected; every victim token's arrival
-time (monotonic ns) and the injection window go to ``probe.jsonl``; the engine's trace(s)
-are collected from its profile dir; ``run.json`` says what was run. Every network call has a
+Victim requests stream tokens while long prompts are injected. The probe records, on its
+monotonic clock: every victim token's arrival, each request's send and first token (time
+to first token, with the prompt's token count; the injected prompts stream too), and the
+injection window. It reads the engine's ``/metrics`` before, during (every
+``metrics_every_s``) and after the workload, and brackets each profiler call on its clock
+so the trace's clock can be laid on it (:mod:`traceview.capture.clock`). ``probe.jsonl``
+holds the records, the engine's trace(s) are collected from its profile dir, and
+``run.json`` (schema ``traceview.capture/1``) says what was run. Every network call has a
 timeout, and the files are written at the end, atomically: an interrupted capture leaves
-complete files or none.
+complete files or none. With ``profile=False`` the same workload runs unprofiled (the
+control).
 """
 
 from __future__ import annotations
@@ -18,19 +24,24 @@ import random
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from traceview.errors import CaptureError, MissingDependencyError
+from traceview.capture import engine_metrics
+from traceview.capture.clock import profiler_span, trace_offset, wall_minus_monotonic
+from traceview.errors import CaptureError, MissingDependencyError, TraceviewError
 
+CAPTURE_SCHEMA = "traceview.capture/1"
 TRACE_GLOBS = {
     "vllm": ["*.pt.trace.json.gz", "*.pt.trace.json"],
     "sglang": ["*.trace.json.gz", "*.trace.json"],
     "lab": ["*.pt.trace.json.gz"],
 }
+SETTLE_S = 5.0  # the after snapshot waits this long at most for the engine to go idle
 
 
 @dataclass
@@ -42,9 +53,12 @@ class ProbeConfig:
     prompt_tokens: int = 6000
     victim_prompt_tokens: int = 32
     max_tokens: int = 4096  # per victim: long enough to outlive the injection
+    inject_max_tokens: int = 1  # each injected prompt streams this many tokens (>= 1)
     steady_tokens: int = 8  # tokens each victim must have before and after the injection
     model: str | None = None
     profile_dir: str | None = None
+    profile: bool = True  # False: the unprofiled control (no /start_profile, no trace)
+    metrics_every_s: float = 1.0  # /metrics while the workload runs; 0: before and after only
     out: str = "capture"
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 120.0
@@ -75,52 +89,147 @@ def _httpx() -> Any:
     return httpx
 
 
-class _Victims:
+@dataclass
+class _Request:
+    """One request as the client saw it (monotonic ns)."""
+
+    role: str  # victim | injected
+    index: int
+    prompt: list[int]
+    sent_ns: int | None = None
+    first_token_ns: int | None = None
+    end_ns: int | None = None
+    arrivals: list[int] = field(default_factory=list)  # one per token
+    chunks: int = 0
+    usage: dict[str, Any] | None = None
+
+    def record(self, number: int) -> dict[str, Any]:
+        return {
+            "request": number,
+            "role": self.role,
+            "index": self.index,
+            "prompt_tokens": len(self.prompt),
+            "sent_ns": self.sent_ns,
+            "first_token_ns": self.first_token_ns,
+            "end_ns": self.end_ns,
+            "tokens": len(self.arrivals),
+            "chunks": self.chunks,
+            "usage": self.usage,
+        }
+
+
+class _Store:
     def __init__(self) -> None:
-        self.arrivals: list[list[int]] = []
+        self.victims: list[_Request] = []
+        self.injected: list[_Request] = []
         self.errors: list[str] = []
+        self.snapshots: list[dict[str, Any]] = []
+        self.metric_names: dict[str, str | None] | None = None
+        self.metrics_note: str | None = None
+
+    @property
+    def arrivals(self) -> list[list[int]]:
+        return [v.arrivals for v in self.victims]
 
 
-async def _victim(
-    client: Any, cfg: ProbeConfig, i: int, store: _Victims, prompt: list[int]
-) -> None:
-    body = {
+def chunk_tokens(chunk: dict[str, Any], seen: int | None) -> tuple[int, int | None]:
+    """How many tokens one streamed chunk carries, and the running completion count it
+    states (``usage.completion_tokens`` under ``continuous_usage_stats``). Counted, first
+    that the chunk gives: its ``token_ids``; the growth of that running count; its
+    ``logprobs.tokens``; else one token for a chunk with text, none for a chunk that only
+    closes the stream (a ``finish_reason`` and no text) or carries only the usage."""
+    usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else None
+    count = usage.get("completion_tokens") if usage else None
+    count = count if isinstance(count, int) and not isinstance(count, bool) else None
+    choices = chunk.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return 0, count if count is not None else seen
+    choice = choices[0]
+    ids = choice.get("token_ids")
+    if isinstance(ids, list) and ids:
+        n = len(ids)
+    elif count is not None and seen is not None:
+        n = max(count - seen, 0)
+    elif count is not None:
+        n = count
+    elif isinstance(choice.get("logprobs"), dict) and isinstance(
+        choice["logprobs"].get("tokens"), list
+    ):
+        n = len(choice["logprobs"]["tokens"])
+    elif choice.get("text") or choice.get("finish_reason") is None:
+        n = 1
+    else:
+        n = 0
+    return n, count if count is not None else seen
+
+
+def _body(cfg: ProbeConfig, prompt: list[int], max_tokens: int) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "prompt": prompt,
-        "max_tokens": cfg.max_tokens,
+        "max_tokens": max_tokens,
         "stream": True,
         "temperature": 0,
         "ignore_eos": True,
+        # tokens, not chunks: the ids of each chunk's tokens (vLLM, SGLang, the lab
+        # engine), and the running usage where ids are not given
+        "return_token_ids": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
     if cfg.model:
         body["model"] = cfg.model
-    times = store.arrivals[i]
+    return body
+
+
+async def _stream(client: Any, cfg: ProbeConfig, req: _Request, max_tokens: int) -> None:
+    """Send ``req`` and read its stream to the end; raises CaptureError on an HTTP error."""
+    req.sent_ns = time.monotonic_ns()
+    seen: int | None = None
+    async with client.stream(
+        "POST", "/v1/completions", json=_body(cfg, req.prompt, max_tokens)
+    ) as r:
+        if r.status_code != 200:
+            text = (await r.aread()).decode("utf-8", "replace")[:200]
+            raise CaptureError(f"{req.role} {req.index}: HTTP {r.status_code}: {text}")
+        async for line in r.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            now = time.monotonic_ns()
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                continue
+            if not isinstance(chunk, dict):
+                continue
+            if isinstance(chunk.get("usage"), dict):
+                req.usage = {
+                    k: v
+                    for k, v in chunk["usage"].items()
+                    if k in ("prompt_tokens", "completion_tokens") and isinstance(v, int)
+                }
+            n, seen = chunk_tokens(chunk, seen)
+            if n:
+                req.chunks += 1
+                if req.first_token_ns is None:
+                    req.first_token_ns = now
+                req.arrivals.extend([now] * n)
+    req.end_ns = time.monotonic_ns()
+
+
+async def _victim(client: Any, cfg: ProbeConfig, req: _Request, store: _Store) -> None:
     try:
-        async with client.stream("POST", "/v1/completions", json=body) as resp:
-            if resp.status_code != 200:
-                text = (await resp.aread()).decode("utf-8", "replace")[:200]
-                store.errors.append(f"victim {i}: HTTP {resp.status_code}: {text}")
-                return
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    return
-                now = time.monotonic_ns()
-                try:
-                    chunk = json.loads(data)
-                    choice = chunk["choices"][0]
-                    n = len(choice.get("token_ids") or []) or 1
-                except (ValueError, KeyError, IndexError):
-                    continue
-                times.extend([now] * n)
+        await _stream(client, cfg, req, cfg.max_tokens)
     except asyncio.CancelledError:
         raise
+    except CaptureError as exc:
+        store.errors.append(str(exc))
     except Exception as exc:  # reported in run.json, the probe goes on
-        store.errors.append(f"victim {i}: {type(exc).__name__}: {exc}")
+        store.errors.append(f"victim {req.index}: {type(exc).__name__}: {exc}")
 
 
-async def _wait_tokens(store: _Victims, at_least: list[int], timeout_s: float, what: str) -> None:
+async def _wait_tokens(store: _Store, at_least: list[int], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while any(len(t) < n for t, n in zip(store.arrivals, at_least, strict=True)):
         if store.errors:
@@ -133,7 +242,51 @@ async def _wait_tokens(store: _Victims, at_least: list[int], timeout_s: float, w
         await asyncio.sleep(0.01)
 
 
-async def _profile(client: Any, cfg: ProbeConfig, action: str) -> Any:
+async def _scrape(client: Any, cfg: ProbeConfig, store: _Store, label: str) -> None:
+    """One ``/metrics`` snapshot into ``store``; a server that serves none, or a page that
+    is not Prometheus text, is noted once and the probe goes on without."""
+    if store.metrics_note is not None:
+        return
+    httpx = _httpx()
+    try:
+        resp = await client.get("/metrics", timeout=cfg.connect_timeout_s)
+    except httpx.HTTPError as exc:
+        store.metrics_note = f"{cfg.url}/metrics: {type(exc).__name__}: {exc}"
+        return
+    t_ns = time.monotonic_ns()
+    if resp.status_code != 200:
+        store.metrics_note = f"{cfg.url}/metrics answered HTTP {resp.status_code}"
+        return
+    try:
+        values, names = engine_metrics.parse(resp.text, cfg.engine, f"{cfg.url}/metrics")
+    except CaptureError as exc:
+        store.metrics_note = str(exc)
+        return
+    store.metric_names = names
+    store.snapshots.append({"metrics": label, "t_ns": t_ns, "values": values})
+
+
+async def _sample(client: Any, cfg: ProbeConfig, store: _Store) -> None:
+    while True:
+        await asyncio.sleep(cfg.metrics_every_s)
+        await _scrape(client, cfg, store, "during")
+
+
+async def _settle(client: Any, cfg: ProbeConfig, store: _Store) -> None:
+    """The after snapshot, once the engine reports nothing running or waiting (every
+    request's counts in), or after :data:`SETTLE_S`."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        await _scrape(client, cfg, store, "after")
+        last = store.snapshots[-1]["values"] if store.snapshots else {}
+        idle = last.get("running") in (0, None) and last.get("waiting") in (0, None)
+        if store.metrics_note is not None or idle or time.monotonic() > deadline:
+            return
+        store.snapshots.pop()  # not settled yet: only the last one is the after snapshot
+        await asyncio.sleep(0.05)
+
+
+async def _profile(client: Any, cfg: ProbeConfig, action: str) -> tuple[Any, dict[str, int]]:
     body = None
     if cfg.engine == "sglang" and action == "start" and cfg.profile_dir:
         body = {
@@ -143,7 +296,9 @@ async def _profile(client: Any, cfg: ProbeConfig, action: str) -> Any:
             "record_shapes": False,
         }
     timeout = cfg.stop_profile_timeout_s if action == "stop" else 60.0
+    sent = time.monotonic_ns()
     resp = await client.post(f"/{action}_profile", json=body, timeout=timeout)
+    answered = time.monotonic_ns()
     if resp.status_code >= 400:
         hint = (
             " (vLLM needs --profiler-config with torch_profiler_dir, SGLang "
@@ -154,7 +309,7 @@ async def _profile(client: Any, cfg: ProbeConfig, action: str) -> Any:
         raise CaptureError(
             f"{cfg.url}/{action}_profile answered HTTP {resp.status_code}{hint}: {resp.text[:200]}"
         )
-    return resp
+    return resp, {"sent_ns": sent, "answered_ns": answered}
 
 
 def _collect(cfg: ProbeConfig, started: float) -> list[Path]:
@@ -178,6 +333,8 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
         CaptureError: the server cannot be reached, refuses, or a stream fails.
     """
     httpx = _httpx()
+    if cfg.inject_max_tokens < 1:
+        raise CaptureError("inject_max_tokens must be at least 1: an injected prompt is timed")
     if cfg.profile_dir:  # absolute on both sides: the server's names and ours compare as paths
         cfg = replace(cfg, profile_dir=str(Path(cfg.profile_dir).resolve()))
     rng = random.Random(cfg.seed)
@@ -189,6 +346,18 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
     )
     limits = httpx.Limits(max_connections=cfg.victims + cfg.inject + 4)
     started = time.time()
+    clock: dict[str, Any] = {"client": "time.monotonic_ns"}
+    store = _Store()
+    store.victims = [
+        _Request(
+            "victim", i, [rng.randrange(1, cfg.vocab) for _ in range(cfg.victim_prompt_tokens)]
+        )
+        for i in range(cfg.victims)
+    ]
+    store.injected = [
+        _Request("injected", k, [rng.randrange(1, cfg.vocab) for _ in range(cfg.prompt_tokens)])
+        for k in range(cfg.inject)
+    ]
     async with httpx.AsyncClient(base_url=cfg.url, timeout=timeout, limits=limits) as client:
         try:
             health = await client.get("/health", timeout=cfg.connect_timeout_s)
@@ -198,21 +367,14 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
             ) from None
         if health.status_code != 200:
             raise CaptureError(f"{cfg.url}/health answered HTTP {health.status_code}")
-        await _profile(client, cfg, "start")
-        store = _Victims()
-        store.arrivals = [[] for _ in range(cfg.victims)]
-        tasks = [
-            asyncio.create_task(
-                _victim(
-                    client,
-                    cfg,
-                    i,
-                    store,
-                    [rng.randrange(1, cfg.vocab) for _ in range(cfg.victim_prompt_tokens)],
-                )
-            )
-            for i in range(cfg.victims)
-        ]
+        await _scrape(client, cfg, store, "before")
+        clock["wall_minus_monotonic_ns"], clock["read_width_ns"] = wall_minus_monotonic()
+        if cfg.profile:
+            _resp, clock["profile_start"] = await _profile(client, cfg, "start")
+        tasks = [asyncio.create_task(_victim(client, cfg, v, store)) for v in store.victims]
+        sampler = (
+            asyncio.create_task(_sample(client, cfg, store)) if cfg.metrics_every_s > 0 else None
+        )
         try:
             await _wait_tokens(
                 store,
@@ -221,41 +383,39 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
                 "waiting for steady decode",
             )
             inject_start = time.monotonic_ns()
-
-            async def inject(k: int) -> None:
-                body = {
-                    "prompt": [rng.randrange(1, cfg.vocab) for _ in range(cfg.prompt_tokens)],
-                    "max_tokens": 1,
-                    "temperature": 0,
-                }
-                if cfg.model:
-                    body["model"] = cfg.model
-                resp = await client.post("/v1/completions", json=body)
-                if resp.status_code != 200:
-                    raise CaptureError(
-                        f"injected prompt {k}: HTTP {resp.status_code}: {resp.text[:200]}"
-                    )
-
             try:
-                await asyncio.gather(*(inject(k) for k in range(cfg.inject)))
+                await asyncio.gather(
+                    *(_stream(client, cfg, r, cfg.inject_max_tokens) for r in store.injected)
+                )
             except httpx.HTTPError as exc:
                 raise CaptureError(f"injecting prompts: {type(exc).__name__}: {exc}") from None
             inject_end = time.monotonic_ns()
+            missing = [r.index for r in store.injected if r.first_token_ns is None]
+            if missing:
+                raise CaptureError(
+                    f"injected prompt {missing[0]}: the stream ended without a token"
+                )
             after = [len(t) + cfg.steady_tokens for t in store.arrivals]
             await _wait_tokens(store, after, cfg.read_timeout_s, "after the injection")
         finally:
-            for t in tasks:
+            for t in [*tasks, *([sampler] if sampler else [])]:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        stop = await _profile(client, cfg, "stop")
-    traces = _collect(cfg, started)
-    if cfg.engine == "lab" and not traces:
-        try:
-            named = stop.json()["trace"]
-        except (ValueError, KeyError, TypeError):
-            named = None
-        traces = [Path(str(named))] if named else []
-    return _write(cfg, store, inject_start, inject_end, _trusted(cfg, traces), started)
+            await asyncio.gather(*tasks, *([sampler] if sampler else []), return_exceptions=True)
+        stop = None
+        if cfg.profile:
+            stop, clock["profile_stop"] = await _profile(client, cfg, "stop")
+        await _settle(client, cfg, store)
+    traces: list[Path] = []
+    if cfg.profile:
+        traces = _collect(cfg, started)
+        if cfg.engine == "lab" and not traces and stop is not None:
+            try:
+                named = stop.json()["trace"]
+            except (ValueError, KeyError, TypeError):
+                named = None
+            traces = [Path(str(named))] if named else []
+        traces = _trusted(cfg, traces)
+    return _write(cfg, store, inject_start, inject_end, traces, started, clock)
 
 
 def _trusted(cfg: ProbeConfig, traces: list[Path]) -> list[Path]:
@@ -292,22 +452,49 @@ def _trusted(cfg: ProbeConfig, traces: list[Path]) -> list[Path]:
     return checked
 
 
+def _offsets(clock: dict[str, Any], traces: list[Path]) -> list[dict[str, Any]]:
+    """Per trace, the offset from the probe's clock to the trace's
+    (:func:`~traceview.capture.clock.trace_offset`); a trace that cannot be read gets
+    none, and says why."""
+    out = []
+    for path in traces:
+        from traceview.load import load
+
+        entry: dict[str, Any] = {"trace": path.name}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                trace = load(path)
+        except TraceviewError as exc:
+            entry.update(offset_ns=None, method=None, uncertainty_ns=None, error=str(exc))
+        else:
+            entry["base_time_ns"] = trace.meta.base_time_ns
+            span = profiler_span(trace.events)
+            entry.update(trace_offset(clock, trace.meta.base_time_ns, span))
+        out.append(entry)
+    return out
+
+
 def _write(
     cfg: ProbeConfig,
-    store: _Victims,
+    store: _Store,
     inject_start: int,
     inject_end: int,
     traces: list[Path],
     started: float,
+    clock: dict[str, Any],
 ) -> ProbeResult:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    lines = [
+    lines: list[dict[str, Any]] = [
         {"event": "inject_start", "t_ns": inject_start},
         {"event": "inject_end", "t_ns": inject_end},
     ]
-    for v, times in enumerate(store.arrivals):
-        lines += [{"victim": v, "token": k, "t_ns": t} for k, t in enumerate(times)]
+    requests = [*store.victims, *store.injected]
+    lines += [r.record(number) for number, r in enumerate(requests)]
+    for v in store.victims:
+        lines += [{"victim": v.index, "token": k, "t_ns": t} for k, t in enumerate(v.arrivals)]
+    lines += store.snapshots
     staged: list[tuple[Path, Path]] = []
     tmpdir = Path(tempfile.mkdtemp(dir=out, prefix=".capture."))
     try:
@@ -321,15 +508,24 @@ def _write(
                 shutil.copy2(t, tmpdir / t.name)
                 staged.append((tmpdir / t.name, dest))
             copied.append(dest)
+        clock["traces"] = _offsets(clock, traces)
         run = {
-            "schema": "traceview.run/1",
+            "schema": CAPTURE_SCHEMA,
             "config": asdict(cfg),
+            "profiled": cfg.profile,
             "started_unix_s": started,
             "inject_start_ns": inject_start,
             "inject_end_ns": inject_end,
-            "clock": "time.monotonic_ns",
+            "clock": clock,
             "traces": [p.name for p in copied],
             "victim_tokens": [len(t) for t in store.arrivals],
+            "sent_prompt_tokens": sum(len(r.prompt) for r in requests),
+            "metrics": {
+                "engine": cfg.engine,
+                "names": store.metric_names,
+                "snapshots": len(store.snapshots),
+                "note": store.metrics_note,
+            },
             "errors": store.errors,
         }
         run_tmp = tmpdir / "run.json"
@@ -347,93 +543,5 @@ def _write(
         inject_start,
         inject_end,
         sum(len(t) for t in store.arrivals),
+        [store.metrics_note] if store.metrics_note else [],
     )
-
-
-# --- inter-token latency -----------------------------------------------------------------------
-
-
-_INT64_MAX = 2**63 - 1
-
-
-def _probe_int(row: dict[str, Any], key: str, where: str) -> int:
-    """``row[key]``: an integer from 0 to Int64's largest (a time in ns, a victim, a
-    token's number); anything else is the probe file's fault, named by its line."""
-    value = row.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        shown = "missing" if key not in row else f"{type(value).__name__} {value!r}"[:80]
-        raise CaptureError(f"{where}: '{key}' must be a whole number (it is {shown})")
-    if not 0 <= value <= _INT64_MAX:
-        raise CaptureError(f"{where}: '{key}' {value} is out of range (0 to 2^63-1)")
-    return value
-
-
-def itl(probe_path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Victims' inter-token latency over all tokens and within the injection window.
-
-    A gap is the time between a victim's consecutive tokens (the first token, which waited
-    for its prompt, is not a gap); it is inside the window when the later token arrived
-    between the injection's start and end. Each population comes with its n.
-
-    Raises:
-        CaptureError: the probe file is missing or malformed.
-    """
-    import numpy as np
-
-    from traceview.analysis.base.stats import percentiles
-
-    path = Path(probe_path)
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise CaptureError(f"{path}: cannot read: {exc.strerror}") from None
-    events: dict[str, int] = {}
-    per: dict[int, dict[int, int]] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}: line {number}"
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise CaptureError(f"{where}: not a probe file (bad JSON: {exc})") from None
-        if not isinstance(row, dict):
-            raise CaptureError(f"{where}: not a probe record (a JSON object)")
-        if "event" in row:
-            event = str(row["event"])
-            if event in events and event in ("inject_start", "inject_end"):
-                raise CaptureError(f"{where}: a second {event}")
-            events[event] = _probe_int(row, "t_ns", where)
-        elif "victim" in row:
-            t_ns = _probe_int(row, "t_ns", where)
-            victim, token = _probe_int(row, "victim", where), _probe_int(row, "token", where)
-            tokens = per.setdefault(victim, {})
-            if token in tokens:
-                raise CaptureError(f"{where}: victim {victim}'s token {token} is given twice")
-            tokens[token] = t_ns
-    if "inject_start" not in events or "inject_end" not in events:
-        raise CaptureError(f"{path}: not a probe file (no injection window)")
-    lo, hi = events["inject_start"], events["inject_end"]
-    if hi < lo:
-        raise CaptureError(f"{path}: the injection ends ({hi} ns) before it starts ({lo} ns)")
-    gaps, inside = [], []
-    for victim, tokens in per.items():
-        order = sorted(tokens)
-        for prev, cur in zip(order, order[1:], strict=False):
-            gap = tokens[cur] - tokens[prev]
-            if gap < 0:
-                raise CaptureError(
-                    f"{path}: victim {victim}'s token {cur} arrived at {tokens[cur]} ns, "
-                    f"before its token {prev} ({tokens[prev]} ns): time runs backwards"
-                )
-            gaps.append(gap)
-            if lo <= tokens[cur] <= hi:
-                inside.append(gap)
-    return {
-        "schema": "traceview.itl/1",
-        "probe": str(path),
-        "victims": len(per),
-        "window_ns": hi - lo,
-        "all": percentiles(np.asarray(gaps)),
-        "injection": percentiles(np.asarray(inside)),
-    }

@@ -8,7 +8,8 @@ Endpoints, as vLLM and SGLang expose them:
 - ``POST /start_profile``, ``POST /stop_profile``: torch.profiler on the engine thread; the
   trace lands in the profile dir as ``lab_<time>.pt.trace.json.gz``.
 - ``GET /health``; ``GET /metrics``: Prometheus text (steps, batch size, prefilled and
-  generated tokens, requests, rejections) - count the work, not only the answer.
+  generated tokens, requests, rejections, preemptions, requests running and waiting) -
+  count the work, not only the answer.
 
 It trusts no client (docs/capture.md, the threat model): a request must be addressed to a
 localhost name (the ``Host`` header; DNS rebinding) and, when it carries an ``Origin``, come
@@ -20,6 +21,7 @@ is cancelled at once, streaming or not, and the server exits within seconds of S
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -40,6 +42,7 @@ SUPPORTED = {
     "temperature",
     "ignore_eos",
     "stream_options",
+    "return_token_ids",  # the lab engine always returns them
     "user",
 }
 MAX_PROMPT = 65_536
@@ -190,7 +193,10 @@ def create_app(
         queue: asyncio.Queue[int | None] = asyncio.Queue()
 
         def emit(token: int | None) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, token)
+            if loop.is_closed():  # the server is gone: nobody is left to read it
+                return
+            with contextlib.suppress(RuntimeError):  # closed between the check and the call
+                loop.call_soon_threadsafe(queue.put_nowait, token)
 
         seq = engine.submit(prompt, limit, emit)
         if seq is None:
@@ -209,10 +215,25 @@ def create_app(
                 engine.cancel(seq)  # the client went away, or we are done
 
         if body.get("stream"):
+            options = body.get("stream_options")
+            options = options if isinstance(options, dict) else {}
+            # OpenAI's include_usage: a last chunk with the usage and no choices; vLLM's
+            # continuous_usage_stats: the running usage on every chunk
+            final_usage = bool(options.get("include_usage"))
+            running_usage = final_usage and bool(options.get("continuous_usage_stats"))
+
+            def usage(done: int) -> dict[str, int]:
+                return {
+                    "prompt_tokens": len(prompt),
+                    "completion_tokens": done,
+                    "total_tokens": len(prompt) + done,
+                }
 
             async def sse() -> Any:
+                done = 0
                 async for token in tokens():
-                    chunk = {
+                    done += 1
+                    chunk: dict[str, Any] = {
                         "id": rid,
                         "object": "text_completion",
                         "created": created,
@@ -226,7 +247,13 @@ def create_app(
                             }
                         ],
                     }
+                    if running_usage:
+                        chunk["usage"] = usage(done)
                     yield f"data: {json.dumps(chunk)}\n\n"
+                if final_usage:
+                    last = {"id": rid, "object": "text_completion", "created": created}
+                    last.update(model="lab", choices=[], usage=usage(done))
+                    yield f"data: {json.dumps(last)}\n\n"
                 yield "data: [DONE]\n\n"
 
             return StreamingResponse(sse(), media_type="text/event-stream")
@@ -288,7 +315,19 @@ def create_app(
         ):
             name = f"lab_{key}" + ("_total" if kind == "counter" else "")
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {m[key]}"]
-        lines += ["# TYPE lab_waiting gauge", f"lab_waiting {len(engine.waiting)}"]
+        running = sum(not seq.cancelled for seq in list(engine.running))
+        waiting = sum(not seq.cancelled for seq in list(engine.waiting))
+        lines += [
+            "# HELP lab_preemptions_total requests preempted (the lab scheduler never preempts)",
+            "# TYPE lab_preemptions_total counter",
+            "lab_preemptions_total 0",
+            "# HELP lab_running requests running (admitted, not finished or cancelled)",
+            "# TYPE lab_running gauge",
+            f"lab_running {running}",
+            "# HELP lab_waiting requests queued, not yet admitted",
+            "# TYPE lab_waiting gauge",
+            f"lab_waiting {waiting}",
+        ]
         return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
     routes = [

@@ -11,7 +11,7 @@ from typing import Any
 import click
 import orjson
 
-from traceview.cli._options import stderr
+from traceview.cli._options import say, stderr
 from traceview.errors import CaptureError
 
 
@@ -137,8 +137,28 @@ def lab(
     show_default=True,
     help="Victims' max_tokens (long enough to outlive the injection).",
 )
+@click.option(
+    "--inject-max-tokens",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Tokens each injected prompt streams (its first is timed: TTFT).",
+)
 @click.option("--model", help="Model name to send (vLLM/SGLang).")
 @click.option("--profile-dir", help="Where the engine writes its traces.")
+@click.option(
+    "--profile/--no-profile",
+    default=True,
+    show_default=True,
+    help="--no-profile: the same workload with the profiler off (the control).",
+)
+@click.option(
+    "--metrics-every",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Seconds between /metrics snapshots while the workload runs (0: before and after only).",
+)
 @click.option(
     "--stop-timeout",
     type=float,
@@ -154,13 +174,17 @@ def server(
     inject: int,
     prompt_tokens: int,
     max_tokens: int,
+    inject_max_tokens: int,
     model: str | None,
     profile_dir: str | None,
+    profile: bool,
+    metrics_every: float,
     stop_timeout: float,
     out: str,
 ) -> None:
     """Profile a running server through an interference workload: victim streams, then
-    long injected prompts; write the engine trace(s), probe.jsonl and run.json to OUT."""
+    long injected prompts; write the engine trace(s), probe.jsonl (every victim token,
+    each request's time to first token, /metrics snapshots) and run.json to OUT."""
     import asyncio
 
     from traceview.capture.probe import ProbeConfig, run_probe
@@ -172,30 +196,46 @@ def server(
         inject=inject,
         prompt_tokens=prompt_tokens,
         max_tokens=max_tokens,
+        inject_max_tokens=inject_max_tokens,
         model=model,
         profile_dir=profile_dir,
+        profile=profile,
+        metrics_every_s=metrics_every,
         out=out,
         stop_profile_timeout_s=stop_timeout,
     )
     result = asyncio.run(run_probe(cfg))
     for p in [*result.traces, result.probe, result.run]:
         click.echo(str(p))
+    for note in result.notes:
+        say(f"note: {note}")
 
 
 @click.command()
-@click.argument("probe", type=click.Path())
+@click.argument("captures", nargs=-1, required=True, type=click.Path(), metavar="CAPTURE [B]")
 @click.option("--json", "as_json", is_flag=True)
-def itl(probe: str, as_json: bool) -> None:
-    """Victims' inter-token latency, over all tokens and within the injection window,
-    each with its n."""
-    from traceview.capture.probe import itl as compute
-    from traceview.render.table import render_itl
+def itl(captures: tuple[str, ...], as_json: bool) -> None:
+    """What the clients saw in a capture (its folder, or its probe.jsonl): the victims'
+    inter-token latency over all tokens and within the injection window, time to first
+    token of the victims and of the injected prompts, each with its n; the engine's
+    /metrics deltas and the re-prefill check; the injection window on the trace's clock.
+    Give two captures (off/on chunked prefill, profiled/unprofiled) to compare them as
+    diff compares traces."""
+    from traceview.capture.itl import compare
+    from traceview.capture.itl import itl as compute
+    from traceview.render.table import render_itl, render_itl_diff
 
-    doc = compute(probe)
+    if len(captures) > 2:
+        raise click.UsageError("itl takes one capture, or two to compare")
+    docs = [compute(c) for c in captures]
+    doc = docs[0] if len(docs) == 1 else compare(*docs)
     if as_json:
         click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
-    else:
+    elif len(docs) == 1:
         render_itl([("", doc)])
+    else:
+        render_itl([("A", docs[0]), ("B", docs[1])])
+        render_itl_diff(doc)
 
 
 @click.command()

@@ -77,6 +77,16 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
     is_flag=True,
     help="Add a panel of each step's MBU and MFU (needs --model).",
 )
+@click.option(
+    "--probe",
+    type=click.Path(),
+    help="A capture (its folder or probe.jsonl): shade its injection window on the trace's clock.",
+)
+@click.option(
+    "--itl",
+    is_flag=True,
+    help="With --probe: draw the victims' inter-token gaps on the interval axis too.",
+)
 @style_option
 @force_option
 @analysis_options
@@ -89,6 +99,8 @@ def heartbeat(
     title: str | None,
     breakdown: bool,
     efficiency: bool,
+    probe: str | None,
+    itl: bool,
     style: str,
     jobs: int | None,
     strict: bool,
@@ -100,7 +112,9 @@ def heartbeat(
     the step's timeline by family, and the command says so. Give two traces (before,
     after) to stack them on the same scales. A directory, a glob or more than two traces
     are a run of rank traces: one line per rank (the median and min–max band past 8 ranks),
-    the straggler named.
+    the straggler named. With --probe (one trace), a capture's injection window is
+    hatched on the trace's clock, and with --itl its victims' inter-token gaps are drawn
+    beside the cadence.
     """
     from traceview.render.charts import FORMATS, heartbeat_data, heartbeat_figure, save_figure
     from traceview.render.run_chart import run_heartbeat_data, run_heartbeat_figure
@@ -108,6 +122,10 @@ def heartbeat(
     span = parse_window(window)
     if efficiency and analysis.model is None:
         raise TraceviewError("--efficiency needs --model (the model's config.json)")
+    if itl and probe is None:
+        raise TraceviewError("--itl draws a capture's gaps: give the capture with --probe")
+    if probe is not None and (len(traces) != 1 or is_run(traces)):
+        raise TraceviewError("--probe lays a capture on one trace: give one trace")
     target = output_file(output, traces, force=force, suffixes=FORMATS)
     if len(traces) > 2 or (len(traces) == 1 and is_run(traces)):
         if breakdown or efficiency or span is not None:
@@ -127,8 +145,23 @@ def heartbeat(
         name = title if title and len(traces) == 1 else file_name
         if title and len(traces) > 1:
             name = f"{title} — {file_name}"
+        on_trace = None
+        if probe is not None:
+            import warnings
+
+            from traceview.capture.itl import on_trace as lay
+            from traceview.load import load
+
+            with warnings.catch_warnings():  # the summary above said them once
+                warnings.simplefilter("ignore")
+                on_trace = lay(probe, load(path))
         data = heartbeat_data(
-            summary, title=name, window_ms=span, window_label=f"--window {window!r}"
+            summary,
+            title=name,
+            window_ms=span,
+            window_label=f"--window {window!r}",
+            probe=on_trace,
+            itl=itl,
         )
         if data.timeline is not None:
             say(
@@ -160,8 +193,9 @@ def gaps(
 ) -> None:
     """Chart the decode-gap distribution per population (CDF on a log time axis, p50/p90/p99
     marked, n in the legend)."""
-    from traceview.render.charts import FORMATS, gaps_data, gaps_figure, save_figure
+    from traceview.render.charts import FORMATS, save_figure
     from traceview.render.format import gap_title
+    from traceview.render.gaps_chart import gaps_data, gaps_figure
 
     target = output_file(output, [trace], force=force, suffixes=FORMATS)
     summary = summarize_trace(trace, analysis=analysis, strict=strict)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,9 +15,11 @@ from traceview.cli._options import (
     strict_option,
     summarize_trace,
 )
+from traceview.errors import TraceviewError
 
 if TYPE_CHECKING:
     from traceview.analysis.analyze import AnalysisConfig
+    from traceview.capture.itl import OnTrace
 
 
 @click.command()
@@ -32,7 +34,9 @@ def report(
     """Write one self-contained HTML page (inline SVG charts and CSS, no network) to attach
     to a pull request: the summary, the heartbeat and gap charts, the warnings and the
     summary JSON. Give two traces (before, after) for their diff and both heartbeats on
-    shared scales."""
+    shared scales. A capture folder (traceview capture server's output) shows both views
+    on one page: its trace's heartbeat with the injection window and the victims'
+    inter-token gaps on it, and what the clients saw (ITL, TTFT, the engine's /metrics)."""
     from traceview.analysis.documents.compare import diff
     from traceview.render.base import atomic_write
     from traceview.render.report import report_html
@@ -40,10 +44,44 @@ def report(
     if len(traces) > 2:
         raise click.UsageError("report takes one trace, or two to compare")
     path = output_file(output, traces, force=force, suffixes=(".html", ".htm"))
-    summaries = [summarize_trace(p, analysis, strict=strict) for p in traces]
-    page = report_html(summaries, diff(*summaries) if len(summaries) == 2 else None)
+    summaries, clients, probes = [], [], []
+    for given in traces:
+        trace, client, probe = _capture(given)
+        summaries.append(summarize_trace(trace, analysis, strict=strict))
+        clients.append(client)
+        probes.append(probe)
+    page = report_html(
+        summaries,
+        diff(*summaries) if len(summaries) == 2 else None,
+        clients=clients,
+        probes=probes,
+    )
 
     def write(target: Path) -> None:
         target.write_text(page, encoding="utf-8")
 
     say(f"wrote {atomic_write(path, write, overwrite=force)}")
+
+
+def _capture(given: str) -> tuple[str, dict[str, Any] | None, OnTrace | None]:
+    """A trace as given, or a capture folder's trace with its client view."""
+    folder = Path(given)
+    if not (folder.is_dir() and (folder / "probe.jsonl").is_file()):
+        return given, None, None
+    import warnings
+
+    from traceview.capture.itl import itl, on_trace, read
+    from traceview.load import load
+
+    run = read(folder).run or {}
+    names = run.get("traces") or []
+    if not names:
+        raise TraceviewError(
+            f"{given}: a capture with no trace (unprofiled): `traceview itl {given}` shows "
+            "what its clients saw"
+        )
+    trace = str(folder / str(names[0]))
+    with warnings.catch_warnings():  # the summary says the loader's warnings once
+        warnings.simplefilter("ignore")
+        probe = on_trace(folder, load(trace, options=None))
+    return trace, itl(folder), probe

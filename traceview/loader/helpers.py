@@ -86,7 +86,7 @@ def cores() -> int:
 
 
 # The default's bound. The loading process reads, cuts and adds every block itself (about
-# 13 ms a block against 70-100 ms for a block's decode, docs/performance.md), which bounds
+# 13 ms a block against 70-100 ms for a block's decode, docs/loading.md), which bounds
 # the speed-up near 6x whatever the cores; each helper costs about 0.1 GB while it runs.
 DEFAULT_MAX_WORKERS = 8
 

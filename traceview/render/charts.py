@@ -1,4 +1,5 @@
-"""Charts: the heartbeat (step cadence over time) and the decode-gap distribution.
+"""Charts: the heartbeat (step cadence over time); the decode-gap distribution is
+:mod:`traceview.render.gaps_chart`.
 
 matplotlib is imported lazily, with the Agg backend: nothing here opens a window. The data
 behind each chart is computed first (:func:`heartbeat_data`, :func:`gaps_data`) so tests and
@@ -9,8 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import textwrap
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,6 @@ from traceview.render.breakdown_chart import (
     step_breakdown,
     step_efficiency,
 )
-from traceview.render.format import fmt_ns
 from traceview.render.safe import chart
 
 if TYPE_CHECKING:
@@ -39,6 +37,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from traceview.analysis.documents.summary import Summary
+    from traceview.capture.itl import OnTrace
 
 FORMATS = (".png", ".svg", ".pdf")
 COLORS = {
@@ -48,6 +47,7 @@ COLORS = {
         "prefill": "#9467bd",
         "shade": "#d62728",
         "text": "#222222",
+        "probe": "#e67e22",
     },
     "dark": {
         "decode": "#5fb3ff",
@@ -55,10 +55,10 @@ COLORS = {
         "prefill": "#c5a3ff",
         "shade": "#ff6b6b",
         "text": "#eeeeee",
+        "probe": "#ffb347",
     },
 }
 KIND_ORDER = KINDS
-POPULATION_COLORS = {"all": "#7f7f7f", "decode": "#1f77b4", "mixed": "#d62728"}
 
 
 def load_matplotlib() -> ModuleType:
@@ -136,6 +136,11 @@ class HeartbeatData:
             ``--breakdown`` panel); None without steps.
         efficiency: each step's MBU and MFU (the ``--efficiency`` panel); None without a
             model.
+        injection_ms: a capture's injection window on this trace's clock (``--probe``),
+            shaded; None without one.
+        itl_ms: the capture's victim gaps on this trace's clock (``--probe --itl``): each
+            gap's later token (ms from ``t0_ns``) and the gap (ms), drawn on the interval
+            axis beside the cadence; None unless asked for.
     """
 
     title: str
@@ -150,6 +155,8 @@ class HeartbeatData:
     busy: float | None = None
     breakdown: StepBreakdown | None = None
     efficiency: StepEfficiency | None = None
+    injection_ms: tuple[float, float] | None = None
+    itl_ms: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def _window(window_ms: object) -> tuple[float, float]:
@@ -176,8 +183,12 @@ def heartbeat_data(
     title: str | None = None,
     window_ms: tuple[float, float] | None = None,
     window_label: str | None = None,
+    probe: OnTrace | None = None,
+    itl: bool = False,
 ) -> HeartbeatData:
-    """The heartbeat chart's data from a :class:`~traceview.Summary`.
+    """The heartbeat chart's data from a :class:`~traceview.Summary`; with ``probe`` (a
+    capture on this trace's clock, :func:`traceview.capture.itl.on_trace`), its injection
+    window, and with ``itl`` its victims' inter-token gaps too.
 
     ``window_label`` names the window in an error as its user wrote it (the command line
     passes ``--window '10s:20s'``); by default it is ``window_ms=(start, end)``.
@@ -227,6 +238,10 @@ def heartbeat_data(
         busy=doc["busy"]["fraction"],
         breakdown=step_breakdown(steps, t0),
         efficiency=step_efficiency(steps, t0),
+        injection_ms=None
+        if probe is None
+        else ((probe.window_ns[0] - t0) / 1e6, (probe.window_ns[1] - t0) / 1e6),
+        itl_ms=None if probe is None or not itl else ((probe.at_ns - t0) / 1e6, probe.gap_ns / 1e6),
     )
 
 
@@ -240,53 +255,6 @@ def _timeline(summary: Summary, t0: int) -> list[tuple[str, np.ndarray, np.ndarr
         start = (rows["start_ns"] - t0).to_numpy() / 1e6
         out.append((str(family), start, (rows["end_ns"] - rows["start_ns"]).to_numpy() / 1e6))
     return out
-
-
-@dataclass
-class GapCurve:
-    population: str
-    gaps_us: np.ndarray  # sorted
-    n: int
-    p50_us: float | None
-    p90_us: float | None
-    p99_us: float | None
-
-    @property
-    def label(self) -> str:
-        if not self.n:
-            return f"{self.population}  n=0"
-        return (
-            f"{self.population}  n={self.n} · p50 {_fmt_us(self.p50_us)} · "
-            f"p90 {_fmt_us(self.p90_us)} · p99 {_fmt_us(self.p99_us)}"
-        )
-
-
-def _fmt_us(us: float | None) -> str:
-    return fmt_ns(None if us is None else us * 1000)
-
-
-def gaps_data(summary: Summary, gaps: pl.DataFrame) -> list[GapCurve]:
-    """One CDF per population, with the summary's percentiles (µs)."""
-    stats = {g["population"]: g for g in summary.to_dict()["decode_gaps"]}
-    curves = []
-    for population in ("all", "decode", "mixed"):
-        sel = gaps if population == "all" else gaps.filter(pl.col("population") == population)
-        g = stats[population]
-
-        def us(v: int | None) -> float | None:
-            return None if v is None else v / 1000
-
-        curves.append(
-            GapCurve(
-                population,
-                np.sort(sel["gap_ns"].to_numpy() / 1000),
-                g["n"],
-                us(g["p50_ns"]),
-                us(g["p90_ns"]),
-                us(g["p99_ns"]),
-            )
-        )
-    return curves
 
 
 # --- drawing ----------------------------------------------------------------------------
@@ -347,6 +315,25 @@ def draw_heartbeat(
                 alpha=0.22 if style == "dark" else 0.12,
                 lw=0,
             )
+    if data.injection_ms is not None:  # the client's window, hatched over the phases
+        ax.axvspan(
+            *data.injection_ms,
+            facecolor="none",
+            edgecolor=colors["probe"],
+            hatch="//",
+            linewidth=0.8,
+            label="injection window (probe)",
+        )
+    if data.itl_ms is not None:
+        ax.plot(
+            data.itl_ms[0],
+            data.itl_ms[1],
+            "x",
+            markersize=3,
+            color=colors["probe"],
+            alpha=0.7,
+            label=f"victims' inter-token gaps (probe) · n={data.itl_ms[1].size}",
+        )
     valid = ~np.isnan(data.interval_ms)
     # an interval that crosses a phase boundary belongs to neither phase: drawn hollow
     crossing = np.zeros(kinds.size, dtype=bool)
@@ -391,6 +378,8 @@ def draw_heartbeat(
     ax.set_xlabel("time from first kernel (ms)")
     ax.set_ylabel("step-to-step interval (ms)")
     finite = data.interval_ms[valid]
+    if data.itl_ms is not None:  # the gaps share the axis: the scale holds them too
+        finite = np.concatenate([finite, data.itl_ms[1]])
     top = y_max if y_max is not None else (float(finite.max()) * 1.15 if finite.size else 1.0)
     ax.set_ylim(0, top)
     ax.grid(True, alpha=0.25)
@@ -462,6 +451,14 @@ def draw_timeline(data: HeartbeatData, tick_ax: Axes, ax: Axes, *, style: str = 
         ax.set_xlim(*data.window_ms)
 
 
+def _y_top(data: HeartbeatData) -> float:
+    """The largest value the interval axis shows: a step interval, or a probe's gap."""
+    values = data.interval_ms[np.isfinite(data.interval_ms)]
+    if data.itl_ms is not None:
+        values = np.concatenate([values, data.itl_ms[1]])
+    return float(values.max()) if values.size else 1.0
+
+
 def heartbeat_figure(
     datas: list[HeartbeatData],
     *,
@@ -482,13 +479,7 @@ def heartbeat_figure(
         )
         grid = fig.add_gridspec(len(panels) * rows, 1, height_ratios=panels * rows)
         x_max = max(_x_end(d) for d in datas)
-        y_max = (
-            max(
-                (float(np.nanmax(d.interval_ms)) if np.isfinite(d.interval_ms).any() else 1.0)
-                for d in datas
-            )
-            * 1.15
-        )
+        y_max = max(_y_top(d) for d in datas) * 1.15
         first_ax = None
         for i, data in enumerate(datas):
             at = len(panels) * i
@@ -522,65 +513,6 @@ def _x_end(data: HeartbeatData) -> float:
         ends = [float((s + n).max()) for _, s, n in data.timeline if s.size]
         return max(ends, default=1.0)
     return float(data.anchors_ms.max()) if data.anchors_ms.size else 1.0
-
-
-def gaps_figure(curves: list[GapCurve], *, title: str, style: str = "light") -> Figure:
-    """Decode-gap CDF per population on a log time axis, p50/p90/p99 marked."""
-    mpl = load_matplotlib()
-    with chart_style(mpl, style):
-        fig: Figure = mpl.figure.Figure(figsize=(10, 5.5), dpi=150, layout="constrained")
-        ax = fig.add_subplot()
-        for c in curves:
-            if c.n == 0:
-                continue
-            x = np.maximum(c.gaps_us, 1e-3)  # overlaps (0) sit at the left edge of a log axis
-            y = np.arange(1, x.size + 1) / x.size
-            color = POPULATION_COLORS[c.population]
-            ax.step(x, y, where="post", color=color, linewidth=1.6, label=c.label)
-            for q, v in ((0.5, c.p50_us), (0.9, c.p90_us), (0.99, c.p99_us)):
-                if v is not None:
-                    ax.plot([max(v, 1e-3)], [q], marker="o", color=color, markersize=5)
-        for q in (0.5, 0.9, 0.99):
-            ax.axhline(q, color="#888888", linewidth=0.6, linestyle=":")
-            ax.text(
-                1.0,
-                q,
-                f" p{int(q * 100)}",
-                transform=ax.get_yaxis_transform(),
-                va="center",
-                fontsize=8,
-                color="#888888",
-            )
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _: _fmt_us(v)))
-        ax.xaxis.set_minor_formatter(mpl.ticker.FuncFormatter(_minor_label(ax)))
-        ax.set_xlabel("decode gap (log scale)")
-        ax.set_ylabel("fraction of gaps ≤ x")
-        ax.set_ylim(0, 1.02)
-        # wrapped to the figure's width: a long marker name or file name once ran off the
-        # right edge and squeezed the axes
-        lines = textwrap.wrap(chart(title), width=100, break_on_hyphens=False)
-        ax.set_title("\n".join(lines), loc="left", fontsize=11)
-        ax.grid(True, which="both", alpha=0.2)
-        # below the axes: inside, a legend can cover the foot or the tail of a curve; one
-        # population a row (three of them side by side were wider than the figure)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=1, fontsize=8)
-    return fig
-
-
-def _minor_label(ax: Axes) -> Callable[[float, object], str]:
-    """Labels for a log axis's minor ticks, each with its unit like the major ones: at 2×
-    and 5× a power of ten where the axis spans under two decades (so a narrow axis still
-    has labelled ticks), none where it spans more (the decades are labelled)."""
-
-    def label(v: float, _: object) -> str:
-        lo, hi = ax.get_xlim()
-        if lo <= 0 or hi / lo > 100:
-            return ""
-        mantissa = v / 10 ** np.floor(np.log10(v) + 1e-9)
-        return _fmt_us(v) if np.isclose(mantissa, 2) or np.isclose(mantissa, 5) else ""
-
-    return label
 
 
 def save_figure(fig: Figure, output: str | os.PathLike[str], *, overwrite: bool = False) -> Path:

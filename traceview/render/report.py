@@ -10,15 +10,17 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from traceview.capture.itl import OnTrace
+
 from traceview.analysis.documents.compare import Diff
 from traceview.analysis.documents.summary import Summary
 from traceview.analysis.timing.gaps import SMALL_N
-from traceview.render.charts import gaps_data, gaps_figure, heartbeat_data, heartbeat_figure
+from traceview.render.charts import heartbeat_data, heartbeat_figure
 from traceview.render.format import (
     BREAKDOWN_CAPTION,
     BREAKDOWN_COLUMNS,
@@ -36,6 +38,7 @@ from traceview.render.format import (
     gap_title,
     phase_rows,
 )
+from traceview.render.gaps_chart import gaps_data, gaps_figure
 from traceview.render.safe import html_text as esc
 from traceview.render.safe import json_for_html
 
@@ -216,13 +219,70 @@ def _json_script(doc: Mapping[str, object], element_id: str) -> str:
     return f'<script type="application/json" id="{element_id}">{json_for_html(doc)}</script>'
 
 
-def report_html(summaries: list[Summary], diff: Diff | None = None) -> str:
-    """The page for one summary, or two (A then B) with their diff."""
+def _client_section(doc: dict[str, Any], label: str) -> str:
+    """A capture's client view (``traceview itl``): ITL and TTFT per population with their
+    n, the engine's counters over the workload, the re-prefill check."""
+    out = [f"<h2>What the clients saw — {esc(label)}</h2>"]
+    rows = []
+    for pop, title in (("all", "ITL, all tokens"), ("injection", "ITL, injection window")):
+        s = doc[pop]
+        rows.append([title, f"{s['n']:,}", "", *(fmt_ns(s[q]) for q in _QS)])
+    for pop in ("victims", "injected"):
+        s = doc["ttft"][pop]
+        rows.append(
+            [f"TTFT, {pop}", f"{s['n']:,}", f"{s['prompt_tokens']:,}", *(fmt_ns(s[q]) for q in _QS)]
+        )
+    head = ["population", "n", "prompt tokens", "p50", "p90", "p99", "max"]
+    out.append(_table(head, rows, {1, 2, 3, 4, 5, 6}))
+    m, check = doc["metrics"], doc["prefill_check"]
+    if m is not None and "delta" in m:
+        d = m["delta"]
+        verdict = "—" if check is None or check["verdict"] is None else check["verdict"]
+        sent = "—" if check is None else f"{check['sent_prompt_tokens']:,}"
+        out.append(
+            _table(
+                ["/metrics (after − before)", "value"],
+                [
+                    ["prompt tokens counted", fmt_value(d["prompt_tokens"], "count")],
+                    ["prompt tokens sent", sent],
+                    ["re-prefill check", verdict],
+                    ["generation tokens", fmt_value(d["generation_tokens"], "count")],
+                    ["preemptions", fmt_value(d["preemptions"], "count")],
+                    ["running (largest seen)", fmt_value(m["running_max"], "count")],
+                    ["waiting (largest seen)", fmt_value(m["waiting_max"], "count")],
+                ],
+                {1},
+            )
+        )
+    elif m is not None and m.get("note"):
+        out.append(f'<p class="muted">{esc(str(m["note"]))}</p>')
+    return "\n".join(out)
+
+
+_QS = ("p50_ns", "p90_ns", "p99_ns", "max_ns")
+
+
+def report_html(
+    summaries: list[Summary],
+    diff: Diff | None = None,
+    *,
+    clients: list[dict[str, Any] | None] | None = None,
+    probes: list[OnTrace | None] | None = None,
+) -> str:
+    """The page for one summary, or two (A then B) with their diff. For a capture,
+    ``clients`` holds its ``traceview.itl/1`` document and ``probes`` its client view on
+    the trace's clock: the heartbeat hatches the injection window and draws the victims'
+    gaps beside the cadence, and a section shows what the clients saw."""
     labels = [Path(str(s.to_dict()["trace"]["path"])).name for s in summaries]
     if len(summaries) == 2:
         labels = [f"A — {labels[0]}", f"B — {labels[1]}"]
     title = "traceview report — " + " vs ".join(labels)
-    datas = [heartbeat_data(s, title=lab) for s, lab in zip(summaries, labels, strict=True)]
+    clients = clients or [None] * len(summaries)
+    probes = probes or [None] * len(summaries)
+    datas = [
+        heartbeat_data(s, title=lab, probe=p, itl=p is not None)
+        for s, lab, p in zip(summaries, labels, probes, strict=True)
+    ]
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -238,10 +298,16 @@ def report_html(summaries: list[Summary], diff: Diff | None = None) -> str:
     ]
     if diff is not None:
         parts.append(_diff_section(diff))
+    for c, lab in zip(clients, labels, strict=True):
+        if c is not None:
+            parts.append(_client_section(c, lab))
     for s, lab in zip(summaries, labels, strict=True):
         parts.append(_summary_section(s, lab))
     for i, s in enumerate(summaries):
         parts.append(_json_script(s.to_dict(), f"traceview-summary-{i}"))
+    for i, c in enumerate(clients):
+        if c is not None:
+            parts.append(_json_script(c, f"traceview-itl-{i}"))
     if diff is not None:
         parts.append(_json_script(diff.to_dict(), "traceview-diff"))
     parts.append("</body></html>")

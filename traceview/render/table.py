@@ -104,7 +104,7 @@ def _steps(n: int) -> str:
     return f"{n:,} step" if n == 1 else f"{n:,} steps"
 
 
-def _count(v: int | None) -> str:
+def _count(v: int | float | None) -> str:
     return "—" if v is None else f"{v:,}"
 
 
@@ -326,7 +326,9 @@ def render_check(result: CheckResult, console: Console | None = None) -> None:
 
 
 def render_itl(rows: list[tuple[str, dict[str, Any]]], console: Console | None = None) -> None:
-    """Inter-token latency per population, each percentile with its n."""
+    """A capture's client view: the victims' inter-token latency per population, time to
+    first token per population (each percentile with its n), the engine's counters over
+    the workload with the re-prefill check, and the injection window on the trace's clock."""
     out = console or Console(highlight=False)
     table = Table(title="victims' inter-token latency", title_justify="left")
     for col in ("run", "population", "n", "p50", "p90", "p99", "max"):
@@ -343,6 +345,109 @@ def render_itl(rows: list[tuple[str, dict[str, Any]]], console: Console | None =
                 fmt_ns(s["p99_ns"]),
                 fmt_ns(s["max_ns"]),
             )
+    out.print(table)
+    ttft = Table(title="time to first token (send to first token)", title_justify="left")
+    for col in ("run", "population", "n", "prompt tokens", "p50", "p90", "p99", "max"):
+        ttft.add_column(col, justify="left" if col in ("run", "population") else "right")
+    for label, doc in rows:
+        for pop in ("victims", "injected"):
+            s = doc["ttft"][pop]
+            ttft.add_row(
+                label,
+                pop,
+                f"{s['n']:,}",
+                f"{s['prompt_tokens']:,}",
+                fmt_ns(s["p50_ns"]),
+                fmt_ns(s["p90_ns"]),
+                fmt_ns(s["p99_ns"]),
+                fmt_ns(s["max_ns"]),
+            )
+    out.print(ttft)
+    engine = Table(
+        title="the engine's /metrics over the workload (after − before)", title_justify="left"
+    )
+    cols = ("run", "prompt tokens", "sent", "check", "generation", "preemptions", "running max")
+    for col in (*cols, "waiting max"):
+        engine.add_column(col, justify="left" if col in ("run", "check") else "right")
+    notes = []
+    for label, doc in rows:
+        m, check = doc["metrics"], doc["prefill_check"]
+        if m is None or "delta" not in m:
+            why = (m or {}).get("note") or "no /metrics snapshots in this capture"
+            notes.append(f"{label or doc['probe']}: {why}")
+            continue
+        d = m["delta"]
+        engine.add_row(
+            label,
+            _count(d["prompt_tokens"]),
+            _count(None if check is None else check["sent_prompt_tokens"]),
+            _check(check),
+            _count(d["generation_tokens"]),
+            _count(d["preemptions"]),
+            _count(m["running_max"]),
+            _count(m["waiting_max"]),
+        )
+    if engine.row_count:
+        out.print(engine)
+    for note in notes:
+        out.print(Text(line(note)))
+    for label, doc in rows:
+        w, clock = doc["window_on_trace_ns"], doc["clock"]
+        where = f"{label}: " if label else ""
+        if doc["profiled"] is False:
+            out.print(Text(line(f"{where}unprofiled (the control): no trace, no trace clock")))
+        elif w is not None and clock is not None:
+            out.print(
+                Text(
+                    line(
+                        f"{where}injection window on the trace's clock ({clock['trace']}): "
+                        f"{_since(w[0], clock)}–{_since(w[1], clock)} ns"
+                        f" by the {clock['method']}"
+                        + (
+                            f" (± {fmt_ns(clock['uncertainty_ns'])})"
+                            if clock["uncertainty_ns"]
+                            else ""
+                        )
+                    )
+                )
+            )
+
+
+def _since(t_ns: int, clock: dict[str, Any]) -> str:
+    """A time on the trace's clock, and after the profiler's start where the trace has
+    one."""
+    start = clock.get("profiler_start_ns")
+    return f"{t_ns:,}" if start is None else f"{t_ns:,} (+{fmt_ns(t_ns - start)})"
+
+
+def _check(check: dict[str, Any] | None) -> str:
+    """The re-prefill check in a cell: the verdict and, when the counts differ, by how
+    much (the engine's prompt tokens over those sent)."""
+    if check is None or check["verdict"] is None:
+        return "—"
+    if check["verdict"] == "match":
+        return "match"
+    return f"{check['verdict']} ({check['excess_tokens']:+,}, {check['ratio']:.2f}×)"
+
+
+def render_itl_diff(doc: dict[str, Any], console: Console | None = None) -> None:
+    """Two captures side by side: each figure with its n, A, B, B/A and the verdict (a
+    latency percentile only, where both populations support it)."""
+    out = console or Console(highlight=False)
+    table = Table(title=Text(f"A = {line(doc['a'])}\nB = {line(doc['b'])}"), title_justify="left")
+    for col in ("section", "figure", "A", "B", "B/A", "verdict"):
+        table.add_column(col, justify="right" if col in ("A", "B", "B/A") else "left")
+    for r in doc["rows"]:
+        na, nb = r["n_a"], r["n_b"]
+        n = "" if na is None else (f" (n={na})" if na == nb else f" (n {na} → {nb})")
+        table.add_row(
+            r["section"],
+            r["metric"] + n,
+            fmt_value(r["a"], r["unit"]),
+            fmt_value(r["b"], r["unit"]),
+            fmt_ratio(r["ratio"]),
+            r["verdict"] or "",
+        )
     out.print(table)
 
 

@@ -16,7 +16,7 @@ I64 = npt.NDArray[np.int64]
 def distinct(values: np.ndarray) -> np.ndarray:
     """The sorted distinct values (``np.unique``'s answer): a sort and a mask. numpy 2's
     ``np.unique`` hashes, and on a million int64 that measured 50-100x slower here
-    (2.2 s against 0.03 s, docs/performance.md)."""
+    (2.2 s against 0.03 s, docs/design.md)."""
     s = np.sort(values)
     if s.size < 2:
         return s

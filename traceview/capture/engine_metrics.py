@@ -1,0 +1,132 @@
+"""The engine's own counters: ``/metrics`` read with a Prometheus text-format parser.
+
+Five quantities, each under its name in vLLM, SGLang and the lab engine (:data:`NAMES`):
+prompt tokens and generation tokens (counters), preemptions (a counter), and the requests
+running and waiting (gauges). A snapshot sums each one over its label sets (the engines of
+a data-parallel server add up); a quantity the server does not serve is None, never 0.
+
+The probe takes a snapshot before the workload, one every ``--metrics-every`` seconds while
+it runs, and one after it (once the engine has nothing running or waiting): the deltas say
+how much work the engine counted, and :func:`prefill_check` compares the prompt tokens it
+counted with the tokens the probe sent, so a re-prefill (a preempted request's prompt fed
+again) is named from the client side too.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from traceview.errors import CaptureError, MissingDependencyError
+
+QUANTITIES = ("prompt_tokens", "generation_tokens", "preemptions", "running", "waiting")
+COUNTERS = ("prompt_tokens", "generation_tokens", "preemptions")
+
+# Each quantity's metric names, first served wins; a counter's samples are read under the
+# name and the name + "_total" (prometheus_client writes the latter). vLLM:
+# vllm/v1/metrics/loggers.py; SGLang: python/sglang/srt/metrics/collector.py (a preemption
+# is a "retraction"; the counter replaced the older cumulative gauge).
+NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "vllm": {
+        "prompt_tokens": ("vllm:prompt_tokens",),
+        "generation_tokens": ("vllm:generation_tokens",),
+        "preemptions": ("vllm:num_preemptions",),
+        "running": ("vllm:num_requests_running",),
+        "waiting": ("vllm:num_requests_waiting",),
+    },
+    "sglang": {
+        "prompt_tokens": ("sglang:prompt_tokens",),
+        "generation_tokens": ("sglang:generation_tokens",),
+        "preemptions": ("sglang:num_retracted_requests", "sglang:total_retracted_reqs"),
+        "running": ("sglang:num_running_reqs",),
+        "waiting": ("sglang:num_queue_reqs",),
+    },
+    "lab": {
+        "prompt_tokens": ("lab_prefilled_tokens",),
+        "generation_tokens": ("lab_generated_tokens",),
+        "preemptions": ("lab_preemptions",),
+        "running": ("lab_running",),
+        "waiting": ("lab_waiting",),
+    },
+}
+
+Snapshot = dict[str, int | float | None]
+
+
+def _parser() -> Any:
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        raise MissingDependencyError(
+            "reading /metrics needs prometheus_client: pip install 'traceview[capture]'"
+        ) from None
+    return text_string_to_metric_families
+
+
+def _number(value: float) -> int | float | None:
+    if not math.isfinite(value):
+        return None
+    return int(value) if value == int(value) else value
+
+
+def parse(text: str, engine: str, where: str) -> tuple[Snapshot, dict[str, str | None]]:
+    """The five quantities of one ``/metrics`` page, and the metric name each was read
+    from (None: not served).
+
+    Raises:
+        CaptureError: the page is not Prometheus text (named by ``where``).
+    """
+    names = NAMES[engine]
+    sums: dict[str, float] = {}
+    try:
+        for family in _parser()(text):
+            for sample in family.samples:
+                sums[sample.name] = sums.get(sample.name, 0.0) + float(sample.value)
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise CaptureError(f"{where}: not Prometheus text ({reason})") from None
+    values: Snapshot = {}
+    used: dict[str, str | None] = {}
+    for quantity in QUANTITIES:
+        values[quantity], used[quantity] = None, None
+        for name in names[quantity]:
+            hit = next((n for n in (f"{name}_total", name) if n in sums), None)
+            if hit is not None:
+                values[quantity], used[quantity] = _number(sums[hit]), hit
+                break
+    return values, used
+
+
+def deltas(before: Snapshot, after: Snapshot) -> Snapshot:
+    """Each counter's change from ``before`` to ``after`` (None where either is absent)."""
+    out: Snapshot = {}
+    for key in COUNTERS:
+        a, b = before.get(key), after.get(key)
+        out[key] = None if a is None or b is None else _number(float(b) - float(a))
+    return out
+
+
+def prefill_check(sent: int, counted: int | float | None) -> dict[str, Any]:
+    """The engine's counted prompt tokens against the ``sent`` ones: ``excess_tokens``
+    (counted − sent), ``ratio`` (counted / sent) and a ``verdict``: ``match`` when equal,
+    ``re-prefill`` when the engine counted more prompt work than was sent (a prompt fed
+    again), ``fewer`` when it counted less (prefix-cache hits on an engine that leaves them
+    out, or requests it had not counted yet), None when the engine serves no count."""
+    if counted is None:
+        return {
+            "sent_prompt_tokens": sent,
+            "engine_prompt_tokens": None,
+            "excess_tokens": None,
+            "ratio": None,
+            "verdict": None,
+        }
+    excess = _number(float(counted) - sent)
+    assert excess is not None
+    verdict = "match" if excess == 0 else ("re-prefill" if excess > 0 else "fewer")
+    return {
+        "sent_prompt_tokens": sent,
+        "engine_prompt_tokens": counted,
+        "excess_tokens": excess,
+        "ratio": None if sent == 0 else float(f"{float(counted) / sent:.9g}"),
+        "verdict": verdict,
+    }

@@ -1,0 +1,465 @@
+"""What the clients saw, from a capture: ``traceview itl``.
+
+A capture folder holds ``probe.jsonl`` (the probe's records, on its monotonic clock) and
+``run.json`` (what was run, and the clock facts). :func:`itl` reads them into the
+``traceview.itl/1`` document: the victims' inter-token latency (all tokens; the injection
+window), time to first token per population (victims; injected prompts), the engine's
+``/metrics`` deltas and the re-prefill check, and the injection window on the trace's clock.
+:func:`compare` sets two captures side by side, as ``diff`` sets two traces.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+
+from traceview.analysis.base.stats import percentiles
+from traceview.capture import engine_metrics
+from traceview.errors import CaptureError
+
+if TYPE_CHECKING:
+    from traceview.model import Trace
+
+ITL_SCHEMA = "traceview.itl/1"
+CAPTURE_SCHEMAS = ("traceview.capture/1", "traceview.run/1")  # the second: one release more
+ROLES = ("victim", "injected")
+_INT64_MAX = 2**63 - 1
+
+
+def _probe_int(row: dict[str, Any], key: str, where: str, *, null: bool = False) -> int | None:
+    """``row[key]``: an integer from 0 to Int64's largest (a time in ns, a victim, a
+    token's number; None where ``null`` allows it); anything else is the probe file's
+    fault, named by its line."""
+    value = row.get(key)
+    if value is None and null and key in row:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = "missing" if key not in row else f"{type(value).__name__} {value!r}"[:80]
+        raise CaptureError(f"{where}: '{key}' must be a whole number (it is {shown})")
+    if not 0 <= value <= _INT64_MAX:
+        raise CaptureError(f"{where}: '{key}' {value} is out of range (0 to 2^63-1)")
+    return value
+
+
+@dataclass
+class Probe:
+    """A capture as read: the probe file's records and the run document (None beside a
+    bare probe file)."""
+
+    path: Path
+    window: tuple[int, int]
+    tokens: dict[int, dict[int, int]]  # victim -> token number -> arrival (ns)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    snapshots: list[dict[str, Any]] = field(default_factory=list)
+    run: dict[str, Any] | None = None
+
+
+def _paths(source: str | os.PathLike[str]) -> tuple[Path, Path | None]:
+    """The probe file and the run document of a capture folder, or of a probe file (its
+    folder's ``run.json`` when there is one)."""
+    path = Path(source)
+    if path.is_dir():
+        probe = path / "probe.jsonl"
+        if not probe.is_file():
+            raise CaptureError(f"{path}: not a capture folder (no probe.jsonl)")
+        return probe, path / "run.json" if (path / "run.json").is_file() else None
+    run = path.parent / "run.json"
+    return path, run if run.is_file() else None
+
+
+def _run(path: Path) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise CaptureError(f"{path}: cannot read: {exc.strerror}") from None
+    except orjson.JSONDecodeError as exc:
+        raise CaptureError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("schema") not in CAPTURE_SCHEMAS:
+        schema = doc.get("schema") if isinstance(doc, dict) else None
+        raise CaptureError(
+            f"{path}: not a capture's run.json (schema {schema!r}, expected {CAPTURE_SCHEMAS[0]!r})"
+        )
+    if "config" not in doc:  # traceview.run/1 is also the rank run's document
+        raise CaptureError(f"{path}: a run of rank traces, not a capture's run.json")
+    return doc
+
+
+def read(source: str | os.PathLike[str]) -> Probe:
+    """Read a capture folder, or a probe file.
+
+    Raises:
+        CaptureError: the probe file is missing or malformed, or the run.json beside it
+            is not a capture's.
+    """
+    path, run_path = _paths(source)
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise CaptureError(f"{path}: cannot read: {exc.strerror}") from None
+    events: dict[str, int] = {}
+    per: dict[int, dict[int, int]] = {}
+    requests: list[dict[str, Any]] = []
+    snapshots: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}: line {number}"
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise CaptureError(f"{where}: not a probe file (bad JSON: {exc})") from None
+        if not isinstance(row, dict):
+            raise CaptureError(f"{where}: not a probe record (a JSON object)")
+        if "event" in row:
+            event = str(row["event"])
+            if event in events and event in ("inject_start", "inject_end"):
+                raise CaptureError(f"{where}: a second {event}")
+            t_ns = _probe_int(row, "t_ns", where)
+            assert t_ns is not None
+            events[event] = t_ns
+        elif "victim" in row:
+            t_ns = _probe_int(row, "t_ns", where)
+            victim, token = _probe_int(row, "victim", where), _probe_int(row, "token", where)
+            assert t_ns is not None and victim is not None and token is not None
+            tokens = per.setdefault(victim, {})
+            if token in tokens:
+                raise CaptureError(f"{where}: victim {victim}'s token {token} is given twice")
+            tokens[token] = t_ns
+        elif "request" in row:
+            requests.append(_request(row, where))
+        elif "metrics" in row:
+            values = row.get("values")
+            if not isinstance(values, dict):
+                raise CaptureError(f"{where}: a metrics snapshot without its values")
+            snapshots.append({"label": str(row["metrics"]), "values": _values(values, where)})
+    if "inject_start" not in events or "inject_end" not in events:
+        raise CaptureError(f"{path}: not a probe file (no injection window)")
+    lo, hi = events["inject_start"], events["inject_end"]
+    if hi < lo:
+        raise CaptureError(f"{path}: the injection ends ({hi} ns) before it starts ({lo} ns)")
+    run = _run(run_path) if run_path is not None else None
+    return Probe(path, (lo, hi), per, requests, snapshots, run)
+
+
+def _request(row: dict[str, Any], where: str) -> dict[str, Any]:
+    role = row.get("role")
+    if role not in ROLES:
+        raise CaptureError(f"{where}: 'role' must be one of {', '.join(ROLES)} (it is {role!r})")
+    sent = _probe_int(row, "sent_ns", where)
+    first = _probe_int(row, "first_token_ns", where, null=True)
+    assert sent is not None
+    if first is not None and first < sent:
+        raise CaptureError(
+            f"{where}: the first token ({first} ns) came before the request was sent "
+            f"({sent} ns): time runs backwards"
+        )
+    return {
+        "role": role,
+        "index": _probe_int(row, "index", where),
+        "prompt_tokens": _probe_int(row, "prompt_tokens", where),
+        "ttft_ns": None if first is None else first - sent,
+        "tokens": _probe_int(row, "tokens", where),
+        "chunks": _probe_int(row, "chunks", where),
+    }
+
+
+def _values(values: dict[str, Any], where: str) -> engine_metrics.Snapshot:
+    out: engine_metrics.Snapshot = {}
+    for key in engine_metrics.QUANTITIES:
+        v = values.get(key)
+        if v is not None and (
+            isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+        ):
+            raise CaptureError(f"{where}: metrics value '{key}' must be a number (it is {v!r})")
+        out[key] = v
+    return out
+
+
+def gaps(probe: Probe) -> tuple[np.ndarray, np.ndarray]:
+    """Every victim's inter-token gaps: the later token's arrival (ns, the probe's clock)
+    and the gap (ns), in arrival order. A gap is the time between a victim's consecutive
+    tokens; its first token waited for its prompt and is not a gap. The tokens of one
+    multi-token chunk arrive together: a chunk of k tokens adds its wait and k − 1 gaps
+    of 0.
+
+    Raises:
+        CaptureError: a victim's tokens arrive out of order (time runs backwards).
+    """
+    at: list[int] = []
+    gap: list[int] = []
+    for victim, tokens in probe.tokens.items():
+        order = sorted(tokens)
+        for prev, cur in zip(order, order[1:], strict=False):
+            g = tokens[cur] - tokens[prev]
+            if g < 0:
+                raise CaptureError(
+                    f"{probe.path}: victim {victim}'s token {cur} arrived at {tokens[cur]} "
+                    f"ns, before its token {prev} ({tokens[prev]} ns): time runs backwards"
+                )
+            at.append(tokens[cur])
+            gap.append(g)
+    at_a, gap_a = np.asarray(at, dtype=np.int64), np.asarray(gap, dtype=np.int64)
+    order_a = np.argsort(at_a, kind="stable")
+    return at_a[order_a], gap_a[order_a]
+
+
+def offset(probe: Probe) -> dict[str, Any] | None:
+    """The clock entry of the capture's first trace (``run.json``'s ``clock.traces``):
+    ``offset_ns`` puts the probe's times on the trace's clock; None without one."""
+    clock = (probe.run or {}).get("clock")
+    traces = clock.get("traces") if isinstance(clock, dict) else None
+    if not traces or not isinstance(traces[0], dict):
+        return None
+    return traces[0]
+
+
+def window_on_trace(probe: Probe, entry: dict[str, Any] | None) -> list[int] | None:
+    """The injection window on the trace's clock (ns), ``[start, end]``; None without an
+    offset."""
+    if entry is None or not isinstance(entry.get("offset_ns"), int):
+        return None
+    lo, hi = probe.window
+    return [lo + entry["offset_ns"], hi + entry["offset_ns"]]
+
+
+def _metrics(probe: Probe) -> dict[str, Any] | None:
+    """The engine's counters: the before and after snapshots, their deltas, the largest
+    running and waiting seen, and how many snapshots there were."""
+    note = ((probe.run or {}).get("metrics") or {}).get("note")
+    before = next((s["values"] for s in probe.snapshots if s["label"] == "before"), None)
+    after = next((s["values"] for s in reversed(probe.snapshots) if s["label"] == "after"), None)
+    if before is None or after is None:
+        return None if note is None else {"note": note}
+
+    def largest(key: str) -> int | float | None:
+        seen = [s["values"][key] for s in probe.snapshots if s["values"].get(key) is not None]
+        return max(seen) if seen else None
+
+    return {
+        "engine": ((probe.run or {}).get("metrics") or {}).get("engine"),
+        "snapshots": len(probe.snapshots),
+        "before": before,
+        "after": after,
+        "delta": engine_metrics.deltas(before, after),
+        "running_max": largest("running"),
+        "waiting_max": largest("waiting"),
+        "note": note,
+    }
+
+
+def itl(source: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``traceview.itl/1`` document of a capture folder or probe file.
+
+    ``all`` and ``injection``: the victims' inter-token gaps (:func:`gaps`), over every
+    token and over the gaps whose later token arrived inside the injection window.
+    ``ttft``: per population (``victims``, ``injected``), the time from a request's send to
+    its first token. ``requests``: each request's role, prompt tokens, TTFT, tokens and
+    chunks. ``metrics``: the engine's counters (:mod:`~traceview.capture.engine_metrics`)
+    and ``prefill_check``, its prompt tokens against those sent. ``window_on_trace_ns``:
+    the injection window on the trace's clock. Each percentile comes with its n; a figure
+    the capture cannot give is None.
+
+    Raises:
+        CaptureError: the probe file is missing or malformed.
+    """
+    probe = read(source)
+    at, gap = gaps(probe)
+    lo, hi = probe.window
+    inside = gap[(at >= lo) & (at <= hi)]
+    ttft: dict[str, Any] = {}
+    for role, key in (("victim", "victims"), ("injected", "injected")):
+        rows = [r for r in probe.requests if r["role"] == role]
+        times = [r["ttft_ns"] for r in rows if r["ttft_ns"] is not None]
+        ttft[key] = {
+            **percentiles(np.asarray(times, dtype=np.int64)),
+            "requests": len(rows),
+            "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
+        }
+    metrics = _metrics(probe)
+    check = None
+    if metrics is not None and "delta" in metrics and probe.requests:
+        sent = sum(r["prompt_tokens"] for r in probe.requests)
+        check = engine_metrics.prefill_check(sent, metrics["delta"]["prompt_tokens"])
+    entry = offset(probe)
+    tokens = sum(len(t) for t in probe.tokens.values())
+    chunks = sum(r["chunks"] for r in probe.requests if r["role"] == "victim")
+    return {
+        "schema": ITL_SCHEMA,
+        "probe": str(probe.path),
+        "victims": len(probe.tokens),
+        "window_ns": hi - lo,
+        "all": percentiles(gap),
+        "injection": percentiles(inside),
+        "tokens": {"victims": tokens, "chunks": chunks if probe.requests else None},
+        "ttft": ttft,
+        "requests": probe.requests,
+        "metrics": metrics,
+        "prefill_check": check,
+        "profiled": None if probe.run is None else bool(probe.run.get("profiled", True)),
+        "clock": entry,
+        "window_on_trace_ns": window_on_trace(probe, entry),
+    }
+
+
+# --- the probe on the trace's clock ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OnTrace:
+    """A capture's client view on one trace's clock (ns, as the trace's ``ts_ns``): the
+    injection window, each victim gap's later token (``at_ns``) with the gap (``gap_ns``),
+    and how the offset was found (``method``, ``uncertainty_ns``)."""
+
+    window_ns: tuple[int, int]
+    at_ns: np.ndarray
+    gap_ns: np.ndarray
+    method: str
+    uncertainty_ns: int | None
+
+
+def on_trace(source: str | os.PathLike[str], trace: Trace) -> OnTrace:
+    """Lay a capture (folder or probe file) on ``trace``'s clock: the offset its
+    ``run.json`` holds for a trace of that file name, else the one its clock facts give
+    for this trace (:func:`~traceview.capture.clock.trace_offset`).
+
+    Raises:
+        CaptureError: the capture holds no clock (no run.json, or unprofiled), or the
+            clock facts and the trace disagree (no offset fits both).
+    """
+    from traceview.capture.clock import profiler_span, trace_offset
+
+    probe = read(source)
+    clock = (probe.run or {}).get("clock")
+    if not isinstance(clock, dict) or "wall_minus_monotonic_ns" not in clock:
+        raise CaptureError(
+            f"{probe.path}: no clock to lay on a trace (run.json beside it records none)"
+        )
+    name = Path(trace.meta.path or "").name
+    entry = next(
+        (e for e in clock.get("traces") or [] if isinstance(e, dict) and e.get("trace") == name),
+        None,
+    )
+    if entry is None or not isinstance(entry.get("offset_ns"), int):
+        entry = trace_offset(clock, trace.meta.base_time_ns, profiler_span(trace.events))
+    if not isinstance(entry.get("offset_ns"), int):
+        raise CaptureError(
+            f"{probe.path}: its profiler calls and {name}'s profiler span allow no common "
+            "offset: the trace was not recorded by this capture"
+        )
+    off = int(entry["offset_ns"])
+    at, gap = gaps(probe)
+    lo, hi = probe.window
+    return OnTrace(
+        (lo + off, hi + off), at + off, gap, str(entry["method"]), entry["uncertainty_ns"]
+    )
+
+
+# --- two captures side by side -------------------------------------------------------------
+
+ITL_DIFF_SCHEMA = "traceview.itl-diff/1"
+# the smallest population a percentile is judged on: below 1 / (1 − q) samples the
+# percentile is the largest sample, or nearly (a p99 of 63 gaps is its maximum)
+ENOUGH = {"p50_ns": 2, "p90_ns": 10, "p99_ns": 100}
+
+
+def supports(quantile: str, n: int | None) -> bool:
+    """Whether ``n`` samples support a verdict on ``quantile`` (:data:`ENOUGH`)."""
+    return quantile in ENOUGH and n is not None and n >= ENOUGH[quantile]
+
+
+def _figures(doc: dict[str, Any]) -> list[tuple[str, str, str, Any, int | None, str, str]]:
+    """(section, metric, field, value, n, unit, role) of each figure :func:`compare`
+    shows: the latency percentiles are rates; the maxima, the counts and the engine's
+    counters are shown, never judged."""
+    out: list[tuple[str, str, str, Any, int | None, str, str]] = []
+    for pop, label in (("all", "all tokens"), ("injection", "injection window")):
+        s = doc[pop]
+        for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns"):
+            role = "rate" if q in ENOUGH else "shown"
+            out.append(("ITL", f"{label} {q[:-3]}", f"{pop}.{q}", s[q], s["n"], "ns", role))
+    for pop in ("victims", "injected"):
+        s = doc["ttft"][pop]
+        for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns"):
+            role = "rate" if q in ENOUGH else "shown"
+            out.append(("TTFT", f"{pop} {q[:-3]}", f"ttft.{pop}.{q}", s[q], s["n"], "ns", role))
+    out.append(
+        (
+            "work",
+            "victim tokens",
+            "tokens.victims",
+            doc["tokens"]["victims"],
+            None,
+            "count",
+            "workload",
+        )
+    )
+    out.append(("work", "injection window", "window_ns", doc["window_ns"], None, "ns", "workload"))
+    delta = (doc.get("metrics") or {}).get("delta") or {}
+    for key in engine_metrics.COUNTERS:
+        out.append(
+            (
+                "engine",
+                f"{key} (delta)",
+                f"metrics.delta.{key}",
+                delta.get(key),
+                None,
+                "count",
+                "workload",
+            )
+        )
+    check = doc.get("prefill_check") or {}
+    out.append(
+        (
+            "engine",
+            "excess prompt tokens",
+            "prefill_check.excess_tokens",
+            check.get("excess_tokens"),
+            None,
+            "count",
+            "workload",
+        )
+    )
+    return out
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two ``traceview.itl/1`` documents side by side (A the baseline, ratios B/A), as
+    ``diff`` compares traces: a latency percentile gets a verdict (same within ±5%,
+    better, worse) only where both populations support it (:func:`supports`; else
+    ``too few``); maxima, counts and the engine's counters are shown, never judged."""
+    from traceview.analysis.documents.compare import _ratio, _verdict
+
+    rows = []
+    for fa, fb in zip(_figures(a), _figures(b), strict=True):
+        section, metric, path, va, na, unit, role = fa
+        vb, nb = fb[3], fb[4]
+        ratio = _ratio(va, vb)
+        verdict = None
+        if role == "rate":
+            quantile = path.rsplit(".", 1)[1]
+            if supports(quantile, na) and supports(quantile, nb):
+                verdict = _verdict(va, vb, ratio, "lower", "rate")
+            else:
+                verdict = "too few"
+        rows.append(
+            {
+                "section": section,
+                "metric": metric,
+                "field": path,
+                "a": va,
+                "b": vb,
+                "n_a": na,
+                "n_b": nb,
+                "ratio": None if ratio is None or not math.isfinite(ratio) else ratio,
+                "verdict": verdict,
+                "unit": unit,
+                "role": role,
+            }
+        )
+    return {"schema": ITL_DIFF_SCHEMA, "a": a["probe"], "b": b["probe"], "rows": rows}
