@@ -150,7 +150,7 @@ def heartbeat(
             import warnings
 
             from traceview.capture.itl import on_trace as lay
-            from traceview.load import load
+            from traceview.loader import load
 
             with warnings.catch_warnings():  # the summary above said them once
                 warnings.simplefilter("ignore")
