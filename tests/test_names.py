@@ -121,7 +121,7 @@ def test_shared_names_mean_the_same_in_summary_run_and_scan(
         by_kind = summary.document["steps"]["cadence_by_kind"]
         for kind in ("decode", "mixed"):
             assert by_kind[kind]["p50_ns"] == row[f"{kind}_cadence_p50_ns"]
-            assert rank["cadence_by_phase"][kind]["p50_ns"] == row[f"{kind}_cadence_p50_ns"]
+            assert rank["cadence_by_kind"][kind]["p50_ns"] == row[f"{kind}_cadence_p50_ns"]
     assert checked >= 13 * len(inputs)
 
 

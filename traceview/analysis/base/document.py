@@ -329,12 +329,13 @@ class RankRow(TraceFigures):
     path: str
     truncated: bool  # the trace's text ends early: its complete events only were analysed
     truncated_at_byte: int | None  # where its (decompressed) JSON text is cut; null when whole
-    cadence_by_phase: dict[str, PhaseCadence]  # decode, mixed (= summary cadence_by_kind)
+    cadence_by_kind: dict[str, PhaseCadence]  # decode, mixed (the summary's cadence_by_kind)
     compute_p50_ns: int | None
     collective_ns_per_step: float | None
     collective_wait_p50_ns: int | None
     idle_dependency_p50_ns: int | None  # per aligned step, beside the collective wait
     time_breakdown: StepTime
+    cadence_by_phase: NotRequired[dict[str, PhaseCadence]]  # deprecated: cadence_by_kind
 
 
 AlignMethod = Literal["annotation name", "annotation order", "step order"]
@@ -481,6 +482,7 @@ DEPRECATED_KEYS: dict[type, dict[str, str]] = {
     StepFacts: {"decoding_cadence": "token_cadence"},
     PrefillGrowth: {"first": "measured_first", "last": "measured_last"},
     Efficiency: {"device": "gpu"},
+    RankRow: {"cadence_by_phase": "cadence_by_kind"},
     InfoDocument: {"kernels_by_kind": "kernels_by_event_kind"},
 }
 

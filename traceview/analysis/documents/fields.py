@@ -69,7 +69,7 @@ _IDENTITY: dict[object, tuple[str, Name]] = {
 # the keys a ``dict[str, ...]`` field may hold, by the field's name; any other is open
 _KEYS: dict[str, Name] = {
     "cadence_by_kind": _one_of(KINDS),
-    "cadence_by_phase": _one_of(KINDS),
+    "cadence_by_phase": _one_of(KINDS),  # deprecated: cadence_by_kind
     "idle_ns": _one_of(CAUSES),
 }
 
