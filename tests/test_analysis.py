@@ -30,7 +30,8 @@ def check_against_truth(doc: dict, t: dict, *, tokens: bool = True) -> None:
     s = doc["steps"]
     assert s["count"] == t["step_count"]
     assert s["cadence"] == t["cadence"]
-    assert s["decoding_cadence"] == t["decoding_cadence"]
+    assert s["token_cadence"] == t["token_cadence"]
+    assert s["cadence_by_kind"] == t["cadence_by_kind"]
     assert [{k: p[k] for k in PHASE_KEYS} for p in s["phases"]] == [
         {k: p[k] for k in PHASE_KEYS} for p in t["phases"]
     ]
@@ -225,7 +226,7 @@ def test_annotations_that_keep_the_layer_count_beat_bursts_a_copy_misled(
     d = summary.to_dict()["steps"]
     assert (d["method"], d["count"]) == ("annotations", t["step_count"])
     assert d["disagreements"] > 0  # the bursts alone took them two at a time
-    assert (d["cadence"], d["decoding_cadence"]) == (t["cadence"], t["decoding_cadence"])
+    assert (d["cadence"], d["token_cadence"]) == (t["cadence"], t["token_cadence"])
     assert [{k: p[k] for k in PHASE_KEYS} for p in d["phases"]] == [
         {k: p[k] for k in PHASE_KEYS} for p in t["phases"]
     ]
@@ -252,7 +253,11 @@ def test_a_trace_merged_from_two_processes_says_its_launch_links_are_shared(
         copy.append(e)
     path = tmp_path / "merged.json"
     path.write_text(json.dumps({**doc, "traceEvents": doc["traceEvents"] + copy}))
-    said = [w for w in tv.summarize(tv.load(path), device=1).warnings if "correlation id" in w]
+    said = [
+        w
+        for w in tv.summarize(tv.load(path), tv.AnalysisConfig(device=1)).warnings
+        if "correlation id" in w
+    ]
     assert len(said) == 1 and "launched inside the steps of more than one process" in said[0]
     # the file alone says nothing of the kind: its golden summary (tests/golden) holds it
 
@@ -455,8 +460,8 @@ def test_cpu_captures_analyse_the_same_through_every_entry_point(tmp_path: Path)
     assert table["annotation"].to_list() == names
     assert table["kind"].to_list() == ["decode", "decode", "mixed", "mixed", "decode", "decode"]
     assert set(table["kind_source"].to_list()) == {"annotation"}
-    assert tv.decode_gaps(trace).equals(summary.gaps)
-    assert summary.gaps.height == 6 * 2 - 1
+    assert tv.decode_gaps(trace).equals(summary.decode_gaps)
+    assert summary.decode_gaps.height == 6 * 2 - 1
     assert summary.to_dict()["trace"]["activity"] == "cpu_op"
     # a scan analyses it as summarize does (it refused CPU-only traces: issue 33)
     report = tv.scan([str(path)], tmp_path / "ds")

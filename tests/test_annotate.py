@@ -15,7 +15,7 @@ from conftest import DEFAULT_SWEEP, GENERATED, SCENARIO_NAMES, real_traces, trac
 import traceview as tv
 from traceview.cli import cli
 from traceview.errors import CaptureOnlyError
-from traceview.load.frames import OVERLAY_PID
+from traceview.loader.frames import OVERLAY_PID
 from traceview.render.overlay import annotate
 
 TRACES = [GENERATED / f"{n}.json.gz" for n in SCENARIO_NAMES] + real_traces()
@@ -27,7 +27,7 @@ def _text(path: Path) -> bytes:
 
 
 def _overlay(path: Path, device: int) -> pl.DataFrame:
-    return tv.sql(
+    return tv.run_sql(
         path,
         "select s.ts, s.dur, s.name, s.category from slice s "
         "join thread_track tt on s.track_id = tt.id join thread using (utid) "

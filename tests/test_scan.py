@@ -83,7 +83,7 @@ def test_the_dataset_holds_each_traces_summary(runs: Path, tmp_path: Path) -> No
         assert mine["anchor_ns"].to_list() == summary.steps["anchor_ns"].to_list()
         assert mine["kind"].to_list() == summary.steps["kind"].to_list()
         gaps = _table(ds, "gaps").filter(pl.col("trace_id") == tid)
-        assert gaps["gap_ns"].to_list() == summary.gaps["gap_ns"].to_list()
+        assert gaps["gap_ns"].to_list() == summary.decode_gaps["gap_ns"].to_list()
     ranks = traces.filter(pl.col("run").str.contains("tp2_")).sort("run", "rank")
     assert ranks["rank"].to_list() == [0, 1, 0, 1]
     assert set(traces["engine"].drop_nulls().to_list()) == {"vllm", "sglang"}

@@ -28,9 +28,9 @@ from planned import planned_query_rows
 import traceview as tv
 from fixtures.truth import union_length
 from traceview.cli import cli
-from traceview.load import LoadOptions
-from traceview.sql import builtin_queries, run_sql, split_statements
-from traceview.sql.families_query import families_sql
+from traceview.loader import LoadOptions
+from traceview.sqlengine import builtin_queries, run_sql, split_statements
+from traceview.sqlengine.families_query import families_sql
 
 QUERIES = sorted(builtin_queries())
 TRACES = [GENERATED / f"{n}.json.gz" for n in SCENARIO_NAMES] + real_traces()
@@ -176,7 +176,7 @@ def test_step_kernels_equal_the_planted_steps(scenario: str) -> None:
 def test_launch_latency_equals_a_correlation_join(scenario: str) -> None:
     trace = tv.load(GENERATED / f"{scenario}.json.gz")
     sql = run_sql(trace, "launch_latency")
-    launches = trace.events.filter(pl.col("kind") == "runtime").select(
+    launches = trace.events.filter(pl.col("event_kind") == "runtime").select(
         "correlation", pl.col("ts_ns").alias("launch_ts")
     )
     lat = (
@@ -646,7 +646,7 @@ def test_an_unknown_builtin_query_lists_the_builtins() -> None:
     from click.testing import CliRunner
 
     from traceview.cli import cli
-    from traceview.sql import builtin_queries
+    from traceview.sqlengine import builtin_queries
 
     result = CliRunner().invoke(
         cli, ["sql", "nosuchquery", str(GENERATED / "dense_sglang.json.gz")]

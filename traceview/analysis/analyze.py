@@ -10,26 +10,26 @@ value (and one population) wherever it is read.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
+from traceview._deprecated import deprecated
 from traceview._io import release_free_memory
 from traceview.analysis.base.document import Efficiency
-from traceview.analysis.base.precision import sig
 from traceview.analysis.classify.families import Rules, load_rules
 from traceview.analysis.documents import display
 from traceview.analysis.documents.summary import Summary, build, capture_only_summary
 from traceview.analysis.steps.candidates import StepOptions
 from traceview.analysis.steps.find import StepResult, find_steps
 from traceview.analysis.steps.periodic import MAX_LAYERS
-from traceview.analysis.work.devices import DeviceSpec, device_option
+from traceview.analysis.timing.busy import BUSY_SCHEMA, busy_window
+from traceview.analysis.work.devices import GpuSpec, load_gpu
 from traceview.analysis.work.model_config import ModelSpec, load_model
 from traceview.errors import CaptureOnlyError, UsageError
-from traceview.load import LoadOptions, load
+from traceview.loader import LoadOptions, load
 from traceview.model import Trace
 
 METHODS = ("auto", "bursts", "annotations")
@@ -48,19 +48,11 @@ def _count(name: str, value: object, low: int, high: int) -> None:
         raise UsageError(f"{name}: {value!r} is not an integer from {low} to {high}")
 
 
-BUSY_SCHEMA: dict[str, pl.DataType] = {
-    "device": pl.Int64(),
-    "window_start_ns": pl.Int64(),
-    "window_end_ns": pl.Int64(),
-    "busy_ns": pl.Int64(),
-    "fraction": pl.Float64(),
-}
-
-
 @dataclass(frozen=True, slots=True)
 class AnalysisConfig:
     """How a trace is analysed: the one way to configure an analysis, on every surface
-    (the CLI builds one from its options; ``RunOptions`` and ``ScanOptions`` carry one).
+    (the CLI builds one from its options; ``RunOptions`` and ``ScanOptions`` carry one;
+    the shortcuts, ``tv.steps`` and the rest, take one).
 
     Attributes:
         method: how to find engine steps: ``auto`` (the engine's annotations where they
@@ -74,14 +66,14 @@ class AnalysisConfig:
             (``tv.load_rules(...)``) used as they are.
         model: the model (``tv.load_model(path)``, or a ``config.json`` path, read here):
             each step's FLOPs, bytes, MFU and MBU.
-        gpu: the device's peaks (``tv.device_spec(...)``, or a part name or a
-            ``SPEC.toml`` path, read here), instead of those matched from the trace.
+        gpu: the GPU's peaks (``tv.load_gpu(...)``, or a part name or a ``SPEC.toml``
+            path, read here), instead of those matched from the trace.
         window: ``(t0_ns, t1_ns)``: analyse only the events starting in this window, in
             ns from the trace's first device activity (``Trace.window``).
 
     Raises:
         UsageError: an unknown method, or a window whose end is not after its start.
-        EfficiencyInputError: a model or device spec that cannot be read.
+        EfficiencyInputError: a model or GPU spec that cannot be read.
     """
 
     method: str = "auto"
@@ -91,7 +83,7 @@ class AnalysisConfig:
     preset: str = "default"
     rules: str | Path | Rules | None = None
     model: ModelSpec | str | Path | None = None
-    gpu: DeviceSpec | str | None = None
+    gpu: GpuSpec | str | None = None
     window: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
@@ -111,9 +103,9 @@ class AnalysisConfig:
         elif self.model is not None and not isinstance(self.model, ModelSpec):
             raise UsageError(f"model: {self.model!r} is neither a config.json nor a ModelSpec")
         if isinstance(self.gpu, str):
-            object.__setattr__(self, "gpu", device_option(self.gpu))
-        elif self.gpu is not None and not isinstance(self.gpu, DeviceSpec):
-            raise UsageError(f"gpu: {self.gpu!r} is neither a part, a spec file nor a DeviceSpec")
+            object.__setattr__(self, "gpu", load_gpu(self.gpu))
+        elif self.gpu is not None and not isinstance(self.gpu, GpuSpec):
+            raise UsageError(f"gpu: {self.gpu!r} is neither a part, a spec file nor a GpuSpec")
         if self.window is not None:
             w = self.window
             if not isinstance(w, tuple) or len(w) != 2:
@@ -132,11 +124,18 @@ class AnalysisConfig:
         return self.model
 
     @property
-    def device_spec(self) -> DeviceSpec | None:
-        """The device's peaks, as read (a name or path given is read when the config is
+    def gpu_spec(self) -> GpuSpec | None:
+        """The GPU's peaks, as read (a name or path given is read when the config is
         made)."""
         assert not isinstance(self.gpu, str)
         return self.gpu
+
+    @property
+    def device_spec(self) -> GpuSpec | None:
+        """Deprecated: :attr:`gpu_spec` (``device`` is the device analysed, ``gpu`` its
+        peaks)."""
+        deprecated("AnalysisConfig.device_spec", "AnalysisConfig.gpu_spec")
+        return self.gpu_spec
 
     def describe(self) -> dict[str, object]:
         """What decides the figures, as plain data: the step options, the rules (their
@@ -148,7 +147,7 @@ class AnalysisConfig:
             return hashlib.blake2b(repr(value).encode(), digest_size=8).hexdigest()
 
         rules = self.load_rules()
-        model, gpu = self.model_spec, self.device_spec
+        model, gpu = self.model_spec, self.gpu_spec
         return {
             "method": self.method,
             "layers": self.layers,
@@ -170,33 +169,6 @@ class AnalysisConfig:
         if isinstance(self.rules, Rules):
             return self.rules
         return load_rules(self.preset, self.rules)
-
-
-def config_with(
-    config: AnalysisConfig | None,
-    rules: Rules | None = None,
-    *,
-    method: str | None = None,
-    layers: int | None = None,
-    step_gap_ns: int | None = None,
-    device: int | None = None,
-    model: ModelSpec | None = None,
-    gpu: DeviceSpec | None = None,
-) -> AnalysisConfig:
-    """``config`` (default: ``AnalysisConfig()``) with each shortcut keyword that is given
-    (not None) replacing its field: how the module-level shortcuts map their keywords."""
-    base = config or AnalysisConfig()
-    given = {
-        "rules": rules,
-        "method": method,
-        "layers": layers,
-        "step_gap_ns": step_gap_ns,
-        "device": device,
-        "model": model,
-        "gpu": gpu,
-    }
-    changed = {k: v for k, v in given.items() if v is not None}
-    return replace(base, **changed) if changed else base  # type: ignore[arg-type]
 
 
 class Analysis:
@@ -235,7 +207,7 @@ class Analysis:
         """The ``traceview.summary/1`` document and the tables beside it; for a trace that
         holds only CUDA-graph capture / warm-up (engine start-up), the document with 0
         steps and its ``capture`` section (:meth:`serving` refuses it instead)."""
-        model, gpu = self.config.model_spec, self.config.device_spec
+        model, gpu = self.config.model_spec, self.config.gpu_spec
         try:
             result = self.step_result
         except CaptureOnlyError as exc:
@@ -289,9 +261,11 @@ class Analysis:
         row = {k: [b[k]] for k in BUSY_SCHEMA}  # type: ignore[literal-required]
         return pl.DataFrame(row, schema=BUSY_SCHEMA)
 
-    def busy_between(self, t0_ns: int, t1_ns: int) -> pl.DataFrame:
+    def busy_between(self, t0_ns: int | None = None, t1_ns: int | None = None) -> pl.DataFrame:
         """GPU busy of the analysed device (capture kernels left out) over the window
-        ``[t0_ns, t1_ns)`` on the trace's clock; columns as :attr:`busy`.
+        ``[t0_ns, t1_ns)`` on the trace's clock (an end not given: the activity's own);
+        columns as :attr:`busy`, computed by
+        :func:`~traceview.analysis.timing.busy.busy_window`.
 
         Raises:
             UsageError: a bound that is not an integer, an end not after the start, or a
@@ -301,33 +275,20 @@ class Analysis:
         """
         _count("t0_ns", t0_ns, -MAX_NS, MAX_NS)
         _count("t1_ns", t1_ns, -MAX_NS, MAX_NS)
-        if t1_ns <= t0_ns:
+        if t0_ns is not None and t1_ns is not None and t1_ns <= t0_ns:
             raise UsageError(f"busy window [{t0_ns}, {t1_ns}): its end is not after its start")
         whole = self.busy
         if whole.height == 0:  # no serving kernels: say why (CUDA-graph capture alone)
             self.serving()
             return whole
-        start, end = int(whole["window_start_ns"][0]), int(whole["window_end_ns"][0])
-        if t1_ns <= start or t0_ns >= end:
-            raise UsageError(
-                f"{self.trace.meta.path}: the window [{t0_ns}, {t1_ns}) ns on the trace's "
-                f"clock holds none of the analysed device's activity (it spans {start}–{end} ns)"
-            )
-        u = self.step_result.union
-        covered = int(u.clipped_lengths(np.array([t0_ns]), np.array([t1_ns]))[0])
-        row = {
-            "device": [self.step_result.device],
-            "window_start_ns": [t0_ns],
-            "window_end_ns": [t1_ns],
-            "busy_ns": [covered],
-            "fraction": [sig(covered / (t1_ns - t0_ns))],  # the document's precision
-        }
-        return pl.DataFrame(row, schema=BUSY_SCHEMA)
+        result = self.step_result
+        row = busy_window(result.union, result.device, t0_ns, t1_ns, self.trace.meta.path)
+        return pl.DataFrame([row], schema=BUSY_SCHEMA)
 
     @property
     def decode_gaps(self) -> pl.DataFrame:
         """One row per decode gap (columns: :func:`traceview.decode_gaps`)."""
-        return self.summary.gaps
+        return self.summary.decode_gaps
 
     @property
     def idle(self) -> pl.DataFrame:

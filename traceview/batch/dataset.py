@@ -32,7 +32,7 @@ import polars as pl
 
 from traceview.batch.store import HOST, LocalStore, Store, open_store, to_frame
 from traceview.errors import MissingDependencyError, TraceviewError
-from traceview.load import remote
+from traceview.loader import remote
 
 TABLES = ("traces", "steps", "families", "gaps", "errors")
 # the tables a trace's traces/ row commits (errors/ rows stand alone)
@@ -61,7 +61,7 @@ def _store(dataset: Dataset) -> Store:
 
 def content_hash(path: str | os.PathLike[str]) -> str:
     """The trace's identity in the dataset: BLAKE2b (128 bits) of its bytes, as hex (for an
-    object, :func:`traceview.load.remote.digest`, the same digest)."""
+    object, :func:`traceview.loader.remote.digest`, the same digest)."""
     name = os.fspath(path)
     if remote.is_url(name):
         return remote.digest(name)

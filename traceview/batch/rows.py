@@ -82,7 +82,7 @@ def trace_row(
     annotations = summary.steps["annotation"].drop_nulls().unique().to_list()
     # newer SGLang wraps its step[…] in an execute_… range that the steps are named by (as
     # vLLM's detailed one is): the inner one, anywhere in the trace, says which engine
-    names = trace.events.filter(pl.col("kind") == "user_annotation")["name"].cast(pl.String)
+    names = trace.events.filter(pl.col("event_kind") == "user_annotation")["name"].cast(pl.String)
     annotations += names.filter(names.str.starts_with("step[")).head(1).to_list()
     row: dict[str, Any] = {
         "trace_id": trace_id,
@@ -143,5 +143,5 @@ def table_rows(
         *fixed,
     )
     families = summary.families.select(*ids, pl.all())
-    gaps = summary.gaps.select(*ids, pl.all())
+    gaps = summary.decode_gaps.select(*ids, pl.all())
     return steps, families, gaps, work

@@ -24,7 +24,7 @@ from traceview.analysis.documents.run import (
 from traceview.batch.discover import discover
 from traceview.batch.pool import map_tasks
 from traceview.errors import CaptureOnlyError, RunError, TraceviewError, UsageError
-from traceview.load import LoadOptions, load
+from traceview.loader import LoadOptions, load
 from traceview.redact import shown
 
 

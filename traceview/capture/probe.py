@@ -458,7 +458,7 @@ def _offsets(clock: dict[str, Any], traces: list[Path]) -> list[dict[str, Any]]:
     none, and says why."""
     out = []
     for path in traces:
-        from traceview.load import load
+        from traceview.loader import load
 
         entry: dict[str, Any] = {"trace": path.name}
         try:

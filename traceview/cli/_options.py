@@ -7,16 +7,17 @@ import functools
 import logging
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import click
 from rich.console import Console
 from rich.text import Text
 
-from traceview._io import check_output, check_url_output, url_output_name
+from traceview._io import check_output, url_output_name, writer_rule
 from traceview.errors import TraceviewError, UsageError
 from traceview.render.safe import line as one_line
 
@@ -73,7 +74,7 @@ def publish_outputs(ok: bool) -> None:
     try:
         for staged in _STAGED:
             if ok and staged.path.is_file():
-                from traceview.load import remote  # an output for a URL: the loader's store
+                from traceview.loader import remote  # an output for a URL: the loader's store
 
                 remote.upload(str(staged.path), staged.url)
         if ok:
@@ -103,8 +104,32 @@ def warn_once(source: str, text: str, label: str = "") -> None:
     warn(f"{label}{source}: {text}")
 
 
+def show_deprecations() -> None:
+    """For one command (inside its ``warnings.catch_warnings()``): traceview's own
+    DeprecationWarnings (a check bound that names a renamed key) as ``Warning: <text>``
+    lines, each once; Python hides them from a command's user otherwise."""
+    shown = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if not issubclass(category, DeprecationWarning):
+            shown(message, category, filename, lineno, file, line)
+        elif ("", str(message)) not in _WARNED:
+            _WARNED.add(("", str(message)))
+            warn(str(message))
+
+    warnings.filterwarnings("always", category=DeprecationWarning, module=r"traceview(\.|$)")
+    warnings.showwarning = show
+
+
 class _WarnOnce(logging.Handler):
-    """traceview's own log records (``traceview.load``: helper processes that stopped) as
+    """traceview's own log records (``traceview.loader``: helper processes that stopped) as
     the command's warnings: ``Warning: <file>: <text>``, escaped, once."""
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -174,7 +199,7 @@ def load_trace(path: str, *, strict: bool = False, raw_args: bool = False) -> Tr
     """Load a trace for a command: progress bar on a terminal, warnings summarised;
     ``strict``: a truncated trace is an error; ``raw_args``: every event's args kept (for
     SQL)."""
-    from traceview.load import LoadOptions, load
+    from traceview.loader import LoadOptions, load
 
     options = LoadOptions(strict=strict, raw_args=raw_args)
     if sys.stderr.isatty():
@@ -195,7 +220,7 @@ force_option = click.option("--force", is_flag=True, help="Overwrite an existing
 
 def local_files(paths: list[str]) -> list[Path]:
     """The files among ``paths`` (a URL is never a local output's input)."""
-    from traceview.load.remote import is_url
+    from traceview.loader.remote import is_url
 
     return [Path(p) for p in paths if not is_url(p)]
 
@@ -206,7 +231,7 @@ def input_files(paths: tuple[str, ...] | list[str]) -> list[Path]:
     reads), nor does a URL."""
     from traceview.batch.discover import discover
     from traceview.errors import RunError
-    from traceview.load.remote import is_url
+    from traceview.loader.remote import is_url
 
     found: list[Path] = []
     for text in paths:
@@ -228,7 +253,7 @@ def output_file(
     ``inputs`` names; checked before any work is done. An output at a URL gets the same
     rule, and a local path to write it to; it is uploaded when the command succeeds
     (:func:`publish_outputs`)."""
-    from traceview.load import remote
+    from traceview.loader import remote
 
     if remote.is_url(output):
         return _staged(output, inputs, force=force, suffixes=suffixes)
@@ -242,11 +267,28 @@ def _staged(
     force: bool,
     suffixes: tuple[str, ...] | None,
 ) -> Path:
-    """The writer rule for an output at a URL, and the local path to write it to."""
+    """The writer rule (``_io.writer_rule``) for an output at a URL, asked of its store,
+    and the local path to write it to.
+
+    Raises:
+        TraceviewError: one line naming the output and what is wrong (or the store that
+            cannot be reached).
+    """
     import tempfile
 
-    check_url_output(url, inputs=inputs, force=force, suffixes=suffixes)
-    name = url_output_name(url)  # a plain name: never empty, ".", ".." (checked above)
+    from traceview.loader import remote
+
+    name = url_output_name(url)  # a plain name: never empty, ".", ".."
+    writer_rule(
+        url,
+        name,
+        folder=False,
+        an_input=url in set(inputs),
+        exists=lambda: remote.exists(url),
+        force=force,
+        suffixes=suffixes,
+    )
+    remote.check_bucket(url)
     folder = Path(tempfile.mkdtemp(prefix="traceview-out-"))
     path = folder / name
     _STAGED.append(_Staged(url, folder, path))
@@ -350,7 +392,7 @@ def analysis_options(func: Callable[..., R]) -> Callable[..., R]:
         click.option(
             "--gpu",
             type=str,
-            help="The device's peaks: a built-in part (e.g. H100, 'NVIDIA H200 NVL') or a "
+            help="The GPU's peaks: a built-in part (e.g. H100, 'NVIDIA H200 NVL') or a "
             "SPEC.toml (default: matched from the trace's deviceProperties).",
         ),
         click.option("--device", type=int, help="Device to analyse (default: most kernel time)."),
@@ -465,7 +507,7 @@ def is_run(paths: tuple[str, ...] | list[str]) -> bool:
         return True
     import os
 
-    from traceview.load import remote
+    from traceview.loader import remote
 
     p = paths[0]
     if remote.is_url(p):

@@ -203,15 +203,13 @@ def efficiency_rows(doc: SummaryDocument) -> list[list[str]]:
 
 
 def efficiency_caption(doc: SummaryDocument) -> str:
-    """Which device's peaks and which model the table is against."""
+    """Which GPU's peaks and which model the table is against."""
     eff = doc["efficiency"]
-    device, model = eff["device"], eff["model"]
+    gpu, model = eff["gpu"], eff["model"]
     peaks = (
-        "no known peaks"
-        if device["peak_bytes_per_s"] is None and not device["peak_flops"]
-        else "peaks"
+        "no known peaks" if gpu["peak_bytes_per_s"] is None and not gpu["peak_flops"] else "peaks"
     )
-    name = device["name"] or "an unnamed device"
+    name = gpu["name"] or "an unnamed GPU"
     about = f"{model['name']}, {model['active_params'] / 1e9:.2f}B active params" if model else ""
     return f"{about}; {name} {peaks} (p50 rates over each step's busy time; docs/metrics.md)"
 

@@ -194,8 +194,9 @@ def _summary_section(summary: Summary, label: str) -> str:
     out.append(
         _table(["family", "kernels", "time", "mean", "share"], fams, {1, 2, 3, 4}, "families")
     )
-    if summary.gaps.height:
-        fig = gaps_figure(gaps_data(summary, summary.gaps), title=f"{gap_title(d)} — {label}")
+    if summary.decode_gaps.height:
+        data = gaps_data(summary, summary.decode_gaps)
+        fig = gaps_figure(data, title=f"{gap_title(d)} — {label}")
         out.append(f'<div class="chart gaps-chart">{_svg(fig)}</div>')
     warnings = list(summary.warnings)
     if warnings:

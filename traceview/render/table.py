@@ -83,7 +83,7 @@ def render_info(doc: InfoDocument, console: Console | None = None) -> None:
     )
     facts.add_row("GPU", str(doc["gpu"] or "—"))
     facts.add_row("events", f"{doc['events']:,} ({doc['skipped_events']:,} skipped)")
-    kinds = ", ".join(f"{k} {v:,}" for k, v in doc["kernels_by_kind"].items())
+    kinds = ", ".join(f"{k} {v:,}" for k, v in doc["kernels_by_event_kind"].items())
     facts.add_row("device activity", f"{doc['kernels']:,}" + (f" ({kinds})" if kinds else ""))
     facts.add_row("span", fmt_ns(doc["span_ns"]))
     facts.add_row("flows / counters", f"{doc['flows']:,} / {doc['counters']:,}")

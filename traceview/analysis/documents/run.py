@@ -33,6 +33,7 @@ import itertools
 import re
 from collections import Counter
 from collections.abc import Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -396,7 +397,7 @@ def _rank_row(
 ) -> RankRow:
     assert r.summary is not None and r.per_step is not None
     doc = r.summary.to_dict()
-    phases: dict[str, PhaseCadence] = {
+    by_kind: dict[str, PhaseCadence] = {
         kind: {"n": c["n"], "p50_ns": c["p50_ns"], "p99_ns": c["p99_ns"]}
         for kind, c in doc["steps"]["cadence_by_kind"].items()
     }
@@ -408,12 +409,13 @@ def _rank_row(
         "truncated": r.truncated_at is not None,
         "truncated_at_byte": r.truncated_at,
         **trace_figures(doc),
-        "cadence_by_phase": phases,
+        "cadence_by_kind": by_kind,
         "compute_p50_ns": median_ns(per["compute_ns"].to_numpy()),
         "collective_ns_per_step": sig_or_none(mean(per["collective_ns"])),
         "collective_wait_p50_ns": wait.get(r.rank) if r.rank is not None else None,
         "idle_dependency_p50_ns": dependency.get(r.rank) if r.rank is not None else None,
         "time_breakdown": step_time(r.summary.steps),
+        "cadence_by_phase": deepcopy(by_kind),  # deprecated, for one release
     }
 
 

@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
-from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import cast
 
-import numpy as np
 import orjson
 import polars as pl
 
+from traceview._deprecated import deprecated
 from traceview._io import release_free_memory
 from traceview.analysis.base.document import (
     DECODING,
     KINDS,
     SUMMARY_SCHEMA,
+    Activity,
     Capture,
     FamilyRow,
+    Phase,
     StepFacts,
     StepFinding,
     SummaryDocument,
     TraceFacts,
+    keep_deprecated_keys,
 )
 from traceview.analysis.base.precision import sig
-from traceview.analysis.base.stats import percentiles
 from traceview.analysis.classify.families import Rules, family_rows, kernel_rows
 from traceview.analysis.documents import display
 from traceview.analysis.steps.capture import capture_regions
@@ -35,7 +36,7 @@ from traceview.analysis.timing.breakdown import (
     with_fills,
 )
 from traceview.analysis.timing.busy import busy_document, no_busy
-from traceview.analysis.timing.cadence import cadence, decoding_cadence, kind_cadence, phase_rows
+from traceview.analysis.timing.cadence import cadence, kind_cadence, phase_rows, token_cadence
 from traceview.analysis.timing.gaps import (
     GAP_SCHEMA,
     gap_table,
@@ -47,7 +48,7 @@ from traceview.analysis.timing.idle import (
     long_idle,
 )
 from traceview.analysis.work.cost import COST_STEP_SCHEMA, cost_section, cost_steps
-from traceview.analysis.work.devices import DeviceSpec
+from traceview.analysis.work.devices import GpuSpec
 from traceview.analysis.work.efficiency import (
     device_peaks,
     efficiency_section,
@@ -73,7 +74,8 @@ class Summary:
         steps: the step table (see :func:`traceview.steps`).
         families: the family table (see :func:`traceview.families`).
         families_rollup: the family table with dotted families rolled up.
-        gaps: the decode-gap table (see :func:`traceview.decode_gaps`).
+        decode_gaps: the decode-gap table (see :func:`traceview.decode_gaps`); ``gaps`` is
+            its deprecated name.
         kernel_table: time per kernel name on the device (see :func:`traceview.kernels`).
         warnings: what a reader should know before trusting a figure.
         timeline: with fewer than 2 steps (no cadence to draw), the analysed device's
@@ -94,12 +96,19 @@ class Summary:
     steps: pl.DataFrame
     families: pl.DataFrame
     families_rollup: pl.DataFrame
-    gaps: pl.DataFrame
+    decode_gaps: pl.DataFrame
     kernel_table: pl.DataFrame
     idle: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
     timeline: pl.DataFrame | None = None
     cost_steps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=COST_STEP_SCHEMA))
+
+    @property
+    def gaps(self) -> pl.DataFrame:
+        """Deprecated: :attr:`decode_gaps` (``Analysis.gaps()`` draws the decode-gap
+        chart)."""
+        deprecated("Summary.gaps", "Summary.decode_gaps")
+        return self.decode_gaps
 
     def to_dict(self) -> SummaryDocument:
         return self.document
@@ -109,7 +118,7 @@ class Summary:
         return orjson.dumps(self.document, option=option).decode()
 
     def __repr__(self) -> str:
-        """About 15 lines: the trace, its steps and phases, the decode cadence, the decode
+        """About 15 lines: the trace, its steps and phases, the token cadence, the decode
         gaps, busy and the largest families (the whole document is ``to_dict()``)."""
         d = self.document
         t, st, b = d["trace"], d["steps"], d["busy"]
@@ -120,7 +129,7 @@ class Summary:
         def pct(x: float | None) -> str:
             return "—" if x is None else f"{x:.1%}"
 
-        cad = st["decoding_cadence"]
+        cad = st["token_cadence"]
         gaps = next(g for g in d["decode_gaps"] if g["population"] == "decode")
         phases = ", ".join(
             f"{p['kind']} {p['first_step']}–{p['last_step']}" for p in st["phases"][:6]
@@ -132,7 +141,7 @@ class Summary:
             f"  activity        {t['kernels']:,} {t['activity']}s",
             f"  steps           {st['count']:,} by {st['method']}",
             f"  phases          {phases or '—'}",
-            f"  decoding cadence p50 {ms(cad['p50_ns'])}, p99 {ms(cad['p99_ns'])} "
+            f"  token cadence   p50 {ms(cad['p50_ns'])}, p99 {ms(cad['p99_ns'])} "
             f"(n={cad['n']}, steps with decode work)",
             f"  decode gaps     p50 {ms(gaps['p50_ns'])}, p99 {ms(gaps['p99_ns'])} "
             f"(n={gaps['n']}, decode steps)",
@@ -154,7 +163,7 @@ def build(
     rules: Rules,
     result: StepResult,
     model: ModelSpec | None = None,
-    gpu: DeviceSpec | None = None,
+    gpu: GpuSpec | None = None,
 ) -> Summary:
     """The summary of the steps the step finder found (``result``): each figure computed
     by the module that defines it, assembled here into the document and its tables."""
@@ -184,30 +193,9 @@ def build(
     release_free_memory()
     op_work = kernel_work(trace, k)  # record_shapes' GEMM and attention ops, where present
     efficiency["families"] = family_work(k, op_work, peaks)
-    start_ns, end_ns = int(result.union.starts[0]), int(result.union.ends[-1])
-    facts: TraceFacts = {
-        "path": stored(trace.meta.path),  # a name's non-UTF-8 bytes as \xff
-        "format": trace.meta.format,
-        "gpu": trace.meta.gpu_name,
-        "events": trace.meta.events,
-        "kernels": k.height,
-        "skipped_events": trace.meta.skipped_events,
-        "devices": trace.devices,
-        "device": result.device,
-        "streams": sorted(k["stream"].drop_nulls().unique().to_list()),
-        "start_ns": start_ns,
-        "end_ns": end_ns,
-        "span_ns": end_ns - start_ns,
-        "activity": result.activity,
-    }
-    step_facts: StepFacts = {
-        **describe(result),
-        "count": table.height,
-        "cadence": cadence(table),
-        "cadence_by_kind": {kind: kind_cadence(table, kind) for kind in KINDS},
-        "decoding_cadence": decoding_cadence(table),
-        "phases": phases,
-    }
+    facts = trace_facts(trace, k, result.device, result.activity)
+    start_ns, end_ns = facts["start_ns"], facts["end_ns"]
+    step_facts = _step_facts(describe(result), table, phases)
     fam = family_rows(result.totals)
     rolled = family_rows(result.totals, roll_up=True)
     costed = cost_steps(table)
@@ -232,18 +220,43 @@ def build(
         ),
         "warnings": warnings,
     }
+    keep_deprecated_keys(doc)
     return Summary(
         document=doc,
         steps=table,
         families=fam,
         families_rollup=rolled,
-        gaps=gaps,
+        decode_gaps=gaps,
         kernel_table=kernel_table_work(kernel_rows(result.totals), k, op_work, peaks),
         warnings=warnings,
         timeline=timeline(k, start_ns, end_ns) if table.height < 2 else None,
         idle=idle,
         cost_steps=costed,
     )
+
+
+def trace_facts(trace: Trace, kernels: pl.DataFrame, device: int, activity: Activity) -> TraceFacts:
+    """The summary's ``trace`` section, for every summary: the file's facts, and those of
+    the analysed device's activity the summary is over (``kernels``, not empty: its
+    kernels, capture left out unless it is all there is, or the CPU ranges that stand in
+    for them): how many, on which streams, from their first start to their last end."""
+    start_ns = int(kernels["ts_ns"].min())  # type: ignore[arg-type]
+    end_ns = int((kernels["ts_ns"] + kernels["dur_ns"]).max())  # type: ignore[arg-type]
+    return {
+        "path": stored(trace.meta.path),  # a name's non-UTF-8 bytes as \xff
+        "format": trace.meta.format,
+        "gpu": trace.meta.gpu_name,
+        "events": trace.meta.events,
+        "kernels": kernels.height,
+        "skipped_events": trace.meta.skipped_events,
+        "devices": trace.devices,
+        "device": device,
+        "streams": sorted(kernels["stream"].drop_nulls().unique().to_list()),
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "span_ns": end_ns - start_ns,
+        "activity": activity,
+    }
 
 
 def refuse_capture_only(summary: object) -> None:
@@ -275,7 +288,7 @@ def capture_only_summary(
     device: int | None,
     said: str,
     model: ModelSpec | None = None,
-    gpu: DeviceSpec | None = None,
+    gpu: GpuSpec | None = None,
 ) -> Summary:
     """The summary of a trace that holds only CUDA-graph capture / warm-up (engine
     start-up): 0 steps, no families, gaps, busy or phases (every kernel is under capture,
@@ -286,14 +299,11 @@ def capture_only_summary(
     device = pick_device(trace, device)
     k = trace.kernels
     mine = k.filter(pl.col("device") == device) if len(trace.devices) > 1 else k
-    start_ns = int(mine["ts_ns"].min())  # type: ignore[arg-type]
-    end_ns = int((mine["ts_ns"] + mine["dur_ns"]).max())  # type: ignore[arg-type]
     path = trace.meta.path
     warnings = [said.removeprefix(f"{path}: ")]
     peaks = device_peaks(trace, device, gpu)
     table, efficiency, more = efficiency_section(trace, device, empty_step_table(), model, peaks)
     warnings += more
-    empty = percentiles(np.empty(0, dtype=np.int64))
     finding: StepFinding = {
         "method": "none",
         "marker": None,
@@ -305,32 +315,11 @@ def capture_only_summary(
     }
     doc: SummaryDocument = {
         "schema": SCHEMA,
-        "trace": {
-            "path": stored(path),
-            "format": trace.meta.format,
-            "gpu": trace.meta.gpu_name,
-            "events": trace.meta.events,
-            "kernels": k.height,
-            "skipped_events": trace.meta.skipped_events,
-            "devices": trace.devices,
-            "device": device,
-            "streams": sorted(mine["stream"].drop_nulls().unique().to_list()),
-            "start_ns": start_ns,
-            "end_ns": end_ns,
-            "span_ns": end_ns - start_ns,
-            "activity": "kernel",
-        },
+        "trace": trace_facts(trace, mine, device, "kernel"),
         "classification": rules.name,
         "families": [],
         "families_rollup": [],
-        "steps": {
-            **finding,
-            "count": 0,
-            "cadence": empty,
-            "cadence_by_kind": {kind: deepcopy(empty) for kind in KINDS},
-            "decoding_cadence": deepcopy(empty),
-            "phases": [],
-        },
+        "steps": _step_facts(finding, table, []),
         "work": work(table, []),
         "decode_gaps": summarize_gaps(pl.DataFrame(schema=GAP_SCHEMA), None),
         "decode_marker": None,
@@ -343,6 +332,7 @@ def capture_only_summary(
         "capture": capture_section(capture.regions, capture.kernels, capture.spans),
         "warnings": warnings,
     }
+    keep_deprecated_keys(doc)
     no_kernels = pl.DataFrame(
         schema={"name": pl.String, "family": pl.String, "count": pl.UInt32, "total_ns": pl.Int64}
     )
@@ -352,7 +342,7 @@ def capture_only_summary(
         steps=table,
         families=no_families,
         families_rollup=no_families,
-        gaps=pl.DataFrame(schema=GAP_SCHEMA),
+        decode_gaps=pl.DataFrame(schema=GAP_SCHEMA),
         kernel_table=kernel_table_work(
             no_kernels.with_columns(
                 pl.lit(None, pl.Float64).alias("mean_ns"), pl.lit(None, pl.Float64).alias("share")
@@ -364,6 +354,25 @@ def capture_only_summary(
         idle=pl.DataFrame(schema=IDLE_SCHEMA),
         warnings=warnings,
     )
+
+
+def _step_facts(finding: StepFinding, table: pl.DataFrame, phases: list[Phase]) -> StepFacts:
+    """The summary's ``steps`` section: how the steps were found, their count, their
+    cadence over each population (:mod:`~traceview.analysis.timing.cadence`) and phases."""
+    return {
+        "method": finding["method"],
+        "marker": finding["marker"],
+        "layers": finding["layers"],
+        "detail": finding["detail"],
+        "annotation_steps": finding["annotation_steps"],
+        "disagreements": finding["disagreements"],
+        "kind_sources": finding["kind_sources"],
+        "count": table.height,
+        "cadence": cadence(table),
+        "cadence_by_kind": {kind: kind_cadence(table, kind) for kind in KINDS},
+        "token_cadence": token_cadence(table),
+        "phases": phases,
+    }
 
 
 def _family_rows(table: pl.DataFrame) -> list[FamilyRow]:

@@ -335,14 +335,14 @@ def _annotation_groups(
     ann = step_ranges(trace)
     if ann is None:
         return None
-    gpu = ann.filter((pl.col("kind") == "gpu_user_annotation") & (pl.col("pid") == device))
+    gpu = ann.filter((pl.col("event_kind") == "gpu_user_annotation") & (pl.col("pid") == device))
     shared = 0
     if gpu.height:
-        clusters = step_clusters(gpu.drop("kind", "pid", "tid"), [])
+        clusters = step_clusters(gpu.drop("event_kind", "pid", "tid"), [])
         held = range_holding(k.ts, clusters["a0"].to_numpy(), clusters["a1"].to_numpy())
     else:
         clusters = step_clusters(
-            ann.filter(pl.col("kind") == "user_annotation").drop("kind"), ["pid", "tid"]
+            ann.filter(pl.col("event_kind") == "user_annotation").drop("event_kind"), ["pid", "tid"]
         )
         cpu = clusters.select("cid", "pid", "tid", "a0", "a1")
         held, shared = _launched_in(trace, k, cpu)

@@ -378,10 +378,10 @@ def cpu_activity(trace: Trace) -> Trace:
     the "device" and its tid the "stream"."""
     ev = trace.events
     named = ev.filter(
-        (pl.col("kind") == "user_annotation")
+        (pl.col("event_kind") == "user_annotation")
         & ~pl.col("name").cast(pl.String).str.contains(STEP_ANNOTATION.pattern)
     )
-    candidates = named if named.height else ev.filter(pl.col("kind") == "cpu_op")
+    candidates = named if named.height else ev.filter(pl.col("event_kind") == "cpu_op")
     ops = candidates.sort(["pid", "tid", "ts_ns"])
     end = pl.col("ts_ns") + pl.col("dur_ns")
     nxt = pl.col("ts_ns").shift(-1).over(["pid", "tid"])
@@ -391,7 +391,7 @@ def cpu_activity(trace: Trace) -> Trace:
         "dur_ns",
         "name",
         "cat",
-        pl.lit("kernel").cast(trace.kernels["kind"].dtype).alias("kind"),
+        pl.lit("kernel").cast(trace.kernels["event_kind"].dtype).alias("event_kind"),
         "pid",
         "tid",
         pl.col("pid").alias("device"),
@@ -399,7 +399,8 @@ def cpu_activity(trace: Trace) -> Trace:
         "correlation",
         "external_id",
     ).sort("ts_ns", maintain_order=True)
-    return replace(trace, kernels=kernels.cast(dict(trace.kernels.schema)))  # type: ignore[arg-type]
+    schema = {c: t for c, t in trace.kernels.schema.items() if c in kernels.columns}
+    return replace(trace, kernels=kernels.cast(schema))  # type: ignore[arg-type]
 
 
 def find_steps(
@@ -434,7 +435,7 @@ def find_steps(
         trace = replace(trace, kernels=trace.kernels.filter(pl.Series(~capture.mask)))
     if (
         trace.kernels.height == 0
-        and trace.events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])).height
+        and trace.events.filter(pl.col("event_kind").is_in(["cpu_op", "user_annotation"])).height
     ):
         trace, activity = cpu_activity(trace), "cpu_op"
     device = pick_device(trace, opts.device)

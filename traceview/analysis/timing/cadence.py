@@ -5,8 +5,9 @@ documents report (docs/metrics.md). Every cadence figure is computed here:
 - a **phase's** cadence and a **kind's** (``cadence_by_kind``): the intervals inside the
   phase, or inside every phase of that kind; the interval that crosses a phase boundary
   belongs to neither;
-- the **decoding cadence**: the intervals between consecutive steps that carry decode work
-  (decode and mixed), whatever runs between them;
+- the **token cadence**: the intervals between consecutive steps that carry decode work
+  (decode and mixed), whatever runs between them: how often a decoding request gets a
+  token;
 - a **step's time** (``time_to_next``): its anchor to the next step's anchor, the interval
   cadence gives the next step, which the step-cost fits read.
 """
@@ -31,8 +32,9 @@ def time_to_next(steps: pl.DataFrame) -> pl.Series:
     return steps["interval_ns"].shift(-1).alias("time_ns")
 
 
-def decoding_cadence(steps: pl.DataFrame) -> Percentiles:
-    """The cadence a decoding request experiences: the anchor-to-anchor intervals between
+def token_cadence(steps: pl.DataFrame) -> Percentiles:
+    """The cadence a decoding request experiences, a token per step that carries its decode
+    work: the anchor-to-anchor intervals between
     consecutive steps that carry decode work (``decode`` and ``mixed``), whatever runs
     between them (a prefill-only step between two decode steps lengthens the interval)."""
     anchors = steps.filter(pl.col("kind").is_in(DECODING))["anchor_ns"]

@@ -24,7 +24,9 @@ def prefill_growth(table: pl.DataFrame, phases: list[Phase]) -> list[PrefillGrow
 
     Prompt work is the engine's own count of context tokens where every step of the phase
     states it (``measure: prompt_tokens``), else the prefill-only kernel time
-    (``measure: prefill_ns``); a phase with neither is left out."""
+    (``measure: prefill_ns``); a phase with neither is left out. ``measured_first`` and
+    ``measured_last`` are the first and last steps' prompt work as measured; ``growth``
+    is the fitted line's last value over its first, not their ratio."""
     out: list[PrefillGrowth] = []
     for phase in phases:
         if phase["kind"] != "mixed" or phase["steps"] < 3:
@@ -45,8 +47,8 @@ def prefill_growth(table: pl.DataFrame, phases: list[Phase]) -> list[PrefillGrow
                 "last_step": phase["last_step"],
                 "steps": int(y.size),
                 "measure": measure,
-                "first": int(y[0]),
-                "last": int(y[-1]),
+                "measured_first": int(y[0]),
+                "measured_last": int(y[-1]),
                 "prefill_ns_first": int(steps["prefill_ns"][0]),
                 "prefill_ns_last": int(steps["prefill_ns"][-1]),
                 "growth": sig(float(last / first)) if first > 0 else math.inf,
