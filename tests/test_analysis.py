@@ -657,3 +657,18 @@ def test_host_stalls_at_random_in_a_trace_without_pauses_are_no_steps(tmp_path: 
     summary = tv.summarize(tv.load(path))
     assert summary.to_dict()["steps"]["count"] == 1
     assert any("set --layers or --step-gap" in w for w in summary.warnings)
+
+
+def test_the_period_is_the_gap_and_the_previous_markers_run() -> None:
+    """``period_ns`` = next start - previous start = the gap + the previous marker's
+    duration (where they do not overlap); its percentiles beside each population's."""
+    a = tv.analyze(GENERATED / "hybrid_chunked.json.gz")
+    t = truth("hybrid_chunked")
+    gaps = a.decode_gaps.filter(~pl.col("overlap"))
+    marker = a.summary.document["decode_marker_kernels"][0]
+    k = a.trace.kernels.filter(pl.col("name").cast(pl.String) == marker).sort("ts_ns")
+    ends = dict(zip((k["ts_ns"] + k["dur_ns"]).to_list(), k["dur_ns"].to_list(), strict=True))
+    prev_dur = np.array([ends[s] for s in gaps["start_ns"].to_list()])
+    assert (gaps["period_ns"].to_numpy() == gaps["gap_ns"].to_numpy() + prev_dur).all()
+    for g, planted in zip(a.summary.document["decode_gaps"], t["decode_gaps"], strict=True):
+        assert g["period"] == planted["period"]

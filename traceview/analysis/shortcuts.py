@@ -130,8 +130,9 @@ def decode_gaps(
 
     Returns:
         DataFrame: ``start_ns`` (Int64, ns: the earlier marker's end), ``end_ns`` (Int64,
-        ns: the next marker's start), ``gap_ns`` (Int64, ns, overlaps as 0), ``overlap``
-        (Boolean), ``phase`` (Int64), ``population`` (String: decode|mixed).
+        ns: the next marker's start), ``gap_ns`` (Int64, ns, overlaps as 0),
+        ``period_ns`` (Int64, ns: the next marker's start minus the earlier one's),
+        ``overlap`` (Boolean), ``phase`` (Int64), ``population`` (String: decode|mixed).
     """
     given = config_with(
         config, rules, method=method, layers=layers, step_gap_ns=step_gap_ns, device=device

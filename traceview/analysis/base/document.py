@@ -158,6 +158,7 @@ class GapStats(TypedDict):
     p90_ns: int | None
     p99_ns: int | None
     max_ns: int | None
+    period: Percentiles  # the same pairs' start-to-start intervals (the gap + prev's duration)
     filled: GapFill | None  # what filled all its gaps; None without gaps
     widest: GapFill | None  # what filled the gaps at or above p99; None without gaps
 

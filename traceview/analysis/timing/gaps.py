@@ -4,6 +4,9 @@ For consecutive decode-marker kernels on one device (ordered by start), a gap is
 ``next.start - prev.end``; overlaps count as 0 and are counted. A gap belongs to the phase
 whose span holds its start (``prev.end``), and is kept only where that phase carries decode
 work (``decode`` or ``mixed``): between prefill-only steps' kernels nothing decodes.
+
+Beside each gap, its **period** ``next.start - prev.start`` (the gap plus the previous
+marker's duration): the start-to-start interval scripts that read a trace by hand measure.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ GAP_SCHEMA = pl.Schema(
         "start_ns": pl.Int64,
         "end_ns": pl.Int64,
         "gap_ns": pl.Int64,
+        "period_ns": pl.Int64,
         "overlap": pl.Boolean,
         "phase": pl.Int64,
         "population": pl.String,
@@ -122,8 +126,9 @@ def gap_table(
     """One row per decode gap between the device's decode-marker kernels (``kernels``, with
     their ``family``; ``totals`` per name; the steps' ``phases``): ``start_ns`` (prev end),
     ``end_ns`` (next start),
-    ``gap_ns`` (Int64, ns, ≥ 0), ``overlap`` (Boolean), ``phase`` (Int64), ``population``
-    (String: decode|mixed); plus the marker pattern and the markers' family."""
+    ``gap_ns`` (Int64, ns, ≥ 0), ``period_ns`` (Int64, ns: next start - prev start),
+    ``overlap`` (Boolean), ``phase`` (Int64), ``population`` (String: decode|mixed); plus
+    the marker pattern and the markers' family."""
     markers, used = decode_markers(kernels, totals, rules)
     family = None
     if markers.height:
@@ -133,7 +138,8 @@ def gap_table(
     # the device's kernels are in time order already: sort only when they are not
     m = markers if markers["ts_ns"].is_sorted() else markers.sort("ts_ns", maintain_order=True)
     prev_end = (m["ts_ns"] + m["dur_ns"]).to_numpy()[:-1]
-    next_start = m["ts_ns"].to_numpy()[1:]
+    starts = m["ts_ns"].to_numpy()
+    next_start = starts[1:]
     raw = next_start - prev_end
     p_start = phases["start_ns"].to_numpy()
     idx = np.clip(np.searchsorted(p_start, prev_end, side="right") - 1, 0, len(p_start) - 1)
@@ -142,6 +148,7 @@ def gap_table(
             "start_ns": prev_end.astype(np.int64),
             "end_ns": next_start.astype(np.int64),
             "gap_ns": np.maximum(raw, 0).astype(np.int64),
+            "period_ns": (next_start - starts[:-1]).astype(np.int64),
             "overlap": raw < 0,
             "phase": phases["phase"].to_numpy()[idx].astype(np.int64),
             "population": phases["kind"].to_numpy()[idx],
@@ -158,6 +165,7 @@ def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[GapStats]:
     for population in populations:
         sel = table if population == "all" else table.filter(pl.col("population") == population)
         stats = percentiles(sel["gap_ns"].to_numpy())
+        period = percentiles(sel["period_ns"].to_numpy())
         out.append(
             {
                 "population": population,
@@ -168,6 +176,7 @@ def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[GapStats]:
                 "p90_ns": stats["p90_ns"],
                 "p99_ns": stats["p99_ns"],
                 "max_ns": stats["max_ns"],
+                "period": period,
                 "filled": None,  # filled in by the summary, which holds the device's activity
                 "widest": None,
             }
