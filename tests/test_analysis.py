@@ -72,7 +72,12 @@ def test_summary_equals_planted_truth(scenario: str) -> None:
     for col in ("kind", "kind_source", *RECORD_COLUMNS, "shape_tokens"):
         assert summary.steps[col].to_list() == [s[col] for s in t["steps"]], col
     markers = summary.kernel_table.filter(pl.col("name") == t["decode_marker_kernel"])
-    assert markers["count"].sum() == sum(g["n"] for g in t["decode_gaps"][:1]) + 1
+    assert markers["count"].sum() == t["decode_markers"]
+    if not t["warmup"]["steps"]:  # every pair of consecutive markers is a gap
+        assert t["decode_markers"] == t["decode_gaps"][0]["n"] + 1
+    assert doc["warmup"] == t["warmup"]
+    assert summary.steps["warmup"].to_list() == [s["warmup"] for s in t["steps"]]
+    assert summary.steps["phase"].to_list() == [s["phase"] for s in t["steps"]]
 
 
 @pytest.mark.parametrize("method", ["bursts", "annotations"])
@@ -282,7 +287,9 @@ def test_steps_table_columns(scenario: str) -> None:
     assert table["prefill_kernels"].to_list() == [s["prefill_kernels"] for s in t["steps"]]
     fam_cols = [c for c in table.columns if c.startswith("ns_")]
     total = table.select(pl.sum_horizontal(fam_cols)).to_series().sum()
-    assert total == sum(f["total_ns"] for f in t["families"].values())
+    assert total == t["steps_kernel_ns"]  # every step's, warm-up steps' too
+    assert table.columns[-1] == "warmup"
+    assert table["warmup"].to_list() == [s["warmup"] for s in t["steps"]]
     assert table["phase"].to_list() == [s["phase"] for s in t["steps"]]
     # each step's busy share of its span, as the plan lays its kernels out
     want = [s["busy_ns"] / (s["end_ns"] - s["start_ns"]) for s in t["steps"]]

@@ -19,6 +19,7 @@ import polars as pl
 
 from traceview._io import release_free_memory
 from traceview.analysis.base.document import Efficiency
+from traceview.analysis.base.intervals import union
 from traceview.analysis.base.precision import sig
 from traceview.analysis.classify.families import Rules, load_rules
 from traceview.analysis.documents import display
@@ -78,6 +79,10 @@ class AnalysisConfig:
             ``SPEC.toml`` path, read here), instead of those matched from the trace.
         window: ``(t0_ns, t1_ns)``: analyse only the events starting in this window, in
             ns from the trace's first device activity (``Trace.window``).
+        keep_warmup: keep the steps that hold warm-up (CUDA-graph capture, Triton
+            autotuning, compilation, lazy loading) in every figure, for a study of warm-up
+            itself; they are marked (the steps table's ``warmup``) all the same. By default
+            every serving figure leaves them out.
 
     Raises:
         UsageError: an unknown method, or a window whose end is not after its start.
@@ -93,6 +98,7 @@ class AnalysisConfig:
     model: ModelSpec | str | Path | None = None
     gpu: DeviceSpec | str | None = None
     window: tuple[int, int] | None = None
+    keep_warmup: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -102,6 +108,8 @@ class AnalysisConfig:
         _count("device", self.device, 0, MAX_NS)
         if not isinstance(self.preset, str):
             raise UsageError(f"preset: {self.preset!r} is not a preset's name")
+        if not isinstance(self.keep_warmup, bool):
+            raise UsageError(f"keep_warmup: {self.keep_warmup!r} is not True or False")
         if self.rules is not None and not isinstance(self.rules, str | Path | Rules):
             raise UsageError(f"rules: {self.rules!r} is neither a rules file nor Rules")
         if self.rules is not None or self.preset != "default":
@@ -158,11 +166,14 @@ class AnalysisConfig:
             "model": None if model is None else f"{model.name} ({digest(model)})",
             "gpu": None if gpu is None else f"{gpu.name} ({digest(gpu.to_dict())})",
             "window": None if self.window is None else list(self.window),
+            "keep_warmup": self.keep_warmup,
         }
 
     def step_options(self) -> StepOptions:
         """How the step finder finds steps."""
-        return StepOptions(self.method, self.layers, self.step_gap_ns, self.device)
+        return StepOptions(
+            self.method, self.layers, self.step_gap_ns, self.device, self.keep_warmup
+        )
 
     def load_rules(self) -> Rules:
         """The classification rules: ``rules`` as given, else the file's before the
@@ -262,8 +273,8 @@ class Analysis:
 
     @property
     def families(self) -> pl.DataFrame:
-        """Kernel time per layer family on the analysed device, capture kernels left out
-        (columns: :func:`traceview.families`)."""
+        """Kernel time per layer family on the analysed device, capture kernels and the
+        steps left out for warm-up left out (columns: :func:`traceview.families`)."""
         return self.summary.families
 
     @property
@@ -282,7 +293,8 @@ class Analysis:
         """The summary's GPU-busy fraction as one row: ``device``, ``window_start_ns``,
         ``window_end_ns``, ``busy_ns`` (Int64, ns) and ``fraction`` (Float64); the window
         is the analysed device's first kernel start to its last kernel end, capture
-        kernels left out."""
+        kernels left out; where steps are left out for warm-up, the other steps' spans
+        (``busy_ns`` over their length, the summary's ``busy.window_ns``)."""
         b = self.summary.document["busy"]
         if b["fraction"] is None and b["busy_ns"] is None:
             return pl.DataFrame(schema=BUSY_SCHEMA)
@@ -290,7 +302,8 @@ class Analysis:
         return pl.DataFrame(row, schema=BUSY_SCHEMA)
 
     def busy_between(self, t0_ns: int, t1_ns: int) -> pl.DataFrame:
-        """GPU busy of the analysed device (capture kernels left out) over the window
+        """GPU busy of the analysed device (capture kernels and the steps left out for
+        warm-up left out) over the window
         ``[t0_ns, t1_ns)`` on the trace's clock; columns as :attr:`busy`.
 
         Raises:
@@ -313,7 +326,12 @@ class Analysis:
                 f"{self.trace.meta.path}: the window [{t0_ns}, {t1_ns}) ns on the trace's "
                 f"clock holds none of the analysed device's activity (it spans {start}–{end} ns)"
             )
-        u = self.step_result.union
+        result = self.step_result
+        u = result.union
+        if result.serving is not None:  # the steps left out for warm-up: none of their work
+            k = result.serving_kernels
+            ts = k["ts_ns"].to_numpy().astype(np.int64)
+            u = union(ts, ts + k["dur_ns"].to_numpy().astype(np.int64))
         covered = int(u.clipped_lengths(np.array([t0_ns]), np.array([t1_ns]))[0])
         row = {
             "device": [self.step_result.device],

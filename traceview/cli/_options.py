@@ -279,6 +279,7 @@ _ANALYSIS_FIELDS = (
     "device",
     "gpu",
     "model",
+    "keep_warmup",
 )
 
 
@@ -304,6 +305,7 @@ def analysis_config(
     device: int | None,
     gpu: str | None,
     model: str | None,
+    keep_warmup: bool = False,
 ) -> AnalysisConfig:
     """The one :class:`~traceview.AnalysisConfig` of a command, from its analysis options
     as given on the command line (``--step-gap`` read as a duration; ``--model`` and
@@ -321,6 +323,7 @@ def analysis_config(
             rules=rules,
             model=model,
             gpu=gpu,
+            keep_warmup=keep_warmup,
         )
     except UsageError as exc:
         # the config names its field ("device: -1 is not …"); the user typed an option
@@ -341,6 +344,12 @@ def analysis_options(func: Callable[..., R]) -> Callable[..., R]:
         return func(*args, analysis=analysis_config(**fields), **kwargs)
 
     opts = [
+        click.option(
+            "--keep-warmup",
+            is_flag=True,
+            help="Keep the steps that hold warm-up (graph capture, Triton autotuning, "
+            "compilation) in every figure; by default they are marked and left out.",
+        ),
         click.option(
             "--model",
             type=click.Path(dir_okay=True),

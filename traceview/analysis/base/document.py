@@ -168,6 +168,7 @@ class Busy(TypedDict):
     fraction: float | None
     window_start_ns: int | None
     window_end_ns: int | None
+    window_ns: int | None  # the window's length, the steps left out for warm-up excepted
     busy_ns: int | None
     in_gaps: float | None
     in_widest_gaps: float | None
@@ -262,6 +263,36 @@ class Capture(TypedDict):
     spans: list[CaptureSpan]
 
 
+class WarmupRegion(TypedDict):
+    """One warm-up region: its cause (``graph_capture``, ``triton_autotune``, ``compile``,
+    ``lazy_loading``), the steps whose spans it overlaps (null for graph capture left out
+    before steps are found), its span, and for an autotuning the kernel tuned, its runs and
+    the cache fills; the device activity in it and its kernel time (null where unknown)."""
+
+    cause: str
+    first_step: int | None
+    last_step: int | None
+    start_ns: int
+    end_ns: int
+    span_ns: int
+    kernel: str | None
+    runs: int | None
+    fills: int | None
+    kernels: int | None
+    gpu_ns: int | None
+
+
+class Warmup(TypedDict):
+    """The engine preparing rather than serving: the steps that hold warm-up, their total
+    span, whether the figures keep them (``kept``; else every serving figure leaves them
+    out), and each region in start order."""
+
+    kept: bool
+    steps: int
+    span_ns: int
+    regions: list[WarmupRegion]
+
+
 class SummaryDocument(TypedDict):
     """``traceview.summary/1``."""
 
@@ -280,6 +311,7 @@ class SummaryDocument(TypedDict):
     time_breakdown: list[TimeBreakdown]  # one entry per phase, as the cadence table
     efficiency: Efficiency
     capture: Capture
+    warmup: Warmup
     warnings: list[str]
 
 

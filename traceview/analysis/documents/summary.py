@@ -21,13 +21,17 @@ from traceview.analysis.base.document import (
     StepFinding,
     SummaryDocument,
     TraceFacts,
+    Warmup,
+    WarmupRegion,
 )
+from traceview.analysis.base.intervals import Union, merge_windows
 from traceview.analysis.base.precision import sig
 from traceview.analysis.base.stats import percentiles
 from traceview.analysis.classify.families import Rules, family_rows, kernel_rows
 from traceview.analysis.documents import display
 from traceview.analysis.steps.capture import capture_regions
 from traceview.analysis.steps.find import StepResult, describe, empty_step_table, pick_device
+from traceview.analysis.steps.warmup import Region, capture_warmup
 from traceview.analysis.timing.breakdown import (
     DeviceActivity,
     time_breakdown,
@@ -152,7 +156,10 @@ def build(
 ) -> Summary:
     """The summary of the steps the step finder found (``result``): each figure computed
     by the module that defines it, assembled here into the document and its tables."""
-    trace, k, table = result.trace, result.kernels, result.table
+    trace, table = result.trace, result.table
+    every = result.kernels  # the device's activity, warm-up included
+    k = result.serving_kernels  # what the serving figures are drawn from
+    left = result.left_out
     warnings = list(result.warnings)
     if result.activity == "cpu_op":
         warnings.insert(
@@ -164,13 +171,21 @@ def build(
     table, efficiency, said = efficiency_section(trace, result.device, table, model, peaks)
     warnings += said
     phases = phase_rows(result.phases, table)
-    gaps, marker, gap_family = gap_table(k, result.totals, result.phases, rules)
+    gone = _spans(table.filter(pl.Series(left))) if left.any() else None
+    gaps, marker, gap_family = gap_table(
+        k, result.totals, result.phases, rules, None if gone is None else (gone.starts, gone.ends)
+    )
     gap_stats = summarize_gaps(gaps, gap_family)
-    warnings += gap_warnings(bool(table["kind"].is_in(DECODING).any()), marker, gap_stats)
-    device = DeviceActivity.of(trace, k, result.starts, result.union, result.host)
+    served = table.filter(pl.col("phase").is_not_null())
+    warnings += gap_warnings(bool(served["kind"].is_in(DECODING).any()), marker, gap_stats)
+    device = DeviceActivity.of(trace, every, result.starts, result.union, result.host)
     release_free_memory()  # its temporaries (each kernel's end, family codes) go back
     gap_stats = with_fills(gaps, gap_stats, device)
     idle = long_idle(trace, device.ts, device.correlation, device.union, device.host)
+    if gone is not None:  # an idle interval lies in one step: those of warm-up steps go
+        at = gone.starts.searchsorted(idle["start_ns"].to_numpy(), side="right") - 1
+        inside = (at >= 0) & (idle["start_ns"].to_numpy() < gone.ends[np.maximum(at, 0)])
+        idle = idle.filter(pl.Series(~inside))
     shares = device.shares
     del device  # its correlation ids, before the phases' breakdown
     release_free_memory()
@@ -182,19 +197,23 @@ def build(
         "format": trace.meta.format,
         "gpu": trace.meta.gpu_name,
         "events": trace.meta.events,
-        "kernels": k.height,
+        "kernels": every.height,
         "skipped_events": trace.meta.skipped_events,
         "devices": trace.devices,
         "device": result.device,
-        "streams": sorted(k["stream"].drop_nulls().unique().to_list()),
+        "streams": sorted(every["stream"].drop_nulls().unique().to_list()),
         "start_ns": start_ns,
         "end_ns": end_ns,
         "span_ns": end_ns - start_ns,
         "activity": result.activity,
     }
+    finding = describe(result)
+    finding["kind_sources"] = {
+        s: int(n) for s, n in served["kind_source"].value_counts(sort=True).iter_rows()
+    }
     step_facts: StepFacts = {
-        **describe(result),
-        "count": table.height,
+        **finding,
+        "count": served.height,
         "cadence": cadence(table),
         "cadence_by_kind": {kind: kind_cadence(table, kind) for kind in KINDS},
         "decoding_cadence": decoding_cadence(table),
@@ -202,6 +221,7 @@ def build(
     }
     fam = family_rows(result.totals)
     rolled = family_rows(result.totals, roll_up=True)
+    serving = None if gone is None else _spans(served)
     doc: SummaryDocument = {
         "schema": SCHEMA,
         "trace": facts,
@@ -214,12 +234,13 @@ def build(
         "decode_marker": None if marker is None else marker.used,
         "decode_marker_source": None if marker is None else marker.source,
         "decode_marker_kernels": [] if marker is None else list(marker.names),
-        "busy": busy_document(result.union, result.device, gaps, gap_stats[0]["p99_ns"]),
+        "busy": busy_document(result.union, result.device, gaps, gap_stats[0]["p99_ns"], serving),
         "time_breakdown": time_breakdown(table, phases, k, shares),
         "efficiency": efficiency,
         "capture": capture_section(
             result.capture_regions, result.capture_kernels, result.capture_spans
         ),
+        "warmup": warmup_section(table, result.warmup, result.warmup_kept),
         "warnings": warnings,
     }
     return Summary(
@@ -230,7 +251,7 @@ def build(
         gaps=gaps,
         kernel_table=kernel_table_work(kernel_rows(result.totals), k, op_work, peaks),
         warnings=warnings,
-        timeline=timeline(k, start_ns, end_ns) if table.height < 2 else None,
+        timeline=timeline(k, start_ns, end_ns) if served.height < 2 else None,
         idle=idle,
     )
 
@@ -255,6 +276,41 @@ def capture_section(
         "regions": regions,
         "kernels": kernels,
         "spans": [{"start_ns": a, "end_ns": b, "span_ns": b - a} for a, b in spans],
+    }
+
+
+def _spans(steps: pl.DataFrame) -> Union:
+    """The steps' spans, merged."""
+    return merge_windows(
+        steps["start_ns"].to_numpy().astype(np.int64), steps["end_ns"].to_numpy().astype(np.int64)
+    )
+
+
+def warmup_section(table: pl.DataFrame, regions: tuple[Region, ...], kept: bool) -> Warmup:
+    """The summary's ``warmup`` section: the steps that hold warm-up (the steps table's
+    ``warmup`` not null), their span, whether the figures keep them, and each region."""
+    held = table.filter(pl.col("warmup").is_not_null())
+    rows: list[WarmupRegion] = [
+        {
+            "cause": r.cause,
+            "first_step": r.first_step,
+            "last_step": r.last_step,
+            "start_ns": r.start_ns,
+            "end_ns": r.end_ns,
+            "span_ns": r.end_ns - r.start_ns,
+            "kernel": r.kernel,
+            "runs": r.runs,
+            "fills": r.fills,
+            "kernels": r.kernels,
+            "gpu_ns": r.gpu_ns,
+        }
+        for r in regions
+    ]
+    return {
+        "kept": kept,
+        "steps": held.height,
+        "span_ns": int((held["end_ns"] - held["start_ns"]).sum()),
+        "regions": rows,
     }
 
 
@@ -329,6 +385,7 @@ def capture_only_summary(
         "time_breakdown": [],
         "efficiency": efficiency,
         "capture": capture_section(capture.regions, capture.kernels, capture.spans),
+        "warmup": warmup_section(table, tuple(capture_warmup(trace, capture)), False),
         "warnings": warnings,
     }
     no_kernels = pl.DataFrame(

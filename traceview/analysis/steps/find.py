@@ -57,6 +57,14 @@ from traceview.analysis.steps.records import (
     stated_composition,
     stated_requests,
 )
+from traceview.analysis.steps.warmup import (
+    Region,
+    autotune_regions,
+    capture_warmup,
+    leave_out,
+    mark_warmup,
+    with_regions,
+)
 from traceview.analysis.timing.idle import CAUSES, HostCalls, idle_per_window
 from traceview.errors import CaptureOnlyError, UnsupportedTraceError
 from traceview.model import Trace
@@ -93,6 +101,25 @@ class StepResult:
     capture_regions: int = 0  # CUDA-graph capture / warm-up regions left out
     capture_kernels: int = 0  # the kernels under them
     capture_spans: tuple[tuple[int, int], ...] = ()  # each region's (start_ns, end_ns)
+    # the warm-up regions (graph capture's among them), in start order, and whether the
+    # steps that hold them were kept in the serving figures (AnalysisConfig.keep_warmup)
+    warmup: tuple[Region, ...] = ()
+    warmup_kept: bool = False
+    # per row of ``kernels``: it lies in a step the figures cover (None: every kernel does)
+    serving: np.ndarray | None = None
+
+    @property
+    def serving_kernels(self) -> pl.DataFrame:
+        """The device's kernels outside the steps left out for warm-up (all of them where
+        none is)."""
+        if self.serving is None:
+            return self.kernels
+        return self.kernels.filter(pl.Series(self.serving))
+
+    @property
+    def left_out(self) -> np.ndarray:
+        """Per step: it holds warm-up and the figures leave it out (its ``phase`` is null)."""
+        return self.table["phase"].is_null().to_numpy()
 
 
 def pick_device(trace: Trace, device: int | None) -> int:
@@ -218,12 +245,16 @@ def _assemble(
     names: list[list[str]],
     rules: Rules,
     starts: I64 | None = None,
+    bounds: Union | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, int]]:
+    """The steps table and its phases. ``bounds``: the union the step starts are chosen
+    on (the device's activity with its warm-up regions filled: no step starts inside one);
+    ``u`` by default."""
     ts, dur = k.ts, k.dur
     end_all = int(u.ends[-1])  # the last kernel's end
     if starts is None:
         prev_last = np.concatenate(([ts[0]], last_markers[:-1])).astype(np.int64)
-        starts = _step_starts(u, int(ts[0]), anchors, prev_last)
+        starts = _step_starts(bounds or u, int(ts[0]), anchors, prev_last)
     ends = np.append(starts[1:], end_all).astype(np.int64)
 
     step_of_kernel = np.searchsorted(starts, ts, side="right") - 1
@@ -292,8 +323,15 @@ def _assemble(
         "interval_ns",
         pl.exclude("index", "start_ns", "anchor_ns", "end_ns", "interval_ns"),
     )
-    phases = (
-        table.group_by("phase", maintain_order=True)
+    return table, phase_table(table), kinds.disagreements
+
+
+def phase_table(table: pl.DataFrame) -> pl.DataFrame:
+    """One row per phase of the steps table (its steps with a ``phase``): ``phase``,
+    ``kind``, ``first_step``, ``last_step``, ``steps``, ``start_ns``, ``end_ns``."""
+    return (
+        table.filter(pl.col("phase").is_not_null())
+        .group_by("phase", maintain_order=True)
         .agg(
             pl.col("kind").first(),
             pl.col("index").first().alias("first_step"),
@@ -304,7 +342,6 @@ def _assemble(
         )
         .sort("phase")
     )
-    return table, phases, kinds.disagreements
 
 
 def empty_step_table() -> pl.DataFrame:
@@ -335,6 +372,7 @@ def empty_step_table() -> pl.DataFrame:
             **{f"idle_{cause}_ns": pl.Int64 for cause in CAUSES},
             "host_step_ns": pl.Int64,
             "host_before_gpu_ns": pl.Int64,
+            "warmup": pl.String,
         }
     )
 
@@ -407,7 +445,9 @@ def find_steps(
         raise UnsupportedTraceError(f"unknown step method {opts.method!r}")
     activity: Activity = "kernel"
     capture = capture_regions(trace)
-    if capture.kernels:  # engine start-up, not serving: no steps, cadence or gaps from it
+    captured = capture_warmup(trace, capture)
+    if capture.kernels and not opts.keep_warmup:
+        # engine start-up, not serving: no steps, cadence or gaps from it
         if capture.kernels == trace.kernels.height:
             raise CaptureOnlyError(
                 f"{trace.meta.path}: CUDA-graph capture / warm-up only "
@@ -427,8 +467,12 @@ def find_steps(
     family = family_codes(mine, rules, shape_families(trace, mine))
     k = device_kernels(mine, family, rules.step_marker)
     u = union(k.ts, k.ts + k.dur)
+    autotune = autotune_regions(mine, k.ts, k.dur, u) if activity == "kernel" else []
+    # the steps' boundaries never fall inside a warm-up region: its idle time (the host
+    # compiling a config) is no pause between steps
+    bounds = with_regions(u, autotune)
 
-    bursts = burst_candidate(k, u, opts)
+    bursts = burst_candidate(k, bounds, opts)
     # with --steps bursts the annotations still state each step's batch, where they match
     annotations = annotation_candidate(trace, k, device)
     if opts.method == "annotations" and annotations is None:
@@ -436,13 +480,13 @@ def find_steps(
             f"{trace.meta.path}: no per-step annotations (vLLM execute_context_…, SGLang "
             "step[…], ProfilerStep#…) linked to device kernels; use --steps bursts"
         )
-    idle = idle_candidate(k, u) if bursts is None else None
+    idle = idle_candidate(k, bounds) if bursts is None else None
     chosen = choose(
         bursts, annotations, idle, method=opts.method, cpu_activity=activity == "cpu_op"
     )
     c = chosen.candidate
     warnings = list(chosen.warnings)
-    if capture.kernels:
+    if capture.kernels and not opts.keep_warmup:
         warnings.append(
             f"CUDA-graph capture / warm-up: {capture.regions} region(s), {capture.kernels} "
             "kernel(s) left out (engine start-up, not serving)"
@@ -461,7 +505,7 @@ def find_steps(
             )
     starts = c.first_kernel if c.method == "annotations" and activity == "cpu_op" else None
     table, phases, disagree = _assemble(
-        trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts
+        trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts, bounds
     )
     method, layers, detail = c.method, c.layers, c.detail
     annotation_steps, disagreements = chosen.annotation_steps, chosen.disagreements
@@ -470,6 +514,11 @@ def find_steps(
     host = HostCalls.of(trace)  # read once: the summary's gap fills split with it too
     table = with_time_breakdown(table, trace, k, u, host)
     table = with_host_columns(table, trace, k, host)
+    table, regions = mark_warmup(table, trace, [*captured, *autotune])
+    serving: np.ndarray | None = None
+    if not opts.keep_warmup and table["warmup"].is_not_null().any():
+        table, serving = leave_out(table, k.ts)
+        phases = phase_table(table)
     release_free_memory()  # the breakdown's temporaries, before the summary's
     warnings.extend(
         f"step kinds: the annotations state decode-only batches, but the {what} show prompt "
@@ -489,7 +538,7 @@ def find_steps(
         disagreements=disagreements,
         warnings=warnings,
         union=u,
-        totals=family.totals(k.dur),
+        totals=family.totals(k.dur, serving),
         activity=activity,
         trace=trace,
         capture_regions=capture.regions,
@@ -497,6 +546,9 @@ def find_steps(
         capture_spans=capture.spans,
         host=host,
         starts=k.ts,
+        warmup=tuple(regions),
+        warmup_kept=opts.keep_warmup,
+        serving=serving,
     )
 
 

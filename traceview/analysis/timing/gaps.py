@@ -3,7 +3,8 @@
 For consecutive decode-marker kernels on one device (ordered by start), a gap is
 ``next.start - prev.end``; overlaps count as 0 and are counted. A gap belongs to the phase
 whose span holds its start (``prev.end``), and is kept only where that phase carries decode
-work (``decode`` or ``mixed``): between prefill-only steps' kernels nothing decodes.
+work (``decode`` or ``mixed``): between prefill-only steps' kernels nothing decodes. A gap
+that spans a step left out for warm-up belongs to no population.
 
 Beside each gap, its **period** ``next.start - prev.start`` (the gap plus the previous
 marker's duration): the start-to-start interval scripts that read a trace by hand measure.
@@ -121,14 +122,20 @@ GAP_SCHEMA = pl.Schema(
 
 
 def gap_table(
-    kernels: pl.DataFrame, totals: pl.DataFrame, phases: pl.DataFrame, rules: Rules
+    kernels: pl.DataFrame,
+    totals: pl.DataFrame,
+    phases: pl.DataFrame,
+    rules: Rules,
+    left_out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[pl.DataFrame, Marker | None, str | None]:
     """One row per decode gap between the device's decode-marker kernels (``kernels``, with
     their ``family``; ``totals`` per name; the steps' ``phases``): ``start_ns`` (prev end),
     ``end_ns`` (next start),
     ``gap_ns`` (Int64, ns, ≥ 0), ``period_ns`` (Int64, ns: next start - prev start),
     ``overlap`` (Boolean), ``phase`` (Int64), ``population`` (String: decode|mixed); plus
-    the marker pattern and the markers' family."""
+    the marker pattern and the markers' family. ``left_out``: the spans ``(lo, hi)``
+    (sorted, disjoint) of the steps left out for warm-up: a gap that overlaps one is
+    dropped."""
     markers, used = decode_markers(kernels, totals, rules)
     family = None
     if markers.height:
@@ -154,8 +161,14 @@ def gap_table(
             "population": phases["kind"].to_numpy()[idx],
         }
     )
+    keep = table["population"].is_in(DECODING).to_numpy()
+    if left_out is not None and left_out[0].size:  # a gap across warm-up: neither side's
+        lo, hi = left_out
+        j = np.searchsorted(lo, next_start, side="left")  # the windows starting before its end
+        last = np.maximum(j - 1, 0)
+        keep &= ~((j > 0) & (hi[last] > prev_end))
     # decode gaps are measured only inside steps that carry decode work
-    return table.filter(pl.col("population").is_in(DECODING)), used, family
+    return table.filter(pl.Series(keep)), used, family
 
 
 def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[GapStats]:

@@ -272,7 +272,7 @@ def efficiency_section(
     section: Efficiency = {
         "device": facts,
         "model": model.to_dict(),
-        "phases": phases(table),
+        "phases": phases(table.filter(pl.col("phase").is_not_null())),  # warm-up left out
         "families": None,
     }
     return table, section, warnings
