@@ -14,6 +14,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner
@@ -55,6 +56,19 @@ def test_the_seed_twins_figures_are_their_serving_steps(name: str) -> None:
     # the steps that hold warm-up keep their rows, all they ran counted in them
     assert a.steps.height == 21 == doc["steps"]["count"] + doc["warmup"]["steps"]
     assert a.steps["kernels"].to_list() == [s["kernels"] for s in t["steps"]]
+
+
+def test_the_warmup_is_named_on_the_screen_in_one_line() -> None:
+    regions = truth("seed_autotune")["warmup"]["regions"]
+    runs, fills = sum(r["runs"] for r in regions), sum(r["fills"] for r in regions)
+    out = CliRunner().invoke(cli, ["summarize", str(SEED)])
+    assert out.exit_code == 0, out.output
+    said = " ".join(out.stdout.split())  # rich wraps a cell at the terminal's width
+    assert (
+        f"warm-up Triton autotuning of chunk_fwd_kernel_o in steps 2–4 "
+        f"({runs:,} runs, {fills:,} cache fills) left out"
+    ) in said
+    assert "all │ 0–20 │" in said  # the steps' rows, warm-up steps' among them
 
 
 def test_keep_warmup_keeps_the_steps_in_every_figure() -> None:
@@ -309,3 +323,45 @@ def test_no_trace_without_warmup_reports_any(path: Path) -> None:
     assert {r["cause"] for r in doc["warmup"]["regions"]} <= {"graph_capture"}
     assert all(r["first_step"] is None for r in doc["warmup"]["regions"])
     assert a.steps["warmup"].null_count() == a.steps.height
+
+
+# --- how the warm-up is drawn -----------------------------------------------------------------
+
+
+def test_the_heartbeat_draws_no_interval_to_or_from_warmup_and_shades_it() -> None:
+    """The intervals of steps 2-5 (to, from and between the steps that hold autotuning) are
+    NaN, as they count in no cadence; the three steps' spans are the shaded bands."""
+    from traceview.render.charts import heartbeat_data
+
+    t = truth("seed_autotune")
+    data = heartbeat_data(tv.analyze(SEED).summary)
+    nan = np.isnan(data.interval_ms)
+    assert np.flatnonzero(nan).tolist() == [0, 2, 3, 4, 5]
+    assert data.breakdown is not None
+    t0 = t["start_ns"]
+    assert data.breakdown.warmup_ms == [
+        ((s["start_ns"] - t0) / 1e6, (s["end_ns"] - t0) / 1e6)
+        for s in t["steps"]
+        if s["warmup"] is not None
+    ]
+
+
+@pytest.mark.slow
+def test_the_heartbeat_of_a_trace_with_warmup_draws(tmp_path: Path) -> None:
+    out = CliRunner().invoke(cli, ["heartbeat", str(SEED), "-o", str(tmp_path / "hb.png")])
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / "hb.png").stat().st_size > 0
+
+
+def test_the_overlay_names_the_warmup_steps() -> None:
+    from traceview.render.overlay import overlay_events
+
+    names = [e.name for e in overlay_events(tv.analyze(SEED).summary) if e.ph == "X"]
+    held = [n for n in names if "warm-up" in n]
+    assert held == [f"step {i} · mixed · warm-up (triton_autotune)" for i in (2, 3, 4)]
+
+
+def test_the_notebook_views_name_the_warmup() -> None:
+    summary = tv.analyze(SEED).summary
+    assert "warm-up         Triton autotuning of chunk_fwd_kernel_o in steps 2–4" in repr(summary)
+    assert "warm-up: Triton autotuning of chunk_fwd_kernel_o" in summary._repr_html_()

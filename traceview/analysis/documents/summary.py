@@ -25,6 +25,7 @@ from traceview.analysis.base.document import (
     WarmupRegion,
 )
 from traceview.analysis.base.intervals import Union, merge_windows
+from traceview.analysis.base.names import short_name
 from traceview.analysis.base.precision import sig
 from traceview.analysis.base.stats import percentiles
 from traceview.analysis.classify.families import Rules, family_rows, kernel_rows
@@ -138,6 +139,9 @@ class Summary:
             f"{pct(b['in_widest_gaps'])}",
             f"  families        {fams}",
         ]
+        said = warmup_line(d["warmup"])
+        if said:
+            lines.insert(4, f"  warm-up         {said}")
         if self.warnings:
             lines.append(f"  warnings        {len(self.warnings)} (summary.warnings)")
         return "\n".join(lines)
@@ -312,6 +316,44 @@ def warmup_section(table: pl.DataFrame, regions: tuple[Region, ...], kept: bool)
         "span_ns": int((held["end_ns"] - held["start_ns"]).sum()),
         "regions": rows,
     }
+
+
+# how the one line on the screen names each cause
+CAUSE_WORDS = {
+    "graph_capture": "CUDA-graph capture",
+    "triton_autotune": "Triton autotuning",
+    "compile": "compilation",
+    "lazy_loading": "lazy kernel loading",
+}
+
+
+def warmup_line(warmup: Warmup) -> str | None:
+    """The warm-up in the steps, in one line (None where no step holds any): per cause and
+    kernel, the steps and what ran (an autotuning's runs and cache fills, else the time),
+    then whether the figures leave those steps out, e.g. "Triton autotuning of
+    chunk_fwd_kernel_o in steps 2–4 (13,713 runs, 11,047 cache fills) left out"."""
+    groups: dict[tuple[str, str | None], list[WarmupRegion]] = {}
+    for r in warmup["regions"]:
+        if r["first_step"] is not None:
+            groups.setdefault((r["cause"], r["kernel"]), []).append(r)
+    if not groups:
+        return None
+    parts = []
+    for (cause, kernel), rs in groups.items():
+        a = min(r["first_step"] for r in rs if r["first_step"] is not None)
+        b = max(r["last_step"] for r in rs if r["last_step"] is not None)
+        where = f"step {a}" if a == b else f"steps {a}–{b}"
+        if cause == "triton_autotune":
+            runs = sum(r["runs"] or 0 for r in rs)
+            fills = sum(r["fills"] or 0 for r in rs)
+            parts.append(
+                f"Triton autotuning of {short_name(kernel or '?')} in {where} "
+                f"({runs:,} runs, {fills:,} cache fills)"
+            )
+        else:
+            span_s = sum(r["span_ns"] for r in rs) / 1e9
+            parts.append(f"{CAUSE_WORDS.get(cause, cause)} in {where} ({span_s:.3g} s)")
+    return "; ".join(parts) + (" kept in" if warmup["kept"] else " left out")
 
 
 def capture_only_summary(
