@@ -365,3 +365,18 @@ def test_the_notebook_views_name_the_warmup() -> None:
     summary = tv.analyze(SEED).summary
     assert "warm-up         Triton autotuning of chunk_fwd_kernel_o in steps 2–4" in repr(summary)
     assert "warm-up: Triton autotuning of chunk_fwd_kernel_o" in summary._repr_html_()
+
+
+def test_graph_capture_kept_in_is_said_so() -> None:
+    """``--keep-warmup`` on a trace that captures CUDA graphs before serving: the capture's
+    kernels form steps, marked ``graph_capture``, and the screen says they are kept in."""
+    path = GENERATED / "vllm_capture_then_serve.json.gz"
+    t = truth("vllm_capture_then_serve")
+    kept = tv.analyze(path, tv.AnalysisConfig(keep_warmup=True))
+    held = kept.steps.filter(pl.col("warmup") == "graph_capture")
+    assert held.height > 0 and kept.steps["phase"].null_count() == 0
+    assert kept.summary.to_dict()["trace"]["kernels"] == t["in_trace"]["kernels"]
+    out = CliRunner().invoke(cli, ["summarize", "--keep-warmup", str(path)])
+    said = " ".join(out.stdout.split())
+    assert f"{t['capture']['kernels']:,} kernels kept in" in said
+    assert "left out" not in said

@@ -140,7 +140,8 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
         facts.add_row(
             "start-up",
             f"CUDA-graph capture / warm-up: {doc['capture']['regions']} region(s), "
-            f"{doc['capture']['kernels']:,} kernels left out",
+            f"{doc['capture']['kernels']:,} kernels "
+            + ("kept in" if doc["warmup"]["kept"] else "left out"),
         )
     if s["disagreements"]:
         facts.add_row("", f"annotations and bursts disagree on {s['disagreements']} step(s)")

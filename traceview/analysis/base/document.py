@@ -255,8 +255,9 @@ class CaptureSpan(TypedDict):
 
 
 class Capture(TypedDict):
-    """CUDA-graph capture / warm-up regions left out of the analysis (engine start-up):
-    how many, the kernels under them, and each region's span in start order."""
+    """CUDA-graph capture / warm-up regions left out of the analysis (engine start-up;
+    kept in where ``warmup.kept``): how many, the kernels under them, and each region's
+    span in start order."""
 
     regions: int
     kernels: int
