@@ -22,7 +22,7 @@ from conftest import GENERATED, SAMPLE_BYTES, real_traces, truth
 from test_analysis import check_against_truth
 
 import traceview as tv
-from fixtures.autotune import FILL_NAME
+from fixtures.autotune import COMPILE_NS, FILL_NAME
 from fixtures.build import Event, TraceBuilder
 from fixtures.engine import SCENARIOS, K, build, plan_steps
 from fixtures.truth import truth as plan_truth
@@ -56,6 +56,11 @@ def test_the_seed_twins_figures_are_their_serving_steps(name: str) -> None:
     # the steps that hold warm-up keep their rows, all they ran counted in them
     assert a.steps.height == 21 == doc["steps"]["count"] + doc["warmup"]["steps"]
     assert a.steps["kernels"].to_list() == [s["kernels"] for s in t["steps"]]
+    # no idle interval of theirs is listed: the compile pauses (150 ms and more) are none
+    held = a.steps.filter(pl.col("warmup").is_not_null()).select("start_ns", "end_ns")
+    for lo, hi in held.iter_rows():
+        assert a.idle.filter(pl.col("start_ns").is_between(lo, hi, closed="left")).height == 0
+    assert (a.idle["end_ns"] - a.idle["start_ns"]).max() < COMPILE_NS[0]
 
 
 def test_the_warmup_is_named_on_the_screen_in_one_line() -> None:

@@ -349,8 +349,8 @@ class Analysis:
 
     @property
     def idle(self) -> pl.DataFrame:
-        """The analysed device's idle intervals of at least 50 µs, each split by cause
-        (``Summary.idle``)."""
+        """The analysed device's idle intervals of at least 50 µs, each split by cause,
+        none inside a step left out for warm-up (``Summary.idle``)."""
         return self.summary.idle
 
     @property

@@ -84,7 +84,8 @@ class Summary:
             activity per family: ``family`` (String), ``start_ns``, ``end_ns`` (Int64), the
             union of each family's kernels (gaps under 1/4000 of the span closed); else
             None.
-        idle: the device's idle intervals of at least 50 µs, each split by cause
+        idle: the device's idle intervals of at least 50 µs, each split by cause, none
+            inside a step left out for warm-up
             (:func:`traceview.analysis.timing.idle.long_idle`: ``start_ns``, ``end_ns``,
             ``cause``, ``host_late_ns``, ``launch_ns``, ``sync_ns``, ``dependency_ns``,
             ``other_ns``); what ``annotate`` draws on its "traceview idle" track.
