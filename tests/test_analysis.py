@@ -73,7 +73,12 @@ def test_summary_equals_planted_truth(scenario: str) -> None:
     for col in ("kind", "kind_source", *RECORD_COLUMNS, "shape_tokens"):
         assert summary.steps[col].to_list() == [s[col] for s in t["steps"]], col
     markers = summary.kernel_table.filter(pl.col("name") == t["decode_marker_kernel"])
-    assert markers["count"].sum() == sum(g["n"] for g in t["decode_gaps"][:1]) + 1
+    assert markers["count"].sum() == t["decode_markers"]
+    if not t["warmup"]["steps"]:  # every pair of consecutive markers is a gap
+        assert t["decode_markers"] == t["decode_gaps"][0]["n"] + 1
+    assert doc["warmup"] == t["warmup"]
+    assert summary.steps["warmup"].to_list() == [s["warmup"] for s in t["steps"]]
+    assert summary.steps["phase"].to_list() == [s["phase"] for s in t["steps"]]
 
 
 @pytest.mark.parametrize("method", ["bursts", "annotations"])
@@ -287,7 +292,9 @@ def test_steps_table_columns(scenario: str) -> None:
     assert table["prefill_kernels"].to_list() == [s["prefill_kernels"] for s in t["steps"]]
     fam_cols = [c for c in table.columns if c.startswith("ns_")]
     total = table.select(pl.sum_horizontal(fam_cols)).to_series().sum()
-    assert total == sum(f["total_ns"] for f in t["families"].values())
+    assert total == t["steps_kernel_ns"]  # every step's, warm-up steps' too
+    assert table.columns[-1] == "warmup"
+    assert table["warmup"].to_list() == [s["warmup"] for s in t["steps"]]
     assert table["phase"].to_list() == [s["phase"] for s in t["steps"]]
     # each step's busy share of its span, as the plan lays its kernels out
     want = [s["busy_ns"] / (s["end_ns"] - s["start_ns"]) for s in t["steps"]]
@@ -662,3 +669,18 @@ def test_host_stalls_at_random_in_a_trace_without_pauses_are_no_steps(tmp_path: 
     summary = tv.summarize(tv.load(path))
     assert summary.to_dict()["steps"]["count"] == 1
     assert any("set --layers or --step-gap" in w for w in summary.warnings)
+
+
+def test_the_period_is_the_gap_and_the_previous_markers_run() -> None:
+    """``period_ns`` = next start - previous start = the gap + the previous marker's
+    duration (where they do not overlap); its percentiles beside each population's."""
+    a = tv.analyze(GENERATED / "hybrid_chunked.json.gz")
+    t = truth("hybrid_chunked")
+    gaps = a.decode_gaps.filter(~pl.col("overlap"))
+    marker = a.summary.document["decode_marker_kernels"][0]
+    k = a.trace.kernels.filter(pl.col("name").cast(pl.String) == marker).sort("ts_ns")
+    ends = dict(zip((k["ts_ns"] + k["dur_ns"]).to_list(), k["dur_ns"].to_list(), strict=True))
+    prev_dur = np.array([ends[s] for s in gaps["start_ns"].to_list()])
+    assert (gaps["period_ns"].to_numpy() == gaps["gap_ns"].to_numpy() + prev_dur).all()
+    for g, planted in zip(a.summary.document["decode_gaps"], t["decode_gaps"], strict=True):
+        assert g["period"] == planted["period"]

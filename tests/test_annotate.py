@@ -67,7 +67,8 @@ def test_an_annotated_trace_keeps_the_original_and_summarizes_the_same(
     assert steps["ts"].to_list() == table["start_ns"].to_list()
     assert steps["dur"].to_list() == (table["end_ns"] - table["start_ns"]).to_list()
     assert steps["name"].to_list() == [
-        f"step {i} · {k}" for i, k in zip(table["index"], table["kind"], strict=True)
+        f"step {i} · {k}" + (f" · warm-up ({w})" if w else "")
+        for i, k, w in zip(table["index"], table["kind"], table["warmup"], strict=True)
     ]
     phases = overlay.filter(pl.col("category") == "traceview.phase")
     assert phases.height == len(a["steps"]["phases"])

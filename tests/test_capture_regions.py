@@ -13,7 +13,7 @@ from conftest import CAPTURE_ONLY_NAMES, GENERATED, SHARED_TRACES, truth
 
 import traceview as tv
 from traceview.analysis.steps.capture import capture_regions
-from traceview.analysis.steps.find import step_kinds
+from traceview.analysis.steps.kinds import step_kinds
 from traceview.analysis.steps.records import record
 from traceview.cli import cli
 from traceview.errors import CaptureOnlyError

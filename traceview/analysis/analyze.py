@@ -70,6 +70,10 @@ class AnalysisConfig:
             path, read here), instead of those matched from the trace.
         window: ``(t0_ns, t1_ns)``: analyse only the events starting in this window, in
             ns from the trace's first device activity (``Trace.window``).
+        keep_warmup: keep the steps that hold warm-up (CUDA-graph capture, Triton
+            autotuning, compilation, lazy loading) in every figure, for a study of warm-up
+            itself; they are marked (the steps table's ``warmup``) all the same. By default
+            every serving figure leaves them out.
 
     Raises:
         UsageError: an unknown method, or a window whose end is not after its start.
@@ -85,6 +89,7 @@ class AnalysisConfig:
     model: ModelSpec | str | Path | None = None
     gpu: GpuSpec | str | None = None
     window: tuple[int, int] | None = None
+    keep_warmup: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -94,6 +99,8 @@ class AnalysisConfig:
         _count("device", self.device, 0, MAX_NS)
         if not isinstance(self.preset, str):
             raise UsageError(f"preset: {self.preset!r} is not a preset's name")
+        if not isinstance(self.keep_warmup, bool):
+            raise UsageError(f"keep_warmup: {self.keep_warmup!r} is not True or False")
         if self.rules is not None and not isinstance(self.rules, str | Path | Rules):
             raise UsageError(f"rules: {self.rules!r} is neither a rules file nor Rules")
         if self.rules is not None or self.preset != "default":
@@ -157,11 +164,14 @@ class AnalysisConfig:
             "model": None if model is None else f"{model.name} ({digest(model)})",
             "gpu": None if gpu is None else f"{gpu.name} ({digest(gpu.to_dict())})",
             "window": None if self.window is None else list(self.window),
+            "keep_warmup": self.keep_warmup,
         }
 
     def step_options(self) -> StepOptions:
         """How the step finder finds steps."""
-        return StepOptions(self.method, self.layers, self.step_gap_ns, self.device)
+        return StepOptions(
+            self.method, self.layers, self.step_gap_ns, self.device, self.keep_warmup
+        )
 
     def load_rules(self) -> Rules:
         """The classification rules: ``rules`` as given, else the file's before the
@@ -234,8 +244,8 @@ class Analysis:
 
     @property
     def families(self) -> pl.DataFrame:
-        """Kernel time per layer family on the analysed device, capture kernels left out
-        (columns: :func:`traceview.families`)."""
+        """Kernel time per layer family on the analysed device, capture kernels and the
+        steps left out for warm-up left out (columns: :func:`traceview.families`)."""
         return self.summary.families
 
     @property
@@ -254,7 +264,8 @@ class Analysis:
         """The summary's GPU-busy fraction as one row: ``device``, ``window_start_ns``,
         ``window_end_ns``, ``busy_ns`` (Int64, ns) and ``fraction`` (Float64); the window
         is the analysed device's first kernel start to its last kernel end, capture
-        kernels left out."""
+        kernels left out; where steps are left out for warm-up, the other steps' spans
+        (``busy_ns`` over their length, the summary's ``busy.window_ns``)."""
         b = self.summary.document["busy"]
         if b["fraction"] is None and b["busy_ns"] is None:
             return pl.DataFrame(schema=BUSY_SCHEMA)
@@ -262,9 +273,9 @@ class Analysis:
         return pl.DataFrame(row, schema=BUSY_SCHEMA)
 
     def busy_between(self, t0_ns: int | None = None, t1_ns: int | None = None) -> pl.DataFrame:
-        """GPU busy of the analysed device (capture kernels left out) over the window
-        ``[t0_ns, t1_ns)`` on the trace's clock (an end not given: the activity's own);
-        columns as :attr:`busy`, computed by
+        """GPU busy of the analysed device (capture kernels and the steps left out for
+        warm-up left out) over the window ``[t0_ns, t1_ns)`` on the trace's clock (an end
+        not given: the activity's own); columns as :attr:`busy`, computed by
         :func:`~traceview.analysis.timing.busy.busy_window`.
 
         Raises:
@@ -282,7 +293,7 @@ class Analysis:
             self.serving()
             return whole
         result = self.step_result
-        row = busy_window(result.union, result.device, t0_ns, t1_ns, self.trace.meta.path)
+        row = busy_window(result.serving_union, result.device, t0_ns, t1_ns, self.trace.meta.path)
         return pl.DataFrame([row], schema=BUSY_SCHEMA)
 
     @property
@@ -292,8 +303,8 @@ class Analysis:
 
     @property
     def idle(self) -> pl.DataFrame:
-        """The analysed device's idle intervals of at least 50 µs, each split by cause
-        (``Summary.idle``)."""
+        """The analysed device's idle intervals of at least 50 µs, each split by cause,
+        none inside a step left out for warm-up (``Summary.idle``)."""
         return self.summary.idle
 
     @property

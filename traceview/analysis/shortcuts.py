@@ -90,7 +90,8 @@ def steps(trace: Trace, config: AnalysisConfig | None = None, **deprecated: obje
         DataFrame: ``index`` (Int64), ``start_ns``, ``anchor_ns``, ``end_ns`` (Int64, ns),
         ``interval_ns`` (Int64, ns, anchor-to-anchor; null for the first step), ``kind``
         (String: decode|mixed|prefill), ``kind_source`` (String: annotation|shapes|kernels,
-        the evidence that decided the kind), ``phase`` (Int64, index of the phase),
+        the evidence that decided the kind), ``phase`` (Int64, index of the phase; null
+        for a step left out for warm-up),
         ``kernels`` (Int64, kernels starting in the step), ``busy_fraction`` (Float64,
         device-busy share of the step's span), ``prefill_ns`` and ``prefill_kernels``
         (Int64: ns and count of the prefill-only kernels starting in the step),
@@ -110,8 +111,10 @@ def steps(trace: Trace, config: AnalysisConfig | None = None, **deprecated: obje
         disagree: :mod:`traceview.analysis.timing.clocks`); ``host_step_ns`` and
         ``host_before_gpu_ns`` (Int64, ns: the length of the engine's CPU step annotation
         that issued the step, and the time from its start to the step's first submitting
-        call; null without one). With a model in the config: ``tokens``,
-        ``attention_counted``, ``flops``, ``bytes``, ``mfu`` and ``mbu``.
+        call; null without one); ``warmup`` (String: graph_capture|triton_autotune|compile|
+        lazy_loading, the warm-up the step holds; null for a serving step). With a model in
+        the config: ``tokens``, ``attention_counted``, ``flops``, ``bytes``, ``mfu`` and
+        ``mbu``.
 
         A trace with no device activity is analysed through its CPU ranges, as
         :func:`traceview.summarize` does.
@@ -135,8 +138,10 @@ def decode_gaps(
 
     Returns:
         DataFrame: ``start_ns`` (Int64, ns: the earlier marker's end), ``end_ns`` (Int64,
-        ns: the next marker's start), ``gap_ns`` (Int64, ns, overlaps as 0), ``overlap``
-        (Boolean), ``phase`` (Int64), ``population`` (String: decode|mixed).
+        ns: the next marker's start), ``gap_ns`` (Int64, ns, overlaps as 0),
+        ``period_ns`` (Int64, ns: the next marker's start minus the earlier one's),
+        ``overlap`` (Boolean), ``phase`` (Int64), ``population`` (String: decode|mixed).
+        A gap across a step left out for warm-up is none.
     """
     return analyze(trace, _config("decode_gaps", config, deprecated)).decode_gaps
 

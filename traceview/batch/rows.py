@@ -129,8 +129,8 @@ def table_rows(
         pl.lit(run, dtype=pl.String).alias("run"),
         pl.lit(rank, dtype=pl.Int64).alias("rank"),
     ]
-    work = step_work(result).select("compute_ns", "collective_ns")
-    steps = pl.concat([summary.steps, work], how="horizontal")
+    work = step_work(result).select("compute_ns", "collective_ns", "serving")
+    steps = pl.concat([summary.steps, work.drop("serving")], how="horizontal")
     fixed = _family_columns(rules)
     steps = steps.with_columns(
         [pl.lit(0, dtype=pl.Int64).alias(c) for c in fixed if c not in steps.columns]
@@ -144,4 +144,5 @@ def table_rows(
     )
     families = summary.families.select(*ids, pl.all())
     gaps = summary.decode_gaps.select(*ids, pl.all())
-    return steps, families, gaps, work
+    # the traces/ row's per-step figures leave the warm-up steps out, as the summary does
+    return steps, families, gaps, work.filter(pl.col("serving")).drop("serving")

@@ -6,7 +6,6 @@ import contextlib
 import functools
 import logging
 import sys
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -14,10 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import click
-from rich.console import Console
 from rich.text import Text
 
 from traceview._io import check_output, url_output_name, writer_rule
+from traceview.cli._console import stderr
+from traceview.cli._progress import count_bar, progress_bar
 from traceview.errors import TraceviewError, UsageError
 from traceview.render.safe import line as one_line
 
@@ -32,9 +32,6 @@ F = TypeVar("F", bound=Callable[..., object])
 
 trace_argument = click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead.")
-
-# one line per message; markup off: trace text printed here is data, never rich markup
-stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,37 +161,6 @@ def forget_warnings() -> None:
     _WARNED.clear()
 
 
-def _progress_bar() -> tuple[Callable[[int, int], None], Callable[[], None]]:
-    """A progress callback that shows a bar on a terminal once loading passes one second."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
-    started = time.monotonic()
-    state: dict[str, Any] = {}
-
-    def update(done: int, total: int) -> None:
-        if "bar" not in state:
-            if time.monotonic() - started < 1.0:
-                return
-            bar = Progress(
-                "[progress.description]{task.description}",
-                BarColumn(),
-                DownloadColumn(),
-                TimeRemainingColumn(),
-                console=stderr,
-                transient=True,
-            )
-            bar.start()
-            state["bar"] = bar
-            state["task"] = bar.add_task("loading", total=total)
-        state["bar"].update(state["task"], completed=done)
-
-    def close() -> None:
-        if "bar" in state:
-            state["bar"].stop()
-
-    return update, close
-
-
 def load_trace(path: str, *, strict: bool = False, raw_args: bool = False) -> Trace:
     """Load a trace for a command: progress bar on a terminal, warnings summarised;
     ``strict``: a truncated trace is an error; ``raw_args``: every event's args kept (for
@@ -203,7 +169,7 @@ def load_trace(path: str, *, strict: bool = False, raw_args: bool = False) -> Tr
 
     options = LoadOptions(strict=strict, raw_args=raw_args)
     if sys.stderr.isatty():
-        update, close = _progress_bar()
+        update, close = progress_bar()
         try:
             trace = load(path, options=replace(options, progress=update))
         finally:
@@ -321,6 +287,7 @@ _ANALYSIS_FIELDS = (
     "device",
     "gpu",
     "model",
+    "keep_warmup",
 )
 
 
@@ -346,6 +313,7 @@ def analysis_config(
     device: int | None,
     gpu: str | None,
     model: str | None,
+    keep_warmup: bool = False,
 ) -> AnalysisConfig:
     """The one :class:`~traceview.AnalysisConfig` of a command, from its analysis options
     as given on the command line (``--step-gap`` read as a duration; ``--model`` and
@@ -363,6 +331,7 @@ def analysis_config(
             rules=rules,
             model=model,
             gpu=gpu,
+            keep_warmup=keep_warmup,
         )
     except UsageError as exc:
         # the config names its field ("device: -1 is not …"); the user typed an option
@@ -383,6 +352,12 @@ def analysis_options(func: Callable[..., R]) -> Callable[..., R]:
         return func(*args, analysis=analysis_config(**fields), **kwargs)
 
     opts = [
+        click.option(
+            "--keep-warmup",
+            is_flag=True,
+            help="Keep the steps that hold warm-up (graph capture, Triton autotuning, "
+            "compilation) in every figure; by default they are marked and left out.",
+        ),
         click.option(
             "--model",
             type=click.Path(dir_okay=True),
@@ -541,53 +516,3 @@ def summarize_run_paths(
     for line in run.warnings:
         warn_once(", ".join(paths), line, label)
     return run
-
-
-def bytes_bar(what: str) -> tuple[Callable[[int, int, int, int], None], Callable[[], None]]:
-    """A progress bar over items and their bytes: items done of total, bytes per second
-    and the time left (from the bytes), shown on a terminal."""
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    bar = Progress(
-        f"[progress.description]{what}",
-        BarColumn(),
-        TextColumn("{task.fields[items]}"),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=stderr,
-        transient=True,
-    )
-    bar.start()
-    task = bar.add_task(what, total=None, items="")
-
-    def update(done: int, total: int, bytes_done: int, bytes_total: int) -> None:
-        bar.update(task, completed=bytes_done, total=bytes_total, items=f"{done}/{total}")
-
-    return update, bar.stop
-
-
-def count_bar(what: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
-    """A progress bar over a count of items, shown on a terminal."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    bar = Progress(
-        f"[progress.description]{what}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=stderr,
-        transient=True,
-    )
-    bar.start()
-    task = bar.add_task(what, total=None)
-
-    def update(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
-
-    return update, bar.stop

@@ -72,8 +72,9 @@ def phase_rows(steps: StepFacts) -> list[tuple[int | None, list[str]]]:
     for all steps, then one per phase, each (first step of the phase, or None for the
     overall row; its cells under :data:`PHASE_COLUMNS`)."""
     rows: list[tuple[int | None, list[str]]] = []
+    last = max((p["last_step"] for p in steps["phases"]), default=max(steps["count"] - 1, 0))
     cadences: list[tuple[str, str, Percentiles, int | None]] = [
-        ("all", f"0–{max(steps['count'] - 1, 0)}", steps["cadence"], None)
+        ("all", f"0–{last}", steps["cadence"], None)
     ]
     cadences += [
         (p["kind"], f"{p['first_step']}–{p['last_step']}", p["cadence"], p["first_step"])

@@ -120,6 +120,7 @@ def overlay_events(summary: Summary) -> list[OverlayEvent]:
             "step": r["index"],
             "kind": r["kind"],
             "kind_source": r["kind_source"],
+            "warmup": r["warmup"],
             "interval_ns": r["interval_ns"],
             "anchor_ns": r["anchor_ns"],
             "kernels": r["kernels"],
@@ -131,7 +132,8 @@ def overlay_events(summary: Summary) -> list[OverlayEvent]:
         out.append(
             OverlayEvent(
                 "X",
-                f"step {r['index']} · {r['kind']}",
+                f"step {r['index']} · {r['kind']}"
+                + (f" · warm-up ({r['warmup']})" if r["warmup"] else ""),
                 f"{cat}.step",
                 pid,
                 1,

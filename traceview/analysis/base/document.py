@@ -191,6 +191,7 @@ class GapStats(TypedDict):
     p90_ns: int | None
     p99_ns: int | None
     max_ns: int | None
+    period: Percentiles  # the same pairs' start-to-start intervals (the gap + prev's duration)
     filled: GapFill | None  # what filled all its gaps; None without gaps
     widest: GapFill | None  # what filled the gaps at or above p99; None without gaps
 
@@ -200,6 +201,7 @@ class Busy(TypedDict):
     fraction: float | None
     window_start_ns: int | None
     window_end_ns: int | None
+    window_ns: int | None  # the window's length, the steps left out for warm-up excepted
     busy_ns: int | None
     in_gaps: float | None
     in_widest_gaps: float | None
@@ -287,12 +289,43 @@ class CaptureSpan(TypedDict):
 
 
 class Capture(TypedDict):
-    """CUDA-graph capture / warm-up regions left out of the analysis (engine start-up):
-    how many, the kernels under them, and each region's span in start order."""
+    """CUDA-graph capture / warm-up regions left out of the analysis (engine start-up;
+    kept in where ``warmup.kept``): how many, the kernels under them, and each region's
+    span in start order."""
 
     regions: int
     kernels: int
     spans: list[CaptureSpan]
+
+
+class WarmupRegion(TypedDict):
+    """One warm-up region: its cause (``graph_capture``, ``triton_autotune``, ``compile``,
+    ``lazy_loading``), the steps whose spans it overlaps (null for graph capture left out
+    before steps are found), its span, and for an autotuning the kernel tuned, its runs and
+    the cache fills; the device activity in it and its kernel time (null where unknown)."""
+
+    cause: str
+    first_step: int | None
+    last_step: int | None
+    start_ns: int
+    end_ns: int
+    span_ns: int
+    kernel: str | None
+    runs: int | None
+    fills: int | None
+    kernels: int | None
+    gpu_ns: int | None
+
+
+class Warmup(TypedDict):
+    """The engine preparing rather than serving: the steps that hold warm-up, their total
+    span, whether the figures keep them (``kept``; else every serving figure leaves them
+    out), and each region in start order."""
+
+    kept: bool
+    steps: int
+    span_ns: int
+    regions: list[WarmupRegion]
 
 
 class SummaryDocument(TypedDict):
@@ -314,6 +347,7 @@ class SummaryDocument(TypedDict):
     efficiency: Efficiency
     cost: Cost
     capture: Capture
+    warmup: Warmup
     warnings: list[str]
 
 

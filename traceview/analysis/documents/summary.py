@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import cast
 
+import numpy as np
 import orjson
 import polars as pl
 
@@ -22,13 +23,18 @@ from traceview.analysis.base.document import (
     StepFinding,
     SummaryDocument,
     TraceFacts,
+    Warmup,
+    WarmupRegion,
     keep_deprecated_keys,
 )
+from traceview.analysis.base.intervals import Union, merge_windows
+from traceview.analysis.base.names import short_name
 from traceview.analysis.base.precision import sig
 from traceview.analysis.classify.families import Rules, family_rows, kernel_rows
 from traceview.analysis.documents import display
 from traceview.analysis.steps.capture import capture_regions
 from traceview.analysis.steps.find import StepResult, describe, empty_step_table, pick_device
+from traceview.analysis.steps.warmup import Region, capture_warmup
 from traceview.analysis.timing.breakdown import (
     DeviceActivity,
     time_breakdown,
@@ -82,7 +88,8 @@ class Summary:
             activity per family: ``family`` (String), ``start_ns``, ``end_ns`` (Int64), the
             union of each family's kernels (gaps under 1/4000 of the span closed); else
             None.
-        idle: the device's idle intervals of at least 50 µs, each split by cause
+        idle: the device's idle intervals of at least 50 µs, each split by cause, none
+            inside a step left out for warm-up
             (:func:`traceview.analysis.timing.idle.long_idle`: ``start_ns``, ``end_ns``,
             ``cause``, ``host_late_ns``, ``launch_ns``, ``sync_ns``, ``dependency_ns``,
             ``other_ns``); what ``annotate`` draws on its "traceview idle" track.
@@ -149,6 +156,9 @@ class Summary:
             f"{pct(b['in_widest_gaps'])}",
             f"  families        {fams}",
         ]
+        said = warmup_line(d["warmup"])
+        if said:
+            lines.insert(4, f"  warm-up         {said}")
         if self.warnings:
             lines.append(f"  warnings        {len(self.warnings)} (summary.warnings)")
         return "\n".join(lines)
@@ -167,7 +177,10 @@ def build(
 ) -> Summary:
     """The summary of the steps the step finder found (``result``): each figure computed
     by the module that defines it, assembled here into the document and its tables."""
-    trace, k, table = result.trace, result.kernels, result.table
+    trace, table = result.trace, result.table
+    every = result.kernels  # the device's activity, warm-up included
+    k = result.serving_kernels  # what the serving figures are drawn from
+    left = result.left_out
     warnings = list(result.warnings)
     if result.activity == "cpu_op":
         warnings.insert(
@@ -180,25 +193,39 @@ def build(
     warnings += said
     phases = phase_rows(result.phases, table)
     starts = table["start_ns"].to_numpy()
-    gaps, marker, gap_family = gap_table(k, result.totals, result.phases, rules, starts)
+    gone = _spans(table.filter(pl.Series(left))) if left.any() else None
+    gaps, marker, gap_family = gap_table(
+        k,
+        result.totals,
+        result.phases,
+        rules,
+        starts,
+        None if gone is None else (gone.starts, gone.ends),
+    )
     gap_stats = summarize_gaps(gaps, gap_family)
-    warnings += gap_warnings(bool(table["kind"].is_in(DECODING).any()), marker, gap_stats)
+    served = table.filter(pl.col("phase").is_not_null())
+    warnings += gap_warnings(bool(served["kind"].is_in(DECODING).any()), marker, gap_stats)
     split = result.clocks.consistent  # else idle time is not split by cause
-    device = DeviceActivity.of(trace, k, result.starts, result.union, result.host, split=split)
+    device = DeviceActivity.of(trace, every, result.starts, result.union, result.host, split=split)
     release_free_memory()  # its temporaries (each kernel's end, family codes) go back
     gap_stats = with_fills(gaps, gap_stats, device)
     idle = long_idle(trace, device.ts, device.correlation, device.union, device.host, split=split)
+    if gone is not None:  # an idle interval lies in one step: those of warm-up steps go
+        at = gone.starts.searchsorted(idle["start_ns"].to_numpy(), side="right") - 1
+        inside = (at >= 0) & (idle["start_ns"].to_numpy() < gone.ends[np.maximum(at, 0)])
+        idle = idle.filter(pl.Series(~inside))
     shares = device.shares
     del device  # its correlation ids, before the phases' breakdown
     release_free_memory()
     op_work = kernel_work(trace, k)  # record_shapes' GEMM and attention ops, where present
     efficiency["families"] = family_work(k, op_work, peaks)
-    facts = trace_facts(trace, k, result.device, result.activity)
+    facts = trace_facts(trace, every, result.device, result.activity)
     start_ns, end_ns = facts["start_ns"], facts["end_ns"]
     step_facts = _step_facts(describe(result), table, phases)
     fam = family_rows(result.totals)
     rolled = family_rows(result.totals, roll_up=True)
     costed = cost_steps(table)
+    serving = None if gone is None else _spans(served)
     doc: SummaryDocument = {
         "schema": SCHEMA,
         "trace": facts,
@@ -211,13 +238,14 @@ def build(
         "decode_marker": None if marker is None else marker.used,
         "decode_marker_source": None if marker is None else marker.source,
         "decode_marker_kernels": [] if marker is None else list(marker.names),
-        "busy": busy_document(result.union, result.device, gaps, gap_stats[0]["p99_ns"]),
+        "busy": busy_document(result.union, result.device, gaps, gap_stats[0]["p99_ns"], serving),
         "time_breakdown": time_breakdown(table, phases, k, shares),
         "efficiency": efficiency,
         "cost": cost_section(costed, model, peaks),
         "capture": capture_section(
             result.capture_regions, result.capture_kernels, result.capture_spans
         ),
+        "warmup": warmup_section(table, result.warmup, result.warmup_kept),
         "warnings": warnings,
     }
     keep_deprecated_keys(doc)
@@ -229,7 +257,7 @@ def build(
         decode_gaps=gaps,
         kernel_table=kernel_table_work(kernel_rows(result.totals), k, op_work, peaks),
         warnings=warnings,
-        timeline=timeline(k, start_ns, end_ns) if table.height < 2 else None,
+        timeline=timeline(k, start_ns, end_ns) if served.height < 2 else None,
         idle=idle,
         cost_steps=costed,
     )
@@ -282,6 +310,79 @@ def capture_section(
     }
 
 
+def _spans(steps: pl.DataFrame) -> Union:
+    """The steps' spans, merged."""
+    return merge_windows(
+        steps["start_ns"].to_numpy().astype(np.int64), steps["end_ns"].to_numpy().astype(np.int64)
+    )
+
+
+def warmup_section(table: pl.DataFrame, regions: tuple[Region, ...], kept: bool) -> Warmup:
+    """The summary's ``warmup`` section: the steps that hold warm-up (the steps table's
+    ``warmup`` not null), their span, whether the figures keep them, and each region."""
+    held = table.filter(pl.col("warmup").is_not_null())
+    rows: list[WarmupRegion] = [
+        {
+            "cause": r.cause,
+            "first_step": r.first_step,
+            "last_step": r.last_step,
+            "start_ns": r.start_ns,
+            "end_ns": r.end_ns,
+            "span_ns": r.end_ns - r.start_ns,
+            "kernel": r.kernel,
+            "runs": r.runs,
+            "fills": r.fills,
+            "kernels": r.kernels,
+            "gpu_ns": r.gpu_ns,
+        }
+        for r in regions
+    ]
+    return {
+        "kept": kept,
+        "steps": held.height,
+        "span_ns": int((held["end_ns"] - held["start_ns"]).sum()),
+        "regions": rows,
+    }
+
+
+# how the one line on the screen names each cause
+CAUSE_WORDS = {
+    "graph_capture": "CUDA-graph capture",
+    "triton_autotune": "Triton autotuning",
+    "compile": "compilation",
+    "lazy_loading": "lazy kernel loading",
+}
+
+
+def warmup_line(warmup: Warmup) -> str | None:
+    """The warm-up in the steps, in one line (None where no step holds any): per cause and
+    kernel, the steps and what ran (an autotuning's runs and cache fills, else the time),
+    then whether the figures leave those steps out, e.g. "Triton autotuning of
+    chunk_fwd_kernel_o in steps 2–4 (13,713 runs, 11,047 cache fills) left out"."""
+    groups: dict[tuple[str, str | None], list[WarmupRegion]] = {}
+    for r in warmup["regions"]:
+        if r["first_step"] is not None:
+            groups.setdefault((r["cause"], r["kernel"]), []).append(r)
+    if not groups:
+        return None
+    parts = []
+    for (cause, kernel), rs in groups.items():
+        a = min(r["first_step"] for r in rs if r["first_step"] is not None)
+        b = max(r["last_step"] for r in rs if r["last_step"] is not None)
+        where = f"step {a}" if a == b else f"steps {a}–{b}"
+        if cause == "triton_autotune":
+            runs = sum(r["runs"] or 0 for r in rs)
+            fills = sum(r["fills"] or 0 for r in rs)
+            parts.append(
+                f"Triton autotuning of {short_name(kernel or '?')} in {where} "
+                f"({runs:,} runs, {fills:,} cache fills)"
+            )
+        else:
+            span_s = sum(r["span_ns"] for r in rs) / 1e9
+            parts.append(f"{CAUSE_WORDS.get(cause, cause)} in {where} ({span_s:.3g} s)")
+    return "; ".join(parts) + (" kept in" if warmup["kept"] else " left out")
+
+
 def capture_only_summary(
     trace: Trace,
     rules: Rules,
@@ -330,6 +431,7 @@ def capture_only_summary(
         "efficiency": efficiency,
         "cost": cost_section(cost_steps(table), model, peaks),
         "capture": capture_section(capture.regions, capture.kernels, capture.spans),
+        "warmup": warmup_section(table, tuple(capture_warmup(trace, capture)), False),
         "warnings": warnings,
     }
     keep_deprecated_keys(doc)
@@ -357,8 +459,11 @@ def capture_only_summary(
 
 
 def _step_facts(finding: StepFinding, table: pl.DataFrame, phases: list[Phase]) -> StepFacts:
-    """The summary's ``steps`` section: how the steps were found, their count, their
-    cadence over each population (:mod:`~traceview.analysis.timing.cadence`) and phases."""
+    """The summary's ``steps`` section: how the steps were found, the count and the kinds'
+    sources of the steps the figures cover (a step left out for warm-up is not counted),
+    their cadence over each population (:mod:`~traceview.analysis.timing.cadence`) and
+    phases."""
+    served = table.filter(pl.col("phase").is_not_null())  # a step left out has no phase
     return {
         "method": finding["method"],
         "marker": finding["marker"],
@@ -366,8 +471,10 @@ def _step_facts(finding: StepFinding, table: pl.DataFrame, phases: list[Phase]) 
         "detail": finding["detail"],
         "annotation_steps": finding["annotation_steps"],
         "disagreements": finding["disagreements"],
-        "kind_sources": finding["kind_sources"],
-        "count": table.height,
+        "kind_sources": {
+            s: int(n) for s, n in served["kind_source"].value_counts(sort=True).iter_rows()
+        },
+        "count": served.height,
         "cadence": cadence(table),
         "cadence_by_kind": {kind: kind_cadence(table, kind) for kind in KINDS},
         "token_cadence": token_cadence(table),

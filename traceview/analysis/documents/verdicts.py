@@ -129,7 +129,8 @@ def headline(summary: Summary) -> list[Metric]:
 def metrics(summary: Summary) -> list[Metric]:
     """The figures a diff compares, from one summary: the headline, the rates (judged),
     then the workload (shown, never judged)."""
-    doc, t = summary.to_dict(), summary.steps
+    doc = summary.to_dict()
+    t = summary.steps.filter(pl.col("phase").is_not_null())  # warm-up steps left out
     w = doc["work"]
     load = "workload"
     out = headline(summary)

@@ -90,19 +90,34 @@ def no_busy(device: int) -> Busy:
         "fraction": None,
         "window_start_ns": None,
         "window_end_ns": None,
+        "window_ns": None,
         "busy_ns": None,
         "in_gaps": None,
         "in_widest_gaps": None,
     }
 
 
-def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None) -> Busy:
-    """The summary's ``busy`` section (window: first kernel start to last kernel end); the
-    fractions at the document's precision (:func:`~traceview.analysis.base.precision.sig`)."""
+def busy_document(
+    u: Union,
+    device: int,
+    gaps: pl.DataFrame,
+    p99_ns: int | None,
+    serving: Union | None = None,
+) -> Busy:
+    """The summary's ``busy`` section (window: first kernel start to last kernel end; where
+    steps are left out for warm-up, ``serving``: the spans of the others); the fractions at
+    the document's precision (:func:`~traceview.analysis.base.precision.sig`)."""
     if u.starts.size == 0:
         return no_busy(device)
     w0, w1 = int(u.starts[0]), int(u.ends[-1])
-    busy_ns, fraction = busy_in(u, w0, w1)
+    if serving is not None and serving.starts.size:  # the serving steps' spans
+        w0, w1 = int(serving.starts[0]), int(serving.ends[-1])
+        busy_ns = int(u.clipped_lengths(serving.starts, serving.ends).sum())
+        window_ns = serving.length()
+        fraction = sig(busy_ns / window_ns) if window_ns > 0 else None
+    else:
+        busy_ns, fraction = busy_in(u, w0, w1)
+        window_ns = w1 - w0
     open_gaps = gaps.filter(~pl.col("overlap"))
     lo, hi = open_gaps["start_ns"].to_numpy(), open_gaps["end_ns"].to_numpy()
     widest = (
@@ -113,6 +128,7 @@ def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None)
         "fraction": fraction,
         "window_start_ns": w0,
         "window_end_ns": w1,
+        "window_ns": window_ns,
         "busy_ns": busy_ns,
         "in_gaps": sig_or_none(busy_fraction(u, lo, hi)),
         "in_widest_gaps": sig_or_none(

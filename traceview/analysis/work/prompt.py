@@ -67,7 +67,8 @@ def work(table: pl.DataFrame, phases: list[Phase]) -> Work:
     does): ``prompt_tokens`` (context tokens processed), ``decode_tokens`` (generation
     tokens), ``token_steps`` (steps whose record states its context tokens), per phase; and
     the query tokens read from ``record_shapes`` (``shape_tokens``, prompt and decode
-    together) with the number of steps they were read for (``shape_token_steps``)."""
+    together) with the number of steps they were read for (``shape_token_steps``). The
+    steps left out for warm-up (``phase`` null) count in none of them."""
     per_phase: list[PhaseWork] = []
     for phase in phases:
         steps = table.slice(phase["first_step"], phase["steps"])
@@ -81,15 +82,16 @@ def work(table: pl.DataFrame, phases: list[Phase]) -> Work:
                 "prefill_ns": int(steps["prefill_ns"].sum()),
             }
         )
+    served = table.filter(pl.col("phase").is_not_null())
     return {
-        "kernels_per_step": sig_or_none(mean(table["kernels"])),
-        "prefill_ns": int(table["prefill_ns"].sum()),
-        "prefill_kernels": int(table["prefill_kernels"].sum()),
-        "prompt_tokens": _sum_or_none(table["context_tokens"]),
-        "decode_tokens": _sum_or_none(table["generation_tokens"]),
-        "token_steps": int(table["context_tokens"].is_not_null().sum()),
-        "shape_tokens": _sum_or_none(table["shape_tokens"]),
-        "shape_token_steps": int(table["shape_tokens"].is_not_null().sum()),
+        "kernels_per_step": sig_or_none(mean(served["kernels"])),
+        "prefill_ns": int(served["prefill_ns"].sum()),
+        "prefill_kernels": int(served["prefill_kernels"].sum()),
+        "prompt_tokens": _sum_or_none(served["context_tokens"]),
+        "decode_tokens": _sum_or_none(served["generation_tokens"]),
+        "token_steps": int(served["context_tokens"].is_not_null().sum()),
+        "shape_tokens": _sum_or_none(served["shape_tokens"]),
+        "shape_token_steps": int(served["shape_tokens"].is_not_null().sum()),
         "phases": per_phase,
         "prefill_growth": prefill_growth(table, phases),
     }
