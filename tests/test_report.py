@@ -104,7 +104,7 @@ def test_two_traces_give_the_diff_and_both_heartbeats(tmp_path: Path) -> None:
     headline = [r for r in diff["rows"] if r["role"] == "headline"]
     rest = [r for r in diff["rows"] if r["role"] != "headline"][:40]
     assert len(rows) == len(headline) + len(rest)
-    assert [r[5] for r in rows[: len(headline)]] == [r["verdict"] for r in headline]
+    assert [r[5] for r in rows[: len(headline)]] == [r["verdict"] or r["why"] for r in headline]
     # a workload row (a total) is shown, never judged
     shown = {r[1]: r[5] for r in rows}
     assert all(shown[r["metric"]] == "workload" for r in rest if r["role"] == "workload")

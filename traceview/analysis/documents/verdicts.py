@@ -16,6 +16,7 @@ from traceview.analysis.base.document import KINDS, QUANTILES, Interval95
 from traceview.analysis.base.stats import mean, samples_for
 from traceview.analysis.documents.run import RunSummary
 from traceview.analysis.documents.summary import Summary
+from traceview.analysis.work.prompt import GROWTH_STEPS
 
 SAME = 0.05  # a ratio within ±5% is "same"
 
@@ -46,6 +47,9 @@ class Metric:
     field: str | None = None  # the document's path of the figure (check's path syntax)
     quantile: float | None = None
     pooled: bool = False
+    # the least n the figure exists at, where that is not its percentile's
+    # (stats.samples_for): a prefill growth needs a mixed phase of GROWTH_STEPS steps
+    need: int | None = None
     # a fitted figure's 95% interval half-width: A and B are "same" where they differ by
     # less than their combined half-widths (the difference is not significant at 5%)
     spread: float | None = None
@@ -108,9 +112,11 @@ def headline(summary: Summary) -> list[Metric]:
             max(growth, default=None),
             "lower",
             "ratio",
-            None,
+            # the longest mixed phase: a growth needs GROWTH_STEPS steps in one
+            max((p["steps"] for p in doc["steps"]["phases"] if p["kind"] == "mixed"), default=0),
             h,
             None,  # the largest of the phases' growths: no one path (check: --prefill-growth)
+            need=GROWTH_STEPS,
         ),
         Metric(
             h,
@@ -203,6 +209,7 @@ def metrics(summary: Summary) -> list[Metric]:
             _per(prefill_total, w["prompt_tokens"]),
             "lower",
             "ns",
+            w["prompt_tokens"] or 0,  # a mean over the prompt tokens the engine states
         )
     )
     out.append(Metric("work", "prefill ns total", prefill_total, None, "ns", role=load))
@@ -381,9 +388,11 @@ def judgement(a: Metric | None, b: Metric | None) -> tuple[str | None, str | Non
         return None, "no figure"
     if m.n is not None or m.quantile is not None:
         q = m.quantile
-        need = 1 if q is None else samples_for(q)
+        need = m.need or (1 if q is None else samples_for(q))
         fewest = min((x.n or 0) if x is not None else 0 for x in (a, b))
         if fewest < need:
+            if m.need is not None:
+                return None, f"n < {need} for {m.name}"
             return None, "an empty population" if q is None else f"n < {need} for a p{q * 100:g}"
     if av is None:
         return "new", None

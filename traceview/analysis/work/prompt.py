@@ -14,9 +14,11 @@ from traceview.analysis.base.document import GrowthMeasure, Phase, PhaseWork, Pr
 from traceview.analysis.base.precision import line_ends, sig, sig_or_none
 from traceview.analysis.base.stats import mean
 
+GROWTH_STEPS = 3  # the steps a mixed phase needs for its growth (a line through 2 is exact)
+
 
 def prefill_growth(table: pl.DataFrame, phases: list[Phase]) -> list[PrefillGrowth]:
-    """Per mixed phase of at least 3 steps: how prompt work per step grows from its first
+    """Per mixed phase of at least :data:`GROWTH_STEPS` steps: how prompt work per step grows from its first
     chunk to its last, read off a least-squares line through the steps' prompt work (a
     healthy chunked prefill is flat; re-feeding the prompt from token 0 grows linearly, and
     the total work quadratically). The line is fitted exactly (:func:`line_ends`) and the
@@ -29,7 +31,7 @@ def prefill_growth(table: pl.DataFrame, phases: list[Phase]) -> list[PrefillGrow
     is the fitted line's last value over its first, not their ratio."""
     out: list[PrefillGrowth] = []
     for phase in phases:
-        if phase["kind"] != "mixed" or phase["steps"] < 3:
+        if phase["kind"] != "mixed" or phase["steps"] < GROWTH_STEPS:
             continue
         steps = table.slice(phase["first_step"], phase["steps"])
         tokens = steps["context_tokens"]
