@@ -1,15 +1,22 @@
 -- Decode gaps: how long recurrent decode work waits between consecutive decode kernels.
 --
 -- Answers: the distribution of next.start - prev.end between consecutive decode-marker
--- kernels per device. The marker is the kernel that advances a linear-attention layer's
--- recurrent state by a token (fused recurrent gated-delta-rule, Mamba's selective state
--- update); where no kernel matches those names, the most launched linear-attention decode
--- kernel that is not a conv1d update stands in, as in `traceview summarize` (which also
--- falls back to full-attention decode kernels on models without linear attention).
--- Columns: device (pid), n (gaps), overlaps (gaps where the next kernel started before the
---          previous ended; counted as 0), p50_ns, p90_ns, p99_ns (linear interpolation
---          between closest ranks, as numpy), max_ns. Population: all gaps of the trace;
---          `traceview summarize` also splits them by decode/mixed phase.
+-- kernels, per device.
+-- The marker is the kernel that advances a linear-attention layer's recurrent state by a
+-- token: fused recurrent gated-delta-rule, or Mamba's selective state update.
+-- Where no kernel matches those names, the most launched linear-attention decode kernel
+-- that is not a conv1d update stands in, as in `traceview summarize`.
+-- On models without linear attention, summarize also falls back to full-attention decode
+-- kernels.
+-- Population: all gaps of the trace.
+-- `traceview summarize` also splits them by decode and mixed phase.
+-- Columns:
+-- - device: the pid.
+-- - n: the count of gaps.
+-- - overlaps: gaps where the next kernel started before the previous ended.
+--   Such a gap counts as 0.
+-- - p50_ns, p90_ns, p99_ns: linear interpolation between closest ranks, as numpy.
+-- - max_ns.
 -- Example:
 --   traceview sql queries/decode_gaps.sql trace.json.gz
 WITH k AS MATERIALIZED (

@@ -1,11 +1,16 @@
 -- CPU launch to GPU kernel start, per runtime call.
 --
--- Answers: how far ahead of the GPU is the CPU? (a small or negative margin means the GPU
--- waits for launches; a large one means deep queues). Each kernel is linked to the runtime
--- call that launched it through args.correlation (under CUDA graphs, every replayed kernel
--- shares the graph launch's correlation id, so one cudaGraphLaunch has many kernels).
--- Columns: launch (runtime call name), kernels (count), p50_ns, p90_ns, p99_ns (linear
---          interpolation between closest ranks), max_ns of kernel.ts - launch.ts.
+-- Answers: how far ahead of the GPU is the CPU?
+-- A small or negative margin means the GPU waits for launches.
+-- A large one means deep queues.
+-- Each kernel is linked to the runtime call that launched it through args.correlation.
+-- Under CUDA graphs, every replayed kernel shares the graph launch's correlation id.
+-- So one cudaGraphLaunch has many kernels.
+-- Columns:
+-- - launch: the runtime call's name.
+-- - kernels: the count of kernels.
+-- - p50_ns, p90_ns, p99_ns, max_ns of kernel.ts - launch.ts.
+--   The percentiles interpolate linearly between closest ranks.
 -- Example:
 --   traceview sql queries/launch_latency.sql trace.json.gz
 WITH launch AS MATERIALIZED (

@@ -1,13 +1,20 @@
 -- Kernels per engine step, using the engine's own per-step annotations.
 --
--- Answers: how many kernels (and how much kernel time) each annotated step ran.
--- Steps: vLLM's execute_context_N(...)_generation_M(...) and older execute_new_N_cached_M,
--- SGLang's step[...] and ProfilerStep#N. GPU-projected annotations (gpu_user_annotation) take the kernels of their
--- process that start inside them; CPU annotations (user_annotation) take the kernels
--- launched from inside them (runtime or driver launches: cuLaunchKernel too), linked
--- through args.correlation.
--- Columns: source (gpu | cpu), step (annotation name), ts, dur (ns, the annotation),
---          kernels (count), kernel_ns (sum of kernel durations).
+-- Answers: how many kernels, and how much kernel time, each annotated step ran.
+-- Steps are these annotations:
+-- - vLLM's execute_context_N(...)_generation_M(...), and the older execute_new_N_cached_M;
+-- - SGLang's step[...];
+-- - ProfilerStep#N.
+-- GPU-projected annotations (gpu_user_annotation) take the kernels of their process that
+-- start inside them.
+-- CPU annotations (user_annotation) take the kernels launched from inside them.
+-- Launches are runtime or driver calls, cuLaunchKernel too, linked through args.correlation.
+-- Columns:
+-- - source: gpu or cpu.
+-- - step: the annotation's name.
+-- - ts, dur: the annotation's, in ns.
+-- - kernels: the count of kernels.
+-- - kernel_ns: the sum of kernel durations.
 -- Example:
 --   traceview sql queries/step_kernels.sql trace.json.gz --format csv -o steps.csv
 WITH ann AS MATERIALIZED (

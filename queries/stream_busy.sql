@@ -1,11 +1,17 @@
 -- Busy time per GPU stream: the union of its kernels' intervals.
 --
 -- Answers: how busy is each stream, counting overlapping kernels once?
--- Columns: device (pid), stream (tid), kernels (count), kernel_ns (sum of durations),
---          busy_ns (length of the union of [ts, ts + dur)), first_ts, last_end (ns),
---          busy_fraction (busy_ns / (last_end - first_ts)).
--- Method: gaps and islands - a kernel that starts after every earlier kernel on its stream
--- has ended opens a new island; busy time is the sum of island lengths.
+-- Columns:
+-- - device: the pid.
+-- - stream: the tid.
+-- - kernels: the count of kernels.
+-- - kernel_ns: the sum of durations.
+-- - busy_ns: the length of the union of [ts, ts + dur).
+-- - first_ts, last_end: in ns.
+-- - busy_fraction: busy_ns / (last_end - first_ts).
+-- Method: gaps and islands.
+-- A kernel that starts after every earlier kernel on its stream has ended opens a new island.
+-- Busy time is the sum of island lengths.
 -- Example:
 --   traceview sql queries/stream_busy.sql trace.json.gz
 WITH k AS (

@@ -1,8 +1,13 @@
 -- The kernels that take the most GPU time.
 --
--- Answers: which individual kernels dominate? (the first place to look for a regression)
--- Columns: name (text), kernels (count), total_ns, mean_ns, max_ns (ns),
---          share (fraction of all device time, 0..1). The top 25 by total_ns.
+-- Answers: which individual kernels dominate?
+-- That is the first place to look for a regression.
+-- Columns:
+-- - name: text.
+-- - kernels: the count of kernels.
+-- - total_ns, mean_ns, max_ns: in ns.
+-- - share: the fraction of all device time, 0..1.
+-- The rows are the top 25 by total_ns.
 -- Example:
 --   traceview sql queries/top_kernels.sql trace.json.gz --format csv
 WITH k AS (

@@ -62,10 +62,11 @@ def annotate(
     strict: bool,
     analysis: AnalysisConfig,
 ) -> None:
-    """Write a copy of the trace with traceview's findings as extra tracks for Perfetto UI
-    (or another Chrome-JSON trace viewer): a "traceview" process with a slice per engine
-    step (its kind, interval, tokens), per phase and per widest decode gap, and counters of
-    the step interval and busy fraction. The original events are kept byte for byte. For a
+    """Write a copy of the trace with traceview's findings as extra tracks for Perfetto UI,
+    or another Chrome-JSON trace viewer. A "traceview" process holds a slice per engine
+    step (its kind, interval, tokens), per phase and per widest decode gap. Its counters
+    give the step interval and the busy fraction. The original events are kept byte for
+    byte. For a
     run (a directory, a glob or several traces), each rank is annotated into the -o folder.
     A trace annotated before gets its overlay replaced, not a second one."""
     from traceview.analysis.analyze import Analysis

@@ -216,12 +216,12 @@ def server(
 @click.argument("captures", nargs=-1, required=True, type=click.Path(), metavar="CAPTURE [B]")
 @click.option("--json", "as_json", is_flag=True)
 def itl(captures: tuple[str, ...], as_json: bool) -> None:
-    """What the clients saw in a capture (its folder, or its probe.jsonl): the victims'
-    inter-token latency over all tokens and within the injection window, time to first
-    token of the victims and of the injected prompts, each with its n; the engine's
-    /metrics deltas and the re-prefill check; the injection window on the trace's clock.
-    Give two captures (off/on chunked prefill, profiled/unprofiled) to compare them as
-    diff compares traces."""
+    """What the clients saw in a capture (its folder, or its probe.jsonl). It gives the
+    victims' inter-token latency, over all tokens and within the injection window. It gives
+    the time to first token of the victims and of the injected prompts, each with its n. It
+    gives the engine's /metrics deltas, the re-prefill check, and the injection window on
+    the trace's clock. Give two captures (off/on chunked prefill, profiled/unprofiled) to
+    compare them as diff compares traces."""
     from traceview.capture.itl import compare
     from traceview.capture.itl import itl as compute
     from traceview.render.table import render_itl, render_itl_diff

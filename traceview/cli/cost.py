@@ -51,11 +51,12 @@ def cost(
     analysis: AnalysisConfig,
 ) -> None:
     """Fit what an engine step costs from its annotations' counts, over the steps of every
-    TRACE pooled (files, folders or globs): decode steps as fixed + per sequence × N,
-    steps with prompt work as fixed + per sequence × N + per prompt token × T (and T²
-    where the data supports it), each with its 95% interval. A sweep of fixed-batch
-    captures gives the per-sequence cost no single one can. With --model, the decode fit's
-    fixed term is set against the weights one step reads at the device's peak bandwidth."""
+    TRACE pooled (files, folders or globs). Decode steps are fitted as fixed + per
+    sequence × N. Steps with prompt work are fitted as fixed + per sequence × N + per
+    prompt token × T, and T² where the data supports it. Each coefficient comes with its
+    95% interval. A sweep of fixed-batch captures gives the per-sequence cost no single one
+    can. With --model, the decode fit's fixed term is set against the weights one step
+    reads at the device's peak bandwidth."""
     from traceview.batch.cost import step_cost
     from traceview.batch.run import RunOptions
     from traceview.render.charts import FORMATS, save_figure

@@ -15,18 +15,27 @@ HEADER = """\
 -- Kernel time by layer family (traceview's built-in classification preset).
 --
 -- Answers: which layer families does the GPU spend its time on?
--- Columns: family (text), kernels (count), total_ns (ns of kernel time), mean_ns (ns),
---          share (fraction of all kernel time, 0..1). Sorted by total_ns, largest first.
--- Device activity is every slice whose category is kernel, gpu_memcpy or gpu_memset (any
--- case: older Kineto writes Kernel/Memcpy/Memset), or cuda_graph (a whole CUDA-graph replay
--- in an Nsight export traced at graph level). Rules are tried in order, first match wins,
--- unmatched kernels are "other" - the same name rules as `traceview summarize`.
--- Names only: summarize also reads record_shapes to move PyTorch's softmax kernels that
--- eager attention launched into full_attention, moves Inductor templates launched under a
--- flex_attention op there too, and moves a GEMM that runs between an MoE router and its
--- combine into moe (docs/metrics.md); this query does none of these. It also
--- counts every device's kernels, CUDA-graph capture at start-up included, where summarize
--- counts the analysed device's serving kernels only.
+-- Columns:
+-- - family: text.
+-- - kernels: the count of kernels.
+-- - total_ns: the kernel time, in ns.
+-- - mean_ns: in ns.
+-- - share: the fraction of all kernel time, 0..1.
+-- The rows are sorted by total_ns, largest first.
+-- Device activity is every slice whose category is kernel, gpu_memcpy or gpu_memset.
+-- The category may be in any case: older Kineto writes Kernel, Memcpy and Memset.
+-- A slice of category cuda_graph is device activity too.
+-- It is a whole CUDA-graph replay, in an Nsight export traced at graph level.
+-- Rules are tried in order, and the first match wins.
+-- Unmatched kernels are "other".
+-- These are the same name rules as `traceview summarize`.
+-- This query reads names only, and summarize reads more (docs/metrics.md).
+-- - Summarize reads record_shapes to move the softmax kernels of eager attention into
+--   full_attention.
+-- - It moves Inductor templates launched under a flex_attention op there too.
+-- - It moves a GEMM that runs between an MoE router and its combine into moe.
+-- - It counts the analysed device's serving kernels only.
+--   This query counts every device's kernels, CUDA-graph capture at start-up included.
 -- Generated from traceview/presets/default.toml by
 --   python -m traceview.sqlengine.families_query > queries/kernel_families.sql
 -- Example:
