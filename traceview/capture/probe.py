@@ -17,14 +17,12 @@ control).
 from __future__ import annotations
 
 import asyncio
-import glob
 import json
 import os
 import random
 import shutil
 import tempfile
 import time
-import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -32,15 +30,11 @@ from typing import Any
 import orjson
 
 from traceview.capture import engine_metrics
-from traceview.capture.clock import profiler_span, trace_offset, wall_minus_monotonic
-from traceview.errors import CaptureError, MissingDependencyError, TraceviewError
+from traceview.capture.clock import wall_minus_monotonic
+from traceview.capture.collect import collect, offsets, trusted
+from traceview.errors import CaptureError, MissingDependencyError
 
 CAPTURE_SCHEMA = "traceview.capture/1"
-TRACE_GLOBS = {
-    "vllm": ["*.pt.trace.json.gz", "*.pt.trace.json"],
-    "sglang": ["*.trace.json.gz", "*.trace.json"],
-    "lab": ["*.pt.trace.json.gz"],
-}
 SETTLE_S = 5.0  # the after snapshot waits this long at most for the engine to go idle
 
 
@@ -312,20 +306,6 @@ async def _profile(client: Any, cfg: ProbeConfig, action: str) -> tuple[Any, dic
     return resp, {"sent_ns": sent, "answered_ns": answered}
 
 
-def _collect(cfg: ProbeConfig, started: float) -> list[Path]:
-    if not cfg.profile_dir:
-        return []
-    found: list[Path] = []
-    for pattern in TRACE_GLOBS[cfg.engine]:
-        for name in glob.glob(os.path.join(cfg.profile_dir, "**", pattern), recursive=True):
-            p = Path(name)
-            if "async_llm" in p.name or "capture_traces" in p.parts:
-                continue  # vLLM's CPU-only frontend trace and graph-capture traces
-            if p.stat().st_mtime >= started - 1 and p not in found:
-                found.append(p)
-    return sorted(found)
-
-
 async def run_probe(cfg: ProbeConfig) -> ProbeResult:
     """Run the workload against ``cfg.url`` and write the capture to ``cfg.out``.
 
@@ -407,72 +387,15 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
         await _settle(client, cfg, store)
     traces: list[Path] = []
     if cfg.profile:
-        traces = _collect(cfg, started)
+        traces = collect(cfg, started)
         if cfg.engine == "lab" and not traces and stop is not None:
             try:
                 named = stop.json()["trace"]
             except (ValueError, KeyError, TypeError):
                 named = None
             traces = [Path(str(named))] if named else []
-        traces = _trusted(cfg, traces)
+        traces = trusted(cfg, traces)
     return _write(cfg, store, inject_start, inject_end, traces, started, clock)
-
-
-def _trusted(cfg: ProbeConfig, traces: list[Path]) -> list[Path]:
-    """The traces to copy, each checked to be a file under the profile folder the user
-    gave: a path a server names is never trusted (it could name any file on this machine).
-    Both sides are compared as absolute, resolved paths; a relative name is read against
-    the profile folder, then against the working directory (a server started here names
-    its traces relative to it), and either must land in the folder.
-
-    Raises:
-        CaptureError: a trace outside the profile folder, or no profile folder given.
-    """
-    if not traces:
-        return []
-    if not cfg.profile_dir:
-        raise CaptureError(
-            f"{traces[0]}: the server named this trace, but no --profile-dir was given; "
-            "traceview copies only files under the profile folder you name"
-        )
-    root = Path(cfg.profile_dir).resolve()
-    checked = []
-    for t in traces:
-        candidates = [t] if t.is_absolute() else [root / t, Path.cwd() / t]
-        inside = [
-            real
-            for real in (c.resolve() for c in candidates)
-            if real.is_relative_to(root) and real.is_file()
-        ]
-        if not inside:
-            raise CaptureError(
-                f"{t}: not a file under the profile folder {root}; refusing to copy it"
-            )
-        checked.append(inside[0])
-    return checked
-
-
-def _offsets(clock: dict[str, Any], traces: list[Path]) -> list[dict[str, Any]]:
-    """Per trace, the offset from the probe's clock to the trace's
-    (:func:`~traceview.capture.clock.trace_offset`); a trace that cannot be read gets
-    none, and says why."""
-    out = []
-    for path in traces:
-        from traceview.load import load
-
-        entry: dict[str, Any] = {"trace": path.name}
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                trace = load(path)
-        except TraceviewError as exc:
-            entry.update(offset_ns=None, method=None, uncertainty_ns=None, error=str(exc))
-        else:
-            entry["base_time_ns"] = trace.meta.base_time_ns
-            span = profiler_span(trace.events)
-            entry.update(trace_offset(clock, trace.meta.base_time_ns, span))
-        out.append(entry)
-    return out
 
 
 def _write(
@@ -508,7 +431,7 @@ def _write(
                 shutil.copy2(t, tmpdir / t.name)
                 staged.append((tmpdir / t.name, dest))
             copied.append(dest)
-        clock["traces"] = _offsets(clock, traces)
+        clock["traces"] = offsets(clock, traces)
         run = {
             "schema": CAPTURE_SCHEMA,
             "config": asdict(cfg),
