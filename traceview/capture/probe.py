@@ -126,35 +126,34 @@ class _Store:
         return [v.arrivals for v in self.victims]
 
 
-def chunk_tokens(chunk: dict[str, Any], seen: int | None) -> tuple[int, int | None]:
-    """How many tokens one streamed chunk carries, and the running completion count it
-    states (``usage.completion_tokens`` under ``continuous_usage_stats``). Counted, first
-    that the chunk gives: its ``token_ids``; the growth of that running count; its
-    ``logprobs.tokens``; else one token for a chunk with text, none for a chunk that only
-    closes the stream (a ``finish_reason`` and no text) or carries only the usage."""
-    usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else None
-    count = usage.get("completion_tokens") if usage else None
-    count = count if isinstance(count, int) and not isinstance(count, bool) else None
+def chunk_tokens(chunk: dict[str, Any], counted: int) -> int:
+    """How many tokens one streamed chunk carries, ``counted`` being the tokens counted
+    so far in its stream. Counted, first that the chunk gives: its ``token_ids``; else,
+    where it states the running ``usage.completion_tokens`` (``continuous_usage_stats``,
+    or a last chunk that closes the stream with the total), that count less the tokens
+    already counted; else its ``logprobs.tokens``; else one token for a chunk with text.
+    A chunk with none of these (no text: a keep-alive, a role-only or closing chunk) and
+    a chunk with no choices (the usage alone) carry none."""
     choices = chunk.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return 0, count if count is not None else seen
-    choice = choices[0]
+    if not isinstance(choices, list) or not choices:
+        return 0
+    first = [c for c in choices if isinstance(c, dict)]
+    choice = next((c for c in first if c.get("index") == 0), first[0] if first else None)
+    if choice is None:
+        return 0
     ids = choice.get("token_ids")
     if isinstance(ids, list) and ids:
-        n = len(ids)
-    elif count is not None and seen is not None:
-        n = max(count - seen, 0)
-    elif count is not None:
-        n = count
-    elif isinstance(choice.get("logprobs"), dict) and isinstance(
-        choice["logprobs"].get("tokens"), list
-    ):
-        n = len(choice["logprobs"]["tokens"])
-    elif choice.get("text") or choice.get("finish_reason") is None:
-        n = 1
-    else:
-        n = 0
-    return n, count if count is not None else seen
+        return len(ids)
+    usage = chunk.get("usage")
+    count = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(count, float) and count.is_integer():
+        count = int(count)
+    if isinstance(count, int) and not isinstance(count, bool):
+        return max(count - counted, 0)
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, dict) and isinstance(logprobs.get("tokens"), list):
+        return len(logprobs["tokens"])
+    return 1 if isinstance(choice.get("text"), str) and choice["text"] else 0
 
 
 def _body(cfg: ProbeConfig, prompt: list[int], max_tokens: int) -> dict[str, Any]:
@@ -177,7 +176,6 @@ def _body(cfg: ProbeConfig, prompt: list[int], max_tokens: int) -> dict[str, Any
 async def _stream(client: Any, cfg: ProbeConfig, req: _Request, max_tokens: int) -> None:
     """Send ``req`` and read its stream to the end; raises CaptureError on an HTTP error."""
     req.sent_ns = time.monotonic_ns()
-    seen: int | None = None
     async with client.stream(
         "POST", "/v1/completions", json=_body(cfg, req.prompt, max_tokens)
     ) as r:
@@ -203,7 +201,7 @@ async def _stream(client: Any, cfg: ProbeConfig, req: _Request, max_tokens: int)
                     for k, v in chunk["usage"].items()
                     if k in ("prompt_tokens", "completion_tokens") and isinstance(v, int)
                 }
-            n, seen = chunk_tokens(chunk, seen)
+            n = chunk_tokens(chunk, len(req.arrivals))
             if n:
                 req.chunks += 1
                 if req.first_token_ns is None:
