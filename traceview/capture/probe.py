@@ -96,6 +96,16 @@ class _Request:
     arrivals: list[int] = field(default_factory=list)  # one per token
     chunks: int = 0
     usage: dict[str, Any] | None = None
+    finish: str | None = None  # the finish_reason the stream gave, if any
+    done: bool = False  # the stream ended with [DONE]
+
+    def ending(self) -> str:
+        """How a stream that ended said it ended."""
+        if self.finish is not None:
+            return f"finish_reason {self.finish!r}"
+        if self.done:
+            return "[DONE] with no finish_reason"
+        return "the connection closed without [DONE]"
 
     def record(self, number: int) -> dict[str, Any]:
         return {
@@ -156,6 +166,20 @@ def chunk_tokens(chunk: dict[str, Any], counted: int) -> int:
     return 1 if isinstance(choice.get("text"), str) and choice["text"] else 0
 
 
+def _server_error(chunk: dict[str, Any]) -> str | None:
+    """The message of an error the server streamed in place of a chunk (OpenAI's and
+    vLLM's ``{"error": {"message": …}}``, an older ``{"object": "error", "message": …}``),
+    else None."""
+    error = chunk.get("error")
+    if error is None and chunk.get("object") != "error":
+        return None
+    if isinstance(error, dict):
+        error = error.get("message", error)
+    elif error is None:
+        error = chunk.get("message", "")
+    return str(error)[:300] or "(no message)"
+
+
 def _body(cfg: ProbeConfig, prompt: list[int], max_tokens: int) -> dict[str, Any]:
     body: dict[str, Any] = {
         "prompt": prompt,
@@ -187,6 +211,7 @@ async def _stream(client: Any, cfg: ProbeConfig, req: _Request, max_tokens: int)
                 continue
             data = line[5:].strip()
             if data == "[DONE]":
+                req.done = True
                 break
             now = time.monotonic_ns()
             try:
@@ -195,6 +220,13 @@ async def _stream(client: Any, cfg: ProbeConfig, req: _Request, max_tokens: int)
                 continue
             if not isinstance(chunk, dict):
                 continue
+            error = _server_error(chunk)
+            if error is not None:
+                req.end_ns = now
+                raise CaptureError(
+                    f"{req.role} {req.index}: the server sent an error after "
+                    f"{len(req.arrivals)} token(s): {error}"
+                )
             if isinstance(chunk.get("usage"), dict):
                 req.usage = {
                     k: v
@@ -207,6 +239,10 @@ async def _stream(client: Any, cfg: ProbeConfig, req: _Request, max_tokens: int)
                 if req.first_token_ns is None:
                     req.first_token_ns = now
                 req.arrivals.extend([now] * n)
+            choices = chunk.get("choices")
+            if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+                reason = choices[0].get("finish_reason")
+                req.finish = str(reason)[:40] if reason is not None else req.finish
     req.end_ns = time.monotonic_ns()
 
 
@@ -222,10 +258,19 @@ async def _victim(client: Any, cfg: ProbeConfig, req: _Request, store: _Store) -
 
 
 async def _wait_tokens(store: _Store, at_least: list[int], timeout_s: float, what: str) -> None:
+    """Wait until each victim has its count of tokens; a victim stream that failed, or
+    ended short of its count, ends the capture, and so does the timeout."""
     deadline = time.monotonic() + timeout_s
-    while any(len(t) < n for t, n in zip(store.arrivals, at_least, strict=True)):
+    while any(len(v.arrivals) < n for v, n in zip(store.victims, at_least, strict=True)):
         if store.errors:
             raise CaptureError(f"victim stream failed while {what}: {store.errors[0]}")
+        for v, n in zip(store.victims, at_least, strict=True):
+            if v.end_ns is not None and len(v.arrivals) < n:
+                raise CaptureError(
+                    f"victim {v.index}'s stream ended after {len(v.arrivals)} token(s) while "
+                    f"{what} ({v.ending()}): a victim must stream until the capture ends"
+                    + (" (raise --max-tokens)" if v.finish == "length" else "")
+                )
         if time.monotonic() > deadline:
             have = min(len(t) for t in store.arrivals)
             raise CaptureError(
@@ -304,8 +349,21 @@ async def _profile(client: Any, cfg: ProbeConfig, action: str) -> tuple[Any, dic
     return resp, {"sent_ns": sent, "answered_ns": answered}
 
 
+async def _stop_after_failure(client: Any, cfg: ProbeConfig) -> str:
+    """Stop the profiler a failed capture started, and say so (a clause to add to the
+    failure's message)."""
+    httpx = _httpx()
+    try:
+        await _profile(client, cfg, "stop")
+    except (CaptureError, httpx.HTTPError) as exc:
+        return f"; stopping the profiler failed too ({exc}): the engine may still be profiling"
+    return "; the profiler it had started was stopped (/stop_profile)"
+
+
 async def run_probe(cfg: ProbeConfig) -> ProbeResult:
-    """Run the workload against ``cfg.url`` and write the capture to ``cfg.out``.
+    """Run the workload against ``cfg.url`` and write the capture to ``cfg.out``. Once
+    ``/start_profile`` was answered, every way out (a failure, a timeout, a cancel) sends
+    ``/stop_profile``, so a failed capture leaves no engine profiling.
 
     Raises:
         CaptureError: the server cannot be reached, refuses, or a stream fails.
@@ -347,41 +405,21 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
             raise CaptureError(f"{cfg.url}/health answered HTTP {health.status_code}")
         await _scrape(client, cfg, store, "before")
         clock["wall_minus_monotonic_ns"], clock["read_width_ns"] = wall_minus_monotonic()
-        if cfg.profile:
-            _resp, clock["profile_start"] = await _profile(client, cfg, "start")
-        tasks = [asyncio.create_task(_victim(client, cfg, v, store)) for v in store.victims]
-        sampler = (
-            asyncio.create_task(_sample(client, cfg, store)) if cfg.metrics_every_s > 0 else None
-        )
-        try:
-            await _wait_tokens(
-                store,
-                [cfg.steady_tokens] * cfg.victims,
-                cfg.read_timeout_s,
-                "waiting for steady decode",
-            )
-            inject_start = time.monotonic_ns()
-            try:
-                await asyncio.gather(
-                    *(_stream(client, cfg, r, cfg.inject_max_tokens) for r in store.injected)
-                )
-            except httpx.HTTPError as exc:
-                raise CaptureError(f"injecting prompts: {type(exc).__name__}: {exc}") from None
-            inject_end = time.monotonic_ns()
-            missing = [r.index for r in store.injected if r.first_token_ns is None]
-            if missing:
-                raise CaptureError(
-                    f"injected prompt {missing[0]}: the stream ended without a token"
-                )
-            after = [len(t) + cfg.steady_tokens for t in store.arrivals]
-            await _wait_tokens(store, after, cfg.read_timeout_s, "after the injection")
-        finally:
-            for t in [*tasks, *([sampler] if sampler else [])]:
-                t.cancel()
-            await asyncio.gather(*tasks, *([sampler] if sampler else []), return_exceptions=True)
         stop = None
         if cfg.profile:
-            stop, clock["profile_stop"] = await _profile(client, cfg, "stop")
+            _resp, clock["profile_start"] = await _profile(client, cfg, "start")
+        try:
+            inject_start, inject_end = await _workload(client, cfg, store)
+            if cfg.profile:
+                stop, clock["profile_stop"] = await _profile(client, cfg, "stop")
+        except CaptureError as exc:
+            if not cfg.profile or "profile_stop" in clock:
+                raise
+            raise CaptureError(f"{exc}{await _stop_after_failure(client, cfg)}") from None
+        except BaseException:  # a cancel, an interrupt, a bug: stop, then go
+            if cfg.profile and "profile_stop" not in clock:
+                await _stop_after_failure(client, cfg)
+            raise
         await _settle(client, cfg, store)
     traces: list[Path] = []
     if cfg.profile:
@@ -394,6 +432,46 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
             traces = [Path(str(named))] if named else []
         traces = trusted(cfg, traces)
     return _write(cfg, store, inject_start, inject_end, traces, started, clock)
+
+
+async def _workload(client: Any, cfg: ProbeConfig, store: _Store) -> tuple[int, int]:
+    """The victims, then the injected prompts, then more victim tokens; the injection
+    window's start and end (monotonic ns)."""
+    httpx = _httpx()
+    tasks = [asyncio.create_task(_victim(client, cfg, v, store)) for v in store.victims]
+    if cfg.metrics_every_s > 0:
+        tasks.append(asyncio.create_task(_sample(client, cfg, store)))
+    try:
+        await _wait_tokens(
+            store,
+            [cfg.steady_tokens] * cfg.victims,
+            cfg.read_timeout_s,
+            "waiting for steady decode",
+        )
+        inject_start = time.monotonic_ns()
+        injected = [
+            asyncio.create_task(_stream(client, cfg, r, cfg.inject_max_tokens))
+            for r in store.injected
+        ]
+        tasks += injected
+        try:
+            await asyncio.gather(*injected)
+        except httpx.HTTPError as exc:
+            raise CaptureError(f"injecting prompts: {type(exc).__name__}: {exc}") from None
+        inject_end = time.monotonic_ns()
+        missing = [r for r in store.injected if r.first_token_ns is None]
+        if missing:
+            raise CaptureError(
+                f"injected prompt {missing[0].index}: the stream ended without a token "
+                f"({missing[0].ending()})"
+            )
+        after = [len(t) + cfg.steady_tokens for t in store.arrivals]
+        await _wait_tokens(store, after, cfg.read_timeout_s, "waiting after the injection")
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return inject_start, inject_end
 
 
 def _write(
