@@ -6,10 +6,12 @@ running and waiting (gauges). A snapshot sums each one over its label sets (the 
 a data-parallel server add up); a quantity the server does not serve is None, never 0.
 
 The probe takes a snapshot before the workload, one every ``--metrics-every`` seconds while
-it runs, and one after it (once the engine has nothing running or waiting): the deltas say
-how much work the engine counted, and :func:`prefill_check` compares the prompt tokens it
-counted with the tokens the probe sent, so a re-prefill (a preempted request's prompt fed
-again) is named from the client side too.
+it runs, and one after it (once the engine has nothing running or waiting), each read and
+parsed in a process of its own (:mod:`traceview.capture.scrape`). :func:`increase` says how
+much work the engine counted over the snapshots (a counter that goes down was reset: a
+restart), and :func:`prefill_check` compares the prompt tokens it counted with the tokens
+the probe sent, so a re-prefill (a preempted request's prompt fed again) is named from the
+client side too.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
+EXACT = 2**53  # a larger value is kept as a float: JSON readers take integers up to here
+
 Snapshot = dict[str, int | float | None]
 
 
@@ -64,14 +68,16 @@ def _parser() -> Any:
 
 
 def _number(value: float) -> int | float | None:
+    """A sample's value: None where it is not finite, an int where it is whole and exact
+    (at most 2^53 in size), else the float."""
     if not math.isfinite(value):
         return None
-    return int(value) if value == int(value) else value
+    return int(value) if value == int(value) and abs(value) <= EXACT else value
 
 
-def parse(text: str, engine: str, where: str) -> tuple[Snapshot, dict[str, str | None]]:
-    """The five quantities of one ``/metrics`` page, and the metric name each was read
-    from (None: not served).
+def parse(text: str, engine: str, where: str) -> tuple[Snapshot, dict[str, str | None], str | None]:
+    """The five quantities of one ``/metrics`` page, the metric name each was read from
+    (None: not served), and :func:`missing`'s sentence on the names the page lacks.
 
     Raises:
         CaptureError: the page is not Prometheus text (named by ``where``).
@@ -85,6 +91,13 @@ def parse(text: str, engine: str, where: str) -> tuple[Snapshot, dict[str, str |
     except (ValueError, TypeError, IndexError, KeyError) as exc:
         reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
         raise CaptureError(f"{where}: not Prometheus text ({reason})") from None
+    values, used = _find(sums, names)
+    return values, used, missing(sums, engine, used)
+
+
+def _find(
+    sums: dict[str, float], names: dict[str, tuple[str, ...]]
+) -> tuple[Snapshot, dict[str, str | None]]:
     values: Snapshot = {}
     used: dict[str, str | None] = {}
     for quantity in QUANTITIES:
@@ -97,13 +110,47 @@ def parse(text: str, engine: str, where: str) -> tuple[Snapshot, dict[str, str |
     return values, used
 
 
-def deltas(before: Snapshot, after: Snapshot) -> Snapshot:
-    """Each counter's change from ``before`` to ``after`` (None where either is absent)."""
+def missing(sums: dict[str, float], engine: str, used: dict[str, str | None]) -> str | None:
+    """One sentence naming the quantities whose names the page does not hold, and the
+    engine whose names it holds instead (a wrong ``--engine``); None when none is
+    missing."""
+    absent = [q for q in QUANTITIES if used.get(q) is None]
+    if not absent:
+        return None
+    looked = ", ".join(NAMES[engine][q][0] for q in absent)
+    said = f"the page holds none of {engine}'s names for {', '.join(absent)} ({looked})"
+    others = [
+        other
+        for other in NAMES
+        if other != engine and any(v is not None for v in _find(sums, NAMES[other])[1].values())
+    ]
+    if others:
+        said += f"; it holds {others[0]}'s names: is --engine {others[0]} the server's?"
+    return said
+
+
+def increase(series: list[Snapshot]) -> tuple[Snapshot, dict[str, int]]:
+    """Each counter's increase over ``series`` (snapshots in time order, the first before
+    the workload, the last after it), and how many times it was reset. A counter only
+    goes up; one that goes down was reset (the server restarted) and counts from 0 again,
+    so the increase sums each step's rise, taking the value after a reset as its rise,
+    as Prometheus's ``increase()`` does. A counter absent from the first or the last
+    snapshot has no increase (None); snapshots between that lack it are skipped."""
     out: Snapshot = {}
+    resets: dict[str, int] = {}
     for key in COUNTERS:
-        a, b = before.get(key), after.get(key)
-        out[key] = None if a is None or b is None else _number(float(b) - float(a))
-    return out
+        if not series or series[0].get(key) is None or series[-1].get(key) is None:
+            out[key], resets[key] = None, 0
+            continue
+        values = [float(v) for s in series if (v := s.get(key)) is not None]
+        total, count = 0.0, 0
+        for a, b in zip(values, values[1:], strict=False):
+            if b < a:
+                total, count = total + b, count + 1
+            else:
+                total += b - a
+        out[key], resets[key] = _number(total), count
+    return out, resets
 
 
 def prefill_check(sent: int, counted: int | float | None) -> dict[str, Any]:

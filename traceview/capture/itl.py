@@ -229,27 +229,40 @@ def window_on_trace(probe: Probe, entry: dict[str, Any] | None) -> list[int] | N
 
 
 def _metrics(probe: Probe) -> dict[str, Any] | None:
-    """The engine's counters: the before and after snapshots, their deltas, the largest
-    running and waiting seen, and how many snapshots there were."""
-    note = ((probe.run or {}).get("metrics") or {}).get("note")
+    """The engine's counters: the before and after snapshots, each counter's increase
+    over every snapshot between them (:func:`~traceview.capture.engine_metrics.increase`)
+    and its resets, the largest running and waiting seen, how many snapshots there were,
+    and the capture's notes on its reads."""
+    recorded = (probe.run or {}).get("metrics") or {}
+    notes = [str(n) for n in recorded.get("notes") or []]
+    notes += [str(recorded["note"])] if recorded.get("note") else []  # an older run.json
     before = next((s["values"] for s in probe.snapshots if s["label"] == "before"), None)
     after = next((s["values"] for s in reversed(probe.snapshots) if s["label"] == "after"), None)
     if before is None or after is None:
-        return None if note is None else {"note": note}
+        return {"notes": notes} if notes else None
+    during = [s["values"] for s in probe.snapshots if s["label"] == "during"]
+    delta, resets = engine_metrics.increase([before, *during, after])
+    for key, count in resets.items():
+        if count:
+            notes.append(
+                f"the engine's {key} counter went down {count} time(s) between snapshots "
+                "(a restart?): its delta sums the rises, as Prometheus's increase() does"
+            )
 
     def largest(key: str) -> int | float | None:
         seen = [s["values"][key] for s in probe.snapshots if s["values"].get(key) is not None]
         return max(seen) if seen else None
 
     return {
-        "engine": ((probe.run or {}).get("metrics") or {}).get("engine"),
+        "engine": recorded.get("engine"),
         "snapshots": len(probe.snapshots),
         "before": before,
         "after": after,
-        "delta": engine_metrics.deltas(before, after),
+        "delta": delta,
+        "resets": resets,
         "running_max": largest("running"),
         "waiting_max": largest("waiting"),
-        "note": note,
+        "notes": notes,
     }
 
 

@@ -29,9 +29,9 @@ from typing import Any
 
 import orjson
 
-from traceview.capture import engine_metrics
 from traceview.capture.clock import wall_minus_monotonic
 from traceview.capture.collect import collect, offsets, trusted
+from traceview.capture.scrape import MAX_PAGE_BYTES, Reader
 from traceview.errors import CaptureError, MissingDependencyError
 
 CAPTURE_SCHEMA = "traceview.capture/1"
@@ -53,6 +53,7 @@ class ProbeConfig:
     profile_dir: str | None = None
     profile: bool = True  # False: the unprofiled control (no /start_profile, no trace)
     metrics_every_s: float = 1.0  # /metrics while the workload runs; 0: before and after only
+    metrics_max_bytes: int = MAX_PAGE_BYTES  # a larger /metrics page is not read
     out: str = "capture"
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 120.0
@@ -129,11 +130,29 @@ class _Store:
         self.errors: list[str] = []
         self.snapshots: list[dict[str, Any]] = []
         self.metric_names: dict[str, str | None] | None = None
-        self.metrics_note: str | None = None
+        self.metrics_missing: str | None = None  # the names the page lacks (a wrong --engine?)
+        self.metrics_stopped: str | None = None  # why reading /metrics again cannot help
+        self.metrics_reads = 0
+        self.metrics_failures: list[str] = []  # reads that failed; the next one may not
 
     @property
     def arrivals(self) -> list[list[int]]:
         return [v.arrivals for v in self.victims]
+
+    def metrics_notes(self, url: str) -> list[str]:
+        """What the capture's /metrics reads came to, one sentence a kind."""
+        notes = []
+        if self.metrics_stopped is not None:
+            after = f" after {len(self.snapshots)} snapshot(s)" if self.snapshots else ""
+            notes.append(f"{url}/metrics: {self.metrics_stopped}; reading it stopped{after}")
+        if self.metrics_failures:
+            notes.append(
+                f"{url}/metrics: {len(self.metrics_failures)} of {self.metrics_reads} reads "
+                f"failed (first: {self.metrics_failures[0]}); the other snapshots were kept"
+            )
+        if self.metrics_missing is not None:
+            notes.append(f"{url}/metrics: {self.metrics_missing}")
+        return notes
 
 
 def chunk_tokens(chunk: dict[str, Any], counted: int) -> int:
@@ -279,48 +298,52 @@ async def _wait_tokens(store: _Store, at_least: list[int], timeout_s: float, wha
         await asyncio.sleep(0.01)
 
 
-async def _scrape(client: Any, cfg: ProbeConfig, store: _Store, label: str) -> None:
-    """One ``/metrics`` snapshot into ``store``; a server that serves none, or a page that
-    is not Prometheus text, is noted once and the probe goes on without."""
-    if store.metrics_note is not None:
-        return
-    httpx = _httpx()
-    try:
-        resp = await client.get("/metrics", timeout=cfg.connect_timeout_s)
-    except httpx.HTTPError as exc:
-        store.metrics_note = f"{cfg.url}/metrics: {type(exc).__name__}: {exc}"
-        return
-    t_ns = time.monotonic_ns()
-    if resp.status_code != 200:
-        store.metrics_note = f"{cfg.url}/metrics answered HTTP {resp.status_code}"
-        return
-    try:
-        values, names = engine_metrics.parse(resp.text, cfg.engine, f"{cfg.url}/metrics")
-    except CaptureError as exc:
-        store.metrics_note = str(exc)
-        return
-    store.metric_names = names
-    store.snapshots.append({"metrics": label, "t_ns": t_ns, "values": values})
+async def _scrape(reader: Reader, store: _Store, label: str) -> dict[str, Any] | None:
+    """One ``/metrics`` snapshot, read and parsed in the reader's process (the token loop
+    is never held by it), or None. A read that failed is counted and the next one goes
+    on; a failure no read can mend (no /metrics, a page that is not Prometheus text or is
+    too large) stops the reading."""
+    if store.metrics_stopped is not None:
+        return None
+    store.metrics_reads += 1
+    reply = await reader.read()
+    if "failure" in reply:
+        if reply.get("permanent"):
+            store.metrics_stopped = str(reply["failure"])
+        else:
+            store.metrics_failures.append(str(reply["failure"]))
+        return None
+    if store.metric_names is None:
+        store.metric_names = reply["names"]
+        store.metrics_missing = reply.get("missing")
+    return {"metrics": label, "t_ns": reply["t_ns"], "values": reply["values"]}
 
 
-async def _sample(client: Any, cfg: ProbeConfig, store: _Store) -> None:
+async def _sample(reader: Reader, cfg: ProbeConfig, store: _Store) -> None:
     while True:
         await asyncio.sleep(cfg.metrics_every_s)
-        await _scrape(client, cfg, store, "during")
+        snapshot = await _scrape(reader, store, "during")
+        if snapshot is not None:
+            store.snapshots.append(snapshot)
 
 
-async def _settle(client: Any, cfg: ProbeConfig, store: _Store) -> None:
+async def _settle(reader: Reader, store: _Store) -> None:
     """The after snapshot, once the engine reports nothing running or waiting (every
-    request's counts in), or after :data:`SETTLE_S`."""
+    request's counts in), or the last one read within :data:`SETTLE_S`."""
     deadline = time.monotonic() + SETTLE_S
-    while True:
-        await _scrape(client, cfg, store, "after")
-        last = store.snapshots[-1]["values"] if store.snapshots else {}
-        idle = last.get("running") in (0, None) and last.get("waiting") in (0, None)
-        if store.metrics_note is not None or idle or time.monotonic() > deadline:
-            return
-        store.snapshots.pop()  # not settled yet: only the last one is the after snapshot
+    last = None
+    while store.metrics_stopped is None:
+        snapshot = await _scrape(reader, store, "after")
+        if snapshot is not None:
+            last = snapshot
+            values = snapshot["values"]
+            if values.get("running") in (0, None) and values.get("waiting") in (0, None):
+                break
+        if time.monotonic() > deadline:
+            break
         await asyncio.sleep(0.05)
+    if last is not None:
+        store.snapshots.append(last)
 
 
 async def _profile(client: Any, cfg: ProbeConfig, action: str) -> tuple[Any, dict[str, int]]:
@@ -394,6 +417,7 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
         _Request("injected", k, [rng.randrange(1, cfg.vocab) for _ in range(cfg.prompt_tokens)])
         for k in range(cfg.inject)
     ]
+    reader = Reader(f"{cfg.url}/metrics", cfg.engine, cfg.connect_timeout_s, cfg.metrics_max_bytes)
     async with httpx.AsyncClient(base_url=cfg.url, timeout=timeout, limits=limits) as client:
         try:
             health = await client.get("/health", timeout=cfg.connect_timeout_s)
@@ -403,24 +427,29 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
             ) from None
         if health.status_code != 200:
             raise CaptureError(f"{cfg.url}/health answered HTTP {health.status_code}")
-        await _scrape(client, cfg, store, "before")
-        clock["wall_minus_monotonic_ns"], clock["read_width_ns"] = wall_minus_monotonic()
-        stop = None
-        if cfg.profile:
-            _resp, clock["profile_start"] = await _profile(client, cfg, "start")
         try:
-            inject_start, inject_end = await _workload(client, cfg, store)
+            await reader.start()
+            before = await _scrape(reader, store, "before")
+            store.snapshots += [before] if before is not None else []
+            clock["wall_minus_monotonic_ns"], clock["read_width_ns"] = wall_minus_monotonic()
+            stop = None
             if cfg.profile:
-                stop, clock["profile_stop"] = await _profile(client, cfg, "stop")
-        except CaptureError as exc:
-            if not cfg.profile or "profile_stop" in clock:
+                _resp, clock["profile_start"] = await _profile(client, cfg, "start")
+            try:
+                inject_start, inject_end = await _workload(client, cfg, store, reader)
+                if cfg.profile:
+                    stop, clock["profile_stop"] = await _profile(client, cfg, "stop")
+            except CaptureError as exc:
+                if not cfg.profile or "profile_stop" in clock:
+                    raise
+                raise CaptureError(f"{exc}{await _stop_after_failure(client, cfg)}") from None
+            except BaseException:  # a cancel, an interrupt, a bug: stop, then go
+                if cfg.profile and "profile_stop" not in clock:
+                    await _stop_after_failure(client, cfg)
                 raise
-            raise CaptureError(f"{exc}{await _stop_after_failure(client, cfg)}") from None
-        except BaseException:  # a cancel, an interrupt, a bug: stop, then go
-            if cfg.profile and "profile_stop" not in clock:
-                await _stop_after_failure(client, cfg)
-            raise
-        await _settle(client, cfg, store)
+            await _settle(reader, store)
+        finally:
+            await reader.close()
     traces: list[Path] = []
     if cfg.profile:
         traces = collect(cfg, started)
@@ -434,13 +463,15 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
     return _write(cfg, store, inject_start, inject_end, traces, started, clock)
 
 
-async def _workload(client: Any, cfg: ProbeConfig, store: _Store) -> tuple[int, int]:
+async def _workload(
+    client: Any, cfg: ProbeConfig, store: _Store, reader: Reader
+) -> tuple[int, int]:
     """The victims, then the injected prompts, then more victim tokens; the injection
     window's start and end (monotonic ns)."""
     httpx = _httpx()
     tasks = [asyncio.create_task(_victim(client, cfg, v, store)) for v in store.victims]
     if cfg.metrics_every_s > 0:
-        tasks.append(asyncio.create_task(_sample(client, cfg, store)))
+        tasks.append(asyncio.create_task(_sample(reader, cfg, store)))
     try:
         await _wait_tokens(
             store,
@@ -508,6 +539,7 @@ def _write(
                 staged.append((tmpdir / t.name, dest))
             copied.append(dest)
         clock["traces"] = offsets(clock, traces)
+        metrics_notes = store.metrics_notes(cfg.url)
         run = {
             "schema": CAPTURE_SCHEMA,
             "config": asdict(cfg),
@@ -523,7 +555,9 @@ def _write(
                 "engine": cfg.engine,
                 "names": store.metric_names,
                 "snapshots": len(store.snapshots),
-                "note": store.metrics_note,
+                "reads": store.metrics_reads,
+                "failed_reads": len(store.metrics_failures),
+                "notes": metrics_notes,
             },
             "errors": store.errors,
         }
@@ -542,5 +576,5 @@ def _write(
         inject_start,
         inject_end,
         sum(len(t) for t in store.arrivals),
-        [store.metrics_note] if store.metrics_note else [],
+        metrics_notes,
     )

@@ -267,8 +267,7 @@ def _client_section(doc: dict[str, Any], label: str) -> str:
                 {1},
             )
         )
-    elif m is not None and m.get("note"):
-        out.append(f'<p class="muted">{esc(str(m["note"]))}</p>')
+    out += [f'<p class="muted">{esc(str(n))}</p>' for n in (m or {}).get("notes") or []]
     return "\n".join(out)
 
 

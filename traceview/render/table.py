@@ -451,10 +451,12 @@ def render_itl(rows: list[tuple[str, dict[str, Any]]], console: Console | None =
         engine.add_column(col, justify="left" if col in ("run", "check") else "right")
     notes = []
     for label, doc in rows:
+        where = f"{label or doc['probe']}: "
         m, check = doc["metrics"], doc["prefill_check"]
+        notes += [where + n for n in (m or {}).get("notes") or []]
         if m is None or "delta" not in m:
-            why = (m or {}).get("note") or "no /metrics snapshots in this capture"
-            notes.append(f"{label or doc['probe']}: {why}")
+            if not (m or {}).get("notes"):
+                notes.append(where + "no /metrics snapshots in this capture")
             continue
         d = m["delta"]
         engine.add_row(
