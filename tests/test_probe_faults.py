@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from openai_fake import Plan, State, fake_server, metrics_text
 
 httpx = pytest.importorskip("httpx")
@@ -22,6 +23,7 @@ pytest.importorskip("prometheus_client")
 from traceview.capture import engine_metrics  # noqa: E402
 from traceview.capture.itl import itl  # noqa: E402
 from traceview.capture.probe import ProbeConfig, run_probe  # noqa: E402
+from traceview.cli import cli  # noqa: E402
 from traceview.errors import CaptureError  # noqa: E402
 
 VICTIM_PROMPT, INJECT_PROMPT = 8, 120
@@ -207,3 +209,48 @@ def test_a_failed_capture_stops_the_profiler_it_started(
     assert calls == ["/start_profile", "/stop_profile"]
     assert re.search(said, str(err.value)), err.value
     assert str(err.value).endswith("; the profiler it had started was stopped (/stop_profile)")
+
+
+def test_a_profiled_capture_without_a_trace_says_so(tmp_path: Path) -> None:
+    """The engine writes no trace where --profile-dir points: the capture still writes
+    the clients' view, and says on stderr and in run.json that no trace was found."""
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    with fake_server(Plan()) as (url, _state):
+        done = CliRunner().invoke(
+            cli,
+            [
+                "capture",
+                "server",
+                "--url",
+                url,
+                "--engine",
+                "vllm",
+                "--victims",
+                "2",
+                "--inject",
+                "1",
+                "--prompt-tokens",
+                "120",
+                "--metrics-every",
+                "0.05",
+                "--profile-dir",
+                str(empty),
+                "-o",
+                str(tmp_path / "c"),
+            ],
+        )
+    assert done.exit_code == 0, done.output
+    said = (
+        f"profiled, but no trace written during the capture was found under {empty} "
+        "(is it the folder the engine writes its traces to?)"
+    )
+    assert json.loads((tmp_path / "c" / "run.json").read_text())["notes"] == [said]
+    assert f"note: {said}" in " ".join(done.stderr.split())
+    shown = CliRunner().invoke(cli, ["itl", str(tmp_path / "c")], env={"COLUMNS": "300"})
+    assert said in shown.stdout
+    report = CliRunner().invoke(
+        cli, ["report", str(tmp_path / "c"), "-o", str(tmp_path / "r.html")]
+    )
+    assert report.exit_code == 2
+    assert "a profiled capture whose trace was not collected" in report.stderr

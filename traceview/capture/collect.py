@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceview.capture.clock import profiler_span, trace_offset
+from traceview.capture.clock import activity_extent, fingerprint, profiler_span, trace_offset
 from traceview.errors import CaptureError, TraceviewError
 
 if TYPE_CHECKING:
@@ -71,23 +71,49 @@ def trusted(cfg: ProbeConfig, traces: list[Path]) -> list[Path]:
 
 
 def offsets(clock: dict[str, Any], traces: list[Path]) -> list[dict[str, Any]]:
-    """Per trace, the offset from the probe's clock to the trace's
-    (:func:`~traceview.capture.clock.trace_offset`); a trace that cannot be read gets
-    none, and says why."""
+    """Per trace, its :func:`~traceview.capture.clock.fingerprint` and the offset from the
+    probe's clock to the trace's (:func:`~traceview.capture.clock.trace_offset`); a trace
+    that cannot be read gets none, and says why."""
+    from traceview.load import load
+
     out = []
     for path in traces:
-        from traceview.load import load
-
         entry: dict[str, Any] = {"trace": path.name}
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 trace = load(path)
         except TraceviewError as exc:
-            entry.update(offset_ns=None, method=None, uncertainty_ns=None, error=str(exc))
+            entry.update(offset_ns=None, method=None, uncertainty_ns=None, why=str(exc))
         else:
-            entry["base_time_ns"] = trace.meta.base_time_ns
-            span = profiler_span(trace.events)
-            entry.update(trace_offset(clock, trace.meta.base_time_ns, span))
+            entry.update(fingerprint(trace))
+            span, extent = profiler_span(trace.events), activity_extent(trace)
+            entry.update(trace_offset(clock, trace.meta.base_time_ns, span, extent))
         out.append(entry)
     return out
+
+
+def clock_notes(cfg: ProbeConfig, entries: list[dict[str, Any]]) -> list[str]:
+    """What a profiled capture could not give: a trace, or a trace's clock."""
+    if not cfg.profile:
+        return []
+    if not entries:
+        where = (
+            f"under {cfg.profile_dir} (is it the folder the engine writes its traces to?)"
+            if cfg.profile_dir
+            else "(no --profile-dir was given: traceview collects traces from that folder)"
+        )
+        return [f"profiled, but no trace written during the capture was found {where}"]
+    notes = []
+    for e in entries:
+        if e.get("offset_ns") is None:
+            notes.append(
+                f"{e['trace']}: no clock offset ({e.get('why')}): the injection window "
+                "cannot be placed on it"
+            )
+        elif e.get("uncertainty_ns") is None:
+            notes.append(
+                f"{e['trace']}: the injection window is placed by the wall clock, "
+                f"unchecked ({e.get('why')}): nothing bounds its error"
+            )
+    return notes

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from traceview.capture.clock import wall_minus_monotonic
-from traceview.capture.collect import collect, offsets, trusted
+from traceview.capture.collect import clock_notes, collect, offsets, trusted
 from traceview.capture.scrape import MAX_PAGE_BYTES, Reader
 from traceview.errors import CaptureError, MissingDependencyError
 
@@ -539,6 +539,7 @@ def _write(
                 staged.append((tmpdir / t.name, dest))
             copied.append(dest)
         clock["traces"] = offsets(clock, traces)
+        notes = clock_notes(cfg, clock["traces"])
         metrics_notes = store.metrics_notes(cfg.url)
         run = {
             "schema": CAPTURE_SCHEMA,
@@ -560,6 +561,7 @@ def _write(
                 "notes": metrics_notes,
             },
             "errors": store.errors,
+            "notes": notes,
         }
         run_tmp = tmpdir / "run.json"
         run_tmp.write_bytes(orjson.dumps(run, option=orjson.OPT_INDENT_2))
@@ -576,5 +578,5 @@ def _write(
         inject_start,
         inject_end,
         sum(len(t) for t in store.arrivals),
-        metrics_notes,
+        [*notes, *metrics_notes],
     )
