@@ -224,7 +224,9 @@ def test_the_engines_counters_and_the_re_prefill_check(
     assert run["metrics"]["names"]["prompt_tokens"] == f"{flavor}:prompt_tokens_total"
     shown = CliRunner().invoke(cli, ["itl", str(out)], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
-    assert ("re-prefill (+512, 3.00×)" if reprefill == 3 else "match") in shown.stdout
+    assert ("re-prefill* (+512, 3.00×)" if reprefill == 3 else "match*") in shown.stdout
+    assert f"{'vLLM' if flavor == 'vllm' else 'SGLang'} counts each prompt once" in shown.stdout
+    assert "it preempted 4 time(s)" in shown.stdout
 
 
 def test_the_unprofiled_control_never_calls_the_profiler(tmp_path: Path) -> None:

@@ -128,6 +128,7 @@ def test_a_counter_reset_is_summed_and_said(tmp_path: Path) -> None:
     assert m["delta"]["prompt_tokens"] == SENT and m["delta"]["generation_tokens"] == generated
     assert m["resets"] == {"prompt_tokens": 1, "generation_tokens": 1, "preemptions": 0}
     assert doc["prefill_check"]["verdict"] == "match"
+    assert any("reset 1 time(s)" in c for c in doc["prefill_check"]["caveats"])
     assert any("prompt_tokens counter went down 1 time(s)" in n for n in m["notes"])
 
 

@@ -11,7 +11,7 @@ parsed in a process of its own (:mod:`traceview.capture.scrape`). :func:`increas
 much work the engine counted over the snapshots (a counter that goes down was reset: a
 restart), and :func:`prefill_check` compares the prompt tokens it counted with the tokens
 the probe sent, so a re-prefill (a preempted request's prompt fed again) is named from the
-client side too.
+client side too, on an engine that counts every token it feeds (:data:`COUNTS_ONCE`).
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
+# engines that count a request's prompt once (vLLM at its first token,
+# vllm/v1/metrics/stats.py; SGLang when it ends, observe_one_finished_request): a prompt
+# fed again after a preemption is not counted again
+COUNTS_ONCE = {"vllm": "vLLM", "sglang": "SGLang"}
 EXACT = 2**53  # a larger value is kept as a float: JSON readers take integers up to here
 
 Snapshot = dict[str, int | float | None]
@@ -153,12 +157,37 @@ def increase(series: list[Snapshot]) -> tuple[Snapshot, dict[str, int]]:
     return out, resets
 
 
-def prefill_check(sent: int, counted: int | float | None) -> dict[str, Any]:
+def prefill_check(
+    sent: int,
+    counted: int | float | None,
+    *,
+    engine: str | None = None,
+    preemptions: int | float | None = None,
+    resets: int = 0,
+) -> dict[str, Any]:
     """The engine's counted prompt tokens against the ``sent`` ones: ``excess_tokens``
-    (counted − sent), ``ratio`` (counted / sent) and a ``verdict``: ``match`` when equal,
-    ``re-prefill`` when the engine counted more prompt work than was sent (a prompt fed
-    again), ``fewer`` when it counted less (prefix-cache hits on an engine that leaves them
-    out, or requests it had not counted yet), None when the engine serves no count."""
+    (counted − sent), ``ratio`` (counted / sent; None when nothing was sent) and a
+    ``verdict``: ``match`` when equal, ``re-prefill`` when the engine counted more prompt
+    work than was sent (a prompt fed again), ``fewer`` when it counted less (prefix-cache
+    hits on an engine that leaves them out, or requests it had not counted yet), None
+    when the engine serves no count. ``caveats``: what the verdict cannot see, one
+    sentence each: an engine of :data:`COUNTS_ONCE` never counts a re-fed prompt (and
+    its ``preemptions`` say whether one may have been), and a counter ``resets`` (a
+    restart) makes the count a lower bound."""
+    caveats = []
+    if engine in COUNTS_ONCE:
+        said = (
+            f"{COUNTS_ONCE[engine]} counts each prompt once, so a prompt fed again is not "
+            "in this count"
+        )
+        if preemptions:
+            said += f"; it preempted {preemptions:,} time(s), so one may have happened"
+        caveats.append(said)
+    if resets:
+        caveats.append(
+            f"the prompt-token counter was reset {resets} time(s) (a restart?): "
+            "the count is a lower bound"
+        )
     if counted is None:
         return {
             "sent_prompt_tokens": sent,
@@ -166,6 +195,7 @@ def prefill_check(sent: int, counted: int | float | None) -> dict[str, Any]:
             "excess_tokens": None,
             "ratio": None,
             "verdict": None,
+            "caveats": caveats,
         }
     excess = _number(float(counted) - sent)
     assert excess is not None
@@ -176,4 +206,5 @@ def prefill_check(sent: int, counted: int | float | None) -> dict[str, Any]:
         "excess_tokens": excess,
         "ratio": None if sent == 0 else float(f"{float(counted) / sent:.9g}"),
         "verdict": verdict,
+        "caveats": caveats,
     }

@@ -278,7 +278,13 @@ def itl(source: str | os.PathLike[str]) -> dict[str, Any]:
     check = None
     if metrics is not None and "delta" in metrics and probe.requests:
         sent = sum(r["prompt_tokens"] for r in probe.requests)
-        check = engine_metrics.prefill_check(sent, metrics["delta"]["prompt_tokens"])
+        check = engine_metrics.prefill_check(
+            sent,
+            metrics["delta"]["prompt_tokens"],
+            engine=metrics["engine"],
+            preemptions=metrics["delta"]["preemptions"],
+            resets=metrics["resets"]["prompt_tokens"],
+        )
     entry = offset(probe)
     tokens = sum(len(t) for t in probe.tokens.values())
     chunks = sum(r["chunks"] for r in probe.requests if r["role"] == "victim")

@@ -408,8 +408,8 @@ def render_check(result: CheckResult, console: Console | None = None) -> None:
 def render_itl(rows: list[tuple[str, dict[str, Any]]], console: Console | None = None) -> None:
     """A capture's client view: the victims' inter-token latency per population, time to
     first token per population (each percentile with its n), the engine's counters over
-    the workload with the re-prefill check, and the injection window on the trace's
-    clock, with the bound on its error (or why there is none)."""
+    the workload with the re-prefill check and what it cannot see, and the injection
+    window on the trace's clock, with the bound on its error (or why there is none)."""
     out = console or Console(highlight=False)
     table = Table(title="victims' inter-token latency", title_justify="left")
     for col in ("run", "population", "n", "p50", "p90", "p99", "max"):
@@ -428,7 +428,7 @@ def render_itl(rows: list[tuple[str, dict[str, Any]]], console: Console | None =
             )
     out.print(table)
     ttft = Table(title="time to first token (send to first token)", title_justify="left")
-    for col in ("run", "population", "n", "prompt tokens", "p50", "p90", "p99", "max"):
+    for col in ("run", "population", "n", "prompt tokens (sum)", "p50", "p90", "p99", "max"):
         ttft.add_column(col, justify="left" if col in ("run", "population") else "right")
     for label, doc in rows:
         for pop in ("victims", "injected"):
@@ -470,6 +470,7 @@ def render_itl(rows: list[tuple[str, dict[str, Any]]], console: Console | None =
             _count(m["running_max"]),
             _count(m["waiting_max"]),
         )
+        notes += [f"{where}* {c}" for c in (check or {}).get("caveats") or []]
     if engine.row_count:
         out.print(engine)
     for note in notes:
@@ -517,13 +518,14 @@ def _since(t_ns: int, clock: dict[str, Any]) -> str:
 
 def _check(check: dict[str, Any] | None) -> str:
     """The re-prefill check in a cell: the verdict and, when the counts differ, by how
-    much (the engine's prompt tokens over those sent; no ratio when none were sent)."""
+    much (the engine's prompt tokens over those sent); ``*`` when a caveat follows."""
     if check is None or check["verdict"] is None:
         return "—"
+    star = "*" if check.get("caveats") else ""
     if check["verdict"] == "match":
-        return "match"
+        return "match" + star
     ratio = "" if check["ratio"] is None else f", {check['ratio']:.2f}×"
-    return f"{check['verdict']} ({check['excess_tokens']:+,}{ratio})"
+    return f"{check['verdict']}{star} ({check['excess_tokens']:+,}{ratio})"
 
 
 def render_itl_diff(doc: dict[str, Any], console: Console | None = None) -> None:
