@@ -40,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import polars as pl  # noqa: E402
 
 import benchmarks.load as load  # noqa: E402
-from traceview.load.boundaries import last_cut  # noqa: E402
-from traceview.load.columns import DECODER, Block  # noqa: E402
-from traceview.load.json import BLOCK_BYTES  # noqa: E402
+from traceview.loader.boundaries import last_cut  # noqa: E402
+from traceview.loader.columns import DECODER, Block  # noqa: E402
+from traceview.loader.json import BLOCK_BYTES  # noqa: E402
 
 _ARGS = {
     "device": pl.Int64,

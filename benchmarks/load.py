@@ -480,7 +480,7 @@ def run_traceview_one(path: Path) -> dict[str, int]:
 def run_traceview_first(path: Path) -> dict[str, int]:
     """A first open with the cache on: parse, then write the cache entry."""
     import traceview as tv
-    from traceview.load import cache
+    from traceview.loader import cache
 
     cache.clear()
     trace = tv.load(path)
@@ -643,7 +643,7 @@ def stages(path: Path) -> None:
     cut = data.rfind(b"},\n  {") + 1
     piece = b"[" + data[data.index(b"[", data.index(b'"traceEvents"')) + 1 : cut] + b"]"
     del data
-    from traceview.load.columns import DECODER
+    from traceview.loader.columns import DECODER
 
     t_orjson, a = timed(lambda: orjson.loads(piece))
     t_msgspec, b = timed(lambda: DECODER.decode(piece))

@@ -210,7 +210,7 @@ def readers(endpoint: str, megabytes: int, repeat: int) -> None:
     """One object read whole in 8 MB blocks: fsspec/s3fs (traceview's reader), obstore,
     and the same bytes from disk; fastest of ``repeat``, alternating."""
     sys.path.insert(0, str(ROOT))
-    from traceview.load import remote
+    from traceview.loader import remote
 
     data = os.urandom(megabytes << 20)
     block = 8 << 20

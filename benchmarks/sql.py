@@ -24,8 +24,8 @@ def main() -> None:
     from load import generate  # benchmarks/load.py
 
     import traceview as tv
-    from traceview.sql import resolve_query, run_embedded
-    from traceview.sql.embedded import Database
+    from traceview.sqlengine import resolve_query, run_embedded
+    from traceview.sqlengine.embedded import Database
 
     path = generate(args.kernels)
     t0 = time.perf_counter()

@@ -122,7 +122,7 @@ def child(what: str, path: str, config: str | None = None) -> None:
             _ = (a.decode_gaps, a.idle)
             accessors_s = time.perf_counter() - t2
         else:  # a commit before tv.analyze (--against)
-            steps = tv.summarize(trace, model=model).to_dict()["steps"]["count"]
+            steps = tv.summarize(trace, tv.AnalysisConfig(model=model)).to_dict()["steps"]["count"]
     t2 = time.perf_counter() - accessors_s
     print(
         json.dumps(

@@ -14,7 +14,7 @@
 -- counts every device's kernels, CUDA-graph capture at start-up included, where summarize
 -- counts the analysed device's serving kernels only.
 -- Generated from traceview/presets/default.toml by
---   python -m traceview.sql.families_query > queries/kernel_families.sql
+--   python -m traceview.sqlengine.families_query > queries/kernel_families.sql
 -- Example:
 --   traceview sql queries/kernel_families.sql trace.json.gz
 WITH k AS (

@@ -43,6 +43,24 @@ def growth_from_nothing(out: Path) -> tuple[Path, dict[str, Any]]:
     return write(sc, plan_steps(sc, kinds), out)
 
 
+# two prompts, each prefilled in chunks interleaved with decode: phases decode, mixed,
+# decode, mixed, decode, so each kind's cadence pools more than one phase
+TWO_PROMPTS: list[tuple[str, int, int]] = [
+    *[("decode", 0, -1)] * 4,
+    *[("mixed", 2_048, c) for c in range(3)],
+    *[("decode", 0, -1)] * 3,
+    *[("mixed", 2_048, c) for c in range(4)],
+    *[("decode", 0, -1)] * 5,
+]
+
+
+def two_prompts(out: Path) -> tuple[Path, dict[str, Any]]:
+    """A vLLM trace (CPU annotations that state each step's work) of :data:`TWO_PROMPTS`;
+    its path and the plan's truth."""
+    sc = dataclasses.replace(HYBRID_CHUNKED, name="two_prompts")
+    return write(sc, plan_steps(sc, TWO_PROMPTS), out)
+
+
 def write(sc: Scenario, steps: list[PlannedStep], out: Path) -> tuple[Path, dict[str, Any]]:
     tb, planned = build(sc, steps)
     path = out / f"{sc.name}.json.gz"

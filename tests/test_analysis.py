@@ -30,7 +30,8 @@ def check_against_truth(doc: dict, t: dict, *, tokens: bool = True) -> None:
     s = doc["steps"]
     assert s["count"] == t["step_count"]
     assert s["cadence"] == t["cadence"]
-    assert s["decoding_cadence"] == t["decoding_cadence"]
+    assert s["token_cadence"] == t["token_cadence"]
+    assert s["cadence_by_kind"] == t["cadence_by_kind"]
     assert [{k: p[k] for k in PHASE_KEYS} for p in s["phases"]] == [
         {k: p[k] for k in PHASE_KEYS} for p in t["phases"]
     ]
@@ -72,7 +73,12 @@ def test_summary_equals_planted_truth(scenario: str) -> None:
     for col in ("kind", "kind_source", *RECORD_COLUMNS, "shape_tokens"):
         assert summary.steps[col].to_list() == [s[col] for s in t["steps"]], col
     markers = summary.kernel_table.filter(pl.col("name") == t["decode_marker_kernel"])
-    assert markers["count"].sum() == sum(g["n"] for g in t["decode_gaps"][:1]) + 1
+    assert markers["count"].sum() == t["decode_markers"]
+    if not t["warmup"]["steps"]:  # every pair of consecutive markers is a gap
+        assert t["decode_markers"] == t["decode_gaps"][0]["n"] + 1
+    assert doc["warmup"] == t["warmup"]
+    assert summary.steps["warmup"].to_list() == [s["warmup"] for s in t["steps"]]
+    assert summary.steps["phase"].to_list() == [s["phase"] for s in t["steps"]]
 
 
 @pytest.mark.parametrize("method", ["bursts", "annotations"])
@@ -225,7 +231,7 @@ def test_annotations_that_keep_the_layer_count_beat_bursts_a_copy_misled(
     d = summary.to_dict()["steps"]
     assert (d["method"], d["count"]) == ("annotations", t["step_count"])
     assert d["disagreements"] > 0  # the bursts alone took them two at a time
-    assert (d["cadence"], d["decoding_cadence"]) == (t["cadence"], t["decoding_cadence"])
+    assert (d["cadence"], d["token_cadence"]) == (t["cadence"], t["token_cadence"])
     assert [{k: p[k] for k in PHASE_KEYS} for p in d["phases"]] == [
         {k: p[k] for k in PHASE_KEYS} for p in t["phases"]
     ]
@@ -252,7 +258,11 @@ def test_a_trace_merged_from_two_processes_says_its_launch_links_are_shared(
         copy.append(e)
     path = tmp_path / "merged.json"
     path.write_text(json.dumps({**doc, "traceEvents": doc["traceEvents"] + copy}))
-    said = [w for w in tv.summarize(tv.load(path), device=1).warnings if "correlation id" in w]
+    said = [
+        w
+        for w in tv.summarize(tv.load(path), tv.AnalysisConfig(device=1)).warnings
+        if "correlation id" in w
+    ]
     assert len(said) == 1 and "launched inside the steps of more than one process" in said[0]
     # the file alone says nothing of the kind: its golden summary (tests/golden) holds it
 
@@ -282,7 +292,9 @@ def test_steps_table_columns(scenario: str) -> None:
     assert table["prefill_kernels"].to_list() == [s["prefill_kernels"] for s in t["steps"]]
     fam_cols = [c for c in table.columns if c.startswith("ns_")]
     total = table.select(pl.sum_horizontal(fam_cols)).to_series().sum()
-    assert total == sum(f["total_ns"] for f in t["families"].values())
+    assert total == t["steps_kernel_ns"]  # every step's, warm-up steps' too
+    assert table.columns[-1] == "warmup"
+    assert table["warmup"].to_list() == [s["warmup"] for s in t["steps"]]
     assert table["phase"].to_list() == [s["phase"] for s in t["steps"]]
     # each step's busy share of its span, as the plan lays its kernels out
     want = [s["busy_ns"] / (s["end_ns"] - s["start_ns"]) for s in t["steps"]]
@@ -455,8 +467,8 @@ def test_cpu_captures_analyse_the_same_through_every_entry_point(tmp_path: Path)
     assert table["annotation"].to_list() == names
     assert table["kind"].to_list() == ["decode", "decode", "mixed", "mixed", "decode", "decode"]
     assert set(table["kind_source"].to_list()) == {"annotation"}
-    assert tv.decode_gaps(trace).equals(summary.gaps)
-    assert summary.gaps.height == 6 * 2 - 1
+    assert tv.decode_gaps(trace).equals(summary.decode_gaps)
+    assert summary.decode_gaps.height == 6 * 2 - 1
     assert summary.to_dict()["trace"]["activity"] == "cpu_op"
     # a scan analyses it as summarize does (it refused CPU-only traces: issue 33)
     report = tv.scan([str(path)], tmp_path / "ds")
@@ -657,3 +669,18 @@ def test_host_stalls_at_random_in_a_trace_without_pauses_are_no_steps(tmp_path: 
     summary = tv.summarize(tv.load(path))
     assert summary.to_dict()["steps"]["count"] == 1
     assert any("set --layers or --step-gap" in w for w in summary.warnings)
+
+
+def test_the_period_is_the_gap_and_the_previous_markers_run() -> None:
+    """``period_ns`` = next start - previous start = the gap + the previous marker's
+    duration (where they do not overlap); its percentiles beside each population's."""
+    a = tv.analyze(GENERATED / "hybrid_chunked.json.gz")
+    t = truth("hybrid_chunked")
+    gaps = a.decode_gaps.filter(~pl.col("overlap"))
+    marker = a.summary.document["decode_marker_kernels"][0]
+    k = a.trace.kernels.filter(pl.col("name").cast(pl.String) == marker).sort("ts_ns")
+    ends = dict(zip((k["ts_ns"] + k["dur_ns"]).to_list(), k["dur_ns"].to_list(), strict=True))
+    prev_dur = np.array([ends[s] for s in gaps["start_ns"].to_list()])
+    assert (gaps["period_ns"].to_numpy() == gaps["gap_ns"].to_numpy() + prev_dur).all()
+    for g, planted in zip(a.summary.document["decode_gaps"], t["decode_gaps"], strict=True):
+        assert g["period"] == planted["period"]

@@ -15,7 +15,7 @@ from conftest import DEFAULT_SWEEP, GENERATED, SCENARIO_NAMES, real_traces, trac
 import traceview as tv
 from traceview.cli import cli
 from traceview.errors import CaptureOnlyError
-from traceview.load.frames import OVERLAY_PID
+from traceview.loader.frames import OVERLAY_PID
 from traceview.render.overlay import annotate
 
 TRACES = [GENERATED / f"{n}.json.gz" for n in SCENARIO_NAMES] + real_traces()
@@ -27,7 +27,7 @@ def _text(path: Path) -> bytes:
 
 
 def _overlay(path: Path, device: int) -> pl.DataFrame:
-    return tv.sql(
+    return tv.run_sql(
         path,
         "select s.ts, s.dur, s.name, s.category from slice s "
         "join thread_track tt on s.track_id = tt.id join thread using (utid) "
@@ -67,7 +67,8 @@ def test_an_annotated_trace_keeps_the_original_and_summarizes_the_same(
     assert steps["ts"].to_list() == table["start_ns"].to_list()
     assert steps["dur"].to_list() == (table["end_ns"] - table["start_ns"]).to_list()
     assert steps["name"].to_list() == [
-        f"step {i} · {k}" for i, k in zip(table["index"], table["kind"], strict=True)
+        f"step {i} · {k}" + (f" · warm-up ({w})" if w else "")
+        for i, k, w in zip(table["index"], table["kind"], table["warmup"], strict=True)
     ]
     phases = overlay.filter(pl.col("category") == "traceview.phase")
     assert phases.height == len(a["steps"]["phases"])

@@ -124,9 +124,9 @@ def test_a_name_with_a_line_break_cannot_forge_a_line(tmp_path: Path) -> None:
     assert r.stderr.startswith("Error: ") and "\\x0aError: fake" in r.stderr
 
 
-def test_the_summary_repr_names_the_decoding_cadence() -> None:
+def test_the_summary_repr_names_the_token_cadence() -> None:
     text = repr(tv.analyze(TRACE).summary)
-    assert "decoding cadence" in text and "decode cadence" not in text
+    assert "token cadence" in text and "decode cadence" not in text
 
 
 @pytest.mark.parametrize("command", ["steps", "sql"])
@@ -148,6 +148,14 @@ def test_busy_over_its_own_window_is_the_summarys() -> None:
     again = tv.busy(t, int(whole["window_start_ns"][0]), int(whole["window_end_ns"][0]))
     assert again["fraction"][0] == whole["fraction"][0]
     assert again["busy_ns"][0] == whole["busy_ns"][0]
+    # an end not given is the activity's own, on the shortcut and on the Analysis alike
+    a = tv.analyze(t)
+    mid = (int(whole["window_start_ns"][0]) + int(whole["window_end_ns"][0])) // 2
+    assert a.busy_between().equals(whole)
+    assert a.busy_between(None, mid).equals(tv.busy(t, None, mid))
+    assert a.busy_between(mid).equals(tv.busy(t, mid))
+    halves = a.busy_between(None, mid)["busy_ns"][0] + a.busy_between(mid)["busy_ns"][0]
+    assert halves == whole["busy_ns"][0]
 
 
 def test_capture_alone_is_refused_where_steps_are_judged(tmp_path: Path) -> None:
@@ -248,3 +256,42 @@ def test_no_paths_and_a_half_window_are_said(tmp_path: Path) -> None:
     assert not (tmp_path / "ds").exists()
     with pytest.raises(UsageError, match=r"needs both ends"):
         tv.AnalysisConfig(window=(None, 5))  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def chunked() -> tv.Trace:
+    return tv.load(TRACE)
+
+
+def test_a_shortcut_takes_a_config_and_its_old_keywords_warn(chunked: tv.Trace) -> None:
+    """The shortcuts take the trace and one AnalysisConfig. For one release the keywords
+    they took before it still replace the config's fields, and each call warns, naming
+    the config to write instead."""
+    bursts = tv.AnalysisConfig(method="bursts")
+    assert tv.summarize(chunked).document["steps"]["method"] == "annotations"
+    assert tv.summarize(chunked, bursts).document["steps"]["method"] == "bursts"
+    said = r"tv.summarize\(trace, method=...\) is deprecated.*tv.AnalysisConfig\(method=...\)"
+    with pytest.warns(DeprecationWarning, match=said):
+        old = tv.summarize(chunked, method="bursts")
+    assert old.document == tv.summarize(chunked, bursts).document
+    with pytest.warns(DeprecationWarning, match=r"tv.steps\(trace, method=..., device=...\)"):
+        steps = tv.steps(chunked, tv.AnalysisConfig(layers=2), method="bursts", device=0)
+    assert steps.equals(tv.steps(chunked, tv.AnalysisConfig(layers=2, method="bursts")))
+    rules = tv.load_rules("default")  # the old second argument, by position
+    with pytest.warns(DeprecationWarning, match=r"tv.families\(trace, rules=...\)"):
+        assert tv.families(chunked, rules).equals(tv.families(chunked))
+    with pytest.warns(DeprecationWarning, match=r"tv.busy\(trace, device=...\)"):
+        assert tv.busy(chunked, device=0).equals(tv.busy(chunked))
+    with pytest.warns(DeprecationWarning, match=r"tv.kernels\(trace, device=...\)"):
+        assert tv.kernels(chunked, device=0).equals(tv.kernels(chunked))
+    with pytest.warns(DeprecationWarning, match=r"tv.decode_gaps\(trace, method=...\)"):
+        assert tv.decode_gaps(chunked, method="bursts").equals(tv.decode_gaps(chunked, bursts))
+
+
+def test_a_shortcut_refuses_a_keyword_it_never_took(chunked: tv.Trace) -> None:
+    with pytest.raises(TypeError, match="steps\\(\\) got an unexpected keyword argument 'model'"):
+        tv.steps(chunked, model="config.json")
+    with pytest.raises(TypeError, match="busy\\(\\) got an unexpected keyword argument 'method'"):
+        tv.busy(chunked, method="bursts")
+    with pytest.raises(UsageError, match="config: an AnalysisConfig"):
+        tv.steps(chunked, "bursts")  # type: ignore[arg-type]

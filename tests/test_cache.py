@@ -17,10 +17,10 @@ from conftest import GENERATED
 
 import traceview as tv
 from traceview.cli import cli
-from traceview.load import cache
+from traceview.loader import cache
 
 # the package (``tv.load`` is the function of the same name)
-loading = importlib.import_module("traceview.load")
+loading = importlib.import_module("traceview.loader")
 ALWAYS = tv.LoadOptions(cache_min_bytes=0)  # the fixtures are small: cache them anyway
 
 
@@ -153,7 +153,7 @@ def test_the_cli_switch_and_management(
     assert cleared.exit_code == 0 and "removed 1 cached trace" in cleared.stderr
     assert cache.info()["entries"] == 0
     monkeypatch.setenv("TRACEVIEW_CACHE", "1")  # restored after the test
-    loader = sys.modules["traceview.load"]  # the package (tv.load is its function)
+    loader = sys.modules["traceview.loader"]  # the package (tv.load is its function)
 
     seen: list[bool] = []
     real_load = loader.load

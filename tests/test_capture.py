@@ -49,7 +49,7 @@ def test_recorder_captures_a_real_model(tmp_path: Path) -> None:
     assert meta["steps"] == 4 and meta["torch"] == torch.__version__
     assert meta["workload"] == {"batch": 32} and len(meta["wall_s_per_step"]) == 5
     trace = tv.load(rec.trace)
-    ops = trace.events.filter(pl.col("kind") == "cpu_op")["name"].cast(str).to_list()
+    ops = trace.events.filter(pl.col("event_kind") == "cpu_op")["name"].cast(str).to_list()
     assert any("aten::linear" in n or "aten::addmm" in n for n in ops)
     steps = trace.events.filter(pl.col("name").cast(str).str.starts_with("ProfilerStep#"))
     assert steps.height == 4  # the active steps only

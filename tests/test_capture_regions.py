@@ -13,7 +13,7 @@ from conftest import CAPTURE_ONLY_NAMES, GENERATED, SHARED_TRACES, truth
 
 import traceview as tv
 from traceview.analysis.steps.capture import capture_regions
-from traceview.analysis.steps.find import step_kinds
+from traceview.analysis.steps.kinds import step_kinds
 from traceview.analysis.steps.records import record
 from traceview.cli import cli
 from traceview.errors import CaptureOnlyError
@@ -90,6 +90,41 @@ def test_a_capture_only_trace_has_a_document_with_0_steps_and_its_capture(name: 
     assert api.to_dict()["capture"] == t["capture"] and api.steps.height == 0
 
 
+def test_a_capture_only_summary_s_facts_are_the_analysed_device_s(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The summary's ``trace`` section is built by one function for every summary: its
+    ``kernels``, ``streams`` and span are the analysed device's, capture-only or not. Here
+    device 0 (the most kernel time) runs 3 kernels on stream 7 and device 1 runs 2 on
+    stream 9, each device's under a GPU-projected ``capture_32_DECODE`` range (a capture
+    -only summary counted both devices' 5 kernels, beside device 0's span and streams)."""
+    from fixtures.build import Event, TraceBuilder
+
+    tb = TraceBuilder()
+    planted = {0: (3, 10_000, 7), 1: (2, 1_000, 9)}  # device: kernels, each one's ns, stream
+    for device, (n, dur, stream) in planted.items():
+        t0 = 5_000_000 + 1_000 * device
+        for i in range(n):
+            tb.kernel(f"k{device}", t0 + 20_000 * i, dur, device=device, stream=stream)
+        span = 20_000 * (n - 1) + dur + 2_000
+        tb.events.append(
+            Event(
+                "X",
+                "capture_32_DECODE",
+                "gpu_user_annotation",
+                device,
+                stream,
+                t0 - 1_000,
+                span,
+                {"External id": 0},
+            )
+        )
+    trace = tv.load(tb.write(tmp_path / "two_devices_capture.json"))
+    assert capture_regions(trace).kernels == 5  # every kernel: capture alone
+    facts = tv.summarize(trace).to_dict()["trace"]
+    assert (facts["device"], facts["kernels"], facts["streams"]) == (0, 3, [7])
+    assert (facts["start_ns"], facts["end_ns"]) == (5_000_000, 5_000_000 + 40_000 + 10_000)
+    assert facts["devices"] == [0, 1]
+
+
 @pytest.mark.parametrize("name", CAPTURE_ONLY_NAMES)
 def test_a_capture_only_trace_has_a_step_table_with_no_rows(name: str) -> None:
     """``steps --format csv`` prints its header; json an empty array; both exit 0 and say
@@ -124,13 +159,13 @@ def test_prefill_alone_steps_are_prefill_and_hold_no_decode_gaps() -> None:
     summary = tv.summarize(tv.load(GENERATED / "dense_sglang_extend.json.gz"))
     kinds = summary.steps["kind"].to_list()
     assert kinds == [s["kind"] for s in t["steps"]] and kinds.count("prefill") == 5
-    gaps = summary.gaps
+    gaps = summary.decode_gaps
     prefill = summary.steps.filter(summary.steps["kind"] == "prefill")
     for lo, hi in prefill.select("start_ns", "end_ns").iter_rows():
         assert gaps.filter((gaps["start_ns"] >= lo) & (gaps["start_ns"] < hi)).height == 0
     doc = summary.to_dict()
-    assert doc["steps"]["decoding_cadence"] == t["decoding_cadence"]
-    assert doc["steps"]["decoding_cadence"]["n"] == kinds.count("decode") - 1
+    assert doc["steps"]["token_cadence"] == t["token_cadence"]
+    assert doc["steps"]["token_cadence"]["n"] == kinds.count("decode") - 1
     assert doc["steps"]["cadence_by_kind"]["prefill"]["n"] == 0  # each prefill step alone
 
 

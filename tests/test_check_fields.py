@@ -6,6 +6,7 @@ trace."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import orjson
@@ -162,7 +163,7 @@ def _documents() -> list[tuple[str, dict]]:  # type: ignore[type-arg]
     docs = [(name, doc) for name, doc in docs if "schema" in doc]  # not capture-only
     with_model = tv.summarize(
         tv.load(GENERATED / "dense_vllm_detailed.json.gz"),
-        model=tv.load_model(CONFIGS / "engine-dense.json"),
+        tv.AnalysisConfig(model=tv.load_model(CONFIGS / "engine-dense.json")),
     )
     return [*docs, ("dense_vllm_detailed --model", with_model.to_dict())]
 
@@ -176,8 +177,13 @@ def test_every_number_of_every_document_is_a_figure_of_its_schema() -> None:
     for name, doc in _documents():
         run = doc["schema"] == "traceview.run/1"
         for path, value in _figures(doc):
-            assert figure_path(path, run=run) == path, (name, path)
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                figure = figure_path(path, run=run)
+            # a deprecated key reads as its new one, which holds the same value
+            assert figure == path or "is deprecated" in str(said[0].message), (name, path)
             assert value in [v for _, v in lookup(doc, path)], (name, path)
+            assert value in [v for _, v in lookup(doc, figure)], (name, path)
             seen += 1
     assert seen > 5_000
 
@@ -224,7 +230,7 @@ def test_a_present_figure_is_found_however_its_key_is_shortened(
 
 
 @pytest.mark.parametrize(
-    "key", ["efficiency.families.gemm.tflops", "efficiency.device.peak_bytes_per_s"]
+    "key", ["efficiency.families.gemm.tflops", "efficiency.gpu.peak_bytes_per_s"]
 )
 def test_efficiency_figures_that_need_no_model_are_checked_without_one(key: str) -> None:
     """Only MFU, MBU and the model's numbers need --model; the device's peaks and the
@@ -268,3 +274,29 @@ def test_the_api_names_a_wrong_bounds_or_baseline() -> None:
         tv.check(s, {})  # type: ignore[arg-type]
     with pytest.raises(tv.TraceviewError, match="^Bounds.baseline: a summary .*not str$"):
         tv.check(s, tv.Bounds(baseline="a.json", max_regression=0.1))  # type: ignore[arg-type]
+
+
+# a bound on each renamed key, and the same bound on its new name
+RENAMED = [
+    ("efficiency.device.peak_bytes_per_s", "efficiency.gpu.peak_bytes_per_s", "'device'"),
+    ("steps.decoding_cadence.p90_ns", "steps.token_cadence.p90_ns", "'decoding_cadence'"),
+    ("work.prefill_growth.0.first", "work.prefill_growth.0.measured_first", "'first'"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "key"), RENAMED, ids=[r[0] for r in RENAMED])
+def test_a_bound_on_a_renamed_key_reads_its_new_key_and_warns(old: str, new: str, key: str) -> None:
+    """A renamed key keeps working for one release: its bound reads the new key's figure,
+    warns (a DeprecationWarning for the API, one ``Warning:`` line on the command line),
+    and a bound on the new name does not warn."""
+    summary = tv.summarize(tv.load(GENERATED / "hybrid_chunked.json.gz"))
+    with pytest.warns(DeprecationWarning, match=f"{old}: the key {key} is deprecated"):
+        by_old = check(summary, Bounds(minimum={old: 0}))
+    by_new = check(summary, Bounds(minimum={new: 0}))
+    assert [r["value"] for r in by_old.rows] == [r["value"] for r in by_new.rows]
+    assert by_new.rows and all(r["value"] is not None for r in by_new.rows)
+    code, _, err = _check(str(GENERATED / "hybrid_chunked.json.gz"), "--min", f"{old}=0")
+    assert code == 0, err
+    assert err.count(f"Warning: {old}: the key {key} is deprecated") == 1, err
+    code, _, err = _check(str(GENERATED / "hybrid_chunked.json.gz"), "--min", f"{new}=0")
+    assert code == 0 and "deprecated" not in err, err

@@ -29,6 +29,11 @@ def test_info_json_matches_truth(scenario: str) -> None:
     assert doc["devices"][0]["streams"] == t["streams"]
     assert doc["gpu"] == "NVIDIA H200"
     assert doc["skipped_events"] == 0
+    copies = held["families"].get("memory", {"count": 0})["count"]  # memcpy and memset
+    by_kind = doc["kernels_by_event_kind"]
+    assert by_kind.get("kernel") == held["kernels"] - copies
+    assert sum(n for k, n in by_kind.items() if k != "kernel") == copies
+    assert doc["kernels_by_kind"] == by_kind  # its deprecated name, for one release
 
 
 def test_info_table() -> None:
@@ -279,7 +284,7 @@ def test_repr_of_a_trace_and_a_summary_fit_a_screen() -> None:
     summary = tv.summarize(trace)
     for text in (repr(trace), repr(summary)):
         assert len(text.splitlines()) <= 15 and len(text) < 1500
-    assert "decoding cadence p50" in repr(summary)
+    assert "token cadence   p50" in repr(summary)
     html = trace._repr_html_()
     assert html.startswith("<b>Trace</b>") and "<table>" in html and "NVIDIA H200" in html
 

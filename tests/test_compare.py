@@ -95,20 +95,20 @@ def test_workload_is_shown_never_judged_and_the_headline_is_decode_cadence(
         f"{chunked['decode_tokens'] / mono['decode_tokens']:.2f}× the decode tokens"
     )
     heads = d.rows.filter(pl.col("role") == "headline")["metric"].to_list()
-    assert heads[0].startswith("decoding cadence p50")
-    assert heads[2].startswith("decoding cadence p99")
+    assert heads[0].startswith("token cadence p50")
+    assert heads[2].startswith("token cadence p99")
     for q in ("p50", "p90", "p99"):
-        row = _row(d, "headline", f"decoding cadence {q}")
-        assert row["field"] == f"steps.decoding_cadence.{q}_ns"
-        planted = chunked["decoding_cadence"][f"{q}_ns"] / mono["decoding_cadence"][f"{q}_ns"]
+        row = _row(d, "headline", f"token cadence {q}")
+        assert row["field"] == f"steps.token_cadence.{q}_ns"
+        planted = chunked["token_cadence"][f"{q}_ns"] / mono["token_cadence"][f"{q}_ns"]
         assert (row["a"], row["b"]) == (
-            mono["decoding_cadence"][f"{q}_ns"],
-            chunked["decoding_cadence"][f"{q}_ns"],
+            mono["token_cadence"][f"{q}_ns"],
+            chunked["token_cadence"][f"{q}_ns"],
         )
         assert row["ratio"] == pytest.approx(planted, rel=1e-12)
         assert (row["verdict"], row["why"]) == (None, "pooled over step kinds")
     # the chunked prompt stretches every tenth interval a decoding request sees: the p90
-    p90 = _row(d, "headline", "decoding cadence p90")
+    p90 = _row(d, "headline", "token cadence p90")
     assert p90["ratio"] > 3
 
 
@@ -331,7 +331,7 @@ def test_every_row_with_a_field_shows_the_documents_value_there(
     """Issue 33: one name, one figure. A diff row that names its ``field`` shows, as A and
     B, the values at that path of the two summary documents (read with check's path
     reader), and every headline row names its field; the headline's cadence is the
-    decoding cadence (decode + mixed steps), labelled so, never the run's and dataset's
+    token cadence (decode + mixed steps), labelled so, never the run's and dataset's
     ``decode_cadence`` (decode phases only)."""
     from traceview.analysis.documents.checks import lookup
 
@@ -489,7 +489,7 @@ def _engine_summaries(
 def test_a_mix_of_fewer_decode_steps_is_judged_per_kind_and_by_n(tmp_path: Path) -> None:
     """Issue 49: B runs every step kind as A does, with fewer decode steps around the same
     chunked prompt. `check B --baseline A --max-regression 10%` failed on the cadence over
-    every step and the decoding cadence (decode and mixed steps pooled: their p90 moves
+    every step and the token cadence (decode and mixed steps pooled: their p90 moves
     with the share of mixed steps) and on percentiles whose n fell below what they need.
     Now those rows are shown unjudged, saying why; the per-kind rows are judged, and a real
     per-kind slowdown still fails."""
@@ -503,14 +503,14 @@ def test_a_mix_of_fewer_decode_steps_is_judged_per_kind_and_by_n(tmp_path: Path)
     d = diff(a, b)
     # the pooled figures moved with the mix: shown, with their planted values, unjudged
     for section, metric, value in (
-        ("headline", "decoding cadence p90", lambda t: t["decoding_cadence"]["p90_ns"]),
+        ("headline", "token cadence p90", lambda t: t["token_cadence"]["p90_ns"]),
         ("cadence", "all p90", lambda t: t["cadence"]["p90_ns"]),
         ("decode gaps", "all p99", lambda t: t["decode_gaps"][0]["p99_ns"]),
     ):
         r = _row(d, section, metric)
         assert (r["a"], r["b"]) == (value(ta), value(tb))
         assert (r["verdict"], r["why"]) == (None, "pooled over step kinds")
-    assert _row(d, "headline", "decoding cadence p90")["ratio"] > 1.1
+    assert _row(d, "headline", "token cadence p90")["ratio"] > 1.1
     # a percentile judged only where both populations are big enough for it
     n_a = {g["population"]: g["n"] for g in ta["decode_gaps"]}
     n_b = {g["population"]: g["n"] for g in tb["decode_gaps"]}

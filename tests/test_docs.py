@@ -182,3 +182,22 @@ def test_the_readmes_examples_write_each_output_once() -> None:
     ]
     assert len(outputs) >= 6
     assert len(outputs) == len(set(outputs)), outputs
+
+
+def test_every_deprecated_name_is_listed_with_its_new_one() -> None:
+    """docs/api.md's "Deprecated names" table holds every renamed name the code keeps for
+    one release, beside its new name."""
+    from traceview import _DEPRECATED
+    from traceview.analysis.base.document import DEPRECATED_KEYS
+    from traceview.model import DEPRECATED_COLUMNS
+
+    page = (ROOT / "docs" / "api.md").read_text()
+    table = page.split("## Deprecated names", 1)[1]
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    pairs = [
+        *((f"tv.{old}", f"tv.{new}") for old, new in _DEPRECATED.items()),
+        *((old, new) for renamed in DEPRECATED_KEYS.values() for old, new in renamed.items()),
+        *((f"column `{old}`", f"column `{new}`") for old, new in DEPRECATED_COLUMNS.items()),
+    ]
+    missing = [(old, new) for old, new in pairs if not any(old in r and new in r for r in rows)]
+    assert not missing, missing

@@ -17,7 +17,7 @@ import pytest
 
 import traceview as tv
 from tests.golden import GOLDEN, cases
-from traceview.analysis.base.document import RunDocument, SummaryDocument
+from traceview.analysis.base.document import DEPRECATED_KEYS, RunDocument, SummaryDocument
 
 CASES = cases()
 
@@ -126,3 +126,38 @@ def test_a_capture_only_summary_matches_its_type() -> None:
         trace = tv.load(str(GENERATED / f"{name}.json.gz"))
         doc = tv.summarize(trace).to_dict()
         assert mismatches(json.loads(json.dumps(doc)), SummaryDocument) == []
+
+
+def renamed_keys(value: Any, hint: Any, where: str = "") -> list[tuple[str, Any, Any]]:
+    """Every deprecated key a value of type ``hint`` has, anywhere in it: (its path, its
+    value, its new key's value); a key that is missing reads as the text "missing"."""
+    args = get_args(hint)
+    if get_origin(hint) in (typing.Union, types.UnionType):
+        return [r for h in args if h is not type(None) for r in renamed_keys(value, h, where)]
+    if typing.is_typeddict(hint) and isinstance(value, dict):
+        renamed = DEPRECATED_KEYS.get(hint, {})
+        out = [
+            (f"{where}.{old}", value.get(old, "missing"), value.get(new, "missing"))
+            for old, new in renamed.items()
+        ]
+        for k, h in get_type_hints(hint).items():
+            if k in value and k not in renamed:
+                out += renamed_keys(value[k], h, f"{where}.{k}")
+        return out
+    if get_origin(hint) is list and isinstance(value, list):
+        return [r for i, v in enumerate(value) for r in renamed_keys(v, args[0], f"{where}[{i}]")]
+    if get_origin(hint) is dict and isinstance(value, dict):
+        return [r for k, v in value.items() for r in renamed_keys(v, args[1], f"{where}.{k}")]
+    return []
+
+
+@pytest.mark.parametrize("name", [c[0] for c in CASES])
+def test_each_deprecated_key_holds_its_new_key_s_value(name: str) -> None:
+    """A renamed key stays beside its new one for one release, with the same value."""
+    doc = json.loads((GOLDEN / f"{name}.json").read_text())
+    if "capture_only" in doc:
+        pytest.skip("engine start-up only: no summary document")
+    hint = RunDocument if name.startswith("run-") else SummaryDocument
+    pairs = renamed_keys(doc, hint)
+    assert pairs, "every document holds renamed keys"
+    assert [(path, old) for path, old, new in pairs if old != new or old == "missing"] == []

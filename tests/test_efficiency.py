@@ -114,12 +114,14 @@ def test_devices_match_by_name_and_memory(
 
 def test_an_unknown_device_gives_rates_without_ratios(tmp_path: Path) -> None:
     t = tv.load(GENERATED / "dense_vllm_detailed.json.gz")
-    unknown = tv.DeviceSpec("NVIDIA Imaginary X1")  # a --gpu with no peaks at all is refused
+    unknown = tv.GpuSpec("NVIDIA Imaginary X1")  # a --gpu with no peaks at all is refused
     assert unknown.peak_bytes_per_s is None
     s = tv.summarize(
         t,
-        model=tv.load_model(CONFIGS / "engine-dense.json"),
-        gpu=tv.DeviceSpec("made up", {"fp8": 1e15}, None),
+        tv.AnalysisConfig(
+            model=tv.load_model(CONFIGS / "engine-dense.json"),
+            gpu=tv.GpuSpec("made up", {"fp8": 1e15}, None),
+        ),
     )
     assert s.steps["mfu"].null_count() == s.steps.height  # no bf16 peak
     assert s.steps["mbu"].null_count() == s.steps.height  # no bandwidth
@@ -129,19 +131,28 @@ def test_an_unknown_device_gives_rates_without_ratios(tmp_path: Path) -> None:
     assert any("no bf16 peak" in w for w in s.warnings)
 
 
+def test_the_config_reads_its_gpu_once_and_device_spec_is_its_old_name() -> None:
+    """``gpu`` is the GPU's peaks, ``device`` the device analysed: the config's read spec
+    is ``gpu_spec``; ``device_spec`` still gives it for one release, and warns."""
+    config = tv.AnalysisConfig(gpu="h100", device=0)
+    assert config.gpu_spec == tv.load_gpu("h100") and config.device == 0
+    with pytest.warns(DeprecationWarning, match="AnalysisConfig.device_spec is deprecated"):
+        assert config.device_spec is config.gpu_spec
+
+
 def test_gpu_option_takes_a_name_or_a_spec_file(tmp_path: Path) -> None:
     spec = tmp_path / "x.toml"
     spec.write_text(
         'name = "lab part"\npeak_bytes_per_s = 1e12\nsource = "our measurement"\n'
         "[peak_flops]\nbf16 = 5e14\n"
     )
-    got = tv.device_spec(str(spec))
+    got = tv.load_gpu(str(spec))
     assert (got.name, got.peak_flops, got.peak_bytes_per_s) == ("lab part", {"bf16": 5e14}, 1e12)
-    assert tv.device_spec("h100").name == "NVIDIA H100 SXM"
-    assert tv.device_spec("NVIDIA H100 80GB HBM3").peak_bytes_per_s == 3.35e12
+    assert tv.load_gpu("h100").name == "NVIDIA H100 SXM"
+    assert tv.load_gpu("NVIDIA H100 80GB HBM3").peak_bytes_per_s == 3.35e12
     trace = str(GENERATED / "dense_vllm_detailed.json.gz")
     r = CliRunner().invoke(cli, ["summarize", trace, "--gpu", "NVIDIA Imaginary X1"])
-    assert r.exit_code == 2 and "unknown device" in r.stderr and "Traceback" not in r.stderr
+    assert r.exit_code == 2 and "unknown GPU" in r.stderr and "Traceback" not in r.stderr
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "x"\n[peak_flops]\nbf17 = 1\n')
     r = CliRunner().invoke(cli, ["summarize", trace, "--gpu", str(bad)])
@@ -194,9 +205,10 @@ def hybrid_moe_truth(step: dict) -> tuple[int, float]:
 def test_each_step_is_as_planted(scenario: str, config: str, by_hand, attention: bool) -> None:  # type: ignore[no-untyped-def]
     t = truth(scenario)
     s = tv.summarize(
-        tv.load(GENERATED / f"{scenario}.json.gz"), model=tv.load_model(CONFIGS / f"{config}.json")
+        tv.load(GENERATED / f"{scenario}.json.gz"),
+        tv.AnalysisConfig(model=tv.load_model(CONFIGS / f"{config}.json")),
     )
-    assert s.document["efficiency"]["device"]["name"] == "NVIDIA H200 SXM"
+    assert s.document["efficiency"]["gpu"]["name"] == "NVIDIA H200 SXM"
     rows = s.steps.to_dicts()
     assert len(rows) == len(t["steps"])
     for row, step in zip(rows, t["steps"], strict=True):
@@ -229,7 +241,7 @@ def _percentile(values: list[float], q: float) -> float:
 def test_without_a_model_the_section_gives_the_device_only() -> None:
     s = tv.summarize(tv.load(GENERATED / "hybrid_chunked.json.gz"))
     eff = s.document["efficiency"]
-    assert eff["device"]["peak_flops"]["bf16"] == H200_BF16
+    assert eff["gpu"]["peak_flops"]["bf16"] == H200_BF16
     assert (eff["model"], eff["phases"], eff["families"]) == (None, None, None)
     assert "mfu" not in s.steps.columns
 
@@ -239,7 +251,7 @@ def test_steps_without_tokens_have_no_figures() -> None:
     null, never a guess, and a warning says why."""
     s = tv.summarize(
         tv.load(GENERATED / "hybrid_tight.json.gz"),
-        model=tv.load_model(CONFIGS / "engine-hybrid-moe.json"),
+        tv.AnalysisConfig(model=tv.load_model(CONFIGS / "engine-hybrid-moe.json")),
     )
     assert s.steps["flops"].null_count() == s.steps.height
     assert any("state no tokens" in w for w in s.warnings)
@@ -248,7 +260,7 @@ def test_steps_without_tokens_have_no_figures() -> None:
 def test_check_and_diff_read_mfu_and_mbu_as_rates() -> None:
     t = tv.load(GENERATED / "dense_vllm_detailed.json.gz")
     model = tv.load_model(CONFIGS / "engine-dense.json")
-    a = tv.summarize(t, model=model)
+    a = tv.summarize(t, tv.AnalysisConfig(model=model))
     decode = next(p for p in a.document["efficiency"]["phases"] if p["kind"] == "decode")
     # efficiency.decode.mbu_p50 names the decode phase's entry without its list's name
     result = tv.check(a, tv.Bounds(minimum={"efficiency.decode.mbu_p50": decode["mbu_p50"]}))
@@ -257,8 +269,8 @@ def test_check_and_diff_read_mfu_and_mbu_as_rates() -> None:
     failing = tv.check(a, tv.Bounds(minimum={"efficiency.decode.mbu_p50": "99%"}))
     assert not failing.ok
     # the same steps against a device of half the bandwidth: MBU doubles, judged better
-    half = tv.DeviceSpec("half", {"bf16": H200_BF16}, H200_BYTES / 2)
-    b = tv.summarize(t, model=model, gpu=half)
+    half = tv.GpuSpec("half", {"bf16": H200_BF16}, H200_BYTES / 2)
+    b = tv.summarize(t, tv.AnalysisConfig(model=model, gpu=half))
     rows = tv.diff(a, b).rows.filter(pl.col("section") == "efficiency")
     mbu = rows.filter(pl.col("metric").str.starts_with("decode MBU p50")).row(0, named=True)
     assert mbu["ratio"] == pytest.approx(2.0, rel=1e-6) and mbu["verdict"] == "better"
@@ -359,7 +371,7 @@ def test_real_gemm_flops_match_a_stdlib_reading(name: str) -> None:
     assert len(got) == len(want) > 0
     assert [f for _, f in got] == [f for _, f in want]
     s = tv.summarize(t)
-    peak = s.document["efficiency"]["device"]["peak_flops"]["bf16"]
+    peak = s.document["efficiency"]["gpu"]["peak_flops"]["bf16"]
     families = s.document["efficiency"]["families"] or []
     assert families and all(f["tflops"] * 1e12 < peak for f in families)
     # every read GEMM's work reached a kernel: the driver's launches count
@@ -373,7 +385,7 @@ def test_heartbeat_efficiency_panel_and_report_table(tmp_path: Path) -> None:
 
     trace = str(GENERATED / "dense_vllm_detailed.json.gz")
     config = str(CONFIGS / "engine-dense.json")
-    s = tv.summarize(tv.load(trace), model=tv.load_model(config))
+    s = tv.summarize(tv.load(trace), tv.AnalysisConfig(model=tv.load_model(config)))
     data = heartbeat_data(s)
     assert data.efficiency is not None
     assert data.efficiency.mbu.tolist() == s.steps["mbu"].to_list()
@@ -416,11 +428,11 @@ def test_context_from_record_shapes_counts_attention() -> None:
     t = tv.load(path)
     # the bursts cut the prefill forward in two (1 + 23 of its 24 attention layers): such
     # parts get no figures, never 2·N·T over a part of the model
-    bursts = tv.summarize(t, model=model)
+    bursts = tv.summarize(t, tv.AnalysisConfig(model=model))
     assert bursts.steps["flops"].null_count() == bursts.steps.height
     assert any("hold part of a forward" in w for w in bursts.warnings)
     # the ProfilerStep annotation holds the whole forward
-    s = tv.summarize(t, model=model, method="annotations")
+    s = tv.summarize(t, tv.AnalysisConfig(model=model, method="annotations"))
     rows = [r for r in s.steps.to_dicts() if r["shape_kv_tokens"] is not None]
     assert rows and {(r["shape_kv_tokens"], r["shape_attention_pairs"]) for r in rows} <= read
     for r in rows:
@@ -476,7 +488,9 @@ def test_a_rank_of_a_parallel_run_is_warned_about() -> None:
     if not path.exists():
         pytest.skip("../shared/traces is not here")
     trace = sorted(path.glob("worker0_*.json.gz"))[0]
-    s = tv.summarize(tv.load(trace), model=tv.load_model(CONFIGS / "engine-dense.json"))
+    s = tv.summarize(
+        tv.load(trace), tv.AnalysisConfig(model=tv.load_model(CONFIGS / "engine-dense.json"))
+    )
     assert any("one rank of 8" in w for w in s.warnings)
     assert not any("one rank of" in w for w in tv.summarize(tv.load(trace)).warnings)
 
@@ -494,15 +508,17 @@ def test_sliding_window_layers_are_said_to_be_counted_as_full(tmp_path: Path) ->
     path = tmp_path / "config.json"
     path.write_text(json.dumps(windowed))
     trace = tv.load(GENERATED / "dense_vllm_detailed.json.gz")
-    s = tv.summarize(trace, model=tv.load_model(path))
+    s = tv.summarize(trace, tv.AnalysisConfig(model=tv.load_model(path)))
     said = [w for w in s.warnings if "sliding window" in w]
     assert len(said) == 1 and "4 of the model's 8 attention layers" in said[0]
-    plain = tv.summarize(trace, model=tv.load_model(CONFIGS / "engine-dense.json"))
+    plain = tv.summarize(
+        trace, tv.AnalysisConfig(model=tv.load_model(CONFIGS / "engine-dense.json"))
+    )
     assert not any("sliding window" in w for w in plain.warnings)
     assert s.steps["bytes"].to_list() == plain.steps["bytes"].to_list()  # the same upper bound
     # a review's finding: steps whose context no annotation states count no KV: nothing said
     no_context = tv.summarize(
-        tv.load(GENERATED / "hybrid_chunked.json.gz"), model=tv.load_model(path)
+        tv.load(GENERATED / "hybrid_chunked.json.gz"), tv.AnalysisConfig(model=tv.load_model(path))
     )
     assert no_context.steps["flops"].is_not_null().any()
     assert not any("sliding window" in w for w in no_context.warnings)

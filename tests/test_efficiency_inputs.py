@@ -1,5 +1,5 @@
 """Efficiency inputs are data, never believed (issue 32, item 5): every hostile or careless
-model config (``--model``) and device spec (``--gpu``) is one line naming the file and the
+model config (``--model``) and GPU spec (``--gpu``) is one line naming the file and the
 key, exit 2; a figure past 100% always says why."""
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def test_flops_past_int64_are_not_given_rather_than_wrapped(tmp_path: Path) -> N
     n = layers * (4 * hidden * q + 3 * hidden * inter + 2 * hidden)
     per_pair = 2 * heads * (2 * head_dim) * layers
     truth = json.loads((GENERATED / "dense_vllm_detailed.truth.json").read_text())
-    s = tv.summarize(tv.load(DENSE_TRACE), model=tv.load_model(path))
+    s = tv.summarize(tv.load(DENSE_TRACE), tv.AnalysisConfig(model=tv.load_model(path)))
     rows = s.steps.to_dicts()
     given = 0
     for row, step in zip(rows, truth["steps"], strict=True):
@@ -253,9 +253,7 @@ def test_flops_past_int64_are_not_given_rather_than_wrapped(tmp_path: Path) -> N
         ("bf16 = " + DIGITS, "integer too long"),
     ],
 )
-def test_a_device_spec_peak_must_be_finite_and_bounded(
-    tmp_path: Path, line: str, named: str
-) -> None:
+def test_a_gpu_spec_peak_must_be_finite_and_bounded(tmp_path: Path, line: str, named: str) -> None:
     spec = tmp_path / "gpu.toml"
     spec.write_text(f'name = "lab part"\npeak_bytes_per_s = 1e12\n[peak_flops]\n{line}\n')
     r = CliRunner().invoke(cli, ["summarize", DENSE_TRACE, "--gpu", str(spec)])
@@ -263,7 +261,7 @@ def test_a_device_spec_peak_must_be_finite_and_bounded(
 
 
 @pytest.mark.parametrize("value", ["inf", "nan", "1e-300", "0", "1e30", "-1"])
-def test_a_device_spec_bandwidth_must_be_finite_and_bounded(tmp_path: Path, value: str) -> None:
+def test_a_gpu_spec_bandwidth_must_be_finite_and_bounded(tmp_path: Path, value: str) -> None:
     spec = tmp_path / "gpu.toml"
     spec.write_text(f'name = "lab part"\npeak_bytes_per_s = {value}\n[peak_flops]\nbf16 = 1e15\n')
     config = str(CONFIGS / f"{DENSE}.json")
@@ -274,7 +272,7 @@ def test_a_device_spec_bandwidth_must_be_finite_and_bounded(tmp_path: Path, valu
     _one_line_error(r, str(spec), "peak_bytes_per_s")
 
 
-def test_a_non_utf8_device_spec_is_one_line(tmp_path: Path) -> None:
+def test_a_non_utf8_gpu_spec_is_one_line(tmp_path: Path) -> None:
     spec = tmp_path / "gpu.toml"
     spec.write_bytes(b'name = "lab \xff part"\npeak_bytes_per_s = 1e12\n')
     r = CliRunner().invoke(cli, ["summarize", DENSE_TRACE, "--gpu", str(spec)])
@@ -294,11 +292,11 @@ def test_the_built_in_devices_are_within_the_bounds() -> None:
 # --- a figure above 100% says why ---------------------------------------------------------
 
 
-def _slow_part(tmp_path: Path) -> tv.DeviceSpec:
+def _slow_part(tmp_path: Path) -> tv.GpuSpec:
     """A part far slower than the H200 the fixtures ran on: every step passes 100%."""
     spec = tmp_path / "slow.toml"
     spec.write_text('name = "slow part"\npeak_bytes_per_s = 1e6\n[peak_flops]\nbf16 = 1e6\n')
-    return tv.device_spec(str(spec))
+    return tv.load_gpu(str(spec))
 
 
 @pytest.mark.parametrize(
@@ -316,8 +314,9 @@ def test_mfu_and_mbu_above_one_are_warned_with_their_cause(
     )
     s = tv.summarize(
         tv.load(GENERATED / f"{scenario}.json.gz"),
-        model=tv.load_model(CONFIGS / f"{config}.json"),
-        gpu=_slow_part(tmp_path),
+        tv.AnalysisConfig(
+            model=tv.load_model(CONFIGS / f"{config}.json"), gpu=_slow_part(tmp_path)
+        ),
     )
     assert (s.steps["mfu"] > 1).sum() == (s.steps["mbu"] > 1).sum() == counted > 0
     mfu = [w for w in s.warnings if w.startswith("efficiency: MFU above 1")]
@@ -329,7 +328,8 @@ def test_mfu_and_mbu_above_one_are_warned_with_their_cause(
     assert ("expert" in mbu[0]) is moe  # a dense model's warning never speaks of experts
     # within the device's peaks, no such warning
     plain = tv.summarize(
-        tv.load(GENERATED / f"{scenario}.json.gz"), model=tv.load_model(CONFIGS / f"{config}.json")
+        tv.load(GENERATED / f"{scenario}.json.gz"),
+        tv.AnalysisConfig(model=tv.load_model(CONFIGS / f"{config}.json")),
     )
     assert not any("above 1" in w for w in plain.warnings)
 

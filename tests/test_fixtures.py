@@ -31,19 +31,27 @@ def test_fixtures_are_small() -> None:
 def test_truth_is_self_consistent(scenario: str) -> None:
     t = truth(scenario)
     steps = t["steps"]
-    assert t["step_count"] == len(steps)
-    assert sum(p["steps"] for p in t["phases"]) == len(steps)
-    assert t["cadence"]["n"] == len(steps) - 1
+    # the steps that hold warm-up keep their rows; the figures are the others'
+    serving = [s for s in steps if s["warmup"] is None]
+    assert t["step_count"] == len(serving)
+    assert sum(p["steps"] for p in t["phases"]) == len(serving)
+    pairs = sum(
+        a["warmup"] is None and b["warmup"] is None for a, b in zip(steps, steps[1:], strict=False)
+    )
+    assert t["cadence"]["n"] == pairs
     for a, b in zip(steps, steps[1:], strict=False):
         assert a["end_ns"] == b["start_ns"] < b["anchor_ns"]
         assert b["interval_ns"] == b["anchor_ns"] - a["anchor_ns"]
-    assert sum(f["count"] for f in t["families"].values()) == t["kernels"]
+    held = sum(s["kernels"] for s in steps if s["warmup"] is not None)
+    assert sum(f["count"] for f in t["families"].values()) == t["kernels"] - held
     kinds = [p["kind"] for p in t["phases"]]
     sc = next(s for s in SCENARIOS if s.name == scenario)
     # every plan prompts but the pure-decode captures of Part 1's batch sweep (cost_batch*)
-    prompts = bool(sc.monolithic or sc.chunks or sc.chunk_sizes)
+    planned = any(kind != "decode" for kind, *_ in sc.steps_plan)
+    prompts = bool(sc.monolithic or sc.chunks or sc.chunk_sizes or planned)
     assert kinds[0] == "decode" and bool({"mixed", "prefill"} & set(kinds)) == prompts
-    assert all(k1 != k2 for k1, k2 in zip(kinds, kinds[1:], strict=False))
+    for p, q in zip(t["phases"], t["phases"][1:], strict=False):  # a phase ends where
+        assert p["kind"] != q["kind"] or q["first_step"] > p["last_step"] + 1  # or warm-up
     gaps = {d["population"]: d for d in t["decode_gaps"]}
     assert gaps["all"]["n"] == gaps["decode"]["n"] + gaps["mixed"]["n"]
     assert 0 < t["busy"]["fraction"] < 1

@@ -234,7 +234,9 @@ def test_annotate_draws_each_long_idle_interval_by_its_planted_cause(tmp_path: P
     names = [e["args"]["name"] for e in events if e.get("name") == "thread_name"]
     assert any(n.startswith("traceview idle") for n in names)
     # the slices' times, as traceview reads them back: the planted intervals, to the ns
-    read = tv.sql(out, "select ts, dur from slice where category = 'traceview.idle' order by ts")
+    read = tv.run_sql(
+        out, "select ts, dur from slice where category = 'traceview.idle' order by ts"
+    )
     assert read["ts"].to_list() == [w["start_ns"] for w in want]
     assert read["dur"].to_list() == [w["end_ns"] - w["start_ns"] for w in want]
 

@@ -12,8 +12,8 @@ from conftest import GENERATED, truth
 
 import traceview as tv
 from fixtures.build import TraceBuilder, us
-from traceview.load import LoadOptions
-from traceview.model import KERNEL_SCHEMA
+from traceview.loader import LoadOptions
+from traceview.model import DEPRECATED_COLUMNS, KERNEL_SCHEMA
 
 
 def test_fixture_counts_and_times_match_truth(scenario: str) -> None:
@@ -29,7 +29,7 @@ def test_fixture_counts_and_times_match_truth(scenario: str) -> None:
     assert sorted({s for _, s in trace.streams}) == t["streams"]
     assert trace.kernels["dur_ns"].sum() == sum(f["total_ns"] for f in held["families"].values())
     memory = held["families"].get("memory", {"count": 0})["count"]
-    assert trace.kernels.filter(pl.col("kind") != "kernel").height == memory
+    assert trace.kernels.filter(pl.col("event_kind") != "kernel").height == memory
     # every planted step start and anchor is a kernel start, to the nanosecond
     starts = set(trace.kernels["ts_ns"].to_list())
     for step in t["steps"]:
@@ -40,11 +40,11 @@ def test_fixture_counts_and_times_match_truth(scenario: str) -> None:
 
 def test_schema_and_dtypes() -> None:
     trace = tv.load(GENERATED / "hybrid_chunked.json.gz")
-    assert dict(trace.kernels.schema) == KERNEL_SCHEMA
+    assert dict(trace.kernels.drop(DEPRECATED_COLUMNS).schema) == KERNEL_SCHEMA
     assert trace.meta.base_time_ns == 1_767_189_312_000_000_000
     assert trace.meta.schema_version == 1
     assert trace.meta.format == "kineto"
-    assert trace.events.filter(pl.col("kind") == "runtime").height == trace.kernels.height
+    assert trace.events.filter(pl.col("event_kind") == "runtime").height == trace.kernels.height
     assert trace.flows.filter(pl.col("phase") == "s").height == trace.kernels.height
 
 
@@ -289,7 +289,7 @@ def test_narrow_ids_keeps_int64_when_one_id_does_not_fit() -> None:
     ],
 )
 def test_exact_ts_reads_the_digits(text: str, ns: int | None) -> None:
-    from traceview.load.columns import exact_ts
+    from traceview.loader.columns import exact_ts
 
     doc = f'[{{"ts": {text}}}, {{"ph": "X"}}]'.encode()
     assert exact_ts(doc, 2).to_list() == [ns, None]  # type: ignore[union-attr]
@@ -381,3 +381,16 @@ def test_exact_times_never_break_a_load_nor_go_negative(tmp_path: Path) -> None:
     path.write_text(_json({"traceEvents": [*events[:2], odd]}).replace("\\n", "\n"))
     t = tv.load(path, options=tv.LoadOptions(cache=False))  # the floats stand
     assert t.kernels.height == 2 and abs(t.kernels["ts_ns"][0] - (EPOCH + 1)) <= 125
+
+
+@pytest.mark.parametrize("name", ["hybrid_chunked.json.gz", "nsys/nsys_vllm.sqlite"])
+def test_the_old_kind_column_is_event_kind_for_one_release(name: str) -> None:
+    """``event_kind`` (kernel, memcpy, memset, cpu_op, runtime, …) is the frames' column; a
+    step's ``kind`` (decode, mixed, prefill) is the steps table's. ``kind`` stays beside
+    ``event_kind`` in ``kernels`` and ``events`` for one release, the same values, on a
+    trace however it was made: loaded, windowed, read back from the cache."""
+    trace = tv.load(GENERATED / name)
+    for t in (trace, trace.window(0, 10**15), trace.device(trace.devices[0])):
+        for frame in (t.kernels, t.events):
+            assert frame["kind"].equals(frame["event_kind"].alias("kind"))
+    assert set(trace.kernels["event_kind"].unique().to_list()) <= {"kernel", "memcpy", "memset"}

@@ -22,7 +22,7 @@ DLRM = SHARED_TRACES / "param" / "dlrm_8rank"
 
 def _pop(s: Summary, population: str) -> dict[str, int | None]:
     g = next(g for g in s.document["decode_gaps"] if g["population"] == population)
-    gaps = s.gaps
+    gaps = s.decode_gaps
     if population != "all":
         gaps = gaps.filter(pl.col("population") == population)
     assert g["n"] == gaps.height  # the row is the population it names
@@ -127,5 +127,17 @@ def test_shared_names_mean_the_same_in_summary_run_and_scan(
         by_kind = summary.document["steps"]["cadence_by_kind"]
         for kind in ("decode", "mixed"):
             assert by_kind[kind]["p50_ns"] == row[f"{kind}_cadence_p50_ns"]
-            assert rank["cadence_by_phase"][kind]["p50_ns"] == row[f"{kind}_cadence_p50_ns"]
+            assert rank["cadence_by_kind"][kind]["p50_ns"] == row[f"{kind}_cadence_p50_ns"]
     assert checked >= 17 * len(inputs)
+
+
+def test_the_decode_gaps_table_has_one_name() -> None:
+    """``decode_gaps`` is the table (``tv.decode_gaps``, ``Analysis.decode_gaps``,
+    ``Summary.decode_gaps``); ``gaps`` draws the chart (``Analysis.gaps()``,
+    ``tv.plot.gaps``). ``Summary.gaps`` still gives the table for one release, and warns."""
+    a = tv.analyze(str(GENERATED / "hybrid_chunked.json.gz"))
+    table = a.summary.decode_gaps
+    assert table.height > 0 and a.decode_gaps is table
+    assert tv.decode_gaps(a.trace).equals(table)
+    with pytest.warns(DeprecationWarning, match="Summary.gaps is deprecated.*Summary.decode_gaps"):
+        assert a.summary.gaps is table

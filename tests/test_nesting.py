@@ -13,10 +13,10 @@ import pytest
 from conftest import GENERATED, real_traces, trace_params
 
 import traceview as tv
-from traceview.load import LoadOptions
-from traceview.sql import embedded
-from traceview.sql.embedded import Database
-from traceview.sql.nesting import nest_in_arrays, nest_one_by_one
+from traceview.loader import LoadOptions
+from traceview.sqlengine import embedded
+from traceview.sqlengine.embedded import Database
+from traceview.sqlengine.nesting import nest_in_arrays, nest_one_by_one
 
 
 def _one_by_one(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:

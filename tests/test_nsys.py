@@ -22,7 +22,7 @@ from fixtures.engine import RECORD_COLUMNS, build
 from fixtures.truth import truth as plan_truth
 from traceview import model as nsys_model
 from traceview.cli import cli
-from traceview.load import nsys as loader
+from traceview.loader import nsys as loader
 
 NSYS = GENERATED / "nsys"
 SINGLE = [nsys.VLLM, nsys.BURSTS]
@@ -59,7 +59,7 @@ def test_summary_equals_planted_truth(sc) -> None:  # type: ignore[no-untyped-de
     kinds = {s["planned_kind"] for s in t["steps"]}
     assert kinds == {"decode", "prefill", "mixed"}
     # the device's peaks are matched from TARGET_INFO_GPU, as from Kineto's deviceProperties
-    assert doc["efficiency"]["device"]["name"] == "NVIDIA H200 SXM"
+    assert doc["efficiency"]["gpu"]["name"] == "NVIDIA H200 SXM"
 
 
 @pytest.mark.parametrize("sc", SINGLE, ids=lambda s: s.name)
@@ -82,7 +82,7 @@ def test_two_gpus_in_two_processes(tmp_path: Path) -> None:
     pids = dict(zip((0, 1), nsys.RANK_PIDS, strict=True))
     for sc in nsys.RANKS:
         t = _truth(sc.name)
-        doc = tv.summarize(trace, device=sc.device).to_dict()
+        doc = tv.summarize(trace, tv.AnalysisConfig(device=sc.device)).to_dict()
         check_against_truth(doc, t)
         assert doc["steps"]["method"] == "annotations" and doc["steps"]["disagreements"] == 0
         tb, _ = build(sc)
@@ -96,7 +96,7 @@ def test_two_gpus_in_two_processes(tmp_path: Path) -> None:
         .is_in(raw.filter(trace.kernels["device"] == 1).implode())
         .any()
     )  # the ids do repeat
-    launches = trace.events.filter(pl.col("kind").is_in(["runtime", "driver"]))
+    launches = trace.events.filter(pl.col("event_kind").is_in(["runtime", "driver"]))
     assert set(launches["pid"].unique().to_list()) == set(nsys.RANK_PIDS)
     assert ((launches["correlation"] // 2**32) == launches["pid"].cast(pl.Int64)).all()
 
@@ -109,8 +109,8 @@ def test_tables_map_as_documented() -> None:
     assert "rms_norm_kernel" not in names
     assert {"Memcpy HtoD (Pinned -> Device)", "Memcpy DtoH (Device -> Pinned)"} <= names
     assert "Memset (Device)" in names
-    calls = trace.events.filter(pl.col("kind").is_in(["runtime", "driver"]))
-    by = dict(calls.group_by("name").agg(pl.col("kind").first()).iter_rows())
+    calls = trace.events.filter(pl.col("event_kind").is_in(["runtime", "driver"]))
+    by = dict(calls.group_by("name").agg(pl.col("event_kind").first()).iter_rows())
     assert by == {
         "cudaLaunchKernel": "runtime",
         "cudaGraphLaunch": "runtime",
@@ -127,7 +127,7 @@ def test_tables_map_as_documented() -> None:
     assert replayed.height == sum(s["kernels"] - 3 for s in decode_steps)  # copies are eager
     # pid/tid unpacked from globalTid (whose high bits hold hardware ids)
     assert calls.select("pid", "tid").unique().rows() == [(31_337, 31_337)]
-    ranges = trace.events.filter(pl.col("kind") == "user_annotation")
+    ranges = trace.events.filter(pl.col("event_kind") == "user_annotation")
     assert ranges.height == len(_truth("nsys_vllm")["steps"])  # NVTX text or textId
     assert ranges["name"].cast(str).str.starts_with("execute_context_").all()
     assert trace.metadata.filter(pl.col("name") == "thread_name")["value"].to_list() == ["python3"]
@@ -174,7 +174,7 @@ def test_nvtx_marks_open_ranges_and_raw_args(tmp_path: Path) -> None:
     assert trace.kernels.select("ts_ns", "dur_ns", "name", "stream", "correlation").rows() == [
         (100, 250, "gemm_kernel_full", 7, 5)
     ]
-    assert trace.events.select("ts_ns", "dur_ns", "name", "kind", "pid", "tid").rows() == [
+    assert trace.events.select("ts_ns", "dur_ns", "name", "event_kind", "pid", "tid").rows() == [
         (50, 350, "step", "user_annotation", 777, 779),
         (60, 0, "m", "instant", 777, 779),
     ]
@@ -225,7 +225,7 @@ def test_processes_that_share_a_device_id_are_said(tmp_path: Path) -> None:
 
 def test_raw_args_carry_grid_block_and_graph_ids() -> None:
     trace = tv.load(NSYS / "nsys_vllm.sqlite", options=tv.LoadOptions(raw_args=True))
-    k = trace.kernels.filter(pl.col("kind") == "kernel")
+    k = trace.kernels.filter(pl.col("event_kind") == "kernel")
     args = [json.loads(a) for a in k["args_json"].to_list()]
     assert {tuple(a["grid"]) for a in args} == {(132, 1, 1)}
     assert {a["registers per thread"] for a in args} == {128}
@@ -234,7 +234,7 @@ def test_raw_args_carry_grid_block_and_graph_ids() -> None:
     assert len(graphs) == sum(
         1 for s in _truth("nsys_vllm")["steps"] if s["planned_kind"] == "decode"
     )
-    rows = tv.sql(
+    rows = tv.run_sql(
         trace,
         "SELECT EXTRACT_ARG(arg_set_id, 'args.registers per thread') AS r "
         "FROM slice WHERE category = 'kernel' LIMIT 1",
@@ -561,13 +561,13 @@ def test_an_export_with_a_log_or_journal_reads_its_committed_state(
     them; the cache stores no entry keyed by the file alone."""
     export, committed = _side_file_export(tmp_path, mode)
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
-    from traceview.load import cache
+    from traceview.loader import cache
 
     stored: list[object] = []
     monkeypatch.setattr(cache, "put", lambda *a: stored.append(a))
     options = tv.LoadOptions(cache=True, cache_min_bytes=0)
     trace = tv.load(export, options=options)
-    assert trace.kernels.filter(pl.col("kind") == "kernel").height == committed
+    assert trace.kernels.filter(pl.col("event_kind") == "kernel").height == committed
     after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
     assert after == before
     assert loader.pending(str(export)) == [f"{export}-{mode}"]
@@ -612,7 +612,7 @@ def test_a_graph_level_export_reads_its_replays_as_device_activity() -> None:
     ]
     replays = trace.kernels.filter(pl.col("cat") == "cuda_graph")
     assert replays["name"].cast(str).unique().to_list() == ["CUDA graph replay (graph 1, exec 1)"]
-    assert replays["kind"].cast(str).unique().to_list() == ["kernel"]
+    assert replays["event_kind"].cast(str).unique().to_list() == ["kernel"]
     launches = trace.events.filter(pl.col("name") == "cudaGraphLaunch")["correlation"]
     assert sorted(replays["correlation"].to_list()) == sorted(launches.to_list())
     said = CliRunner().invoke(cli, ["summarize", str(NSYS / "nsys_graph_replays.sqlite")])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ def _python(code: str) -> str:
 def test_import_traceview_imports_neither_polars_nor_the_analysis() -> None:
     said = _python(
         "import sys, traceview\n"
-        "print(sorted(m for m in ('polars', 'numpy', 'traceview.load',"
+        "print(sorted(m for m in ('polars', 'numpy', 'traceview.loader',"
         " 'traceview.analysis.analyze', 'traceview.render.markup') if m in sys.modules))"
     )
     assert said.strip() == "[]"
@@ -43,19 +44,41 @@ def test_load_only_imports_no_analysis() -> None:
 @pytest.mark.parametrize(
     "first",
     [
-        "import traceview.load.json, traceview.sql.embedded",  # the subpackages before the names
+        "import traceview.loader.json, traceview.sqlengine.embedded",  # subpackages first
         "from traceview.analysis.analyze import analyze",  # which imports the loader
         "import traceview; traceview.summarize",  # an analysis name first
         "from traceview import *",
     ],
 )
-def test_load_and_sql_are_the_functions_whatever_was_imported_first(first: str) -> None:
+def test_load_and_run_sql_are_the_functions_whatever_was_imported_first(first: str) -> None:
+    """No public function is named like a subpackage, so no import rebinds one, and the
+    package is a plain module (no class swapped in to guard its attributes)."""
     said = _python(
-        f"{first}\nimport traceview as tv\nfrom traceview import load, sql\n"
-        "print(callable(tv.load), tv.load is load, tv.sql is sql, tv.sql is tv.run_sql,"
-        " type(tv.load).__name__)"
+        f"{first}\nimport types, traceview as tv\nfrom traceview import load, run_sql\n"
+        "print(callable(tv.load), tv.load is load, tv.run_sql is run_sql,"
+        " type(tv.load).__name__, type(tv) is types.ModuleType)"
     )
-    assert said.split() == ["True", "True", "True", "True", "function"]
+    assert said.split() == ["True", "True", "True", "function", "True"]
+
+
+def test_no_public_function_is_named_like_a_module() -> None:
+    """A public function named like a subpackage or module would be rebound to it by its
+    import (Python binds a submodule to its parent's attribute)."""
+    subpackages = {p.name for p in (ROOT / "traceview").iterdir() if (p / "__init__.py").is_file()}
+    modules = {p.stem for p in (ROOT / "traceview").glob("*.py")}
+    functions = {n for n in tv.__all__ if isinstance(getattr(tv, n), types.FunctionType)}
+    assert {"load", "run_sql", "analyze"} <= functions
+    assert not functions & (subpackages | modules)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("sql", "run_sql"), ("device_spec", "load_gpu"), ("DeviceSpec", "GpuSpec")],
+)
+def test_a_deprecated_name_still_works_and_warns(old: str, new: str) -> None:
+    with pytest.warns(DeprecationWarning, match=f"traceview.{old} is deprecated.*traceview.{new}"):
+        assert getattr(tv, old) is getattr(tv, new)
+    assert old not in tv.__all__ and new in tv.__all__
 
 
 def test_an_analysis_name_brings_its_drawings() -> None:
@@ -98,7 +121,7 @@ def test_what_a_submodule_made_draws_itself(made: str) -> None:
         "from traceview.analysis.documents.compare import diff\n"
         "print(diff(s, s).to_markdown().startswith('**traceview diff**'))\n"
         "from traceview.analysis.analyze import analyze\n"
-        "from traceview.load import load\n"
+        "from traceview.loader import load\n"
         "print(type(analyze(load(PATH)).heartbeat()).__name__)"
     )
     assert said.split() == ["True", "True", "Figure"]
@@ -180,7 +203,7 @@ def test_the_command_s_help_imports_neither_polars_nor_the_analysis(args: list[s
         "import sys\nfrom traceview.cli import cli\n"
         f"try:\n    cli.main({args!r}, prog_name='traceview')\n"
         "except SystemExit as done:\n    assert done.code in (0, None), done.code\n"
-        "print(sorted(m for m in ('polars', 'numpy', 'matplotlib', 'traceview.load',"
+        "print(sorted(m for m in ('polars', 'numpy', 'matplotlib', 'traceview.loader',"
         " 'traceview.analysis.analyze', 'traceview.render.charts') if m in sys.modules))"
     )
     assert said.splitlines()[-1] == "[]"

@@ -53,13 +53,13 @@ def test_same_events_summarize_identically(tmp_path: Path, sc) -> None:  # type:
     assert [p["busy_by_family"] for p in a["time_breakdown"]] == [
         p["busy_by_family"] for p in b["time_breakdown"]
     ]
-    # a .pftrace carries no deviceProperties: the device's peaks are not known there, so
+    # a .pftrace carries no deviceProperties: the GPU's peaks are not known there, so
     # neither is a family's roofline bound; the work itself is the same
-    assert b["efficiency"]["device"]["name"] is None and a["efficiency"]["device"]["name"]
+    assert b["efficiency"]["gpu"]["name"] is None and a["efficiency"]["gpu"]["name"]
 
     def unbound(eff: dict) -> dict:  # type: ignore[type-arg]
         families = [{**f, "bound": None} for f in eff["families"] or []]
-        return {**eff, "device": None, "families": families}
+        return {**eff, "gpu": None, "device": None, "families": families}
 
     assert unbound(a["efficiency"]) == unbound(b["efficiency"])
     assert all(f["bound"] is None for f in b["efficiency"]["families"] or [])

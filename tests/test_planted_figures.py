@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import DOC_REL, GENERATED, truth
@@ -18,12 +19,14 @@ from planned import (
     growth_from_nothing,
     line_ends,
     two_devices,
+    two_prompts,
 )
 from test_analysis import check_against_truth
 
 import traceview as tv
 from fixtures.engine import SCENARIOS, build
 from fixtures.truth import union_length
+from traceview.analysis.documents.figures import trace_figures
 from traceview.cli import cli
 
 CAPTURE = GENERATED / "vllm_capture_then_serve.json.gz"
@@ -79,16 +82,16 @@ def test_device_1_gives_the_second_plans_figures(two: tuple[tv.Trace, dict, dict
     """``device=1`` on every surface: the summary, steps (found from its kernels: it has
     no annotations), decode gaps, busy and families are the second plan's."""
     trace, _, second = two
-    doc = tv.summarize(trace, device=1).to_dict()
+    doc = tv.summarize(trace, tv.AnalysisConfig(device=1)).to_dict()
     assert doc["busy"]["device"] == 1
     check_against_truth(doc, second)
     assert doc["steps"]["method"] == "bursts"
-    _steps_as_planned(tv.steps(trace, device=1), second)
-    gaps = tv.decode_gaps(trace, device=1)
+    _steps_as_planned(tv.steps(trace, tv.AnalysisConfig(device=1)), second)
+    gaps = tv.decode_gaps(trace, tv.AnalysisConfig(device=1))
     assert gaps.height == next(g["n"] for g in second["decode_gaps"] if g["population"] == "all")
-    (row,) = tv.busy(trace, device=1).to_dicts()
+    (row,) = tv.busy(trace, config=tv.AnalysisConfig(device=1)).to_dicts()
     _busy_row_as_planned(row, second, 1)
-    fams = tv.families(trace, device=1)
+    fams = tv.families(trace, tv.AnalysisConfig(device=1))
     assert {
         r["family"]: {"count": r["count"], "total_ns": r["total_ns"]} for r in fams.to_dicts()
     } == second["families"]
@@ -105,7 +108,7 @@ def test_busy_is_the_analysed_devices(two: tuple[tv.Trace, dict, dict]) -> None:
     trace, first, second = two
     (row,) = tv.busy(trace).to_dicts()
     _busy_row_as_planned(row, first, 0)
-    (row,) = tv.busy(trace, device=1).to_dicts()
+    (row,) = tv.busy(trace, config=tv.AnalysisConfig(device=1)).to_dicts()
     _busy_row_as_planned(row, second, 1)
 
 
@@ -231,14 +234,51 @@ def test_a_prompt_that_grows_from_nothing_has_unbounded_growth(tmp_path: Path) -
         "last_step": mixed[-1]["index"],
         "steps": 3,
         "measure": "prompt_tokens",
-        "first": GROWTH_FROM_NOTHING[0],
-        "last": GROWTH_FROM_NOTHING[-1],
+        "measured_first": GROWTH_FROM_NOTHING[0],
+        "measured_last": GROWTH_FROM_NOTHING[-1],
         "prefill_ns_first": mixed[0]["prefill_ns"],
         "prefill_ns_last": mixed[-1]["prefill_ns"],
         "growth": float("inf"),
+        "first": GROWTH_FROM_NOTHING[0],  # the deprecated names, for one release
+        "last": GROWTH_FROM_NOTHING[-1],
     }
     result = CliRunner().invoke(cli, ["check", str(path), "--prefill-growth", "1000000"])
     assert result.exit_code == 1, result.output
+
+
+# --- each kind's cadence, pooled over its phases -----------------------------------------------
+
+
+def test_each_kind_s_cadence_pools_the_intervals_inside_every_phase_of_it(
+    tmp_path: Path,
+) -> None:
+    """``steps.cadence_by_kind`` (a run's and a dataset's ``decode_cadence_*`` and
+    ``mixed_cadence_*``) on a plan with two mixed phases and three decode phases: each
+    kind's percentiles are over the intervals inside every phase of the kind, pooled, and
+    never over an interval that crosses into a phase (the plan's truth,
+    fixtures/truth.py)."""
+    path, t = two_prompts(tmp_path)
+    assert [p["kind"] for p in t["phases"]] == ["decode", "mixed", "decode", "mixed", "decode"]
+    summary = tv.summarize(tv.load(path))
+    by_kind = summary.to_dict()["steps"]["cadence_by_kind"]
+    assert by_kind == t["cadence_by_kind"]
+    for kind, planted in (("decode", [4, 3, 5]), ("mixed", [3, 4])):
+        phases = [p for p in t["phases"] if p["kind"] == kind]
+        assert [p["steps"] for p in phases] == planted
+        assert by_kind[kind]["n"] == sum(n - 1 for n in planted)  # no crossing interval
+        assert by_kind[kind]["max_ns"] == max(p["cadence"]["max_ns"] for p in phases)
+        inside = [
+            s["interval_ns"]
+            for p in phases
+            for s in t["steps"][p["first_step"] + 1 : p["last_step"] + 1]
+        ]
+        assert by_kind[kind]["p50_ns"] == round(float(np.percentile(inside, 50)))
+    assert by_kind["prefill"]["n"] == 0
+    # every surface reads the same pooled figure: a run's and a dataset's flat fields
+    figures = trace_figures(summary.document)
+    assert figures["mixed_cadence_n"] == by_kind["mixed"]["n"] == 5
+    assert figures["mixed_cadence_p50_ns"] == by_kind["mixed"]["p50_ns"]
+    assert figures["decode_cadence_p99_ns"] == by_kind["decode"]["p99_ns"]
 
 
 # --- the verdict at each threshold ----------------------------------------------------------

@@ -89,7 +89,7 @@ def test_cuda_sync_events_are_not_device_activity() -> None:
     if path is None:
         pytest.skip("alexnet trace absent")
     trace = tv.load(path)
-    sync = trace.events.filter(pl.col("kind") == "sync")
+    sync = trace.events.filter(pl.col("event_kind") == "sync")
     assert sync.height == 41
     assert 4294967295 not in trace.kernels["stream"].to_list()
 

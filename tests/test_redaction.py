@@ -26,7 +26,7 @@ from traceview import environ
 from traceview.batch.scan import scan
 from traceview.batch.scan_task import ScanOptions
 from traceview.cli import cli
-from traceview.load import remote
+from traceview.loader import remote
 from traceview.redact import scrub, shown
 
 # every secret the URLs below carry; none may appear in any output byte

@@ -29,7 +29,7 @@ from fixtures.ranks import RankRun, build
 from traceview.batch.scan import scan
 from traceview.batch.scan_task import ScanOptions
 from traceview.cli import cli
-from traceview.load import LoadOptions
+from traceview.loader import LoadOptions
 
 DLRM = SHARED_TRACES / "param" / "dlrm_8rank"
 BUCKET = "bkt"
@@ -312,7 +312,7 @@ def test_the_cache_keys_an_object_by_its_etag(
 ) -> None:
     import importlib
 
-    loader = importlib.import_module("traceview.load")  # the module, not tv.load
+    loader = importlib.import_module("traceview.loader")  # the module, not tv.load
 
     monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(tmp_path / "cache"))
     parses: list[str] = []

@@ -25,7 +25,7 @@ from s3server import environment
 import traceview as tv
 from traceview import environ
 from traceview.cli import cli
-from traceview.load import remote
+from traceview.loader import remote
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("s3fs")

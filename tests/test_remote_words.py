@@ -131,7 +131,7 @@ def test_a_drivers_reason_below_its_heading_line_is_kept_without_the_secret() ->
     """A driver whose message is a heading line then the reason (botocore's
     ParamValidationError) is read whole, on one line, and a credential of the URL it quotes
     apart from the URL is redacted too."""
-    from traceview.load.remote import failure
+    from traceview.loader.remote import failure
 
     url = "https://user:pw123@h.example/x.json.gz?sig=SECRET"
     exc = ValueError(

@@ -253,7 +253,7 @@ def test_bursts_find_the_planted_steps_past_stalls(
     past them. Work on another stream inside each layer (a reviewer's case against reading
     the markers' own stream's idle) leaves the steps as they are."""
     path, anchors = _eager_steps(tmp_path, stalls=stalls, side=side)
-    steps = tv.steps(tv.load(path), method="bursts")
+    steps = tv.steps(tv.load(path), tv.AnalysisConfig(method="bursts"))
     assert steps["anchor_ns"].to_list() == anchors
 
 
@@ -269,7 +269,7 @@ def test_one_burst_a_step_with_uneven_pauses_is_one_step_a_burst(tmp_path: Path)
         for j in range(6):
             tb.kernel("gemm_kernel", t + 32_000 + j * 42_000, 40_000)
         t += 32_000 + 6 * 42_000 + int(rng.lognormal(np.log(200_000), 0.4))
-    steps = tv.steps(tv.load(tb.write(tmp_path / "t.json")), method="bursts")
+    steps = tv.steps(tv.load(tb.write(tmp_path / "t.json")), tv.AnalysisConfig(method="bursts"))
     assert steps["anchor_ns"].to_list() == anchors
 
 

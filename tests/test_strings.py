@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceview.load.strings import MARK, CappedText
+from traceview.loader.strings import MARK, CappedText
 
 MARK_TEXT = MARK.decode()
 

@@ -22,8 +22,8 @@ from traceview import environ
 from traceview.batch.pool import map_tasks
 from traceview.cli import cli
 from traceview.errors import TraceFormatError, UsageError
-from traceview.load import LoadOptions, helpers
-from traceview.load import json as load_json
+from traceview.loader import LoadOptions, helpers
+from traceview.loader import json as load_json
 
 FRAMES = ("kernels", "events", "flows", "counters", "metadata", "shapes")
 
@@ -93,7 +93,7 @@ def test_the_frames_are_the_same_for_every_worker_count(
     if text > 4 * block_bytes:
         assert answered and answered[0] > 0, "no block was decoded by a helper"
     # helpers that end as they should say nothing
-    assert not [r for r in caplog.records if r.name == "traceview.load"]
+    assert not [r for r in caplog.records if r.name == "traceview.loader"]
 
 
 @pytest.mark.slow
@@ -163,7 +163,7 @@ def test_a_block_is_decoded_here_rather_than_waited_for_while_its_helper_starts(
     assert_same(one, _load(path, 2))
     assert len(started) == 1 and started[0].answered == 0
     assert all(p.returncode is not None for p in started[0]._processes)
-    assert not [r for r in caplog.records if r.name == "traceview.load"]
+    assert not [r for r in caplog.records if r.name == "traceview.loader"]
     # blocks larger than the pipe: the writer waits in the first block's send, and the
     # next, taken back, is never sent
     big = _write(tmp_path / "big.json", _kernels(40_000))
@@ -187,7 +187,7 @@ def test_a_helper_that_does_not_exit_is_ended_quietly(
     assert not loading.is_alive(), "the load waited for a helper that does not exit"
     assert_same(one, many[0])
     assert answered and answered[0] > 0
-    assert not [r for r in caplog.records if r.name == "traceview.load"]
+    assert not [r for r in caplog.records if r.name == "traceview.loader"]
 
 
 @pytest.mark.slow
@@ -201,7 +201,7 @@ def test_the_frames_are_the_same_when_blocks_are_decoded_here_or_by_helpers(
     one = _load(path, 1, 16_384)
     for workers in (2, 3):
         assert_same(one, _load(path, workers, 16_384))
-    assert not [r for r in caplog.records if r.name == "traceview.load"]
+    assert not [r for r in caplog.records if r.name == "traceview.loader"]
 
 
 def test_a_bad_block_taken_back_from_a_starting_helper_is_named_as_by_one_process(
@@ -229,7 +229,7 @@ def test_a_helper_that_cannot_start_leaves_the_blocks_to_this_process(
     assert_same(one, _load(path, 2))
     assert answered == [0]
     # said once, not silently slower
-    said = [r.getMessage() for r in caplog.records if r.name == "traceview.load"]
+    said = [r.getMessage() for r in caplog.records if r.name == "traceview.loader"]
     assert said == [
         f"{path}: helper processes stopped: one exited with status 3, leaving blocks unanswered; "
         "the rest was decoded by this process alone (the same trace, more slowly)"
@@ -243,7 +243,7 @@ def test_a_helper_ended_by_a_signal_is_named_by_it(
     one = _load(path, 1)
     monkeypatch.setattr(helpers, "_BOOT", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
     assert_same(one, _load(path, 2))  # the blocks it held are decoded here: the same trace
-    said = [r.getMessage() for r in caplog.records if r.name == "traceview.load"]
+    said = [r.getMessage() for r in caplog.records if r.name == "traceview.loader"]
     assert len(said) == 1 and "one was ended by SIGKILL, leaving blocks unanswered" in said[0]
 
 
@@ -253,7 +253,7 @@ def test_a_helper_that_never_answers_is_given_up_on(
 ) -> None:
     """A helper alive but silent (stopped, deadlocked) once hung the load for ever: past
     the wait its blocks are decoded here, the same trace, and said once."""
-    from traceview.load import in_order
+    from traceview.loader import in_order
 
     path = GENERATED / "hybrid_chunked.json.gz"
     one = _load(path, 1)
@@ -261,7 +261,7 @@ def test_a_helper_that_never_answers_is_given_up_on(
     monkeypatch.setattr(helpers, "_BOOT", "import time; time.sleep(600)")
     assert_same(one, _load(path, 2))
     assert answered == [0]
-    said = [r.getMessage() for r in caplog.records if r.name == "traceview.load"]
+    said = [r.getMessage() for r in caplog.records if r.name == "traceview.loader"]
     assert len(said) == 1 and "one did not answer a block in 1 s" in said[0], said
 
 
@@ -285,7 +285,7 @@ def test_a_command_says_a_helpers_failure_once_as_a_warning(
     # the command's loads cut small blocks, so that this small trace starts helpers
     small = functools.partial(LoadOptions, cache=False, block_bytes=SMALL)
     # the package (tv.load is its function), which the command imports from as it loads
-    monkeypatch.setattr(sys.modules["traceview.load"], "LoadOptions", small)
+    monkeypatch.setattr(sys.modules["traceview.loader"], "LoadOptions", small)
     args = ["summarize", "--json", str(path)]
     one = CliRunner().invoke(cli, [*args, "--workers", "1"])
     monkeypatch.setattr(helpers, "_BOOT", "import sys; sys.exit(3)")
@@ -499,7 +499,7 @@ def test_helpers_are_not_started_beyond_what_the_text_can_use(
 ) -> None:
     """Many cores and a small trace: a helper for every four blocks expected, at least one,
     never more than the workers allow, nor more than the cores."""
-    from traceview.load.in_order import helpers_for
+    from traceview.loader.in_order import helpers_for
 
     monkeypatch.setattr(helpers, "cores", lambda: 8)
     assert helpers_for(99_999, 10_000) == 7  # --workers 99999: the cores bound it

@@ -5,16 +5,20 @@ the error classes only, ``tv.load`` the loader (polars), and an analysis name th
 What draws a summary, a diff or an analysis' charts (``render/markup.py``, ``plot.py``) is
 imported the first time something is drawn, whichever module made it: the package gives
 :mod:`traceview.analysis.documents.display` the function that imports them.
+
+No public function shares its name with a subpackage (``tv.load`` lives in
+:mod:`traceview.loader`, ``tv.run_sql`` in :mod:`traceview.sqlengine`), so importing a
+subpackage never rebinds a public name. A deprecated name (:data:`_DEPRECATED`) still works
+for one release and warns when it is read.
 """
 
 from __future__ import annotations
 
 import importlib as _importlib
 import importlib.util as _importlib_util
-import sys as _sys
-import types as _types
 from typing import TYPE_CHECKING
 
+from traceview._deprecated import deprecated as _deprecated
 from traceview.analysis.documents import display as _display
 from traceview.errors import (
     CaptureError,
@@ -42,24 +46,26 @@ if TYPE_CHECKING:
     from traceview.analysis.documents.run import RunSummary
     from traceview.analysis.documents.summary import Summary
     from traceview.analysis.shortcuts import busy, decode_gaps, families, kernels, steps, summarize
-    from traceview.analysis.work.devices import DeviceSpec
-    from traceview.analysis.work.devices import device_option as device_spec
+    from traceview.analysis.work.devices import GpuSpec, load_gpu
     from traceview.analysis.work.model_config import ModelSpec, load_model
     from traceview.batch.cost import step_cost
     from traceview.batch.run import RunOptions, summarize_run
     from traceview.batch.scan import scan
     from traceview.batch.scan_task import ScanOptions
-    from traceview.load import LoadOptions, load
+    from traceview.loader import LoadOptions, load
     from traceview.model import Trace, TraceMeta
-    from traceview.sql import run_sql
+    from traceview.sqlengine import run_sql
 
+    # deprecated: they warn when read (_DEPRECATED)
     sql = run_sql
+    device_spec = load_gpu
+    DeviceSpec = GpuSpec
     __version__: str
 
 # public name -> (module, attribute; None: the module itself)
 _NAMES = {
-    "load": ("traceview.load", "load"),
-    "LoadOptions": ("traceview.load", "LoadOptions"),
+    "load": ("traceview.loader", "load"),
+    "LoadOptions": ("traceview.loader", "LoadOptions"),
     "Trace": ("traceview.model", "Trace"),
     "TraceMeta": ("traceview.model", "TraceMeta"),
     "capture": ("traceview.capture", None),  # torch itself is imported when recording
@@ -80,8 +86,8 @@ _NAMES = {
     "kernels": ("traceview.analysis.shortcuts", "kernels"),
     "steps": ("traceview.analysis.shortcuts", "steps"),
     "summarize": ("traceview.analysis.shortcuts", "summarize"),
-    "DeviceSpec": ("traceview.analysis.work.devices", "DeviceSpec"),
-    "device_spec": ("traceview.analysis.work.devices", "device_option"),
+    "GpuSpec": ("traceview.analysis.work.devices", "GpuSpec"),
+    "load_gpu": ("traceview.analysis.work.devices", "load_gpu"),
     "ModelSpec": ("traceview.analysis.work.model_config", "ModelSpec"),
     "load_model": ("traceview.analysis.work.model_config", "load_model"),
     "RunOptions": ("traceview.batch.run", "RunOptions"),
@@ -91,15 +97,16 @@ _NAMES = {
     "StepCost": ("traceview.analysis.documents.cost", "StepCost"),
     "ScanOptions": ("traceview.batch.scan_task", "ScanOptions"),
     "plot": ("traceview.plot", None),
-    "run_sql": ("traceview.sql", "run_sql"),
-    # tv.sql(trace, "select ...") reads as the issue's examples do
-    "sql": ("traceview.sql", "run_sql"),
+    "run_sql": ("traceview.sqlengine", "run_sql"),
+}
+# deprecated public name -> its new name: it still works for one release, and warns
+_DEPRECATED = {
+    "sql": "run_sql",
+    "device_spec": "load_gpu",
+    "DeviceSpec": "GpuSpec",
 }
 # what draws the analysis' objects: imported the first time one is drawn
 _DRAWINGS = ("traceview.render.markup", "traceview.plot")
-# names that are also subpackages: importing ``traceview.load`` or ``traceview.sql`` binds
-# the subpackage to the package's attribute, which must stay the function
-_FUNCTIONS_OVER_PACKAGES = frozenset(("load", "sql"))
 
 
 def _import_drawings() -> None:
@@ -116,6 +123,9 @@ if not TYPE_CHECKING:  # to a type checker, only the names imported above exist
             from importlib.metadata import version
 
             value = version("traceview")  # pyproject.toml is the one place it is written
+        elif name in _DEPRECATED:  # not kept in globals(): every read warns
+            _deprecated(f"traceview.{name}", f"traceview.{_DEPRECATED[name]}")
+            return __getattr__(_DEPRECATED[name])
         elif name in _NAMES:
             where, attribute = _NAMES[name]
             module = _importlib.import_module(where)
@@ -132,18 +142,6 @@ def __dir__() -> list[str]:
     return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
 
 
-class _Package(_types.ModuleType):
-    """The package, whose ``load`` and ``sql`` stay the functions when their subpackages
-    are imported (Python binds a subpackage to its parent's attribute as it imports it)."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in _FUNCTIONS_OVER_PACKAGES and isinstance(value, _types.ModuleType):
-            return  # the subpackage stays in sys.modules; the name is the function's
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package
-
 __all__ = [
     "__version__",
     "analyze",
@@ -158,8 +156,8 @@ __all__ = [
     "busy",
     "capture",
     "decode_gaps",
-    "device_spec",
-    "DeviceSpec",
+    "load_gpu",
+    "GpuSpec",
     "EfficiencyInputError",
     "load_model",
     "ModelSpec",
@@ -168,7 +166,6 @@ __all__ = [
     "load_rules",
     "plot",
     "run_sql",
-    "sql",
     "steps",
     "summarize",
     "summarize_run",

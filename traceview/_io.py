@@ -110,7 +110,7 @@ def check_output(
         TraceviewError: one line naming the output and what is wrong.
     """
     path = Path(output)
-    _writer_rule(
+    writer_rule(
         str(path),
         path.name,
         folder=path.is_dir(),
@@ -122,34 +122,6 @@ def check_output(
     if not path.parent.is_dir():
         raise TraceviewError(f"{path}: no such directory {path.parent}")
     return path
-
-
-def check_url_output(
-    url: str,
-    *,
-    inputs: Iterable[str] = (),
-    force: bool = False,
-    suffixes: Sequence[str] | None = None,
-) -> None:
-    """:func:`check_output`'s rule for an output at a URL (``s3://…``), asked of its store.
-
-    Raises:
-        TraceviewError: one line naming the output and what is wrong (or the store that
-            cannot be reached).
-    """
-    from traceview.load import remote
-
-    name = url_output_name(url)
-    _writer_rule(
-        url,
-        name,
-        folder=False,
-        an_input=url in set(inputs),
-        exists=lambda: remote.exists(url),
-        force=force,
-        suffixes=suffixes,
-    )
-    remote.check_bucket(url)
 
 
 def url_output_name(url: str) -> str:
@@ -168,7 +140,7 @@ def url_output_name(url: str) -> str:
     return name
 
 
-def _writer_rule(
+def writer_rule(
     shown: str,
     name: str,
     *,
@@ -178,6 +150,13 @@ def _writer_rule(
     force: bool,
     suffixes: Sequence[str] | None,
 ) -> None:
+    """The rule every output follows (:func:`check_output`; an output at a URL asks its
+    store, ``cli/_options.py``), given what the output is: ``shown`` names it in the
+    message, ``name`` is its file name, ``exists`` asks whether it exists.
+
+    Raises:
+        TraceviewError: one line naming the output and what is wrong.
+    """
     if folder:
         raise TraceviewError(f"{shown}: is a folder; give a file name for the output")
     if an_input:
@@ -218,7 +197,7 @@ def release_free_memory() -> None:
         _TRIM(0)
 
 
-MAX_INPUT_BYTES = 16 << 20  # a config, device spec, checks or rules file: far above any real one
+MAX_INPUT_BYTES = 16 << 20  # a config, GPU spec, checks or rules file: far above any real one
 
 
 def read_capped(
@@ -239,7 +218,7 @@ def read_capped(
 def read_toml(path: str | Path, what: str, error: type[TraceviewError]) -> dict[str, object]:
     """A TOML file as a table; an unreadable, too large (:func:`read_capped`) or non-UTF-8
     file, or invalid TOML, is one ``error`` naming the file and ``what`` it was (``checks
-    file``, ``device spec``)."""
+    file``, ``GPU spec``)."""
     import tomllib
 
     data = read_capped(path, what, error)

@@ -134,5 +134,5 @@ def shown_value(value: object) -> str:
 
 
 class EfficiencyInputError(TraceviewError):
-    """A device spec (``--gpu``) or a model config (``--model``) is unreadable, unknown or
+    """A GPU spec (``--gpu``) or a model config (``--model``) is unreadable, unknown or
     lacks a field MFU and MBU need."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-# Normalised event kinds. Device activity is the first three.
+# Normalised event kinds (the frames' ``event_kind``). Device activity is the first three.
 DEVICE_KINDS = ("kernel", "memcpy", "memset")
 EVENT_KINDS = (
     *DEVICE_KINDS,
@@ -80,7 +80,7 @@ KERNEL_SCHEMA: dict[str, pl.DataType] = {
     "dur_ns": pl.Int64(),
     "name": pl.Categorical(),
     "cat": pl.Categorical(),
-    "kind": Kind,
+    "event_kind": Kind,
     "pid": ID,
     "tid": ID,
     "device": ID,
@@ -94,7 +94,10 @@ KERNEL_SCHEMA: dict[str, pl.DataType] = {
 - ``dur_ns`` (Int64, ns): duration, never negative.
 - ``name`` (Categorical): kernel name as written by the profiler.
 - ``cat`` (Categorical): the category as written (``kernel``, ``gpu_memcpy``, ``Kernel``...).
-- ``kind`` (Enum): ``kernel`` | ``memcpy`` | ``memset``.
+- ``event_kind`` (Enum): ``kernel`` | ``memcpy`` | ``memset``. A step's ``kind`` (decode,
+  mixed, prefill) is another thing: the steps table's.
+- ``kind``: the deprecated name of ``event_kind``, the same column beside it for one
+  release (:data:`DEPRECATED_COLUMNS`); not in this schema.
 - ``pid``, ``tid`` (Int32; Int64 in a trace with an id beyond Int32, see :data:`ID`): the
   event's pid/tid (GPU events: pid = device, tid = stream); null where the trace wrote a
   string.
@@ -109,7 +112,7 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "dur_ns": pl.Int64(),
     "name": pl.Categorical(),
     "cat": pl.Categorical(),
-    "kind": Kind,
+    "event_kind": Kind,
     "pid": ID,
     "tid": ID,
     "correlation": pl.Int64(),
@@ -117,7 +120,13 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
 }
 """Columns of :attr:`Trace.events` (every complete or instant event that is not device
 activity: cpu_op, cuda_runtime, annotations, python_function, instants with ``dur_ns`` 0).
-Same meaning as in :data:`KERNEL_SCHEMA`."""
+Same meaning as in :data:`KERNEL_SCHEMA`; ``event_kind`` is one of :data:`EVENT_KINDS`
+after the device kinds."""
+
+# Renamed columns of :attr:`Trace.kernels` and :attr:`Trace.events`, old -> new: for one
+# release a trace's frames hold the old column beside the new one, the same values
+# (added by :class:`Trace`; a frame column cannot warn when it is read).
+DEPRECATED_COLUMNS = {"kind": "event_kind"}
 
 SHAPE_SCHEMA: dict[str, pl.DataType] = {
     "ts_ns": pl.Int64(),
@@ -241,6 +250,9 @@ class Trace:
             ``record_shapes``; :data:`SHAPE_SCHEMA` (empty otherwise).
 
     Transformations (:meth:`window`, :meth:`device`) return new traces.
+
+    ``kernels`` and ``events`` hold each deprecated column (:data:`DEPRECATED_COLUMNS`)
+    beside its new one; a frame given without it gets it here.
     """
 
     meta: TraceMeta
@@ -250,6 +262,17 @@ class Trace:
     counters: pl.DataFrame
     metadata: pl.DataFrame
     shapes: pl.DataFrame = field(default_factory=lambda: empty_frame(SHAPE_SCHEMA))
+
+    def __post_init__(self) -> None:
+        for name in ("kernels", "events"):
+            frame: pl.DataFrame = getattr(self, name)
+            old = [
+                pl.col(new).alias(old)
+                for old, new in DEPRECATED_COLUMNS.items()
+                if new in frame.columns and old not in frame.columns
+            ]
+            if old:  # the same column under its old name (no copy of its values)
+                object.__setattr__(self, name, frame.with_columns(old))
 
     @property
     def devices(self) -> list[int]:

@@ -72,7 +72,7 @@ def gaps(trace_or_summary: Chartable, *, title: str | None = None, style: str = 
     doc = summary.to_dict()
     trace_path = doc["trace"]["path"]
     return gaps_figure(
-        gaps_data(summary, summary.gaps),
+        gaps_data(summary, summary.decode_gaps),
         title=title or f"{gap_title(doc)} — {trace_path}",
         style=style,
     )

@@ -10,26 +10,26 @@ value (and one population) wherever it is read.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
+from traceview._deprecated import deprecated
 from traceview._io import release_free_memory
 from traceview.analysis.base.document import Efficiency
-from traceview.analysis.base.precision import sig
 from traceview.analysis.classify.families import Rules, load_rules
 from traceview.analysis.documents import display
 from traceview.analysis.documents.summary import Summary, build, capture_only_summary
 from traceview.analysis.steps.candidates import StepOptions
 from traceview.analysis.steps.find import StepResult, find_steps
 from traceview.analysis.steps.periodic import MAX_LAYERS
-from traceview.analysis.work.devices import DeviceSpec, device_option
+from traceview.analysis.timing.busy import BUSY_SCHEMA, busy_window
+from traceview.analysis.work.devices import GpuSpec, load_gpu
 from traceview.analysis.work.model_config import ModelSpec, load_model
 from traceview.errors import CaptureOnlyError, UsageError
-from traceview.load import LoadOptions, load
+from traceview.loader import LoadOptions, load
 from traceview.model import Trace
 
 METHODS = ("auto", "bursts", "annotations")
@@ -48,19 +48,11 @@ def _count(name: str, value: object, low: int, high: int) -> None:
         raise UsageError(f"{name}: {value!r} is not an integer from {low} to {high}")
 
 
-BUSY_SCHEMA: dict[str, pl.DataType] = {
-    "device": pl.Int64(),
-    "window_start_ns": pl.Int64(),
-    "window_end_ns": pl.Int64(),
-    "busy_ns": pl.Int64(),
-    "fraction": pl.Float64(),
-}
-
-
 @dataclass(frozen=True, slots=True)
 class AnalysisConfig:
     """How a trace is analysed: the one way to configure an analysis, on every surface
-    (the CLI builds one from its options; ``RunOptions`` and ``ScanOptions`` carry one).
+    (the CLI builds one from its options; ``RunOptions`` and ``ScanOptions`` carry one;
+    the shortcuts, ``tv.steps`` and the rest, take one).
 
     Attributes:
         method: how to find engine steps: ``auto`` (the engine's annotations where they
@@ -74,14 +66,18 @@ class AnalysisConfig:
             (``tv.load_rules(...)``) used as they are.
         model: the model (``tv.load_model(path)``, or a ``config.json`` path, read here):
             each step's FLOPs, bytes, MFU and MBU.
-        gpu: the device's peaks (``tv.device_spec(...)``, or a part name or a
-            ``SPEC.toml`` path, read here), instead of those matched from the trace.
+        gpu: the GPU's peaks (``tv.load_gpu(...)``, or a part name or a ``SPEC.toml``
+            path, read here), instead of those matched from the trace.
         window: ``(t0_ns, t1_ns)``: analyse only the events starting in this window, in
             ns from the trace's first device activity (``Trace.window``).
+        keep_warmup: keep the steps that hold warm-up (CUDA-graph capture, Triton
+            autotuning, compilation, lazy loading) in every figure, for a study of warm-up
+            itself; they are marked (the steps table's ``warmup``) all the same. By default
+            every serving figure leaves them out.
 
     Raises:
         UsageError: an unknown method, or a window whose end is not after its start.
-        EfficiencyInputError: a model or device spec that cannot be read.
+        EfficiencyInputError: a model or GPU spec that cannot be read.
     """
 
     method: str = "auto"
@@ -91,8 +87,9 @@ class AnalysisConfig:
     preset: str = "default"
     rules: str | Path | Rules | None = None
     model: ModelSpec | str | Path | None = None
-    gpu: DeviceSpec | str | None = None
+    gpu: GpuSpec | str | None = None
     window: tuple[int, int] | None = None
+    keep_warmup: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -102,6 +99,8 @@ class AnalysisConfig:
         _count("device", self.device, 0, MAX_NS)
         if not isinstance(self.preset, str):
             raise UsageError(f"preset: {self.preset!r} is not a preset's name")
+        if not isinstance(self.keep_warmup, bool):
+            raise UsageError(f"keep_warmup: {self.keep_warmup!r} is not True or False")
         if self.rules is not None and not isinstance(self.rules, str | Path | Rules):
             raise UsageError(f"rules: {self.rules!r} is neither a rules file nor Rules")
         if self.rules is not None or self.preset != "default":
@@ -111,9 +110,9 @@ class AnalysisConfig:
         elif self.model is not None and not isinstance(self.model, ModelSpec):
             raise UsageError(f"model: {self.model!r} is neither a config.json nor a ModelSpec")
         if isinstance(self.gpu, str):
-            object.__setattr__(self, "gpu", device_option(self.gpu))
-        elif self.gpu is not None and not isinstance(self.gpu, DeviceSpec):
-            raise UsageError(f"gpu: {self.gpu!r} is neither a part, a spec file nor a DeviceSpec")
+            object.__setattr__(self, "gpu", load_gpu(self.gpu))
+        elif self.gpu is not None and not isinstance(self.gpu, GpuSpec):
+            raise UsageError(f"gpu: {self.gpu!r} is neither a part, a spec file nor a GpuSpec")
         if self.window is not None:
             w = self.window
             if not isinstance(w, tuple) or len(w) != 2:
@@ -132,11 +131,18 @@ class AnalysisConfig:
         return self.model
 
     @property
-    def device_spec(self) -> DeviceSpec | None:
-        """The device's peaks, as read (a name or path given is read when the config is
+    def gpu_spec(self) -> GpuSpec | None:
+        """The GPU's peaks, as read (a name or path given is read when the config is
         made)."""
         assert not isinstance(self.gpu, str)
         return self.gpu
+
+    @property
+    def device_spec(self) -> GpuSpec | None:
+        """Deprecated: :attr:`gpu_spec` (``device`` is the device analysed, ``gpu`` its
+        peaks)."""
+        deprecated("AnalysisConfig.device_spec", "AnalysisConfig.gpu_spec")
+        return self.gpu_spec
 
     def describe(self) -> dict[str, object]:
         """What decides the figures, as plain data: the step options, the rules (their
@@ -148,7 +154,7 @@ class AnalysisConfig:
             return hashlib.blake2b(repr(value).encode(), digest_size=8).hexdigest()
 
         rules = self.load_rules()
-        model, gpu = self.model_spec, self.device_spec
+        model, gpu = self.model_spec, self.gpu_spec
         return {
             "method": self.method,
             "layers": self.layers,
@@ -158,11 +164,14 @@ class AnalysisConfig:
             "model": None if model is None else f"{model.name} ({digest(model)})",
             "gpu": None if gpu is None else f"{gpu.name} ({digest(gpu.to_dict())})",
             "window": None if self.window is None else list(self.window),
+            "keep_warmup": self.keep_warmup,
         }
 
     def step_options(self) -> StepOptions:
         """How the step finder finds steps."""
-        return StepOptions(self.method, self.layers, self.step_gap_ns, self.device)
+        return StepOptions(
+            self.method, self.layers, self.step_gap_ns, self.device, self.keep_warmup
+        )
 
     def load_rules(self) -> Rules:
         """The classification rules: ``rules`` as given, else the file's before the
@@ -170,33 +179,6 @@ class AnalysisConfig:
         if isinstance(self.rules, Rules):
             return self.rules
         return load_rules(self.preset, self.rules)
-
-
-def config_with(
-    config: AnalysisConfig | None,
-    rules: Rules | None = None,
-    *,
-    method: str | None = None,
-    layers: int | None = None,
-    step_gap_ns: int | None = None,
-    device: int | None = None,
-    model: ModelSpec | None = None,
-    gpu: DeviceSpec | None = None,
-) -> AnalysisConfig:
-    """``config`` (default: ``AnalysisConfig()``) with each shortcut keyword that is given
-    (not None) replacing its field: how the module-level shortcuts map their keywords."""
-    base = config or AnalysisConfig()
-    given = {
-        "rules": rules,
-        "method": method,
-        "layers": layers,
-        "step_gap_ns": step_gap_ns,
-        "device": device,
-        "model": model,
-        "gpu": gpu,
-    }
-    changed = {k: v for k, v in given.items() if v is not None}
-    return replace(base, **changed) if changed else base  # type: ignore[arg-type]
 
 
 class Analysis:
@@ -235,7 +217,7 @@ class Analysis:
         """The ``traceview.summary/1`` document and the tables beside it; for a trace that
         holds only CUDA-graph capture / warm-up (engine start-up), the document with 0
         steps and its ``capture`` section (:meth:`serving` refuses it instead)."""
-        model, gpu = self.config.model_spec, self.config.device_spec
+        model, gpu = self.config.model_spec, self.config.gpu_spec
         try:
             result = self.step_result
         except CaptureOnlyError as exc:
@@ -262,8 +244,8 @@ class Analysis:
 
     @property
     def families(self) -> pl.DataFrame:
-        """Kernel time per layer family on the analysed device, capture kernels left out
-        (columns: :func:`traceview.families`)."""
+        """Kernel time per layer family on the analysed device, capture kernels and the
+        steps left out for warm-up left out (columns: :func:`traceview.families`)."""
         return self.summary.families
 
     @property
@@ -282,16 +264,19 @@ class Analysis:
         """The summary's GPU-busy fraction as one row: ``device``, ``window_start_ns``,
         ``window_end_ns``, ``busy_ns`` (Int64, ns) and ``fraction`` (Float64); the window
         is the analysed device's first kernel start to its last kernel end, capture
-        kernels left out."""
+        kernels left out; where steps are left out for warm-up, the other steps' spans
+        (``busy_ns`` over their length, the summary's ``busy.window_ns``)."""
         b = self.summary.document["busy"]
         if b["fraction"] is None and b["busy_ns"] is None:
             return pl.DataFrame(schema=BUSY_SCHEMA)
         row = {k: [b[k]] for k in BUSY_SCHEMA}  # type: ignore[literal-required]
         return pl.DataFrame(row, schema=BUSY_SCHEMA)
 
-    def busy_between(self, t0_ns: int, t1_ns: int) -> pl.DataFrame:
-        """GPU busy of the analysed device (capture kernels left out) over the window
-        ``[t0_ns, t1_ns)`` on the trace's clock; columns as :attr:`busy`.
+    def busy_between(self, t0_ns: int | None = None, t1_ns: int | None = None) -> pl.DataFrame:
+        """GPU busy of the analysed device (capture kernels and the steps left out for
+        warm-up left out) over the window ``[t0_ns, t1_ns)`` on the trace's clock (an end
+        not given: the activity's own); columns as :attr:`busy`, computed by
+        :func:`~traceview.analysis.timing.busy.busy_window`.
 
         Raises:
             UsageError: a bound that is not an integer, an end not after the start, or a
@@ -301,38 +286,25 @@ class Analysis:
         """
         _count("t0_ns", t0_ns, -MAX_NS, MAX_NS)
         _count("t1_ns", t1_ns, -MAX_NS, MAX_NS)
-        if t1_ns <= t0_ns:
+        if t0_ns is not None and t1_ns is not None and t1_ns <= t0_ns:
             raise UsageError(f"busy window [{t0_ns}, {t1_ns}): its end is not after its start")
         whole = self.busy
         if whole.height == 0:  # no serving kernels: say why (CUDA-graph capture alone)
             self.serving()
             return whole
-        start, end = int(whole["window_start_ns"][0]), int(whole["window_end_ns"][0])
-        if t1_ns <= start or t0_ns >= end:
-            raise UsageError(
-                f"{self.trace.meta.path}: the window [{t0_ns}, {t1_ns}) ns on the trace's "
-                f"clock holds none of the analysed device's activity (it spans {start}–{end} ns)"
-            )
-        u = self.step_result.union
-        covered = int(u.clipped_lengths(np.array([t0_ns]), np.array([t1_ns]))[0])
-        row = {
-            "device": [self.step_result.device],
-            "window_start_ns": [t0_ns],
-            "window_end_ns": [t1_ns],
-            "busy_ns": [covered],
-            "fraction": [sig(covered / (t1_ns - t0_ns))],  # the document's precision
-        }
-        return pl.DataFrame(row, schema=BUSY_SCHEMA)
+        result = self.step_result
+        row = busy_window(result.serving_union, result.device, t0_ns, t1_ns, self.trace.meta.path)
+        return pl.DataFrame([row], schema=BUSY_SCHEMA)
 
     @property
     def decode_gaps(self) -> pl.DataFrame:
         """One row per decode gap (columns: :func:`traceview.decode_gaps`)."""
-        return self.summary.gaps
+        return self.summary.decode_gaps
 
     @property
     def idle(self) -> pl.DataFrame:
-        """The analysed device's idle intervals of at least 50 µs, each split by cause
-        (``Summary.idle``)."""
+        """The analysed device's idle intervals of at least 50 µs, each split by cause,
+        none inside a step left out for warm-up (``Summary.idle``)."""
         return self.summary.idle
 
     @property

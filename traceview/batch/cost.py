@@ -16,7 +16,7 @@ from traceview.batch.discover import discover
 from traceview.batch.pool import map_tasks
 from traceview.batch.run import RunOptions
 from traceview.errors import CaptureOnlyError, RunError, TraceviewError
-from traceview.load import LoadOptions, load
+from traceview.loader import LoadOptions, load
 from traceview.redact import shown
 
 

@@ -32,7 +32,7 @@ import polars as pl
 
 from traceview.batch.store import HOST, LocalStore, Store, open_store, to_frame
 from traceview.errors import MissingDependencyError, TraceviewError
-from traceview.load import remote
+from traceview.loader import remote
 
 TABLES = ("traces", "steps", "families", "gaps", "errors")
 # the tables a trace's traces/ row commits (errors/ rows stand alone)
@@ -61,7 +61,7 @@ def _store(dataset: Dataset) -> Store:
 
 def content_hash(path: str | os.PathLike[str]) -> str:
     """The trace's identity in the dataset: BLAKE2b (128 bits) of its bytes, as hex (for an
-    object, :func:`traceview.load.remote.digest`, the same digest)."""
+    object, :func:`traceview.loader.remote.digest`, the same digest)."""
     name = os.fspath(path)
     if remote.is_url(name):
         return remote.digest(name)
@@ -69,7 +69,7 @@ def content_hash(path: str | os.PathLike[str]) -> str:
         return remote.stream_digest(f)
 
 
-FORMAT = 4  # bump when a table's columns or a column's meaning change
+FORMAT = 5  # bump when a table's columns or a column's meaning change
 FORMAT_FILE = "FORMAT"  # the dataset's format, written by the scan that made it
 CONFIG_FILE = "CONFIG"  # how its traces were analysed (AnalysisConfig.describe), as JSON
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from traceview._io import not_a_file
 from traceview.errors import RunError
-from traceview.load import remote
+from traceview.loader import remote
 from traceview.redact import shown
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace", ".sqlite")

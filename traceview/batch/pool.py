@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from traceview import environ
 from traceview.errors import TraceviewError
-from traceview.load import helpers
+from traceview.loader import helpers
 
 T = TypeVar("T")
 R = TypeVar("R")

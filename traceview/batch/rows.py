@@ -82,7 +82,7 @@ def trace_row(
     annotations = summary.steps["annotation"].drop_nulls().unique().to_list()
     # newer SGLang wraps its step[…] in an execute_… range that the steps are named by (as
     # vLLM's detailed one is): the inner one, anywhere in the trace, says which engine
-    names = trace.events.filter(pl.col("kind") == "user_annotation")["name"].cast(pl.String)
+    names = trace.events.filter(pl.col("event_kind") == "user_annotation")["name"].cast(pl.String)
     annotations += names.filter(names.str.starts_with("step[")).head(1).to_list()
     row: dict[str, Any] = {
         "trace_id": trace_id,
@@ -129,8 +129,8 @@ def table_rows(
         pl.lit(run, dtype=pl.String).alias("run"),
         pl.lit(rank, dtype=pl.Int64).alias("rank"),
     ]
-    work = step_work(result).select("compute_ns", "collective_ns")
-    steps = pl.concat([summary.steps, work], how="horizontal")
+    work = step_work(result).select("compute_ns", "collective_ns", "serving")
+    steps = pl.concat([summary.steps, work.drop("serving")], how="horizontal")
     fixed = _family_columns(rules)
     steps = steps.with_columns(
         [pl.lit(0, dtype=pl.Int64).alias(c) for c in fixed if c not in steps.columns]
@@ -143,5 +143,6 @@ def table_rows(
         *fixed,
     )
     families = summary.families.select(*ids, pl.all())
-    gaps = summary.gaps.select(*ids, pl.all())
-    return steps, families, gaps, work
+    gaps = summary.decode_gaps.select(*ids, pl.all())
+    # the traces/ row's per-step figures leave the warm-up steps out, as the summary does
+    return steps, families, gaps, work.filter(pl.col("serving")).drop("serving")

@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+import polars as pl
+
 from traceview import environ
 from traceview.analysis.analyze import Analysis, AnalysisConfig
 from traceview.analysis.documents.run import (
@@ -24,7 +26,7 @@ from traceview.analysis.documents.run import (
 from traceview.batch.discover import discover
 from traceview.batch.pool import map_tasks
 from traceview.errors import CaptureOnlyError, RunError, TraceviewError, UsageError
-from traceview.load import LoadOptions, load
+from traceview.loader import LoadOptions, load
 from traceview.redact import shown
 
 
@@ -70,7 +72,8 @@ def analyse_rank(path: str, options: RunOptions) -> RankResult:
         rank=rank,
         rank_source=source,
         summary=summary,
-        per_step=step_work(analysis.step_result),
+        # the steps left out for warm-up take no part in the run's alignment and skew
+        per_step=step_work(analysis.step_result).filter(pl.col("serving")).drop("serving"),
         load_warnings=list(trace.meta.warnings),
         truncated_at=trace.meta.truncated_at,
         world_size=trace.meta.world_size,

@@ -74,7 +74,7 @@ from traceview.batch.scan_task import (
 )
 from traceview.batch.store import Store, open_store
 from traceview.errors import TraceviewError
-from traceview.load import remote
+from traceview.loader import remote
 
 
 @dataclass

@@ -2,7 +2,7 @@
 disk with the driver.
 
 The driver lists the traces. A worker reads an object by its URL itself, with the endpoint
-and storage options the driver was given (:func:`traceview.load.remote.settings`; its
+and storage options the driver was given (:func:`traceview.loader.remote.settings`; its
 credentials come from its own node's environment); a local file's bytes are shipped to it
 through Ray's object store. Workers return rows, and the driver writes them into the
 dataset (:mod:`.scan`'s commit), so neither the traces nor the dataset need a shared mount.
@@ -36,7 +36,7 @@ from traceview.batch.scan_task import (
 )
 from traceview.batch.store import Store
 from traceview.errors import MissingDependencyError, TraceviewError
-from traceview.load import remote
+from traceview.loader import remote
 
 RAY_IN_FLIGHT_PER_CPU = 2  # traces shipped ahead of the workers: bounds the object store
 

@@ -36,7 +36,7 @@ from traceview.batch.discover import run_name
 from traceview.batch.rows import table_rows, trace_row
 from traceview.batch.store import Store, open_store
 from traceview.errors import NotATraceError, TraceviewError, UsageError
-from traceview.load import LoadOptions, load, remote
+from traceview.loader import LoadOptions, load, remote
 from traceview.paths import stored
 from traceview.redact import scrub, shown
 

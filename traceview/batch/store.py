@@ -22,7 +22,7 @@ from typing import Protocol
 import polars as pl
 
 from traceview.errors import TraceviewError
-from traceview.load import remote
+from traceview.loader import remote
 
 HOST = socket.gethostname().replace(os.sep, "_")
 

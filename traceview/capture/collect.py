@@ -74,7 +74,7 @@ def offsets(clock: dict[str, Any], traces: list[Path]) -> list[dict[str, Any]]:
     """Per trace, its :func:`~traceview.capture.clock.fingerprint` and the offset from the
     probe's clock to the trace's (:func:`~traceview.capture.clock.trace_offset`); a trace
     that cannot be read gets none, and says why."""
-    from traceview.load import load
+    from traceview.loader import load
 
     out = []
     for path in traces:

@@ -78,7 +78,7 @@ class _Group(click.Group):
             return self._invoke(ctx)
 
     def _invoke(self, ctx: click.Context) -> object:
-        from traceview.cli._options import forget_warnings, log_as_warnings
+        from traceview.cli._options import forget_warnings, log_as_warnings, show_deprecations
 
         forget_warnings()
         # --storage-option, --workers and --no-cache set these for one command (its worker
@@ -89,6 +89,7 @@ class _Group(click.Group):
             with warnings.catch_warnings(), log_as_warnings():
                 # commands print trace.meta.warnings themselves, once, in a summary line
                 warnings.simplefilter("ignore", TraceviewWarning)
+                show_deprecations()
                 return self._invoke_and_publish(ctx)
         except TraceviewError as exc:
             if ctx.params.get("debug"):
@@ -192,7 +193,7 @@ def _storage_option() -> click.Option:
     def keep(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
         import json
 
-        from traceview.load.remote import option_value, storage_options
+        from traceview.loader.remote import option_value, storage_options
         from traceview.redact import scrub
 
         if not value:

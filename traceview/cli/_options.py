@@ -6,17 +6,18 @@ import contextlib
 import functools
 import logging
 import sys
-import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import click
-from rich.console import Console
 from rich.text import Text
 
-from traceview._io import check_output, check_url_output, url_output_name
+from traceview._io import check_output, url_output_name, writer_rule
+from traceview.cli._console import stderr
+from traceview.cli._progress import count_bar, progress_bar
 from traceview.errors import TraceviewError, UsageError
 from traceview.render.safe import line as one_line
 
@@ -31,9 +32,6 @@ F = TypeVar("F", bound=Callable[..., object])
 
 trace_argument = click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead.")
-
-# one line per message; markup off: trace text printed here is data, never rich markup
-stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +71,7 @@ def publish_outputs(ok: bool) -> None:
     try:
         for staged in _STAGED:
             if ok and staged.path.is_file():
-                from traceview.load import remote  # an output for a URL: the loader's store
+                from traceview.loader import remote  # an output for a URL: the loader's store
 
                 remote.upload(str(staged.path), staged.url)
         if ok:
@@ -103,8 +101,32 @@ def warn_once(source: str, text: str, label: str = "") -> None:
     warn(f"{label}{source}: {text}")
 
 
+def show_deprecations() -> None:
+    """For one command (inside its ``warnings.catch_warnings()``): traceview's own
+    DeprecationWarnings (a check bound that names a renamed key) as ``Warning: <text>``
+    lines, each once; Python hides them from a command's user otherwise."""
+    shown = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if not issubclass(category, DeprecationWarning):
+            shown(message, category, filename, lineno, file, line)
+        elif ("", str(message)) not in _WARNED:
+            _WARNED.add(("", str(message)))
+            warn(str(message))
+
+    warnings.filterwarnings("always", category=DeprecationWarning, module=r"traceview(\.|$)")
+    warnings.showwarning = show
+
+
 class _WarnOnce(logging.Handler):
-    """traceview's own log records (``traceview.load``: helper processes that stopped) as
+    """traceview's own log records (``traceview.loader``: helper processes that stopped) as
     the command's warnings: ``Warning: <file>: <text>``, escaped, once."""
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -139,46 +161,15 @@ def forget_warnings() -> None:
     _WARNED.clear()
 
 
-def _progress_bar() -> tuple[Callable[[int, int], None], Callable[[], None]]:
-    """A progress callback that shows a bar on a terminal once loading passes one second."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
-    started = time.monotonic()
-    state: dict[str, Any] = {}
-
-    def update(done: int, total: int) -> None:
-        if "bar" not in state:
-            if time.monotonic() - started < 1.0:
-                return
-            bar = Progress(
-                "[progress.description]{task.description}",
-                BarColumn(),
-                DownloadColumn(),
-                TimeRemainingColumn(),
-                console=stderr,
-                transient=True,
-            )
-            bar.start()
-            state["bar"] = bar
-            state["task"] = bar.add_task("loading", total=total)
-        state["bar"].update(state["task"], completed=done)
-
-    def close() -> None:
-        if "bar" in state:
-            state["bar"].stop()
-
-    return update, close
-
-
 def load_trace(path: str, *, strict: bool = False, raw_args: bool = False) -> Trace:
     """Load a trace for a command: progress bar on a terminal, warnings summarised;
     ``strict``: a truncated trace is an error; ``raw_args``: every event's args kept (for
     SQL)."""
-    from traceview.load import LoadOptions, load
+    from traceview.loader import LoadOptions, load
 
     options = LoadOptions(strict=strict, raw_args=raw_args)
     if sys.stderr.isatty():
-        update, close = _progress_bar()
+        update, close = progress_bar()
         try:
             trace = load(path, options=replace(options, progress=update))
         finally:
@@ -195,7 +186,7 @@ force_option = click.option("--force", is_flag=True, help="Overwrite an existing
 
 def local_files(paths: list[str]) -> list[Path]:
     """The files among ``paths`` (a URL is never a local output's input)."""
-    from traceview.load.remote import is_url
+    from traceview.loader.remote import is_url
 
     return [Path(p) for p in paths if not is_url(p)]
 
@@ -206,7 +197,7 @@ def input_files(paths: tuple[str, ...] | list[str]) -> list[Path]:
     reads), nor does a URL."""
     from traceview.batch.discover import discover
     from traceview.errors import RunError
-    from traceview.load.remote import is_url
+    from traceview.loader.remote import is_url
 
     found: list[Path] = []
     for text in paths:
@@ -228,7 +219,7 @@ def output_file(
     ``inputs`` names; checked before any work is done. An output at a URL gets the same
     rule, and a local path to write it to; it is uploaded when the command succeeds
     (:func:`publish_outputs`)."""
-    from traceview.load import remote
+    from traceview.loader import remote
 
     if remote.is_url(output):
         return _staged(output, inputs, force=force, suffixes=suffixes)
@@ -242,11 +233,28 @@ def _staged(
     force: bool,
     suffixes: tuple[str, ...] | None,
 ) -> Path:
-    """The writer rule for an output at a URL, and the local path to write it to."""
+    """The writer rule (``_io.writer_rule``) for an output at a URL, asked of its store,
+    and the local path to write it to.
+
+    Raises:
+        TraceviewError: one line naming the output and what is wrong (or the store that
+            cannot be reached).
+    """
     import tempfile
 
-    check_url_output(url, inputs=inputs, force=force, suffixes=suffixes)
-    name = url_output_name(url)  # a plain name: never empty, ".", ".." (checked above)
+    from traceview.loader import remote
+
+    name = url_output_name(url)  # a plain name: never empty, ".", ".."
+    writer_rule(
+        url,
+        name,
+        folder=False,
+        an_input=url in set(inputs),
+        exists=lambda: remote.exists(url),
+        force=force,
+        suffixes=suffixes,
+    )
+    remote.check_bucket(url)
     folder = Path(tempfile.mkdtemp(prefix="traceview-out-"))
     path = folder / name
     _STAGED.append(_Staged(url, folder, path))
@@ -279,6 +287,7 @@ _ANALYSIS_FIELDS = (
     "device",
     "gpu",
     "model",
+    "keep_warmup",
 )
 
 
@@ -304,6 +313,7 @@ def analysis_config(
     device: int | None,
     gpu: str | None,
     model: str | None,
+    keep_warmup: bool = False,
 ) -> AnalysisConfig:
     """The one :class:`~traceview.AnalysisConfig` of a command, from its analysis options
     as given on the command line (``--step-gap`` read as a duration; ``--model`` and
@@ -321,6 +331,7 @@ def analysis_config(
             rules=rules,
             model=model,
             gpu=gpu,
+            keep_warmup=keep_warmup,
         )
     except UsageError as exc:
         # the config names its field ("device: -1 is not …"); the user typed an option
@@ -342,6 +353,12 @@ def analysis_options(func: Callable[..., R]) -> Callable[..., R]:
 
     opts = [
         click.option(
+            "--keep-warmup",
+            is_flag=True,
+            help="Keep the steps that hold warm-up (graph capture, Triton autotuning, "
+            "compilation) in every figure; by default they are marked and left out.",
+        ),
+        click.option(
             "--model",
             type=click.Path(dir_okay=True),
             help="The model's Hugging Face config.json (a path): FLOPs, bytes, MFU and MBU "
@@ -350,7 +367,7 @@ def analysis_options(func: Callable[..., R]) -> Callable[..., R]:
         click.option(
             "--gpu",
             type=str,
-            help="The device's peaks: a built-in part (e.g. H100, 'NVIDIA H200 NVL') or a "
+            help="The GPU's peaks: a built-in part (e.g. H100, 'NVIDIA H200 NVL') or a "
             "SPEC.toml (default: matched from the trace's deviceProperties).",
         ),
         click.option("--device", type=int, help="Device to analyse (default: most kernel time)."),
@@ -465,7 +482,7 @@ def is_run(paths: tuple[str, ...] | list[str]) -> bool:
         return True
     import os
 
-    from traceview.load import remote
+    from traceview.loader import remote
 
     p = paths[0]
     if remote.is_url(p):
@@ -499,53 +516,3 @@ def summarize_run_paths(
     for line in run.warnings:
         warn_once(", ".join(paths), line, label)
     return run
-
-
-def bytes_bar(what: str) -> tuple[Callable[[int, int, int, int], None], Callable[[], None]]:
-    """A progress bar over items and their bytes: items done of total, bytes per second
-    and the time left (from the bytes), shown on a terminal."""
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    bar = Progress(
-        f"[progress.description]{what}",
-        BarColumn(),
-        TextColumn("{task.fields[items]}"),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=stderr,
-        transient=True,
-    )
-    bar.start()
-    task = bar.add_task(what, total=None, items="")
-
-    def update(done: int, total: int, bytes_done: int, bytes_total: int) -> None:
-        bar.update(task, completed=bytes_done, total=bytes_total, items=f"{done}/{total}")
-
-    return update, bar.stop
-
-
-def count_bar(what: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
-    """A progress bar over a count of items, shown on a terminal."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    bar = Progress(
-        f"[progress.description]{what}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=stderr,
-        transient=True,
-    )
-    bar.start()
-    task = bar.add_task(what, total=None)
-
-    def update(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
-
-    return update, bar.stop

@@ -37,7 +37,7 @@ def _json_name(name: str) -> str:
 def _base_name(source: str) -> str:
     """A rank's file name: a URL's last path segment (not its query, which may hold a
     presigned URL's signature)."""
-    from traceview.load.remote import is_url
+    from traceview.loader.remote import is_url
 
     return posixpath.basename(urlsplit(source).path if is_url(source) else source)
 
@@ -70,7 +70,7 @@ def annotate(
     A trace annotated before gets its overlay replaced, not a second one."""
     from traceview.analysis.analyze import Analysis
     from traceview.batch.discover import discover
-    from traceview.load.remote import is_url
+    from traceview.loader.remote import is_url
     from traceview.render.overlay import annotate as write_annotated
 
     if is_run(traces):

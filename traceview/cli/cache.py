@@ -22,7 +22,7 @@ def cache() -> None:
 @json_option
 def info(as_json: bool) -> None:
     """Where the cache is, its entries and size, and its bound."""
-    from traceview.load import cache as trace_cache
+    from traceview.loader import cache as trace_cache
 
     doc = trace_cache.info()
     if as_json:
@@ -38,7 +38,7 @@ def info(as_json: bool) -> None:
 @cache.command()
 def clear() -> None:
     """Remove every cached trace."""
-    from traceview.load import cache as trace_cache
+    from traceview.loader import cache as trace_cache
 
     n, failed = trace_cache.clear()
     say(f"removed {n} cached trace{'s' if n != 1 else ''} from {trace_cache.cache_dir()}")

@@ -11,7 +11,8 @@ from typing import Any
 import click
 import orjson
 
-from traceview.cli._options import say, stderr
+from traceview.cli._console import stderr
+from traceview.cli._options import say
 from traceview.errors import CaptureError
 
 

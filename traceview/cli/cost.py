@@ -12,13 +12,13 @@ import orjson
 
 from traceview.cli._options import (
     analysis_options,
-    count_bar,
     force_option,
     output_file,
     run_options,
     say,
     warn_once,
 )
+from traceview.cli._progress import count_bar
 from traceview.cli.heartbeat import style_option
 
 if TYPE_CHECKING:

@@ -150,7 +150,7 @@ def heartbeat(
             import warnings
 
             from traceview.capture.itl import on_trace as lay
-            from traceview.load import load
+            from traceview.loader import load
 
             with warnings.catch_warnings():  # the summary above said them once
                 warnings.simplefilter("ignore")
@@ -201,7 +201,7 @@ def gaps(
 
     target = output_file(output, [trace], force=force, suffixes=FORMATS)
     summary = summarize_trace(trace, analysis=analysis, strict=strict)
-    if summary.gaps.height == 0:
+    if summary.decode_gaps.height == 0:
         title_says = gap_title(summary.document)
         reason = (
             title_says.removeprefix("decode gaps: ")
@@ -210,7 +210,7 @@ def gaps(
         )
         raise TraceviewError(f"{trace}: no decode gaps to chart ({reason})")
     fig = gaps_figure(
-        gaps_data(summary, summary.gaps),
+        gaps_data(summary, summary.decode_gaps),
         title=title or f"{gap_title(summary.document)} — {Path(shown(trace)).name}",
         style=style,
     )

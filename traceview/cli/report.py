@@ -72,7 +72,7 @@ def _capture(given: str) -> tuple[str, dict[str, Any] | None, OnTrace | None]:
     import warnings
 
     from traceview.capture.itl import itl, on_trace, read
-    from traceview.load import load
+    from traceview.loader import load
 
     run = read(folder).run
     if run is None or not run.traces:

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from traceview.cli._options import analysis_options, bytes_bar, say, warn, warn_once
+from traceview.cli._options import analysis_options, say, warn, warn_once
+from traceview.cli._progress import bytes_bar
 from traceview.errors import TraceviewError
 from traceview.redact import shown
 

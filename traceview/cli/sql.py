@@ -51,16 +51,16 @@ def sql(
     traceview sql -e "select ..." TRACE. QUERY may also name a built-in query
     (traceview sql --list). The query is read-only; its last statement's rows are printed.
     """
-    from traceview.load.nsys import is_export_file
+    from traceview.loader.nsys import is_export_file
     from traceview.render.base import guess_format, write_output
-    from traceview.sql import (
+    from traceview.sqlengine import (
         builtin_queries,
         needs_raw_args,
         query_header,
         resolve_query,
         run_embedded,
     )
-    from traceview.sql.perfetto_engine import run_perfetto
+    from traceview.sqlengine.perfetto_engine import run_perfetto
 
     if list_queries:
         for name, path in builtin_queries().items():

@@ -6,7 +6,7 @@ step function over the step edges, drawn as one artist however many steps there 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -45,10 +45,28 @@ class StepBreakdown:
             ``[edges_ms[i], edges_ms[i + 1])`` (n steps, n + 1 edges).
         shares: per part (``busy`` and each cause), its share of each step's span (the
             parts of a step add up to 1).
+        warmup_ms: the spans of the steps left out for warm-up (``phase`` null), in ms.
     """
 
     edges_ms: np.ndarray
     shares: dict[str, np.ndarray]
+    warmup_ms: list[tuple[float, float]] = field(default_factory=list)
+
+
+def without_warmup(steps: pl.DataFrame, interval_ms: np.ndarray) -> None:
+    """``interval_ms`` (each step's) with the intervals to and from a step left out for
+    warm-up made NaN: none counts in a cadence, none is drawn."""
+    if "phase" in steps.columns:
+        left_out = steps["phase"].is_null().to_numpy()
+        interval_ms[left_out] = np.nan
+        interval_ms[1:][left_out[:-1]] = np.nan
+
+
+def shade_warmup(ax: Axes, data: StepBreakdown | None) -> None:
+    """The spans of the steps left out for warm-up, shaded grey on the heartbeat's axis."""
+    for i, (a, b) in enumerate([] if data is None else data.warmup_ms):
+        label = "warm-up (left out)" if i == 0 else None
+        ax.axvspan(a, b, color="#888888", alpha=0.15, lw=0, label=label)
 
 
 def step_breakdown(steps: pl.DataFrame, t0_ns: int) -> StepBreakdown | None:
@@ -67,7 +85,11 @@ def step_breakdown(steps: pl.DataFrame, t0_ns: int) -> StepBreakdown | None:
         part: steps[column].to_numpy().astype(np.float64) / span
         for part, column in zip(PARTS, columns, strict=True)
     }
-    return StepBreakdown(_edges_ms(steps, t0_ns), shares)
+    warmup: list[tuple[float, float]] = []
+    if "phase" in steps.columns:
+        left_out = steps.filter(pl.col("phase").is_null()).select("start_ns", "end_ns")
+        warmup = [((a - t0_ns) / 1e6, (b - t0_ns) / 1e6) for a, b in left_out.iter_rows()]
+    return StepBreakdown(_edges_ms(steps, t0_ns), shares, warmup)
 
 
 def _edges_ms(steps: pl.DataFrame, t0_ns: int) -> np.ndarray:

@@ -27,8 +27,10 @@ from traceview.render.breakdown_chart import (
     StepEfficiency,
     draw_breakdown,
     draw_efficiency,
+    shade_warmup,
     step_breakdown,
     step_efficiency,
+    without_warmup,
 )
 from traceview.render.format import fmt_ns
 from traceview.render.safe import chart
@@ -215,6 +217,7 @@ def heartbeat_data(
             )
     anchors = (steps["anchor_ns"] - t0).to_numpy() / 1e6
     interval = steps["interval_ns"].cast(pl.Float64).fill_null(float("nan")).to_numpy() / 1e6
+    without_warmup(steps, interval)
     phases = []
     for p in doc["steps"]["phases"]:
         p50 = p["cadence_p50_ns"]
@@ -350,6 +353,7 @@ def draw_heartbeat(
             label=f"victims' inter-token gaps (probe) · n={data.itl_ms[1].size}",
         )
     valid = ~np.isnan(data.interval_ms)
+    shade_warmup(ax, data.breakdown)
     # an interval that crosses a phase boundary belongs to neither phase: drawn hollow
     crossing = np.zeros(kinds.size, dtype=bool)
     crossing[1:] = kinds[1:] != kinds[:-1]

@@ -72,8 +72,9 @@ def phase_rows(steps: StepFacts) -> list[tuple[int | None, list[str]]]:
     for all steps, then one per phase, each (first step of the phase, or None for the
     overall row; its cells under :data:`PHASE_COLUMNS`)."""
     rows: list[tuple[int | None, list[str]]] = []
+    last = max((p["last_step"] for p in steps["phases"]), default=max(steps["count"] - 1, 0))
     cadences: list[tuple[str, str, Percentiles, int | None]] = [
-        ("all", f"0–{max(steps['count'] - 1, 0)}", steps["cadence"], None)
+        ("all", f"0–{last}", steps["cadence"], None)
     ]
     cadences += [
         (p["kind"], f"{p['first_step']}–{p['last_step']}", p["cadence"], p["first_step"])
@@ -203,15 +204,13 @@ def efficiency_rows(doc: SummaryDocument) -> list[list[str]]:
 
 
 def efficiency_caption(doc: SummaryDocument) -> str:
-    """Which device's peaks and which model the table is against."""
+    """Which GPU's peaks and which model the table is against."""
     eff = doc["efficiency"]
-    device, model = eff["device"], eff["model"]
+    gpu, model = eff["gpu"], eff["model"]
     peaks = (
-        "no known peaks"
-        if device["peak_bytes_per_s"] is None and not device["peak_flops"]
-        else "peaks"
+        "no known peaks" if gpu["peak_bytes_per_s"] is None and not gpu["peak_flops"] else "peaks"
     )
-    name = device["name"] or "an unnamed device"
+    name = gpu["name"] or "an unnamed GPU"
     about = f"{model['name']}, {model['active_params'] / 1e9:.2f}B active params" if model else ""
     return f"{about}; {name} {peaks} (p50 rates over each step's busy time; docs/metrics.md)"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from traceview.analysis.base.document import SummaryDocument
 from traceview.analysis.documents import display
 from traceview.analysis.documents.compare import Diff
+from traceview.analysis.documents.summary import warmup_line
 from traceview.render.format import (
     UNCHANGED,
     cost_caption,
@@ -50,7 +51,9 @@ def summary_html(d: SummaryDocument) -> str:
         for terms in [cost_terms(fit)]
         if terms
     )
-    warn = "".join(f"<li>{esc(w)}</li>" for w in d["warnings"])
+    said = warmup_line(d["warmup"])
+    warn = "".join(f"<li>{esc(w)}</li>" for w in ([f"warm-up: {said}"] if said else []))
+    warn += "".join(f"<li>{esc(w)}</li>" for w in d["warnings"])
     return (
         f"<div><b>{esc(str(t['path']))}</b> — {t['kernels']:,} kernels, "
         f"{s['count']} steps ({s['method']}), GPU busy {fmt_pct(d['busy']['fraction'])}"

@@ -33,8 +33,8 @@ import orjson
 from traceview._io import atomic_write
 from traceview.analysis.documents.summary import Summary
 from traceview.errors import UnsupportedTraceError
-from traceview.load import open_source
-from traceview.load.frames import OVERLAY_CATEGORY, OVERLAY_PID
+from traceview.loader import open_source
+from traceview.loader.frames import OVERLAY_CATEGORY, OVERLAY_PID
 from traceview.model import Trace
 
 _CHUNK = 8 << 20
@@ -120,6 +120,7 @@ def overlay_events(summary: Summary) -> list[OverlayEvent]:
             "step": r["index"],
             "kind": r["kind"],
             "kind_source": r["kind_source"],
+            "warmup": r["warmup"],
             "interval_ns": r["interval_ns"],
             "anchor_ns": r["anchor_ns"],
             "kernels": r["kernels"],
@@ -131,7 +132,8 @@ def overlay_events(summary: Summary) -> list[OverlayEvent]:
         out.append(
             OverlayEvent(
                 "X",
-                f"step {r['index']} · {r['kind']}",
+                f"step {r['index']} · {r['kind']}"
+                + (f" · warm-up ({r['warmup']})" if r["warmup"] else ""),
                 f"{cat}.step",
                 pid,
                 1,
@@ -182,7 +184,8 @@ def overlay_events(summary: Summary) -> list[OverlayEvent]:
         )
     p99 = doc["decode_gaps"][0]["p99_ns"]
     if p99 is not None:
-        for g in summary.gaps.filter(summary.gaps["gap_ns"] >= p99).iter_rows(named=True):
+        gaps = summary.decode_gaps
+        for g in gaps.filter(gaps["gap_ns"] >= p99).iter_rows(named=True):
             out.append(
                 OverlayEvent(
                     "X",

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from traceview.capture.itl import OnTrace
 
 from traceview.analysis.documents.compare import Diff
-from traceview.analysis.documents.summary import Summary
+from traceview.analysis.documents.summary import Summary, warmup_line
 from traceview.analysis.timing.gaps import SMALL_N
 from traceview.render.charts import heartbeat_data, heartbeat_figure
 from traceview.render.format import (
@@ -122,6 +122,7 @@ def _summary_section(summary: Summary, label: str) -> str:
             f"span {fmt_ns(t['span_ns'])}",
         ],
         ["steps", f"{s['count']:,} by {s['method']}: {s['detail']}"],
+        *([["warm-up", said]] if (said := warmup_line(d["warmup"])) else []),
         [
             "CPU busy" if cpu else "GPU busy",
             f"{fmt_pct(b['fraction'])} of the window; {fmt_pct(b['in_gaps'])} inside "
@@ -194,8 +195,9 @@ def _summary_section(summary: Summary, label: str) -> str:
     out.append(
         _table(["family", "kernels", "time", "mean", "share"], fams, {1, 2, 3, 4}, "families")
     )
-    if summary.gaps.height:
-        fig = gaps_figure(gaps_data(summary, summary.gaps), title=f"{gap_title(d)} — {label}")
+    if summary.decode_gaps.height:
+        data = gaps_data(summary, summary.decode_gaps)
+        fig = gaps_figure(data, title=f"{gap_title(d)} — {label}")
         out.append(f'<div class="chart gaps-chart">{_svg(fig)}</div>')
     warnings = list(summary.warnings)
     if warnings:

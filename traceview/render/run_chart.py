@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from traceview.render.breakdown_chart import without_warmup
 from traceview.render.charts import COLORS, chart_style, load_matplotlib
 from traceview.render.safe import chart
 
@@ -54,6 +55,7 @@ def run_heartbeat_data(run: RunSummary, *, title: str = "") -> RunHeartbeatData:
         t0 = int(r.summary.to_dict()["trace"]["start_ns"])
         anchors = (steps["anchor_ns"] - t0).to_numpy() / 1e6
         interval = steps["interval_ns"].cast(pl.Float64).fill_null(float("nan")).to_numpy() / 1e6
+        without_warmup(steps, interval)  # no interval to or from a warm-up step
         lines.append((int(r.rank), anchors, interval))
     s = run.to_dict()["straggler"]
     band = None

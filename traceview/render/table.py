@@ -26,6 +26,7 @@ from traceview.analysis.base.document import (
 )
 from traceview.analysis.documents.checks import CheckResult
 from traceview.analysis.documents.compare import Diff
+from traceview.analysis.documents.summary import warmup_line
 from traceview.render.format import (
     BREAKDOWN_CAPTION,
     BREAKDOWN_COLUMNS,
@@ -83,7 +84,7 @@ def render_info(doc: InfoDocument, console: Console | None = None) -> None:
     )
     facts.add_row("GPU", str(doc["gpu"] or "—"))
     facts.add_row("events", f"{doc['events']:,} ({doc['skipped_events']:,} skipped)")
-    kinds = ", ".join(f"{k} {v:,}" for k, v in doc["kernels_by_kind"].items())
+    kinds = ", ".join(f"{k} {v:,}" for k, v in doc["kernels_by_event_kind"].items())
     facts.add_row("device activity", f"{doc['kernels']:,}" + (f" ({kinds})" if kinds else ""))
     facts.add_row("span", fmt_ns(doc["span_ns"]))
     facts.add_row("flows / counters", f"{doc['flows']:,} / {doc['counters']:,}")
@@ -143,11 +144,15 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
     facts.add_row("span", fmt_ns(t["span_ns"]))
     facts.add_row("events", f"{t['events']:,} ({t['skipped_events']:,} skipped)")
     facts.add_row("steps", f"{s['count']:,} by {s['method']}: {s['detail']}")
+    warm = warmup_line(doc["warmup"])
+    if warm:
+        facts.add_row("warm-up", warm)
     if doc["capture"]["regions"]:
         facts.add_row(
             "start-up",
             f"CUDA-graph capture / warm-up: {doc['capture']['regions']} region(s), "
-            f"{doc['capture']['kernels']:,} kernels left out",
+            f"{doc['capture']['kernels']:,} kernels "
+            + ("kept in" if doc["warmup"]["kept"] else "left out"),
         )
     if s["disagreements"]:
         facts.add_row("", f"annotations and bursts disagree on {s['disagreements']} step(s)")

@@ -10,7 +10,36 @@ against these types, key for key and type for type.
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from copy import deepcopy
+from typing import Literal, NotRequired, TypedDict
+
+from traceview.analysis.base.cost_document import (
+    COST_SCHEMA as COST_SCHEMA,
+)
+from traceview.analysis.base.cost_document import (
+    BatchCost as BatchCost,
+)
+from traceview.analysis.base.cost_document import (
+    Cost as Cost,
+)
+from traceview.analysis.base.cost_document import (
+    CostDocument as CostDocument,
+)
+from traceview.analysis.base.cost_document import (
+    CostTrace as CostTrace,
+)
+from traceview.analysis.base.cost_document import (
+    CostWeights as CostWeights,
+)
+from traceview.analysis.base.cost_document import (
+    DecodeCost as DecodeCost,
+)
+from traceview.analysis.base.cost_document import (
+    Interval95 as Interval95,
+)
+from traceview.analysis.base.cost_document import (
+    PromptCost as PromptCost,
+)
 
 SUMMARY_SCHEMA = "traceview.summary/1"
 RUN_SCHEMA = "traceview.run/1"
@@ -92,8 +121,9 @@ class StepFacts(StepFinding):
     count: int
     cadence: Percentiles
     cadence_by_kind: dict[str, Percentiles]  # decode, mixed, prefill: inside phases of a kind
-    decoding_cadence: Percentiles  # between consecutive steps with decode work (decode, mixed)
+    token_cadence: Percentiles  # between consecutive steps with decode work (decode, mixed)
     phases: list[Phase]
+    decoding_cadence: NotRequired[Percentiles]  # deprecated: token_cadence
 
 
 class PhaseWork(TypedDict):
@@ -113,13 +143,16 @@ class PrefillGrowth(TypedDict):
     last_step: int
     steps: int
     measure: GrowthMeasure
-    first: int
-    last: int
+    measured_first: int  # the first step's prompt work, as measured (not the fitted line's)
+    measured_last: int
     prefill_ns_first: int
     prefill_ns_last: int
-    # None: unbounded (the fitted line's first value is <= 0). to_dict() holds math.inf
-    # there, which JSON cannot hold: the document as written says null
+    # the fitted line's last value over its first. None: unbounded (the line's first value
+    # is <= 0). to_dict() holds math.inf there, which JSON cannot hold: the document as
+    # written says null
     growth: float | None
+    first: NotRequired[int]  # deprecated: measured_first
+    last: NotRequired[int]  # deprecated: measured_last
 
 
 class Work(TypedDict):
@@ -158,6 +191,7 @@ class GapStats(TypedDict):
     p90_ns: int | None
     p99_ns: int | None
     max_ns: int | None
+    period: Percentiles  # the same pairs' start-to-start intervals (the gap + prev's duration)
     filled: GapFill | None  # what filled all its gaps; None without gaps
     widest: GapFill | None  # what filled the gaps at or above p99; None without gaps
 
@@ -167,6 +201,7 @@ class Busy(TypedDict):
     fraction: float | None
     window_start_ns: int | None
     window_end_ns: int | None
+    window_ns: int | None  # the window's length, the steps left out for warm-up excepted
     busy_ns: int | None
     in_gaps: float | None
     in_widest_gaps: float | None
@@ -188,9 +223,9 @@ class TimeBreakdown(TypedDict):
     verdict: str | None  # None: no idle split, and busy not above 80% of the span
 
 
-class DevicePeaks(TypedDict):
-    """The device's peaks (``traceview/presets/devices.toml`` or ``--gpu``): FLOP/s per
-    dtype, bytes/s; empty and null where the device is not known."""
+class GpuPeaks(TypedDict):
+    """The GPU's peaks (``traceview/presets/devices.toml`` or ``--gpu``): FLOP/s per
+    dtype, bytes/s; empty and null where the part is not known."""
 
     name: str | None
     peak_flops: dict[str, float]
@@ -237,10 +272,11 @@ class Efficiency(TypedDict):
     """How close to the hardware (docs/metrics.md): ``model`` and ``phases`` null without
     ``--model``; ``families`` null without record_shapes."""
 
-    device: DevicePeaks
+    gpu: GpuPeaks
     model: ModelFacts | None
     phases: list[EfficiencyPhase] | None
     families: list[EfficiencyFamily] | None
+    device: NotRequired[GpuPeaks]  # deprecated: gpu
 
 
 class CaptureSpan(TypedDict):
@@ -253,92 +289,43 @@ class CaptureSpan(TypedDict):
 
 
 class Capture(TypedDict):
-    """CUDA-graph capture / warm-up regions left out of the analysis (engine start-up):
-    how many, the kernels under them, and each region's span in start order."""
+    """CUDA-graph capture / warm-up regions left out of the analysis (engine start-up;
+    kept in where ``warmup.kept``): how many, the kernels under them, and each region's
+    span in start order."""
 
     regions: int
     kernels: int
     spans: list[CaptureSpan]
 
 
-class Interval95(TypedDict):
-    """A fitted coefficient's 95% confidence interval (Student's t at the fit's residual
-    degrees of freedom), in the coefficient's unit."""
+class WarmupRegion(TypedDict):
+    """One warm-up region: its cause (``graph_capture``, ``triton_autotune``, ``compile``,
+    ``lazy_loading``), the steps whose spans it overlaps (null for graph capture left out
+    before steps are found), its span, and for an autotuning the kernel tuned, its runs and
+    the cache fills; the device activity in it and its kernel time (null where unknown)."""
 
-    low_ns: float
-    high_ns: float
+    cause: str
+    first_step: int | None
+    last_step: int | None
+    start_ns: int
+    end_ns: int
+    span_ns: int
+    kernel: str | None
+    runs: int | None
+    fills: int | None
+    kernels: int | None
+    gpu_ns: int | None
 
 
-class BatchCost(TypedDict):
-    """The decode steps that ran one batch size: their mean time, the fit's time, and the
-    decode tokens per second each gives (one token per sequence per step)."""
+class Warmup(TypedDict):
+    """The engine preparing rather than serving: the steps that hold warm-up, their total
+    span, whether the figures keep them (``kept``; else every serving figure leaves them
+    out), and each region in start order."""
 
-    sequences: int
+    kept: bool
     steps: int
-    mean_ns: float
-    fitted_ns: float
-    tokens_per_s: float | None  # None where the mean time is 0
-    fitted_tokens_per_s: float | None  # None where the fitted time is not positive
-
-
-class DecodeCost(TypedDict):
-    """``t = fixed + per_sequence × N`` over the decode steps (docs/metrics.md); every
-    figure null, and ``reason`` said, where the counts cannot support the fit."""
-
-    n: int
-    reason: str | None
-    fixed_ns: float | None
-    fixed_ci95: Interval95 | None
-    per_sequence_ns: float | None
-    per_sequence_ci95: Interval95 | None
-    r2: float | None
-    residual_ns: float | None
-    crossover_sequences: float | None
-    batches: list[BatchCost]
-
-
-class PromptCost(TypedDict):
-    """``t = fixed + per_sequence × N + per_prompt_token × T [+ per_prompt_token_squared ×
-    T²]`` over the steps with prompt work (docs/metrics.md); a term whose count does not
-    vary is left out (null); every figure null, and ``reason`` said, where the counts
-    cannot support the fit."""
-
-    n: int
-    reason: str | None
-    fixed_ns: float | None
-    fixed_ci95: Interval95 | None
-    per_sequence_ns: float | None
-    per_sequence_ci95: Interval95 | None
-    per_prompt_token_ns: float | None
-    per_prompt_token_ci95: Interval95 | None
-    per_prompt_token_squared_ns: float | None
-    per_prompt_token_squared_ci95: Interval95 | None
-    terms: list[str]  # the terms fitted, in the formula's order
-    quadratic: str | None  # why the T² term is in or out; None where nothing was fitted
-    r2: float | None
-    residual_ns: float | None
-
-
-class CostWeights(TypedDict):
-    """The decode fit's fixed term against the weights one decode step reads, with
-    ``--model``: the bytes, their floor at the device's peak bandwidth, and the bandwidth
-    the fixed term implies."""
-
-    model: str
-    weight_bytes: int
-    device: str | None
-    peak_bytes_per_s: float | None
-    floor_ns: float | None
-    fixed_bytes_per_s: float | None
-    fraction_of_peak: float | None
-
-
-class Cost(TypedDict):
-    """What a step costs: least squares of each step's time on its counts (docs/metrics.md)."""
-
-    decode: DecodeCost
-    prompt: PromptCost
-    weights: CostWeights | None
+    span_ns: int
+    regions: list[WarmupRegion]
 
 
 class SummaryDocument(TypedDict):
@@ -360,6 +347,7 @@ class SummaryDocument(TypedDict):
     efficiency: Efficiency
     cost: Cost
     capture: Capture
+    warmup: Warmup
     warnings: list[str]
 
 
@@ -408,12 +396,13 @@ class RankRow(TraceFigures):
     path: str
     truncated: bool  # the trace's text ends early: its complete events only were analysed
     truncated_at_byte: int | None  # where its (decompressed) JSON text is cut; null when whole
-    cadence_by_phase: dict[str, PhaseCadence]  # decode, mixed (= summary cadence_by_kind)
+    cadence_by_kind: dict[str, PhaseCadence]  # decode, mixed (the summary's cadence_by_kind)
     compute_p50_ns: int | None
     collective_ns_per_step: float | None
     collective_wait_p50_ns: int | None
     idle_dependency_p50_ns: int | None  # per aligned step, beside the collective wait
     time_breakdown: StepTime
+    cadence_by_phase: NotRequired[dict[str, PhaseCadence]]  # deprecated: cadence_by_kind
 
 
 AlignMethod = Literal["annotation name", "annotation order", "step order"]
@@ -453,33 +442,6 @@ class RunDocument(TypedDict):
     left_out: list[LeftOut]
     warnings: list[str]
     summaries: list[SummaryDocument]
-
-
-COST_SCHEMA = "traceview.cost/1"
-
-
-class CostTrace(TypedDict):
-    """One trace of a pooled step-cost fit: its serving steps, those each fit reads, and
-    the decode batch sizes among them."""
-
-    path: str
-    steps: int
-    decode_steps: int
-    prompt_steps: int
-    sequences_min: int | None
-    sequences_max: int | None
-
-
-class CostDocument(TypedDict):
-    """``traceview.cost/1`` (``traceview cost --json``): the summary's ``cost`` fields
-    over several traces' steps pooled, and each trace's part."""
-
-    schema: str
-    traces: list[CostTrace]
-    decode: DecodeCost
-    prompt: PromptCost
-    weights: CostWeights | None
-    warnings: list[str]
 
 
 DIFF_SCHEMA = "traceview.diff/1"
@@ -568,7 +530,8 @@ class InfoDocument(TypedDict):
     skipped_events: int
     warnings: list[str]
     kernels: int
-    kernels_by_kind: dict[str, int]
+    kernels_by_event_kind: dict[str, int]  # kernel, memcpy, memset
+    kernels_by_kind: NotRequired[dict[str, int]]  # deprecated: kernels_by_event_kind
     devices: list[DeviceFacts]
     streams: list[list[int]]
     start_ns: int | None
@@ -577,3 +540,24 @@ class InfoDocument(TypedDict):
     categories: list[CategoryCount]
     flows: int
     counters: int
+
+
+# Renamed keys, by the section that holds them: old key -> new key. For one release a
+# document holds each old key beside its new one, with the same value (written by
+# :func:`keep_deprecated_keys`); docs/metrics.md says which are deprecated, and ``check``
+# reads an old key as its new one and warns.
+DEPRECATED_KEYS: dict[type, dict[str, str]] = {
+    StepFacts: {"decoding_cadence": "token_cadence"},
+    PrefillGrowth: {"first": "measured_first", "last": "measured_last"},
+    Efficiency: {"device": "gpu"},
+    RankRow: {"cadence_by_phase": "cadence_by_kind"},
+    InfoDocument: {"kernels_by_kind": "kernels_by_event_kind"},
+}
+
+
+def keep_deprecated_keys(doc: SummaryDocument) -> None:
+    """Write each deprecated key of ``doc`` beside its new one (:data:`DEPRECATED_KEYS`)."""
+    doc["steps"]["decoding_cadence"] = deepcopy(doc["steps"]["token_cadence"])
+    doc["efficiency"]["device"] = deepcopy(doc["efficiency"]["gpu"])
+    for growth in doc["work"]["prefill_growth"]:
+        growth["first"], growth["last"] = growth["measured_first"], growth["measured_last"]

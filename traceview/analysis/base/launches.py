@@ -39,7 +39,7 @@ def launches_within(
         launches = (
             trace.events.lazy()
             .filter(
-                pl.col("kind").is_in(kinds)
+                pl.col("event_kind").is_in(kinds)
                 & (pl.col("pid") == pid)
                 & (pl.col("tid") == tid)
                 & pl.col("correlation").is_not_null()
@@ -77,7 +77,7 @@ def graph_launches_without_work(trace: Trace, lo: int, hi: int) -> tuple[int, in
     records no kernels of a replay. Launches at the edges of a capture are left out (their
     work may fall outside it)."""
     launches = trace.events.filter(
-        pl.col("kind").is_in(["runtime", "driver"])
+        pl.col("event_kind").is_in(["runtime", "driver"])
         & pl.col("name").cast(pl.String).str.contains(GRAPH_LAUNCH)
         & pl.col("correlation").is_not_null()
         & pl.col("ts_ns").is_between(lo, hi)

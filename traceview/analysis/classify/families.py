@@ -213,16 +213,19 @@ class FamilyCodes:
         out: np.ndarray = hit[self.codes]
         return out
 
-    def totals(self, dur: np.ndarray) -> pl.DataFrame:
+    def totals(self, dur: np.ndarray, keep: np.ndarray | None = None) -> pl.DataFrame:
         """Per (name, cat) pair: ``name`` (Categorical), ``cat``, ``family`` (String),
-        ``count`` (Int64, kernels) and ``total_ns`` (Int64, the sum of ``dur``, ns)."""
+        ``count`` (Int64, kernels) and ``total_ns`` (Int64, the sum of ``dur``, ns); of the
+        kernels ``keep`` marks only, where given (pairs with none of them left out)."""
         n = self.pairs.height
-        count = np.bincount(self.pair_of, minlength=n)
+        pair_of = self.pair_of if keep is None else self.pair_of[keep]
+        count = np.bincount(pair_of, minlength=n)
         total = np.zeros(n, dtype=np.int64)
-        np.add.at(total, self.pair_of, dur)  # exact integer sums, no float rounding
-        return self.pairs.with_columns(
+        np.add.at(total, pair_of, dur if keep is None else dur[keep])  # exact integer sums
+        out = self.pairs.with_columns(
             pl.Series("count", count, dtype=pl.Int64), pl.Series("total_ns", total)
         )
+        return out if keep is None else out.filter(pl.col("count") > 0)
 
 
 def _physical(values: pl.Series) -> np.ndarray:

@@ -199,7 +199,7 @@ def _flex_templates(trace: Trace, kernels: pl.DataFrame, names: list[str]) -> li
     if not templates:
         return []
     ops = trace.events.filter(
-        pl.col("kind").is_in(["cpu_op", "user_annotation"])
+        pl.col("event_kind").is_in(["cpu_op", "user_annotation"])
         & pl.col("name").cast(pl.String).str.contains(FLEX_OPS)
     )
     if ops.height == 0:

@@ -256,7 +256,7 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
             # a figure of the schema this trace lacks (a phase kind it never ran, a family
             # it has no kernel of) is one failed row without a value, as a figure that is
             # null; a path that is no figure of the schema is bad input, on every trace
-            figure = figure_path(path, run=of_run)
+            figure = figure_path(path, run=of_run, stacklevel=3)
             if _NEEDS_MODEL.search(figure) and not _has_model(doc):
                 raise CheckError(
                     f"{path}: MFU and MBU need the model: give --model (its config.json; "

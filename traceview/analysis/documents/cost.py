@@ -12,26 +12,26 @@ from traceview.analysis.base.document import (
     COST_SCHEMA,
     CostDocument,
     CostTrace,
-    DevicePeaks,
+    GpuPeaks,
 )
 from traceview.analysis.documents import display
 from traceview.analysis.documents.summary import Summary
 from traceview.analysis.work.cost import COST_STEP_SCHEMA, cost_section, decode_steps, prompt_steps
-from traceview.analysis.work.devices import DeviceSpec
+from traceview.analysis.work.devices import GpuSpec
 from traceview.analysis.work.model_config import ModelSpec
 
-_NO_DEVICE: DevicePeaks = {"name": None, "peak_flops": {}, "peak_bytes_per_s": None, "source": None}
+_NO_GPU: GpuPeaks = {"name": None, "peak_flops": {}, "peak_bytes_per_s": None, "source": None}
 
 
 @dataclass(frozen=True)
 class CostedTrace:
     """What one trace gives a pooled fit: its path, its steps with their counts and times
-    (``Summary.cost_steps``), its device's peaks, and what a reader should know of it; or
+    (``Summary.cost_steps``), its GPU's peaks, and what a reader should know of it; or
     why it gives none (``skipped``: no serving steps; ``error``: it cannot be read)."""
 
     path: str
     steps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=COST_STEP_SCHEMA))
-    device: DevicePeaks = field(default_factory=lambda: dict(_NO_DEVICE))  # type: ignore[assignment]
+    gpu: GpuPeaks = field(default_factory=lambda: dict(_NO_GPU))  # type: ignore[assignment]
     warnings: list[str] = field(default_factory=list)
     skipped: str | None = None
     error: str | None = None
@@ -39,9 +39,7 @@ class CostedTrace:
     @classmethod
     def of(cls, path: str, summary: Summary, warnings: list[str] | None = None) -> CostedTrace:
         """A trace's part from its summary."""
-        return cls(
-            path, summary.cost_steps, summary.document["efficiency"]["device"], warnings or []
-        )
+        return cls(path, summary.cost_steps, summary.document["efficiency"]["gpu"], warnings or [])
 
 
 @dataclass
@@ -68,23 +66,21 @@ class StepCost:
         return display.cost(self, title, style)
 
 
-def _device(traces: list[CostedTrace]) -> tuple[DeviceSpec | None, list[str]]:
-    """The device whose bandwidth the fixed term is set against: the first trace's whose
-    peak is known; a warning where the traces ran on different devices."""
-    names = sorted({t.device["name"] or "an unknown device" for t in traces})
+def _gpu(traces: list[CostedTrace]) -> tuple[GpuSpec | None, list[str]]:
+    """The GPU whose bandwidth the fixed term is set against: the first trace's whose
+    peak is known; a warning where the traces ran on different GPUs."""
+    names = sorted({t.gpu["name"] or "an unknown GPU" for t in traces})
     warnings = []
     if len(names) > 1:
         warnings.append(
-            f"the traces ran on different devices ({', '.join(names)}): their steps are "
+            f"the traces ran on different GPUs ({', '.join(names)}): their steps are "
             "pooled in one fit all the same"
         )
     for t in traces:
-        peak = t.device["peak_bytes_per_s"]
+        peak = t.gpu["peak_bytes_per_s"]
         if peak is not None:
-            name = t.device["name"] or "device"
-            return DeviceSpec(
-                name, dict(t.device["peak_flops"]), peak, t.device["source"]
-            ), warnings
+            name = t.gpu["name"] or "GPU"
+            return GpuSpec(name, dict(t.gpu["peak_flops"]), peak, t.gpu["source"]), warnings
     return None, warnings
 
 
@@ -99,7 +95,7 @@ def pool_cost(traces: list[CostedTrace], model: ModelSpec | None = None) -> Step
     ]
     empty = pl.DataFrame(schema={**COST_STEP_SCHEMA, "trace": pl.Int64()})
     steps = pl.concat([empty, *frames], how="vertical")
-    device, warnings = _device(traces)
+    gpu, warnings = _gpu(traces)
     warnings += [f"{t.path}: left out: {t.skipped}" for t in left_out]
     rows: list[CostTrace] = []
     for i, t in enumerate(traces):
@@ -116,7 +112,7 @@ def pool_cost(traces: list[CostedTrace], model: ModelSpec | None = None) -> Step
             }
         )
         warnings += [f"{t.path}: {w}" for w in t.warnings]
-    section = cost_section(steps, model, device)
+    section = cost_section(steps, model, gpu)
     document: CostDocument = {
         "schema": COST_SCHEMA,
         "traces": rows,

@@ -19,7 +19,9 @@ import typing
 from collections.abc import Callable, Iterator
 from typing import Literal, get_args, get_origin, get_type_hints, is_typeddict
 
+from traceview._deprecated import deprecated
 from traceview.analysis.base.document import (
+    DEPRECATED_KEYS,
     KINDS,
     EfficiencyFamily,
     EfficiencyPhase,
@@ -67,7 +69,7 @@ _IDENTITY: dict[object, tuple[str, Name]] = {
 # the keys a ``dict[str, ...]`` field may hold, by the field's name; any other is open
 _KEYS: dict[str, Name] = {
     "cadence_by_kind": _one_of(KINDS),
-    "cadence_by_phase": _one_of(KINDS),
+    "cadence_by_phase": _one_of(KINDS),  # deprecated: cadence_by_kind
     "idle_ns": _one_of(CAUSES),
 }
 
@@ -89,9 +91,13 @@ def _bare(hint: object) -> object:
     return hint
 
 
-def _walk(hint: object, parts: list[str], i: int, name: str = "") -> Iterator[Found]:
+def _walk(
+    hint: object, parts: list[str], i: int, renamed: set[tuple[str, str]], name: str = ""
+) -> Iterator[Found]:
     """Every reading of ``parts[i:]`` under ``hint``, the longest names first (as
-    :func:`~traceview.analysis.documents.checks.lookup` tries them)."""
+    :func:`~traceview.analysis.documents.checks.lookup` tries them). A deprecated key
+    (:data:`~traceview.analysis.base.document.DEPRECATED_KEYS`) reads as its new name, and
+    ``renamed`` gets the pair."""
     hint = _bare(hint)
     if i == len(parts):
         yield [], hint
@@ -100,33 +106,39 @@ def _walk(hint: object, parts: list[str], i: int, name: str = "") -> Iterator[Fo
     origin = get_origin(hint)
     if isinstance(hint, type) and is_typeddict(hint):
         fields = _fields(hint)
+        new = DEPRECATED_KEYS.get(hint, {}).get(part)
+        if new is not None:
+            renamed.add((part, new))
+            part = new
         if part in fields:
-            for found, leaf in _walk(fields[part], parts, i + 1, part):
+            for found, leaf in _walk(fields[part], parts, i + 1, renamed, part):
                 yield [part, *found], leaf
             return
         for field, child in fields.items():  # a list's name skipped: its items by name
             child = _bare(child)
             if get_origin(child) is list:
-                for found, leaf in _items(get_args(child)[0], parts, i):
+                for found, leaf in _items(get_args(child)[0], parts, i, renamed):
                     if not _is_section(leaf):  # past the item: a name alone is no figure
                         yield [field, *found], leaf
     elif origin is list:
         item = get_args(hint)[0]
         if part.isdigit():  # by index (or a run's rank)
-            for found, leaf in _walk(item, parts, i + 1):
+            for found, leaf in _walk(item, parts, i + 1, renamed):
                 yield [part, *found], leaf
         else:
-            yield from _items(item, parts, i)
+            yield from _items(item, parts, i, renamed)
     elif origin is dict:
         allowed = _KEYS.get(name, _any_name)
         for k in range(len(parts) - i, 0, -1):  # a key may hold dots (a family's name)
             key = ".".join(parts[i : i + k])
             if allowed(key):
-                for found, leaf in _walk(get_args(hint)[1], parts, i + k):
+                for found, leaf in _walk(get_args(hint)[1], parts, i + k, renamed):
                     yield [key, *found], leaf
 
 
-def _items(item: object, parts: list[str], i: int) -> Iterator[Found]:
+def _items(
+    item: object, parts: list[str], i: int, renamed: set[tuple[str, str]]
+) -> Iterator[Found]:
     """The items of a list selected by the name that identifies them (which may hold dots:
     a family's name)."""
     if item not in _IDENTITY:
@@ -135,7 +147,7 @@ def _items(item: object, parts: list[str], i: int) -> Iterator[Found]:
     for k in range(len(parts) - i, 0, -1):
         ident = ".".join(parts[i : i + k])
         if allowed(ident):
-            for found, leaf in _walk(item, parts, i + k):
+            for found, leaf in _walk(item, parts, i + k, renamed):
                 yield [ident, *found], leaf
 
 
@@ -149,18 +161,23 @@ def _is_section(hint: object) -> bool:
     return isinstance(hint, type) and is_typeddict(hint) or get_origin(hint) in (list, dict)
 
 
-def figure_path(path: str, *, run: bool = False) -> str:
+def figure_path(path: str, *, run: bool = False, stacklevel: int = 2) -> str:
     """The path of the figure ``path`` names in every summary (``run``: every run
     document), with a skipped list's name put back (``efficiency.decode.mbu_p50`` ->
-    ``efficiency.phases.decode.mbu_p50``); a given trace may still lack it (a phase kind
-    it never ran, a family it has no kernel of, efficiency without ``--model``).
+    ``efficiency.phases.decode.mbu_p50``) and a deprecated key's new name in its place
+    (which warns: a ``DeprecationWarning`` for the caller ``stacklevel`` frames up); a
+    given trace may still lack it (a phase kind it never ran, a family it has no kernel
+    of, efficiency without ``--model``).
 
     Raises:
         CheckError: a path that is no figure of the schema (a typo), that names a section,
             or text.
     """
     root = RunDocument if run else SummaryDocument
-    readings = list(_walk(root, path.split("."), 0)) if path else []
+    renamed: set[tuple[str, str]] = set()
+    readings = list(_walk(root, path.split("."), 0, renamed)) if path else []
+    for old, new in sorted(renamed):
+        deprecated(f"{path}: the key {old!r}", f"{new!r}", stacklevel=stacklevel + 1)
     if not readings:
         what = "run document" if run else "summary"
         raise CheckError(

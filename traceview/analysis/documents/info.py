@@ -49,7 +49,8 @@ def info(trace: Trace) -> InfoDocument:
         )
         .sort("device")
     )
-    return {
+    by_kind = trace.kernels.group_by("event_kind").len().sort("event_kind").iter_rows()
+    doc: InfoDocument = {
         "schema": INFO_SCHEMA,
         "path": stored(trace.meta.path),
         "format": trace.meta.format,
@@ -60,7 +61,7 @@ def info(trace: Trace) -> InfoDocument:
         "skipped_events": trace.meta.skipped_events,
         "warnings": list(trace.meta.warnings),
         "kernels": trace.kernels.height,
-        "kernels_by_kind": dict(trace.kernels.group_by("kind").len().sort("kind").iter_rows()),
+        "kernels_by_event_kind": dict(by_kind),
         "devices": cast(list[DeviceFacts], per_device.to_dicts()),
         "streams": [list(p) for p in trace.streams],
         "start_ns": span[0] if span else None,
@@ -70,3 +71,5 @@ def info(trace: Trace) -> InfoDocument:
         "flows": trace.flows.height,
         "counters": trace.counters.height,
     }
+    doc["kernels_by_kind"] = dict(doc["kernels_by_event_kind"])  # deprecated, for one release
+    return doc

@@ -33,6 +33,7 @@ import itertools
 import re
 from collections import Counter
 from collections.abc import Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -204,7 +205,8 @@ def _replicas(ranks: list[RankResult]) -> str | None:
 def step_work(result: StepResult) -> pl.DataFrame:
     """Per step: ``compute_ns`` (busy time not overlapped by collectives on any stream,
     inside the step's span), ``collective_ns`` (``communication`` kernel time starting in
-    the step) and ``dependency_ns`` (the step's idle time waiting on queued work)."""
+    the step), ``dependency_ns`` (the step's idle time waiting on queued work) and
+    ``serving`` (False for a step left out for warm-up: the run's figures leave it out)."""
     k, table = result.kernels, result.table
     comm = family_is(k["family"], "communication")
     coll = k.filter(comm)
@@ -231,6 +233,7 @@ def step_work(result: StepResult) -> pl.DataFrame:
             "compute_ns": compute.astype(np.int64),
             "collective_ns": collective,
             "dependency_ns": table["idle_dependency_ns"],
+            "serving": table["phase"].is_not_null(),
         }
     )
 
@@ -396,7 +399,7 @@ def _rank_row(
 ) -> RankRow:
     assert r.summary is not None and r.per_step is not None
     doc = r.summary.to_dict()
-    phases: dict[str, PhaseCadence] = {
+    by_kind: dict[str, PhaseCadence] = {
         kind: {"n": c["n"], "p50_ns": c["p50_ns"], "p99_ns": c["p99_ns"]}
         for kind, c in doc["steps"]["cadence_by_kind"].items()
     }
@@ -408,12 +411,13 @@ def _rank_row(
         "truncated": r.truncated_at is not None,
         "truncated_at_byte": r.truncated_at,
         **trace_figures(doc),
-        "cadence_by_phase": phases,
+        "cadence_by_kind": by_kind,
         "compute_p50_ns": median_ns(per["compute_ns"].to_numpy()),
         "collective_ns_per_step": sig_or_none(mean(per["collective_ns"])),
         "collective_wait_p50_ns": wait.get(r.rank) if r.rank is not None else None,
         "idle_dependency_p50_ns": dependency.get(r.rank) if r.rank is not None else None,
-        "time_breakdown": step_time(r.summary.steps),
+        "time_breakdown": step_time(r.summary.steps.filter(pl.col("phase").is_not_null())),
+        "cadence_by_phase": deepcopy(by_kind),  # deprecated, for one release
     }
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -10,24 +9,32 @@ import numpy as np
 import orjson
 import polars as pl
 
+from traceview._deprecated import deprecated
 from traceview._io import release_free_memory
 from traceview.analysis.base.document import (
     DECODING,
     KINDS,
     SUMMARY_SCHEMA,
+    Activity,
     Capture,
     FamilyRow,
+    Phase,
     StepFacts,
     StepFinding,
     SummaryDocument,
     TraceFacts,
+    Warmup,
+    WarmupRegion,
+    keep_deprecated_keys,
 )
+from traceview.analysis.base.intervals import Union, merge_windows
+from traceview.analysis.base.names import short_name
 from traceview.analysis.base.precision import sig
-from traceview.analysis.base.stats import percentiles
 from traceview.analysis.classify.families import Rules, family_rows, kernel_rows
 from traceview.analysis.documents import display
 from traceview.analysis.steps.capture import capture_regions
 from traceview.analysis.steps.find import StepResult, describe, empty_step_table, pick_device
+from traceview.analysis.steps.warmup import Region, capture_warmup
 from traceview.analysis.timing.breakdown import (
     DeviceActivity,
     time_breakdown,
@@ -35,7 +42,7 @@ from traceview.analysis.timing.breakdown import (
     with_fills,
 )
 from traceview.analysis.timing.busy import busy_document, no_busy
-from traceview.analysis.timing.cadence import cadence, decoding_cadence, kind_cadence, phase_rows
+from traceview.analysis.timing.cadence import cadence, kind_cadence, phase_rows, token_cadence
 from traceview.analysis.timing.gaps import (
     GAP_SCHEMA,
     gap_table,
@@ -47,7 +54,7 @@ from traceview.analysis.timing.idle import (
     long_idle,
 )
 from traceview.analysis.work.cost import COST_STEP_SCHEMA, cost_section, cost_steps
-from traceview.analysis.work.devices import DeviceSpec
+from traceview.analysis.work.devices import GpuSpec
 from traceview.analysis.work.efficiency import (
     device_peaks,
     efficiency_section,
@@ -73,14 +80,16 @@ class Summary:
         steps: the step table (see :func:`traceview.steps`).
         families: the family table (see :func:`traceview.families`).
         families_rollup: the family table with dotted families rolled up.
-        gaps: the decode-gap table (see :func:`traceview.decode_gaps`).
+        decode_gaps: the decode-gap table (see :func:`traceview.decode_gaps`); ``gaps`` is
+            its deprecated name.
         kernel_table: time per kernel name on the device (see :func:`traceview.kernels`).
         warnings: what a reader should know before trusting a figure.
         timeline: with fewer than 2 steps (no cadence to draw), the analysed device's
             activity per family: ``family`` (String), ``start_ns``, ``end_ns`` (Int64), the
             union of each family's kernels (gaps under 1/4000 of the span closed); else
             None.
-        idle: the device's idle intervals of at least 50 µs, each split by cause
+        idle: the device's idle intervals of at least 50 µs, each split by cause, none
+            inside a step left out for warm-up
             (:func:`traceview.analysis.timing.idle.long_idle`: ``start_ns``, ``end_ns``,
             ``cause``, ``host_late_ns``, ``launch_ns``, ``sync_ns``, ``dependency_ns``,
             ``other_ns``); what ``annotate`` draws on its "traceview idle" track.
@@ -94,12 +103,19 @@ class Summary:
     steps: pl.DataFrame
     families: pl.DataFrame
     families_rollup: pl.DataFrame
-    gaps: pl.DataFrame
+    decode_gaps: pl.DataFrame
     kernel_table: pl.DataFrame
     idle: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
     timeline: pl.DataFrame | None = None
     cost_steps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=COST_STEP_SCHEMA))
+
+    @property
+    def gaps(self) -> pl.DataFrame:
+        """Deprecated: :attr:`decode_gaps` (``Analysis.gaps()`` draws the decode-gap
+        chart)."""
+        deprecated("Summary.gaps", "Summary.decode_gaps")
+        return self.decode_gaps
 
     def to_dict(self) -> SummaryDocument:
         return self.document
@@ -109,7 +125,7 @@ class Summary:
         return orjson.dumps(self.document, option=option).decode()
 
     def __repr__(self) -> str:
-        """About 15 lines: the trace, its steps and phases, the decode cadence, the decode
+        """About 15 lines: the trace, its steps and phases, the token cadence, the decode
         gaps, busy and the largest families (the whole document is ``to_dict()``)."""
         d = self.document
         t, st, b = d["trace"], d["steps"], d["busy"]
@@ -120,7 +136,7 @@ class Summary:
         def pct(x: float | None) -> str:
             return "—" if x is None else f"{x:.1%}"
 
-        cad = st["decoding_cadence"]
+        cad = st["token_cadence"]
         gaps = next(g for g in d["decode_gaps"] if g["population"] == "decode")
         phases = ", ".join(
             f"{p['kind']} {p['first_step']}–{p['last_step']}" for p in st["phases"][:6]
@@ -132,7 +148,7 @@ class Summary:
             f"  activity        {t['kernels']:,} {t['activity']}s",
             f"  steps           {st['count']:,} by {st['method']}",
             f"  phases          {phases or '—'}",
-            f"  decoding cadence p50 {ms(cad['p50_ns'])}, p99 {ms(cad['p99_ns'])} "
+            f"  token cadence   p50 {ms(cad['p50_ns'])}, p99 {ms(cad['p99_ns'])} "
             f"(n={cad['n']}, steps with decode work)",
             f"  decode gaps     p50 {ms(gaps['p50_ns'])}, p99 {ms(gaps['p99_ns'])} "
             f"(n={gaps['n']}, decode steps)",
@@ -140,6 +156,9 @@ class Summary:
             f"{pct(b['in_widest_gaps'])}",
             f"  families        {fams}",
         ]
+        said = warmup_line(d["warmup"])
+        if said:
+            lines.insert(4, f"  warm-up         {said}")
         if self.warnings:
             lines.append(f"  warnings        {len(self.warnings)} (summary.warnings)")
         return "\n".join(lines)
@@ -154,11 +173,14 @@ def build(
     rules: Rules,
     result: StepResult,
     model: ModelSpec | None = None,
-    gpu: DeviceSpec | None = None,
+    gpu: GpuSpec | None = None,
 ) -> Summary:
     """The summary of the steps the step finder found (``result``): each figure computed
     by the module that defines it, assembled here into the document and its tables."""
-    trace, k, table = result.trace, result.kernels, result.table
+    trace, table = result.trace, result.table
+    every = result.kernels  # the device's activity, warm-up included
+    k = result.serving_kernels  # what the serving figures are drawn from
+    left = result.left_out
     warnings = list(result.warnings)
     if result.activity == "cpu_op":
         warnings.insert(
@@ -171,46 +193,39 @@ def build(
     warnings += said
     phases = phase_rows(result.phases, table)
     starts = table["start_ns"].to_numpy()
-    gaps, marker, gap_family = gap_table(k, result.totals, result.phases, rules, starts)
+    gone = _spans(table.filter(pl.Series(left))) if left.any() else None
+    gaps, marker, gap_family = gap_table(
+        k,
+        result.totals,
+        result.phases,
+        rules,
+        starts,
+        None if gone is None else (gone.starts, gone.ends),
+    )
     gap_stats = summarize_gaps(gaps, gap_family)
-    warnings += gap_warnings(bool(table["kind"].is_in(DECODING).any()), marker, gap_stats)
+    served = table.filter(pl.col("phase").is_not_null())
+    warnings += gap_warnings(bool(served["kind"].is_in(DECODING).any()), marker, gap_stats)
     split = result.clocks.consistent  # else idle time is not split by cause
-    device = DeviceActivity.of(trace, k, result.starts, result.union, result.host, split=split)
+    device = DeviceActivity.of(trace, every, result.starts, result.union, result.host, split=split)
     release_free_memory()  # its temporaries (each kernel's end, family codes) go back
     gap_stats = with_fills(gaps, gap_stats, device)
     idle = long_idle(trace, device.ts, device.correlation, device.union, device.host, split=split)
+    if gone is not None:  # an idle interval lies in one step: those of warm-up steps go
+        at = gone.starts.searchsorted(idle["start_ns"].to_numpy(), side="right") - 1
+        inside = (at >= 0) & (idle["start_ns"].to_numpy() < gone.ends[np.maximum(at, 0)])
+        idle = idle.filter(pl.Series(~inside))
     shares = device.shares
     del device  # its correlation ids, before the phases' breakdown
     release_free_memory()
     op_work = kernel_work(trace, k)  # record_shapes' GEMM and attention ops, where present
     efficiency["families"] = family_work(k, op_work, peaks)
-    start_ns, end_ns = int(result.union.starts[0]), int(result.union.ends[-1])
-    facts: TraceFacts = {
-        "path": stored(trace.meta.path),  # a name's non-UTF-8 bytes as \xff
-        "format": trace.meta.format,
-        "gpu": trace.meta.gpu_name,
-        "events": trace.meta.events,
-        "kernels": k.height,
-        "skipped_events": trace.meta.skipped_events,
-        "devices": trace.devices,
-        "device": result.device,
-        "streams": sorted(k["stream"].drop_nulls().unique().to_list()),
-        "start_ns": start_ns,
-        "end_ns": end_ns,
-        "span_ns": end_ns - start_ns,
-        "activity": result.activity,
-    }
-    step_facts: StepFacts = {
-        **describe(result),
-        "count": table.height,
-        "cadence": cadence(table),
-        "cadence_by_kind": {kind: kind_cadence(table, kind) for kind in KINDS},
-        "decoding_cadence": decoding_cadence(table),
-        "phases": phases,
-    }
+    facts = trace_facts(trace, every, result.device, result.activity)
+    start_ns, end_ns = facts["start_ns"], facts["end_ns"]
+    step_facts = _step_facts(describe(result), table, phases)
     fam = family_rows(result.totals)
     rolled = family_rows(result.totals, roll_up=True)
     costed = cost_steps(table)
+    serving = None if gone is None else _spans(served)
     doc: SummaryDocument = {
         "schema": SCHEMA,
         "trace": facts,
@@ -223,27 +238,53 @@ def build(
         "decode_marker": None if marker is None else marker.used,
         "decode_marker_source": None if marker is None else marker.source,
         "decode_marker_kernels": [] if marker is None else list(marker.names),
-        "busy": busy_document(result.union, result.device, gaps, gap_stats[0]["p99_ns"]),
+        "busy": busy_document(result.union, result.device, gaps, gap_stats[0]["p99_ns"], serving),
         "time_breakdown": time_breakdown(table, phases, k, shares),
         "efficiency": efficiency,
         "cost": cost_section(costed, model, peaks),
         "capture": capture_section(
             result.capture_regions, result.capture_kernels, result.capture_spans
         ),
+        "warmup": warmup_section(table, result.warmup, result.warmup_kept),
         "warnings": warnings,
     }
+    keep_deprecated_keys(doc)
     return Summary(
         document=doc,
         steps=table,
         families=fam,
         families_rollup=rolled,
-        gaps=gaps,
+        decode_gaps=gaps,
         kernel_table=kernel_table_work(kernel_rows(result.totals), k, op_work, peaks),
         warnings=warnings,
-        timeline=timeline(k, start_ns, end_ns) if table.height < 2 else None,
+        timeline=timeline(k, start_ns, end_ns) if served.height < 2 else None,
         idle=idle,
         cost_steps=costed,
     )
+
+
+def trace_facts(trace: Trace, kernels: pl.DataFrame, device: int, activity: Activity) -> TraceFacts:
+    """The summary's ``trace`` section, for every summary: the file's facts, and those of
+    the analysed device's activity the summary is over (``kernels``, not empty: its
+    kernels, capture left out unless it is all there is, or the CPU ranges that stand in
+    for them): how many, on which streams, from their first start to their last end."""
+    start_ns = int(kernels["ts_ns"].min())  # type: ignore[arg-type]
+    end_ns = int((kernels["ts_ns"] + kernels["dur_ns"]).max())  # type: ignore[arg-type]
+    return {
+        "path": stored(trace.meta.path),  # a name's non-UTF-8 bytes as \xff
+        "format": trace.meta.format,
+        "gpu": trace.meta.gpu_name,
+        "events": trace.meta.events,
+        "kernels": kernels.height,
+        "skipped_events": trace.meta.skipped_events,
+        "devices": trace.devices,
+        "device": device,
+        "streams": sorted(kernels["stream"].drop_nulls().unique().to_list()),
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "span_ns": end_ns - start_ns,
+        "activity": activity,
+    }
 
 
 def refuse_capture_only(summary: object) -> None:
@@ -269,13 +310,86 @@ def capture_section(
     }
 
 
+def _spans(steps: pl.DataFrame) -> Union:
+    """The steps' spans, merged."""
+    return merge_windows(
+        steps["start_ns"].to_numpy().astype(np.int64), steps["end_ns"].to_numpy().astype(np.int64)
+    )
+
+
+def warmup_section(table: pl.DataFrame, regions: tuple[Region, ...], kept: bool) -> Warmup:
+    """The summary's ``warmup`` section: the steps that hold warm-up (the steps table's
+    ``warmup`` not null), their span, whether the figures keep them, and each region."""
+    held = table.filter(pl.col("warmup").is_not_null())
+    rows: list[WarmupRegion] = [
+        {
+            "cause": r.cause,
+            "first_step": r.first_step,
+            "last_step": r.last_step,
+            "start_ns": r.start_ns,
+            "end_ns": r.end_ns,
+            "span_ns": r.end_ns - r.start_ns,
+            "kernel": r.kernel,
+            "runs": r.runs,
+            "fills": r.fills,
+            "kernels": r.kernels,
+            "gpu_ns": r.gpu_ns,
+        }
+        for r in regions
+    ]
+    return {
+        "kept": kept,
+        "steps": held.height,
+        "span_ns": int((held["end_ns"] - held["start_ns"]).sum()),
+        "regions": rows,
+    }
+
+
+# how the one line on the screen names each cause
+CAUSE_WORDS = {
+    "graph_capture": "CUDA-graph capture",
+    "triton_autotune": "Triton autotuning",
+    "compile": "compilation",
+    "lazy_loading": "lazy kernel loading",
+}
+
+
+def warmup_line(warmup: Warmup) -> str | None:
+    """The warm-up in the steps, in one line (None where no step holds any): per cause and
+    kernel, the steps and what ran (an autotuning's runs and cache fills, else the time),
+    then whether the figures leave those steps out, e.g. "Triton autotuning of
+    chunk_fwd_kernel_o in steps 2–4 (13,713 runs, 11,047 cache fills) left out"."""
+    groups: dict[tuple[str, str | None], list[WarmupRegion]] = {}
+    for r in warmup["regions"]:
+        if r["first_step"] is not None:
+            groups.setdefault((r["cause"], r["kernel"]), []).append(r)
+    if not groups:
+        return None
+    parts = []
+    for (cause, kernel), rs in groups.items():
+        a = min(r["first_step"] for r in rs if r["first_step"] is not None)
+        b = max(r["last_step"] for r in rs if r["last_step"] is not None)
+        where = f"step {a}" if a == b else f"steps {a}–{b}"
+        if cause == "triton_autotune":
+            runs = sum(r["runs"] or 0 for r in rs)
+            fills = sum(r["fills"] or 0 for r in rs)
+            parts.append(
+                f"Triton autotuning of {short_name(kernel or '?')} in {where} "
+                f"({runs:,} runs, {fills:,} cache fills)"
+            )
+        else:
+            span_s = sum(r["span_ns"] for r in rs) / 1e9
+            parts.append(f"{CAUSE_WORDS.get(cause, cause)} in {where} ({span_s:.3g} s)")
+    return "; ".join(parts) + (" kept in" if warmup["kept"] else " left out")
+
+
 def capture_only_summary(
     trace: Trace,
     rules: Rules,
     device: int | None,
     said: str,
     model: ModelSpec | None = None,
-    gpu: DeviceSpec | None = None,
+    gpu: GpuSpec | None = None,
 ) -> Summary:
     """The summary of a trace that holds only CUDA-graph capture / warm-up (engine
     start-up): 0 steps, no families, gaps, busy or phases (every kernel is under capture,
@@ -286,14 +400,11 @@ def capture_only_summary(
     device = pick_device(trace, device)
     k = trace.kernels
     mine = k.filter(pl.col("device") == device) if len(trace.devices) > 1 else k
-    start_ns = int(mine["ts_ns"].min())  # type: ignore[arg-type]
-    end_ns = int((mine["ts_ns"] + mine["dur_ns"]).max())  # type: ignore[arg-type]
     path = trace.meta.path
     warnings = [said.removeprefix(f"{path}: ")]
     peaks = device_peaks(trace, device, gpu)
     table, efficiency, more = efficiency_section(trace, device, empty_step_table(), model, peaks)
     warnings += more
-    empty = percentiles(np.empty(0, dtype=np.int64))
     finding: StepFinding = {
         "method": "none",
         "marker": None,
@@ -305,32 +416,11 @@ def capture_only_summary(
     }
     doc: SummaryDocument = {
         "schema": SCHEMA,
-        "trace": {
-            "path": stored(path),
-            "format": trace.meta.format,
-            "gpu": trace.meta.gpu_name,
-            "events": trace.meta.events,
-            "kernels": k.height,
-            "skipped_events": trace.meta.skipped_events,
-            "devices": trace.devices,
-            "device": device,
-            "streams": sorted(mine["stream"].drop_nulls().unique().to_list()),
-            "start_ns": start_ns,
-            "end_ns": end_ns,
-            "span_ns": end_ns - start_ns,
-            "activity": "kernel",
-        },
+        "trace": trace_facts(trace, mine, device, "kernel"),
         "classification": rules.name,
         "families": [],
         "families_rollup": [],
-        "steps": {
-            **finding,
-            "count": 0,
-            "cadence": empty,
-            "cadence_by_kind": {kind: deepcopy(empty) for kind in KINDS},
-            "decoding_cadence": deepcopy(empty),
-            "phases": [],
-        },
+        "steps": _step_facts(finding, table, []),
         "work": work(table, []),
         "decode_gaps": summarize_gaps(pl.DataFrame(schema=GAP_SCHEMA), None),
         "decode_marker": None,
@@ -341,8 +431,10 @@ def capture_only_summary(
         "efficiency": efficiency,
         "cost": cost_section(cost_steps(table), model, peaks),
         "capture": capture_section(capture.regions, capture.kernels, capture.spans),
+        "warmup": warmup_section(table, tuple(capture_warmup(trace, capture)), False),
         "warnings": warnings,
     }
+    keep_deprecated_keys(doc)
     no_kernels = pl.DataFrame(
         schema={"name": pl.String, "family": pl.String, "count": pl.UInt32, "total_ns": pl.Int64}
     )
@@ -352,7 +444,7 @@ def capture_only_summary(
         steps=table,
         families=no_families,
         families_rollup=no_families,
-        gaps=pl.DataFrame(schema=GAP_SCHEMA),
+        decode_gaps=pl.DataFrame(schema=GAP_SCHEMA),
         kernel_table=kernel_table_work(
             no_kernels.with_columns(
                 pl.lit(None, pl.Float64).alias("mean_ns"), pl.lit(None, pl.Float64).alias("share")
@@ -364,6 +456,30 @@ def capture_only_summary(
         idle=pl.DataFrame(schema=IDLE_SCHEMA),
         warnings=warnings,
     )
+
+
+def _step_facts(finding: StepFinding, table: pl.DataFrame, phases: list[Phase]) -> StepFacts:
+    """The summary's ``steps`` section: how the steps were found, the count and the kinds'
+    sources of the steps the figures cover (a step left out for warm-up is not counted),
+    their cadence over each population (:mod:`~traceview.analysis.timing.cadence`) and
+    phases."""
+    served = table.filter(pl.col("phase").is_not_null())  # a step left out has no phase
+    return {
+        "method": finding["method"],
+        "marker": finding["marker"],
+        "layers": finding["layers"],
+        "detail": finding["detail"],
+        "annotation_steps": finding["annotation_steps"],
+        "disagreements": finding["disagreements"],
+        "kind_sources": {
+            s: int(n) for s, n in served["kind_source"].value_counts(sort=True).iter_rows()
+        },
+        "count": served.height,
+        "cadence": cadence(table),
+        "cadence_by_kind": {kind: kind_cadence(table, kind) for kind in KINDS},
+        "token_cadence": token_cadence(table),
+        "phases": phases,
+    }
 
 
 def _family_rows(table: pl.DataFrame) -> list[FamilyRow]:

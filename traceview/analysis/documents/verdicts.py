@@ -62,13 +62,13 @@ def _per(total: float | None, count: float | None) -> float | None:
 
 def headline(summary: Summary) -> list[Metric]:
     """The figures that answer "did decode slow down while prompts were prefilled?": the
-    cadence a decoding request experiences (``steps.decoding_cadence``: the intervals
+    cadence a decoding request experiences (``steps.token_cadence``: the intervals
     between consecutive steps with decode work, decode and mixed; p50, p90, p99), the decode
     population's gap p99, the largest growth of prompt work within a mixed phase, and how
     busy the GPU is inside the widest gaps. Each carries ``field``, the summary document's
     path of the figure (as ``check`` reads it), and is labelled by that field's name."""
     doc = summary.to_dict()
-    cad = doc["steps"]["decoding_cadence"]
+    cad = doc["steps"]["token_cadence"]
     gaps = next(g for g in doc["decode_gaps"] if g["population"] == "decode")
     # None: unbounded (a document read back from JSON, which holds no infinity)
     growth = [
@@ -79,13 +79,13 @@ def headline(summary: Summary) -> list[Metric]:
         *(
             Metric(
                 h,
-                f"decoding cadence {q[:-3]}",
+                f"token cadence {q[:-3]}",
                 cad[q],
                 "lower",
                 "ns",
                 cad["n"],
                 h,
-                f"steps.decoding_cadence.{q}",
+                f"steps.token_cadence.{q}",
                 _quantile(q),
                 pooled=True,  # decode and mixed steps together
             )
@@ -129,7 +129,8 @@ def headline(summary: Summary) -> list[Metric]:
 def metrics(summary: Summary) -> list[Metric]:
     """The figures a diff compares, from one summary: the headline, the rates (judged),
     then the workload (shown, never judged)."""
-    doc, t = summary.to_dict(), summary.steps
+    doc = summary.to_dict()
+    t = summary.steps.filter(pl.col("phase").is_not_null())  # warm-up steps left out
     w = doc["work"]
     load = "workload"
     out = headline(summary)
@@ -351,7 +352,7 @@ def judgement(a: Metric | None, b: Metric | None) -> tuple[str | None, str | Non
 
     - ``workload``: a total, or a figure that moves with the mix of steps (its ``role``);
     - ``pooled over step kinds``: taken over several kinds' steps or gaps together, it
-      moves with their mix (the decoding cadence, every step's cadence, the ``all`` gaps);
+      moves with their mix (the token cadence, every step's cadence, the ``all`` gaps);
     - ``no better direction``: neither more nor less is an improvement (busy fractions);
     - ``a maximum``: it grows with its population's size whatever else happens;
     - ``no figure``: neither side has it;

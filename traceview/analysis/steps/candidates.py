@@ -52,12 +52,16 @@ class StepOptions:
         layers: step-marker bursts per step (default: found from the trace).
         step_gap_ns: cut steps at every device-idle gap at least this long (ns) instead.
         device: the device to analyse (default: the one with the most kernel time).
+        keep_warmup: keep the steps that hold warm-up (graph capture, autotuning,
+            compilation) in every figure, for a study of warm-up itself; they are marked
+            all the same.
     """
 
     method: str = "auto"
     layers: int | None = None
     step_gap_ns: int | None = None
     device: int | None = None
+    keep_warmup: bool = False
 
 
 def with_shortcuts(
@@ -76,6 +80,7 @@ def with_shortcuts(
         layers=opts.layers if layers is None else layers,
         step_gap_ns=opts.step_gap_ns if step_gap_ns is None else step_gap_ns,
         device=opts.device if device is None else device,
+        keep_warmup=opts.keep_warmup,
     )
 
 
@@ -335,14 +340,14 @@ def _annotation_groups(
     ann = step_ranges(trace)
     if ann is None:
         return None
-    gpu = ann.filter((pl.col("kind") == "gpu_user_annotation") & (pl.col("pid") == device))
+    gpu = ann.filter((pl.col("event_kind") == "gpu_user_annotation") & (pl.col("pid") == device))
     shared = 0
     if gpu.height:
-        clusters = step_clusters(gpu.drop("kind", "pid", "tid"), [])
+        clusters = step_clusters(gpu.drop("event_kind", "pid", "tid"), [])
         held = range_holding(k.ts, clusters["a0"].to_numpy(), clusters["a1"].to_numpy())
     else:
         clusters = step_clusters(
-            ann.filter(pl.col("kind") == "user_annotation").drop("kind"), ["pid", "tid"]
+            ann.filter(pl.col("event_kind") == "user_annotation").drop("event_kind"), ["pid", "tid"]
         )
         cpu = clusters.select("cid", "pid", "tid", "a0", "a1")
         held, shared = _launched_in(trace, k, cpu)

@@ -58,7 +58,7 @@ def _names(
 ) -> pl.DataFrame:
     """``columns`` of the events of ``kinds`` whose name matches ``pattern``, the pattern
     tried once per distinct name (lazily: no copy of the events of those kinds)."""
-    sel = ev.lazy().filter(pl.col("kind").is_in(kinds))
+    sel = ev.lazy().filter(pl.col("event_kind").is_in(kinds))
     distinct = sel.select(pl.col("name").unique()).collect()["name"].drop_nulls()
     hits = [n for n in (str(x) for x in distinct.to_list()) if pattern.search(n)]
     return (

@@ -7,20 +7,7 @@ between the previous step's last marker kernel and this anchor (the anchor if th
 idle gap; the trace's first kernel for the first step). Step k spans [start_k, start_k+1);
 the last ends at the last kernel's end. A **phase** is a maximal run of steps of one kind.
 
-A step's **kind** is decided by the strongest evidence there is (``kind_source``):
-
-- ``annotation``: the engine's annotation states the batch's composition (vLLM's
-  ``execute_context_C(Ct)_generation_…``, SGLang's forward mode, or new requests in the
-  older ``execute_new_N_cached_M``): prompt work and no decode work is ``prefill``, both
-  ``mixed``, no prompt work ``decode``, whatever the kernel names say
-  (:func:`~traceview.analysis.steps.records.stated_composition`).
-- ``shapes``: otherwise, query tokens read from ``record_shapes`` above
-  :data:`DECODE_QUERY_PER_REQUEST` per request rule out decode: ``mixed``.
-- ``kernels``: otherwise a step is ``mixed`` when a prefill-only kernel starts in its span
-  (the preset's ``prefill_family`` and ``prefill`` roles: linear-attention chunk kernels,
-  attention kernels that never run decode), else ``decode``. A kernel name engines use for
-  both (FlashInfer's ``BatchPrefillWith…``, Triton unified attention, FlashAttention varlen)
-  never decides.
+A step's **kind**: :mod:`traceview.analysis.steps.kinds`.
 
 How the candidates are found and chosen: :mod:`traceview.analysis.steps.candidates`.
 """
@@ -50,13 +37,19 @@ from traceview.analysis.steps.candidates import (
 )
 from traceview.analysis.steps.capture import capture_regions
 from traceview.analysis.steps.host import with_host_columns
+from traceview.analysis.steps.kinds import prefill_only, step_kinds
 from traceview.analysis.steps.records import (
     RECORD_COLUMNS,
     STEP_ANNOTATION,
-    StepRecord,
     record,
-    stated_composition,
-    stated_requests,
+)
+from traceview.analysis.steps.warmup import (
+    Region,
+    autotune_regions,
+    capture_warmup,
+    leave_out,
+    mark_warmup,
+    with_regions,
 )
 from traceview.analysis.timing.clocks import Clocks, read_clocks
 from traceview.analysis.timing.idle import CAUSES, HostCalls, idle_per_window
@@ -98,6 +91,35 @@ class StepResult:
     # what the host calls say of the host's and the device's clocks: where they disagree
     # beyond jitter, idle time is not split by cause (timing/clocks.py)
     clocks: Clocks = field(default_factory=Clocks)
+    # the warm-up regions (graph capture's among them), in start order, and whether the
+    # steps that hold them were kept in the serving figures (AnalysisConfig.keep_warmup)
+    warmup: tuple[Region, ...] = ()
+    warmup_kept: bool = False
+    # per row of ``kernels``: it lies in a step the figures cover (None: every kernel does)
+    serving: np.ndarray | None = None
+
+    @property
+    def serving_kernels(self) -> pl.DataFrame:
+        """The device's kernels outside the steps left out for warm-up (all of them where
+        none is)."""
+        if self.serving is None:
+            return self.kernels
+        return self.kernels.filter(pl.Series(self.serving))
+
+    @property
+    def serving_union(self) -> Union:
+        """The union of the serving kernels' intervals (:attr:`union` where no step is
+        left out for warm-up)."""
+        if self.serving is None:
+            return self.union
+        k = self.serving_kernels
+        ts = k["ts_ns"].to_numpy().astype(np.int64)
+        return union(ts, ts + k["dur_ns"].to_numpy().astype(np.int64))
+
+    @property
+    def left_out(self) -> np.ndarray:
+        """Per step: it holds warm-up and the figures leave it out (its ``phase`` is null)."""
+        return self.table["phase"].is_null().to_numpy()
 
 
 def pick_device(trace: Trace, device: int | None) -> int:
@@ -152,68 +174,6 @@ def _step_starts(u: Union, first_kernel: int, anchors: I64, prev_last_marker: I6
     return starts
 
 
-# A decode step runs one query token per request, or a few more under speculative decoding
-# (draft tokens verified in the same step): more than this many per request is prompt work.
-DECODE_QUERY_PER_REQUEST = 8
-
-
-@dataclass(frozen=True)
-class Kinds:
-    """Each step's kind and the evidence that decided it (``kind``, ``source``), and how
-    many steps the weaker evidence contradicted, by source (``disagreements``)."""
-
-    kind: list[str]
-    source: list[str]
-    disagreements: dict[str, int]
-
-
-def step_kinds(
-    prefill_kernel: list[bool],
-    recs: list[StepRecord],
-    tokens: list[int | None],
-    requests: list[int | None],
-) -> Kinds:
-    """Each step's kind by the strongest evidence there is (the module docstring): the
-    annotation where it states the batch's composition; else the query tokens read from
-    ``record_shapes`` where they rule decode out (more than
-    :data:`DECODE_QUERY_PER_REQUEST` per request, the request count stated by the
-    annotation or the op's layout); else the prefill-only kernels. Where the annotation
-    states a decode-only step but the shapes or kernels show prompt work, the annotation
-    wins and the disagreement is counted."""
-    kind, source = [], []
-    disagreements = {"kernels": 0, "shapes": 0}
-    for has_prefill_kernel, rec, t, r in zip(prefill_kernel, recs, tokens, requests, strict=True):
-        prompt, decode = stated_composition(rec)
-        n = stated_requests(rec) if r is None else r
-        too_many = t is not None and n is not None and t > DECODE_QUERY_PER_REQUEST * max(n, 1)
-        if prompt is not None:
-            kind.append(
-                "mixed" if prompt and decode is not False else "prefill" if prompt else "decode"
-            )
-            source.append("annotation")
-            if not prompt:
-                disagreements["kernels"] += has_prefill_kernel
-                disagreements["shapes"] += too_many
-        elif too_many:
-            kind.append("mixed")
-            source.append("shapes")
-        else:
-            kind.append("mixed" if has_prefill_kernel else "decode")
-            source.append("kernels")
-    return Kinds(kind, source, {k: v for k, v in disagreements.items() if v})
-
-
-def prefill_only(rules: Rules, k: DeviceKernels) -> np.ndarray:
-    """Per kernel: it means prompt work, being of a ``prefill_family`` family or matching
-    a ``prefill`` pattern (attention kernels that never run decode)."""
-    mask = k.family.mask(rules.prefill_family)
-    if rules.prefill:  # matched once per distinct (name, cat), then looked up per kernel
-        names = k.family.pairs["name"].to_list()
-        by_pair = [n is not None and rules.matches_any(str(n), rules.prefill) for n in names]
-        mask |= np.array(by_pair, dtype=bool)[k.family.pair_of]
-    return mask
-
-
 def _assemble(
     trace: Trace,
     k: DeviceKernels,
@@ -223,12 +183,16 @@ def _assemble(
     names: list[list[str]],
     rules: Rules,
     starts: I64 | None = None,
+    bounds: Union | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, int]]:
+    """The steps table and its phases. ``bounds``: the union the step starts are chosen
+    on (the device's activity with its warm-up regions filled: no step starts inside one);
+    ``u`` by default."""
     ts, dur = k.ts, k.dur
     end_all = int(u.ends[-1])  # the last kernel's end
     if starts is None:
         prev_last = np.concatenate(([ts[0]], last_markers[:-1])).astype(np.int64)
-        starts = _step_starts(u, int(ts[0]), anchors, prev_last)
+        starts = _step_starts(bounds or u, int(ts[0]), anchors, prev_last)
     ends = np.append(starts[1:], end_all).astype(np.int64)
 
     step_of_kernel = np.searchsorted(starts, ts, side="right") - 1
@@ -297,8 +261,15 @@ def _assemble(
         "interval_ns",
         pl.exclude("index", "start_ns", "anchor_ns", "end_ns", "interval_ns"),
     )
-    phases = (
-        table.group_by("phase", maintain_order=True)
+    return table, phase_table(table), kinds.disagreements
+
+
+def phase_table(table: pl.DataFrame) -> pl.DataFrame:
+    """One row per phase of the steps table (its steps with a ``phase``): ``phase``,
+    ``kind``, ``first_step``, ``last_step``, ``steps``, ``start_ns``, ``end_ns``."""
+    return (
+        table.filter(pl.col("phase").is_not_null())
+        .group_by("phase", maintain_order=True)
         .agg(
             pl.col("kind").first(),
             pl.col("index").first().alias("first_step"),
@@ -309,7 +280,6 @@ def _assemble(
         )
         .sort("phase")
     )
-    return table, phases, kinds.disagreements
 
 
 def empty_step_table() -> pl.DataFrame:
@@ -340,6 +310,7 @@ def empty_step_table() -> pl.DataFrame:
             **{f"idle_{cause}_ns": pl.Int64 for cause in CAUSES},
             "host_step_ns": pl.Int64,
             "host_before_gpu_ns": pl.Int64,
+            "warmup": pl.String,
         }
     )
 
@@ -378,10 +349,10 @@ def cpu_activity(trace: Trace) -> Trace:
     the "device" and its tid the "stream"."""
     ev = trace.events
     named = ev.filter(
-        (pl.col("kind") == "user_annotation")
+        (pl.col("event_kind") == "user_annotation")
         & ~pl.col("name").cast(pl.String).str.contains(STEP_ANNOTATION.pattern)
     )
-    candidates = named if named.height else ev.filter(pl.col("kind") == "cpu_op")
+    candidates = named if named.height else ev.filter(pl.col("event_kind") == "cpu_op")
     ops = candidates.sort(["pid", "tid", "ts_ns"])
     end = pl.col("ts_ns") + pl.col("dur_ns")
     nxt = pl.col("ts_ns").shift(-1).over(["pid", "tid"])
@@ -391,7 +362,7 @@ def cpu_activity(trace: Trace) -> Trace:
         "dur_ns",
         "name",
         "cat",
-        pl.lit("kernel").cast(trace.kernels["kind"].dtype).alias("kind"),
+        pl.lit("kernel").cast(trace.kernels["event_kind"].dtype).alias("event_kind"),
         "pid",
         "tid",
         pl.col("pid").alias("device"),
@@ -399,7 +370,8 @@ def cpu_activity(trace: Trace) -> Trace:
         "correlation",
         "external_id",
     ).sort("ts_ns", maintain_order=True)
-    return replace(trace, kernels=kernels.cast(dict(trace.kernels.schema)))  # type: ignore[arg-type]
+    schema = {c: t for c, t in trace.kernels.schema.items() if c in kernels.columns}
+    return replace(trace, kernels=kernels.cast(schema))  # type: ignore[arg-type]
 
 
 def find_steps(
@@ -424,7 +396,9 @@ def find_steps(
     activity: Activity = "kernel"
     replays = int(replay_mask(trace.kernels).sum())  # the whole trace's, as the loader says
     capture = capture_regions(trace)
-    if capture.kernels:  # engine start-up, not serving: no steps, cadence or gaps from it
+    captured = capture_warmup(trace, capture)
+    if capture.kernels and not opts.keep_warmup:
+        # engine start-up, not serving: no steps, cadence or gaps from it
         if capture.kernels == trace.kernels.height:
             raise CaptureOnlyError(
                 f"{trace.meta.path}: CUDA-graph capture / warm-up only "
@@ -434,7 +408,7 @@ def find_steps(
         trace = replace(trace, kernels=trace.kernels.filter(pl.Series(~capture.mask)))
     if (
         trace.kernels.height == 0
-        and trace.events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])).height
+        and trace.events.filter(pl.col("event_kind").is_in(["cpu_op", "user_annotation"])).height
     ):
         trace, activity = cpu_activity(trace), "cpu_op"
     device = pick_device(trace, opts.device)
@@ -444,8 +418,12 @@ def find_steps(
     family = family_codes(mine, rules, shape_families(trace, mine))
     k = device_kernels(mine, family, rules.step_marker)
     u = union(k.ts, k.ts + k.dur)
+    autotune = autotune_regions(mine, k.ts, k.dur, u) if activity == "kernel" else []
+    # the steps' boundaries never fall inside a warm-up region: its idle time (the host
+    # compiling a config) is no pause between steps
+    bounds = with_regions(u, autotune)
 
-    bursts = burst_candidate(k, u, opts)
+    bursts = burst_candidate(k, bounds, opts)
     # with --steps bursts the annotations still state each step's batch, where they match
     annotations = annotation_candidate(trace, k, device)
     if opts.method == "annotations" and annotations is None:
@@ -453,13 +431,13 @@ def find_steps(
             f"{trace.meta.path}: no per-step annotations (vLLM execute_context_…, SGLang "
             "step[…], ProfilerStep#…) linked to device kernels; use --steps bursts"
         )
-    idle = idle_candidate(k, u) if bursts is None else None
+    idle = idle_candidate(k, bounds) if bursts is None else None
     chosen = choose(
         bursts, annotations, idle, method=opts.method, cpu_activity=activity == "cpu_op"
     )
     c = chosen.candidate
     warnings = list(chosen.warnings)
-    if capture.kernels:
+    if capture.kernels and not opts.keep_warmup:
         warnings.append(
             f"CUDA-graph capture / warm-up: {capture.regions} region(s), {capture.kernels} "
             "kernel(s) left out (engine start-up, not serving)"
@@ -481,7 +459,7 @@ def find_steps(
             )
     starts = c.first_kernel if c.method == "annotations" and activity == "cpu_op" else None
     table, phases, disagree = _assemble(
-        trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts
+        trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts, bounds
     )
     method, layers, detail = c.method, c.layers, c.detail
     annotation_steps, disagreements = chosen.annotation_steps, chosen.disagreements
@@ -498,6 +476,11 @@ def find_steps(
     if said is not None:
         warnings.append(said)
     table = with_host_columns(table, trace, k, host)
+    table, regions = mark_warmup(table, trace, [*captured, *autotune])
+    serving: np.ndarray | None = None
+    if not opts.keep_warmup and table["warmup"].is_not_null().any():
+        table, serving = leave_out(table, k.ts)
+        phases = phase_table(table)
     release_free_memory()  # the breakdown's temporaries, before the summary's
     warnings.extend(
         f"step kinds: the annotations state decode-only batches, but the {what} show prompt "
@@ -521,7 +504,7 @@ def find_steps(
         disagreements=disagreements,
         warnings=warnings,
         union=u,
-        totals=family.totals(k.dur),
+        totals=family.totals(k.dur, serving),
         activity=activity,
         trace=trace,
         capture_regions=capture.regions,
@@ -530,6 +513,9 @@ def find_steps(
         host=host,
         starts=k.ts,
         clocks=clocks,
+        warmup=tuple(regions),
+        warmup_kept=opts.keep_warmup,
+        serving=serving,
     )
 
 

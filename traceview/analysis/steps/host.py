@@ -43,7 +43,7 @@ def _host_parts(
     ranges = step_ranges(trace)
     if ranges is None or n == 0:
         return nulls, list(nulls)
-    cpu = ranges.filter(pl.col("kind") == "user_annotation").drop("kind")
+    cpu = ranges.filter(pl.col("event_kind") == "user_annotation").drop("event_kind")
     if cpu.height == 0:
         return nulls, list(nulls)
     clusters = step_clusters(cpu, ["pid", "tid"])  # row i is cluster i, in start order

@@ -10,12 +10,12 @@ from traceview.model import Trace
 
 
 def step_ranges(trace: Trace) -> pl.DataFrame | None:
-    """The trace's per-step annotations, CPU and GPU-projected: ``name``, ``kind``, ``pid``,
+    """The trace's per-step annotations, CPU and GPU-projected: ``name``, ``event_kind``, ``pid``,
     ``tid``, ``a0``, ``a1`` (ns); None if it has none. An engine's own step ranges win over
     torch.profiler's iterations, which may hold many engine steps (a benchmark loop
     profiled as one ProfilerStep)."""
     ev = trace.events
-    ann = ev.filter(pl.col("kind").is_in(["user_annotation", "gpu_user_annotation"]))
+    ann = ev.filter(pl.col("event_kind").is_in(["user_annotation", "gpu_user_annotation"]))
     ann = ann.filter(pl.col("name").cast(pl.String).str.contains(STEP_ANNOTATION.pattern))
     if ann.height == 0:
         return None
@@ -24,7 +24,7 @@ def step_ranges(trace: Trace) -> pl.DataFrame | None:
         ann = ann.filter(engine)
     return ann.select(
         pl.col("name").cast(pl.String),
-        "kind",
+        "event_kind",
         "pid",
         "tid",
         pl.col("ts_ns").alias("a0"),

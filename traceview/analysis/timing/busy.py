@@ -1,6 +1,11 @@
-"""GPU-busy fraction: the union of device activity over a window, divided by its length."""
+"""GPU-busy fraction: the union of device activity over a window, divided by its length.
+Every busy figure is computed here: the summary's ``busy`` section (:func:`busy_document`)
+and busy over any window of the trace (:func:`busy_window`, ``tv.busy(t, t0, t1)``,
+``Analysis.busy_between``)."""
 
 from __future__ import annotations
+
+from typing import TypedDict
 
 import numpy as np
 import polars as pl
@@ -8,6 +13,64 @@ import polars as pl
 from traceview.analysis.base.document import Busy
 from traceview.analysis.base.intervals import Union, merge_windows
 from traceview.analysis.base.precision import sig, sig_or_none
+from traceview.errors import UsageError
+
+BUSY_SCHEMA: dict[str, pl.DataType] = {
+    "device": pl.Int64(),
+    "window_start_ns": pl.Int64(),
+    "window_end_ns": pl.Int64(),
+    "busy_ns": pl.Int64(),
+    "fraction": pl.Float64(),
+}
+
+
+class BusyRow(TypedDict):
+    """Busy over one window (:data:`BUSY_SCHEMA`'s columns)."""
+
+    device: int
+    window_start_ns: int
+    window_end_ns: int
+    busy_ns: int
+    fraction: float | None
+
+
+def busy_in(u: Union, t0_ns: int, t1_ns: int) -> tuple[int, float | None]:
+    """The union's length inside ``[t0_ns, t1_ns)`` and its share of the window, at the
+    document's precision (:func:`~traceview.analysis.base.precision.sig`; None where the
+    window has no length)."""
+    lo, hi = np.array([t0_ns], dtype=np.int64), np.array([t1_ns], dtype=np.int64)
+    covered = int(u.clipped_lengths(lo, hi)[0])
+    return covered, sig(covered / (t1_ns - t0_ns)) if t1_ns > t0_ns else None
+
+
+def busy_window(u: Union, device: int, t0_ns: int | None, t1_ns: int | None, path: str) -> BusyRow:
+    """Busy over ``[t0_ns, t1_ns)`` on the trace's clock; an end not given is the
+    activity's own (its first start, its last end). ``u`` is the analysed device's
+    activity (not empty) and ``path`` the trace's, for the message.
+
+    Raises:
+        UsageError: an end not after the start, or a window that holds none of the
+            activity (before or after it: 0.0 there would say nothing), giving the
+            activity's span.
+    """
+    start, end = int(u.starts[0]), int(u.ends[-1])
+    t0 = start if t0_ns is None else t0_ns
+    t1 = end if t1_ns is None else t1_ns
+    if t1 <= t0:
+        raise UsageError(f"busy window [{t0}, {t1}): its end is not after its start")
+    if t1 <= start or t0 >= end:
+        raise UsageError(
+            f"{path}: the window [{t0}, {t1}) ns on the trace's clock holds none of the "
+            f"analysed device's activity (it spans {start}–{end} ns)"
+        )
+    busy_ns, fraction = busy_in(u, t0, t1)
+    return {
+        "device": device,
+        "window_start_ns": t0,
+        "window_end_ns": t1,
+        "busy_ns": busy_ns,
+        "fraction": fraction,
+    }
 
 
 def busy_fraction(u: Union, lo: np.ndarray, hi: np.ndarray) -> float | None:
@@ -27,18 +90,34 @@ def no_busy(device: int) -> Busy:
         "fraction": None,
         "window_start_ns": None,
         "window_end_ns": None,
+        "window_ns": None,
         "busy_ns": None,
         "in_gaps": None,
         "in_widest_gaps": None,
     }
 
 
-def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None) -> Busy:
-    """The summary's ``busy`` section (window: first kernel start to last kernel end); the
-    fractions at the document's precision (:func:`~traceview.analysis.base.precision.sig`)."""
+def busy_document(
+    u: Union,
+    device: int,
+    gaps: pl.DataFrame,
+    p99_ns: int | None,
+    serving: Union | None = None,
+) -> Busy:
+    """The summary's ``busy`` section (window: first kernel start to last kernel end; where
+    steps are left out for warm-up, ``serving``: the spans of the others); the fractions at
+    the document's precision (:func:`~traceview.analysis.base.precision.sig`)."""
     if u.starts.size == 0:
         return no_busy(device)
     w0, w1 = int(u.starts[0]), int(u.ends[-1])
+    if serving is not None and serving.starts.size:  # the serving steps' spans
+        w0, w1 = int(serving.starts[0]), int(serving.ends[-1])
+        busy_ns = int(u.clipped_lengths(serving.starts, serving.ends).sum())
+        window_ns = serving.length()
+        fraction = sig(busy_ns / window_ns) if window_ns > 0 else None
+    else:
+        busy_ns, fraction = busy_in(u, w0, w1)
+        window_ns = w1 - w0
     open_gaps = gaps.filter(~pl.col("overlap"))
     lo, hi = open_gaps["start_ns"].to_numpy(), open_gaps["end_ns"].to_numpy()
     widest = (
@@ -46,10 +125,11 @@ def busy_document(u: Union, device: int, gaps: pl.DataFrame, p99_ns: int | None)
     )
     return {
         "device": device,
-        "fraction": sig(u.length() / (w1 - w0)) if w1 > w0 else None,
+        "fraction": fraction,
         "window_start_ns": w0,
         "window_end_ns": w1,
-        "busy_ns": u.length(),
+        "window_ns": window_ns,
+        "busy_ns": busy_ns,
         "in_gaps": sig_or_none(busy_fraction(u, lo, hi)),
         "in_widest_gaps": sig_or_none(
             busy_fraction(u, widest["start_ns"].to_numpy(), widest["end_ns"].to_numpy())

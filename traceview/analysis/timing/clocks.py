@@ -170,10 +170,10 @@ def _inferred_waits(
     before it) ends after it returns; none where that call is no copy to the host on the
     analysed device."""
     ev = trace.events
-    host = ev.filter(pl.col("kind").is_in(["runtime", "driver"]))
+    host = ev.filter(pl.col("event_kind").is_in(["runtime", "driver"]))
     syncs = host.filter(_named(host["name"], STREAM_SYNC))
     del host
-    recorded = ev.filter(pl.col("kind") == "sync")["correlation"].drop_nulls()
+    recorded = ev.filter(pl.col("event_kind") == "sync")["correlation"].drop_nulls()
     syncs = syncs.filter(~pl.col("correlation").is_in(recorded.implode()).fill_null(False))
     none = np.zeros(0, dtype=np.int64)
     if syncs.height == 0 or calls.rows.size == 0:
@@ -222,7 +222,7 @@ def _waits(
     copying = _named(names, BLOCKING_COPY)
     syncing = _named(names, DEVICE_SYNC)
     records = ev.filter(
-        (pl.col("kind") == "sync")
+        (pl.col("event_kind") == "sync")
         & pl.col("name").cast(pl.String).is_in(["Context Sync", "Stream Sync"])
         & pl.col("correlation").is_not_null()
     ).select("name", "pid", "tid", "correlation")

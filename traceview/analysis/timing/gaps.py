@@ -6,7 +6,11 @@ whose span holds its start (``prev.end``), and is kept only where that phase car
 work (``decode`` or ``mixed``): between prefill-only steps' kernels nothing decodes. A gap
 across a whole CUDA-graph replay that holds its step's decode markers (an Nsight export
 traced at graph level: a step whose only decode work is in replays) is not measured: its
-two kernels are not consecutive.
+two kernels are not consecutive. A gap that spans a step left out for warm-up belongs to no
+population.
+
+Beside each gap, its **period** ``next.start - prev.start`` (the gap plus the previous
+marker's duration): the start-to-start interval scripts that read a trace by hand measure.
 """
 
 from __future__ import annotations
@@ -113,6 +117,7 @@ GAP_SCHEMA = pl.Schema(
         "start_ns": pl.Int64,
         "end_ns": pl.Int64,
         "gap_ns": pl.Int64,
+        "period_ns": pl.Int64,
         "overlap": pl.Boolean,
         "phase": pl.Int64,
         "population": pl.String,
@@ -126,14 +131,17 @@ def gap_table(
     phases: pl.DataFrame,
     rules: Rules,
     step_starts: np.ndarray | None = None,
+    left_out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[pl.DataFrame, Marker | None, str | None]:
     """One row per decode gap between the device's decode-marker kernels (``kernels``, with
     their ``family``; ``totals`` per name; the steps' ``phases``; ``step_starts``: each
     step's start, ns, in order): ``start_ns`` (prev end), ``end_ns`` (next start),
-    ``gap_ns`` (Int64, ns, ≥ 0), ``overlap`` (Boolean), ``phase`` (Int64), ``population``
-    (String: decode|mixed); plus the marker pattern and the markers' family. A gap across a
-    whole CUDA-graph replay in a step with no decode-marker kernel of its own is left out
-    (:func:`_across_replays`)."""
+    ``gap_ns`` (Int64, ns, ≥ 0), ``period_ns`` (Int64, ns: next start - prev start),
+    ``overlap`` (Boolean), ``phase`` (Int64), ``population`` (String: decode|mixed); plus
+    the marker pattern and the markers' family. A gap across a whole CUDA-graph replay in a
+    step with no decode-marker kernel of its own is left out (:func:`_across_replays`).
+    ``left_out``: the spans ``(lo, hi)`` (sorted, disjoint) of the steps left out for
+    warm-up: a gap that overlaps one is dropped."""
     markers, used = decode_markers(kernels, totals, rules)
     family = None
     if markers.height:
@@ -143,7 +151,8 @@ def gap_table(
     # the device's kernels are in time order already: sort only when they are not
     m = markers if markers["ts_ns"].is_sorted() else markers.sort("ts_ns", maintain_order=True)
     prev_end = (m["ts_ns"] + m["dur_ns"]).to_numpy()[:-1]
-    next_start = m["ts_ns"].to_numpy()[1:]
+    starts = m["ts_ns"].to_numpy()
+    next_start = starts[1:]
     raw = next_start - prev_end
     p_start = phases["start_ns"].to_numpy()
     idx = np.clip(np.searchsorted(p_start, prev_end, side="right") - 1, 0, len(p_start) - 1)
@@ -152,17 +161,24 @@ def gap_table(
             "start_ns": prev_end.astype(np.int64),
             "end_ns": next_start.astype(np.int64),
             "gap_ns": np.maximum(raw, 0).astype(np.int64),
+            "period_ns": (next_start - starts[:-1]).astype(np.int64),
             "overlap": raw < 0,
             "phase": phases["phase"].to_numpy()[idx].astype(np.int64),
             "population": phases["kind"].to_numpy()[idx],
         }
     )
+    keep = table["population"].is_in(DECODING).to_numpy()
     if step_starts is not None:
         blind = _blind_replays(kernels, m["ts_ns"].to_numpy(), step_starts)
         if blind is not None:
-            table = table.filter(~pl.Series(_across_replays(prev_end, next_start, *blind)))
+            keep &= ~_across_replays(prev_end, next_start, *blind)
+    if left_out is not None and left_out[0].size:  # a gap across warm-up: neither side's
+        lo, hi = left_out
+        j = np.searchsorted(lo, next_start, side="left")  # the windows starting before its end
+        last = np.maximum(j - 1, 0)
+        keep &= ~((j > 0) & (hi[last] > prev_end))
     # decode gaps are measured only inside steps that carry decode work
-    return table.filter(pl.col("population").is_in(DECODING)), used, family
+    return table.filter(pl.Series(keep)), used, family
 
 
 def _blind_replays(
@@ -204,6 +220,7 @@ def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[GapStats]:
     for population in populations:
         sel = table if population == "all" else table.filter(pl.col("population") == population)
         stats = percentiles(sel["gap_ns"].to_numpy())
+        period = percentiles(sel["period_ns"].to_numpy())
         out.append(
             {
                 "population": population,
@@ -214,6 +231,7 @@ def summarize_gaps(table: pl.DataFrame, family: str | None) -> list[GapStats]:
                 "p90_ns": stats["p90_ns"],
                 "p99_ns": stats["p99_ns"],
                 "max_ns": stats["max_ns"],
+                "period": period,
                 "filled": None,  # filled in by the summary, which holds the device's activity
                 "widest": None,
             }

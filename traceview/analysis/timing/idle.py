@@ -67,11 +67,11 @@ class Calls:
     @classmethod
     def of(cls, trace: Trace) -> Calls:
         ev = trace.events
-        kinds = ev["kind"].dtype
+        kinds = ev["event_kind"].dtype
         assert isinstance(kinds, pl.Enum)
         codes = [kinds.categories.to_list().index(k) for k in ("runtime", "driver")]
         rows = np.flatnonzero(
-            np.isin(ev["kind"].to_physical().to_numpy(), codes)
+            np.isin(ev["event_kind"].to_physical().to_numpy(), codes)
             & ev["correlation"].is_not_null().to_numpy()
         )
         if ev.height < np.iinfo(np.int32).max:  # a launch per kernel: 4 bytes each saved
@@ -109,7 +109,7 @@ def launches_of(trace: Trace, calls: Calls, wanted: I64) -> tuple[I64, I64, I64,
 def _sync_ends(trace: Trace) -> dict[int, I64]:
     """Per host thread (pid, tid as one int64), the sorted end times of its synchronising
     calls."""
-    calls = trace.events.lazy().filter(pl.col("kind").is_in(["runtime", "driver"]))
+    calls = trace.events.lazy().filter(pl.col("event_kind").is_in(["runtime", "driver"]))
     names = [str(n) for n in calls.select(pl.col("name").unique()).collect()["name"].to_list()]
     sync = [n for n in names if SYNC.search(n)]
     if not sync:

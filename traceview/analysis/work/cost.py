@@ -47,7 +47,7 @@ from traceview.analysis.base.fit import ExactFit, least_squares
 from traceview.analysis.base.precision import sig
 from traceview.analysis.steps.serving import serving_steps
 from traceview.analysis.timing.cadence import time_to_next
-from traceview.analysis.work.devices import DeviceSpec
+from traceview.analysis.work.devices import GpuSpec
 from traceview.analysis.work.model_config import ModelSpec
 
 MIN_STEPS = 8  # a fit over fewer steps says too little: its figures are null, with the reason
@@ -350,7 +350,7 @@ def _quadratic(
 
 
 def weights_section(
-    model: ModelSpec | None, device: DeviceSpec | None, decode: DecodeCost
+    model: ModelSpec | None, device: GpuSpec | None, decode: DecodeCost
 ) -> CostWeights | None:
     """With a model: the weights one decode step of one sequence reads
     (:meth:`ModelSpec.weight_bytes`), their time at the device's peak bandwidth (the
@@ -374,7 +374,7 @@ def weights_section(
 
 
 def cost_section(
-    steps: pl.DataFrame, model: ModelSpec | None = None, device: DeviceSpec | None = None
+    steps: pl.DataFrame, model: ModelSpec | None = None, device: GpuSpec | None = None
 ) -> Cost:
     """The summary's ``cost`` section (and ``traceview cost``'s document) from
     :func:`cost_steps`' rows, one trace's or several pooled."""

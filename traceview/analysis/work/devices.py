@@ -1,5 +1,6 @@
-"""Device peaks for MFU and MBU: the built-in table (``traceview/presets/devices.toml``),
-matched by the trace's ``deviceProperties``, or a part named or described with ``--gpu``.
+"""GPU peaks for MFU and MBU: the built-in table (``traceview/presets/devices.toml``),
+matched by the trace's ``deviceProperties``, or a part named or described with ``--gpu``
+(``AnalysisConfig.gpu``; ``device`` is which device of the trace is analysed).
 
 A peak is the vendor's dense datasheet figure, per dtype (``fp32``, ``tf32``, ``bf16``,
 ``fp16``, ``fp8``, ``fp4``), in FLOP/s, and the memory bandwidth in bytes/s
@@ -17,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 
 from traceview._io import read_toml
-from traceview.analysis.base.document import DevicePeaks
+from traceview.analysis.base.document import GpuPeaks
 from traceview.errors import EfficiencyInputError
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
@@ -45,8 +46,8 @@ def _peak(value: object, key: str, bounds: tuple[float, float], where: str) -> f
 
 
 @dataclass(frozen=True)
-class DeviceSpec:
-    """A device's peaks: ``peak_flops`` by dtype (FLOP/s; a dtype the part has no figure
+class GpuSpec:
+    """A GPU part's peaks: ``peak_flops`` by dtype (FLOP/s; a dtype the part has no figure
     for is absent), ``peak_bytes_per_s`` (memory bandwidth) and where they come from."""
 
     name: str
@@ -54,7 +55,7 @@ class DeviceSpec:
     peak_bytes_per_s: float | None = None
     source: str | None = None
 
-    def to_dict(self) -> DevicePeaks:
+    def to_dict(self) -> GpuPeaks:
         return {
             "name": self.name,
             "peak_flops": {d: self.peak_flops[d] for d in DTYPES if d in self.peak_flops},
@@ -65,19 +66,19 @@ class DeviceSpec:
 
 @dataclass(frozen=True)
 class _Entry:
-    spec: DeviceSpec
+    spec: GpuSpec
     match: re.Pattern[str] | None
     match_empty: bool
     compute: str | None
     memory_gib: tuple[float, float] | None
 
 
-def _spec(table: Mapping[str, object], where: str) -> DeviceSpec:
-    """A :class:`DeviceSpec` from one TOML table (``name``, ``peak_bytes_per_s``,
+def _spec(table: Mapping[str, object], where: str) -> GpuSpec:
+    """A :class:`GpuSpec` from one TOML table (``name``, ``peak_bytes_per_s``,
     ``source``, ``[peak_flops]``)."""
     name = table.get("name")
     if not isinstance(name, str) or not name:
-        raise EfficiencyInputError(f"{where}: a device needs a name")
+        raise EfficiencyInputError(f"{where}: a GPU spec needs a name")
     flops = table.get("peak_flops", {})
     if not isinstance(flops, dict):
         raise EfficiencyInputError(f"{where}: [peak_flops] must be a table of dtype = FLOP/s")
@@ -100,7 +101,7 @@ def _spec(table: Mapping[str, object], where: str) -> DeviceSpec:
     if not peaks and bandwidth is None:
         raise EfficiencyInputError(f"{where}: neither [peak_flops] nor peak_bytes_per_s given")
     source = table.get("source")
-    return DeviceSpec(name, peaks, bandwidth, str(source) if source is not None else None)
+    return GpuSpec(name, peaks, bandwidth, str(source) if source is not None else None)
 
 
 @cache
@@ -123,7 +124,7 @@ def builtin_devices() -> tuple[_Entry, ...]:
     return tuple(out)
 
 
-def match_device(properties: Mapping[str, object] | None) -> DeviceSpec | None:
+def match_device(properties: Mapping[str, object] | None) -> GpuSpec | None:
     """The built-in entry for a trace's ``deviceProperties`` entry (its ``name``,
     ``totalGlobalMem``, ``computeMajor``/``computeMinor``), or None where none matches."""
     if not properties:
@@ -149,16 +150,16 @@ def match_device(properties: Mapping[str, object] | None) -> DeviceSpec | None:
     return None
 
 
-def device_option(text: str) -> DeviceSpec:
-    """``--gpu``: a spec file (``*.toml``: ``name``, ``peak_bytes_per_s``, ``source``,
-    ``[peak_flops]``) or a built-in part, by its name (any case) or by a name its pattern
-    matches (``"NVIDIA H100 80GB HBM3"``).
+def load_gpu(text: str) -> GpuSpec:
+    """A GPU part's peaks (``--gpu``, ``AnalysisConfig.gpu``): a spec file (``*.toml``:
+    ``name``, ``peak_bytes_per_s``, ``source``, ``[peak_flops]``) or a built-in part, by its
+    name (any case) or by a name its pattern matches (``"NVIDIA H100 80GB HBM3"``).
 
     Raises:
         EfficiencyInputError: an unreadable or malformed spec file, or an unknown part.
     """
     if text.endswith(".toml") or Path(text).is_file():
-        return _spec(read_toml(text, "device spec", EfficiencyInputError), text)
+        return _spec(read_toml(text, "GPU spec", EfficiencyInputError), text)
     for e in builtin_devices():
         if e.spec.name.lower() == text.strip().lower():
             return e.spec
@@ -167,5 +168,5 @@ def device_option(text: str) -> DeviceSpec:
             return e.spec
     names = sorted({e.spec.name for e in builtin_devices()})
     raise EfficiencyInputError(
-        f"--gpu {text!r}: unknown device (built-in: {', '.join(names)}; or give a SPEC.toml)"
+        f"--gpu {text!r}: unknown GPU (built-in: {', '.join(names)}; or give a SPEC.toml)"
     )

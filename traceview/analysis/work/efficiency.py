@@ -27,13 +27,13 @@ import polars as pl
 
 from traceview.analysis.base.document import (
     KINDS,
-    DevicePeaks,
     Efficiency,
     EfficiencyFamily,
     EfficiencyPhase,
+    GpuPeaks,
 )
 from traceview.analysis.base.precision import sig
-from traceview.analysis.work.devices import DeviceSpec, match_device
+from traceview.analysis.work.devices import GpuSpec, match_device
 from traceview.analysis.work.model_config import ModelSpec
 from traceview.model import Trace
 
@@ -45,9 +45,7 @@ _CONTEXT_COUNTED = (_STATED & pl.col("kv_tokens").is_not_null()) | (
 )
 
 
-def step_efficiency(
-    table: pl.DataFrame, model: ModelSpec, device: DeviceSpec | None
-) -> pl.DataFrame:
+def step_efficiency(table: pl.DataFrame, model: ModelSpec, device: GpuSpec | None) -> pl.DataFrame:
     """The steps table with ``tokens``, ``attention_counted``, ``flops``, ``bytes``, ``mfu``
     and ``mbu`` (the module docstring): null where a step states no tokens; a ratio null
     where the device's peak is not known or the step has no busy time."""
@@ -175,7 +173,7 @@ def device_of(trace: Trace, device: int | None) -> Mapping[str, object] | None:
     return mine[0] if mine else (props[0] if props else None)
 
 
-def device_peaks(trace: Trace, device: int | None, gpu: DeviceSpec | None) -> DeviceSpec | None:
+def device_peaks(trace: Trace, device: int | None, gpu: GpuSpec | None) -> GpuSpec | None:
     """The analysed device's peaks: ``gpu`` (``--gpu``), else the built-in entry matched
     from its ``deviceProperties``; None where neither."""
     return gpu or match_device(device_of(trace, device))
@@ -186,7 +184,7 @@ def efficiency_section(
     device: int | None,
     table: pl.DataFrame,
     model: ModelSpec | None,
-    spec: DeviceSpec | None,
+    spec: GpuSpec | None,
 ) -> tuple[pl.DataFrame, Efficiency, list[str]]:
     """The steps table (with the per-step columns where ``model`` is given), the summary's
     ``efficiency`` section (``families`` left for :func:`family_work`) and its warnings.
@@ -194,13 +192,13 @@ def efficiency_section(
     props = device_of(trace, device)
     warnings: list[str] = []
     name = str(props.get("name") or "") if props else ""
-    facts: DevicePeaks = (
+    facts: GpuPeaks = (
         spec.to_dict()
         if spec is not None
         else {"name": name or None, "peak_flops": {}, "peak_bytes_per_s": None, "source": None}
     )
     if model is None:
-        return table, {"device": facts, "model": None, "phases": None, "families": None}, []
+        return table, {"gpu": facts, "model": None, "phases": None, "families": None}, []
     if spec is None:
         warnings.append(
             f"efficiency: device {name or '(unnamed)'!r} is not in traceview's device table: "
@@ -251,9 +249,9 @@ def efficiency_section(
         )
     warnings += _over_one(table, model)
     section: Efficiency = {
-        "device": facts,
+        "gpu": facts,
         "model": model.to_dict(),
-        "phases": phases(table),
+        "phases": phases(table.filter(pl.col("phase").is_not_null())),  # warm-up left out
         "families": None,
     }
     return table, section, warnings
@@ -296,7 +294,7 @@ def _over_one(table: pl.DataFrame, model: ModelSpec) -> list[str]:
     return out
 
 
-def _bound(flops: float, nbytes: float, dtype: str | None, spec: DeviceSpec | None) -> str | None:
+def _bound(flops: float, nbytes: float, dtype: str | None, spec: GpuSpec | None) -> str | None:
     """``compute`` where the arithmetic intensity (FLOPs per byte) reaches the roofline's
     ridge, ``peak_flops[dtype] / peak_bytes_per_s``, else ``memory``; None where either
     peak is not known."""
@@ -309,7 +307,7 @@ def _bound(flops: float, nbytes: float, dtype: str | None, spec: DeviceSpec | No
 
 
 def _work_by(
-    kernels: pl.DataFrame, work: pl.DataFrame, key: str, spec: DeviceSpec | None
+    kernels: pl.DataFrame, work: pl.DataFrame, key: str, spec: GpuSpec | None
 ) -> pl.DataFrame:
     """FLOPs, bytes, rates over the kernels that carry work, arithmetic intensity and
     bound, per value of ``key`` (``name`` or ``family``), for kernels given work."""
@@ -360,7 +358,7 @@ def kernel_table_work(
     table: pl.DataFrame,
     kernels: pl.DataFrame,
     work: pl.DataFrame | None,
-    spec: DeviceSpec | None,
+    spec: GpuSpec | None,
 ) -> pl.DataFrame:
     """The kernel table with ``flops``, ``bytes``, ``tflops``, ``gbps``, ``intensity`` and
     ``bound`` per kernel name (null where no read op launched it, or without shapes)."""
@@ -370,7 +368,7 @@ def kernel_table_work(
 
 
 def family_work(
-    kernels: pl.DataFrame, work: pl.DataFrame | None, spec: DeviceSpec | None
+    kernels: pl.DataFrame, work: pl.DataFrame | None, spec: GpuSpec | None
 ) -> list[EfficiencyFamily] | None:
     """``efficiency.families``: per family with work, its FLOPs and bytes (rounded to
     integers), the rates over its kernels that carry work, and the bound."""

@@ -284,7 +284,7 @@ def kernel_work(trace: Trace, kernels: pl.DataFrame) -> pl.DataFrame | None:
         pl.int_range(pl.len(), dtype=pl.Int64).alias("_k"),
         "correlation",
         "dur_ns",
-        (pl.col("kind").cast(pl.String) == "kernel").alias("compute"),
+        (pl.col("event_kind").cast(pl.String) == "kernel").alias("compute"),
     ).join(linked, on="correlation", how="left")
     k = k.with_columns(pl.when(pl.col("compute")).then(pl.col("_op")).alias("_op"))
     # an op's work goes to its longest compute kernel (the first, on a tie)

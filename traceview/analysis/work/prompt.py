@@ -24,7 +24,9 @@ def prefill_growth(table: pl.DataFrame, phases: list[Phase]) -> list[PrefillGrow
 
     Prompt work is the engine's own count of context tokens where every step of the phase
     states it (``measure: prompt_tokens``), else the prefill-only kernel time
-    (``measure: prefill_ns``); a phase with neither is left out."""
+    (``measure: prefill_ns``); a phase with neither is left out. ``measured_first`` and
+    ``measured_last`` are the first and last steps' prompt work as measured; ``growth``
+    is the fitted line's last value over its first, not their ratio."""
     out: list[PrefillGrowth] = []
     for phase in phases:
         if phase["kind"] != "mixed" or phase["steps"] < 3:
@@ -45,8 +47,8 @@ def prefill_growth(table: pl.DataFrame, phases: list[Phase]) -> list[PrefillGrow
                 "last_step": phase["last_step"],
                 "steps": int(y.size),
                 "measure": measure,
-                "first": int(y[0]),
-                "last": int(y[-1]),
+                "measured_first": int(y[0]),
+                "measured_last": int(y[-1]),
                 "prefill_ns_first": int(steps["prefill_ns"][0]),
                 "prefill_ns_last": int(steps["prefill_ns"][-1]),
                 "growth": sig(float(last / first)) if first > 0 else math.inf,
@@ -65,7 +67,8 @@ def work(table: pl.DataFrame, phases: list[Phase]) -> Work:
     does): ``prompt_tokens`` (context tokens processed), ``decode_tokens`` (generation
     tokens), ``token_steps`` (steps whose record states its context tokens), per phase; and
     the query tokens read from ``record_shapes`` (``shape_tokens``, prompt and decode
-    together) with the number of steps they were read for (``shape_token_steps``)."""
+    together) with the number of steps they were read for (``shape_token_steps``). The
+    steps left out for warm-up (``phase`` null) count in none of them."""
     per_phase: list[PhaseWork] = []
     for phase in phases:
         steps = table.slice(phase["first_step"], phase["steps"])
@@ -79,15 +82,16 @@ def work(table: pl.DataFrame, phases: list[Phase]) -> Work:
                 "prefill_ns": int(steps["prefill_ns"].sum()),
             }
         )
+    served = table.filter(pl.col("phase").is_not_null())
     return {
-        "kernels_per_step": sig_or_none(mean(table["kernels"])),
-        "prefill_ns": int(table["prefill_ns"].sum()),
-        "prefill_kernels": int(table["prefill_kernels"].sum()),
-        "prompt_tokens": _sum_or_none(table["context_tokens"]),
-        "decode_tokens": _sum_or_none(table["generation_tokens"]),
-        "token_steps": int(table["context_tokens"].is_not_null().sum()),
-        "shape_tokens": _sum_or_none(table["shape_tokens"]),
-        "shape_token_steps": int(table["shape_tokens"].is_not_null().sum()),
+        "kernels_per_step": sig_or_none(mean(served["kernels"])),
+        "prefill_ns": int(served["prefill_ns"].sum()),
+        "prefill_kernels": int(served["prefill_kernels"].sum()),
+        "prompt_tokens": _sum_or_none(served["context_tokens"]),
+        "decode_tokens": _sum_or_none(served["generation_tokens"]),
+        "token_steps": int(served["context_tokens"].is_not_null().sum()),
+        "shape_tokens": _sum_or_none(served["shape_tokens"]),
+        "shape_token_steps": int(served["shape_tokens"].is_not_null().sum()),
         "phases": per_phase,
         "prefill_growth": prefill_growth(table, phases),
     }

@@ -1,7 +1,7 @@
 """Blocks of a JSON trace decoded on several processes and handed back in file order.
 
-The loader (:mod:`traceview.load.json`) cuts the text into blocks as it always does and
-queues each here: a block goes to a helper process (:mod:`traceview.load.helpers`) that has
+The loader (:mod:`traceview.loader.json`) cuts the text into blocks as it always does and
+queues each here: a block goes to a helper process (:mod:`traceview.loader.helpers`) that has
 room for it, else it is decoded in this process at once, so this process works while the
 helpers do. :meth:`InOrder.done` gives the blocks back in the order they were cut; a block
 a helper could not decode comes back without a result, for the loader to decode in order
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceview.load import helpers
-from traceview.load.helpers import Helpers
+from traceview.loader import helpers
+from traceview.loader.helpers import Helpers
 
 # the blocks a load reads before it starts helper processes, unless its text is known to
 # be larger: a small trace never pays for their start (an interpreter and polars each)

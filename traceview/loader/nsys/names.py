@@ -12,7 +12,7 @@ import polars as pl
 from traceview.errors import TraceFormatError, shown_value
 
 if TYPE_CHECKING:
-    from traceview.load.nsys.sqlite_file import Db
+    from traceview.loader.nsys.sqlite_file import Db
 
 # CUPTI's enums as Kineto spells them in event names (CUpti_ActivityMemcpyKind,
 # CUpti_ActivityMemoryKind, CUpti_ActivitySynchronizationType)

@@ -35,10 +35,10 @@ import orjson
 import polars as pl
 
 from traceview.errors import TraceFormatError, shown_value
-from traceview.load.frames import DEVICE_CATS as _DEVICE_CATS
-from traceview.load.frames import EVENT_CATS as _EVENT_CATS
-from traceview.load.frames import unreadable
-from traceview.load.pftrace_packets import Message, packets
+from traceview.loader.frames import DEVICE_CATS as _DEVICE_CATS
+from traceview.loader.frames import EVENT_CATS as _EVENT_CATS
+from traceview.loader.frames import unreadable
+from traceview.loader.pftrace_packets import Message, packets
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -442,7 +442,7 @@ class _Reader:
                 "dur_ns": [r["dur"] for r in device],
                 "name": [r["name"] for r in device],
                 "cat": [r["cat"] for r in device],
-                "kind": [_DEVICE_CATS[r["cat"].lower()] for r in device],
+                "event_kind": [_DEVICE_CATS[r["cat"].lower()] for r in device],
                 "pid": [r["pid"] for r in device],
                 "tid": [r["tid"] for r in device],
                 "device": [
@@ -462,7 +462,7 @@ class _Reader:
                 "dur_ns": [r["dur"] for r in host],
                 "name": [r["name"] for r in host],
                 "cat": [r["cat"] for r in host],
-                "kind": [
+                "event_kind": [
                     "instant" if r["instant"] else _EVENT_CATS.get(r["cat"].lower(), "other")
                     for r in host
                 ],

@@ -19,7 +19,7 @@ helpers' work (a helper that said something else may never answer again).
 How many: :func:`worker_count` (``LoadOptions.workers``, else ``TRACEVIEW_WORKERS``, else
 every core this process may run on, up to 8). ``workers=N`` is this process and at most
 ``N - 1`` helpers, one for every four blocks the text is expected to hold
-(:func:`traceview.load.in_order.helpers_for`).
+(:func:`traceview.loader.in_order.helpers_for`).
 """
 
 from __future__ import annotations
@@ -58,12 +58,12 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding t
 
 # A helper's program, run with -P (the current folder is not put on sys.path: a queue.py
 # or polars.py there must not run in a helper). It imports the decoder's modules only:
-# ``traceview`` and ``traceview.load`` are entered as bare packages (their modules are
+# ``traceview`` and ``traceview.loader`` are entered as bare packages (their modules are
 # found through ``__path__``), so their ``__init__`` (the loader's remote readers and cache,
 # the package's drawing hook) never runs in a helper.
 _PACKAGES = {
     "traceview": str(Path(_PACKAGE_ROOT, "traceview")),
-    "traceview.load": str(Path(_PACKAGE_ROOT, "traceview", "load")),
+    "traceview.loader": str(Path(_PACKAGE_ROOT, "traceview", "loader")),
 }
 _BOOT = f"""
 import sys, types
@@ -71,8 +71,8 @@ for name, folder in {_PACKAGES!r}.items():
     package = types.ModuleType(name)
     package.__path__ = [folder]
     sys.modules[name] = package
-from traceview.load.helpers import serve
-from traceview.load.json import decode_block
+from traceview.loader.helpers import serve
+from traceview.loader.json import decode_block
 serve(decode_block)
 """
 

@@ -12,7 +12,7 @@ import msgspec
 import orjson
 
 from traceview.errors import TraceFormatError
-from traceview.load.boundaries import error_byte
+from traceview.loader.boundaries import error_byte
 
 
 class CutInsideAnEvent(Exception):  # noqa: N818 - a signal to the loader, not an error

@@ -11,7 +11,6 @@ import os
 import re
 import sqlite3
 import time
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,10 @@ from typing import Any
 import polars as pl
 
 from traceview.errors import QueryError
-from traceview.load.nsys import is_export_file
+from traceview.loader.nsys import is_export_file
 from traceview.model import Trace
+from traceview.sqlengine.statements import ENV_TP_BIN, Statement, check_timeout, split_statements
 
-ENV_TP_BIN = "TRACEVIEW_TRACE_PROCESSOR"
 DEFAULT_TIMEOUT_S = 60.0
 
 _PERFETTO_ONLY = [
@@ -56,39 +55,6 @@ READ_ONLY_PRAGMAS = {
 }
 _USES_ARGS_TABLE = re.compile(r"\b(FROM|JOIN)\s+args\b", re.I)
 _ARG_KEYS = re.compile(r"'(args\.[^']*)'")
-
-
-@dataclass(frozen=True, slots=True)
-class Statement:
-    text: str
-    line: int  # 1-based line of its first character in the query
-
-
-def split_statements(query: str) -> list[Statement]:
-    """Split on each ``;`` that ends a complete statement (outside strings and comments, as
-    sqlite3.complete_statement decides), keeping the line each statement starts on."""
-    statements: list[Statement] = []
-    start = 0
-    for m in re.finditer(";", query):
-        chunk = query[start : m.end()]
-        if sqlite3.complete_statement(chunk):
-            _append(statements, chunk, query.count("\n", 0, start) + 1)
-            start = m.end()
-    if query[start:].strip():
-        _append(statements, query[start:], query.count("\n", 0, start) + 1)
-    return statements
-
-
-def _append(statements: list[Statement], text: str, line: int) -> None:
-    """Add ``text`` unless it is only comments; its line is that of its first code line."""
-    code = re.sub(r"--[^\n]*|/\*.*?\*/", "", text, flags=re.S).strip().strip(";").strip()
-    if not code:
-        return
-    for offset, raw in enumerate(text.splitlines()):
-        stripped = raw.strip()
-        if stripped and not stripped.startswith("--"):
-            statements.append(Statement(text.strip(), line + offset))
-            return
 
 
 def translate(statement: Statement, where: str) -> str:
@@ -190,7 +156,7 @@ def resolve_query(query: str) -> tuple[str, str]:
 
 def needs_raw_args(sql: str) -> bool:
     """Whether the query reads args beyond the ones traceview keeps in its frames."""
-    from traceview.sql.embedded import KEPT_ARGS
+    from traceview.sqlengine.embedded import KEPT_ARGS
 
     if _USES_ARGS_TABLE.search(_strip_comments(sql)):
         return True
@@ -298,24 +264,14 @@ def run_sql(
     if engine == "auto" and binary and is_export_file(path):
         engine = "embedded"  # an Nsight Systems export: trace_processor cannot read it
     if engine == "perfetto" or (engine == "auto" and binary):
-        from traceview.sql.perfetto_engine import run_perfetto
+        from traceview.sqlengine.perfetto_engine import run_perfetto
 
         return run_perfetto(path, sql, where, binary=binary, timeout_s=timeout_s)
     if not isinstance(trace, Trace):
-        from traceview.load import LoadOptions, load
+        from traceview.loader import LoadOptions, load
 
         trace = load(trace, options=LoadOptions(raw_args=needs_raw_args(sql)))
     return run_embedded(trace, sql, where, timeout_s=timeout_s)
-
-
-def check_timeout(timeout_s: object) -> None:
-    """A query's time bound: a finite number of seconds > 0 (nan or inf would be none)."""
-    import math
-
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
-        raise QueryError(f"timeout {timeout_s!r} is not a number of seconds")
-    if not (math.isfinite(timeout_s) and timeout_s > 0):
-        raise QueryError(f"timeout {timeout_s!r} is not a finite number of seconds > 0")
 
 
 def run_embedded(
@@ -323,7 +279,7 @@ def run_embedded(
 ) -> pl.DataFrame:
     """Run ``sql`` on the embedded engine (see :func:`run_sql`)."""
     check_timeout(timeout_s)
-    from traceview.sql.embedded import Database
+    from traceview.sqlengine.embedded import Database
 
     kept = "args_json" in trace.kernels.columns or "args_json" in trace.events.columns
     if needs_raw_args(sql) and not kept:

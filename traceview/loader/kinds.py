@@ -9,8 +9,8 @@ from collections import Counter
 import polars as pl
 
 from traceview.errors import TraceFormatError, describe_event
-from traceview.load.columns import EXACT_TS, NOT_AN_ID
-from traceview.load.frames import (
+from traceview.loader.columns import EXACT_TS, NOT_AN_ID
+from traceview.loader.frames import (
     DEVICE_CATS,
     EVENT_CATS,
     KNOWN_PH,
@@ -146,7 +146,7 @@ def split(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
             dur_ns.alias("dur_ns"),
             pl.col("name").fill_null(""),
             pl.col("cat"),
-            cat.replace_strict(DEVICE_CATS, default="kernel").alias("kind"),
+            cat.replace_strict(DEVICE_CATS, default="kernel").alias("event_kind"),
             "pid",
             "tid",
             pl.coalesce("device", "pid").alias("device"),
@@ -163,7 +163,7 @@ def split(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
             pl.when(instant)
             .then(pl.lit("instant"))
             .otherwise(cat.replace_strict(EVENT_CATS, default="other"))
-            .alias("kind"),
+            .alias("event_kind"),
             "pid",
             "tid",
             "correlation",

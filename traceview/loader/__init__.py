@@ -26,11 +26,11 @@ from isal.igzip_lib import IsalError
 from traceview import environ
 from traceview._io import not_a_file
 from traceview.errors import TraceFormatError, TraceviewWarning
-from traceview.load import cache, nsys, remote
-from traceview.load.frames import unreadable
-from traceview.load.helpers import worker_count
-from traceview.load.json import BLOCK_BYTES, read_json
-from traceview.load.strings import STRING_CAP, CappedText
+from traceview.loader import cache, nsys, remote
+from traceview.loader.frames import unreadable
+from traceview.loader.helpers import worker_count
+from traceview.loader.json import BLOCK_BYTES, read_json
+from traceview.loader.strings import STRING_CAP, CappedText
 from traceview.model import Trace
 from traceview.redact import shown
 
@@ -70,13 +70,13 @@ class LoadOptions:
         strict: a truncated trace is an error; by default its complete events load, with
             one warning giving the byte offset of the cut and how many events were kept.
         cache: read the frames from the cache when this file was loaded before, unchanged,
-            and store them after a first load (see :mod:`traceview.load.cache`; also off
+            and store them after a first load (see :mod:`traceview.loader.cache`; also off
             with ``TRACEVIEW_CACHE=0``).
         cache_min_bytes: only files at least this large are cached.
         hasher: given every byte of the file as it is read (a ``hashlib`` object): a
             scan's content digest of an object it streams once; not given on a cache hit.
         workers: processes that decode a JSON trace's blocks: this one and ``workers - 1``
-            helpers (:mod:`traceview.load.helpers`). None: ``TRACEVIEW_WORKERS``, else
+            helpers (:mod:`traceview.loader.helpers`). None: ``TRACEVIEW_WORKERS``, else
             every core this process may use, up to 8. The frames are the same for every count; a
             trace under three blocks is decoded here alone.
     """
@@ -202,7 +202,7 @@ def _load(name: str, total: int, opts: LoadOptions) -> Trace:
             reader: Any = _EndsEarly(stream, name) if gzipped else stream
             head = reader.read(opts.block_bytes)
             if _is_protobuf(head):
-                from traceview.load.pftrace import load_pftrace
+                from traceview.loader.pftrace import load_pftrace
 
                 return load_pftrace(label, io.BufferedReader(_Prefixed(head, reader)))
             text = CappedText(reader, prefix=head)

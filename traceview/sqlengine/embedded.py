@@ -15,7 +15,7 @@ It mirrors how Perfetto's trace processor imports a Kineto JSON trace (see
   ``process_counter_track`` (``"<name> <key>"``).
 
 Events on one thread that overlap without nesting spill to overflow tracks of the thread,
-as in Perfetto (see :func:`traceview.sql.nesting.nesting`). Known difference: string
+as in Perfetto (see :func:`traceview.sqlengine.nesting.nesting`). Known difference: string
 pids/tids are NULL (Perfetto makes up ids); docs/sql.md lists the rest.
 """
 
@@ -31,7 +31,7 @@ import orjson
 import polars as pl
 
 from traceview.model import Trace
-from traceview.sql.nesting import nesting as _nesting
+from traceview.sqlengine.nesting import nesting as _nesting
 
 KEPT_ARGS = {
     "args.device": "device",

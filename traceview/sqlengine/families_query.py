@@ -1,6 +1,6 @@
 """Render the classification preset as a PerfettoSQL query (queries/kernel_families.sql).
 
-    python -m traceview.sql.families_query > queries/kernel_families.sql
+    python -m traceview.sqlengine.families_query > queries/kernel_families.sql
 
 The query file is generated so it classifies exactly like ``traceview summarize``; a test
 checks it is up to date. Patterns are matched with ``REGEXP`` on the lower-cased name
@@ -28,7 +28,7 @@ HEADER = """\
 -- counts every device's kernels, CUDA-graph capture at start-up included, where summarize
 -- counts the analysed device's serving kernels only.
 -- Generated from traceview/presets/default.toml by
---   python -m traceview.sql.families_query > queries/kernel_families.sql
+--   python -m traceview.sqlengine.families_query > queries/kernel_families.sql
 -- Example:
 --   traceview sql queries/kernel_families.sql trace.json.gz
 """

@@ -30,22 +30,22 @@ import msgspec
 import polars as pl
 
 from traceview.errors import TraceFormatError, TraceviewWarning
-from traceview.load import kinds, lenient
-from traceview.load.boundaries import array_end, error_byte, last_cut
-from traceview.load.columns import (
+from traceview.loader import kinds, lenient
+from traceview.loader.boundaries import array_end, error_byte, last_cut
+from traceview.loader.columns import (
     DECODER,
     RAW_ARGS_DECODER,
     Block,
     as_number,
     with_exact_ts,
 )
-from traceview.load.frames import (
+from traceview.loader.frames import (
     OVERLAY_CATEGORY,
     assemble,
     events_and_header,
     trace_meta,
 )
-from traceview.load.in_order import SERIAL_BLOCKS, Decoded, InOrder, helpers_for
+from traceview.loader.in_order import SERIAL_BLOCKS, Decoded, InOrder, helpers_for
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -61,7 +61,7 @@ from traceview.redact import line as one_line
 # Said where helper processes stopped before the load ended (the CLI prints it as a warning;
 # so does a pool's worker; elsewhere Python's logging shows it on stderr unless the caller
 # configures logging). Its message is one escaped line.
-LOG = logging.getLogger("traceview.load")
+LOG = logging.getLogger("traceview.loader")
 
 # bytes of JSON text decoded at a time: the decoder's working set grows with it (peak RSS
 # 0.310 -> 0.295 GB on benchmarks/load.py --shape vllm from 8 to 6 MB, ~10% slower;
@@ -225,7 +225,7 @@ class _Loader:
         """Decode the events array from ``buf`` + the rest of ``stream``; return trailer keys.
 
         With ``workers`` > 1, blocks after the first few are decoded by helper processes
-        and by this one, and added in file order (:mod:`traceview.load.in_order`)."""
+        and by this one, and added in file order (:mod:`traceview.loader.in_order`)."""
         eof = False
         blocks = 0
         try:

@@ -1,5 +1,5 @@
 """Where events and the events array end in raw trace JSON text: the byte-level searches the
-streaming reader (:mod:`traceview.load.json`) cuts blocks and finds a truncation with."""
+streaming reader (:mod:`traceview.loader.json`) cuts blocks and finds a truncation with."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 import msgspec
 
-from traceview.load.columns import DECODER
+from traceview.loader.columns import DECODER
 
 _CUT = re.compile(rb"\}\s*,\s*\{")
 _BYTE_POS = re.compile(r"\(byte (\d+)\)")

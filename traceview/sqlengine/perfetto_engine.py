@@ -11,14 +11,13 @@ import os
 import polars as pl
 
 from traceview.errors import QueryError
+from traceview.sqlengine.statements import ENV_TP_BIN, check_timeout, split_statements
 
 LOAD_TIMEOUT_S = 600  # large traces take minutes to import
 
 
 def check_binary(binary: str | None) -> str:
     """The binary path, checked; a QueryError that says how to configure it otherwise."""
-    from traceview.sql import ENV_TP_BIN
-
     if not binary:
         raise QueryError(
             "--engine perfetto needs Perfetto's trace_processor binary: set "
@@ -33,8 +32,6 @@ def run_perfetto(
     path: str, sql: str, where: str, *, binary: str | None, timeout_s: float
 ) -> pl.DataFrame:
     """Run ``sql`` with trace_processor on ``path``; the last statement's rows."""
-    from traceview.sql import check_timeout, split_statements
-
     check_timeout(timeout_s)
     exe = check_binary(binary)
     from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig

@@ -5,7 +5,7 @@ stand for, and :mod:`.sqlite_file` opens the file as SQLite committed it, never 
 
 from __future__ import annotations
 
-from traceview.load.nsys.reader import (
+from traceview.loader.nsys.reader import (
     SQLITE_MAGIC,
     is_export_file,
     is_sqlite,

@@ -50,8 +50,8 @@ from isal import isal_zlib
 
 from traceview import environ
 from traceview.errors import TraceviewError, TraceviewWarning
-from traceview.load import remote
-from traceview.model import Trace, TraceMeta
+from traceview.loader import remote
+from traceview.model import DEPRECATED_COLUMNS, Trace, TraceMeta
 
 FRAMES = ("kernels", "events", "flows", "counters", "metadata", "shapes")
 FORMAT = 11  # bump when the entry layout, a frame schema, TraceMeta or a loaded value changes
@@ -202,7 +202,10 @@ def put(path: str, variant: str, trace: Trace, digest: str, before: Identity) ->
         try:
             stored = {}
             for name in FRAMES:
-                getattr(trace, name).write_ipc(tmp / f"{name}.arrow")
+                # a deprecated column is the same values under another name: the Trace
+                # read back adds it again
+                frame: pl.DataFrame = getattr(trace, name)
+                frame.drop(DEPRECATED_COLUMNS, strict=False).write_ipc(tmp / f"{name}.arrow")
                 stored[name] = frame_check(tmp / f"{name}.arrow")
             meta = asdict(trace.meta)
             doc = {"format": FORMAT, "content": digest, "frames": stored, "meta": meta}

@@ -42,7 +42,7 @@ from collections import Counter
 import polars as pl
 
 from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning
-from traceview.load.nsys.names import (
+from traceview.loader.nsys.names import (
     COPY_KINDS,
     MEMORY_KINDS,
     SYNC_KINDS,
@@ -51,7 +51,7 @@ from traceview.load.nsys.names import (
     device_properties,
     lookup,
 )
-from traceview.load.nsys.sqlite_file import (
+from traceview.loader.nsys.sqlite_file import (
     SQLITE_MAGIC,
     Db,
     check_length,
@@ -325,7 +325,9 @@ class _Reader:
             (pl.col("end") - pl.col("start")).alias("dur_ns"),
             name.cast(pl.Categorical).alias("name"),
             pl.lit(cat).cast(pl.Categorical).alias("cat"),
-            pl.lit("kernel" if kind == "graph" else kind).cast(KERNEL_SCHEMA["kind"]).alias("kind"),
+            pl.lit("kernel" if kind == "graph" else kind)
+            .cast(KERNEL_SCHEMA["event_kind"])
+            .alias("event_kind"),
             pl.col("deviceId").alias("pid"),
             pl.col("streamId").alias("tid"),
             pl.col("deviceId").alias("device"),
@@ -417,7 +419,7 @@ class _Reader:
             .cast(pl.Categorical)
             .alias("name"),
             pl.lit(cat).cast(pl.Categorical).alias("cat"),
-            pl.lit(kind).cast(EVENT_SCHEMA["kind"]).alias("kind"),
+            pl.lit(kind).cast(EVENT_SCHEMA["event_kind"]).alias("event_kind"),
             pid,
             tid,
             _corr(keyed),
@@ -458,7 +460,7 @@ class _Reader:
             (pl.col("end") - pl.col("start")).alias("dur_ns"),
             lookup("syncType", SYNC_KINDS).cast(pl.Categorical).alias("name"),
             pl.lit("cuda_sync").cast(pl.Categorical).alias("cat"),
-            pl.lit("sync").cast(EVENT_SCHEMA["kind"]).alias("kind"),
+            pl.lit("sync").cast(EVENT_SCHEMA["event_kind"]).alias("event_kind"),
             pl.col("deviceId").alias("pid"),
             pl.col("streamId").alias("tid"),
             _corr(keyed),
@@ -511,8 +513,8 @@ class _Reader:
             pl.when(mark)
             .then(pl.lit("instant"))
             .otherwise(pl.lit("user_annotation"))
-            .cast(EVENT_SCHEMA["kind"])
-            .alias("kind"),
+            .cast(EVENT_SCHEMA["event_kind"])
+            .alias("event_kind"),
             pid,
             tid,
             pl.lit(None, pl.Int64).alias("correlation"),

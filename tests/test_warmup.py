@@ -1,0 +1,387 @@
+"""Warm-up is not serving (issue 50): Triton autotuning, compilation and lazy loading inside
+a capture are found, their steps keep their rows and are marked, and every serving figure
+leaves them out; no trace without warm-up reports any.
+
+The seed twins (fixtures/engine.py: ``seed_autotune``, ``seed_autotune_bursts``,
+``seed_clean``) plant the seed's capture: Triton's ``do_bench`` run for 14 configs of
+``chunk_fwd_kernel_o`` in steps 2-4 (fixtures/autotune.py). The other traces here are
+planned in the tests, with what their plan says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from conftest import GENERATED, SAMPLE_BYTES, real_traces, truth
+from test_analysis import check_against_truth
+
+import traceview as tv
+from fixtures.autotune import COMPILE_NS, FILL_NAME
+from fixtures.build import Event, TraceBuilder
+from fixtures.engine import SCENARIOS, K, build, plan_steps
+from fixtures.truth import truth as plan_truth
+from traceview.analysis.base.intervals import union
+from traceview.cli import cli
+
+SEED = GENERATED / "seed_autotune.json.gz"
+CLEAN = GENERATED / "seed_clean.json.gz"
+TUNED = K["o"][0]
+
+
+# --- the seed twins: every serving figure is the planted serving figure --------------------
+
+
+@pytest.mark.parametrize("name", ["seed_autotune", "seed_autotune_bursts"])
+def test_the_seed_twins_figures_are_their_serving_steps(name: str) -> None:
+    """Before: every figure was drawn over the autotuning too (steps 2-4 in phases and
+    cadence, the fills 67% of the GPU time, busy 37%); the planted truth leaves them out."""
+    t = truth(name)
+    a = tv.analyze(GENERATED / f"{name}.json.gz")
+    doc = a.summary.to_dict()
+    check_against_truth(doc, t)
+    assert doc["steps"]["method"] == ("bursts" if name.endswith("bursts") else "annotations")
+    assert doc["warmup"] == t["warmup"]
+    assert a.steps["warmup"].to_list() == [s["warmup"] for s in t["steps"]]
+    assert a.steps["warmup"].to_list()[2:5] == ["triton_autotune"] * 3
+    assert a.steps["phase"].to_list() == [s["phase"] for s in t["steps"]]
+    # one autotuning per new shape key: one in each of steps 2, 3 and 4
+    regions = [(r["kernel"], r["first_step"], r["last_step"]) for r in doc["warmup"]["regions"]]
+    assert regions == [(TUNED, 2, 2), (TUNED, 3, 3), (TUNED, 4, 4)]
+    # the steps that hold warm-up keep their rows, all they ran counted in them
+    assert a.steps.height == 21 == doc["steps"]["count"] + doc["warmup"]["steps"]
+    assert a.steps["kernels"].to_list() == [s["kernels"] for s in t["steps"]]
+    # no idle interval of theirs is listed: the compile pauses (150 ms and more) are none
+    held = a.steps.filter(pl.col("warmup").is_not_null()).select("start_ns", "end_ns")
+    for lo, hi in held.iter_rows():
+        assert a.idle.filter(pl.col("start_ns").is_between(lo, hi, closed="left")).height == 0
+    assert (a.idle["end_ns"] - a.idle["start_ns"]).max() < COMPILE_NS[0]
+
+
+def test_the_warmup_is_named_on_the_screen_in_one_line() -> None:
+    regions = truth("seed_autotune")["warmup"]["regions"]
+    runs, fills = sum(r["runs"] for r in regions), sum(r["fills"] for r in regions)
+    out = CliRunner().invoke(cli, ["summarize", str(SEED)])
+    assert out.exit_code == 0, out.output
+    said = " ".join(out.stdout.split())  # rich wraps a cell at the terminal's width
+    assert (
+        f"warm-up Triton autotuning of chunk_fwd_kernel_o in steps 2–4 "
+        f"({runs:,} runs, {fills:,} cache fills) left out"
+    ) in said
+    assert "all │ 0–20 │" in said  # the steps' rows, warm-up steps' among them
+
+
+def test_keep_warmup_keeps_the_steps_in_every_figure() -> None:
+    """``AnalysisConfig(keep_warmup=True)`` (``--keep-warmup``): the steps are marked all the
+    same, and every figure holds them (the fills' time among the families)."""
+    t = truth("seed_autotune")
+    kept = tv.analyze(SEED, tv.AnalysisConfig(keep_warmup=True))
+    doc = kept.summary.to_dict()
+    assert doc["warmup"]["kept"] is True and doc["warmup"]["steps"] == 3
+    assert doc["steps"]["count"] == 21
+    assert kept.steps["warmup"].to_list() == [s["warmup"] for s in t["steps"]]
+    assert kept.steps["phase"].null_count() == 0
+    _, planned = build(next(sc for sc in SCENARIOS if sc.name == "seed_autotune"))
+    every = [k for s in planned for k in s.kernels]  # the warm-up steps' too
+    fams = {f["family"]: f["count"] for f in doc["families"]}
+    assert fams["elementwise"] == sum(k.family == "elementwise" for k in every)
+    fills = sum(r["fills"] for r in t["warmup"]["regions"])
+    assert fams["elementwise"] > t["families"]["elementwise"]["count"] + fills
+    assert doc["busy"]["window_ns"] == t["end_ns"] - t["start_ns"]
+    out = CliRunner().invoke(cli, ["summarize", "--json", "--keep-warmup", str(SEED)])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["steps"] == doc["steps"]
+    assert tv.AnalysisConfig(keep_warmup=True).describe()["keep_warmup"] is True
+    with pytest.raises(tv.UsageError, match="keep_warmup"):
+        tv.AnalysisConfig(keep_warmup="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["seed_autotune", "seed_autotune_bursts"])
+def test_the_twin_passes_a_check_against_its_clean_twin(name: str) -> None:
+    """The serving work is the clean twin's: no judged rate regresses by 10%. With the
+    warm-up kept in, the same check fails (the check can fail)."""
+    twin = str(GENERATED / f"{name}.json.gz")
+    args = ["check", twin, "--baseline", str(CLEAN), "--max-regression", "10%"]
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output
+    out = CliRunner().invoke(cli, [*args, "--keep-warmup"])
+    assert out.exit_code == 1, out.output
+
+
+@pytest.mark.slow
+def test_a_run_and_a_scan_leave_the_warmup_steps_out(tmp_path: Path) -> None:
+    """A run's rank row and a dataset's rows: the summary's serving figures; the dataset's
+    ``steps/`` rows keep every step, with its ``warmup``."""
+    t = truth("seed_autotune")
+    doc = tv.analyze(SEED).summary.to_dict()
+    run = tv.summarize_run([str(SEED)], tv.RunOptions(jobs=1)).to_dict()
+    (rank,) = run["ranks"]
+    assert rank["steps"] == doc["steps"]["count"] == t["step_count"]
+    assert rank["time_breakdown"]["span_ns"] == doc["busy"]["window_ns"]
+    ds = tmp_path / "ds"
+    tv.scan([str(SEED)], ds, tv.ScanOptions(jobs=1))
+    steps = pl.read_parquet(ds / "steps" / "*.parquet").sort("index")
+    assert steps["warmup"].to_list() == [s["warmup"] for s in t["steps"]]
+    row = pl.read_parquet(ds / "traces" / "*.parquet").row(0, named=True)
+    assert row["steps"] == t["step_count"]
+    assert row["decode_gap_p99_ns"] == doc["decode_gaps"][1]["p99_ns"]
+
+
+# --- what Triton's do_bench leaves on one stream, and what it does not ----------------------
+
+
+def _stream(tmp: Path, kernels: list[tuple[str, int]], name: str = "t") -> tv.Trace:
+    """A trace of ``kernels`` (name, duration) one after another on stream 7, 3 us apart."""
+    tb = TraceBuilder()
+    t = 1_000_000_000
+    for kernel, dur in kernels:
+        tb.kernel(kernel, t, dur)
+        t += dur + 3_000
+    return tv.load(tb.write(tmp / f"{name}.json.gz"))
+
+
+def _regions(trace: tv.Trace) -> list[tuple[str | None, int | None, int | None]]:
+    from traceview.analysis.steps.warmup import autotune_regions
+
+    k = trace.kernels
+    ts, dur = k["ts_ns"].to_numpy(), k["dur_ns"].to_numpy()
+    return [(r.kernel, r.runs, r.fills) for r in autotune_regions(k, ts, dur, union(ts, ts + dur))]
+
+
+F, KERNEL, OTHER = FILL_NAME, "_attn_fwd_tuned", "void at::native::other_kernel<float>()"
+F8 = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<signed char>>"
+RESET = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
+
+
+def do_bench(
+    n_warmup: int, n_repeat: int, *, fill: str = F, estimate_fills: bool = True, hook: str = ""
+) -> tuple[list[tuple[str, int]], int, int]:
+    """One config as a version of ``triton.testing.do_bench`` runs it (``hook``: a kernel
+    the autotuner's pre-hook runs before each call, as ``reset_to_zero`` does), with its
+    runs and fills."""
+    call = [(hook, 2_000)] * bool(hook) + [(KERNEL, 100_000)]
+    out = list(call)  # the first call
+    for _ in range(5):
+        out += [(fill, 500_000)] * estimate_fills + call
+    out += call * n_warmup
+    for _ in range(n_repeat):
+        out += [(fill, 500_000), *call]
+    return out, 6 + n_warmup + n_repeat, 5 * estimate_fills + n_repeat
+
+
+VERSIONS = {
+    # triton 3: fills before the estimate runs and the timed runs
+    "estimate with fills": [do_bench(37, 151), do_bench(30, 120)],
+    # a kernel longer than 100 ms: one warm-up run, one timed run
+    "one timed run": [do_bench(1, 1)],
+    # triton 2.0/2.1 without fast_flush: an int8 buffer, no fills while estimating
+    "estimate without fills": [do_bench(20, 80, fill=F8, estimate_fills=False)] * 2,
+    # the autotuner's reset_to_zero hook: a fill of the output before every call
+    "reset_to_zero": [do_bench(12, 48, hook=RESET)],
+}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_each_triton_version_of_do_bench_is_autotuning(tmp_path: Path, version: str) -> None:
+    """Between a step's kernels, the configs one after another: one region, the tuned
+    kernel, its runs and fills as planned, whichever version ran them."""
+    configs = VERSIONS[version]
+    seq = [(OTHER, 50_000)] * 3
+    for kernels, _, _ in configs:
+        seq += kernels
+    seq += [(KERNEL, 100_000), (OTHER, 50_000)]  # the real call with the best config
+    runs = sum(r for _, r, _ in configs)
+    fills = sum(f for _, _, f in configs)
+    assert _regions(_stream(tmp_path, seq)) == [(KERNEL, runs, fills)]
+
+
+def test_autotuning_at_the_end_of_a_stream_is_found(tmp_path: Path) -> None:
+    """The last timed run is the stream's last kernel (a capture stopped right after)."""
+    kernels, runs, fills = do_bench(5, 20)
+    assert _regions(_stream(tmp_path, [(OTHER, 50_000), *kernels])) == [(KERNEL, runs, fills)]
+
+
+TRAINING = {
+    # zero_grad without set_to_none: one fill per gradient, back to back
+    "zero_grad": [(OTHER, 80_000)] * 20 + [(F, 500_000)] * 40 + [(OTHER, 80_000)] * 20,
+    # a bucket zeroed before each all-reduce, three iterations of forward and backward
+    "bucket before each all-reduce": (
+        [(OTHER, 80_000)] * 30 + [(F, 500_000), ("ncclKernel_AllReduce_RING_LL", 300_000)] * 8
+    )
+    * 3,
+    # one all-reduce without its fill among them
+    "an all-reduce without a fill": (
+        [(OTHER, 80_000)] * 30
+        + [(F, 500_000), ("ncclKernel_AllReduce_RING_LL", 300_000)] * 2
+        + [("ncclKernel_AllReduce_RING_LL", 300_000)]
+        + [(F, 500_000), ("ncclKernel_AllReduce_RING_LL", 300_000)] * 6
+    )
+    * 3,
+    # gradient accumulation: a large buffer cleared before each micro-batch
+    "a fill per micro-batch": ([(F, 500_000)] + [(OTHER, 80_000)] * 12) * 16,
+}
+
+
+@pytest.mark.parametrize("pattern", TRAINING)
+def test_training_that_fills_large_buffers_is_no_autotuning(tmp_path: Path, pattern: str) -> None:
+    trace = _stream(tmp_path, TRAINING[pattern])
+    assert _regions(trace) == []
+    doc = tv.analyze(trace).summary.to_dict()
+    assert doc["warmup"]["steps"] == 0 and doc["warmup"]["regions"] == []
+
+
+# --- compilation and lazy loading: warm-up where they cost a step ---------------------------
+
+HYBRID = next(sc for sc in SCENARIOS if sc.name == "hybrid_chunked")
+
+
+def _with_host_warmup(
+    tmp: Path, name: str, cat: str, pause_ns: int, *, at_step: int = 7
+) -> tuple[tv.Analysis, dict]:
+    """hybrid_chunked's engine, 12 steps, with the host busy for ``pause_ns`` (a range
+    ``name`` of category ``cat``) after step ``at_step``'s kernels, the device idle
+    meanwhile; the analysis and the plan's truth."""
+    sc = dataclasses.replace(HYBRID, name="host_warmup", annotations="vllm-gpu")
+    steps = plan_steps(sc, [("decode", 0, -1)] * 12)
+    for s in steps[at_step + 1 :]:
+        for k in s.kernels:
+            k.ts_ns += pause_ns
+    tb, planned = build(sc, steps)
+    last = max(k.end_ns for k in planned[at_step].kernels)
+    pid = -1 if cat == "overhead" else 4242  # CUPTI's overhead events: pid -1, as Kineto's
+    tb.events.append(Event("X", name, cat, pid, 0, last + 5_000, pause_ns - 10_000))
+    path = tb.write(tmp / f"{name.split()[0]}.json.gz")
+    return tv.analyze(path), plan_truth(sc, planned, path.name, tb.event_count)
+
+
+@pytest.mark.parametrize(
+    ("name", "cat", "cause"),
+    [
+        ("_compile.compile_inner (dynamo_timed)", "user_annotation", "compile"),
+        ("Lazy Function Loading", "overhead", "lazy_loading"),
+    ],
+)
+def test_a_compile_or_load_that_costs_a_step_is_warmup(
+    tmp_path: Path, name: str, cat: str, cause: str
+) -> None:
+    """A 60 ms compile (or load) with the device idle, after step 7's kernels: step 7 holds
+    it (a step spans until the next starts), and is left out; the intervals to and from
+    it count in no cadence."""
+    a, t = _with_host_warmup(tmp_path, name, cat, 60_000_000)
+    doc = a.summary.to_dict()
+    assert a.steps["warmup"].to_list() == [None] * 7 + [cause] + [None] * 4
+    (region,) = doc["warmup"]["regions"]
+    assert (region["cause"], region["first_step"], region["last_step"]) == (cause, 7, 7)
+    assert region["span_ns"] == 60_000_000 - 10_000
+    intervals = [s["interval_ns"] for s in t["steps"]]
+    kept = [x for i, x in enumerate(intervals) if i and i not in (7, 8)]
+    assert doc["steps"]["cadence"]["n"] == len(kept) == 9
+    assert doc["steps"]["cadence"]["max_ns"] == max(kept)
+
+
+@pytest.mark.parametrize(
+    ("name", "cat"),
+    [
+        ("_compile.compile_inner (dynamo_timed)", "user_annotation"),
+        ("Lazy Function Loading", "overhead"),
+    ],
+)
+def test_a_load_shorter_than_a_step_is_no_warmup(tmp_path: Path, name: str, cat: str) -> None:
+    """A process loads each kernel once: a capture near start-up holds loads of tens of
+    microseconds (the shared B200 trace has 8). They cost no step: nothing is left out."""
+    a, _ = _with_host_warmup(tmp_path, name, cat, 80_000)
+    doc = a.summary.to_dict()
+    assert doc["warmup"] == {"kept": False, "steps": 0, "span_ns": 0, "regions": []}
+    assert a.steps["warmup"].null_count() == a.steps.height == doc["steps"]["count"]
+
+
+# --- no trace without warm-up reports any ---------------------------------------------------
+
+WITHOUT = [p for p in sorted(GENERATED.glob("*.json.gz")) if not p.name.startswith("seed_autotune")]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, marks=[pytest.mark.slow] if p.stat().st_size > SAMPLE_BYTES else [])
+        for p in real_traces()
+    ]
+    + [
+        pytest.param(p, marks=[] if p.name.startswith("hybrid_chunked") else [pytest.mark.slow])
+        for p in WITHOUT
+    ],
+    ids=lambda p: p.name.removesuffix(".json.gz"),
+)
+def test_no_trace_without_warmup_reports_any(path: Path) -> None:
+    """Every shared trace (training traces that fill large buffers among them; the B200
+    trace's lazy loads) and every fixture without planted warm-up: no step holds warm-up,
+    and the only regions are graph capture's, left out before any step is found."""
+    a = tv.analyze(path)
+    doc = a.summary.to_dict()
+    assert doc["warmup"]["steps"] == 0
+    assert {r["cause"] for r in doc["warmup"]["regions"]} <= {"graph_capture"}
+    assert all(r["first_step"] is None for r in doc["warmup"]["regions"])
+    assert a.steps["warmup"].null_count() == a.steps.height
+
+
+# --- how the warm-up is drawn -----------------------------------------------------------------
+
+
+def test_the_heartbeat_draws_no_interval_to_or_from_warmup_and_shades_it() -> None:
+    """The intervals of steps 2-5 (to, from and between the steps that hold autotuning) are
+    NaN, as they count in no cadence; the three steps' spans are the shaded bands."""
+    from traceview.render.charts import heartbeat_data
+
+    t = truth("seed_autotune")
+    data = heartbeat_data(tv.analyze(SEED).summary)
+    nan = np.isnan(data.interval_ms)
+    assert np.flatnonzero(nan).tolist() == [0, 2, 3, 4, 5]
+    assert data.breakdown is not None
+    t0 = t["start_ns"]
+    assert data.breakdown.warmup_ms == [
+        ((s["start_ns"] - t0) / 1e6, (s["end_ns"] - t0) / 1e6)
+        for s in t["steps"]
+        if s["warmup"] is not None
+    ]
+
+
+@pytest.mark.slow
+def test_the_heartbeat_of_a_trace_with_warmup_draws(tmp_path: Path) -> None:
+    out = CliRunner().invoke(cli, ["heartbeat", str(SEED), "-o", str(tmp_path / "hb.png")])
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / "hb.png").stat().st_size > 0
+
+
+def test_the_overlay_names_the_warmup_steps() -> None:
+    from traceview.render.overlay import overlay_events
+
+    names = [e.name for e in overlay_events(tv.analyze(SEED).summary) if e.ph == "X"]
+    held = [n for n in names if "warm-up" in n]
+    assert held == [f"step {i} · mixed · warm-up (triton_autotune)" for i in (2, 3, 4)]
+
+
+def test_the_notebook_views_name_the_warmup() -> None:
+    summary = tv.analyze(SEED).summary
+    assert "warm-up         Triton autotuning of chunk_fwd_kernel_o in steps 2–4" in repr(summary)
+    assert "warm-up: Triton autotuning of chunk_fwd_kernel_o" in summary._repr_html_()
+
+
+def test_graph_capture_kept_in_is_said_so() -> None:
+    """``--keep-warmup`` on a trace that captures CUDA graphs before serving: the capture's
+    kernels form steps, marked ``graph_capture``, and the screen says they are kept in."""
+    path = GENERATED / "vllm_capture_then_serve.json.gz"
+    t = truth("vllm_capture_then_serve")
+    kept = tv.analyze(path, tv.AnalysisConfig(keep_warmup=True))
+    held = kept.steps.filter(pl.col("warmup") == "graph_capture")
+    assert held.height > 0 and kept.steps["phase"].null_count() == 0
+    assert kept.summary.to_dict()["trace"]["kernels"] == t["in_trace"]["kernels"]
+    out = CliRunner().invoke(cli, ["summarize", "--keep-warmup", str(path)])
+    said = " ".join(out.stdout.split())
+    assert f"{t['capture']['kernels']:,} kernels kept in" in said
+    assert "left out" not in said
