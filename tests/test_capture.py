@@ -246,7 +246,10 @@ def test_a_capture_times_every_request_and_counts_what_was_sent(runs: dict, chun
     assert check["verdict"] == "match" and delta["preemptions"] == 0
     assert delta["generation_tokens"] >= sum(r["tokens"] for r in requests)
     assert doc["metrics"]["after"]["running"] == 0
-    assert doc["metrics"]["snapshots"] >= 3, json.loads(result.run.read_text())["metrics"]
+    # before and after; the reads every 0.25 s in between come only where the workload
+    # outlasts one period (on an idle machine it takes 170 ms): tests/test_probe.py checks
+    # them against the fake server
+    assert doc["metrics"]["snapshots"] >= 2, json.loads(result.run.read_text())["metrics"]
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["chunked-off", "chunked-on"])
