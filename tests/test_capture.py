@@ -104,9 +104,12 @@ def test_demo_runs_as_the_readme_writes_it(tmp_path: Path) -> None:
         assert (
             f"=== chunked prefill {label}: traceview-demo/chunked-{label}/{traces[0].name} (" in out
         )
-    assert "=== victims' inter-token latency ===" in out
+    assert "=== what the clients saw ===" in out
     # both views: each run's TTFT per population and the engine's counters, checked
     assert out.count("time to first token") == 1 and "the engine's /metrics" in out
+    # and the comparison --help promises: off (A) against on (B), a verdict or why not
+    assert "=== chunked prefill off (A) against on (B) ===" in out
+    assert "injection window p50" in out and "verdict" in out
 
 
 def test_capture_lab_and_server_with_relative_profile_dirs(
@@ -242,7 +245,11 @@ def test_a_capture_times_every_request_and_counts_what_was_sent(runs: dict, chun
     assert delta["prompt_tokens"] == 3 * 8 + 2 * 320 == check["sent_prompt_tokens"]
     assert check["verdict"] == "match" and delta["preemptions"] == 0
     assert delta["generation_tokens"] >= sum(r["tokens"] for r in requests)
-    assert doc["metrics"]["after"]["running"] == 0 and doc["metrics"]["snapshots"] >= 3
+    assert doc["metrics"]["after"]["running"] == 0
+    # before and after; the reads every 0.25 s in between come only where the workload
+    # outlasts one period (on an idle machine it takes 170 ms): tests/test_probe.py checks
+    # them against the fake server
+    assert doc["metrics"]["snapshots"] >= 2, json.loads(result.run.read_text())["metrics"]
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["chunked-off", "chunked-on"])

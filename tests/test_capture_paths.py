@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from traceview.capture.probe import ProbeConfig, _collect, _trusted
+from traceview.capture.collect import collect, trusted
+from traceview.capture.probe import ProbeConfig
 from traceview.capture.recorder import quiet_profiler
 from traceview.errors import CaptureError
 
@@ -44,7 +45,7 @@ def test_a_trace_in_the_profile_folder_is_taken(folder: Path, profile_dir: str, 
     want = (folder / "prof" / NAME).resolve()
     cfg = _cfg(str(folder / "prof") if profile_dir == "ABS" else profile_dir)
     path = Path(str(want) if named == "ABS" else named)
-    assert _trusted(cfg, [path]) == [want]
+    assert trusted(cfg, [path]) == [want]
 
 
 @pytest.mark.parametrize("profile_dir", ["prof", "ABS"], ids=["rel", "abs"])
@@ -58,12 +59,12 @@ def test_a_name_outside_the_folder_or_no_file_is_refused(
     cfg = _cfg(str(folder / "prof") if profile_dir == "ABS" else profile_dir)
     path = Path(str(folder / "secret") if named == "ABS" else named)
     with pytest.raises(CaptureError, match="not a file under the profile folder"):
-        _trusted(cfg, [path])
+        trusted(cfg, [path])
 
 
 def test_the_folders_own_traces_are_taken_with_a_relative_profile_dir(folder: Path) -> None:
     cfg = ProbeConfig(url="http://127.0.0.1:1", engine="lab", profile_dir="prof")
-    assert _trusted(cfg, _collect(cfg, started=0)) == [(folder / "prof" / NAME).resolve()]
+    assert trusted(cfg, collect(cfg, started=0)) == [(folder / "prof" / NAME).resolve()]
 
 
 USDT = b"USDT:2026-12-02 11:59:51 10769:10806 SyncActivityProfilerHandler.cpp:52] profiler_start\n"

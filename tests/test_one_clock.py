@@ -1,10 +1,13 @@
-"""One clock: the probe's monotonic times laid on a trace's, against planted offsets; a
+"""One clock: the probe's monotonic times laid on a trace's, against planted offsets (each
+stated bound holds the true error); a trace the capture did not record refused; a
 capture folder on the heartbeat and in the report; two captures compared; the old
 run.json schema still read."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -14,9 +17,10 @@ from click.testing import CliRunner
 from conftest import ROOT
 
 import traceview as tv
-from traceview.capture.clock import trace_offset
+from traceview.capture.clock import fingerprint, trace_offset
 from traceview.capture.itl import compare, itl, on_trace, supports
 from traceview.cli import cli
+from traceview.errors import CaptureError
 from traceview.render.charts import heartbeat_data
 from traceview.render.report import report_html
 
@@ -35,7 +39,8 @@ CLOCK = {
 @pytest.mark.parametrize(
     ("wall", "base", "offset", "method", "uncertainty"),
     [
-        (8_990_000_000 + 5 * S, 5 * S, 8_990_000_000, "wall clock", 80),
+        # the calls allow 8.95-9 s: the wall clock's error is at most 40 ms, not its read's
+        (8_990_000_000 + 5 * S, 5 * S, 8_990_000_000, "wall clock", 40_000_000),
         (8 * S, 0, 8_975_000_000, "bracket", 25_000_000),
     ],
     ids=["wall-clock-confirmed", "wall-clock-off-by-a-second"],
@@ -54,6 +59,28 @@ def test_calls_the_trace_contradicts_give_no_offset() -> None:
     assert got["offset_ns"] is None and got["method"] is None
     unchecked = trace_offset({**CLOCK, "wall_minus_monotonic_ns": 7 * S}, 2 * S, None)
     assert (unchecked["offset_ns"], unchecked["method"]) == (5 * S, "wall clock, unchecked")
+    assert unchecked["uncertainty_ns"] is None  # nothing bounds it
+
+
+def test_a_trace_without_its_span_is_bounded_by_its_activity() -> None:
+    """No profiler span: the events ran from 10.5 s to 19 s on the trace's clock, inside
+    the calls (sent at 1 s, answered at 11.2 s): the offset lies in [7.8 s, 9.5 s]."""
+    activity = (10_500_000_000, 19 * S)
+    wall = trace_offset({**CLOCK, "wall_minus_monotonic_ns": 9 * S}, 0, None, activity)
+    assert (wall["method"], wall["evidence"]) == ("wall clock", "trace activity")
+    assert wall["offset_ns"] == 9 * S and wall["uncertainty_ns"] == 1_200_000_000
+    skewed = trace_offset({**CLOCK, "wall_minus_monotonic_ns": 12 * S}, 0, None, activity)
+    assert (skewed["method"], skewed["offset_ns"]) == ("bracket", 8_650_000_000)
+    assert skewed["uncertainty_ns"] == 850_000_000
+
+
+def test_a_span_that_began_before_the_start_call_gives_no_offset() -> None:
+    """The profiler had run 5 s before /start_profile was sent (the engine was profiling
+    already): no offset, and the reason says so."""
+    early = (5 * S, 20 * S)
+    got = trace_offset({**CLOCK, "wall_minus_monotonic_ns": 9 * S}, 0, early)
+    assert got["offset_ns"] is None
+    assert got["why"].startswith("the trace's profiler span began 5.00 s before this capture")
 
 
 TRACE = ROOT / "fixtures" / "generated" / "hybrid_chunked.json.gz"
@@ -93,7 +120,13 @@ def _capture(tmp_path: Path, schema: str = "traceview.capture/1") -> tuple[Path,
             }
         )
     (folder / "probe.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    entry = {"trace": TRACE.name, "offset_ns": off, "method": "wall clock", "uncertainty_ns": 0}
+    entry = {
+        "trace": TRACE.name,
+        "offset_ns": off,
+        "method": "wall clock",
+        "uncertainty_ns": 0,
+        **fingerprint(tv.load(folder / TRACE.name)),
+    }
     run = {
         "schema": schema,
         "config": {"engine": "vllm"},
@@ -171,3 +204,135 @@ def test_two_captures_are_judged_only_where_n_supports_the_percentile(tmp_path: 
     assert rows["metrics.delta.prompt_tokens"]["role"] == "workload"
     assert [supports("p99_ns", n) for n in (99, 100)] == [False, True]
     assert [supports("p90_ns", n) for n in (9, 10)] == [False, True]
+
+
+def test_a_trace_the_capture_did_not_record_is_refused(tmp_path: Path) -> None:
+    """Another trace laid on the capture: its base time, span and events match no entry
+    of run.json, so no window is drawn on it; the capture's own trace is laid as ever."""
+    folder, _ = _capture(tmp_path)
+    other = ROOT / "fixtures" / "generated" / "hybrid_monolithic.json.gz"
+    with pytest.raises(CaptureError, match="not a trace this capture recorded"):
+        on_trace(folder, tv.load(other))
+    assert on_trace(folder, tv.load(folder / TRACE.name)).window_ns is not None
+
+
+def test_a_capture_without_a_clock_is_refused(tmp_path: Path) -> None:
+    folder, _ = _capture(tmp_path)
+    run = json.loads((folder / "run.json").read_text())
+    (folder / "run.json").write_text(json.dumps({**run, "profiled": False, "traces": []}))
+    with pytest.raises(CaptureError, match="an unprofiled capture"):
+        on_trace(folder, tv.load(folder / TRACE.name))
+    (folder / "run.json").unlink()
+    with pytest.raises(CaptureError) as err:
+        on_trace(folder, tv.load(folder / TRACE.name))
+    assert "no run.json beside it: a bare probe file holds no clock" in str(err.value)
+
+
+@pytest.mark.parametrize(("shift_s", "side"), [(1000, "after"), (-1000, "before")])
+def test_a_window_that_misses_the_trace_is_said_and_not_drawn(
+    tmp_path: Path, shift_s: int, side: str
+) -> None:
+    folder, _ = _capture(tmp_path)
+    run = json.loads((folder / "run.json").read_text())
+    run["clock"]["traces"][0]["offset_ns"] += shift_s * S
+    (folder / "run.json").write_text(json.dumps(run))
+    laid = on_trace(folder, tv.load(folder / TRACE.name))
+    assert laid.window_ns is None and laid.at_ns.size == 0
+    (note,) = laid.notes
+    assert note.startswith(f"the injection window lies wholly {side} the trace's")
+    data = heartbeat_data(tv.analyze(folder / TRACE.name).summary, probe=laid, itl=True)
+    assert data.injection_ms is None and data.itl_ms is None
+
+
+PROBE = {
+    "engine": "vllm",
+    "victims": 2,
+    "inject": 2,
+    "prompt_tokens": 120,
+    "victim_prompt_tokens": 8,
+    "max_tokens": 100_000,
+    "inject_max_tokens": 5,
+    "steady_tokens": 6,
+    "metrics_every_s": 0.05,
+}
+
+
+def _fake_capture(tmp_path: Path, name: str, plan_kw: dict[str, object]) -> tuple[Path, int]:
+    """A capture of the fake server, whose trace is written on its clock as planted; the
+    capture folder and the true offset."""
+    httpx = pytest.importorskip("httpx")
+    del httpx
+    from openai_fake import Plan, fake_server, true_offset
+
+    from traceview.capture.probe import ProbeConfig, run_probe
+
+    plan = Plan(profile_dir=str(tmp_path / f"{name}-profiles"), **plan_kw)  # type: ignore[arg-type]
+    with fake_server(plan) as (url, state):
+        cfg = ProbeConfig(
+            url=url,
+            out=str(tmp_path / name),
+            profile_dir=plan.profile_dir,
+            **PROBE,  # type: ignore[arg-type]
+        )
+        asyncio.run(run_probe(cfg))
+        return tmp_path / name, true_offset(plan, state)
+
+
+@pytest.mark.parametrize(
+    ("plan", "method"),
+    [
+        ({"skew_ns": 1_500_000, "start_delay_s": 0.02, "stop_delay_s": 0.02}, "wall clock"),
+        ({"skew_ns": 5 * S, "start_delay_s": 0.01, "stop_delay_s": 0.01}, "bracket"),
+        ({"skew_ns": 3 * S, "span": False}, "bracket"),
+    ],
+    ids=["server-1.5ms-off", "server-5s-off", "no-span-3s-off"],
+)
+def test_the_stated_bound_holds_the_true_error(
+    tmp_path: Path, plan: dict[str, object], method: str
+) -> None:
+    """A server whose clock is set apart (1.5 ms: within the calls, taken as the wall
+    clock; 5 s; 3 s with no profiler span in its trace): the offset's error, against the
+    truth the fake planted, is within the uncertainty the capture states."""
+    folder, truth = _fake_capture(tmp_path, "c", plan)
+    entry = itl(folder)["clock"]
+    assert entry["method"] == method
+    assert abs(entry["offset_ns"] - truth) <= entry["uncertainty_ns"], (entry, truth)
+
+
+@pytest.mark.slow
+def test_another_captures_trace_gets_one_line_and_no_window(tmp_path: Path) -> None:
+    """Two captures of one server whose /stop_profile answers 0.3 s late (a flush): B's
+    capture laid on A's trace is refused in one line, where the stop call's width once
+    let a bracket fit B's calls to A's span."""
+    plan = {"stop_delay_s": 0.3}
+    a, _ = _fake_capture(tmp_path, "a", plan)
+    b, _ = _fake_capture(tmp_path, "b", plan)
+    (trace_a,) = a.glob("fake_*.pt.trace.json.gz")
+    done = CliRunner().invoke(
+        cli, ["heartbeat", str(trace_a), "--probe", str(b), "--itl", "-o", str(tmp_path / "x.png")]
+    )
+    assert done.exit_code == 2, done.output
+    # the summary's warnings on a CPU-only trace come first; then the one error line
+    *_warnings, error = done.stderr.splitlines()
+    assert error.startswith(f"Error: {trace_a.name}: not a trace this capture recorded")
+    assert all(w.startswith("Warning: ") for w in _warnings)
+    own = CliRunner().invoke(
+        cli, ["heartbeat", str(trace_a), "--probe", str(a), "-o", str(tmp_path / "a.png")]
+    )
+    assert own.exit_code == 0, own.output
+
+
+def test_a_trace_begun_before_the_capture_has_no_window_and_says_why(tmp_path: Path) -> None:
+    """The engine was profiling 5 s before the capture sent /start_profile: the capture
+    records no offset and says why; the window is refused on that trace."""
+    folder, _ = _fake_capture(tmp_path, "c", {"span_lead_ns": 5 * S})
+    run = json.loads((folder / "run.json").read_text())
+    (note,) = run["notes"]
+    # 5 s before the profiler's start in the server, less the call's way there
+    said = re.search(r"no clock offset \(the trace's profiler span began ([\d.]+) s before", note)
+    assert said is not None and 4.0 < float(said.group(1)) <= 5.0, note
+    doc = itl(folder)
+    assert doc["window_on_trace_ns"] is None and doc["clock"]["offset_ns"] is None
+    (trace,) = folder.glob("fake_*.pt.trace.json.gz")
+    with pytest.raises(CaptureError, match="the capture found no clock offset for it"):
+        on_trace(folder, tv.load(trace))

@@ -69,20 +69,104 @@ def test_a_multi_token_chunk_counts_as_its_tokens(tmp_path: Path, tell: str) -> 
     assert doc["tokens"]["chunks"] == sum(r["chunks"] for r in victim_rows)
 
 
-def test_without_ids_or_usage_a_chunk_is_one_token() -> None:
-    """The fallback the docs state: a chunk that tells neither ids nor a running count is
-    counted as one token; a closing chunk with no text, and a usage-only chunk, as none."""
-    text = {"choices": [{"text": "abc", "finish_reason": None}]}
-    assert chunk_tokens(text, None) == (1, None)
-    closing = {"choices": [{"text": "", "finish_reason": "length"}]}
-    assert chunk_tokens(closing, None) == (0, None)
-    assert chunk_tokens({"choices": [], "usage": {"completion_tokens": 9}}, 7) == (0, 9)
-    ids = {"choices": [{"text": "ab", "token_ids": [4, 5]}], "usage": {"completion_tokens": 9}}
-    assert chunk_tokens(ids, 3) == (2, 9)  # the ids decide; the running count is kept
-    usage = {"choices": [{"text": "ab"}], "usage": {"completion_tokens": 9}}
-    assert chunk_tokens(usage, 6) == (3, 9)
-    logprobs = {"choices": [{"text": "ab", "logprobs": {"tokens": ["a", "b"]}}]}
-    assert chunk_tokens(logprobs, None) == (2, None)
+def _text(t: str = "a", finish: str | None = None, **more: object) -> dict:
+    return {"choices": [{"index": 0, "text": t, "finish_reason": finish, **more}]}
+
+
+STREAMS = {  # chunks as servers stream them, and the tokens they carry, planted
+    "text only": ([_text()] * 3, 3),
+    "TGI: a closing chunk with the usage and no text": (
+        [_text()] * 5 + [{**_text("", "length"), "usage": {"completion_tokens": 5}}],
+        5,
+    ),
+    "the last token beside the closing usage": (
+        [_text()] * 4 + [{**_text("a", "length"), "usage": {"completion_tokens": 5}}],
+        5,
+    ),
+    "empty keep-alive chunks": ([_text("")] * 3 + [_text()] * 2, 2),
+    "a role-only chunk first": ([_text("", logprobs=None)] + [_text()] * 2, 2),
+    "logprobs of two tokens a chunk": ([_text("ab", logprobs={"tokens": ["a", "b"]})] * 3, 6),
+    "running usage from the first chunk": (
+        [
+            {**_text("abc"), "usage": {"completion_tokens": 3}},
+            {**_text("d"), "usage": {"completion_tokens": 4}},
+            {**_text("e", "length"), "usage": {"completion_tokens": 5}},
+            {"choices": [], "usage": {"completion_tokens": 5}},
+        ],
+        5,
+    ),
+    "running usage from the third chunk": (
+        [_text(), _text(), {**_text("c"), "usage": {"completion_tokens": 3}}],
+        3,
+    ),
+    "ids beside the running usage": (
+        [
+            {**_text("ab", token_ids=[1, 2]), "usage": {"completion_tokens": 2}},
+            {**_text("c", token_ids=[3]), "usage": {"completion_tokens": 3}},
+        ],
+        3,
+    ),
+    "ids whose text is held back": ([_text("", token_ids=[7]), _text("ab", token_ids=[8])], 2),
+    "an empty id list": ([_text("", token_ids=[]), _text("ab", token_ids=[1, 2])], 2),
+    "usage as whole floats": (
+        [
+            {**_text(), "usage": {"completion_tokens": 1.0}},
+            {**_text(), "usage": {"completion_tokens": 2.0}},
+        ],
+        2,
+    ),
+    "choice 0 given second": (
+        [
+            {
+                "choices": [
+                    {"index": 1, "text": "a", "token_ids": [1, 2]},
+                    {"index": 0, "text": "b", "token_ids": [3]},
+                ]
+            }
+        ],
+        1,
+    ),
+}
+
+
+@pytest.mark.parametrize(("chunks", "tokens"), STREAMS.values(), ids=STREAMS.keys())
+def test_each_stream_counts_the_tokens_planted(chunks: list[dict], tokens: int) -> None:
+    """Counted as each chunk arrives, from what the chunks tell: ids, else the running
+    usage less what was counted, else logprobs, else one token for a chunk with text; a
+    chunk without text, and a usage-only chunk, carry none."""
+    counted = 0
+    for chunk in chunks:
+        counted += chunk_tokens(chunk, counted)
+    assert counted == tokens
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        Plan(tell="text", chunks=(1,), final="finish"),
+        Plan(chunks=(1, 3, 2), keepalive=True),
+        Plan(chunks=(1, 3, 2), prelude=3, prelude_every_s=0.05),
+    ],
+    ids=["closing-usage", "keep-alive", "empty-prelude"],
+)
+def test_chunks_without_tokens_add_none(tmp_path: Path, plan: Plan) -> None:
+    """A server's closing chunk with the usage (TGI, llama.cpp), its keep-alive chunks and
+    its empty chunks before the first token carry no token: each injected prompt has the
+    5 tokens the server sent, each victim's arrivals carry 1, 3, 2, 1, ... tokens as
+    planted, and a victim's first token comes after its empty prelude (3 × 50 ms)."""
+    with fake_server(plan) as (url, _state):
+        out = _capture(url, tmp_path / "c")
+    rows = _records(out)
+    injected = [r for r in rows if r.get("role") == "injected"]
+    assert [(r["tokens"], r["usage"]["completion_tokens"]) for r in injected] == [(5, 5)] * 2
+    for victim in (0, 1):
+        times = [r["t_ns"] for r in rows if r.get("victim") == victim]
+        sizes = [times.count(t) for t in dict.fromkeys(times)]  # tokens per arrival
+        cycle = list(plan.chunks) * (len(sizes) // len(plan.chunks) + 1)
+        assert sizes == cycle[: len(sizes)] and len(sizes) >= 3
+    victims = [r for r in rows if r.get("role") == "victim"]
+    floor = plan.prelude * plan.prelude_every_s + plan.first_s
+    assert all(r["first_token_ns"] - r["sent_ns"] >= floor * 1e9 for r in victims)
 
 
 def test_every_request_has_its_time_to_first_token(tmp_path: Path) -> None:
@@ -140,7 +224,9 @@ def test_the_engines_counters_and_the_re_prefill_check(
     assert run["metrics"]["names"]["prompt_tokens"] == f"{flavor}:prompt_tokens_total"
     shown = CliRunner().invoke(cli, ["itl", str(out)], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
-    assert ("re-prefill (+512, 3.00×)" if reprefill == 3 else "match") in shown.stdout
+    assert ("re-prefill* (+512, 3.00×)" if reprefill == 3 else "match*") in shown.stdout
+    assert f"{'vLLM' if flavor == 'vllm' else 'SGLang'} counts each prompt once" in shown.stdout
+    assert "it preempted 4 time(s)" in shown.stdout
 
 
 def test_the_unprofiled_control_never_calls_the_profiler(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from traceview.capture.itl import itl
+from traceview.capture.itl import compare, itl
 from traceview.capture.lab import LabConfig
 from traceview.capture.probe import ProbeConfig, ProbeResult, run_probe
 from traceview.capture.server import LabServer
@@ -55,9 +55,11 @@ def experiment(
 
 
 def run_demo(out: Path, *, prompt_tokens: int, echo: Callable[[str], None], err: Any) -> None:
+    """Chunked prefill off, then on: each run's trace summary, then both runs' client
+    view (ITL, TTFT, the engine's counters) and their comparison with verdicts."""
     from traceview.analysis.analyze import analyze
     from traceview.capture import lab, probe, server
-    from traceview.render.table import render_itl, render_summary
+    from traceview.render.table import render_itl, render_itl_diff, render_summary
 
     lab._torch(), server._deps(), probe._httpx()  # a missing extra, said before anything starts
     rows = []
@@ -69,5 +71,7 @@ def run_demo(out: Path, *, prompt_tokens: int, echo: Callable[[str], None], err:
         echo(f"\n=== {label}: {result.traces[0]} ({len(steps)} engine steps logged) ===")
         render_summary(summary.to_dict())
         rows.append((label, itl(result.probe)))
-    echo("\n=== victims' inter-token latency ===")
+    echo("\n=== what the clients saw ===")
     render_itl(rows)
+    echo("\n=== chunked prefill off (A) against on (B) ===")
+    render_itl_diff(compare(rows[0][1], rows[1][1]))

@@ -6,10 +6,12 @@ running and waiting (gauges). A snapshot sums each one over its label sets (the 
 a data-parallel server add up); a quantity the server does not serve is None, never 0.
 
 The probe takes a snapshot before the workload, one every ``--metrics-every`` seconds while
-it runs, and one after it (once the engine has nothing running or waiting): the deltas say
-how much work the engine counted, and :func:`prefill_check` compares the prompt tokens it
-counted with the tokens the probe sent, so a re-prefill (a preempted request's prompt fed
-again) is named from the client side too.
+it runs, and one after it (once the engine has nothing running or waiting), each read and
+parsed in a process of its own (:mod:`traceview.capture.scrape`). :func:`increase` says how
+much work the engine counted over the snapshots (a counter that goes down was reset: a
+restart), and :func:`prefill_check` compares the prompt tokens it counted with the tokens
+the probe sent, so a re-prefill (a preempted request's prompt fed again) is named from the
+client side too, on an engine that counts every token it feeds (:data:`COUNTS_ONCE`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,12 @@ NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
+# engines that count a request's prompt once (vLLM at its first token,
+# vllm/v1/metrics/stats.py; SGLang when it ends, observe_one_finished_request): a prompt
+# fed again after a preemption is not counted again
+COUNTS_ONCE = {"vllm": "vLLM", "sglang": "SGLang"}
+EXACT = 2**53  # a larger value is kept as a float: JSON readers take integers up to here
+
 Snapshot = dict[str, int | float | None]
 
 
@@ -64,14 +72,16 @@ def _parser() -> Any:
 
 
 def _number(value: float) -> int | float | None:
+    """A sample's value: None where it is not finite, an int where it is whole and exact
+    (at most 2^53 in size), else the float."""
     if not math.isfinite(value):
         return None
-    return int(value) if value == int(value) else value
+    return int(value) if value == int(value) and abs(value) <= EXACT else value
 
 
-def parse(text: str, engine: str, where: str) -> tuple[Snapshot, dict[str, str | None]]:
-    """The five quantities of one ``/metrics`` page, and the metric name each was read
-    from (None: not served).
+def parse(text: str, engine: str, where: str) -> tuple[Snapshot, dict[str, str | None], str | None]:
+    """The five quantities of one ``/metrics`` page, the metric name each was read from
+    (None: not served), and :func:`missing`'s sentence on the names the page lacks.
 
     Raises:
         CaptureError: the page is not Prometheus text (named by ``where``).
@@ -85,6 +95,13 @@ def parse(text: str, engine: str, where: str) -> tuple[Snapshot, dict[str, str |
     except (ValueError, TypeError, IndexError, KeyError) as exc:
         reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
         raise CaptureError(f"{where}: not Prometheus text ({reason})") from None
+    values, used = _find(sums, names)
+    return values, used, missing(sums, engine, used)
+
+
+def _find(
+    sums: dict[str, float], names: dict[str, tuple[str, ...]]
+) -> tuple[Snapshot, dict[str, str | None]]:
     values: Snapshot = {}
     used: dict[str, str | None] = {}
     for quantity in QUANTITIES:
@@ -97,21 +114,80 @@ def parse(text: str, engine: str, where: str) -> tuple[Snapshot, dict[str, str |
     return values, used
 
 
-def deltas(before: Snapshot, after: Snapshot) -> Snapshot:
-    """Each counter's change from ``before`` to ``after`` (None where either is absent)."""
+def missing(sums: dict[str, float], engine: str, used: dict[str, str | None]) -> str | None:
+    """One sentence naming the quantities whose names the page does not hold, and the
+    engine whose names it holds instead (a wrong ``--engine``); None when none is
+    missing."""
+    absent = [q for q in QUANTITIES if used.get(q) is None]
+    if not absent:
+        return None
+    looked = ", ".join(NAMES[engine][q][0] for q in absent)
+    said = f"the page holds none of {engine}'s names for {', '.join(absent)} ({looked})"
+    others = [
+        other
+        for other in NAMES
+        if other != engine and any(v is not None for v in _find(sums, NAMES[other])[1].values())
+    ]
+    if others:
+        said += f"; it holds {others[0]}'s names: is --engine {others[0]} the server's?"
+    return said
+
+
+def increase(series: list[Snapshot]) -> tuple[Snapshot, dict[str, int]]:
+    """Each counter's increase over ``series`` (snapshots in time order, the first before
+    the workload, the last after it), and how many times it was reset. A counter only
+    goes up; one that goes down was reset (the server restarted) and counts from 0 again,
+    so the increase sums each step's rise, taking the value after a reset as its rise,
+    as Prometheus's ``increase()`` does. A counter absent from the first or the last
+    snapshot has no increase (None); snapshots between that lack it are skipped."""
     out: Snapshot = {}
+    resets: dict[str, int] = {}
     for key in COUNTERS:
-        a, b = before.get(key), after.get(key)
-        out[key] = None if a is None or b is None else _number(float(b) - float(a))
-    return out
+        if not series or series[0].get(key) is None or series[-1].get(key) is None:
+            out[key], resets[key] = None, 0
+            continue
+        values = [float(v) for s in series if (v := s.get(key)) is not None]
+        total, count = 0.0, 0
+        for a, b in zip(values, values[1:], strict=False):
+            if b < a:
+                total, count = total + b, count + 1
+            else:
+                total += b - a
+        out[key], resets[key] = _number(total), count
+    return out, resets
 
 
-def prefill_check(sent: int, counted: int | float | None) -> dict[str, Any]:
+def prefill_check(
+    sent: int,
+    counted: int | float | None,
+    *,
+    engine: str | None = None,
+    preemptions: int | float | None = None,
+    resets: int = 0,
+) -> dict[str, Any]:
     """The engine's counted prompt tokens against the ``sent`` ones: ``excess_tokens``
-    (counted − sent), ``ratio`` (counted / sent) and a ``verdict``: ``match`` when equal,
-    ``re-prefill`` when the engine counted more prompt work than was sent (a prompt fed
-    again), ``fewer`` when it counted less (prefix-cache hits on an engine that leaves them
-    out, or requests it had not counted yet), None when the engine serves no count."""
+    (counted − sent), ``ratio`` (counted / sent; None when nothing was sent) and a
+    ``verdict``: ``match`` when equal, ``re-prefill`` when the engine counted more prompt
+    work than was sent (a prompt fed again), ``fewer`` when it counted less (prefix-cache
+    hits on an engine that leaves them out, or requests it had not counted yet), None
+    when the engine serves no count. ``caveats``: what the verdict cannot see, one
+    sentence each: an engine of :data:`COUNTS_ONCE` never counts a re-fed prompt (and
+    its ``preemptions`` say whether one may have been), and a counter ``resets`` (a
+    restart) makes the count a lower bound."""
+    caveats = []
+    if engine in COUNTS_ONCE:
+        said = (
+            f"{COUNTS_ONCE[engine]} counts each prompt once, so a prompt fed again is not "
+            "in this count"
+        )
+        if preemptions:
+            said += f"; it preempted {preemptions:,} time(s), so one may have happened"
+        caveats.append(said)
+    if resets:
+        caveats.append(
+            f"the prompt-token counter was reset {resets} time(s) (a restart?): "
+            "the count is a lower bound"
+        )
     if counted is None:
         return {
             "sent_prompt_tokens": sent,
@@ -119,6 +195,7 @@ def prefill_check(sent: int, counted: int | float | None) -> dict[str, Any]:
             "excess_tokens": None,
             "ratio": None,
             "verdict": None,
+            "caveats": caveats,
         }
     excess = _number(float(counted) - sent)
     assert excess is not None
@@ -129,4 +206,5 @@ def prefill_check(sent: int, counted: int | float | None) -> dict[str, Any]:
         "excess_tokens": excess,
         "ratio": None if sent == 0 else float(f"{float(counted) / sent:.9g}"),
         "verdict": verdict,
+        "caveats": caveats,
     }

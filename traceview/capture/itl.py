@@ -21,13 +21,14 @@ import orjson
 
 from traceview.analysis.base.stats import percentiles
 from traceview.capture import engine_metrics
+from traceview.capture.rundoc import CaptureRun
+from traceview.capture.rundoc import read as read_run
 from traceview.errors import CaptureError
 
 if TYPE_CHECKING:
     from traceview.model import Trace
 
 ITL_SCHEMA = "traceview.itl/1"
-CAPTURE_SCHEMAS = ("traceview.capture/1", "traceview.run/1")  # the second: one release more
 ROLES = ("victim", "injected")
 _INT64_MAX = 2**63 - 1
 
@@ -57,7 +58,7 @@ class Probe:
     tokens: dict[int, dict[int, int]]  # victim -> token number -> arrival (ns)
     requests: list[dict[str, Any]] = field(default_factory=list)
     snapshots: list[dict[str, Any]] = field(default_factory=list)
-    run: dict[str, Any] | None = None
+    run: CaptureRun | None = None
 
 
 def _paths(source: str | os.PathLike[str]) -> tuple[Path, Path | None]:
@@ -73,29 +74,12 @@ def _paths(source: str | os.PathLike[str]) -> tuple[Path, Path | None]:
     return path, run if run.is_file() else None
 
 
-def _run(path: Path) -> dict[str, Any]:
-    try:
-        doc = orjson.loads(path.read_bytes())
-    except OSError as exc:
-        raise CaptureError(f"{path}: cannot read: {exc.strerror}") from None
-    except orjson.JSONDecodeError as exc:
-        raise CaptureError(f"{path}: not JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("schema") not in CAPTURE_SCHEMAS:
-        schema = doc.get("schema") if isinstance(doc, dict) else None
-        raise CaptureError(
-            f"{path}: not a capture's run.json (schema {schema!r}, expected {CAPTURE_SCHEMAS[0]!r})"
-        )
-    if "config" not in doc:  # traceview.run/1 is also the rank run's document
-        raise CaptureError(f"{path}: a run of rank traces, not a capture's run.json")
-    return doc
-
-
 def read(source: str | os.PathLike[str]) -> Probe:
     """Read a capture folder, or a probe file.
 
     Raises:
         CaptureError: the probe file is missing or malformed, or the run.json beside it
-            is not a capture's.
+            is not a capture's (:func:`traceview.capture.rundoc.read`).
     """
     path, run_path = _paths(source)
     try:
@@ -143,7 +127,7 @@ def read(source: str | os.PathLike[str]) -> Probe:
     lo, hi = events["inject_start"], events["inject_end"]
     if hi < lo:
         raise CaptureError(f"{path}: the injection ends ({hi} ns) before it starts ({lo} ns)")
-    run = _run(run_path) if run_path is not None else None
+    run = read_run(run_path) if run_path is not None else None
     return Probe(path, (lo, hi), per, requests, snapshots, run)
 
 
@@ -212,44 +196,53 @@ def gaps(probe: Probe) -> tuple[np.ndarray, np.ndarray]:
 def offset(probe: Probe) -> dict[str, Any] | None:
     """The clock entry of the capture's first trace (``run.json``'s ``clock.traces``):
     ``offset_ns`` puts the probe's times on the trace's clock; None without one."""
-    clock = (probe.run or {}).get("clock")
-    traces = clock.get("traces") if isinstance(clock, dict) else None
-    if not traces or not isinstance(traces[0], dict):
+    if probe.run is None or not probe.run.entries:
         return None
-    return traces[0]
+    return probe.run.entries[0].document()
 
 
 def window_on_trace(probe: Probe, entry: dict[str, Any] | None) -> list[int] | None:
     """The injection window on the trace's clock (ns), ``[start, end]``; None without an
     offset."""
-    if entry is None or not isinstance(entry.get("offset_ns"), int):
+    if entry is None or entry["offset_ns"] is None:
         return None
     lo, hi = probe.window
     return [lo + entry["offset_ns"], hi + entry["offset_ns"]]
 
 
 def _metrics(probe: Probe) -> dict[str, Any] | None:
-    """The engine's counters: the before and after snapshots, their deltas, the largest
-    running and waiting seen, and how many snapshots there were."""
-    note = ((probe.run or {}).get("metrics") or {}).get("note")
+    """The engine's counters: the before and after snapshots, each counter's increase
+    over every snapshot between them (:func:`~traceview.capture.engine_metrics.increase`)
+    and its resets, the largest running and waiting seen, how many snapshots there were,
+    and the capture's notes on its reads."""
+    notes = [] if probe.run is None else list(probe.run.metrics_notes)
     before = next((s["values"] for s in probe.snapshots if s["label"] == "before"), None)
     after = next((s["values"] for s in reversed(probe.snapshots) if s["label"] == "after"), None)
     if before is None or after is None:
-        return None if note is None else {"note": note}
+        return {"notes": notes} if notes else None
+    during = [s["values"] for s in probe.snapshots if s["label"] == "during"]
+    delta, resets = engine_metrics.increase([before, *during, after])
+    for key, count in resets.items():
+        if count:
+            notes.append(
+                f"the engine's {key} counter went down {count} time(s) between snapshots "
+                "(a restart?): its delta sums the rises, as Prometheus's increase() does"
+            )
 
     def largest(key: str) -> int | float | None:
         seen = [s["values"][key] for s in probe.snapshots if s["values"].get(key) is not None]
         return max(seen) if seen else None
 
     return {
-        "engine": ((probe.run or {}).get("metrics") or {}).get("engine"),
+        "engine": None if probe.run is None else probe.run.engine,
         "snapshots": len(probe.snapshots),
         "before": before,
         "after": after,
-        "delta": engine_metrics.deltas(before, after),
+        "delta": delta,
+        "resets": resets,
         "running_max": largest("running"),
         "waiting_max": largest("waiting"),
-        "note": note,
+        "notes": notes,
     }
 
 
@@ -285,7 +278,13 @@ def itl(source: str | os.PathLike[str]) -> dict[str, Any]:
     check = None
     if metrics is not None and "delta" in metrics and probe.requests:
         sent = sum(r["prompt_tokens"] for r in probe.requests)
-        check = engine_metrics.prefill_check(sent, metrics["delta"]["prompt_tokens"])
+        check = engine_metrics.prefill_check(
+            sent,
+            metrics["delta"]["prompt_tokens"],
+            engine=metrics["engine"],
+            preemptions=metrics["delta"]["preemptions"],
+            resets=metrics["resets"]["prompt_tokens"],
+        )
     entry = offset(probe)
     tokens = sum(len(t) for t in probe.tokens.values())
     chunks = sum(r["chunks"] for r in probe.requests if r["role"] == "victim")
@@ -301,9 +300,10 @@ def itl(source: str | os.PathLike[str]) -> dict[str, Any]:
         "requests": probe.requests,
         "metrics": metrics,
         "prefill_check": check,
-        "profiled": None if probe.run is None else bool(probe.run.get("profiled", True)),
+        "profiled": None if probe.run is None else probe.run.profiled,
         "clock": entry,
         "window_on_trace_ns": window_on_trace(probe, entry),
+        "notes": [] if probe.run is None else [*probe.run.notes, *probe.run.errors],
     }
 
 
@@ -313,51 +313,100 @@ def itl(source: str | os.PathLike[str]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class OnTrace:
     """A capture's client view on one trace's clock (ns, as the trace's ``ts_ns``): the
-    injection window, each victim gap's later token (``at_ns``) with the gap (``gap_ns``),
-    and how the offset was found (``method``, ``uncertainty_ns``)."""
+    injection window (None where it misses the trace), each victim gap's later token
+    (``at_ns``) with the gap (``gap_ns``), how the offset was found (``method``,
+    ``uncertainty_ns``: None when nothing bounds it), and ``notes``, one sentence each,
+    on what the chart cannot show as it is."""
 
-    window_ns: tuple[int, int]
+    window_ns: tuple[int, int] | None
     at_ns: np.ndarray
     gap_ns: np.ndarray
     method: str
     uncertainty_ns: int | None
+    notes: tuple[str, ...] = ()
 
 
 def on_trace(source: str | os.PathLike[str], trace: Trace) -> OnTrace:
-    """Lay a capture (folder or probe file) on ``trace``'s clock: the offset its
-    ``run.json`` holds for a trace of that file name, else the one its clock facts give
-    for this trace (:func:`~traceview.capture.clock.trace_offset`).
+    """Lay a capture (folder or probe file) on ``trace``'s clock, by the offset its
+    ``run.json`` holds for that trace: the entry whose fingerprint (base time, profiler
+    span, events: :func:`~traceview.capture.clock.fingerprint`) is the trace's. A window
+    that misses the trace's activity is not drawn (the gaps neither), and a note says so.
 
     Raises:
-        CaptureError: the capture holds no clock (no run.json, or unprofiled), or the
-            clock facts and the trace disagree (no offset fits both).
+        CaptureError: the capture holds no clock (a bare probe file, or an unprofiled
+            capture), did not record this trace, or found no offset for it (and why).
     """
-    from traceview.capture.clock import profiler_span, trace_offset
+    from traceview.capture.clock import activity_extent, fingerprint
 
     probe = read(source)
-    clock = (probe.run or {}).get("clock")
-    if not isinstance(clock, dict) or "wall_minus_monotonic_ns" not in clock:
-        raise CaptureError(
-            f"{probe.path}: no clock to lay on a trace (run.json beside it records none)"
-        )
+    run = probe.run
     name = Path(trace.meta.path or "").name
-    entry = next(
-        (e for e in clock.get("traces") or [] if isinstance(e, dict) and e.get("trace") == name),
-        None,
-    )
-    if entry is None or not isinstance(entry.get("offset_ns"), int):
-        entry = trace_offset(clock, trace.meta.base_time_ns, profiler_span(trace.events))
-    if not isinstance(entry.get("offset_ns"), int):
+    if run is None:
         raise CaptureError(
-            f"{probe.path}: its profiler calls and {name}'s profiler span allow no common "
-            "offset: the trace was not recorded by this capture"
+            f"{probe.path}: no run.json beside it: a bare probe file holds no clock to lay "
+            "on a trace"
         )
-    off = int(entry["offset_ns"])
+    if not run.profiled:
+        raise CaptureError(
+            f"{run.path}: an unprofiled capture (--no-profile) recorded no trace: its "
+            "injection window has no place on one"
+        )
+    found = fingerprint(trace)
+    entry = next((e for e in run.entries if e.matches(found)), None)
+    if entry is None:
+        listed = ", ".join(run.traces) or "no trace"
+        raise CaptureError(
+            f"{name}: not a trace this capture recorded ({run.path} lists {listed}, none "
+            "with this trace's base time, profiler span and events): its injection window "
+            "cannot be placed on it"
+        )
+    if entry.offset_ns is None or entry.method is None:
+        raise CaptureError(
+            f"{name}: the capture found no clock offset for it ({entry.why}): its injection "
+            "window cannot be placed on it"
+        )
+    notes = []
+    if entry.uncertainty_ns is None:
+        notes.append(
+            f"the injection window is placed by the wall clock, unchecked ({entry.why}): "
+            "nothing bounds its error"
+        )
+    off = entry.offset_ns
     at, gap = gaps(probe)
     lo, hi = probe.window
-    return OnTrace(
-        (lo + off, hi + off), at + off, gap, str(entry["method"]), entry["uncertainty_ns"]
-    )
+    window: tuple[int, int] | None = (lo + off, hi + off)
+    extent = activity_extent(trace)
+    if extent is not None and window is not None:
+        before, after = extent[0] - window[0], window[1] - extent[1]
+        if window[1] < extent[0] or window[0] > extent[1]:
+            side = (
+                "before the trace's first event"
+                if window[1] < extent[0]
+                else ("after the trace's last event")
+            )
+            notes.append(
+                f"the injection window lies wholly {side} ({fmt_gap(max(before, -after))}): "
+                "it and the victims' gaps are not drawn"
+            )
+            window, at, gap = None, at[:0], gap[:0]
+        elif before > 0 or after > 0:
+            notes.append(
+                "the injection window runs "
+                + " and ".join(
+                    text
+                    for text, cut in (
+                        (f"{fmt_gap(before)} before the trace's first event", before),
+                        (f"{fmt_gap(after)} past its last", after),
+                    )
+                    if cut > 0
+                )
+            )
+    return OnTrace(window, at + off, gap, entry.method, entry.uncertainty_ns, tuple(notes))
+
+
+def fmt_gap(ns: int) -> str:
+    """A duration in a note: ms below a second, else s."""
+    return f"{ns / 1e6:,.1f} ms" if abs(ns) < 10**9 else f"{ns / 1e9:,.2f} s"
 
 
 # --- two captures side by side -------------------------------------------------------------

@@ -17,30 +17,24 @@ control).
 from __future__ import annotations
 
 import asyncio
-import glob
 import json
 import os
 import random
 import shutil
 import tempfile
 import time
-import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from traceview.capture import engine_metrics
-from traceview.capture.clock import profiler_span, trace_offset, wall_minus_monotonic
-from traceview.errors import CaptureError, MissingDependencyError, TraceviewError
+from traceview.capture.clock import wall_minus_monotonic
+from traceview.capture.collect import clock_notes, collect, offsets, trusted
+from traceview.capture.scrape import MAX_PAGE_BYTES, Reader
+from traceview.errors import CaptureError, MissingDependencyError
 
 CAPTURE_SCHEMA = "traceview.capture/1"
-TRACE_GLOBS = {
-    "vllm": ["*.pt.trace.json.gz", "*.pt.trace.json"],
-    "sglang": ["*.trace.json.gz", "*.trace.json"],
-    "lab": ["*.pt.trace.json.gz"],
-}
 SETTLE_S = 5.0  # the after snapshot waits this long at most for the engine to go idle
 
 
@@ -59,6 +53,7 @@ class ProbeConfig:
     profile_dir: str | None = None
     profile: bool = True  # False: the unprofiled control (no /start_profile, no trace)
     metrics_every_s: float = 1.0  # /metrics while the workload runs; 0: before and after only
+    metrics_max_bytes: int = MAX_PAGE_BYTES  # a larger /metrics page is not read
     out: str = "capture"
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 120.0
@@ -102,6 +97,16 @@ class _Request:
     arrivals: list[int] = field(default_factory=list)  # one per token
     chunks: int = 0
     usage: dict[str, Any] | None = None
+    finish: str | None = None  # the finish_reason the stream gave, if any
+    done: bool = False  # the stream ended with [DONE]
+
+    def ending(self) -> str:
+        """How a stream that ended said it ended."""
+        if self.finish is not None:
+            return f"finish_reason {self.finish!r}"
+        if self.done:
+            return "[DONE] with no finish_reason"
+        return "the connection closed without [DONE]"
 
     def record(self, number: int) -> dict[str, Any]:
         return {
@@ -125,42 +130,73 @@ class _Store:
         self.errors: list[str] = []
         self.snapshots: list[dict[str, Any]] = []
         self.metric_names: dict[str, str | None] | None = None
-        self.metrics_note: str | None = None
+        self.metrics_missing: str | None = None  # the names the page lacks (a wrong --engine?)
+        self.metrics_stopped: str | None = None  # why reading /metrics again cannot help
+        self.metrics_reads = 0
+        self.metrics_failures: list[str] = []  # reads that failed; the next one may not
 
     @property
     def arrivals(self) -> list[list[int]]:
         return [v.arrivals for v in self.victims]
 
+    def metrics_notes(self, url: str) -> list[str]:
+        """What the capture's /metrics reads came to, one sentence a kind."""
+        notes = []
+        if self.metrics_stopped is not None:
+            after = f" after {len(self.snapshots)} snapshot(s)" if self.snapshots else ""
+            notes.append(f"{url}/metrics: {self.metrics_stopped}; reading it stopped{after}")
+        if self.metrics_failures:
+            notes.append(
+                f"{url}/metrics: {len(self.metrics_failures)} of {self.metrics_reads} reads "
+                f"failed (first: {self.metrics_failures[0]}); the other snapshots were kept"
+            )
+        if self.metrics_missing is not None:
+            notes.append(f"{url}/metrics: {self.metrics_missing}")
+        return notes
 
-def chunk_tokens(chunk: dict[str, Any], seen: int | None) -> tuple[int, int | None]:
-    """How many tokens one streamed chunk carries, and the running completion count it
-    states (``usage.completion_tokens`` under ``continuous_usage_stats``). Counted, first
-    that the chunk gives: its ``token_ids``; the growth of that running count; its
-    ``logprobs.tokens``; else one token for a chunk with text, none for a chunk that only
-    closes the stream (a ``finish_reason`` and no text) or carries only the usage."""
-    usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else None
-    count = usage.get("completion_tokens") if usage else None
-    count = count if isinstance(count, int) and not isinstance(count, bool) else None
+
+def chunk_tokens(chunk: dict[str, Any], counted: int) -> int:
+    """How many tokens one streamed chunk carries, ``counted`` being the tokens counted
+    so far in its stream. Counted, first that the chunk gives: its ``token_ids``; else,
+    where it states the running ``usage.completion_tokens`` (``continuous_usage_stats``,
+    or a last chunk that closes the stream with the total), that count less the tokens
+    already counted; else its ``logprobs.tokens``; else one token for a chunk with text.
+    A chunk with none of these (no text: a keep-alive, a role-only or closing chunk) and
+    a chunk with no choices (the usage alone) carry none."""
     choices = chunk.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return 0, count if count is not None else seen
-    choice = choices[0]
+    if not isinstance(choices, list) or not choices:
+        return 0
+    first = [c for c in choices if isinstance(c, dict)]
+    choice = next((c for c in first if c.get("index") == 0), first[0] if first else None)
+    if choice is None:
+        return 0
     ids = choice.get("token_ids")
     if isinstance(ids, list) and ids:
-        n = len(ids)
-    elif count is not None and seen is not None:
-        n = max(count - seen, 0)
-    elif count is not None:
-        n = count
-    elif isinstance(choice.get("logprobs"), dict) and isinstance(
-        choice["logprobs"].get("tokens"), list
-    ):
-        n = len(choice["logprobs"]["tokens"])
-    elif choice.get("text") or choice.get("finish_reason") is None:
-        n = 1
-    else:
-        n = 0
-    return n, count if count is not None else seen
+        return len(ids)
+    usage = chunk.get("usage")
+    count = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(count, float) and count.is_integer():
+        count = int(count)
+    if isinstance(count, int) and not isinstance(count, bool):
+        return max(count - counted, 0)
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, dict) and isinstance(logprobs.get("tokens"), list):
+        return len(logprobs["tokens"])
+    return 1 if isinstance(choice.get("text"), str) and choice["text"] else 0
+
+
+def _server_error(chunk: dict[str, Any]) -> str | None:
+    """The message of an error the server streamed in place of a chunk (OpenAI's and
+    vLLM's ``{"error": {"message": …}}``, an older ``{"object": "error", "message": …}``),
+    else None."""
+    error = chunk.get("error")
+    if error is None and chunk.get("object") != "error":
+        return None
+    if isinstance(error, dict):
+        error = error.get("message", error)
+    elif error is None:
+        error = chunk.get("message", "")
+    return str(error)[:300] or "(no message)"
 
 
 def _body(cfg: ProbeConfig, prompt: list[int], max_tokens: int) -> dict[str, Any]:
@@ -183,7 +219,6 @@ def _body(cfg: ProbeConfig, prompt: list[int], max_tokens: int) -> dict[str, Any
 async def _stream(client: Any, cfg: ProbeConfig, req: _Request, max_tokens: int) -> None:
     """Send ``req`` and read its stream to the end; raises CaptureError on an HTTP error."""
     req.sent_ns = time.monotonic_ns()
-    seen: int | None = None
     async with client.stream(
         "POST", "/v1/completions", json=_body(cfg, req.prompt, max_tokens)
     ) as r:
@@ -195,6 +230,7 @@ async def _stream(client: Any, cfg: ProbeConfig, req: _Request, max_tokens: int)
                 continue
             data = line[5:].strip()
             if data == "[DONE]":
+                req.done = True
                 break
             now = time.monotonic_ns()
             try:
@@ -203,18 +239,29 @@ async def _stream(client: Any, cfg: ProbeConfig, req: _Request, max_tokens: int)
                 continue
             if not isinstance(chunk, dict):
                 continue
+            error = _server_error(chunk)
+            if error is not None:
+                req.end_ns = now
+                raise CaptureError(
+                    f"{req.role} {req.index}: the server sent an error after "
+                    f"{len(req.arrivals)} token(s): {error}"
+                )
             if isinstance(chunk.get("usage"), dict):
                 req.usage = {
                     k: v
                     for k, v in chunk["usage"].items()
                     if k in ("prompt_tokens", "completion_tokens") and isinstance(v, int)
                 }
-            n, seen = chunk_tokens(chunk, seen)
+            n = chunk_tokens(chunk, len(req.arrivals))
             if n:
                 req.chunks += 1
                 if req.first_token_ns is None:
                     req.first_token_ns = now
                 req.arrivals.extend([now] * n)
+            choices = chunk.get("choices")
+            if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+                reason = choices[0].get("finish_reason")
+                req.finish = str(reason)[:40] if reason is not None else req.finish
     req.end_ns = time.monotonic_ns()
 
 
@@ -230,10 +277,19 @@ async def _victim(client: Any, cfg: ProbeConfig, req: _Request, store: _Store) -
 
 
 async def _wait_tokens(store: _Store, at_least: list[int], timeout_s: float, what: str) -> None:
+    """Wait until each victim has its count of tokens; a victim stream that failed, or
+    ended short of its count, ends the capture, and so does the timeout."""
     deadline = time.monotonic() + timeout_s
-    while any(len(t) < n for t, n in zip(store.arrivals, at_least, strict=True)):
+    while any(len(v.arrivals) < n for v, n in zip(store.victims, at_least, strict=True)):
         if store.errors:
             raise CaptureError(f"victim stream failed while {what}: {store.errors[0]}")
+        for v, n in zip(store.victims, at_least, strict=True):
+            if v.end_ns is not None and len(v.arrivals) < n:
+                raise CaptureError(
+                    f"victim {v.index}'s stream ended after {len(v.arrivals)} token(s) while "
+                    f"{what} ({v.ending()}): a victim must stream until the capture ends"
+                    + (" (raise --max-tokens)" if v.finish == "length" else "")
+                )
         if time.monotonic() > deadline:
             have = min(len(t) for t in store.arrivals)
             raise CaptureError(
@@ -242,48 +298,52 @@ async def _wait_tokens(store: _Store, at_least: list[int], timeout_s: float, wha
         await asyncio.sleep(0.01)
 
 
-async def _scrape(client: Any, cfg: ProbeConfig, store: _Store, label: str) -> None:
-    """One ``/metrics`` snapshot into ``store``; a server that serves none, or a page that
-    is not Prometheus text, is noted once and the probe goes on without."""
-    if store.metrics_note is not None:
-        return
-    httpx = _httpx()
-    try:
-        resp = await client.get("/metrics", timeout=cfg.connect_timeout_s)
-    except httpx.HTTPError as exc:
-        store.metrics_note = f"{cfg.url}/metrics: {type(exc).__name__}: {exc}"
-        return
-    t_ns = time.monotonic_ns()
-    if resp.status_code != 200:
-        store.metrics_note = f"{cfg.url}/metrics answered HTTP {resp.status_code}"
-        return
-    try:
-        values, names = engine_metrics.parse(resp.text, cfg.engine, f"{cfg.url}/metrics")
-    except CaptureError as exc:
-        store.metrics_note = str(exc)
-        return
-    store.metric_names = names
-    store.snapshots.append({"metrics": label, "t_ns": t_ns, "values": values})
+async def _scrape(reader: Reader, store: _Store, label: str) -> dict[str, Any] | None:
+    """One ``/metrics`` snapshot, read and parsed in the reader's process (the token loop
+    is never held by it), or None. A read that failed is counted and the next one goes
+    on; a failure no read can mend (no /metrics, a page that is not Prometheus text or is
+    too large) stops the reading."""
+    if store.metrics_stopped is not None:
+        return None
+    store.metrics_reads += 1
+    reply = await reader.read()
+    if "failure" in reply:
+        if reply.get("permanent"):
+            store.metrics_stopped = str(reply["failure"])
+        else:
+            store.metrics_failures.append(str(reply["failure"]))
+        return None
+    if store.metric_names is None:
+        store.metric_names = reply["names"]
+        store.metrics_missing = reply.get("missing")
+    return {"metrics": label, "t_ns": reply["t_ns"], "values": reply["values"]}
 
 
-async def _sample(client: Any, cfg: ProbeConfig, store: _Store) -> None:
+async def _sample(reader: Reader, cfg: ProbeConfig, store: _Store) -> None:
     while True:
         await asyncio.sleep(cfg.metrics_every_s)
-        await _scrape(client, cfg, store, "during")
+        snapshot = await _scrape(reader, store, "during")
+        if snapshot is not None:
+            store.snapshots.append(snapshot)
 
 
-async def _settle(client: Any, cfg: ProbeConfig, store: _Store) -> None:
+async def _settle(reader: Reader, store: _Store) -> None:
     """The after snapshot, once the engine reports nothing running or waiting (every
-    request's counts in), or after :data:`SETTLE_S`."""
+    request's counts in), or the last one read within :data:`SETTLE_S`."""
     deadline = time.monotonic() + SETTLE_S
-    while True:
-        await _scrape(client, cfg, store, "after")
-        last = store.snapshots[-1]["values"] if store.snapshots else {}
-        idle = last.get("running") in (0, None) and last.get("waiting") in (0, None)
-        if store.metrics_note is not None or idle or time.monotonic() > deadline:
-            return
-        store.snapshots.pop()  # not settled yet: only the last one is the after snapshot
+    last = None
+    while store.metrics_stopped is None:
+        snapshot = await _scrape(reader, store, "after")
+        if snapshot is not None:
+            last = snapshot
+            values = snapshot["values"]
+            if values.get("running") in (0, None) and values.get("waiting") in (0, None):
+                break
+        if time.monotonic() > deadline:
+            break
         await asyncio.sleep(0.05)
+    if last is not None:
+        store.snapshots.append(last)
 
 
 async def _profile(client: Any, cfg: ProbeConfig, action: str) -> tuple[Any, dict[str, int]]:
@@ -312,22 +372,21 @@ async def _profile(client: Any, cfg: ProbeConfig, action: str) -> tuple[Any, dic
     return resp, {"sent_ns": sent, "answered_ns": answered}
 
 
-def _collect(cfg: ProbeConfig, started: float) -> list[Path]:
-    if not cfg.profile_dir:
-        return []
-    found: list[Path] = []
-    for pattern in TRACE_GLOBS[cfg.engine]:
-        for name in glob.glob(os.path.join(cfg.profile_dir, "**", pattern), recursive=True):
-            p = Path(name)
-            if "async_llm" in p.name or "capture_traces" in p.parts:
-                continue  # vLLM's CPU-only frontend trace and graph-capture traces
-            if p.stat().st_mtime >= started - 1 and p not in found:
-                found.append(p)
-    return sorted(found)
+async def _stop_after_failure(client: Any, cfg: ProbeConfig) -> str:
+    """Stop the profiler a failed capture started, and say so (a clause to add to the
+    failure's message)."""
+    httpx = _httpx()
+    try:
+        await _profile(client, cfg, "stop")
+    except (CaptureError, httpx.HTTPError) as exc:
+        return f"; stopping the profiler failed too ({exc}): the engine may still be profiling"
+    return "; the profiler it had started was stopped (/stop_profile)"
 
 
 async def run_probe(cfg: ProbeConfig) -> ProbeResult:
-    """Run the workload against ``cfg.url`` and write the capture to ``cfg.out``.
+    """Run the workload against ``cfg.url`` and write the capture to ``cfg.out``. Once
+    ``/start_profile`` was answered, every way out (a failure, a timeout, a cancel) sends
+    ``/stop_profile``, so a failed capture leaves no engine profiling.
 
     Raises:
         CaptureError: the server cannot be reached, refuses, or a stream fails.
@@ -358,6 +417,7 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
         _Request("injected", k, [rng.randrange(1, cfg.vocab) for _ in range(cfg.prompt_tokens)])
         for k in range(cfg.inject)
     ]
+    reader = Reader(f"{cfg.url}/metrics", cfg.engine, cfg.connect_timeout_s, cfg.metrics_max_bytes)
     async with httpx.AsyncClient(base_url=cfg.url, timeout=timeout, limits=limits) as client:
         try:
             health = await client.get("/health", timeout=cfg.connect_timeout_s)
@@ -367,112 +427,82 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
             ) from None
         if health.status_code != 200:
             raise CaptureError(f"{cfg.url}/health answered HTTP {health.status_code}")
-        await _scrape(client, cfg, store, "before")
-        clock["wall_minus_monotonic_ns"], clock["read_width_ns"] = wall_minus_monotonic()
-        if cfg.profile:
-            _resp, clock["profile_start"] = await _profile(client, cfg, "start")
-        tasks = [asyncio.create_task(_victim(client, cfg, v, store)) for v in store.victims]
-        sampler = (
-            asyncio.create_task(_sample(client, cfg, store)) if cfg.metrics_every_s > 0 else None
-        )
         try:
-            await _wait_tokens(
-                store,
-                [cfg.steady_tokens] * cfg.victims,
-                cfg.read_timeout_s,
-                "waiting for steady decode",
-            )
-            inject_start = time.monotonic_ns()
+            await reader.start()
+            before = await _scrape(reader, store, "before")
+            store.snapshots += [before] if before is not None else []
+            clock["wall_minus_monotonic_ns"], clock["read_width_ns"] = wall_minus_monotonic()
+            stop = None
+            if cfg.profile:
+                _resp, clock["profile_start"] = await _profile(client, cfg, "start")
             try:
-                await asyncio.gather(
-                    *(_stream(client, cfg, r, cfg.inject_max_tokens) for r in store.injected)
-                )
-            except httpx.HTTPError as exc:
-                raise CaptureError(f"injecting prompts: {type(exc).__name__}: {exc}") from None
-            inject_end = time.monotonic_ns()
-            missing = [r.index for r in store.injected if r.first_token_ns is None]
-            if missing:
-                raise CaptureError(
-                    f"injected prompt {missing[0]}: the stream ended without a token"
-                )
-            after = [len(t) + cfg.steady_tokens for t in store.arrivals]
-            await _wait_tokens(store, after, cfg.read_timeout_s, "after the injection")
+                inject_start, inject_end = await _workload(client, cfg, store, reader)
+                if cfg.profile:
+                    stop, clock["profile_stop"] = await _profile(client, cfg, "stop")
+            except CaptureError as exc:
+                if not cfg.profile or "profile_stop" in clock:
+                    raise
+                raise CaptureError(f"{exc}{await _stop_after_failure(client, cfg)}") from None
+            except BaseException:  # a cancel, an interrupt, a bug: stop, then go
+                if cfg.profile and "profile_stop" not in clock:
+                    await _stop_after_failure(client, cfg)
+                raise
+            await _settle(reader, store)
         finally:
-            for t in [*tasks, *([sampler] if sampler else [])]:
-                t.cancel()
-            await asyncio.gather(*tasks, *([sampler] if sampler else []), return_exceptions=True)
-        stop = None
-        if cfg.profile:
-            stop, clock["profile_stop"] = await _profile(client, cfg, "stop")
-        await _settle(client, cfg, store)
+            await reader.close()
     traces: list[Path] = []
     if cfg.profile:
-        traces = _collect(cfg, started)
+        traces = collect(cfg, started)
         if cfg.engine == "lab" and not traces and stop is not None:
             try:
                 named = stop.json()["trace"]
             except (ValueError, KeyError, TypeError):
                 named = None
             traces = [Path(str(named))] if named else []
-        traces = _trusted(cfg, traces)
+        traces = trusted(cfg, traces)
     return _write(cfg, store, inject_start, inject_end, traces, started, clock)
 
 
-def _trusted(cfg: ProbeConfig, traces: list[Path]) -> list[Path]:
-    """The traces to copy, each checked to be a file under the profile folder the user
-    gave: a path a server names is never trusted (it could name any file on this machine).
-    Both sides are compared as absolute, resolved paths; a relative name is read against
-    the profile folder, then against the working directory (a server started here names
-    its traces relative to it), and either must land in the folder.
-
-    Raises:
-        CaptureError: a trace outside the profile folder, or no profile folder given.
-    """
-    if not traces:
-        return []
-    if not cfg.profile_dir:
-        raise CaptureError(
-            f"{traces[0]}: the server named this trace, but no --profile-dir was given; "
-            "traceview copies only files under the profile folder you name"
+async def _workload(
+    client: Any, cfg: ProbeConfig, store: _Store, reader: Reader
+) -> tuple[int, int]:
+    """The victims, then the injected prompts, then more victim tokens; the injection
+    window's start and end (monotonic ns)."""
+    httpx = _httpx()
+    tasks = [asyncio.create_task(_victim(client, cfg, v, store)) for v in store.victims]
+    if cfg.metrics_every_s > 0:
+        tasks.append(asyncio.create_task(_sample(reader, cfg, store)))
+    try:
+        await _wait_tokens(
+            store,
+            [cfg.steady_tokens] * cfg.victims,
+            cfg.read_timeout_s,
+            "waiting for steady decode",
         )
-    root = Path(cfg.profile_dir).resolve()
-    checked = []
-    for t in traces:
-        candidates = [t] if t.is_absolute() else [root / t, Path.cwd() / t]
-        inside = [
-            real
-            for real in (c.resolve() for c in candidates)
-            if real.is_relative_to(root) and real.is_file()
+        inject_start = time.monotonic_ns()
+        injected = [
+            asyncio.create_task(_stream(client, cfg, r, cfg.inject_max_tokens))
+            for r in store.injected
         ]
-        if not inside:
-            raise CaptureError(
-                f"{t}: not a file under the profile folder {root}; refusing to copy it"
-            )
-        checked.append(inside[0])
-    return checked
-
-
-def _offsets(clock: dict[str, Any], traces: list[Path]) -> list[dict[str, Any]]:
-    """Per trace, the offset from the probe's clock to the trace's
-    (:func:`~traceview.capture.clock.trace_offset`); a trace that cannot be read gets
-    none, and says why."""
-    out = []
-    for path in traces:
-        from traceview.loader import load
-
-        entry: dict[str, Any] = {"trace": path.name}
+        tasks += injected
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                trace = load(path)
-        except TraceviewError as exc:
-            entry.update(offset_ns=None, method=None, uncertainty_ns=None, error=str(exc))
-        else:
-            entry["base_time_ns"] = trace.meta.base_time_ns
-            span = profiler_span(trace.events)
-            entry.update(trace_offset(clock, trace.meta.base_time_ns, span))
-        out.append(entry)
-    return out
+            await asyncio.gather(*injected)
+        except httpx.HTTPError as exc:
+            raise CaptureError(f"injecting prompts: {type(exc).__name__}: {exc}") from None
+        inject_end = time.monotonic_ns()
+        missing = [r for r in store.injected if r.first_token_ns is None]
+        if missing:
+            raise CaptureError(
+                f"injected prompt {missing[0].index}: the stream ended without a token "
+                f"({missing[0].ending()})"
+            )
+        after = [len(t) + cfg.steady_tokens for t in store.arrivals]
+        await _wait_tokens(store, after, cfg.read_timeout_s, "waiting after the injection")
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return inject_start, inject_end
 
 
 def _write(
@@ -508,7 +538,9 @@ def _write(
                 shutil.copy2(t, tmpdir / t.name)
                 staged.append((tmpdir / t.name, dest))
             copied.append(dest)
-        clock["traces"] = _offsets(clock, traces)
+        clock["traces"] = offsets(clock, traces)
+        notes = clock_notes(cfg, clock["traces"])
+        metrics_notes = store.metrics_notes(cfg.url)
         run = {
             "schema": CAPTURE_SCHEMA,
             "config": asdict(cfg),
@@ -524,9 +556,12 @@ def _write(
                 "engine": cfg.engine,
                 "names": store.metric_names,
                 "snapshots": len(store.snapshots),
-                "note": store.metrics_note,
+                "reads": store.metrics_reads,
+                "failed_reads": len(store.metrics_failures),
+                "notes": metrics_notes,
             },
             "errors": store.errors,
+            "notes": notes,
         }
         run_tmp = tmpdir / "run.json"
         run_tmp.write_bytes(orjson.dumps(run, option=orjson.OPT_INDENT_2))
@@ -543,5 +578,5 @@ def _write(
         inject_start,
         inject_end,
         sum(len(t) for t in store.arrivals),
-        [store.metrics_note] if store.metrics_note else [],
+        [*notes, *metrics_notes],
     )

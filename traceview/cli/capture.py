@@ -252,7 +252,8 @@ def itl(captures: tuple[str, ...], as_json: bool) -> None:
 @click.option("--prompt-tokens", type=click.IntRange(min=8), default=480, show_default=True)
 def demo(out: str, prompt_tokens: int) -> None:
     """Run the chunked-prefill experiment on the lab engine (CPU, under a minute): chunked
-    prefill off, then on; print both summaries and the victims' ITL comparison."""
+    prefill off, then on. Print each run's trace summary, both runs' client view (ITL,
+    TTFT, the engine's /metrics deltas), and off against on with verdicts."""
     from traceview.capture.demo import run_demo
 
     run_demo(Path(out), prompt_tokens=prompt_tokens, echo=click.echo, err=stderr)

@@ -155,6 +155,8 @@ def heartbeat(
             with warnings.catch_warnings():  # the summary above said them once
                 warnings.simplefilter("ignore")
                 on_trace = lay(probe, load(path))
+            for note in on_trace.notes:
+                say(f"{probe}: {note}")
         data = heartbeat_data(
             summary,
             title=name,

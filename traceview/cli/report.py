@@ -64,7 +64,8 @@ def report(
 
 
 def _capture(given: str) -> tuple[str, dict[str, Any] | None, OnTrace | None]:
-    """A trace as given, or a capture folder's trace with its client view."""
+    """A trace as given, or a capture folder's trace with its client view. The trace is
+    read only from inside the capture folder."""
     folder = Path(given)
     if not (folder.is_dir() and (folder / "probe.jsonl").is_file()):
         return given, None, None
@@ -73,15 +74,23 @@ def _capture(given: str) -> tuple[str, dict[str, Any] | None, OnTrace | None]:
     from traceview.capture.itl import itl, on_trace, read
     from traceview.loader import load
 
-    run = read(folder).run or {}
-    names = run.get("traces") or []
-    if not names:
-        raise TraceviewError(
-            f"{given}: a capture with no trace (unprofiled): `traceview itl {given}` shows "
-            "what its clients saw"
+    run = read(folder).run
+    if run is None or not run.traces:
+        why = (
+            "a capture with no trace (unprofiled)"
+            if run is not None and not run.profiled
+            else "a profiled capture whose trace was not collected"
+            + (f" ({run.notes[0]})" if run is not None and run.notes else "")
         )
-    trace = str(folder / str(names[0]))
+        raise TraceviewError(f"{given}: {why}: `traceview itl {given}` shows what its clients saw")
+    trace = folder / run.traces[0]
+    if not trace.resolve().is_relative_to(folder.resolve()) or not trace.is_file():
+        raise TraceviewError(
+            f"{given}: its trace {run.traces[0]!r} is not a file inside the capture folder"
+        )
     with warnings.catch_warnings():  # the summary says the loader's warnings once
         warnings.simplefilter("ignore")
-        probe = on_trace(folder, load(trace, options=None))
-    return trace, itl(folder), probe
+        probe = on_trace(folder, load(str(trace), options=None))
+    for note in probe.notes:
+        say(f"{given}: {note}")
+    return str(trace), itl(folder), probe

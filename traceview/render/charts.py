@@ -32,6 +32,7 @@ from traceview.render.breakdown_chart import (
     step_efficiency,
     without_warmup,
 )
+from traceview.render.format import fmt_ns
 from traceview.render.safe import chart
 
 if TYPE_CHECKING:
@@ -143,6 +144,8 @@ class HeartbeatData:
         itl_ms: the capture's victim gaps on this trace's clock (``--probe --itl``): each
             gap's later token (ms from ``t0_ns``) and the gap (ms), drawn on the interval
             axis beside the cadence; None unless asked for.
+        injection_label: the window's legend: the bound on its error (``± 2.1 ms``), or
+            that nothing bounds it.
     """
 
     title: str
@@ -159,6 +162,7 @@ class HeartbeatData:
     efficiency: StepEfficiency | None = None
     injection_ms: tuple[float, float] | None = None
     itl_ms: tuple[np.ndarray, np.ndarray] | None = None
+    injection_label: str = "injection window (probe)"
 
 
 def _window(window_ms: object) -> tuple[float, float]:
@@ -242,9 +246,20 @@ def heartbeat_data(
         breakdown=step_breakdown(steps, t0),
         efficiency=step_efficiency(steps, t0),
         injection_ms=None
-        if probe is None
+        if probe is None or probe.window_ns is None
         else ((probe.window_ns[0] - t0) / 1e6, (probe.window_ns[1] - t0) / 1e6),
-        itl_ms=None if probe is None or not itl else ((probe.at_ns - t0) / 1e6, probe.gap_ns / 1e6),
+        itl_ms=None
+        if probe is None or probe.window_ns is None or not itl
+        else ((probe.at_ns - t0) / 1e6, probe.gap_ns / 1e6),
+        injection_label="injection window (probe)"
+        if probe is None
+        else "injection window (probe, "
+        + (
+            "wall clock, unchecked"
+            if probe.uncertainty_ns is None
+            else f"± {fmt_ns(probe.uncertainty_ns)}"
+        )
+        + ")",
     )
 
 
@@ -325,7 +340,7 @@ def draw_heartbeat(
             edgecolor=colors["probe"],
             hatch="//",
             linewidth=0.8,
-            label="injection window (probe)",
+            label=data.injection_label,
         )
     if data.itl_ms is not None:
         ax.plot(

@@ -234,9 +234,10 @@ def _json_script(doc: Mapping[str, object], element_id: str) -> str:
     return f'<script type="application/json" id="{element_id}">{json_for_html(doc)}</script>'
 
 
-def _client_section(doc: dict[str, Any], label: str) -> str:
+def _client_section(doc: dict[str, Any], label: str, probe: OnTrace | None = None) -> str:
     """A capture's client view (``traceview itl``): ITL and TTFT per population with their
-    n, the engine's counters over the workload, the re-prefill check."""
+    n, the engine's counters over the workload, the re-prefill check and what it cannot
+    see, and the notes on the capture and on its window on the trace."""
     out = [f"<h2>What the clients saw — {esc(label)}</h2>"]
     rows = []
     for pop, title in (("all", "ITL, all tokens"), ("injection", "ITL, injection window")):
@@ -247,12 +248,14 @@ def _client_section(doc: dict[str, Any], label: str) -> str:
         rows.append(
             [f"TTFT, {pop}", f"{s['n']:,}", f"{s['prompt_tokens']:,}", *(fmt_ns(s[q]) for q in _QS)]
         )
-    head = ["population", "n", "prompt tokens", "p50", "p90", "p99", "max"]
+    head = ["population", "n", "prompt tokens (sum)", "p50", "p90", "p99", "max"]
     out.append(_table(head, rows, {1, 2, 3, 4, 5, 6}))
     m, check = doc["metrics"], doc["prefill_check"]
+    notes = [*((m or {}).get("notes") or []), *(doc.get("notes") or [])]
     if m is not None and "delta" in m:
         d = m["delta"]
         verdict = "—" if check is None or check["verdict"] is None else check["verdict"]
+        caveats = [] if check is None else check.get("caveats") or []
         sent = "—" if check is None else f"{check['sent_prompt_tokens']:,}"
         out.append(
             _table(
@@ -260,7 +263,7 @@ def _client_section(doc: dict[str, Any], label: str) -> str:
                 [
                     ["prompt tokens counted", fmt_value(d["prompt_tokens"], "count")],
                     ["prompt tokens sent", sent],
-                    ["re-prefill check", verdict],
+                    ["re-prefill check", verdict + ("*" if caveats else "")],
                     ["generation tokens", fmt_value(d["generation_tokens"], "count")],
                     ["preemptions", fmt_value(d["preemptions"], "count")],
                     ["running (largest seen)", fmt_value(m["running_max"], "count")],
@@ -269,8 +272,16 @@ def _client_section(doc: dict[str, Any], label: str) -> str:
                 {1},
             )
         )
-    elif m is not None and m.get("note"):
-        out.append(f'<p class="muted">{esc(str(m["note"]))}</p>')
+        notes += [f"* {c}" for c in caveats]
+    if probe is not None:
+        bound = (
+            "unchecked: nothing bounds its error"
+            if probe.uncertainty_ns is None
+            else f"± {fmt_ns(probe.uncertainty_ns)}"
+        )
+        notes.append(f"the injection window on the trace's clock: by the {probe.method} ({bound})")
+        notes += list(probe.notes)
+    out += [f'<p class="muted">{esc(str(n))}</p>' for n in notes]
     return "\n".join(out)
 
 
@@ -313,9 +324,9 @@ def report_html(
     ]
     if diff is not None:
         parts.append(_diff_section(diff))
-    for c, lab in zip(clients, labels, strict=True):
+    for c, lab, p in zip(clients, labels, probes, strict=True):
         if c is not None:
-            parts.append(_client_section(c, lab))
+            parts.append(_client_section(c, lab, p))
     for s, lab in zip(summaries, labels, strict=True):
         parts.append(_summary_section(s, lab))
     for i, s in enumerate(summaries):

@@ -413,7 +413,8 @@ def render_check(result: CheckResult, console: Console | None = None) -> None:
 def render_itl(rows: list[tuple[str, dict[str, Any]]], console: Console | None = None) -> None:
     """A capture's client view: the victims' inter-token latency per population, time to
     first token per population (each percentile with its n), the engine's counters over
-    the workload with the re-prefill check, and the injection window on the trace's clock."""
+    the workload with the re-prefill check and what it cannot see, and the injection
+    window on the trace's clock, with the bound on its error (or why there is none)."""
     out = console or Console(highlight=False)
     table = Table(title="victims' inter-token latency", title_justify="left")
     for col in ("run", "population", "n", "p50", "p90", "p99", "max"):
@@ -432,7 +433,7 @@ def render_itl(rows: list[tuple[str, dict[str, Any]]], console: Console | None =
             )
     out.print(table)
     ttft = Table(title="time to first token (send to first token)", title_justify="left")
-    for col in ("run", "population", "n", "prompt tokens", "p50", "p90", "p99", "max"):
+    for col in ("run", "population", "n", "prompt tokens (sum)", "p50", "p90", "p99", "max"):
         ttft.add_column(col, justify="left" if col in ("run", "population") else "right")
     for label, doc in rows:
         for pop in ("victims", "injected"):
@@ -456,10 +457,12 @@ def render_itl(rows: list[tuple[str, dict[str, Any]]], console: Console | None =
         engine.add_column(col, justify="left" if col in ("run", "check") else "right")
     notes = []
     for label, doc in rows:
+        where = f"{label or doc['probe']}: "
         m, check = doc["metrics"], doc["prefill_check"]
+        notes += [where + n for n in (m or {}).get("notes") or []]
         if m is None or "delta" not in m:
-            why = (m or {}).get("note") or "no /metrics snapshots in this capture"
-            notes.append(f"{label or doc['probe']}: {why}")
+            if not (m or {}).get("notes"):
+                notes.append(where + "no /metrics snapshots in this capture")
             continue
         d = m["delta"]
         engine.add_row(
@@ -472,30 +475,43 @@ def render_itl(rows: list[tuple[str, dict[str, Any]]], console: Console | None =
             _count(m["running_max"]),
             _count(m["waiting_max"]),
         )
+        notes += [f"{where}* {c}" for c in (check or {}).get("caveats") or []]
     if engine.row_count:
         out.print(engine)
     for note in notes:
         out.print(Text(line(note)))
     for label, doc in rows:
-        w, clock = doc["window_on_trace_ns"], doc["clock"]
         where = f"{label}: " if label else ""
-        if doc["profiled"] is False:
-            out.print(Text(line(f"{where}unprofiled (the control): no trace, no trace clock")))
-        elif w is not None and clock is not None:
-            out.print(
-                Text(
-                    line(
-                        f"{where}injection window on the trace's clock ({clock['trace']}): "
-                        f"{_since(w[0], clock)}–{_since(w[1], clock)} ns"
-                        f" by the {clock['method']}"
-                        + (
-                            f" (± {fmt_ns(clock['uncertainty_ns'])})"
-                            if clock["uncertainty_ns"]
-                            else ""
-                        )
-                    )
-                )
-            )
+        for note in doc.get("notes") or []:
+            out.print(Text(line(f"{where}{note}")))
+        said = _window_said(doc)
+        if said is not None:
+            out.print(Text(line(where + said)))
+
+
+def _window_said(doc: dict[str, Any]) -> str | None:
+    """The injection window on the trace's clock in one line: where it lies, by which
+    method and within what bound; or why it has no place (None where a note of the
+    capture says so already)."""
+    w, clock = doc["window_on_trace_ns"], doc["clock"]
+    if doc["profiled"] is False:
+        return "unprofiled (the control): no trace, no trace clock"
+    if clock is None:
+        return None
+    if w is None:
+        if any(clock["why"] and clock["why"] in note for note in doc.get("notes") or []):
+            return None  # the capture's note says it
+        return f"injection window on the trace's clock ({clock['trace']}): none ({clock['why']})"
+    bound = (
+        "unchecked: nothing bounds its error"
+        if clock["uncertainty_ns"] is None
+        else f"± {fmt_ns(clock['uncertainty_ns'])}"
+    )
+    said = (
+        f"injection window on the trace's clock ({clock['trace']}): "
+        f"{_since(w[0], clock)}–{_since(w[1], clock)} ns by the {clock['method']} ({bound})"
+    )
+    return said + (f"; {clock['why']}" if clock["why"] and clock["uncertainty_ns"] else "")
 
 
 def _since(t_ns: int, clock: dict[str, Any]) -> str:
@@ -507,12 +523,14 @@ def _since(t_ns: int, clock: dict[str, Any]) -> str:
 
 def _check(check: dict[str, Any] | None) -> str:
     """The re-prefill check in a cell: the verdict and, when the counts differ, by how
-    much (the engine's prompt tokens over those sent)."""
+    much (the engine's prompt tokens over those sent); ``*`` when a caveat follows."""
     if check is None or check["verdict"] is None:
         return "—"
+    star = "*" if check.get("caveats") else ""
     if check["verdict"] == "match":
-        return "match"
-    return f"{check['verdict']} ({check['excess_tokens']:+,}, {check['ratio']:.2f}×)"
+        return "match" + star
+    ratio = "" if check["ratio"] is None else f", {check['ratio']:.2f}×"
+    return f"{check['verdict']}{star} ({check['excess_tokens']:+,}{ratio})"
 
 
 def render_itl_diff(doc: dict[str, Any], console: Console | None = None) -> None:

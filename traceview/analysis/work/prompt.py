@@ -14,13 +14,13 @@ from traceview.analysis.base.document import GrowthMeasure, Phase, PhaseWork, Pr
 from traceview.analysis.base.precision import line_ends, sig, sig_or_none
 from traceview.analysis.base.stats import mean
 
-GROWTH_STEPS = 3  # the steps a mixed phase needs for its growth (a line through 2 is exact)
+GROWTH_STEPS = 3  # the steps a mixed phase needs for its growth (2 fit a line exactly)
 
 
 def prefill_growth(table: pl.DataFrame, phases: list[Phase]) -> list[PrefillGrowth]:
-    """Per mixed phase of at least :data:`GROWTH_STEPS` steps: how prompt work per step grows from its first
-    chunk to its last, read off a least-squares line through the steps' prompt work (a
-    healthy chunked prefill is flat; re-feeding the prompt from token 0 grows linearly, and
+    """Per mixed phase of at least :data:`GROWTH_STEPS` steps: how prompt work per step
+    grows from its first chunk to its last, read off a least-squares line through the
+    steps' prompt work (a healthy chunked prefill is flat; re-feeding the prompt from token 0 grows linearly, and
     the total work quadratically). The line is fitted exactly (:func:`line_ends`) and the
     ratio rounded to the document's precision, so it is the same on every machine.
 
