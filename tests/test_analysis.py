@@ -54,6 +54,8 @@ def check_against_truth(doc: dict, t: dict, *, tokens: bool = True) -> None:
         tb["window_end_ns"],
     )
     assert busy["busy_ns"] == tb["busy_ns"]
+    # the analysed device, and the window's length: the serving steps' spans
+    assert (busy["device"], busy["window_ns"]) == (tb["device"], tb["window_ns"])
     for key in ("fraction", "in_gaps", "in_widest_gaps"):
         assert busy[key] == pytest.approx(tb[key], rel=DOC_REL)
 
