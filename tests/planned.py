@@ -249,6 +249,39 @@ def _clipped(a: int, b: int, windows: list[tuple[int, int]]) -> int:
     return sum(max(0, min(b, hi) - max(a, lo)) for lo, hi in windows[first:last])
 
 
+def busy_shares(
+    device: list[PlannedKernel], windows: list[tuple[int, int]]
+) -> tuple[int, dict[str, Fraction]]:
+    """The planned kernels' busy time inside the disjoint ``windows``, and that time by
+    family: each instant shared equally among the families running then, in exact
+    fractions (``device``: every planned kernel of the device, ordered by start)."""
+    starts = [k.ts_ns for k in device]
+    longest = max(k.dur_ns for k in device)
+    by_family: dict[str, Fraction] = {}
+    busy = 0
+    for lo, hi in windows:
+        near = device[bisect.bisect_left(starts, lo - longest) : bisect.bisect_left(starts, hi)]
+        # a sweep over the window: each kernel's start and end clipped to it, and per
+        # family how many of its kernels run
+        marks = sorted(
+            mark
+            for k in near
+            if k.end_ns > lo
+            for mark in ((max(k.ts_ns, lo), 1, k.family), (min(k.end_ns, hi), -1, k.family))
+        )
+        running: dict[str, int] = {}
+        at = lo
+        for t, step, family in marks:
+            on = [f for f, n in running.items() if n > 0]
+            if t > at and on:
+                busy += t - at
+                for f in on:
+                    by_family[f] = by_family.get(f, Fraction(0)) + Fraction(t - at, len(on))
+            at = max(at, t)
+            running[family] = running.get(family, 0) + step
+    return busy, by_family
+
+
 def planned_gap_fill(name: str) -> dict[str, dict[str, dict[str, Any] | None]]:
     """Per decode-gap population, what filled all its gaps (``filled``) and its gaps at or
     above its p99 (``widest``), overlaps aside, by docs/metrics.md's definitions applied to
@@ -281,32 +314,9 @@ def planned_gap_fill(name: str) -> dict[str, dict[str, dict[str, Any] | None]]:
             idle += [(i0, cut, "host_late"), (cut, i1, "launch")]
         else:
             idle.append((i0, i1, "dependency"))
-    starts = [k.ts_ns for k in device]
-    longest = max(k.dur_ns for k in device)
 
     def fill(windows: list[tuple[int, int]], count: int) -> dict[str, Any]:
-        by_family: dict[str, Fraction] = {}
-        busy = 0
-        for lo, hi in windows:
-            near = device[bisect.bisect_left(starts, lo - longest) : bisect.bisect_left(starts, hi)]
-            # a sweep over the window: each kernel's start and end clipped to it, and per
-            # family how many of its kernels run
-            marks = sorted(
-                mark
-                for k in near
-                if k.end_ns > lo
-                for mark in ((max(k.ts_ns, lo), 1, k.family), (min(k.end_ns, hi), -1, k.family))
-            )
-            running: dict[str, int] = {}
-            at = lo
-            for t, step, family in marks:
-                on = [f for f, n in running.items() if n > 0]
-                if t > at and on:
-                    busy += t - at
-                    for f in on:
-                        by_family[f] = by_family.get(f, Fraction(0)) + Fraction(t - at, len(on))
-                at = max(at, t)
-                running[family] = running.get(family, 0) + step
+        busy, by_family = busy_shares(device, windows)
         idle_ns = dict.fromkeys(CAUSES, 0)
         for a, b, cause in idle:
             idle_ns[cause] += _clipped(a, b, windows)
@@ -441,7 +451,6 @@ def two_devices(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         tb.events.append(Event("M", name, None, 1, 0, 0, args=value))
     tb.events.append(Event("M", "thread_name", None, 1, 7, 0, args={"name": "stream 7 "}))
     tb.write(path)
-    return (
-        truth(HYBRID_CHUNKED, steps0, path.name, tb.event_count),
-        truth(SECOND_DEVICE, steps1, path.name, tb.event_count),
-    )
+    second = truth(SECOND_DEVICE, steps1, path.name, tb.event_count)
+    second["device"] = second["busy"]["device"] = 1  # its plan runs on device 1
+    return truth(HYBRID_CHUNKED, steps0, path.name, tb.event_count), second

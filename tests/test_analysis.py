@@ -54,6 +54,8 @@ def check_against_truth(doc: dict, t: dict, *, tokens: bool = True) -> None:
         tb["window_end_ns"],
     )
     assert busy["busy_ns"] == tb["busy_ns"]
+    # the analysed device, and the window's length: the serving steps' spans
+    assert (busy["device"], busy["window_ns"]) == (tb["device"], tb["window_ns"])
     for key in ("fraction", "in_gaps", "in_widest_gaps"):
         assert busy[key] == pytest.approx(tb[key], rel=DOC_REL)
 
@@ -189,7 +191,9 @@ def test_disagreeing_annotations_fall_back_to_bursts(tmp_path: Path) -> None:
     summary = tv.summarize(tv.load(path))
     d = summary.to_dict()
     assert d["steps"]["method"] == "bursts"
-    assert d["steps"]["disagreements"] > 0
+    # the five steps whose annotation was dropped: anchors the bursts alone propose
+    assert d["steps"]["disagreements"] == dropped == 5
+    assert d["steps"]["annotation_steps"] == t["step_count"] - 5
     assert any("disagree" in w for w in summary.warnings)
     check_against_truth(d, t, tokens=False)
     # the steps still annotated keep their record: 5 decode steps (6 tokens each) lost it

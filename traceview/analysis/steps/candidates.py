@@ -1,5 +1,5 @@
 """Step candidates: each method proposes a list of steps with its evidence; one arbiter
-chooses between them (docs/metrics.md, Engine steps; docs/design.md).
+chooses between them (docs/design.md, "How steps are found").
 
 - ``bursts``: consecutive step-marker kernels on a stream form a per-layer burst. Between
   two bursts, the longest device-idle gap is the boundary's score. A model has a constant

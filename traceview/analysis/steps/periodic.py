@@ -1,5 +1,5 @@
 """The bursts' period: which boundaries between step-marker bursts are step boundaries
-(docs/metrics.md, Engine steps). A model has a constant number L of full-attention bursts
+(docs/design.md, "How steps are found"). A model has a constant number L of full-attention bursts
 per step, so the step boundaries are every L-th boundary; L and the pattern's phase are
 chosen where the chosen boundaries' idle gaps stand out locally (each beats every other
 boundary within L-1 of it), unless the boundaries off the phase are themselves sharp

@@ -1,4 +1,5 @@
-"""Warm-up inside a capture: the engine preparing, not serving (docs/metrics.md, "Warm-up").
+"""Warm-up inside a capture: the engine preparing, not serving (docs/metrics.md, "Warm-up is
+not serving"; how each cause is recognised: docs/design.md, "Warm-up signatures").
 
 Four causes are recognised, each by what its tool documents it doing:
 
