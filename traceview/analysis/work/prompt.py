@@ -20,9 +20,10 @@ GROWTH_STEPS = 3  # the steps a mixed phase needs for its growth (2 fit a line e
 def prefill_growth(table: pl.DataFrame, phases: list[Phase]) -> list[PrefillGrowth]:
     """Per mixed phase of at least :data:`GROWTH_STEPS` steps: how prompt work per step
     grows from its first chunk to its last, read off a least-squares line through the
-    steps' prompt work (a healthy chunked prefill is flat; re-feeding the prompt from token 0 grows linearly, and
-    the total work quadratically). The line is fitted exactly (:func:`line_ends`) and the
-    ratio rounded to the document's precision, so it is the same on every machine.
+    steps' prompt work (a healthy chunked prefill is flat; re-feeding the prompt from token
+    0 grows linearly, and the total work quadratically). The line is fitted exactly
+    (:func:`line_ends`) and the ratio rounded to the document's precision, so it is the
+    same on every machine.
 
     Prompt work is the engine's own count of context tokens where every step of the phase
     states it (``measure: prompt_tokens``), else the prefill-only kernel time
