@@ -27,9 +27,11 @@ start call was sent, its last ended before the stop call was answered (a looser 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
+
+from traceview.analysis.base.capture_document import Fingerprint, Offset, ProbeClock
 
 if TYPE_CHECKING:
     from traceview.model import Trace
@@ -83,7 +85,7 @@ def activity_extent(trace: Trace) -> tuple[int, int] | None:
     return None if lo is None or hi is None else (lo, hi)
 
 
-def fingerprint(trace: Trace) -> dict[str, Any]:
+def fingerprint(trace: Trace) -> Fingerprint:
     """What tells one trace from another without reading its bytes again: Kineto's
     ``baseTimeNanoseconds``, the profiler's span, and the number of events."""
     span = profiler_span(trace.events)
@@ -100,11 +102,11 @@ def _ns(value: int) -> str:
 
 
 def trace_offset(
-    clock: dict[str, Any],
+    clock: ProbeClock,
     base_time_ns: int | None,
     span: tuple[int, int] | None,
     extent: tuple[int, int] | None = None,
-) -> dict[str, Any]:
+) -> Offset:
     """The offset that puts the probe's monotonic times on one trace's clock, as the
     module docstring defines it: ``offset_ns``, ``method``, ``uncertainty_ns`` (the
     largest error the evidence allows; None when nothing bounds it), ``evidence`` (what
@@ -117,7 +119,7 @@ def trace_offset(
     (:func:`activity_extent`)."""
     wall = int(clock["wall_minus_monotonic_ns"]) - (base_time_ns or 0)
     width = int(clock.get("read_width_ns") or 0)
-    out: dict[str, Any] = {
+    out: Offset = {
         "offset_ns": wall,
         "method": "wall clock, unchecked",
         "uncertainty_ns": None,
@@ -145,24 +147,24 @@ def trace_offset(
         out["why"] = "the trace has no profiler span and no events to check the wall clock by"
         return out
     if lo - SLACK_NS <= wall <= hi + SLACK_NS:
-        out.update(method="wall clock", uncertainty_ns=max(wall - lo, hi - wall, width))
+        out["method"], out["uncertainty_ns"] = "wall clock", max(wall - lo, hi - wall, width)
         return out
     if lo <= hi:
         mid = (lo + hi) // 2
-        out.update(offset_ns=mid, method="bracket", uncertainty_ns=(hi - lo + 1) // 2)
+        out["offset_ns"], out["method"] = mid, "bracket"
+        out["uncertainty_ns"] = (hi - lo + 1) // 2
         out["why"] = (
             f"the wall clock misses the profiler calls: the server's clock is taken to be "
             f"{_ns(mid - wall)} off this machine's"
         )
         return out
-    out.update(
-        offset_ns=None, method=None, uncertainty_ns=None, why=_misfit(clock, wall, span, extent)
-    )
+    out["offset_ns"], out["method"], out["uncertainty_ns"] = None, None, None
+    out["why"] = _misfit(clock, wall, span, extent)
     return out
 
 
 def _misfit(
-    clock: dict[str, Any],
+    clock: ProbeClock,
     wall: int,
     span: tuple[int, int] | None,
     extent: tuple[int, int] | None,

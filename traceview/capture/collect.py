@@ -7,8 +7,9 @@ import glob
 import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from traceview.analysis.base.capture_document import ProbeClock, TraceClock
 from traceview.capture.clock import activity_extent, fingerprint, profiler_span, trace_offset
 from traceview.errors import CaptureError, TraceviewError
 
@@ -70,30 +71,50 @@ def trusted(cfg: ProbeConfig, traces: list[Path]) -> list[Path]:
     return checked
 
 
-def offsets(clock: dict[str, Any], traces: list[Path]) -> list[dict[str, Any]]:
+def offsets(clock: ProbeClock, traces: list[Path]) -> list[TraceClock]:
     """Per trace, its :func:`~traceview.capture.clock.fingerprint` and the offset from the
     probe's clock to the trace's (:func:`~traceview.capture.clock.trace_offset`); a trace
     that cannot be read gets none, and says why."""
     from traceview.loader import load
 
-    out = []
+    out: list[TraceClock] = []
     for path in traces:
-        entry: dict[str, Any] = {"trace": path.name}
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 trace = load(path)
         except TraceviewError as exc:
-            entry.update(offset_ns=None, method=None, uncertainty_ns=None, why=str(exc))
-        else:
-            entry.update(fingerprint(trace))
-            span, extent = profiler_span(trace.events), activity_extent(trace)
-            entry.update(trace_offset(clock, trace.meta.base_time_ns, span, extent))
-        out.append(entry)
+            out.append(
+                {
+                    "trace": path.name,
+                    "offset_ns": None,
+                    "method": None,
+                    "uncertainty_ns": None,
+                    "why": str(exc),
+                }
+            )
+            continue
+        found = fingerprint(trace)
+        span, extent = profiler_span(trace.events), activity_extent(trace)
+        off = trace_offset(clock, trace.meta.base_time_ns, span, extent)
+        out.append(  # the fingerprint, then the offset (its profiler span the same)
+            {
+                "trace": path.name,
+                "base_time_ns": found["base_time_ns"],
+                "profiler_start_ns": off["profiler_start_ns"],
+                "profiler_end_ns": off["profiler_end_ns"],
+                "events": found["events"],
+                "offset_ns": off["offset_ns"],
+                "method": off["method"],
+                "uncertainty_ns": off["uncertainty_ns"],
+                "evidence": off["evidence"],
+                "why": off["why"],
+            }
+        )
     return out
 
 
-def clock_notes(cfg: ProbeConfig, entries: list[dict[str, Any]]) -> list[str]:
+def clock_notes(cfg: ProbeConfig, entries: list[TraceClock]) -> list[str]:
     """What a profiled capture could not give: a trace, or a trace's clock."""
     if not cfg.profile:
         return []
@@ -106,14 +127,14 @@ def clock_notes(cfg: ProbeConfig, entries: list[dict[str, Any]]) -> list[str]:
         return [f"profiled, but no trace written during the capture was found {where}"]
     notes = []
     for e in entries:
-        if e.get("offset_ns") is None:
+        if e["offset_ns"] is None:
             notes.append(
-                f"{e['trace']}: no clock offset ({e.get('why')}): the injection window "
+                f"{e['trace']}: no clock offset ({e['why']}): the injection window "
                 "cannot be placed on it"
             )
-        elif e.get("uncertainty_ns") is None:
+        elif e["uncertainty_ns"] is None:
             notes.append(
                 f"{e['trace']}: the injection window is placed by the wall clock, "
-                f"unchecked ({e.get('why')}): nothing bounds its error"
+                f"unchecked ({e['why']}): nothing bounds its error"
             )
     return notes

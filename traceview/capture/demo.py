@@ -59,7 +59,8 @@ def run_demo(out: Path, *, prompt_tokens: int, echo: Callable[[str], None], err:
     view (ITL, TTFT, the engine's counters) and their comparison with verdicts."""
     from traceview.analysis.analyze import analyze
     from traceview.capture import lab, probe, server
-    from traceview.render.table import render_itl, render_itl_diff, render_summary
+    from traceview.render.itl_table import render_itl, render_itl_diff
+    from traceview.render.table import render_summary
 
     lab._torch(), server._deps(), probe._httpx()  # a missing extra, said before anything starts
     rows = []

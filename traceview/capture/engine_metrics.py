@@ -17,12 +17,26 @@ client side too, on an engine that counts every token it feeds (:data:`COUNTS_ON
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
+from traceview.analysis.base.capture_document import (
+    Counter,
+    CounterDelta,
+    CounterResets,
+    EngineCounts,
+    PrefillCheck,
+    Quantity,
+)
 from traceview.errors import CaptureError, MissingDependencyError
 
-QUANTITIES = ("prompt_tokens", "generation_tokens", "preemptions", "running", "waiting")
-COUNTERS = ("prompt_tokens", "generation_tokens", "preemptions")
+QUANTITIES: tuple[Quantity, ...] = (
+    "prompt_tokens",
+    "generation_tokens",
+    "preemptions",
+    "running",
+    "waiting",
+)
+COUNTERS: tuple[Counter, ...] = ("prompt_tokens", "generation_tokens", "preemptions")
 
 # Each quantity's metric names, first served wins; a counter's samples are read under the
 # name and the name + "_total" (prometheus_client writes the latter). vLLM:
@@ -58,7 +72,16 @@ NAMES: dict[str, dict[str, tuple[str, ...]]] = {
 COUNTS_ONCE = {"vllm": "vLLM", "sglang": "SGLang"}
 EXACT = 2**53  # a larger value is kept as a float: JSON readers take integers up to here
 
-Snapshot = dict[str, int | float | None]
+
+def counts() -> EngineCounts:
+    """A snapshot in which the server serves nothing yet: every quantity None."""
+    return {
+        "prompt_tokens": None,
+        "generation_tokens": None,
+        "preemptions": None,
+        "running": None,
+        "waiting": None,
+    }
 
 
 def _parser() -> Any:
@@ -79,7 +102,9 @@ def _number(value: float) -> int | float | None:
     return int(value) if value == int(value) and abs(value) <= EXACT else value
 
 
-def parse(text: str, engine: str, where: str) -> tuple[Snapshot, dict[str, str | None], str | None]:
+def parse(
+    text: str, engine: str, where: str
+) -> tuple[EngineCounts, dict[str, str | None], str | None]:
     """The five quantities of one ``/metrics`` page, the metric name each was read from
     (None: not served), and :func:`missing`'s sentence on the names the page lacks.
 
@@ -101,11 +126,11 @@ def parse(text: str, engine: str, where: str) -> tuple[Snapshot, dict[str, str |
 
 def _find(
     sums: dict[str, float], names: dict[str, tuple[str, ...]]
-) -> tuple[Snapshot, dict[str, str | None]]:
-    values: Snapshot = {}
+) -> tuple[EngineCounts, dict[str, str | None]]:
+    values = counts()
     used: dict[str, str | None] = {}
     for quantity in QUANTITIES:
-        values[quantity], used[quantity] = None, None
+        used[quantity] = None
         for name in names[quantity]:
             hit = next((n for n in (f"{name}_total", name) if n in sums), None)
             if hit is not None:
@@ -133,15 +158,15 @@ def missing(sums: dict[str, float], engine: str, used: dict[str, str | None]) ->
     return said
 
 
-def increase(series: list[Snapshot]) -> tuple[Snapshot, dict[str, int]]:
+def increase(series: list[EngineCounts]) -> tuple[CounterDelta, CounterResets]:
     """Each counter's increase over ``series`` (snapshots in time order, the first before
     the workload, the last after it), and how many times it was reset. A counter only
     goes up; one that goes down was reset (the server restarted) and counts from 0 again,
     so the increase sums each step's rise, taking the value after a reset as its rise,
     as Prometheus's ``increase()`` does. A counter absent from the first or the last
     snapshot has no increase (None); snapshots between that lack it are skipped."""
-    out: Snapshot = {}
-    resets: dict[str, int] = {}
+    out: CounterDelta = {"prompt_tokens": None, "generation_tokens": None, "preemptions": None}
+    resets: CounterResets = {"prompt_tokens": 0, "generation_tokens": 0, "preemptions": 0}
     for key in COUNTERS:
         if not series or series[0].get(key) is None or series[-1].get(key) is None:
             out[key], resets[key] = None, 0
@@ -164,7 +189,7 @@ def prefill_check(
     engine: str | None = None,
     preemptions: int | float | None = None,
     resets: int = 0,
-) -> dict[str, Any]:
+) -> PrefillCheck:
     """The engine's counted prompt tokens against the ``sent`` ones: ``excess_tokens``
     (counted − sent), ``ratio`` (counted / sent; None when nothing was sent) and a
     ``verdict``: ``match`` when equal, ``re-prefill`` when the engine counted more prompt
@@ -199,7 +224,9 @@ def prefill_check(
         }
     excess = _number(float(counted) - sent)
     assert excess is not None
-    verdict = "match" if excess == 0 else ("re-prefill" if excess > 0 else "fewer")
+    verdict: Literal["match", "re-prefill", "fewer"] = (
+        "match" if excess == 0 else ("re-prefill" if excess > 0 else "fewer")
+    )
     return {
         "sent_prompt_tokens": sent,
         "engine_prompt_tokens": counted,

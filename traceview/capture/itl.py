@@ -14,11 +14,28 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import orjson
 
+from traceview.analysis.base.capture_document import (
+    ITL_DIFF_SCHEMA,
+    ITL_SCHEMA,
+    Count,
+    EngineCounts,
+    ItlClock,
+    ItlDiffDocument,
+    ItlDiffRow,
+    ItlDocument,
+    ItlMetrics,
+    ItlRequest,
+    PrefillCheck,
+    Role,
+    Snapshot,
+    Ttft,
+    TtftStats,
+)
 from traceview.analysis.base.stats import percentiles
 from traceview.capture import engine_metrics
 from traceview.capture.rundoc import CaptureRun
@@ -28,8 +45,7 @@ from traceview.errors import CaptureError
 if TYPE_CHECKING:
     from traceview.model import Trace
 
-ITL_SCHEMA = "traceview.itl/1"
-ROLES = ("victim", "injected")
+ROLES: tuple[Role, ...] = ("victim", "injected")
 _INT64_MAX = 2**63 - 1
 
 
@@ -56,8 +72,8 @@ class Probe:
     path: Path
     window: tuple[int, int]
     tokens: dict[int, dict[int, int]]  # victim -> token number -> arrival (ns)
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    snapshots: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[ItlRequest] = field(default_factory=list)
+    snapshots: list[Snapshot] = field(default_factory=list)
     run: CaptureRun | None = None
 
 
@@ -88,8 +104,8 @@ def read(source: str | os.PathLike[str]) -> Probe:
         raise CaptureError(f"{path}: cannot read: {exc.strerror}") from None
     events: dict[str, int] = {}
     per: dict[int, dict[int, int]] = {}
-    requests: list[dict[str, Any]] = []
-    snapshots: list[dict[str, Any]] = []
+    requests: list[ItlRequest] = []
+    snapshots: list[Snapshot] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -131,13 +147,17 @@ def read(source: str | os.PathLike[str]) -> Probe:
     return Probe(path, (lo, hi), per, requests, snapshots, run)
 
 
-def _request(row: dict[str, Any], where: str) -> dict[str, Any]:
-    role = row.get("role")
-    if role not in ROLES:
-        raise CaptureError(f"{where}: 'role' must be one of {', '.join(ROLES)} (it is {role!r})")
+def _request(row: dict[str, Any], where: str) -> ItlRequest:
+    role = next((r for r in ROLES if r == row.get("role")), None)
+    if role is None:
+        said = row.get("role")
+        raise CaptureError(f"{where}: 'role' must be one of {', '.join(ROLES)} (it is {said!r})")
     sent = _probe_int(row, "sent_ns", where)
     first = _probe_int(row, "first_token_ns", where, null=True)
-    assert sent is not None
+    index, prompt = _probe_int(row, "index", where), _probe_int(row, "prompt_tokens", where)
+    tokens, chunks = _probe_int(row, "tokens", where), _probe_int(row, "chunks", where)
+    assert sent is not None and index is not None and prompt is not None
+    assert tokens is not None and chunks is not None
     if first is not None and first < sent:
         raise CaptureError(
             f"{where}: the first token ({first} ns) came before the request was sent "
@@ -145,16 +165,16 @@ def _request(row: dict[str, Any], where: str) -> dict[str, Any]:
         )
     return {
         "role": role,
-        "index": _probe_int(row, "index", where),
-        "prompt_tokens": _probe_int(row, "prompt_tokens", where),
+        "index": index,
+        "prompt_tokens": prompt,
         "ttft_ns": None if first is None else first - sent,
-        "tokens": _probe_int(row, "tokens", where),
-        "chunks": _probe_int(row, "chunks", where),
+        "tokens": tokens,
+        "chunks": chunks,
     }
 
 
-def _values(values: dict[str, Any], where: str) -> engine_metrics.Snapshot:
-    out: engine_metrics.Snapshot = {}
+def _values(values: dict[str, Any], where: str) -> EngineCounts:
+    out = engine_metrics.counts()
     for key in engine_metrics.QUANTITIES:
         v = values.get(key)
         if v is not None and (
@@ -193,7 +213,7 @@ def gaps(probe: Probe) -> tuple[np.ndarray, np.ndarray]:
     return at_a[order_a], gap_a[order_a]
 
 
-def offset(probe: Probe) -> dict[str, Any] | None:
+def offset(probe: Probe) -> ItlClock | None:
     """The clock entry of the capture's first trace (``run.json``'s ``clock.traces``):
     ``offset_ns`` puts the probe's times on the trace's clock; None without one."""
     if probe.run is None or not probe.run.entries:
@@ -201,7 +221,7 @@ def offset(probe: Probe) -> dict[str, Any] | None:
     return probe.run.entries[0].document()
 
 
-def window_on_trace(probe: Probe, entry: dict[str, Any] | None) -> list[int] | None:
+def window_on_trace(probe: Probe, entry: ItlClock | None) -> list[int] | None:
     """The injection window on the trace's clock (ns), ``[start, end]``; None without an
     offset."""
     if entry is None or entry["offset_ns"] is None:
@@ -210,7 +230,7 @@ def window_on_trace(probe: Probe, entry: dict[str, Any] | None) -> list[int] | N
     return [lo + entry["offset_ns"], hi + entry["offset_ns"]]
 
 
-def _metrics(probe: Probe) -> dict[str, Any] | None:
+def _metrics(probe: Probe) -> ItlMetrics | None:
     """The engine's counters: the before and after snapshots, each counter's increase
     over every snapshot between them (:func:`~traceview.capture.engine_metrics.increase`)
     and its resets, the largest running and waiting seen, how many snapshots there were,
@@ -229,8 +249,8 @@ def _metrics(probe: Probe) -> dict[str, Any] | None:
                 "(a restart?): its delta sums the rises, as Prometheus's increase() does"
             )
 
-    def largest(key: str) -> int | float | None:
-        seen = [s["values"][key] for s in probe.snapshots if s["values"].get(key) is not None]
+    def largest(key: Literal["running", "waiting"]) -> Count | None:
+        seen = [v for s in probe.snapshots if (v := s["values"][key]) is not None]
         return max(seen) if seen else None
 
     return {
@@ -246,7 +266,7 @@ def _metrics(probe: Probe) -> dict[str, Any] | None:
     }
 
 
-def itl(source: str | os.PathLike[str]) -> dict[str, Any]:
+def itl(source: str | os.PathLike[str]) -> ItlDocument:
     """The ``traceview.itl/1`` document of a capture folder or probe file.
 
     ``all`` and ``injection``: the victims' inter-token gaps (:func:`gaps`), over every
@@ -265,23 +285,30 @@ def itl(source: str | os.PathLike[str]) -> dict[str, Any]:
     at, gap = gaps(probe)
     lo, hi = probe.window
     inside = gap[(at >= lo) & (at <= hi)]
-    ttft: dict[str, Any] = {}
-    for role, key in (("victim", "victims"), ("injected", "injected")):
+
+    def ttft(role: Role) -> TtftStats:
         rows = [r for r in probe.requests if r["role"] == role]
-        times = [r["ttft_ns"] for r in rows if r["ttft_ns"] is not None]
-        ttft[key] = {
-            **percentiles(np.asarray(times, dtype=np.int64)),
+        times = [t for r in rows if (t := r["ttft_ns"]) is not None]
+        p = percentiles(np.asarray(times, dtype=np.int64))
+        return {
+            "n": p["n"],
+            "p50_ns": p["p50_ns"],
+            "p90_ns": p["p90_ns"],
+            "p99_ns": p["p99_ns"],
+            "max_ns": p["max_ns"],
             "requests": len(rows),
             "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
         }
+
+    ttfts: Ttft = {"victims": ttft("victim"), "injected": ttft("injected")}
     metrics = _metrics(probe)
-    check = None
-    if metrics is not None and "delta" in metrics and probe.requests:
+    check: PrefillCheck | None = None
+    if metrics is not None and "delta" in metrics and "resets" in metrics and probe.requests:
         sent = sum(r["prompt_tokens"] for r in probe.requests)
         check = engine_metrics.prefill_check(
             sent,
             metrics["delta"]["prompt_tokens"],
-            engine=metrics["engine"],
+            engine=metrics.get("engine"),
             preemptions=metrics["delta"]["preemptions"],
             resets=metrics["resets"]["prompt_tokens"],
         )
@@ -296,7 +323,7 @@ def itl(source: str | os.PathLike[str]) -> dict[str, Any]:
         "all": percentiles(gap),
         "injection": percentiles(inside),
         "tokens": {"victims": tokens, "chunks": chunks if probe.requests else None},
-        "ttft": ttft,
+        "ttft": ttfts,
         "requests": probe.requests,
         "metrics": metrics,
         "prefill_check": check,
@@ -411,7 +438,6 @@ def fmt_gap(ns: int) -> str:
 
 # --- two captures side by side -------------------------------------------------------------
 
-ITL_DIFF_SCHEMA = "traceview.itl-diff/1"
 RATES = ("p50_ns", "p90_ns", "p99_ns")  # the percentiles a comparison judges (no maximum)
 
 
@@ -426,21 +452,29 @@ def supports(quantile: str, n: int | None) -> bool:
     return n >= samples_for(int(quantile[1:3]) / 100)
 
 
-def _figures(doc: dict[str, Any]) -> list[tuple[str, str, str, Any, int | None, str, str]]:
+_Quantile = Literal["p50_ns", "p90_ns", "p99_ns", "max_ns"]
+_QS: tuple[_Quantile, ...] = ("p50_ns", "p90_ns", "p99_ns", "max_ns")
+_FigureRole = Literal["rate", "shown", "workload"]
+# (section, metric, field, value, n, unit, role)
+_Figure = tuple[str, str, str, Count | None, int | None, str, _FigureRole]
+
+
+def _figures(doc: ItlDocument) -> list[_Figure]:
     """(section, metric, field, value, n, unit, role) of each figure :func:`compare`
     shows: the latency percentiles are rates; the maxima, the counts and the engine's
     counters are shown, never judged."""
-    out: list[tuple[str, str, str, Any, int | None, str, str]] = []
-    for pop, label in (("all", "all tokens"), ("injection", "injection window")):
-        s = doc[pop]
-        for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns"):
-            role = "rate" if q in RATES else "shown"
+    out: list[_Figure] = []
+    for pop, label, s in (
+        ("all", "all tokens", doc["all"]),
+        ("injection", "injection window", doc["injection"]),
+    ):
+        for q in _QS:
+            role: _FigureRole = "rate" if q in RATES else "shown"
             out.append(("ITL", f"{label} {q[:-3]}", f"{pop}.{q}", s[q], s["n"], "ns", role))
-    for pop in ("victims", "injected"):
-        s = doc["ttft"][pop]
-        for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns"):
+    for pop, t in (("victims", doc["ttft"]["victims"]), ("injected", doc["ttft"]["injected"])):
+        for q in _QS:
             role = "rate" if q in RATES else "shown"
-            out.append(("TTFT", f"{pop} {q[:-3]}", f"ttft.{pop}.{q}", s[q], s["n"], "ns", role))
+            out.append(("TTFT", f"{pop} {q[:-3]}", f"ttft.{pop}.{q}", t[q], t["n"], "ns", role))
     out.append(
         (
             "work",
@@ -453,26 +487,27 @@ def _figures(doc: dict[str, Any]) -> list[tuple[str, str, str, Any, int | None, 
         )
     )
     out.append(("work", "injection window", "window_ns", doc["window_ns"], None, "ns", "workload"))
-    delta = (doc.get("metrics") or {}).get("delta") or {}
+    metrics = doc["metrics"]
+    delta = None if metrics is None else metrics.get("delta")
     for key in engine_metrics.COUNTERS:
         out.append(
             (
                 "engine",
                 f"{key} (delta)",
                 f"metrics.delta.{key}",
-                delta.get(key),
+                None if delta is None else delta[key],
                 None,
                 "count",
                 "workload",
             )
         )
-    check = doc.get("prefill_check") or {}
+    check = doc["prefill_check"]
     out.append(
         (
             "engine",
             "excess prompt tokens",
             "prefill_check.excess_tokens",
-            check.get("excess_tokens"),
+            None if check is None else check["excess_tokens"],
             None,
             "count",
             "workload",
@@ -481,14 +516,14 @@ def _figures(doc: dict[str, Any]) -> list[tuple[str, str, str, Any, int | None, 
     return out
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def compare(a: ItlDocument, b: ItlDocument) -> ItlDiffDocument:
     """Two ``traceview.itl/1`` documents side by side (A the baseline, ratios B/A), as
     ``diff`` compares traces: a latency percentile gets a verdict (same within ±5%,
     better, worse) only where both populations support it (:func:`supports`; else
     ``too few``); maxima, counts and the engine's counters are shown, never judged."""
     from traceview.analysis.documents.verdicts import Metric, judgement, ratio_of
 
-    rows = []
+    rows: list[ItlDiffRow] = []
     for fa, fb in zip(_figures(a), _figures(b), strict=True):
         section, metric, path, va, na, unit, role = fa
         vb, nb = fb[3], fb[4]

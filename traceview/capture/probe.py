@@ -29,12 +29,17 @@ from typing import Any
 
 import orjson
 
+from traceview.analysis.base.capture_document import (
+    CAPTURE_SCHEMA,
+    CaptureRunDocument,
+    ProbeClock,
+    ProfileCall,
+)
 from traceview.capture.clock import wall_minus_monotonic
 from traceview.capture.collect import clock_notes, collect, offsets, trusted
 from traceview.capture.scrape import MAX_PAGE_BYTES, Reader
 from traceview.errors import CaptureError, MissingDependencyError
 
-CAPTURE_SCHEMA = "traceview.capture/1"
 SETTLE_S = 5.0  # the after snapshot waits this long at most for the engine to go idle
 
 
@@ -346,7 +351,7 @@ async def _settle(reader: Reader, store: _Store) -> None:
         store.snapshots.append(last)
 
 
-async def _profile(client: Any, cfg: ProbeConfig, action: str) -> tuple[Any, dict[str, int]]:
+async def _profile(client: Any, cfg: ProbeConfig, action: str) -> tuple[Any, ProfileCall]:
     body = None
     if cfg.engine == "sglang" and action == "start" and cfg.profile_dir:
         body = {
@@ -405,7 +410,6 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
     )
     limits = httpx.Limits(max_connections=cfg.victims + cfg.inject + 4)
     started = time.time()
-    clock: dict[str, Any] = {"client": "time.monotonic_ns"}
     store = _Store()
     store.victims = [
         _Request(
@@ -431,7 +435,12 @@ async def run_probe(cfg: ProbeConfig) -> ProbeResult:
             await reader.start()
             before = await _scrape(reader, store, "before")
             store.snapshots += [before] if before is not None else []
-            clock["wall_minus_monotonic_ns"], clock["read_width_ns"] = wall_minus_monotonic()
+            wall, width = wall_minus_monotonic()
+            clock: ProbeClock = {
+                "client": "time.monotonic_ns",
+                "wall_minus_monotonic_ns": wall,
+                "read_width_ns": width,
+            }
             stop = None
             if cfg.profile:
                 _resp, clock["profile_start"] = await _profile(client, cfg, "start")
@@ -512,7 +521,7 @@ def _write(
     inject_end: int,
     traces: list[Path],
     started: float,
-    clock: dict[str, Any],
+    clock: ProbeClock,
 ) -> ProbeResult:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -538,17 +547,17 @@ def _write(
                 shutil.copy2(t, tmpdir / t.name)
                 staged.append((tmpdir / t.name, dest))
             copied.append(dest)
-        clock["traces"] = offsets(clock, traces)
-        notes = clock_notes(cfg, clock["traces"])
+        entries = offsets(clock, traces)
+        notes = clock_notes(cfg, entries)
         metrics_notes = store.metrics_notes(cfg.url)
-        run = {
+        run: CaptureRunDocument = {
             "schema": CAPTURE_SCHEMA,
             "config": asdict(cfg),
             "profiled": cfg.profile,
             "started_unix_s": started,
             "inject_start_ns": inject_start,
             "inject_end_ns": inject_end,
-            "clock": clock,
+            "clock": {**clock, "traces": entries},
             "traces": [p.name for p in copied],
             "victim_tokens": [len(t) for t in store.arrivals],
             "sent_prompt_tokens": sum(len(r.prompt) for r in requests),

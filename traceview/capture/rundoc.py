@@ -5,15 +5,16 @@ and the key. ``itl``, ``heartbeat --probe`` and ``report`` all read a capture th
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from traceview.analysis.base.capture_document import CAPTURE_SCHEMA, Fingerprint, ItlClock
 from traceview.errors import CaptureError
 
-CAPTURE_SCHEMAS = ("traceview.capture/1", "traceview.run/1")  # the second: one release more
+CAPTURE_SCHEMAS = (CAPTURE_SCHEMA, "traceview.run/1")  # the second: one release more
 _INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -33,17 +34,30 @@ class ClockEntry:
     profiler_end_ns: int | None
     events: int | None  # None: not recorded
 
-    def matches(self, fingerprint: dict[str, Any]) -> bool:
+    def matches(self, fingerprint: Fingerprint) -> bool:
         """Whether ``fingerprint`` (a loaded trace's) is this entry's trace: the same base
         time and profiler span, and the same number of events where that was recorded."""
-        same = all(
-            getattr(self, key) == fingerprint.get(key)
-            for key in ("base_time_ns", "profiler_start_ns", "profiler_end_ns")
+        same = (
+            self.base_time_ns == fingerprint["base_time_ns"]
+            and self.profiler_start_ns == fingerprint["profiler_start_ns"]
+            and self.profiler_end_ns == fingerprint["profiler_end_ns"]
         )
-        return same and (self.events is None or self.events == fingerprint.get("events"))
+        return same and (self.events is None or self.events == fingerprint["events"])
 
-    def document(self) -> dict[str, Any]:
-        return asdict(self)
+    def document(self) -> ItlClock:
+        """This entry as the ``itl`` document's ``clock``."""
+        return {
+            "trace": self.trace,
+            "offset_ns": self.offset_ns,
+            "method": self.method,
+            "uncertainty_ns": self.uncertainty_ns,
+            "evidence": self.evidence,
+            "why": self.why,
+            "base_time_ns": self.base_time_ns,
+            "profiler_start_ns": self.profiler_start_ns,
+            "profiler_end_ns": self.profiler_end_ns,
+            "events": self.events,
+        }
 
 
 @dataclass(frozen=True)

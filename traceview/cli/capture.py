@@ -224,19 +224,23 @@ def itl(captures: tuple[str, ...], as_json: bool) -> None:
     compare them as diff compares traces."""
     from traceview.capture.itl import compare
     from traceview.capture.itl import itl as compute
-    from traceview.render.table import render_itl, render_itl_diff
+    from traceview.render.itl_table import render_itl, render_itl_diff
 
     if len(captures) > 2:
         raise click.UsageError("itl takes one capture, or two to compare")
     docs = [compute(c) for c in captures]
-    doc = docs[0] if len(docs) == 1 else compare(*docs)
+    if len(docs) == 1:
+        if as_json:
+            click.echo(orjson.dumps(docs[0], option=orjson.OPT_INDENT_2).decode())
+        else:
+            render_itl([("", docs[0])])
+        return
+    diff = compare(*docs)
     if as_json:
-        click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
-    elif len(docs) == 1:
-        render_itl([("", doc)])
+        click.echo(orjson.dumps(diff, option=orjson.OPT_INDENT_2).decode())
     else:
         render_itl([("A", docs[0]), ("B", docs[1])])
-        render_itl_diff(doc)
+        render_itl_diff(diff)
 
 
 @click.command()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +19,7 @@ from traceview.errors import TraceviewError
 
 if TYPE_CHECKING:
     from traceview.analysis.analyze import AnalysisConfig
+    from traceview.analysis.base.capture_document import ItlDocument
     from traceview.capture.itl import OnTrace
 
 
@@ -44,7 +45,9 @@ def report(
     if len(traces) > 2:
         raise click.UsageError("report takes one trace, or two to compare")
     path = output_file(output, traces, force=force, suffixes=(".html", ".htm"))
-    summaries, clients, probes = [], [], []
+    summaries = []
+    clients: list[ItlDocument | None] = []
+    probes: list[OnTrace | None] = []
     for given in traces:
         trace, client, probe = _capture(given)
         summaries.append(summarize_trace(trace, analysis, strict=strict))
@@ -63,7 +66,7 @@ def report(
     say(f"wrote {atomic_write(path, write, overwrite=force)}")
 
 
-def _capture(given: str) -> tuple[str, dict[str, Any] | None, OnTrace | None]:
+def _capture(given: str) -> tuple[str, ItlDocument | None, OnTrace | None]:
     """A trace as given, or a capture folder's trace with its client view. The trace is
     read only from inside the capture folder."""
     folder = Path(given)

@@ -51,6 +51,11 @@ def fmt_pct(fraction: float | None) -> str:
     return "—" if fraction is None else f"{fraction:.1%}"
 
 
+def fmt_count(value: int | float | None) -> str:
+    """A count as the engine or the client gave it, with thousands separators; — for None."""
+    return "—" if value is None else f"{value:,}"
+
+
 def fmt_value(value: float | None, unit: str) -> str:
     """A metric's value in its unit: ns as a duration, a fraction as a percentage, counts
     with thousands separators (one decimal where they are not whole)."""

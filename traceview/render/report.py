@@ -10,13 +10,14 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from traceview.capture.itl import OnTrace
 
+from traceview.analysis.base.capture_document import ItlDocument
 from traceview.analysis.documents.compare import Diff
 from traceview.analysis.documents.summary import Summary, warmup_line
 from traceview.analysis.timing.gaps import SMALL_N
@@ -234,28 +235,26 @@ def _json_script(doc: Mapping[str, object], element_id: str) -> str:
     return f'<script type="application/json" id="{element_id}">{json_for_html(doc)}</script>'
 
 
-def _client_section(doc: dict[str, Any], label: str, probe: OnTrace | None = None) -> str:
+def _client_section(doc: ItlDocument, label: str, probe: OnTrace | None = None) -> str:
     """A capture's client view (``traceview itl``): ITL and TTFT per population with their
     n, the engine's counters over the workload, the re-prefill check and what it cannot
     see, and the notes on the capture and on its window on the trace."""
     out = [f"<h2>What the clients saw — {esc(label)}</h2>"]
     rows = []
-    for pop, title in (("all", "ITL, all tokens"), ("injection", "ITL, injection window")):
-        s = doc[pop]
+    for title, s in (("ITL, all tokens", doc["all"]), ("ITL, injection window", doc["injection"])):
         rows.append([title, f"{s['n']:,}", "", *(fmt_ns(s[q]) for q in _QS)])
-    for pop in ("victims", "injected"):
-        s = doc["ttft"][pop]
+    for pop, t in (("victims", doc["ttft"]["victims"]), ("injected", doc["ttft"]["injected"])):
         rows.append(
-            [f"TTFT, {pop}", f"{s['n']:,}", f"{s['prompt_tokens']:,}", *(fmt_ns(s[q]) for q in _QS)]
+            [f"TTFT, {pop}", f"{t['n']:,}", f"{t['prompt_tokens']:,}", *(fmt_ns(t[q]) for q in _QS)]
         )
     head = ["population", "n", "prompt tokens (sum)", "p50", "p90", "p99", "max"]
     out.append(_table(head, rows, {1, 2, 3, 4, 5, 6}))
     m, check = doc["metrics"], doc["prefill_check"]
-    notes = [*((m or {}).get("notes") or []), *(doc.get("notes") or [])]
+    notes = [*([] if m is None else m["notes"]), *doc["notes"]]
     if m is not None and "delta" in m:
         d = m["delta"]
         verdict = "—" if check is None or check["verdict"] is None else check["verdict"]
-        caveats = [] if check is None else check.get("caveats") or []
+        caveats = [] if check is None else check["caveats"]
         sent = "—" if check is None else f"{check['sent_prompt_tokens']:,}"
         out.append(
             _table(
@@ -266,8 +265,8 @@ def _client_section(doc: dict[str, Any], label: str, probe: OnTrace | None = Non
                     ["re-prefill check", verdict + ("*" if caveats else "")],
                     ["generation tokens", fmt_value(d["generation_tokens"], "count")],
                     ["preemptions", fmt_value(d["preemptions"], "count")],
-                    ["running (largest seen)", fmt_value(m["running_max"], "count")],
-                    ["waiting (largest seen)", fmt_value(m["waiting_max"], "count")],
+                    ["running (largest seen)", fmt_value(m.get("running_max"), "count")],
+                    ["waiting (largest seen)", fmt_value(m.get("waiting_max"), "count")],
                 ],
                 {1},
             )
@@ -285,14 +284,19 @@ def _client_section(doc: dict[str, Any], label: str, probe: OnTrace | None = Non
     return "\n".join(out)
 
 
-_QS = ("p50_ns", "p90_ns", "p99_ns", "max_ns")
+_QS: tuple[Literal["p50_ns", "p90_ns", "p99_ns", "max_ns"], ...] = (
+    "p50_ns",
+    "p90_ns",
+    "p99_ns",
+    "max_ns",
+)
 
 
 def report_html(
     summaries: list[Summary],
     diff: Diff | None = None,
     *,
-    clients: list[dict[str, Any] | None] | None = None,
+    clients: list[ItlDocument | None] | None = None,
     probes: list[OnTrace | None] | None = None,
 ) -> str:
     """The page for one summary, or two (A then B) with their diff. For a capture,

@@ -40,6 +40,7 @@ from traceview.render.format import (
     diff_rows,
     efficiency_caption,
     efficiency_rows,
+    fmt_count,
     fmt_ns,
     fmt_pct,
     fmt_ratio,
@@ -114,10 +115,6 @@ def render_info(doc: InfoDocument, console: Console | None = None) -> None:
 
 def _steps(n: int) -> str:
     return f"{n:,} step" if n == 1 else f"{n:,} steps"
-
-
-def _count(v: int | float | None) -> str:
-    return "—" if v is None else f"{v:,}"
 
 
 def render_summary(doc: SummaryDocument, console: Console | None = None) -> None:
@@ -205,7 +202,7 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
         ph.add_column(col, justify="left" if col in ("phase", "steps") else "right")
     for first, cells in phase_rows(s):
         prompt = w["prompt_tokens"] if first is None else tokens.get(first)
-        ph.add_row(*cells, *([_count(prompt)] if show_tokens else []), end_section=first is None)
+        ph.add_row(*cells, *([fmt_count(prompt)] if show_tokens else []), end_section=first is None)
     out.print(ph)
     render_time_breakdown(doc, out)
     render_efficiency(doc, out)
@@ -407,150 +404,6 @@ def render_check(result: CheckResult, console: Console | None = None) -> None:
     for r in result.rows:  # each value in its bound's unit, as the check reads
         result_cell = Text("ok", style="green") if r["ok"] else Text("FAILED", style="red")
         table.add_row(r["check"], r["shown"] or "—", result_cell)
-    out.print(table)
-
-
-def render_itl(rows: list[tuple[str, dict[str, Any]]], console: Console | None = None) -> None:
-    """A capture's client view: the victims' inter-token latency per population, time to
-    first token per population (each percentile with its n), the engine's counters over
-    the workload with the re-prefill check and what it cannot see, and the injection
-    window on the trace's clock, with the bound on its error (or why there is none)."""
-    out = console or Console(highlight=False)
-    table = Table(title="victims' inter-token latency", title_justify="left")
-    for col in ("run", "population", "n", "p50", "p90", "p99", "max"):
-        table.add_column(col, justify="left" if col in ("run", "population") else "right")
-    for label, doc in rows:
-        for pop, title in (("all", "all tokens"), ("injection", "injection window")):
-            s = doc[pop]
-            table.add_row(
-                label,
-                title,
-                f"{s['n']:,}",
-                fmt_ns(s["p50_ns"]),
-                fmt_ns(s["p90_ns"]),
-                fmt_ns(s["p99_ns"]),
-                fmt_ns(s["max_ns"]),
-            )
-    out.print(table)
-    ttft = Table(title="time to first token (send to first token)", title_justify="left")
-    for col in ("run", "population", "n", "prompt tokens (sum)", "p50", "p90", "p99", "max"):
-        ttft.add_column(col, justify="left" if col in ("run", "population") else "right")
-    for label, doc in rows:
-        for pop in ("victims", "injected"):
-            s = doc["ttft"][pop]
-            ttft.add_row(
-                label,
-                pop,
-                f"{s['n']:,}",
-                f"{s['prompt_tokens']:,}",
-                fmt_ns(s["p50_ns"]),
-                fmt_ns(s["p90_ns"]),
-                fmt_ns(s["p99_ns"]),
-                fmt_ns(s["max_ns"]),
-            )
-    out.print(ttft)
-    engine = Table(
-        title="the engine's /metrics over the workload (after − before)", title_justify="left"
-    )
-    cols = ("run", "prompt tokens", "sent", "check", "generation", "preemptions", "running max")
-    for col in (*cols, "waiting max"):
-        engine.add_column(col, justify="left" if col in ("run", "check") else "right")
-    notes = []
-    for label, doc in rows:
-        where = f"{label or doc['probe']}: "
-        m, check = doc["metrics"], doc["prefill_check"]
-        notes += [where + n for n in (m or {}).get("notes") or []]
-        if m is None or "delta" not in m:
-            if not (m or {}).get("notes"):
-                notes.append(where + "no /metrics snapshots in this capture")
-            continue
-        d = m["delta"]
-        engine.add_row(
-            label,
-            _count(d["prompt_tokens"]),
-            _count(None if check is None else check["sent_prompt_tokens"]),
-            _check(check),
-            _count(d["generation_tokens"]),
-            _count(d["preemptions"]),
-            _count(m["running_max"]),
-            _count(m["waiting_max"]),
-        )
-        notes += [f"{where}* {c}" for c in (check or {}).get("caveats") or []]
-    if engine.row_count:
-        out.print(engine)
-    for note in notes:
-        out.print(Text(line(note)))
-    for label, doc in rows:
-        where = f"{label}: " if label else ""
-        for note in doc.get("notes") or []:
-            out.print(Text(line(f"{where}{note}")))
-        said = _window_said(doc)
-        if said is not None:
-            out.print(Text(line(where + said)))
-
-
-def _window_said(doc: dict[str, Any]) -> str | None:
-    """The injection window on the trace's clock in one line: where it lies, by which
-    method and within what bound; or why it has no place (None where a note of the
-    capture says so already)."""
-    w, clock = doc["window_on_trace_ns"], doc["clock"]
-    if doc["profiled"] is False:
-        return "unprofiled (the control): no trace, no trace clock"
-    if clock is None:
-        return None
-    if w is None:
-        if any(clock["why"] and clock["why"] in note for note in doc.get("notes") or []):
-            return None  # the capture's note says it
-        return f"injection window on the trace's clock ({clock['trace']}): none ({clock['why']})"
-    bound = (
-        "unchecked: nothing bounds its error"
-        if clock["uncertainty_ns"] is None
-        else f"± {fmt_ns(clock['uncertainty_ns'])}"
-    )
-    said = (
-        f"injection window on the trace's clock ({clock['trace']}): "
-        f"{_since(w[0], clock)}–{_since(w[1], clock)} ns by the {clock['method']} ({bound})"
-    )
-    return said + (f"; {clock['why']}" if clock["why"] and clock["uncertainty_ns"] else "")
-
-
-def _since(t_ns: int, clock: dict[str, Any]) -> str:
-    """A time on the trace's clock, and after the profiler's start where the trace has
-    one."""
-    start = clock.get("profiler_start_ns")
-    return f"{t_ns:,}" if start is None else f"{t_ns:,} (+{fmt_ns(t_ns - start)})"
-
-
-def _check(check: dict[str, Any] | None) -> str:
-    """The re-prefill check in a cell: the verdict and, when the counts differ, by how
-    much (the engine's prompt tokens over those sent); ``*`` when a caveat follows."""
-    if check is None or check["verdict"] is None:
-        return "—"
-    star = "*" if check.get("caveats") else ""
-    if check["verdict"] == "match":
-        return "match" + star
-    ratio = "" if check["ratio"] is None else f", {check['ratio']:.2f}×"
-    return f"{check['verdict']}{star} ({check['excess_tokens']:+,}{ratio})"
-
-
-def render_itl_diff(doc: dict[str, Any], console: Console | None = None) -> None:
-    """Two captures side by side: each figure with its n, A, B, B/A and the verdict (a
-    latency percentile only, where both populations support it)."""
-    out = console or Console(highlight=False)
-    table = Table(title=Text(f"A = {line(doc['a'])}\nB = {line(doc['b'])}"), title_justify="left")
-    for col in ("section", "figure", "A", "B", "B/A", "verdict"):
-        table.add_column(col, justify="right" if col in ("A", "B", "B/A") else "left")
-    for r in doc["rows"]:
-        na, nb = r["n_a"], r["n_b"]
-        n = "" if na is None else (f" (n={na})" if na == nb else f" (n {na} → {nb})")
-        table.add_row(
-            r["section"],
-            r["metric"] + n,
-            fmt_value(r["a"], r["unit"]),
-            fmt_value(r["b"], r["unit"]),
-            fmt_ratio(r["ratio"]),
-            r["verdict"] or "",
-        )
     out.print(table)
 
 
