@@ -47,6 +47,7 @@ def test_recorder_captures_a_real_model(tmp_path: Path) -> None:
     assert rec.trace.name == "mlp.pt.trace.json.gz" and rec.meta.exists()
     meta = json.loads(rec.meta.read_text())
     assert meta["steps"] == 4 and meta["torch"] == torch.__version__
+    assert meta["schema"] == "traceview.record/1"  # not run.json's traceview.capture/1
     assert meta["workload"] == {"batch": 32} and len(meta["wall_s_per_step"]) == 5
     trace = tv.load(rec.trace)
     ops = trace.events.filter(pl.col("event_kind") == "cpu_op")["name"].cast(str).to_list()

@@ -29,6 +29,9 @@ import orjson
 from traceview._io import atomic_write
 from traceview.errors import CaptureError, MissingDependencyError
 
+# the schema of NAME.meta.json; a probe's run.json is traceview.capture/1, another shape
+RECORD_SCHEMA = "traceview.record/1"
+
 
 def _torch() -> Any:
     try:
@@ -192,7 +195,7 @@ def record(
         raise CaptureError("the profiler produced no trace")
     cuda = torch.version.cuda if torch.cuda.is_available() else None
     meta = {
-        "schema": "traceview.capture/1",
+        "schema": RECORD_SCHEMA,
         "trace": trace_path.name,
         "device": torch.cuda.get_device_name(0)
         if torch.cuda.is_available()
