@@ -159,31 +159,47 @@ F8 = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<
 RESET = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
 
 
+GAP = 3_000  # _stream's gap between kernels
+
+
 def do_bench(
-    n_warmup: int, n_repeat: int, *, fill: str = F, estimate_fills: bool = True, hook: str = ""
+    kernel_ns: int = 100_000,
+    *,
+    fill: str = F,
+    fill_ns: int = 500_000,
+    estimate_fills: bool = True,
+    hook: str = "",
 ) -> tuple[list[tuple[str, int]], int, int]:
     """One config as a version of ``triton.testing.do_bench`` runs it (``hook``: a kernel
     the autotuner's pre-hook runs before each call, as ``reset_to_zero`` does), with its
-    runs and fills."""
-    call = [(hook, 2_000)] * bool(hook) + [(KERNEL, 100_000)]
+    runs and fills. Its counts follow do_bench: ``max(1, int(25 ms / estimate))`` warm-up
+    runs and ``max(1, int(100 ms / estimate))`` timed runs, the estimate being the mean
+    time of the 5 estimate runs on this plan's clock (fills included where it has them)."""
+    call = [(hook, 2_000)] * bool(hook) + [(KERNEL, kernel_ns)]
+    est_run = [(fill, fill_ns)] * estimate_fills + call
+    estimate = (5 * sum(d + GAP for _, d in est_run) - GAP) // 5
+    n_warmup, n_repeat = max(1, 25_000_000 // estimate), max(1, 100_000_000 // estimate)
     out = list(call)  # the first call
     for _ in range(5):
-        out += [(fill, 500_000)] * estimate_fills + call
+        out += est_run
     out += call * n_warmup
     for _ in range(n_repeat):
-        out += [(fill, 500_000), *call]
+        out += [(fill, fill_ns), *call]
     return out, 6 + n_warmup + n_repeat, 5 * estimate_fills + n_repeat
 
 
 VERSIONS = {
     # triton 3: fills before the estimate runs and the timed runs
-    "estimate with fills": [do_bench(37, 151), do_bench(30, 120)],
+    "estimate with fills": [do_bench(), do_bench(130_000)],
     # a kernel longer than 100 ms: one warm-up run, one timed run
-    "one timed run": [do_bench(1, 1)],
-    # triton 2.0/2.1 without fast_flush: an int8 buffer, no fills while estimating
-    "estimate without fills": [do_bench(20, 80, fill=F8, estimate_fills=False)] * 2,
+    "one timed run": [do_bench(120_000_000)],
+    # triton 1.x: an int8 buffer, no fills while estimating
+    "estimate without fills": [do_bench(fill=F8, estimate_fills=False)] * 2,
     # the autotuner's reset_to_zero hook: a fill of the output before every call
-    "reset_to_zero": [do_bench(12, 48, hook=RESET)],
+    "reset_to_zero": [do_bench(hook=RESET)],
+    # reset_to_zero on an int32 output: its fill is FillFunctor<int>, as the cache clear's,
+    # but far shorter than a 256 MiB fill can be
+    "reset_to_zero of an int32 output": [do_bench(hook=F)],
 }
 
 
@@ -203,7 +219,7 @@ def test_each_triton_version_of_do_bench_is_autotuning(tmp_path: Path, version: 
 
 def test_autotuning_at_the_end_of_a_stream_is_found(tmp_path: Path) -> None:
     """The last timed run is the stream's last kernel (a capture stopped right after)."""
-    kernels, runs, fills = do_bench(5, 20)
+    kernels, runs, fills = do_bench()
     assert _regions(_stream(tmp_path, [(OTHER, 50_000), *kernels])) == [(KERNEL, runs, fills)]
 
 
@@ -385,3 +401,121 @@ def test_graph_capture_kept_in_is_said_so() -> None:
     said = " ".join(out.stdout.split())
     assert f"{t['capture']['kernels']:,} kernels kept in" in said
     assert "left out" not in said
+
+
+# --- the probe's findings: each against planted truth ----------------------------------------
+
+SHORT = [
+    # fills far shorter than a 256 MiB clear can be: a serving step's own fills
+    ("a 3 us fill", F, 3_000),
+    ("a 1.5 us memset", "Memset (Device)", 1_500),
+]
+
+
+@pytest.mark.parametrize(("label", "fill", "fill_ns"), SHORT, ids=[s[0] for s in SHORT])
+def test_a_fill_too_short_to_clear_the_cache_is_no_autotuning(
+    tmp_path: Path, label: str, fill: str, fill_ns: int
+) -> None:
+    """4 x [F c], [F c c], then 1,000 x [F c]: the counts alone read as do_bench's, but no
+    device clears 256 MiB in microseconds."""
+    c = (OTHER, 20_000)
+    seq = [(fill, fill_ns), c] * 4 + [(fill, fill_ns), c, c] + [(fill, fill_ns), c] * 1000
+    tb = TraceBuilder()
+    t = 1_000_000_000
+    for kernel, dur in seq:
+        tb.kernel(kernel, t, dur, cat="gpu_memset" if kernel.startswith("Memset") else "kernel")
+        t += dur + GAP
+    assert _regions(tv.load(tb.write(tmp_path / "short.json.gz"))) == []
+
+
+def test_a_loop_whose_counts_are_not_do_bench_s_is_no_autotuning(tmp_path: Path) -> None:
+    """A user's benchmark loop: 10 plain calls, then 100 calls each after a full-size
+    fill. do_bench would have made 1 + 5 + 25 ms / estimate (about 240) plain calls."""
+    seq = [(KERNEL, 100_000)] * 10 + [(F, 500_000), (KERNEL, 100_000)] * 100
+    assert _regions(_stream(tmp_path, seq)) == []
+
+
+def test_an_autotuning_ends_with_its_last_timed_run(tmp_path: Path) -> None:
+    """A config, then serving that clears a full-size buffer before each call of the same
+    kernel: the region holds do_bench's timed runs (2% more at most, for jitter), not the
+    1,000 cycles after them."""
+    kernels, runs, fills = do_bench()
+    seq = [(OTHER, 50_000), *kernels] + [(F, 500_000), (KERNEL, 100_000)] * 1000
+    ((kernel, got_runs, got_fills),) = _regions(_stream(tmp_path, seq))
+    slack = 1 + (fills - 5) // 50
+    assert kernel == KERNEL
+    assert fills <= got_fills <= fills + slack and runs <= got_runs <= runs + slack
+
+
+def _compiling(tmp: Path, name: str, cat: str, pause_ns: int, at: list[int]) -> tv.Analysis:
+    """hybrid_chunked's engine, 12 decode steps, the host busy for ``pause_ns`` (a range
+    ``name`` of category ``cat``) after each of steps ``at``, the device idle meanwhile."""
+    sc = dataclasses.replace(HYBRID, name="compiling", annotations="vllm-gpu")
+    steps = plan_steps(sc, [("decode", 0, -1)] * 12)
+    for i in at:
+        for s in steps[i + 1 :]:
+            for k in s.kernels:
+                k.ts_ns += pause_ns
+    tb, planned = build(sc, steps)
+    pid = -1 if cat == "overhead" else 4242
+    for i in at:
+        last = max(k.end_ns for k in planned[i].kernels)
+        tb.events.append(Event("X", name, cat, pid, 0, last + 5_000, pause_ns - 10_000))
+    return tv.analyze(tb.write(tmp / "compiling.json.gz"))
+
+
+# the last step ends with its last kernel: a compile after it lies in no step
+@pytest.mark.parametrize("at", [[7], [1, 2, 3, 5, 7, 9, 10], list(range(11))])
+def test_every_step_a_compile_costs_is_warmup_however_many(tmp_path: Path, at: list[int]) -> None:
+    """Each step is judged by itself: when most steps compile, they are all warm-up still
+    (a median over the steps would rise with them)."""
+    compile_range = "_compile.compile_inner (dynamo_timed)"
+    a = _compiling(tmp_path, compile_range, "user_annotation", 60_000_000, at)
+    assert [i for i, w in enumerate(a.steps["warmup"].to_list()) if w] == at
+
+
+@pytest.mark.parametrize(
+    ("name", "cat", "pause_ns"),
+    [
+        ("_compile.compile_inner (dynamo_timed)", "user_annotation", 9_000_000),
+        ("Lazy Function Loading", "overhead", 7_700_000),
+    ],
+)
+def test_a_compile_shorter_than_a_step_that_costs_it_is_warmup(
+    tmp_path: Path, name: str, cat: str, pause_ns: int
+) -> None:
+    """A pause of most of a step (the steps last about 10 ms): the step lasts far longer
+    for it, and is left out."""
+    a = _compiling(tmp_path, name, cat, pause_ns, [7])
+    assert [i for i, w in enumerate(a.steps["warmup"].to_list()) if w] == [7]
+
+
+def test_busy_over_a_window_leaves_the_warmup_out() -> None:
+    """busy_between() with no ends is .busy; a window over steps 0-2 (step 2 holds
+    warm-up) measures steps 0-1 alone: their kernels' union over their spans."""
+    a = tv.analyze(SEED)
+    assert a.busy_between().row(0) == a.busy.row(0)
+    st = a.steps
+    assert st["warmup"].to_list()[:3] == [None, None, "triton_autotune"]
+    k = a.trace.kernels.filter(
+        (pl.col("ts_ns") >= st["start_ns"][0]) & (pl.col("ts_ns") < st["start_ns"][2])
+    )
+    ts = k["ts_ns"].to_numpy()
+    u = union(ts, ts + k["dur_ns"].to_numpy())
+    lo, hi = np.array([st["start_ns"][0]]), np.array([st["start_ns"][2]])
+    row = a.busy_between(int(st["start_ns"][0]), int(st["end_ns"][2])).row(0, named=True)
+    assert row["busy_ns"] == int(u.clipped_lengths(lo, hi)[0])
+    assert row["fraction"] == pytest.approx(row["busy_ns"] / int(hi[0] - lo[0]), rel=1e-8)
+
+
+def test_a_trace_that_is_all_warmup_has_no_busy(tmp_path: Path) -> None:
+    """do_bench alone: its one step holds warm-up, so no serving figure is measured, and
+    the warning says why."""
+    kernels, _, _ = do_bench()
+    a = tv.analyze(_stream(tmp_path, kernels * 3))
+    doc = a.summary.to_dict()
+    assert doc["warmup"]["steps"] == a.steps.height >= 1
+    assert doc["busy"]["fraction"] is None and doc["busy"]["window_ns"] is None
+    assert any(w.startswith("no serving steps") for w in doc["warnings"])
+    assert not any(w.startswith("no decode steps") for w in doc["warnings"])
+    assert a.busy_between().height == 0

@@ -293,7 +293,14 @@ class Analysis:
             self.serving()
             return whole
         result = self.step_result
-        row = busy_window(result.serving_union, result.device, t0_ns, t1_ns, self.trace.meta.path)
+        row = busy_window(
+            result.serving_union,
+            result.device,
+            t0_ns,
+            t1_ns,
+            self.trace.meta.path,
+            result.serving_windows,
+        )
         return pl.DataFrame([row], schema=BUSY_SCHEMA)
 
     @property

@@ -204,7 +204,14 @@ def build(
     )
     gap_stats = summarize_gaps(gaps, gap_family)
     served = table.filter(pl.col("phase").is_not_null())
-    warnings += gap_warnings(bool(served["kind"].is_in(DECODING).any()), marker, gap_stats)
+    if served.height == 0 and left.any():  # no population: say why, not "no decode steps"
+        warnings.append(
+            f"no serving steps: all {table.height} step(s) hold warm-up, and every serving "
+            "figure (busy, cadence, phases, decode gaps, families) is left unmeasured "
+            "(--keep-warmup keeps them in)"
+        )
+    else:
+        warnings += gap_warnings(bool(served["kind"].is_in(DECODING).any()), marker, gap_stats)
     split = result.clocks.consistent  # else idle time is not split by cause
     device = DeviceActivity.of(trace, every, result.starts, result.union, result.host, split=split)
     release_free_memory()  # its temporaries (each kernel's end, family codes) go back
@@ -225,7 +232,7 @@ def build(
     fam = family_rows(result.totals)
     rolled = family_rows(result.totals, roll_up=True)
     costed = cost_steps(table)
-    serving = None if gone is None else _spans(served)
+    serving = result.serving_windows
     doc: SummaryDocument = {
         "schema": SCHEMA,
         "trace": facts,
