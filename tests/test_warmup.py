@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +25,9 @@ from test_analysis import check_against_truth
 
 import traceview as tv
 from fixtures.autotune import COMPILE_NS, FILL_NAME
+from fixtures.autotune import autotune as autotune_configs
 from fixtures.build import Event, TraceBuilder
-from fixtures.engine import SCENARIOS, K, build, plan_steps
+from fixtures.engine import SCENARIOS, K, PlannedKernel, build, plan_steps
 from fixtures.truth import truth as plan_truth
 from traceview.analysis.base.intervals import union
 from traceview.cli import cli
@@ -519,3 +522,55 @@ def test_a_trace_that_is_all_warmup_has_no_busy(tmp_path: Path) -> None:
     assert any(w.startswith("no serving steps") for w in doc["warnings"])
     assert not any(w.startswith("no decode steps") for w in doc["warnings"])
     assert a.busy_between().height == 0
+
+
+@pytest.mark.slow
+def test_a_run_compares_the_steps_that_serve_on_every_rank(tmp_path: Path) -> None:
+    """Two ranks of one plan and the same serving kernels; rank 0 autotunes in step 10,
+    rank 1 in steps 10 and 11. The steps are paired by their place in each trace and
+    compared where both serve: 21 of 23, with no skew and no straggler (the serving
+    kernels are the same), in both annotation modes."""
+    seed = next(sc for sc in SCENARIOS if sc.name == "seed_autotune")
+    d, m = ("decode", 0, 0, 4), ("mixed", 2_044, 1, 4)
+    for mode in ("vllm-gpu", "none"):
+        paths = []
+        for rank, tune in ((0, ((10, 2),)), (1, ((10, 2), (11, 1)))):
+            sc = dataclasses.replace(
+                seed,
+                name=f"{mode}_rank{rank}",
+                annotations=mode,
+                steps_plan=(d,) * 10 + (m,) * 3 + (d,) * 10,
+                autotune=tune,
+            )
+            tb, _ = build(sc)
+            paths.append(str(tb.write(tmp_path / f"{mode}_rank{rank}.json.gz")))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            run = tv.summarize_run(paths, tv.RunOptions(jobs=1)).to_dict()
+        assert run["alignment"]["steps"] == 21
+        assert run["skew"]["n"] == 21 and run["skew"]["max_ns"] == 0
+        assert run["straggler"] is None
+
+
+def test_an_autotuning_that_opens_a_step_marks_that_step(tmp_path: Path) -> None:
+    """The tuned kernel is step 6's first (vLLM annotations): step 6 holds the autotuning
+    and all its kernels; step 5 keeps its own and serves."""
+    sc = dataclasses.replace(HYBRID, name="opening", annotations="vllm-gpu")
+    steps = plan_steps(sc, [("decode", 0, -1)] * 12)
+    first = min(steps[6].kernels, key=lambda k: k.ts_ns)
+    t0 = max(k.end_ns for k in steps[5].kernels) + 500_000
+    benches, t1 = autotune_configs(random.Random(1), t0, 2)
+    shift = t1 + 5_000 - first.ts_ns
+    for s in steps[6:]:
+        for k in s.kernels:
+            k.ts_ns += shift
+    for bench in benches:
+        for fill, ts, dur in bench.kernels:
+            key = "cache_fill" if fill else first.key
+            steps[6].kernels.append(PlannedKernel(key, ts, dur, 7, 6, warmup="triton_autotune"))
+    steps[6].kernels.sort(key=lambda k: k.ts_ns)
+    steps[6].tuned = benches
+    tb, planned = build(sc, steps)
+    a = tv.analyze(tb.write(tmp_path / "opening.json.gz"))
+    assert a.steps["warmup"].to_list() == [None] * 6 + ["triton_autotune"] + [None] * 5
+    assert a.steps["kernels"].to_list() == [len(s.kernels) for s in planned]
