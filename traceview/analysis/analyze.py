@@ -274,8 +274,9 @@ class Analysis:
 
     def busy_between(self, t0_ns: int | None = None, t1_ns: int | None = None) -> pl.DataFrame:
         """GPU busy of the analysed device (capture kernels and the steps left out for
-        warm-up left out) over the window ``[t0_ns, t1_ns)`` on the trace's clock (an end
-        not given: the activity's own); columns as :attr:`busy`, computed by
+        warm-up left out) over the window ``[t0_ns, t1_ns)`` on the trace's clock, inside
+        the serving time that :attr:`busy` measures (an end not given: that time's own, so
+        with no ends this is :attr:`busy`); columns as :attr:`busy`, computed by
         :func:`~traceview.analysis.timing.busy.busy_window`.
 
         Raises:

@@ -14,14 +14,17 @@ Four causes are recognised, each by what its tool documents it doing:
   ``int8`` buffer, and some estimate without fills). Each timed run sits between two CUDA
   event records on the host. The autotuner's hooks (``reset_to_zero``, ``restore_value``,
   a config's ``pre_hook``) add a few kernels around each call. On one stream this reads:
-  the call ``b`` (the tuned kernel and its hooks) alternating with one fill, ``F b F b …``,
-  at least :data:`MIN_FILLS` fills, each followed by ``b`` repeated (``b^m``), where the
-  run counts show: ``b^m`` with ``m ≥ 2`` right after exactly four single calls (the 5th
-  estimate run, then the warm-up), or, in the versions that estimate without fills, 7
-  calls or more before the first fill or 8 or more between two fills (:func:`_benchmarked`).
-  A training step that zeroes buffers (gradients, a bucket before each all-reduce)
-  alternates fills with work, but not with those counts. Inductor's own benchmarker
-  (fills repeated without the call between its estimate and timed runs) is not read.
+  the call ``b`` (the tuned kernel and its hooks) alternating with one cache fill (a fill
+  long enough to write 256 MiB: :data:`FILL_FLOOR_NS`), ``F b F b …``, at least
+  :data:`MIN_FILLS` fills, each followed by ``b`` repeated (``b^m``), where the run counts
+  show: ``b^m`` with ``m ≥ 2`` right after exactly four single calls (the 5th estimate run,
+  then the warm-up), or, in the versions that estimate without fills, 7 calls or more
+  before the first fill or 8 or more between two fills; and where the warm-up count keeps
+  do_bench's relation to the estimate read back from the trace (:func:`_configs`). A
+  region ends with its last config's timed runs. A training step that zeroes buffers
+  (gradients, a bucket before each all-reduce) alternates fills with work, but not with
+  those counts. Inductor's own benchmarker (fills repeated without the call between its
+  estimate and timed runs) is not read, nor ``do_bench_cudagraph`` (no fills).
 - ``compile`` and ``lazy_loading``: the host compiling (torch.compile's ``dynamo_timed``
   ranges, ``… (dynamo_timed)``; Triton's ``compile`` frame) or the driver loading a kernel
   for its first launch (CUPTI's ``Lazy Function Loading``). Every process loads each
@@ -34,9 +37,9 @@ A CompiledFxGraph's first call in a trace is not evidence by itself: a capture s
 mid-serving holds first calls that are warm. Where a first call compiles, autotunes or
 loads, the evidence above is in it.
 
-A step **holds warm-up** when its span overlaps a warm-up region. Steps that hold warm-up
-keep their rows and say why (the steps table's ``warmup``); every serving figure leaves
-them out (:mod:`.find`).
+A step **holds warm-up** when its span overlaps a warm-up region's device activity. Steps
+that hold warm-up keep their rows and say why (the steps table's ``warmup``); every
+serving figure leaves them out (:mod:`.find`).
 """
 
 from __future__ import annotations
