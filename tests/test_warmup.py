@@ -574,3 +574,23 @@ def test_an_autotuning_that_opens_a_step_marks_that_step(tmp_path: Path) -> None
     a = tv.analyze(tb.write(tmp_path / "opening.json.gz"))
     assert a.steps["warmup"].to_list() == [None] * 6 + ["triton_autotune"] + [None] * 5
     assert a.steps["kernels"].to_list() == [len(s.kernels) for s in planned]
+
+
+def test_the_warmup_line_names_the_steps_that_hold_it() -> None:
+    """Two autotunings, in steps 4 and 9, and one over steps 12-14: the line names those
+    steps, not every step from 4 to 14."""
+    from traceview.analysis.documents.summary import warmup_line
+
+    def region(first: int, last: int) -> dict:
+        return {
+            "cause": "triton_autotune", "first_step": first, "last_step": last,
+            "start_ns": 0, "end_ns": 1, "span_ns": 1, "kernel": TUNED, "runs": 10,
+            "fills": 5, "kernels": 15, "gpu_ns": 1,
+        }  # fmt: skip
+
+    warmup = {"kept": False, "steps": 5, "span_ns": 5, "regions": [region(4, 4), region(9, 9)]}
+    assert " in steps 4, 9 (20 runs, 10 cache fills) left out" in str(warmup_line(warmup))
+    warmup["regions"] = [region(4, 4), region(9, 9), region(12, 14)]
+    assert " in steps 4, 9, 12–14 (" in str(warmup_line(warmup))
+    warmup["regions"] = [region(4, 4)]
+    assert " in step 4 (" in str(warmup_line(warmup))

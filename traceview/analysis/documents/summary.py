@@ -361,6 +361,19 @@ CAUSE_WORDS = {
 }
 
 
+def _steps_said(spans: list[tuple[int, int]]) -> str:
+    """Steps as runs of consecutive indices, e.g. "step 5", "steps 2–4, 9"."""
+    held = sorted({i for a, b in spans for i in range(a, b + 1)})
+    runs: list[list[int]] = []
+    for i in held:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    said = ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in runs)
+    return f"step {said}" if len(held) == 1 else f"steps {said}"
+
+
 def warmup_line(warmup: Warmup) -> str | None:
     """The warm-up in the steps, in one line (None where no step holds any): per cause and
     kernel, the steps and what ran (an autotuning's runs and cache fills, else the time),
@@ -374,9 +387,13 @@ def warmup_line(warmup: Warmup) -> str | None:
         return None
     parts = []
     for (cause, kernel), rs in groups.items():
-        a = min(r["first_step"] for r in rs if r["first_step"] is not None)
-        b = max(r["last_step"] for r in rs if r["last_step"] is not None)
-        where = f"step {a}" if a == b else f"steps {a}–{b}"
+        where = _steps_said(
+            [
+                (r["first_step"], r["last_step"] if r["last_step"] is not None else r["first_step"])
+                for r in rs
+                if r["first_step"] is not None
+            ]
+        )
         if cause == "triton_autotune":
             runs = sum(r["runs"] or 0 for r in rs)
             fills = sum(r["fills"] or 0 for r in rs)
