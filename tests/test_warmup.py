@@ -594,3 +594,31 @@ def test_the_warmup_line_names_the_steps_that_hold_it() -> None:
     assert " in steps 4, 9, 12–14 (" in str(warmup_line(warmup))
     warmup["regions"] = [region(4, 4)]
     assert " in step 4 (" in str(warmup_line(warmup))
+
+
+def test_check_refuses_a_trace_whose_every_step_is_warmup(tmp_path: Path) -> None:
+    """do_bench alone: no serving step to judge. check says so in one line, as it does of
+    a capture of CUDA-graph capture alone, and draws no table of checks."""
+    kernels, _, _ = do_bench()
+    path = str(_stream(tmp_path, kernels * 3).meta.path)
+    result = CliRunner().invoke(cli, ["check", path, "--max", "busy.fraction=0.9"])
+    assert result.exit_code == 0, result.output
+    assert "checks" not in result.stdout
+    said = [x for x in result.stderr.splitlines() if x.startswith(f"{path}: no serving steps")]
+    assert len(said) == 1 and "Triton autotuning of _attn_fwd_tuned in step 0" in said[0]
+
+
+def test_diff_and_check_say_what_warmup_they_leave_out() -> None:
+    """The seed twin against its clean twin: diff notes B's steps left out for warm-up,
+    check warns of them; the clean twin gets no such line."""
+    doc = tv.analyze(SEED).summary.to_dict()
+    line = f"{doc['warmup']['steps']} step(s) left out of every figure for warm-up"
+    result = CliRunner().invoke(cli, ["diff", str(CLEAN), str(SEED), "--format", "markdown"])
+    assert result.exit_code == 0, result.output
+    assert f"B: {line}" in result.stdout and "A: " not in result.stdout.replace("A = ", "")
+    result = CliRunner().invoke(
+        cli, ["check", str(SEED), "--baseline", str(CLEAN), "--max-regression", "10%"]
+    )
+    assert result.exit_code == 0, result.output
+    warned = [x for x in result.stderr.splitlines() if "warm-up: Triton autotuning" in x]
+    assert len(warned) == 1 and warned[0].startswith(f"Warning: {SEED}: warm-up: ")

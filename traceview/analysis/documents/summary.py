@@ -295,14 +295,25 @@ def trace_facts(trace: Trace, kernels: pl.DataFrame, device: int, activity: Acti
 
 
 def refuse_capture_only(summary: object) -> None:
-    """Raise what the step finder said of a trace that holds only CUDA-graph capture:
-    the surfaces that judge steps (``check``, ``diff``) have none to judge.
+    """Raise what the step finder said of a trace that holds only CUDA-graph capture, or
+    whose every step holds warm-up left out: the surfaces that judge steps (``check``,
+    ``diff``) have none to judge.
 
     Raises:
-        CaptureOnlyError: ``summary`` is the 0-step summary of such a trace.
+        CaptureOnlyError: ``summary`` is the 0-step summary of such a trace, or every
+            step it found holds warm-up.
     """
-    if isinstance(summary, Summary) and summary.document["steps"]["method"] == "none":
-        raise CaptureOnlyError(f"{summary.document['trace']['path']}: {summary.warnings[0]}")
+    if not isinstance(summary, Summary):
+        return
+    d = summary.document
+    if d["steps"]["method"] == "none":
+        raise CaptureOnlyError(f"{d['trace']['path']}: {summary.warnings[0]}")
+    w = d["warmup"]
+    if not w["kept"] and w["steps"] and d["steps"]["count"] == 0:
+        raise CaptureOnlyError(
+            f"{d['trace']['path']}: no serving steps: all {w['steps']} step(s) hold warm-up "
+            f"({warmup_line(w)}); --keep-warmup keeps them in"
+        )
 
 
 def capture_section(
