@@ -31,6 +31,7 @@ from fixtures.engine import SCENARIOS, K, PlannedKernel, build, plan_steps
 from fixtures.truth import truth as plan_truth
 from traceview.analysis.base.intervals import union
 from traceview.cli import cli
+from traceview.errors import CaptureOnlyError
 
 SEED = GENERATED / "seed_autotune.json.gz"
 CLEAN = GENERATED / "seed_clean.json.gz"
@@ -521,7 +522,19 @@ def test_a_trace_that_is_all_warmup_has_no_busy(tmp_path: Path) -> None:
     assert doc["busy"]["fraction"] is None and doc["busy"]["window_ns"] is None
     assert any(w.startswith("no serving steps") for w in doc["warnings"])
     assert not any(w.startswith("no decode steps") for w in doc["warnings"])
-    assert a.busy_between().height == 0
+    with pytest.raises(CaptureOnlyError, match="no serving steps: all 1 step"):
+        a.busy_between()  # as every surface that draws or judges steps
+    png = str(tmp_path / "hb.png")
+    result = CliRunner().invoke(cli, ["heartbeat", str(a.trace.meta.path), "-o", png])
+    assert result.exit_code == 0 and "wrote" not in result.output
+    assert f"{a.trace.meta.path}: no serving steps: all 1 step(s) hold warm-up" in result.stderr
+    result = CliRunner().invoke(cli, ["summarize", str(a.trace.meta.path)])
+    assert result.stdout == "" and result.stderr.count("no serving steps: all 1 step") == 1
+    # where the document is drawn all the same (report): no range of steps, and why no gap
+    from traceview.render.format import gap_title, phase_rows
+
+    assert [cells[1] for _, cells in phase_rows(doc["steps"])] == ["—"]
+    assert gap_title(doc) == "decode gaps: no serving steps (every step holds warm-up)"
 
 
 @pytest.mark.slow
