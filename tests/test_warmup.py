@@ -369,6 +369,8 @@ def test_the_heartbeat_draws_no_interval_to_or_from_warmup_and_shades_it() -> No
         for s in t["steps"]
         if s["warmup"] is not None
     ]
+    # their ticks say warm-up, not the kind of work they also ran
+    assert data.kinds == ["warm-up" if s["warmup"] else s["kind"] for s in t["steps"]]
 
 
 @pytest.mark.slow
