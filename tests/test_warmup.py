@@ -637,3 +637,13 @@ def test_diff_and_check_say_what_warmup_they_leave_out() -> None:
     assert result.exit_code == 0, result.output
     warned = [x for x in result.stderr.splitlines() if "warm-up: Triton autotuning" in x]
     assert len(warned) == 1 and warned[0].startswith(f"Warning: {SEED}: warm-up: ")
+
+
+def test_a_capture_that_stops_in_a_config_s_warmup_counts_its_runs(tmp_path: Path) -> None:
+    """The capture stops during the second config's warm-up runs: the region holds every
+    run and fill the trace has of both configs."""
+    first, runs, fills = do_bench()
+    second, _, _ = do_bench(130_000)
+    cut = second[: 1 + 10 + 5]  # its first call, 5 estimate runs with fills, 5 warm-up runs
+    seq = [(OTHER, 50_000)] * 3 + first + cut
+    assert _regions(_stream(tmp_path, seq)) == [(KERNEL, runs + 11, fills + 5)]

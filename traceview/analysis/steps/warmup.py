@@ -264,6 +264,12 @@ def _stream_runs(
             configs = _configs(repeats, back, partial(_span, ts, end, pos, i, head, u))
             if not configs:
                 continue
+            after_fill = int(pos[j]) + 1  # calls after the last fill, to the stream's end:
+            if codes.size - after_fill > u and _repeats(codes, after_fill, codes.size, call):
+                # the capture stopped in a config's warm-up runs
+                if j - i + 1 >= MIN_FILLS:
+                    out.append(_Run(head, codes.size - 1, call, j - i + 1))
+                continue
             after, timed = configs[-1]  # the last config's timed runs, and a little jitter
             j = min(j, i + after + timed + timed // 50 + 1)  # the last timed run's fill
             last = int(pos[j])  # the last fill, and after it its one timed call
