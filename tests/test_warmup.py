@@ -97,6 +97,8 @@ def test_keep_warmup_keeps_the_steps_in_every_figure() -> None:
     fills = sum(r["fills"] for r in t["warmup"]["regions"])
     assert fams["elementwise"] > t["families"]["elementwise"]["count"] + fills
     assert doc["busy"]["window_ns"] == t["end_ns"] - t["start_ns"]
+    # the cost's rows too: every prompt-carrying step, each with a time to the next
+    assert doc["cost"]["prompt"]["n"] == sum(s["kind"] == "mixed" for s in t["steps"]) == 4
     out = CliRunner().invoke(cli, ["summarize", "--json", "--keep-warmup", str(SEED)])
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout)["steps"] == doc["steps"]

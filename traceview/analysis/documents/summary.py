@@ -34,6 +34,7 @@ from traceview.analysis.classify.families import Rules, family_rows, kernel_rows
 from traceview.analysis.documents import display
 from traceview.analysis.steps.capture import capture_regions
 from traceview.analysis.steps.find import StepResult, describe, empty_step_table, pick_device
+from traceview.analysis.steps.serving import WARMUP
 from traceview.analysis.steps.warmup import Region, capture_warmup
 from traceview.analysis.timing.breakdown import (
     DeviceActivity,
@@ -231,7 +232,8 @@ def build(
     step_facts = _step_facts(describe(result), table, phases)
     fam = family_rows(result.totals)
     rolled = family_rows(result.totals, roll_up=True)
-    costed = cost_steps(table)
+    # the cost's rows leave out the steps marked for warm-up, unless the figures keep them
+    costed = cost_steps(table.drop(WARMUP) if result.warmup_kept else table)
     serving = result.serving_windows
     doc: SummaryDocument = {
         "schema": SCHEMA,
