@@ -649,3 +649,25 @@ def test_a_capture_that_stops_in_a_config_s_warmup_counts_its_runs(tmp_path: Pat
     cut = second[: 1 + 10 + 5]  # its first call, 5 estimate runs with fills, 5 warm-up runs
     seq = [(OTHER, 50_000)] * 3 + first + cut
     assert _regions(_stream(tmp_path, seq)) == [(KERNEL, runs + 11, fills + 5)]
+
+
+def test_a_compile_in_a_cpu_capture_is_warmup_not_an_op(tmp_path: Path) -> None:
+    """A CPU-only capture: 12 annotated steps of 20 ops each, and a 40 ms compile inside
+    step 6. The ops stand in for kernels, not the compile range: 12 steps, step 6 held
+    for compilation, and the other 11 steps' 220 ops counted."""
+    tb = TraceBuilder()
+    t = 1_000_000_000
+    for step in range(12):
+        s0 = t
+        for _ in range(20):
+            tb.cpu_op("aten::mm", t, 200_000)
+            t += 250_000
+        if step == 6:
+            name = "_compile.compile_inner (dynamo_timed)"
+            tb.cpu_op(name, t, 40_000_000, cat="user_annotation")
+            t += 40_000_000
+        tb.cpu_op("execute_context_0(0)_generation_4(4)", s0, t - s0, cat="user_annotation")
+        t += 1_000_000
+    a = tv.analyze(tb.write(tmp_path / "cpu.json.gz"))
+    assert a.steps["warmup"].to_list() == [None] * 6 + ["compile"] + [None] * 5
+    assert sum(f["count"] for f in a.summary.to_dict()["families"]) == 11 * 20

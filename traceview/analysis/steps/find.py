@@ -44,6 +44,8 @@ from traceview.analysis.steps.records import (
     record,
 )
 from traceview.analysis.steps.warmup import (
+    COMPILE_RANGE,
+    LAZY_LOADING,
     Region,
     autotune_regions,
     capture_warmup,
@@ -362,14 +364,18 @@ def with_time_breakdown(
 
 def cpu_activity(trace: Trace) -> Trace:
     """For a trace with no device activity (a CPU-only capture), what stands in for kernels:
-    the innermost ``user_annotation`` ranges that are not engine-step annotations (the ops
-    an engine names with ``record_function``), or, without any, the leaf ``cpu_op`` events.
+    the innermost ``user_annotation`` ranges that are not engine-step annotations nor the
+    host's warm-up (compile ranges: :mod:`.warmup`) (the ops an engine names with
+    ``record_function``), or, without any, the leaf ``cpu_op`` events.
     A range is innermost when no other candidate on its thread starts inside it. Its pid is
     the "device" and its tid the "stream"."""
     ev = trace.events
+    name = pl.col("name").cast(pl.String)
     named = ev.filter(
         (pl.col("event_kind") == "user_annotation")
-        & ~pl.col("name").cast(pl.String).str.contains(STEP_ANNOTATION.pattern)
+        & ~name.str.contains(STEP_ANNOTATION.pattern)
+        & ~name.str.contains(COMPILE_RANGE.pattern)  # the host compiling: warm-up, no op
+        & (name != LAZY_LOADING)
     )
     candidates = named if named.height else ev.filter(pl.col("event_kind") == "cpu_op")
     ops = candidates.sort(["pid", "tid", "ts_ns"])
