@@ -503,7 +503,8 @@ def find_steps(
     if said is not None:
         warnings.append(said)
     table = with_host_columns(table, trace, k, host)
-    table, regions = mark_warmup(table, trace, [*captured, *autotune], u)
+    table, regions, said_warmup = mark_warmup(table, trace, [*captured, *autotune], u)
+    warnings.extend(said_warmup)
     serving: np.ndarray | None = None
     if not opts.keep_warmup and table["warmup"].is_not_null().any():
         table, serving = leave_out(table, k.ts)

@@ -78,6 +78,7 @@ LAZY_LOADING = "Lazy Function Loading"
 # a compile or load costs a step when the device idles under it for at least a tenth of
 # the rest of the step's span (the step lasts at least 10% longer for it)
 COST_SHARE = (1, 10)
+HOST_WORDS = {"compile": "compilation", "lazy_loading": "lazy kernel loading"}
 
 
 @dataclass(frozen=True)
@@ -399,14 +400,17 @@ def idle_under(ranges: Union, u: Union, lo: np.ndarray, hi: np.ndarray) -> np.nd
     return out
 
 
-def costly(ranges: Union, u: Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per step (spans ``[lo, hi)``): the host's ``ranges`` cost it, that is, the device is
-    idle under them for at least :data:`COST_SHARE` of the rest of the step's span. Each
-    step is judged by itself: no median that a capture of many compiling steps inflates,
-    and a range during which the device stays busy costs nothing."""
+def costly(
+    ranges: Union, u: Union, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per step (spans ``[lo, hi)``): whether the host's ``ranges`` cost it, that is, the
+    device is idle under them for at least :data:`COST_SHARE` of the rest of the step's
+    span; and that idle time (ns). Each step is judged by itself: no median that a capture
+    of many compiling steps inflates, and a range during which the device stays busy costs
+    nothing."""
     idle = idle_under(ranges, u, lo, hi)
-    out: np.ndarray = (idle > 0) & (idle * COST_SHARE[1] >= (hi - lo - idle) * COST_SHARE[0])
-    return out
+    hit: np.ndarray = (idle > 0) & (idle * COST_SHARE[1] >= (hi - lo - idle) * COST_SHARE[0])
+    return hit, idle
 
 
 def _overlapping(lo: np.ndarray, hi: np.ndarray, a: int, b: int) -> range:
@@ -418,18 +422,20 @@ def _overlapping(lo: np.ndarray, hi: np.ndarray, a: int, b: int) -> range:
 
 def mark_warmup(
     table: pl.DataFrame, trace: Trace, regions: list[Region], u: Union
-) -> tuple[pl.DataFrame, list[Region]]:
+) -> tuple[pl.DataFrame, list[Region], list[str]]:
     """The steps with ``warmup`` (String, the last column): the cause of the warm-up
     their span holds, the first of :data:`CAUSES` where several; null for a serving step.
     Also every warm-up region with the steps it lies in: ``regions`` (graph capture's and
     autotuning's) and the host's compile and lazy-loading ranges where they cost a step
     (:func:`costly`), one region per run of consecutive steps they cost. ``u``: the
-    device's activity."""
+    device's activity. Also a line for each cause whose ranges cost some steps too little
+    to be warm-up."""
     n = table.height
     lo = table["start_ns"].to_numpy().astype(np.int64)
     hi = table["end_ns"].to_numpy().astype(np.int64)
     rank = np.full(n, len(CAUSES), dtype=np.int64)
     out: list[Region] = []
+    said: list[str] = []
     for r in regions:
         steps = _overlapping(lo, hi, r.device_start_ns, r.end_ns)
         for i in steps:
@@ -442,8 +448,15 @@ def mark_warmup(
             if mine.height == 0:
                 continue
             ranges = Union(mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy())
-            hit = costly(ranges, u, lo, hi)
+            hit, idle = costly(ranges, u, lo, hi)
             rank[hit] = np.minimum(rank[hit], CAUSES.index(cause))
+            cheap = (idle > 0) & ~hit
+            if cheap.any():  # below the threshold: say what stays in the figures
+                said.append(
+                    f"{HOST_WORDS[cause]} in {int(cheap.sum())} step(s) is left in: the device "
+                    f"idles {int(idle[cheap].sum()) / 1e6:.3g} ms under it in all, less than a "
+                    "tenth of each step's span"
+                )
             edges = np.flatnonzero(np.diff(np.concatenate(([0], hit.astype(np.int8), [0]))))
             for first, stop in zip(edges[::2], edges[1::2], strict=True):
                 a, b = int(lo[first]), int(hi[stop - 1])
@@ -459,7 +472,7 @@ def mark_warmup(
                 )
     named = [CAUSES[i] if i < len(CAUSES) else None for i in rank.tolist()]
     table = table.with_columns(pl.Series("warmup", named, dtype=pl.String))
-    return table, sorted(out, key=lambda r: (r.start_ns, r.end_ns))
+    return table, sorted(out, key=lambda r: (r.start_ns, r.end_ns)), said
 
 
 def leave_out(table: pl.DataFrame, ts: np.ndarray) -> tuple[pl.DataFrame, np.ndarray]:
