@@ -677,3 +677,11 @@ def test_a_compile_in_a_cpu_capture_is_warmup_not_an_op(tmp_path: Path) -> None:
     a = tv.analyze(tb.write(tmp_path / "cpu.json.gz"))
     assert a.steps["warmup"].to_list() == [None] * 6 + ["compile"] + [None] * 5
     assert sum(f["count"] for f in a.summary.to_dict()["families"]) == 11 * 20
+
+
+def test_a_capture_that_starts_in_a_config_s_estimate_finds_it(tmp_path: Path) -> None:
+    """The capture starts after the first call and two estimate runs of a config: three
+    estimate runs, the warm-up and the timed runs are in it, and so in the region."""
+    kernels, runs, fills = do_bench()
+    seq = kernels[1 + 2 * 2 :] + [(OTHER, 50_000)] * 3
+    assert _regions(_stream(tmp_path, seq)) == [(KERNEL, runs - 3, fills - 2)]

@@ -186,7 +186,9 @@ def _configs(
     more right after exactly 4 single calls (the 5th estimate run and the warm-up); or,
     in the versions that estimate without fills, the first call, the estimate and the
     warm-up before the first fill (7 calls or more), or after a config's last timed run
-    (8 or more between two fills)."""
+    (8 or more between two fills). A capture that began during the estimate runs shows
+    fewer of them (at least 2, each after a fill, and at most one call before): their
+    mean is the estimate."""
     out: list[tuple[int, int]] = []
 
     def keep(est_ns: int, warm: int, after: int) -> None:
@@ -200,6 +202,8 @@ def _configs(
     for r, m in enumerate(repeats):
         if m >= 2 and single >= 4:  # the 5 estimate runs began 4 fills back, at a fill
             keep(ends_of((r - 4, -1), (r, 1)) // 5, m - 1, r)
+        elif m >= 2 and 1 <= r == single and head <= 1:  # the capture began in the estimate
+            keep(ends_of((0, -1), (r, 1)) // (r + 1), m - 1, r)
         if m >= 8 and (not out or out[-1][0] != r):  # the estimate without fills
             keep(ends_of((r, 2), (r, 7)) // 5, m - 7, r)
         single = single + 1 if m == 1 else 0
