@@ -573,6 +573,8 @@ def test_a_run_compares_the_steps_that_serve_on_every_rank(tmp_path: Path) -> No
         assert run["alignment"]["steps"] == 21
         assert run["skew"]["n"] == 21 and run["skew"]["max_ns"] == 0
         assert run["straggler"] is None
+        said = "2 aligned step(s) hold warm-up on some rank: they are compared on none"
+        assert said in run["warnings"]
 
 
 def test_an_autotuning_that_opens_a_step_marks_that_step(tmp_path: Path) -> None:
