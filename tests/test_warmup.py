@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +25,13 @@ from test_analysis import check_against_truth
 
 import traceview as tv
 from fixtures.autotune import COMPILE_NS, FILL_NAME
+from fixtures.autotune import autotune as autotune_configs
 from fixtures.build import Event, TraceBuilder
-from fixtures.engine import SCENARIOS, K, build, plan_steps
+from fixtures.engine import SCENARIOS, K, PlannedKernel, build, plan_steps
 from fixtures.truth import truth as plan_truth
 from traceview.analysis.base.intervals import union
 from traceview.cli import cli
+from traceview.errors import CaptureOnlyError
 
 SEED = GENERATED / "seed_autotune.json.gz"
 CLEAN = GENERATED / "seed_clean.json.gz"
@@ -93,6 +97,8 @@ def test_keep_warmup_keeps_the_steps_in_every_figure() -> None:
     fills = sum(r["fills"] for r in t["warmup"]["regions"])
     assert fams["elementwise"] > t["families"]["elementwise"]["count"] + fills
     assert doc["busy"]["window_ns"] == t["end_ns"] - t["start_ns"]
+    # the cost's rows too: every prompt-carrying step, each with a time to the next
+    assert doc["cost"]["prompt"]["n"] == sum(s["kind"] == "mixed" for s in t["steps"]) == 4
     out = CliRunner().invoke(cli, ["summarize", "--json", "--keep-warmup", str(SEED)])
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout)["steps"] == doc["steps"]
@@ -159,31 +165,47 @@ F8 = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<
 RESET = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
 
 
+GAP = 3_000  # _stream's gap between kernels
+
+
 def do_bench(
-    n_warmup: int, n_repeat: int, *, fill: str = F, estimate_fills: bool = True, hook: str = ""
+    kernel_ns: int = 100_000,
+    *,
+    fill: str = F,
+    fill_ns: int = 500_000,
+    estimate_fills: bool = True,
+    hook: str = "",
 ) -> tuple[list[tuple[str, int]], int, int]:
     """One config as a version of ``triton.testing.do_bench`` runs it (``hook``: a kernel
     the autotuner's pre-hook runs before each call, as ``reset_to_zero`` does), with its
-    runs and fills."""
-    call = [(hook, 2_000)] * bool(hook) + [(KERNEL, 100_000)]
+    runs and fills. Its counts follow do_bench: ``max(1, int(25 ms / estimate))`` warm-up
+    runs and ``max(1, int(100 ms / estimate))`` timed runs, the estimate being the mean
+    time of the 5 estimate runs on this plan's clock (fills included where it has them)."""
+    call = [(hook, 2_000)] * bool(hook) + [(KERNEL, kernel_ns)]
+    est_run = [(fill, fill_ns)] * estimate_fills + call
+    estimate = (5 * sum(d + GAP for _, d in est_run) - GAP) // 5
+    n_warmup, n_repeat = max(1, 25_000_000 // estimate), max(1, 100_000_000 // estimate)
     out = list(call)  # the first call
     for _ in range(5):
-        out += [(fill, 500_000)] * estimate_fills + call
+        out += est_run
     out += call * n_warmup
     for _ in range(n_repeat):
-        out += [(fill, 500_000), *call]
+        out += [(fill, fill_ns), *call]
     return out, 6 + n_warmup + n_repeat, 5 * estimate_fills + n_repeat
 
 
 VERSIONS = {
     # triton 3: fills before the estimate runs and the timed runs
-    "estimate with fills": [do_bench(37, 151), do_bench(30, 120)],
+    "estimate with fills": [do_bench(), do_bench(130_000)],
     # a kernel longer than 100 ms: one warm-up run, one timed run
-    "one timed run": [do_bench(1, 1)],
-    # triton 2.0/2.1 without fast_flush: an int8 buffer, no fills while estimating
-    "estimate without fills": [do_bench(20, 80, fill=F8, estimate_fills=False)] * 2,
+    "one timed run": [do_bench(120_000_000)],
+    # triton 1.x: an int8 buffer, no fills while estimating
+    "estimate without fills": [do_bench(fill=F8, estimate_fills=False)] * 2,
     # the autotuner's reset_to_zero hook: a fill of the output before every call
-    "reset_to_zero": [do_bench(12, 48, hook=RESET)],
+    "reset_to_zero": [do_bench(hook=RESET)],
+    # reset_to_zero on an int32 output: its fill is FillFunctor<int>, as the cache clear's,
+    # but far shorter than a 256 MiB fill can be
+    "reset_to_zero of an int32 output": [do_bench(hook=F)],
 }
 
 
@@ -203,7 +225,7 @@ def test_each_triton_version_of_do_bench_is_autotuning(tmp_path: Path, version: 
 
 def test_autotuning_at_the_end_of_a_stream_is_found(tmp_path: Path) -> None:
     """The last timed run is the stream's last kernel (a capture stopped right after)."""
-    kernels, runs, fills = do_bench(5, 20)
+    kernels, runs, fills = do_bench()
     assert _regions(_stream(tmp_path, [(OTHER, 50_000), *kernels])) == [(KERNEL, runs, fills)]
 
 
@@ -294,11 +316,17 @@ def test_a_compile_or_load_that_costs_a_step_is_warmup(
 )
 def test_a_load_shorter_than_a_step_is_no_warmup(tmp_path: Path, name: str, cat: str) -> None:
     """A process loads each kernel once: a capture near start-up holds loads of tens of
-    microseconds (the shared B200 trace has 8). They cost no step: nothing is left out."""
+    microseconds (the shared B200 trace has 8). They cost no step: nothing is left out,
+    and a warning says what stays in (the range less its 5 us margins, the device idle)."""
     a, _ = _with_host_warmup(tmp_path, name, cat, 80_000)
     doc = a.summary.to_dict()
     assert doc["warmup"] == {"kept": False, "steps": 0, "span_ns": 0, "regions": []}
     assert a.steps["warmup"].null_count() == a.steps.height == doc["steps"]["count"]
+    words = "compilation" if cat == "user_annotation" else "lazy kernel loading"
+    said = f"{words} in 1 step(s) is left in: the device idles 0.07 ms under it in all"
+    assert [w for w in doc["warnings"] if "is left in" in w] == [
+        f"{said}, less than a tenth of each step's span"
+    ]
 
 
 # --- no trace without warm-up reports any ---------------------------------------------------
@@ -349,6 +377,8 @@ def test_the_heartbeat_draws_no_interval_to_or_from_warmup_and_shades_it() -> No
         for s in t["steps"]
         if s["warmup"] is not None
     ]
+    # their ticks say warm-up, not the kind of work they also ran
+    assert data.kinds == ["warm-up" if s["warmup"] else s["kind"] for s in t["steps"]]
 
 
 @pytest.mark.slow
@@ -385,3 +415,275 @@ def test_graph_capture_kept_in_is_said_so() -> None:
     said = " ".join(out.stdout.split())
     assert f"{t['capture']['kernels']:,} kernels kept in" in said
     assert "left out" not in said
+
+
+# --- the probe's findings: each against planted truth ----------------------------------------
+
+SHORT = [
+    # fills far shorter than a 256 MiB clear can be: a serving step's own fills
+    ("a 3 us fill", F, 3_000),
+    ("a 1.5 us memset", "Memset (Device)", 1_500),
+]
+
+
+@pytest.mark.parametrize(("label", "fill", "fill_ns"), SHORT, ids=[s[0] for s in SHORT])
+def test_a_fill_too_short_to_clear_the_cache_is_no_autotuning(
+    tmp_path: Path, label: str, fill: str, fill_ns: int
+) -> None:
+    """4 x [F c], [F c c], then 1,000 x [F c]: the counts alone read as do_bench's, but no
+    device clears 256 MiB in microseconds."""
+    c = (OTHER, 20_000)
+    seq = [(fill, fill_ns), c] * 4 + [(fill, fill_ns), c, c] + [(fill, fill_ns), c] * 1000
+    tb = TraceBuilder()
+    t = 1_000_000_000
+    for kernel, dur in seq:
+        tb.kernel(kernel, t, dur, cat="gpu_memset" if kernel.startswith("Memset") else "kernel")
+        t += dur + GAP
+    assert _regions(tv.load(tb.write(tmp_path / "short.json.gz"))) == []
+
+
+def test_a_loop_whose_counts_are_not_do_bench_s_is_no_autotuning(tmp_path: Path) -> None:
+    """A user's benchmark loop: 10 plain calls, then 100 calls each after a full-size
+    fill. do_bench would have made 1 + 5 + 25 ms / estimate (about 240) plain calls."""
+    seq = [(KERNEL, 100_000)] * 10 + [(F, 500_000), (KERNEL, 100_000)] * 100
+    assert _regions(_stream(tmp_path, seq)) == []
+
+
+def test_an_autotuning_ends_with_its_last_timed_run(tmp_path: Path) -> None:
+    """A config, then serving that clears a full-size buffer before each call of the same
+    kernel: the region holds do_bench's timed runs (2% more at most, for jitter), not the
+    1,000 cycles after them."""
+    kernels, runs, fills = do_bench()
+    seq = [(OTHER, 50_000), *kernels] + [(F, 500_000), (KERNEL, 100_000)] * 1000
+    ((kernel, got_runs, got_fills),) = _regions(_stream(tmp_path, seq))
+    slack = 1 + (fills - 5) // 50
+    assert kernel == KERNEL
+    assert fills <= got_fills <= fills + slack and runs <= got_runs <= runs + slack
+
+
+def _compiling(tmp: Path, name: str, cat: str, pause_ns: int, at: list[int]) -> tv.Analysis:
+    """hybrid_chunked's engine, 12 decode steps, the host busy for ``pause_ns`` (a range
+    ``name`` of category ``cat``) after each of steps ``at``, the device idle meanwhile."""
+    sc = dataclasses.replace(HYBRID, name="compiling", annotations="vllm-gpu")
+    steps = plan_steps(sc, [("decode", 0, -1)] * 12)
+    for i in at:
+        for s in steps[i + 1 :]:
+            for k in s.kernels:
+                k.ts_ns += pause_ns
+    tb, planned = build(sc, steps)
+    pid = -1 if cat == "overhead" else 4242
+    for i in at:
+        last = max(k.end_ns for k in planned[i].kernels)
+        tb.events.append(Event("X", name, cat, pid, 0, last + 5_000, pause_ns - 10_000))
+    return tv.analyze(tb.write(tmp / "compiling.json.gz"))
+
+
+# the last step ends with its last kernel: a compile after it lies in no step
+@pytest.mark.parametrize("at", [[7], [1, 2, 3, 5, 7, 9, 10], list(range(11))])
+def test_every_step_a_compile_costs_is_warmup_however_many(tmp_path: Path, at: list[int]) -> None:
+    """Each step is judged by itself: when most steps compile, they are all warm-up still
+    (a median over the steps would rise with them)."""
+    compile_range = "_compile.compile_inner (dynamo_timed)"
+    a = _compiling(tmp_path, compile_range, "user_annotation", 60_000_000, at)
+    assert [i for i, w in enumerate(a.steps["warmup"].to_list()) if w] == at
+
+
+@pytest.mark.parametrize(
+    ("name", "cat", "pause_ns"),
+    [
+        ("_compile.compile_inner (dynamo_timed)", "user_annotation", 9_000_000),
+        ("Lazy Function Loading", "overhead", 7_700_000),
+    ],
+)
+def test_a_compile_shorter_than_a_step_that_costs_it_is_warmup(
+    tmp_path: Path, name: str, cat: str, pause_ns: int
+) -> None:
+    """A pause of most of a step (the steps last about 10 ms): the step lasts far longer
+    for it, and is left out."""
+    a = _compiling(tmp_path, name, cat, pause_ns, [7])
+    assert [i for i, w in enumerate(a.steps["warmup"].to_list()) if w] == [7]
+
+
+def test_busy_over_a_window_leaves_the_warmup_out() -> None:
+    """busy_between() with no ends is .busy; a window over steps 0-2 (step 2 holds
+    warm-up) measures steps 0-1 alone: their kernels' union over their spans."""
+    a = tv.analyze(SEED)
+    assert a.busy_between().row(0) == a.busy.row(0)
+    st = a.steps
+    assert st["warmup"].to_list()[:3] == [None, None, "triton_autotune"]
+    k = a.trace.kernels.filter(
+        (pl.col("ts_ns") >= st["start_ns"][0]) & (pl.col("ts_ns") < st["start_ns"][2])
+    )
+    ts = k["ts_ns"].to_numpy()
+    u = union(ts, ts + k["dur_ns"].to_numpy())
+    lo, hi = np.array([st["start_ns"][0]]), np.array([st["start_ns"][2]])
+    row = a.busy_between(int(st["start_ns"][0]), int(st["end_ns"][2])).row(0, named=True)
+    assert row["busy_ns"] == int(u.clipped_lengths(lo, hi)[0])
+    assert row["fraction"] == pytest.approx(row["busy_ns"] / int(hi[0] - lo[0]), rel=1e-8)
+
+
+def test_a_trace_that_is_all_warmup_has_no_busy(tmp_path: Path) -> None:
+    """do_bench alone: its one step holds warm-up, so no serving figure is measured, and
+    the warning says why."""
+    kernels, _, _ = do_bench()
+    a = tv.analyze(_stream(tmp_path, kernels * 3))
+    doc = a.summary.to_dict()
+    assert doc["warmup"]["steps"] == a.steps.height >= 1
+    assert doc["busy"]["fraction"] is None and doc["busy"]["window_ns"] is None
+    assert any(w.startswith("no serving steps") for w in doc["warnings"])
+    assert not any(w.startswith("no decode steps") for w in doc["warnings"])
+    with pytest.raises(CaptureOnlyError, match="no serving steps: all 1 step"):
+        a.busy_between()  # as every surface that draws or judges steps
+    png = str(tmp_path / "hb.png")
+    result = CliRunner().invoke(cli, ["heartbeat", str(a.trace.meta.path), "-o", png])
+    assert result.exit_code == 0 and "wrote" not in result.output
+    assert f"{a.trace.meta.path}: no serving steps: all 1 step(s) hold warm-up" in result.stderr
+    result = CliRunner().invoke(cli, ["summarize", str(a.trace.meta.path)])
+    assert result.stdout == "" and result.stderr.count("no serving steps: all 1 step") == 1
+    # where the document is drawn all the same (report): no range of steps, and why no gap
+    from traceview.render.format import gap_title, phase_rows
+
+    assert [cells[1] for _, cells in phase_rows(doc["steps"])] == ["—"]
+    assert gap_title(doc) == "decode gaps: no serving steps (every step holds warm-up)"
+
+
+@pytest.mark.slow
+def test_a_run_compares_the_steps_that_serve_on_every_rank(tmp_path: Path) -> None:
+    """Two ranks of one plan and the same serving kernels; rank 0 autotunes in step 10,
+    rank 1 in steps 10 and 11. The steps are paired by their place in each trace and
+    compared where both serve: 21 of 23, with no skew and no straggler (the serving
+    kernels are the same), in both annotation modes."""
+    seed = next(sc for sc in SCENARIOS if sc.name == "seed_autotune")
+    d, m = ("decode", 0, 0, 4), ("mixed", 2_044, 1, 4)
+    for mode in ("vllm-gpu", "none"):
+        paths = []
+        for rank, tune in ((0, ((10, 2),)), (1, ((10, 2), (11, 1)))):
+            sc = dataclasses.replace(
+                seed,
+                name=f"{mode}_rank{rank}",
+                annotations=mode,
+                steps_plan=(d,) * 10 + (m,) * 3 + (d,) * 10,
+                autotune=tune,
+            )
+            tb, _ = build(sc)
+            paths.append(str(tb.write(tmp_path / f"{mode}_rank{rank}.json.gz")))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            run = tv.summarize_run(paths, tv.RunOptions(jobs=1)).to_dict()
+        assert run["alignment"]["steps"] == 21
+        assert run["skew"]["n"] == 21 and run["skew"]["max_ns"] == 0
+        assert run["straggler"] is None
+        said = "2 aligned step(s) hold warm-up on some rank: they are compared on none"
+        assert said in run["warnings"]
+
+
+def test_an_autotuning_that_opens_a_step_marks_that_step(tmp_path: Path) -> None:
+    """The tuned kernel is step 6's first (vLLM annotations): step 6 holds the autotuning
+    and all its kernels; step 5 keeps its own and serves."""
+    sc = dataclasses.replace(HYBRID, name="opening", annotations="vllm-gpu")
+    steps = plan_steps(sc, [("decode", 0, -1)] * 12)
+    first = min(steps[6].kernels, key=lambda k: k.ts_ns)
+    t0 = max(k.end_ns for k in steps[5].kernels) + 500_000
+    benches, t1 = autotune_configs(random.Random(1), t0, 2)
+    shift = t1 + 5_000 - first.ts_ns
+    for s in steps[6:]:
+        for k in s.kernels:
+            k.ts_ns += shift
+    for bench in benches:
+        for fill, ts, dur in bench.kernels:
+            key = "cache_fill" if fill else first.key
+            steps[6].kernels.append(PlannedKernel(key, ts, dur, 7, 6, warmup="triton_autotune"))
+    steps[6].kernels.sort(key=lambda k: k.ts_ns)
+    steps[6].tuned = benches
+    tb, planned = build(sc, steps)
+    a = tv.analyze(tb.write(tmp_path / "opening.json.gz"))
+    assert a.steps["warmup"].to_list() == [None] * 6 + ["triton_autotune"] + [None] * 5
+    assert a.steps["kernels"].to_list() == [len(s.kernels) for s in planned]
+
+
+def test_the_warmup_line_names_the_steps_that_hold_it() -> None:
+    """Two autotunings, in steps 4 and 9, and one over steps 12-14: the line names those
+    steps, not every step from 4 to 14."""
+    from traceview.analysis.documents.summary import warmup_line
+
+    def region(first: int, last: int) -> dict:
+        return {
+            "cause": "triton_autotune", "first_step": first, "last_step": last,
+            "start_ns": 0, "end_ns": 1, "span_ns": 1, "kernel": TUNED, "runs": 10,
+            "fills": 5, "kernels": 15, "gpu_ns": 1,
+        }  # fmt: skip
+
+    warmup = {"kept": False, "steps": 5, "span_ns": 5, "regions": [region(4, 4), region(9, 9)]}
+    assert " in steps 4, 9 (20 runs, 10 cache fills) left out" in str(warmup_line(warmup))
+    warmup["regions"] = [region(4, 4), region(9, 9), region(12, 14)]
+    assert " in steps 4, 9, 12–14 (" in str(warmup_line(warmup))
+    warmup["regions"] = [region(4, 4)]
+    assert " in step 4 (" in str(warmup_line(warmup))
+
+
+def test_check_refuses_a_trace_whose_every_step_is_warmup(tmp_path: Path) -> None:
+    """do_bench alone: no serving step to judge. check says so in one line, as it does of
+    a capture of CUDA-graph capture alone, and draws no table of checks."""
+    kernels, _, _ = do_bench()
+    path = str(_stream(tmp_path, kernels * 3).meta.path)
+    result = CliRunner().invoke(cli, ["check", path, "--max", "busy.fraction=0.9"])
+    assert result.exit_code == 0, result.output
+    assert "checks" not in result.stdout
+    said = [x for x in result.stderr.splitlines() if x.startswith(f"{path}: no serving steps")]
+    assert len(said) == 1 and "Triton autotuning of _attn_fwd_tuned in step 0" in said[0]
+
+
+def test_diff_and_check_say_what_warmup_they_leave_out() -> None:
+    """The seed twin against its clean twin: diff notes B's steps left out for warm-up,
+    check warns of them; the clean twin gets no such line."""
+    doc = tv.analyze(SEED).summary.to_dict()
+    line = f"{doc['warmup']['steps']} step(s) left out of every figure for warm-up"
+    result = CliRunner().invoke(cli, ["diff", str(CLEAN), str(SEED), "--format", "markdown"])
+    assert result.exit_code == 0, result.output
+    assert f"B: {line}" in result.stdout and "A: " not in result.stdout.replace("A = ", "")
+    result = CliRunner().invoke(
+        cli, ["check", str(SEED), "--baseline", str(CLEAN), "--max-regression", "10%"]
+    )
+    assert result.exit_code == 0, result.output
+    warned = [x for x in result.stderr.splitlines() if "warm-up: Triton autotuning" in x]
+    assert len(warned) == 1 and warned[0].startswith(f"Warning: {SEED}: warm-up: ")
+
+
+def test_a_capture_that_stops_in_a_config_s_warmup_counts_its_runs(tmp_path: Path) -> None:
+    """The capture stops during the second config's warm-up runs: the region holds every
+    run and fill the trace has of both configs."""
+    first, runs, fills = do_bench()
+    second, _, _ = do_bench(130_000)
+    cut = second[: 1 + 10 + 5]  # its first call, 5 estimate runs with fills, 5 warm-up runs
+    seq = [(OTHER, 50_000)] * 3 + first + cut
+    assert _regions(_stream(tmp_path, seq)) == [(KERNEL, runs + 11, fills + 5)]
+
+
+def test_a_compile_in_a_cpu_capture_is_warmup_not_an_op(tmp_path: Path) -> None:
+    """A CPU-only capture: 12 annotated steps of 20 ops each, and a 40 ms compile inside
+    step 6. The ops stand in for kernels, not the compile range: 12 steps, step 6 held
+    for compilation, and the other 11 steps' 220 ops counted."""
+    tb = TraceBuilder()
+    t = 1_000_000_000
+    for step in range(12):
+        s0 = t
+        for _ in range(20):
+            tb.cpu_op("aten::mm", t, 200_000)
+            t += 250_000
+        if step == 6:
+            name = "_compile.compile_inner (dynamo_timed)"
+            tb.cpu_op(name, t, 40_000_000, cat="user_annotation")
+            t += 40_000_000
+        tb.cpu_op("execute_context_0(0)_generation_4(4)", s0, t - s0, cat="user_annotation")
+        t += 1_000_000
+    a = tv.analyze(tb.write(tmp_path / "cpu.json.gz"))
+    assert a.steps["warmup"].to_list() == [None] * 6 + ["compile"] + [None] * 5
+    assert sum(f["count"] for f in a.summary.to_dict()["families"]) == 11 * 20
+
+
+def test_a_capture_that_starts_in_a_config_s_estimate_finds_it(tmp_path: Path) -> None:
+    """The capture starts after the first call and two estimate runs of a config: three
+    estimate runs, the warm-up and the timed runs are in it, and so in the region."""
+    kernels, runs, fills = do_bench()
+    seq = kernels[1 + 2 * 2 :] + [(OTHER, 50_000)] * 3
+    assert _regions(_stream(tmp_path, seq)) == [(KERNEL, runs - 3, fills - 2)]

@@ -21,7 +21,12 @@ from traceview._io import release_free_memory
 from traceview.analysis.base.document import Efficiency
 from traceview.analysis.classify.families import Rules, load_rules
 from traceview.analysis.documents import display
-from traceview.analysis.documents.summary import Summary, build, capture_only_summary
+from traceview.analysis.documents.summary import (
+    Summary,
+    build,
+    capture_only_summary,
+    refuse_capture_only,
+)
 from traceview.analysis.steps.candidates import StepOptions
 from traceview.analysis.steps.find import StepResult, find_steps
 from traceview.analysis.steps.periodic import MAX_LAYERS
@@ -230,11 +235,13 @@ class Analysis:
         """:attr:`summary`, for the surfaces that draw or judge steps.
 
         Raises:
-            CaptureOnlyError: the trace holds only CUDA-graph capture / warm-up: no
-                serving steps (its one line; exit 0 on the command line).
+            CaptureOnlyError: the trace holds only CUDA-graph capture / warm-up, or every
+                step it holds is left out for warm-up: no serving steps (its one line;
+                exit 0 on the command line).
         """
         if self.summary.document["steps"]["method"] == "none":
             _ = self.step_result  # raises the step finder's CaptureOnlyError
+        refuse_capture_only(self.summary)  # every step holds warm-up: none serves
         return self.summary
 
     @property
@@ -274,8 +281,9 @@ class Analysis:
 
     def busy_between(self, t0_ns: int | None = None, t1_ns: int | None = None) -> pl.DataFrame:
         """GPU busy of the analysed device (capture kernels and the steps left out for
-        warm-up left out) over the window ``[t0_ns, t1_ns)`` on the trace's clock (an end
-        not given: the activity's own); columns as :attr:`busy`, computed by
+        warm-up left out) over the window ``[t0_ns, t1_ns)`` on the trace's clock, inside
+        the serving time that :attr:`busy` measures (an end not given: that time's own, so
+        with no ends this is :attr:`busy`); columns as :attr:`busy`, computed by
         :func:`~traceview.analysis.timing.busy.busy_window`.
 
         Raises:
@@ -293,7 +301,14 @@ class Analysis:
             self.serving()
             return whole
         result = self.step_result
-        row = busy_window(result.serving_union, result.device, t0_ns, t1_ns, self.trace.meta.path)
+        row = busy_window(
+            result.serving_union,
+            result.device,
+            t0_ns,
+            t1_ns,
+            self.trace.meta.path,
+            result.serving_windows,
+        )
         return pl.DataFrame([row], schema=BUSY_SCHEMA)
 
     @property

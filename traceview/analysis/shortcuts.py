@@ -200,9 +200,10 @@ def busy(
     """GPU-busy fraction of the analysed device, capture kernels left out
     (``tv.analyze(trace).busy``): over its first kernel start to its last kernel end, or
     over ``[t0_ns, t1_ns)`` on the trace's clock (either end, where given, replaces that
-    end of the default window). A window that holds none of the activity (before or
-    after it) is a UsageError giving the activity's span, as
-    :meth:`Trace.window` says of its own.
+    end of the default window). Where steps are left out for warm-up, the window is
+    measured inside the serving time alone (:meth:`Analysis.busy_between`). A window that
+    holds none of the activity (before or after it) is a UsageError giving the activity's
+    span, as :meth:`Trace.window` says of its own.
 
     Returns:
         DataFrame of one row: ``device`` (Int64), ``window_start_ns``, ``window_end_ns``

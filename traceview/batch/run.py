@@ -12,8 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-import polars as pl
-
 from traceview import environ
 from traceview.analysis.analyze import Analysis, AnalysisConfig
 from traceview.analysis.documents.run import (
@@ -72,8 +70,10 @@ def analyse_rank(path: str, options: RunOptions) -> RankResult:
         rank=rank,
         rank_source=source,
         summary=summary,
-        # the steps left out for warm-up take no part in the run's alignment and skew
-        per_step=step_work(analysis.step_result).filter(pl.col("serving")).drop("serving"),
+        # every step, its ``serving`` column saying which are left out for warm-up: the
+        # alignment pairs steps by their place in the trace, then compares those serving
+        # on every rank
+        per_step=step_work(analysis.step_result),
         load_warnings=list(trace.meta.warnings),
         truncated_at=trace.meta.truncated_at,
         world_size=trace.meta.world_size,

@@ -15,6 +15,7 @@ from traceview.cli._options import (
     run_options,
     summarize_run_paths,
     summarize_trace,
+    warn_once,
 )
 from traceview.errors import CheckError, CheckFailed, UsageError
 from traceview.redact import shown
@@ -111,6 +112,15 @@ def _summary_or_run(
     if is_run([path]):
         return summarize_run_paths([path], analysis, jobs=jobs, strict=strict, label=label)
     return summarize_trace(path, analysis, label=label, strict=strict)
+
+
+def _warmup_said(x: Summary | RunSummary | None) -> str | None:
+    """A trace's warm-up line where its figures leave warm-up out (None otherwise)."""
+    from traceview.analysis.documents.summary import Summary, warmup_line
+
+    if not isinstance(x, Summary) or x.document["warmup"]["kept"]:
+        return None
+    return warmup_line(x.document["warmup"])
 
 
 def _pairs(values: tuple[str, ...], flag: str, file: dict[str, object]) -> dict[str, object]:
@@ -237,7 +247,17 @@ def check_command(
         else None,
         prefill_growth=growth_bound,
     )
-    result = check(_summary_or_run(trace, "", jobs, strict, analysis), ruleset)
+    subject = _summary_or_run(trace, "", jobs, strict, analysis)
+    # a figure over fewer steps than the trace holds: say which were left out, and why
+    sides: list[tuple[str, str | None, Summary | RunSummary | None]] = [
+        ("", trace, subject),
+        ("baseline: ", baseline, ruleset.baseline),
+    ]
+    for label, source, said in sides:
+        line = _warmup_said(said)
+        if source is not None and line is not None:
+            warn_once(shown(source), f"warm-up: {line}", label)
+    result = check(subject, ruleset)
     if as_json:
         click.echo(
             orjson.dumps(

@@ -51,6 +51,7 @@ COLORS = {
         "shade": "#d62728",
         "text": "#222222",
         "probe": "#e67e22",
+        "warm-up": "#888888",
     },
     "dark": {
         "decode": "#5fb3ff",
@@ -59,9 +60,21 @@ COLORS = {
         "shade": "#ff6b6b",
         "text": "#eeeeee",
         "probe": "#ffb347",
+        "warm-up": "#aaaaaa",
     },
 }
 KIND_ORDER = KINDS
+WARMUP_TICK = "warm-up"  # the tick of a step left out for warm-up, whatever its kind
+
+
+def _tick_kinds(steps: pl.DataFrame) -> list[str]:
+    """Each step's kind for its tick: :data:`WARMUP_TICK` for a step left out for warm-up
+    (its ``phase`` null), since it serves in no phase of its kind."""
+    kinds = steps["kind"].to_list()
+    if "phase" not in steps.columns or "warmup" not in steps.columns:
+        return kinds
+    out = steps["phase"].is_null() & steps["warmup"].is_not_null()
+    return [WARMUP_TICK if o else k for k, o in zip(kinds, out.to_list(), strict=True)]
 
 
 def load_matplotlib() -> ModuleType:
@@ -125,7 +138,8 @@ class HeartbeatData:
         title: the chart's title.
         t0_ns: the trace's first kernel start (ns): time zero of the x axis.
         anchors_ms: one tick per step, at its anchor.
-        kinds: each step's kind (decode | mixed | prefill).
+        kinds: each step's kind (decode | mixed | prefill), or ``warm-up`` for a step left
+            out for warm-up.
         interval_ms: step-to-step (anchor-to-anchor) interval, plotted at the later step's
             anchor; NaN for the first step.
         phases: one band per phase, with its median cadence and n.
@@ -236,7 +250,7 @@ def heartbeat_data(
         title=title or Path(str(doc["trace"]["path"])).name,
         t0_ns=t0,
         anchors_ms=anchors,
-        kinds=steps["kind"].to_list(),
+        kinds=_tick_kinds(steps),
         interval_ms=interval,
         phases=phases,
         prompt_spans_ms=[(p.start_ms, p.end_ms) for p in phases if p.kind != "decode"],
@@ -292,7 +306,7 @@ def draw_heartbeat(
         draw_timeline(data, tick_ax, ax, style=style)
         return
     kinds = np.array(data.kinds)
-    for kind in KIND_ORDER:
+    for kind in (*KIND_ORDER, WARMUP_TICK):
         sel = data.anchors_ms[kinds == kind]
         if sel.size:
             tick_ax.eventplot(
@@ -301,7 +315,7 @@ def draw_heartbeat(
                 linelengths=0.8,
                 linewidths=0.8,
                 colors=colors[kind],
-                label=f"{kind} step",
+                label="warm-up step (left out)" if kind == WARMUP_TICK else f"{kind} step",
             )
     tick_ax.set_ylim(0, 1.35)
     tick_ax.set_yticks([])

@@ -78,8 +78,9 @@ def phase_rows(steps: StepFacts) -> list[tuple[int | None, list[str]]]:
     overall row; its cells under :data:`PHASE_COLUMNS`)."""
     rows: list[tuple[int | None, list[str]]] = []
     last = max((p["last_step"] for p in steps["phases"]), default=max(steps["count"] - 1, 0))
+    every = f"0–{last}" if steps["count"] or steps["phases"] else "—"  # no serving step
     cadences: list[tuple[str, str, Percentiles, int | None]] = [
-        ("all", f"0–{last}", steps["cadence"], None)
+        ("all", every, steps["cadence"], None)
     ]
     cadences += [
         (p["kind"], f"{p['first_step']}–{p['last_step']}", p["cadence"], p["first_step"])
@@ -99,6 +100,8 @@ def gap_title(doc: SummaryDocument) -> str:
     name, never a pattern; or why there are none."""
     kinds = {p["kind"] for p in doc["steps"]["phases"]}
     if not kinds & {"decode", "mixed"}:
+        if not doc["steps"]["count"] and doc["warmup"]["steps"] and not doc["warmup"]["kept"]:
+            return "decode gaps: no serving steps (every step holds warm-up)"
         return "decode gaps: no decode steps"
     names = doc["decode_marker_kernels"]
     if not names:

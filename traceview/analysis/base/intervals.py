@@ -115,3 +115,17 @@ def merge_windows(lo: I64, hi: I64) -> Union:
     """Windows with positive length, merged into a disjoint union."""
     keep = hi > lo
     return union(lo[keep], hi[keep])
+
+
+def subtract(a: Union, b: Union) -> Union:
+    """The parts of ``a`` outside ``b`` (both disjoint and sorted), as a union."""
+    if a.starts.size == 0 or b.starts.size == 0:
+        return a
+    cuts = np.unique(np.concatenate((a.starts, a.ends, b.starts, b.ends)))
+    lo, hi = cuts[:-1], cuts[1:]
+    # each elementary piece lies wholly inside or outside each union: test its start
+    in_a = np.searchsorted(a.starts, lo, side="right") - 1
+    in_b = np.searchsorted(b.starts, lo, side="right") - 1
+    keep = (in_a >= 0) & (lo < a.ends[np.maximum(in_a, 0)])
+    keep &= ~((in_b >= 0) & (lo < b.ends[np.maximum(in_b, 0)]))
+    return union(lo[keep], hi[keep])

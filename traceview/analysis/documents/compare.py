@@ -30,7 +30,7 @@ from traceview.analysis.base.document import (
 )
 from traceview.analysis.documents import display
 from traceview.analysis.documents.run import RunSummary
-from traceview.analysis.documents.summary import Summary, refuse_capture_only
+from traceview.analysis.documents.summary import Summary, refuse_capture_only, warmup_line
 from traceview.analysis.documents.verdicts import (
     SAME,
     Metric,
@@ -169,10 +169,18 @@ def diff(a: Summary | RunSummary, b: Summary | RunSummary) -> Diff:
         return d
     assert isinstance(a, Summary) and isinstance(b, Summary)
     d = _diff(metrics(a), metrics(b), a.kernel_table, b.kernel_table, a, b)
-    note = _bytes_note(a, b)
-    if note:
-        d.notes.append(note)
+    notes = [_bytes_note(a, b), _warmup_note("A", a), _warmup_note("B", b)]
+    d.notes += [n for n in notes if n]
     return d
+
+
+def _warmup_note(side: str, x: Summary) -> str | None:
+    """Where a side's steps hold warm-up that its figures leave out: how many, and what
+    (every figure compared is over the other steps)."""
+    w = x.to_dict()["warmup"]
+    if w["kept"] or not w["steps"]:
+        return None
+    return f"{side}: {w['steps']} step(s) left out of every figure for warm-up ({warmup_line(w)})"
 
 
 def _bytes_note(a: Summary, b: Summary) -> str | None:

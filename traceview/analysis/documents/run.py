@@ -79,7 +79,9 @@ class RankResult:
     rank: int | None = None
     rank_source: str = ""  # distributedInfo | file name | file name (DP, PP, TP order) | order
     summary: Summary | None = None
-    per_step: pl.DataFrame | None = None  # index, annotation, compute_ns, collective_ns
+    # index, annotation, compute_ns, collective_ns, dependency_ns, serving (False: left out
+    # for warm-up)
+    per_step: pl.DataFrame | None = None
     skipped: str | None = None  # a trace with nothing to analyse (no device activity)
     error: str | None = None  # a trace that failed to load or analyse
     load_warnings: list[str] = field(default_factory=list)  # the loader's (trace.meta.warnings)
@@ -191,7 +193,7 @@ def _replicas(ranks: list[RankResult]) -> str | None:
                 "never waits for another, so the skew and the straggler across them compare "
                 "independent work; give one replica's ranks for its skew"
             )
-    tables = [r.per_step for r in ranks if r.per_step is not None]
+    tables = [r.per_step.filter(pl.col("serving")) for r in ranks if r.per_step is not None]
     if len(tables) > 1 and all(int(t["collective_ns"].sum()) == 0 for t in tables):
         return (
             "no rank runs a communication kernel that traceview recognises: if they run no "
@@ -326,6 +328,16 @@ def _alignment(ranks: list[RankResult]) -> tuple[AlignMethod, pl.DataFrame, list
             )
             for rank, t in tables.items()
         ]
+    if rows:  # a step left out for warm-up on any rank is compared on none
+        both = pl.concat(rows)
+        serving = both.group_by("step").agg(pl.col("serving").all(), pl.len().alias("n"))
+        keep = serving.filter(pl.col("serving") & (pl.col("n") == len(rows)))["step"]
+        if keep.len() < serving.height:
+            warnings.append(
+                f"{serving.height - keep.len()} aligned step(s) hold warm-up on some rank: "
+                "they are compared on none"
+            )
+        rows = [both.filter(pl.col("step").is_in(keep.implode()))]
     aligned = (
         pl.concat(rows)
         .select("step", "rank", "compute_ns", "collective_ns", "dependency_ns")
@@ -403,7 +415,7 @@ def _rank_row(
         kind: {"n": c["n"], "p50_ns": c["p50_ns"], "p99_ns": c["p99_ns"]}
         for kind, c in doc["steps"]["cadence_by_kind"].items()
     }
-    per = r.per_step
+    per = r.per_step.filter(pl.col("serving"))
     return {
         "rank": r.rank,
         "rank_source": r.rank_source,

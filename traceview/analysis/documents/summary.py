@@ -34,6 +34,7 @@ from traceview.analysis.classify.families import Rules, family_rows, kernel_rows
 from traceview.analysis.documents import display
 from traceview.analysis.steps.capture import capture_regions
 from traceview.analysis.steps.find import StepResult, describe, empty_step_table, pick_device
+from traceview.analysis.steps.serving import WARMUP
 from traceview.analysis.steps.warmup import Region, capture_warmup
 from traceview.analysis.timing.breakdown import (
     DeviceActivity,
@@ -204,7 +205,14 @@ def build(
     )
     gap_stats = summarize_gaps(gaps, gap_family)
     served = table.filter(pl.col("phase").is_not_null())
-    warnings += gap_warnings(bool(served["kind"].is_in(DECODING).any()), marker, gap_stats)
+    if served.height == 0 and left.any():  # no population: say why, not "no decode steps"
+        warnings.append(
+            f"no serving steps: all {table.height} step(s) hold warm-up, and every serving "
+            "figure (busy, cadence, phases, decode gaps, families) is left unmeasured "
+            "(--keep-warmup keeps them in)"
+        )
+    else:
+        warnings += gap_warnings(bool(served["kind"].is_in(DECODING).any()), marker, gap_stats)
     split = result.clocks.consistent  # else idle time is not split by cause
     device = DeviceActivity.of(trace, every, result.starts, result.union, result.host, split=split)
     release_free_memory()  # its temporaries (each kernel's end, family codes) go back
@@ -224,8 +232,9 @@ def build(
     step_facts = _step_facts(describe(result), table, phases)
     fam = family_rows(result.totals)
     rolled = family_rows(result.totals, roll_up=True)
-    costed = cost_steps(table)
-    serving = None if gone is None else _spans(served)
+    # the cost's rows leave out the steps marked for warm-up, unless the figures keep them
+    costed = cost_steps(table.drop(WARMUP) if result.warmup_kept else table)
+    serving = result.serving_windows
     doc: SummaryDocument = {
         "schema": SCHEMA,
         "trace": facts,
@@ -288,14 +297,25 @@ def trace_facts(trace: Trace, kernels: pl.DataFrame, device: int, activity: Acti
 
 
 def refuse_capture_only(summary: object) -> None:
-    """Raise what the step finder said of a trace that holds only CUDA-graph capture:
-    the surfaces that judge steps (``check``, ``diff``) have none to judge.
+    """Raise what the step finder said of a trace that holds only CUDA-graph capture, or
+    whose every step holds warm-up left out: the surfaces that judge steps (``check``,
+    ``diff``) have none to judge.
 
     Raises:
-        CaptureOnlyError: ``summary`` is the 0-step summary of such a trace.
+        CaptureOnlyError: ``summary`` is the 0-step summary of such a trace, or every
+            step it found holds warm-up.
     """
-    if isinstance(summary, Summary) and summary.document["steps"]["method"] == "none":
-        raise CaptureOnlyError(f"{summary.document['trace']['path']}: {summary.warnings[0]}")
+    if not isinstance(summary, Summary):
+        return
+    d = summary.document
+    if d["steps"]["method"] == "none":
+        raise CaptureOnlyError(f"{d['trace']['path']}: {summary.warnings[0]}")
+    w = d["warmup"]
+    if not w["kept"] and w["steps"] and d["steps"]["count"] == 0:
+        raise CaptureOnlyError(
+            f"{d['trace']['path']}: no serving steps: all {w['steps']} step(s) hold warm-up "
+            f"({warmup_line(w)}); --keep-warmup keeps them in"
+        )
 
 
 def capture_section(
@@ -354,6 +374,19 @@ CAUSE_WORDS = {
 }
 
 
+def _steps_said(spans: list[tuple[int, int]]) -> str:
+    """Steps as runs of consecutive indices, e.g. "step 5", "steps 2–4, 9"."""
+    held = sorted({i for a, b in spans for i in range(a, b + 1)})
+    runs: list[list[int]] = []
+    for i in held:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    said = ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in runs)
+    return f"step {said}" if len(held) == 1 else f"steps {said}"
+
+
 def warmup_line(warmup: Warmup) -> str | None:
     """The warm-up in the steps, in one line (None where no step holds any): per cause and
     kernel, the steps and what ran (an autotuning's runs and cache fills, else the time),
@@ -367,9 +400,13 @@ def warmup_line(warmup: Warmup) -> str | None:
         return None
     parts = []
     for (cause, kernel), rs in groups.items():
-        a = min(r["first_step"] for r in rs if r["first_step"] is not None)
-        b = max(r["last_step"] for r in rs if r["last_step"] is not None)
-        where = f"step {a}" if a == b else f"steps {a}–{b}"
+        where = _steps_said(
+            [
+                (r["first_step"], r["last_step"] if r["last_step"] is not None else r["first_step"])
+                for r in rs
+                if r["first_step"] is not None
+            ]
+        )
         if cause == "triton_autotune":
             runs = sum(r["runs"] or 0 for r in rs)
             fills = sum(r["fills"] or 0 for r in rs)

@@ -21,7 +21,7 @@ import polars as pl
 
 from traceview._io import release_free_memory
 from traceview.analysis.base.document import Activity, StepFinding
-from traceview.analysis.base.intervals import I64, Union, union
+from traceview.analysis.base.intervals import I64, Union, merge_windows, subtract, union
 from traceview.analysis.base.launches import graph_launches_without_work
 from traceview.analysis.classify.families import Rules, family_codes, load_rules
 from traceview.analysis.classify.shapes import shape_families, shape_tokens
@@ -44,6 +44,8 @@ from traceview.analysis.steps.records import (
     record,
 )
 from traceview.analysis.steps.warmup import (
+    COMPILE_RANGE,
+    LAZY_LOADING,
     Region,
     autotune_regions,
     capture_warmup,
@@ -115,6 +117,25 @@ class StepResult:
         k = self.serving_kernels
         ts = k["ts_ns"].to_numpy().astype(np.int64)
         return union(ts, ts + k["dur_ns"].to_numpy().astype(np.int64))
+
+    @property
+    def serving_windows(self) -> Union | None:
+        """The time the serving figures cover (None: the whole trace, where no step is
+        left out for warm-up): the serving steps' spans, less every warm-up region's span
+        (an autotuning's first compile may lie in the step before the one it opens).
+        Empty where every step holds warm-up."""
+        if self.serving is None:
+            return None
+        served = self.table.filter(pl.col("phase").is_not_null())
+        spans = merge_windows(
+            served["start_ns"].to_numpy().astype(np.int64),
+            served["end_ns"].to_numpy().astype(np.int64),
+        )
+        gone = merge_windows(
+            np.array([r.start_ns for r in self.warmup], dtype=np.int64),
+            np.array([r.end_ns for r in self.warmup], dtype=np.int64),
+        )
+        return subtract(spans, gone)
 
     @property
     def left_out(self) -> np.ndarray:
@@ -343,14 +364,18 @@ def with_time_breakdown(
 
 def cpu_activity(trace: Trace) -> Trace:
     """For a trace with no device activity (a CPU-only capture), what stands in for kernels:
-    the innermost ``user_annotation`` ranges that are not engine-step annotations (the ops
-    an engine names with ``record_function``), or, without any, the leaf ``cpu_op`` events.
+    the innermost ``user_annotation`` ranges that are not engine-step annotations nor the
+    host's warm-up (compile ranges: :mod:`.warmup`) (the ops an engine names with
+    ``record_function``), or, without any, the leaf ``cpu_op`` events.
     A range is innermost when no other candidate on its thread starts inside it. Its pid is
     the "device" and its tid the "stream"."""
     ev = trace.events
+    name = pl.col("name").cast(pl.String)
     named = ev.filter(
         (pl.col("event_kind") == "user_annotation")
-        & ~pl.col("name").cast(pl.String).str.contains(STEP_ANNOTATION.pattern)
+        & ~name.str.contains(STEP_ANNOTATION.pattern)
+        & ~name.str.contains(COMPILE_RANGE.pattern)  # the host compiling: warm-up, no op
+        & (name != LAZY_LOADING)
     )
     candidates = named if named.height else ev.filter(pl.col("event_kind") == "cpu_op")
     ops = candidates.sort(["pid", "tid", "ts_ns"])
@@ -436,6 +461,8 @@ def find_steps(
         bursts, annotations, idle, method=opts.method, cpu_activity=activity == "cpu_op"
     )
     c = chosen.candidate
+    if c.method == "annotations" and autotune:  # an autotuning may open an annotated step
+        bounds = with_regions(u, autotune, c.first_kernel)
     warnings = list(chosen.warnings)
     if capture.kernels and not opts.keep_warmup:
         warnings.append(
@@ -476,7 +503,8 @@ def find_steps(
     if said is not None:
         warnings.append(said)
     table = with_host_columns(table, trace, k, host)
-    table, regions = mark_warmup(table, trace, [*captured, *autotune])
+    table, regions, said_warmup = mark_warmup(table, trace, [*captured, *autotune], u)
+    warnings.extend(said_warmup)
     serving: np.ndarray | None = None
     if not opts.keep_warmup and table["warmup"].is_not_null().any():
         table, serving = leave_out(table, k.ts)

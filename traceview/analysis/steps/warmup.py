@@ -14,34 +14,40 @@ Four causes are recognised, each by what its tool documents it doing:
   ``int8`` buffer, and some estimate without fills). Each timed run sits between two CUDA
   event records on the host. The autotuner's hooks (``reset_to_zero``, ``restore_value``,
   a config's ``pre_hook``) add a few kernels around each call. On one stream this reads:
-  the call ``b`` (the tuned kernel and its hooks) alternating with one fill, ``F b F b …``,
-  at least :data:`MIN_FILLS` fills, each followed by ``b`` repeated (``b^m``), where the
-  run counts show: ``b^m`` with ``m ≥ 2`` right after exactly four single calls (the 5th
-  estimate run, then the warm-up), or, in the versions that estimate without fills, 7
-  calls or more before the first fill or 8 or more between two fills (:func:`_benchmarked`).
-  A training step that zeroes buffers (gradients, a bucket before each all-reduce)
-  alternates fills with work, but not with those counts. Inductor's own benchmarker
-  (fills repeated without the call between its estimate and timed runs) is not read.
+  the call ``b`` (the tuned kernel and its hooks) alternating with one cache fill (a fill
+  long enough to write 256 MiB: :data:`FILL_FLOOR_NS`), ``F b F b …``, at least
+  :data:`MIN_FILLS` fills, each followed by ``b`` repeated (``b^m``), where the run counts
+  show: ``b^m`` with ``m ≥ 2`` right after exactly four single calls (the 5th estimate run,
+  then the warm-up), or, in the versions that estimate without fills, 7 calls or more
+  before the first fill or 8 or more between two fills; and where the warm-up count keeps
+  do_bench's relation to the estimate read back from the trace (:func:`_configs`). A
+  region ends with its last config's timed runs. A training step that zeroes buffers
+  (gradients, a bucket before each all-reduce) alternates fills with work, but not with
+  those counts. Inductor's own benchmarker (fills repeated without the call between its
+  estimate and timed runs) is not read, nor ``do_bench_cudagraph`` (no fills).
 - ``compile`` and ``lazy_loading``: the host compiling (torch.compile's ``dynamo_timed``
   ranges, ``… (dynamo_timed)``; Triton's ``compile`` frame) or the driver loading a kernel
   for its first launch (CUPTI's ``Lazy Function Loading``). Every process loads each
   kernel once, so a capture near start-up holds a few loads of microseconds; they are
-  warm-up only where they cost a step: a step holds such warm-up when the union of those
-  ranges inside its span lasts at least the median step's span (:func:`host_warmup`).
+  warm-up only where they cost a step: the device idles under them for at least a tenth of
+  the rest of the step's span (:func:`costly`). Each step is judged by itself, so a capture
+  where most steps compile still reads them all as warm-up.
 
 A CompiledFxGraph's first call in a trace is not evidence by itself: a capture started
 mid-serving holds first calls that are warm. Where a first call compiles, autotunes or
 loads, the evidence above is in it.
 
-A step **holds warm-up** when its span overlaps a warm-up region. Steps that hold warm-up
-keep their rows and say why (the steps table's ``warmup``); every serving figure leaves
-them out (:mod:`.find`).
+A step **holds warm-up** when its span overlaps a warm-up region's device activity. Steps
+that hold warm-up keep their rows and say why (the steps table's ``warmup``); every
+serving figure leaves them out (:mod:`.find`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import polars as pl
@@ -56,12 +62,23 @@ CAUSES = ("graph_capture", "triton_autotune", "compile", "lazy_loading")
 # ATen's fill kernel (``tensor.zero_()``/``fill_``): FillFunctor in current PyTorch,
 # fill_kernel_cuda's lambda in older builds; a memset (by kind) clears a buffer too
 FILL = re.compile(r"FillFunctor|fill_kernel_cuda")
+# do_bench clears a 256 MiB buffer (``cache_size = 256 * 1024 * 1024``; 256e6 bytes in older
+# versions): no device writes it faster than at 20 TB/s, above any GPU's peak memory
+# bandwidth, so a shorter fill (a hook's, a small memset) clears no L2 cache
+CACHE_BYTES = 256 * 1024 * 1024
+FILL_FLOOR_NS = CACHE_BYTES * 1_000_000_000 // 20_000_000_000_000
+WARMUP_NS = 25_000_000  # do_bench's warmup (ms): the plain runs last about this long
+REP_NS = 100_000_000  # do_bench's rep (ms): the timed runs last about this long
 MIN_FILLS = 6  # do_bench fills at least 5 times (estimate) and once more (a timed run)
 MAX_CALL = 8  # kernels in one benchmarked call: the tuned kernel and its hooks
 SEED_CYCLES = 3  # consecutive identical short cycles that start a search
 
 COMPILE_RANGE = re.compile(r" \(dynamo_timed\)$|^triton/compiler/compiler\.py\(\d+\): compile$")
 LAZY_LOADING = "Lazy Function Loading"
+# a compile or load costs a step when the device idles under it for at least a tenth of
+# the rest of the step's span (the step lasts at least 10% longer for it)
+COST_SHARE = (1, 10)
+HOST_WORDS = {"compile": "compilation", "lazy_loading": "lazy kernel loading"}
 
 
 @dataclass(frozen=True)
@@ -73,6 +90,10 @@ class Region:
         start_ns, end_ns: its span (an autotuning's from the end of the device's activity
             before its first run, since the host compiled the first config then, to the end
             of its last timed run).
+        first_ns: the start of its first device activity (``start_ns`` where it has none
+            of its own). The idle time before it belongs to the region, but the device
+            work before it does not: a step holds the region where it overlaps
+            ``[first_ns, end_ns)``.
         kernel: the autotuned kernel's name (None for the other causes).
         runs: the autotuned kernel's runs in the region.
         fills: the cache fills in it.
@@ -92,6 +113,12 @@ class Region:
     gpu_ns: int | None = None
     first_step: int | None = None
     last_step: int | None = None
+    first_ns: int | None = None
+
+    @property
+    def device_start_ns(self) -> int:
+        """Where its device activity starts (:attr:`first_ns`, else :attr:`start_ns`)."""
+        return self.start_ns if self.first_ns is None else self.first_ns
 
 
 def _name_codes(frame: pl.DataFrame) -> tuple[np.ndarray, dict[int, str]]:
@@ -104,11 +131,16 @@ def _name_codes(frame: pl.DataFrame) -> tuple[np.ndarray, dict[int, str]]:
     return codes, {int(codes[i]): n for i, n in zip(first, named, strict=True) if n is not None}
 
 
-def _fills(frame: pl.DataFrame, codes: np.ndarray, names: dict[int, str]) -> np.ndarray:
-    """Per kernel: it clears a buffer (an ATen fill kernel, or a memset)."""
+def _fills(
+    frame: pl.DataFrame, codes: np.ndarray, names: dict[int, str], dur: np.ndarray
+) -> np.ndarray:
+    """Per kernel: it clears an L2-sized buffer (an ATen fill kernel, or a memset, that
+    lasts at least :data:`FILL_FLOOR_NS`). A shorter fill is part of a call (the
+    autotuner's ``reset_to_zero`` hook, or a serving step's own)."""
     hits = np.array([c for c, n in names.items() if FILL.search(n)], dtype=codes.dtype)
     fill: np.ndarray = np.isin(codes, hits)
     fill |= (frame["kind"] == "memset").fill_null(False).to_numpy()
+    fill &= dur >= FILL_FLOOR_NS
     return fill
 
 
@@ -131,30 +163,84 @@ class _Run:
     fills: int
 
 
-def _benchmarked(repeats: list[int], head: int) -> bool:
-    """Whether the calls between consecutive fills (``repeats``: how many times the call
-    repeats between each pair) and before the first (``head``) read as ``do_bench``'s:
-    five estimate runs each after a fill, then the warm-up runs with none (a repetition of
-    2 or more after exactly 4 single calls: the 5th estimate run and the warm-up); or, in
-    the versions that estimate without fills, the first call, 5 estimate runs and the
-    warm-up before the first fill (7 or more), or between a config's last timed run and
-    the next config's first fill (8 or more)."""
-    if head >= 7 or any(m >= 8 for m in repeats):
-        return True
+def _expected(est_ns: int, budget_ns: int) -> int:
+    """``do_bench``'s count for a budget: ``max(1, int(budget / estimate))``."""
+    return max(1, budget_ns // max(est_ns, 1))
+
+
+def _configs(
+    repeats: list[int], head: int, ends_of: Callable[[tuple[int, int], tuple[int, int]], int]
+) -> list[tuple[int, int]]:
+    """The configs ``do_bench`` ran in a stretch, each as (the cycle after which its timed
+    runs start, -1 for before the first fill; the timed runs it may make). ``repeats``:
+    how many times the call repeats between each pair of consecutive fills; ``head``: the
+    calls right before the first fill; ``ends_of((c, a), (d, b))``: the device time from the
+    start of call ``a`` of cycle ``c`` (call -1: its fill; cycle -1: the head) to the end
+    of call ``b - 1`` of cycle ``d``.
+
+    A config reads as one where the counts keep ``do_bench``'s relation: after the first
+    call, five estimate runs, then ``n_warmup = max(1, int(25 ms / estimate))`` plain runs,
+    where the estimate is the five runs' mean time (their fills included where they have
+    them), read back from the trace; a count within half of that (at least 1) is accepted.
+    Each version's layout: the 5 estimate runs each after a fill, so a repetition of 2 or
+    more right after exactly 4 single calls (the 5th estimate run and the warm-up); or,
+    in the versions that estimate without fills, the first call, the estimate and the
+    warm-up before the first fill (7 calls or more), or after a config's last timed run
+    (8 or more between two fills). A capture that began during the estimate runs shows
+    fewer of them (at least 2, each after a fill, and at most one call before): their
+    mean is the estimate."""
+    out: list[tuple[int, int]] = []
+
+    def keep(est_ns: int, warm: int, after: int) -> None:
+        want = _expected(est_ns, WARMUP_NS)
+        if abs(warm - want) <= max(1, want // 2):
+            out.append((after, _expected(est_ns, REP_NS)))
+
+    if head >= 7:
+        keep(ends_of((-1, 1), (-1, 6)) // 5, head - 6, -1)
     single = 0
-    for m in repeats:
-        if m >= 2 and single == 4:
-            return True
+    for r, m in enumerate(repeats):
+        if m >= 2 and single >= 4:  # the 5 estimate runs began 4 fills back, at a fill
+            keep(ends_of((r - 4, -1), (r, 1)) // 5, m - 1, r)
+        elif m >= 2 and 1 <= r == single and head <= 1:  # the capture began in the estimate
+            keep(ends_of((0, -1), (r, 1)) // (r + 1), m - 1, r)
+        if m >= 8 and (not out or out[-1][0] != r):  # the estimate without fills
+            keep(ends_of((r, 2), (r, 7)) // 5, m - 7, r)
         single = single + 1 if m == 1 else 0
-    return False
+    return out
 
 
-def _stream_runs(codes: np.ndarray, fill: np.ndarray) -> list[_Run]:
+def _span(
+    ts: np.ndarray,
+    end: np.ndarray,
+    pos: np.ndarray,
+    i: int,
+    head: int,
+    u: int,
+    a: tuple[int, int],
+    b: tuple[int, int],
+) -> int:
+    """The device time from call ``a[1]`` of cycle ``a[0]`` to the end of call ``b[1] - 1``
+    of cycle ``b[0]`` (cycle ``c``: the calls after fill ``pos[i + c]``, -1: the ``head``
+    calls before the first; call -1: the cycle's fill; ``u``: kernels a call)."""
+
+    def at(cycle: int, k: int) -> int:
+        base = head if cycle < 0 else int(pos[i + cycle]) + 1
+        return base + k * u if k >= 0 else base - 1
+
+    return int(end[at(*b) - 1] - ts[at(*a)])
+
+
+def _stream_runs(
+    codes: np.ndarray, fill: np.ndarray, ts: np.ndarray, end: np.ndarray
+) -> list[_Run]:
     """The autotunings on one stream (``codes``: name codes in time order; ``fill``: per
-    kernel, a buffer clear). See the module docstring for the pattern."""
+    kernel, a cache clear; ``ts``, ``end``: each kernel's start and end). See the module
+    docstring for the pattern; a stretch ends with its last config's timed runs
+    (:func:`_configs`: as many as ``do_bench`` makes, 2% more for jitter)."""
     out: list[_Run] = []
     for f in np.unique(codes[fill]):
-        pos = np.flatnonzero(codes == f)
+        pos = np.flatnonzero((codes == f) & fill)  # a hook's short fill is part of a call
         if pos.size < MIN_FILLS:
             continue
         between = np.diff(pos) - 1  # kernels between consecutive fills of this name
@@ -179,9 +265,21 @@ def _stream_runs(codes: np.ndarray, fill: np.ndarray) -> list[_Run]:
             while _repeats(codes, head - u, head, call):
                 head -= u
                 back += 1
+
+            configs = _configs(repeats, back, partial(_span, ts, end, pos, i, head, u))
+            if not configs:
+                continue
+            after_fill = int(pos[j]) + 1  # calls after the last fill, to the stream's end:
+            if codes.size - after_fill > u and _repeats(codes, after_fill, codes.size, call):
+                # the capture stopped in a config's warm-up runs
+                if j - i + 1 >= MIN_FILLS:
+                    out.append(_Run(head, codes.size - 1, call, j - i + 1))
+                continue
+            after, timed = configs[-1]  # the last config's timed runs, and a little jitter
+            j = min(j, i + after + timed + timed // 50 + 1)  # the last timed run's fill
             last = int(pos[j])  # the last fill, and after it its one timed call
             tail = last + u if _repeats(codes, last + 1, last + 1 + u, call) else last
-            if j - i + 1 >= MIN_FILLS and _benchmarked(repeats, back):
+            if j - i + 1 >= MIN_FILLS:
                 out.append(_Run(head, tail, call, j - i + 1))
     return out
 
@@ -195,14 +293,14 @@ def autotune_regions(
     if kernels.height == 0:
         return []
     codes, names = _name_codes(kernels)
-    fill = _fills(kernels, codes, names)
+    fill = _fills(kernels, codes, names, dur)
     if int(fill.sum()) < MIN_FILLS:
         return []
     streams = kernels["stream"].fill_null(-1).to_numpy()
     regions: list[Region] = []
     for s in np.unique(streams[fill]):
         idx = np.flatnonzero(streams == s)
-        for run in _stream_runs(codes[idx], fill[idx]):
+        for run in _stream_runs(codes[idx], fill[idx], ts[idx], ts[idx] + dur[idx]):
             rows = idx[run.first : run.last + 1]
             # the tuned kernel: the call's kernel with the most time that is no fill or copy
             mine, spent = codes[rows], dur[rows]
@@ -215,7 +313,7 @@ def autotune_regions(
                     best, best_ns = c, ns
             if best is None:
                 continue
-            start = int(ts[rows[0]])
+            first = start = int(ts[rows[0]])
             at = int(np.searchsorted(u.starts, start, side="right")) - 1
             if at > 0 and int(u.starts[at]) == start:  # idle before: the first compile
                 start = int(u.ends[at - 1])
@@ -229,6 +327,7 @@ def autotune_regions(
                     fills=run.fills,
                     kernels=int(rows.size),
                     gpu_ns=int(spent.sum()),
+                    first_ns=first,
                 )
             )
     return sorted(regions, key=lambda r: r.start_ns)
@@ -280,13 +379,42 @@ def capture_warmup(trace: Trace, capture: Capture) -> list[Region]:
     ]
 
 
-def with_regions(u: Union, regions: list[Region]) -> Union:
-    """``u`` with each region's span filled, as if busy."""
+def with_regions(u: Union, regions: list[Region], opening: np.ndarray | None = None) -> Union:
+    """``u`` with each region's span filled, as if busy: its idle time (the host compiling
+    a config) is no pause between steps. ``opening``: where the annotations start their
+    steps (each step's first kernel). A region whose first activity opens a step is filled
+    from that activity on, so that the step starts there (the tuned kernel is the step's
+    first); the pause before it stays a pause."""
     if not regions:
         return u
     a = np.array([r.start_ns for r in regions], dtype=np.int64)
+    if opening is not None and opening.size:
+        first = np.array([r.device_start_ns for r in regions], dtype=np.int64)
+        at = np.clip(np.searchsorted(opening, first), 0, opening.size - 1)
+        a = np.where(opening[at] == first, first, a)
     b = np.array([r.end_ns for r in regions], dtype=np.int64)
     return union(np.concatenate((u.starts, a)), np.concatenate((u.ends, b)))
+
+
+def idle_under(ranges: Union, u: Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per window ``[lo, hi)``: how long the device is idle under ``ranges`` inside it
+    (``|(ranges ∪ u) ∩ w| − |u ∩ w|``)."""
+    both = union(np.concatenate((ranges.starts, u.starts)), np.concatenate((ranges.ends, u.ends)))
+    out: np.ndarray = both.clipped_lengths(lo, hi) - u.clipped_lengths(lo, hi)
+    return out
+
+
+def costly(
+    ranges: Union, u: Union, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per step (spans ``[lo, hi)``): whether the host's ``ranges`` cost it, that is, the
+    device is idle under them for at least :data:`COST_SHARE` of the rest of the step's
+    span; and that idle time (ns). Each step is judged by itself: no median that a capture
+    of many compiling steps inflates, and a range during which the device stays busy costs
+    nothing."""
+    idle = idle_under(ranges, u, lo, hi)
+    hit: np.ndarray = (idle > 0) & (idle * COST_SHARE[1] >= (hi - lo - idle) * COST_SHARE[0])
+    return hit, idle
 
 
 def _overlapping(lo: np.ndarray, hi: np.ndarray, a: int, b: int) -> range:
@@ -297,35 +425,43 @@ def _overlapping(lo: np.ndarray, hi: np.ndarray, a: int, b: int) -> range:
 
 
 def mark_warmup(
-    table: pl.DataFrame, trace: Trace, regions: list[Region]
-) -> tuple[pl.DataFrame, list[Region]]:
+    table: pl.DataFrame, trace: Trace, regions: list[Region], u: Union
+) -> tuple[pl.DataFrame, list[Region], list[str]]:
     """The steps with ``warmup`` (String, the last column): the cause of the warm-up
     their span holds, the first of :data:`CAUSES` where several; null for a serving step.
     Also every warm-up region with the steps it lies in: ``regions`` (graph capture's and
     autotuning's) and the host's compile and lazy-loading ranges where they cost a step
-    (the union of one cause's ranges inside the step's span at least as long as the median
-    step's span), one region per run of consecutive steps they cost."""
+    (:func:`costly`), one region per run of consecutive steps they cost. ``u``: the
+    device's activity. Also a line for each cause whose ranges cost some steps too little
+    to be warm-up."""
     n = table.height
     lo = table["start_ns"].to_numpy().astype(np.int64)
     hi = table["end_ns"].to_numpy().astype(np.int64)
     rank = np.full(n, len(CAUSES), dtype=np.int64)
     out: list[Region] = []
+    said: list[str] = []
     for r in regions:
-        steps = _overlapping(lo, hi, r.start_ns, r.end_ns)
+        steps = _overlapping(lo, hi, r.device_start_ns, r.end_ns)
         for i in steps:
             rank[i] = min(rank[i], CAUSES.index(r.cause))
         out.append(replace(r, first_step=steps[0], last_step=steps[-1]) if steps else r)
     host = host_ranges(trace) if n else pl.DataFrame()
     if host.height:
-        median = float(np.median(hi - lo))
         for cause in ("compile", "lazy_loading"):
             mine = host.filter(pl.col("cause") == cause)
             if mine.height == 0:
                 continue
             ranges = Union(mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy())
-            costly = ranges.clipped_lengths(lo, hi) >= max(median, 1.0)
-            rank[costly] = np.minimum(rank[costly], CAUSES.index(cause))
-            edges = np.flatnonzero(np.diff(np.concatenate(([0], costly.astype(np.int8), [0]))))
+            hit, idle = costly(ranges, u, lo, hi)
+            rank[hit] = np.minimum(rank[hit], CAUSES.index(cause))
+            cheap = (idle > 0) & ~hit
+            if cheap.any():  # below the threshold: say what stays in the figures
+                said.append(
+                    f"{HOST_WORDS[cause]} in {int(cheap.sum())} step(s) is left in: the device "
+                    f"idles {int(idle[cheap].sum()) / 1e6:.3g} ms under it in all, less than a "
+                    "tenth of each step's span"
+                )
+            edges = np.flatnonzero(np.diff(np.concatenate(([0], hit.astype(np.int8), [0]))))
             for first, stop in zip(edges[::2], edges[1::2], strict=True):
                 a, b = int(lo[first]), int(hi[stop - 1])
                 inside = (ranges.ends > a) & (ranges.starts < b)
@@ -340,7 +476,7 @@ def mark_warmup(
                 )
     named = [CAUSES[i] if i < len(CAUSES) else None for i in rank.tolist()]
     table = table.with_columns(pl.Series("warmup", named, dtype=pl.String))
-    return table, sorted(out, key=lambda r: (r.start_ns, r.end_ns))
+    return table, sorted(out, key=lambda r: (r.start_ns, r.end_ns)), said
 
 
 def leave_out(table: pl.DataFrame, ts: np.ndarray) -> tuple[pl.DataFrame, np.ndarray]:

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from traceview.analysis.base.document import Busy
-from traceview.analysis.base.intervals import Union, merge_windows
+from traceview.analysis.base.intervals import Union, merge_windows, subtract, union
 from traceview.analysis.base.precision import sig, sig_or_none
 from traceview.errors import UsageError
 
@@ -43,17 +43,32 @@ def busy_in(u: Union, t0_ns: int, t1_ns: int) -> tuple[int, float | None]:
     return covered, sig(covered / (t1_ns - t0_ns)) if t1_ns > t0_ns else None
 
 
-def busy_window(u: Union, device: int, t0_ns: int | None, t1_ns: int | None, path: str) -> BusyRow:
+def busy_window(
+    u: Union,
+    device: int,
+    t0_ns: int | None,
+    t1_ns: int | None,
+    path: str,
+    serving: Union | None = None,
+) -> BusyRow:
     """Busy over ``[t0_ns, t1_ns)`` on the trace's clock; an end not given is the
     activity's own (its first start, its last end). ``u`` is the analysed device's
-    activity (not empty) and ``path`` the trace's, for the message.
+    activity (not empty) and ``path`` the trace's, for the message. ``serving``: where
+    steps are left out for warm-up, the time the serving figures cover
+    (:attr:`~traceview.analysis.steps.find.StepResult.serving_windows`); the window is
+    then measured inside it alone, its ends default to its own, and no figure is given
+    where the window holds none of it. With no ends given this is :func:`busy_document`'s
+    figure.
 
     Raises:
         UsageError: an end not after the start, or a window that holds none of the
             activity (before or after it: 0.0 there would say nothing), giving the
             activity's span.
     """
-    start, end = int(u.starts[0]), int(u.ends[-1])
+    if serving is not None and serving.starts.size:
+        start, end = int(serving.starts[0]), int(serving.ends[-1])
+    else:
+        start, end = int(u.starts[0]), int(u.ends[-1])
     t0 = start if t0_ns is None else t0_ns
     t1 = end if t1_ns is None else t1_ns
     if t1 <= t0:
@@ -63,7 +78,13 @@ def busy_window(u: Union, device: int, t0_ns: int | None, t1_ns: int | None, pat
             f"{path}: the window [{t0}, {t1}) ns on the trace's clock holds none of the "
             f"analysed device's activity (it spans {start}–{end} ns)"
         )
-    busy_ns, fraction = busy_in(u, t0, t1)
+    if serving is None:
+        busy_ns, fraction = busy_in(u, t0, t1)
+    else:
+        inside = subtract(serving, union(*_outside(t0, t1)))
+        busy_ns = int(u.clipped_lengths(inside.starts, inside.ends).sum())
+        window_ns = inside.length()
+        fraction = sig(busy_ns / window_ns) if window_ns > 0 else None
     return {
         "device": device,
         "window_start_ns": t0,
@@ -71,6 +92,12 @@ def busy_window(u: Union, device: int, t0_ns: int | None, t1_ns: int | None, pat
         "busy_ns": busy_ns,
         "fraction": fraction,
     }
+
+
+def _outside(t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
+    """The time before ``t0`` and from ``t1`` on, as intervals."""
+    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    return np.array([lo, t1], dtype=np.int64), np.array([t0, hi], dtype=np.int64)
 
 
 def busy_fraction(u: Union, lo: np.ndarray, hi: np.ndarray) -> float | None:
@@ -105,12 +132,14 @@ def busy_document(
     serving: Union | None = None,
 ) -> Busy:
     """The summary's ``busy`` section (window: first kernel start to last kernel end; where
-    steps are left out for warm-up, ``serving``: the spans of the others); the fractions at
-    the document's precision (:func:`~traceview.analysis.base.precision.sig`)."""
-    if u.starts.size == 0:
+    steps are left out for warm-up, ``serving``: the time the serving figures cover, see
+    :attr:`~traceview.analysis.steps.find.StepResult.serving_windows`; every figure null
+    where no step serves); the fractions at the document's precision
+    (:func:`~traceview.analysis.base.precision.sig`)."""
+    if u.starts.size == 0 or (serving is not None and serving.starts.size == 0):
         return no_busy(device)
     w0, w1 = int(u.starts[0]), int(u.ends[-1])
-    if serving is not None and serving.starts.size:  # the serving steps' spans
+    if serving is not None:  # the serving steps' spans
         w0, w1 = int(serving.starts[0]), int(serving.ends[-1])
         busy_ns = int(u.clipped_lengths(serving.starts, serving.ends).sum())
         window_ns = serving.length()
