@@ -1,7 +1,7 @@
 """What a step costs (issue 52), against planted truth.
 
 The step-cost engine (``fixtures.engine.PlantedCost``) plants each serving step's time, its
-anchor to the next anchor, as a function of the counts its annotation states, with noise.
+span (its start to the next step's start), as a function of the counts its annotation states, with noise.
 The fits of the summary's ``cost`` section and of ``traceview cost`` must equal numpy's
 least squares on the planted times (the issue asks 1%, 2% per token: the fit is exact, so
 they agree to the document's 9 digits), recover the planted coefficients, and be null, with
@@ -72,6 +72,7 @@ def _close(got: float | None, want: float, rel: float) -> None:
 PLANTED = [
     ("cost_wandering", ["fixed", "per_sequence", "per_prompt_token"]),
     ("cost_sglang", ["fixed", "per_prompt_token"]),
+    ("cost_hybrid", ["fixed", "per_prompt_token"]),
     ("cost_prefill_curve", ["fixed", "per_prompt_token", "per_prompt_token_squared"]),
 ]
 
@@ -190,7 +191,8 @@ def test_counts_that_cannot_support_a_fit_give_null_and_the_reason() -> None:
 
 def test_warm_up_steps_are_left_out_and_no_time_crosses_them() -> None:
     """The steps table's ``warmup`` column (the step's warm-up cause, null when it serves):
-    a marked step is no sample, and every other step keeps its own anchor-to-next time."""
+    a marked step is no sample, and every other step keeps its own span (start to the next
+    step's start)."""
     steps = tv.analyze(GENERATED / "cost_wandering.json.gz").steps
     marked = steps.with_columns(
         pl.when(pl.col("index").is_in([3, 40])).then(pl.lit("triton_autotune")).alias("warmup")
@@ -198,9 +200,9 @@ def test_warm_up_steps_are_left_out_and_no_time_crosses_them() -> None:
     plain, kept = cost_steps(steps), cost_steps(marked)
     assert plain.height == steps.height and kept.height == steps.height - 2
     assert set(plain["index"]) - set(kept["index"]) == {3, 40}
-    anchors = steps["anchor_ns"].to_list()
+    starts = steps["start_ns"].to_list()
     for index, time in kept.select("index", "time_ns").iter_rows():
-        want = anchors[index + 1] - anchors[index] if index + 1 < len(anchors) else None
+        want = starts[index + 1] - starts[index] if index + 1 < len(starts) else None
         assert time == want
 
 

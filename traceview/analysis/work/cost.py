@@ -1,8 +1,10 @@
 """What a step costs: ordinary least squares of each step's time on the counts the engine's
 annotations state (docs/metrics.md, "What a step costs").
 
-A step's **time** is its anchor to the next step's anchor, the interval cadence measures
-(:func:`~traceview.analysis.timing.cadence.time_to_next`); the last step has none. Only
+A step's **time** is its span: its start to the next step's start (the steps table's
+``end_ns − start_ns``; the last step has none). Not its anchor to the next anchor: where a
+step's first full-attention kernel comes after other layers' work (a hybrid model), that
+interval charges the next step's early work to this step. Only
 serving steps count (:func:`~traceview.analysis.steps.serving.serving_steps`). The counts
 are the step record's (:mod:`traceview.analysis.steps.records`):
 
@@ -46,7 +48,6 @@ from traceview.analysis.base.document import (
 from traceview.analysis.base.fit import ExactFit, least_squares
 from traceview.analysis.base.precision import sig
 from traceview.analysis.steps.serving import serving_steps
-from traceview.analysis.timing.cadence import time_to_next
 from traceview.analysis.work.devices import GpuSpec
 from traceview.analysis.work.model_config import ModelSpec
 
@@ -66,12 +67,24 @@ _DECODE_COUNTS = "vLLM's execute_context_C(T)_generation_N(…), SGLang's step[D
 _PROMPT_COUNTS = "vLLM's execute_context_C(T)_generation_N(…), SGLang's step[EXTEND bs=C toks=T]"
 
 
+def step_time(table: pl.DataFrame) -> pl.Series:
+    """Each step's time (ns): its span, its start to the next step's start; null for the
+    last step (its end is the last kernel's, not a start) and for a step left out for
+    warm-up (``phase`` null)."""
+    last = pl.int_range(pl.len()) == pl.len() - 1
+    return table.select(
+        pl.when(pl.col("phase").is_not_null() & ~last)
+        .then(pl.col("end_ns") - pl.col("start_ns"))
+        .alias("time_ns")
+    ).to_series()
+
+
 def cost_steps(table: pl.DataFrame) -> pl.DataFrame:
     """The serving steps with what the fits read: ``index``, ``kind`` and the counts
     ``sequences`` (N), ``prompt_tokens`` (T), ``prompt_requests`` (C), each null where no
-    annotation states it, and ``time_ns``, the step's anchor to the next step's anchor
-    (null for the last step). Columns: :data:`COST_STEP_SCHEMA`."""
-    timed = table.with_columns(time_to_next(table))
+    annotation states it, and ``time_ns``, the step's span (:func:`step_time`). Columns:
+    :data:`COST_STEP_SCHEMA`."""
+    timed = table.with_columns(step_time(table))
     return serving_steps(timed).select(
         pl.col("index").cast(pl.Int64),
         pl.col("kind").cast(pl.String),
