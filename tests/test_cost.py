@@ -255,6 +255,30 @@ def test_diff_judges_a_dearer_sequence_worse_and_noise_the_same(tmp_path: Path) 
     assert same["cost.decode.per_sequence_ns"] == "same"
 
 
+@pytest.mark.slow  # about 2 s: the twin is planned and written
+def test_diff_leaves_unjudged_a_per_token_cost_of_fits_with_other_terms(tmp_path: Path) -> None:
+    """Part 8's curve planted on both sides; B runs two prompt sizes only, so its fit has
+    no T² term and its per-token cost is a chord's slope, not A's linear term: the diff
+    shows both and judges neither."""
+    sc = next(s for s in SCENARIOS if s.name == "cost_prefill_curve")
+    twin = dataclasses.replace(sc, name="two_sizes", chunk_sizes=(8_192, 16_384) * 8)
+    path, _ = write(twin, Engine(twin).plan(), tmp_path)
+    a = tv.analyze(GENERATED / "cost_prefill_curve.json.gz").summary
+    b = tv.analyze(path).summary
+    assert "per_prompt_token_squared" in a.document["cost"]["prompt"]["terms"]
+    assert b.document["cost"]["prompt"]["terms"] == ["fixed", "per_prompt_token"]
+    row = next(
+        r
+        for r in tv.diff(a, b).rows.iter_rows(named=True)
+        if r["field"] == "cost.prompt.per_prompt_token_ns"
+    )
+    assert row["verdict"] is None
+    assert row["why"] == (
+        "fits with other terms (A: fixed + per_prompt_token + per_prompt_token_squared; "
+        "B: fixed + per_prompt_token)"
+    )
+
+
 def test_check_bounds_the_fit(tmp_path: Path) -> None:
     path = str(GENERATED / "cost_wandering.json.gz")
     runner = CliRunner()
