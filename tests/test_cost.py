@@ -347,7 +347,7 @@ def test_the_batch_sweep_pools_into_part_ones_fit() -> None:
         _close(b["fitted_tokens_per_s"], n * 1e9 / (fixed + per * n), TIGHT)
     assert by_n[1]["tokens_per_s"] == pytest.approx(50, rel=0.05)
     assert by_n[146]["tokens_per_s"] == pytest.approx(2225, rel=0.03)
-    assert [t["sequences_min"] for t in pooled["traces"]] == [1, 146, 64, 8]  # file order
+    assert [t["sequences_min"] for t in pooled["traces"]] == [1, 8, 64, 146]  # as given
     assert [t["decode_steps"] for t in pooled["traces"]] == [9, 9, 9, 9]
     assert pooled["prompt"]["reason"] == "no steps with prompt work"
 
@@ -591,3 +591,25 @@ def test_the_quadratic_term_is_seldom_kept_on_a_straight_line() -> None:
 
     assert sum(kept(0) for _ in range(400)) <= 4
     assert all(kept(3_689) for _ in range(200))
+
+
+def test_a_copy_under_another_name_is_pooled_once(tmp_path: Path) -> None:
+    """The same trace under two names: its steps count once, the copy is said, and the
+    traces keep the order they were given in (not sorted by path)."""
+    copy = tmp_path / "copy_of_batch1.json.gz"
+    copy.write_bytes(SWEEP[0].read_bytes())
+    given = [SWEEP[3], copy, SWEEP[0]]
+    pooled = tv.step_cost([str(p) for p in given]).to_dict()
+    alone = tv.step_cost([str(SWEEP[3]), str(copy)]).to_dict()
+    assert [t["path"] for t in pooled["traces"]] == [str(SWEEP[3]), str(copy)]
+    assert pooled["decode"]["n"] == alone["decode"]["n"]
+    assert pooled["decode"]["per_sequence_ci95"] == alone["decode"]["per_sequence_ci95"]
+    assert f"{SWEEP[0]}: left out: the same content as {copy}" in pooled["warnings"]
+
+
+def test_chart_labels_tell_traces_of_one_name_apart() -> None:
+    from traceview.render.cost_chart import trace_labels
+
+    paths = ["runs/b1/rank0.json.gz", "runs/b8/rank0.json.gz", "runs/b8/other.json.gz"]
+    assert trace_labels(paths) == ["b1/rank0.json.gz", "b8/rank0.json.gz", "other.json.gz"]
+    assert trace_labels(["a/x.json", "a/x.json"]) == ["a/x.json", "a/x.json"]  # no loop
