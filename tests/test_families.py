@@ -445,6 +445,17 @@ NAMED = [
         "gemm",
     ),
     ("void marlin::Marlin<__half, vllm::kU4.id(), 256, 1, 16, 4, 4, false, true, -1>", "gemm"),
+    # the original IST-DASLab Marlin (AutoGPTQ), in no namespace
+    ("void Marlin<256, 1, 16, 4, 4, 8>(int4 const*, int4 const*, int4*, ...)", "gemm"),
+    # Triton block-FP8 GEMMs: SGLang's (and older vLLM's), current vLLM's
+    ("_w8a8_block_fp8_matmul", "gemm"),
+    ("_w8a8_triton_block_scaled_mm", "gemm"),
+    # GPTQ's exllama path: the 4-bit weights unpacked to fp16 before a cuBLAS GEMM
+    ("vllm::gptq::reconstruct_exllama_4bit_kernel", "quantization"),
+    (
+        "void vllm::gptq::reconstruct_gptq_kernel<vllm::gptq::MatrixView_q4_row, 4>(...)",
+        "quantization",
+    ),
     # Inductor's templates: named by the ops they fuse, or by FlexAttention
     ("triton_tem_fused_mm_0", "gemm"),
     ("triton_tem_fused_addmm_relu_3", "gemm"),
