@@ -613,3 +613,32 @@ def test_chart_labels_tell_traces_of_one_name_apart() -> None:
     paths = ["runs/b1/rank0.json.gz", "runs/b8/rank0.json.gz", "runs/b8/other.json.gz"]
     assert trace_labels(paths) == ["b1/rank0.json.gz", "b8/rank0.json.gz", "other.json.gz"]
     assert trace_labels(["a/x.json", "a/x.json"]) == ["a/x.json", "a/x.json"]  # no loop
+
+
+def test_dataset_rows_carry_the_decode_fits_intervals_and_reason(tmp_path: Path) -> None:
+    """A scan's traces/ row: the decode fit with both intervals, the idle steps left out
+    and the reason, each the summary's (a slope whose interval holds 0 shows as one)."""
+    from traceview.batch.scan import scan
+
+    names = ["seed_clean", "cost_batch8"]
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for name in names:
+        (runs / f"{name}.json.gz").write_bytes((GENERATED / f"{name}.json.gz").read_bytes())
+    scan([str(runs)], tmp_path / "ds")
+    rows = {
+        Path(r["path"]).name.removesuffix(".json.gz"): r
+        for r in pl.read_parquet(tmp_path / "ds" / "traces" / "*.parquet").iter_rows(named=True)
+    }
+    for name in names:
+        d = tv.analyze(GENERATED / f"{name}.json.gz").summary.document["cost"]["decode"]
+        row = rows[name]
+        for term in ("fixed", "per_sequence"):
+            ci = d[f"{term}_ci95"]  # type: ignore[literal-required]
+            assert row[f"cost_decode_{term}_low_ns"] == (None if ci is None else ci["low_ns"])
+            assert row[f"cost_decode_{term}_high_ns"] == (None if ci is None else ci["high_ns"])
+        assert row["cost_decode_reason"] == d["reason"]
+        assert row["cost_decode_idle_left_out"] == d["idle_left_out"]
+    assert rows["seed_clean"]["cost_decode_per_sequence_low_ns"] < 0
+    assert rows["seed_clean"]["cost_decode_per_sequence_high_ns"] > 0
+    assert str(rows["cost_batch8"]["cost_decode_reason"]).startswith("every decode step runs 8")

@@ -378,6 +378,12 @@ class TraceFigures(TypedDict):
     cost_decode_fixed_ns: float | None
     cost_decode_per_sequence_ns: float | None
     cost_decode_r2: float | None
+    cost_decode_fixed_low_ns: float | None  # the 95% intervals of the two coefficients
+    cost_decode_fixed_high_ns: float | None
+    cost_decode_per_sequence_low_ns: float | None
+    cost_decode_per_sequence_high_ns: float | None
+    cost_decode_idle_left_out: int
+    cost_decode_reason: str | None  # why the fit is null
 
 
 class StepTime(TypedDict):
