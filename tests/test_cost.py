@@ -299,6 +299,15 @@ def test_check_bounds_the_fit(tmp_path: Path) -> None:
     assert "cost.decode.per_sequence_ns <= 140us" in failed.stdout
     typo = runner.invoke(cli, ["check", path, "--max", "cost.decode.per_seq_ns=1ms"])
     assert typo.exit_code == 2
+    # a null fit fails with its reason, on the screen and in --json
+    one = str(GENERATED / "cost_batch8.json.gz")
+    bound = ["--max", "cost.decode.per_sequence_ns=400us"]
+    null = runner.invoke(cli, ["check", one, *bound])
+    assert null.exit_code == 1
+    assert "FAILED (every decode step runs 8" in null.stdout
+    rows = json.loads(runner.invoke(cli, ["check", one, *bound, "--json"]).stdout)
+    row = next(r for r in rows["checks"] if r["check"].startswith("cost.decode"))
+    assert row["value"] is None and str(row["why"]).startswith("every decode step runs 8")
 
 
 def test_the_summary_screen_shows_a_fit_where_there_is_one() -> None:
@@ -424,6 +433,8 @@ def test_the_cost_command_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
     bad.write_text('{"traceEvents": [')
     out = runner.invoke(cli, ["cost", "-j", "1", str(SWEEP[0]), str(bad)])
     assert out.exit_code == 2 and out.stderr.startswith("Error: ") and str(bad) in out.stderr
+    # the loader's word on the cut, which explains why there is nothing to fit
+    assert out.stderr.count("\n") == 1 and "truncated at byte 17" in out.stderr
     out = runner.invoke(cli, ["cost", "-j", "1", str(SWEEP[0]), "-o", str(tmp_path / "c.txt")])
     assert out.exit_code == 2 and "c.txt" in out.stderr
 

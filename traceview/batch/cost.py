@@ -26,6 +26,7 @@ def costed_trace(path: str, options: RunOptions) -> CostedTrace:
     be read gives its error, and one that holds only CUDA-graph capture / warm-up gives no
     steps, each said beside its name (a worker returns text, never an exception)."""
     name = shown(path)
+    trace = None
     try:
         trace = load(path, options=LoadOptions(strict=options.strict))
         analysis = Analysis(trace, options.config)
@@ -33,7 +34,10 @@ def costed_trace(path: str, options: RunOptions) -> CostedTrace:
     except CaptureOnlyError:
         return CostedTrace(name, skipped="CUDA-graph capture / warm-up only (no serving steps)")
     except TraceviewError as exc:
-        return CostedTrace(name, error=str(exc).removeprefix(f"{name}: "))
+        error = str(exc).removeprefix(f"{name}: ")
+        if trace is not None and trace.meta.warnings:  # what the loader saw explains it
+            error += f" ({'; '.join(trace.meta.warnings)})"
+        return CostedTrace(name, error=error)
     # what bears on the steps: the loader's warnings and the step finder's
     said = [*trace.meta.warnings, *analysis.step_result.warnings]
     return CostedTrace.of(name, summary, said)

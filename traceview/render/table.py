@@ -404,6 +404,8 @@ def render_check(result: CheckResult, console: Console | None = None) -> None:
         table.add_column(col, justify="right" if col == "value" else "left")
     for r in result.rows:  # each value in its bound's unit, as the check reads
         result_cell = Text("ok", style="green") if r["ok"] else Text("FAILED", style="red")
+        if r["why"] is not None:  # a null figure: why, as its section says
+            result_cell.append(Text(line(f" ({r['why']})")))
         table.add_row(r["check"], r["shown"] or "—", result_cell)
     out.print(table)
 
