@@ -18,7 +18,8 @@
 -- This query reads names only, and summarize reads more (docs/metrics.md).
 -- - Summarize reads record_shapes to move the softmax kernels of eager attention into
 --   full_attention.
--- - It moves Inductor templates launched under a flex_attention op there too.
+-- - It moves Inductor templates launched under FlexAttention or vLLM's attention op
+--   there too.
 -- - It moves a GEMM that runs between an MoE router and its combine into moe.
 -- - It counts the analysed device's serving kernels only.
 --   This query counts every device's kernels, CUDA-graph capture at start-up included.
@@ -41,10 +42,10 @@ f AS (
     WHEN lower(name) REGEXP '(?:nccl(sym)?devkernel_)|(?:ncclkernel)|(?:cross_device_reduce)|(?:all_?reduce)|(?:all_?gather)|(?:reduce_scatter)|(?:multimem_)' THEN 'communication'
     WHEN lower(name) REGEXP '(?:samplingfromprob)|(?:topktopp)|(?:topprenorm)|(?:argmaxops)|(?:softmax)|(?:gathertopk)|(?:sampling)' THEN 'sampling'
     WHEN lower(name) REGEXP '(?:rms_?norm)|(?:layer_?norm)|(?:rmsnorm2d)|(?:qk_?norm)|(?:group_norm)|(?:batch_norm)|(?:bn_fw)|(?:bn_bw)|(?:triton_(poi|red|per)_fused_\w*(mean\w*rsqrt|rsqrt\w*mean))|(?:triton_(poi|red|per)_fused_\w*native_(layer|group|batch)_norm)' THEN 'norm'
-    WHEN lower(name) REGEXP '(?:cvt_fp\d+_to_fp[48])|(?:scaled_fp8_quant)|(?:per_token_group_quant)|(?:per_token_quant)|(?:dynamic_\w*quant)|(?:static_scaled_\w*quant)|(?:quantize_with_block_size)|(?:fp8_quant)|(?:fp4_quant)|(?:dequant)' THEN 'quantization'
+    WHEN lower(name) REGEXP '(?:cvt_fp\d+_to_fp[48])|(?:scaled_fp8_quant)|(?:per_token_group_quant)|(?:per_token_quant)|(?:dynamic_\w*quant)|(?:static_scaled_\w*quant)|(?:quantize_with_block_size)|(?:fp8_quant)|(?:fp4_quant)|(?:dequant)|(?:reconstruct_(exllama|gptq))' THEN 'quantization'
     WHEN lower(name) REGEXP '(?:rotary_embedding)|(?:rotary)|(?:\brope)|(?:_rope_)' THEN 'rope'
     WHEN lower(name) REGEXP '(?:act_and_mul)|(?:silu_and_mul)|(?:gelu_and_mul)|(?:gelu)|(?:silu_kernel)|(?:swiglu)|(?:triton_(poi|red|per)_fused_\w*(silu|gelu|sigmoid_mul|mul_sigmoid))' THEN 'activation'
-    WHEN lower(name) REGEXP '(?:sm\d+_xmma_gemm)|(?:nvjet_)|(?:cutlass::kernel2?<)|(?:cutlass)|(?:ampere_\w*gemm)|(?:marlin::marlin)|(?:triton_tem_fused\w*_(add|b)?mm(_|$))|(?:cijk_)|(?:gemm)|(?:gemv)|(?:splitkreduce)|(?:dot_kernel)|(?:cublas)|(?:hipblaslt)|(?:_matmul_)|(?:bmm_)' THEN 'gemm'
+    WHEN lower(name) REGEXP '(?:sm\d+_xmma_gemm)|(?:nvjet_)|(?:cutlass::kernel2?<)|(?:cutlass)|(?:ampere_\w*gemm)|(?:\bmarlin<)|(?:w8a8_\w*(matmul|scaled_mm))|(?:triton_tem_fused\w*_(add|b)?mm(_|$))|(?:cijk_)|(?:gemm)|(?:gemv)|(?:splitkreduce)|(?:dot_kernel)|(?:cublas)|(?:hipblaslt)|(?:_matmul_)|(?:bmm_)' THEN 'gemm'
     WHEN lower(name) REGEXP '(?:at::native::)|(?:triton_(poi|red|per)_)|(?:^triton__\d)|(?:elementwise)|(?:cudnn::)|(?:multi_tensor_apply)|(?:clamp_position)|(?:copy_page_indices)|(?:compute_position)|(?:resolve_future_token_ids)|(?:create_flashinfer_kv_indices)' THEN 'elementwise'
     ELSE 'other' END AS family
   FROM k

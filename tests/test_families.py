@@ -325,16 +325,21 @@ def test_softmax_family_follows_the_launching_ops_shape(tmp_path: Path) -> None:
     assert fams == {"sampling": 4, "full_attention": 2}
 
 
-def _template_trace(path: Path, launches: list[tuple[str, str | None]]) -> Path:
+def _template_trace(
+    path: Path, launches: list[tuple[str, str | list[tuple[str, str]] | None]]
+) -> Path:
     """A tiny trace: per launch, a host op of that name around it (None: no op, as in a
-    graph replay), its cudaLaunchKernel and the kernel."""
+    graph replay; a list: nested ranges of (category, name), outermost first), its
+    cudaLaunchKernel and the kernel."""
     events: list[dict] = []
     for i, (kernel, op) in enumerate(launches):
         t = 100 * i
-        if op is not None:
+        ranges = [] if op is None else [("cpu_op", op)] if isinstance(op, str) else op
+        for depth, (cat, name) in enumerate(ranges):
             events.append(
-                {"ph": "X", "cat": "cpu_op", "name": op, "pid": 1, "tid": 1, "ts": t, "dur": 10}
-            )
+                {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": t,
+                 "dur": 10 - depth}
+            )  # fmt: skip
         events.append(
             {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
              "ts": t + 2, "dur": 1, "args": {"correlation": i + 1}}
@@ -370,6 +375,38 @@ def test_flex_attention_templates_follow_the_launching_op(tmp_path: Path) -> Non
         replayed: "other",
         "triton_tem_fused_mm_4": "gemm",
     }
+
+
+def test_compiled_flex_attention_templates_follow_the_evidence_a_trace_has(
+    tmp_path: Path,
+) -> None:
+    """Compiled FlexAttention launches through Inductor's own record function, named after
+    the kernel, with no flex_attention op around it. What a trace holds instead: vLLM's
+    attention op around the compiled region, or (with stacks) the Python frames of a
+    ``flex_attention.py``. A template under either is attention; one under neither keeps
+    its name's family."""
+    in_vllm, framed, plain = "triton_tem_fused_1", "triton_tem_fused_2", "triton_tem_fused_3"
+    compiled = [("user_annotation", "Torch-Compiled Region: 0/3"), ("cpu_op", in_vllm)]
+    path = _template_trace(
+        tmp_path / "t.json",
+        [
+            (in_vllm, [("cpu_op", "vllm::unified_attention_with_output"), *compiled]),
+            (in_vllm, [("cpu_op", "vllm::unified_attention_with_output"), *compiled]),
+            (
+                framed,
+                [
+                    (
+                        "python_function",
+                        "vllm/v1/attention/backends/flex_attention.py(612): forward",
+                    ),
+                    ("cpu_op", framed),
+                ],
+            ),
+            (plain, [("user_annotation", "Torch-Compiled Region: 0/1"), ("cpu_op", plain)]),
+        ],
+    )
+    got = dict(tv.kernels(tv.load(path)).select("name", "family").iter_rows())
+    assert got == {in_vllm: "full_attention", framed: "full_attention", plain: "other"}
 
 
 def test_fixture_families_equal_truth(scenario: str) -> None:
@@ -445,6 +482,17 @@ NAMED = [
         "gemm",
     ),
     ("void marlin::Marlin<__half, vllm::kU4.id(), 256, 1, 16, 4, 4, false, true, -1>", "gemm"),
+    # the original IST-DASLab Marlin (AutoGPTQ), in no namespace
+    ("void Marlin<256, 1, 16, 4, 4, 8>(int4 const*, int4 const*, int4*, ...)", "gemm"),
+    # Triton block-FP8 GEMMs: SGLang's (and older vLLM's), current vLLM's
+    ("_w8a8_block_fp8_matmul", "gemm"),
+    ("_w8a8_triton_block_scaled_mm", "gemm"),
+    # GPTQ's exllama path: the 4-bit weights unpacked to fp16 before a cuBLAS GEMM
+    ("vllm::gptq::reconstruct_exllama_4bit_kernel", "quantization"),
+    (
+        "void vllm::gptq::reconstruct_gptq_kernel<vllm::gptq::MatrixView_q4_row, 4>(...)",
+        "quantization",
+    ),
     # Inductor's templates: named by the ops they fuse, or by FlexAttention
     ("triton_tem_fused_mm_0", "gemm"),
     ("triton_tem_fused_addmm_relu_3", "gemm"),

@@ -42,6 +42,11 @@ def _q(values: np.ndarray, q: float) -> int | None:
     return int(np.rint(np.percentile(values, q))) if values.size else None
 
 
+def _ci(s: Summary, term: str, end: str) -> float | None:
+    ci = s.document["cost"]["decode"][f"{term}_ci95"]  # type: ignore[literal-required]
+    return None if ci is None else ci[end]
+
+
 # name -> its value, from the summary's own tables and document, by definition
 DEFINITIONS: dict[str, Callable[[Summary], object]] = {
     "steps": lambda s: s.steps.height,
@@ -61,6 +66,12 @@ DEFINITIONS: dict[str, Callable[[Summary], object]] = {
     "cost_decode_fixed_ns": lambda s: s.document["cost"]["decode"]["fixed_ns"],
     "cost_decode_per_sequence_ns": lambda s: s.document["cost"]["decode"]["per_sequence_ns"],
     "cost_decode_r2": lambda s: s.document["cost"]["decode"]["r2"],
+    "cost_decode_fixed_low_ns": lambda s: _ci(s, "fixed", "low_ns"),
+    "cost_decode_fixed_high_ns": lambda s: _ci(s, "fixed", "high_ns"),
+    "cost_decode_per_sequence_low_ns": lambda s: _ci(s, "per_sequence", "low_ns"),
+    "cost_decode_per_sequence_high_ns": lambda s: _ci(s, "per_sequence", "high_ns"),
+    "cost_decode_idle_left_out": lambda s: s.document["cost"]["decode"]["idle_left_out"],
+    "cost_decode_reason": lambda s: s.document["cost"]["decode"]["reason"],
     "kernels": lambda s: s.document["trace"]["kernels"],
     "span_ns": lambda s: s.document["trace"]["span_ns"],
     "prompt_tokens": lambda s: s.document["work"]["prompt_tokens"],

@@ -295,7 +295,7 @@ def test_scan_recurses_and_names_runs_by_the_tree(tmp_path: Path) -> None:
 def test_a_dataset_of_another_format_is_refused(runs: Path, tmp_path: Path) -> None:
     ds = tmp_path / "ds"
     scan([str(runs / "single" / "hybrid_chunked.json.gz")], ds)
-    assert (ds / "FORMAT").read_text().strip() == "5"
+    assert (ds / "FORMAT").read_text().strip() == "6"
     (ds / "FORMAT").write_text("2\n")  # as the datasets before the version column were written
     r = CliRunner().invoke(cli, ["scan", str(runs / "single"), "-o", str(ds)])
     assert r.exit_code == 2 and "a dataset of format 2" in r.stderr
@@ -457,7 +457,7 @@ def test_a_truncated_trace_is_said_once_and_marked_in_its_row(tmp_path: Path) ->
         ("half_gzip.json.gz", True, cut_gz),
         ("whole.json.gz", False, None),
     }
-    assert (ds / "FORMAT").read_text().strip() == "5"
+    assert (ds / "FORMAT").read_text().strip() == "6"
 
 
 @pytest.mark.slow

@@ -5,7 +5,6 @@ Each returns a matplotlib Figure (shown inline by Jupyter); nothing opens a wind
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traceview.analysis.analyze import Analysis, analyze
@@ -15,7 +14,7 @@ from traceview.analysis.documents.summary import Summary
 from traceview.errors import UsageError
 from traceview.model import Trace
 from traceview.render.charts import draw_heartbeat, heartbeat_data, heartbeat_figure
-from traceview.render.cost_chart import cost_data, cost_figure
+from traceview.render.cost_chart import cost_data, cost_figure, trace_labels
 from traceview.render.format import gap_title
 from traceview.render.gaps_chart import gaps_data, gaps_figure
 
@@ -83,7 +82,7 @@ def cost(step_cost: StepCost, *, title: str | None = None, style: str = "light")
     tokens per second against the decode batch with the fitted line, each trace's steps in
     its own colour; with a prompt fit, step time against the prompt tokens too."""
     doc = step_cost.to_dict()
-    shown = ", ".join(Path(t["path"]).name for t in doc["traces"][:4])
+    shown = ", ".join(trace_labels([t["path"] for t in doc["traces"]])[:4])
     more = f" and {len(doc['traces']) - 4} more" if len(doc["traces"]) > 4 else ""
     return cost_figure(
         cost_data(step_cost), title=title or f"what a step costs — {shown}{more}", style=style

@@ -69,7 +69,7 @@ def content_hash(path: str | os.PathLike[str]) -> str:
         return remote.stream_digest(f)
 
 
-FORMAT = 5  # bump when a table's columns or a column's meaning change
+FORMAT = 6  # bump when a table's columns or a column's meaning change
 FORMAT_FILE = "FORMAT"  # the dataset's format, written by the scan that made it
 CONFIG_FILE = "CONFIG"  # how its traces were analysed (AnalysisConfig.describe), as JSON
 

@@ -111,8 +111,10 @@ def trace_row(
         "scanned_at_ns": time.time_ns(),
     }
     strings: tuple[str, ...] = ("trace_id", "path", "run", "version", "rank_source", "engine")
-    strings += ("model", "gpu", "format")
-    floats = ("busy", "cost_decode_fixed_ns", "cost_decode_per_sequence_ns", "cost_decode_r2")
+    strings += ("model", "gpu", "format", "cost_decode_reason")
+    floats: tuple[str, ...] = ("busy", "cost_decode_fixed_ns", "cost_decode_per_sequence_ns")
+    floats += ("cost_decode_r2", "cost_decode_fixed_low_ns", "cost_decode_fixed_high_ns")
+    floats += ("cost_decode_per_sequence_low_ns", "cost_decode_per_sequence_high_ns")
     types: dict[str, pl.DataType] = {k: pl.Float64() for k in floats}
     types["truncated"] = pl.Boolean()
     types.update({k: pl.String() for k in (*strings, "step_method")})

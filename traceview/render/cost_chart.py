@@ -9,8 +9,9 @@ steps, so tests check exactly what is drawn.
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -77,7 +78,8 @@ def cost_data(cost: StepCost) -> CostChartData:
     d, p = doc["decode"], doc["prompt"]
     per_seq_prompt = p["per_sequence_ns"] or 0.0
     traces = []
-    for i, t in enumerate(doc["traces"]):
+    names = trace_labels([t["path"] for t in doc["traces"]])
+    for i, _ in enumerate(doc["traces"]):
         mine = cost.steps.filter(pl.col("trace") == i)
         dec = decode_steps(mine)
         n = dec["sequences"].to_numpy().astype(np.float64)
@@ -88,7 +90,7 @@ def cost_data(cost: StepCost) -> CostChartData:
             pro["time_ns"].to_numpy().astype(np.float64)
             - per_seq_prompt * pro["sequences"].to_numpy().astype(np.float64)
         ) / 1e6
-        traces.append(TracePoints(Path(t["path"]).name, n, ms, n / (ms / 1e3), tokens, pms))
+        traces.append(TracePoints(names[i], n, ms, n / (ms / 1e3), tokens, pms))
     # the legend in batch order (a sweep's files sort by name: batch1, batch146, batch64)
     traces.sort(key=lambda t: float(np.median(t.sequences)) if t.sequences.size else np.inf)
     line = None
@@ -121,6 +123,21 @@ def cost_data(cost: StepCost) -> CostChartData:
         p["per_sequence_ns"] is not None,
         notes,
     )
+
+
+def trace_labels(paths: Sequence[str]) -> list[str]:
+    """Each path's label: its file name, with as many of its folders as tell it from the
+    others (``b1/rank0.json.gz`` and ``b8/rank0.json.gz``, not ``rank0.json.gz`` twice)."""
+    parts = [PurePath(p).parts for p in paths]
+    depth = [1] * len(paths)
+    while True:
+        labels = ["/".join(q[-d:]) for q, d in zip(parts, depth, strict=True)]
+        clash = {lab for lab in labels if labels.count(lab) > 1}
+        grow = [i for i, lab in enumerate(labels) if lab in clash and depth[i] < len(parts[i])]
+        if not grow:
+            return labels
+        for i in grow:
+            depth[i] += 1
 
 
 def _scatter(ax: Axes, x: np.ndarray, y: np.ndarray, color: str, label: str) -> None:
@@ -162,7 +179,7 @@ def cost_figure(data: CostChartData, *, title: str, style: str = "light") -> Fig
                 said = f"crossover N = {data.crossover:.1f} (fixed = per-sequence work)"
                 time_ax.axvline(data.crossover, color="#888888", label=chart(said), **dotted)
         time_ax.set_xlabel("decode batch N (sequences)")
-        time_ax.set_ylabel("step time (ms, anchor to next anchor)")
+        time_ax.set_ylabel("step time (ms, start to next start)")
         time_ax.set_title("decode step time against batch", loc="left", fontsize=10)
         rate_ax.set_xlabel("decode batch N (sequences)")
         rate_ax.set_ylabel("decode tokens per second (N / step time)")

@@ -245,10 +245,15 @@ def cost_terms(fit: DecodeCost | PromptCost) -> list[list[str]]:
     rows: list[list[str]] = []
     if fit["fixed_ns"] is None:
         return rows
-    rows.append(["fixed", fmt_ns(fit["fixed_ns"]), _interval(fit["fixed_ci95"])])
+    fixed = _coefficient(fit["fixed_ns"], fit["fixed_ci95"])
+    rows.append(["fixed", fixed, _interval(fit["fixed_ci95"])])
     if fit["per_sequence_ns"] is not None:
         rows.append(
-            ["per sequence", fmt_ns(fit["per_sequence_ns"]), _interval(fit["per_sequence_ci95"])]
+            [
+                "per sequence",
+                _coefficient(fit["per_sequence_ns"], fit["per_sequence_ci95"]),
+                _interval(fit["per_sequence_ci95"]),
+            ]
         )
     if "per_prompt_token_ns" in fit:
         p = cast("PromptCost", fit)
@@ -256,7 +261,7 @@ def cost_terms(fit: DecodeCost | PromptCost) -> list[list[str]]:
             rows.append(
                 [
                     "per prompt token",
-                    fmt_ns(p["per_prompt_token_ns"]),
+                    _coefficient(p["per_prompt_token_ns"], p["per_prompt_token_ci95"]),
                     _interval(p["per_prompt_token_ci95"]),
                 ]
             )
@@ -265,6 +270,31 @@ def cost_terms(fit: DecodeCost | PromptCost) -> list[list[str]]:
             shown = "—" if ci is None else f"{_small_ns(ci['low_ns'])} – {_small_ns(ci['high_ns'])}"
             rows.append(["per prompt token²", _small_ns(p["per_prompt_token_squared_ns"]), shown])
     return rows
+
+
+def _coefficient(ns: float, ci: Interval95 | None) -> str:
+    """A fitted coefficient, flagged where its 95% interval holds 0 (no cost, or the other
+    sign, is as likely as the figure)."""
+    if ci is not None and ci["low_ns"] <= 0 <= ci["high_ns"]:
+        return f"{fmt_ns(ns)} (not told from 0)"
+    return fmt_ns(ns)
+
+
+COST_TERM_WORDS = {
+    "fixed": "fixed",
+    "per_sequence": "per sequence × N",
+    "per_prompt_token": "per token × T",
+    "per_prompt_token_squared": "per token² × T²",
+}
+
+
+def cost_formula(fit: DecodeCost | PromptCost) -> str:
+    """The fit's formula in words, from the terms it fitted: ``decode step = fixed + per
+    sequence × N``; a prompt fit's as its ``terms`` say (all three where it is null)."""
+    if "terms" not in fit:
+        return "decode step = fixed + per sequence × N"
+    terms = cast("PromptCost", fit)["terms"] or ["fixed", "per_sequence", "per_prompt_token"]
+    return "prompt step = " + " + ".join(COST_TERM_WORDS[t] for t in terms)
 
 
 def cost_caption(fit: DecodeCost | PromptCost) -> str:

@@ -36,6 +36,7 @@ from traceview.render.format import (
     UNCHANGED,
     breakdown_rows,
     cost_caption,
+    cost_formula,
     cost_terms,
     diff_rows,
     efficiency_caption,
@@ -274,18 +275,13 @@ def render_efficiency(doc: SummaryDocument, out: Console) -> None:
     out.print(table)
 
 
-_FITS = (
-    ("decode", "decode step = fixed + per sequence × N"),
-    ("prompt", "prompt step = fixed + per sequence × N + per token × T"),
-)
-
-
 def render_step_cost(cost: Cost | CostDocument, out: Console, *, fitted_only: bool = False) -> None:
     """The step-cost fits: each term with its 95% interval, the caption (n, R², the
     crossover or the T² term), and the weights line with ``--model``; ``fitted_only``:
     nothing for a fit that is null (the summary's screen), else its reason."""
-    for key, title in _FITS:
-        fit: DecodeCost | PromptCost = cost[key]  # type: ignore[literal-required]
+    for key in ("decode", "prompt"):
+        fit: DecodeCost | PromptCost = cost[key]
+        title = cost_formula(fit)
         rows = cost_terms(fit)
         if not rows:
             if not fitted_only:
@@ -299,6 +295,8 @@ def render_step_cost(cost: Cost | CostDocument, out: Console, *, fitted_only: bo
         table.caption = Text(line(cost_caption(fit)))
         table.caption_justify = "left"
         out.print(table)
+        for note in fit["notes"]:
+            out.print(Text(line(f"  note: {note}")))
     weights = cost["weights"]
     if weights is not None and (not fitted_only or weights["fixed_bytes_per_s"] is not None):
         out.print(Text(line(weights_line(weights))))
@@ -403,6 +401,8 @@ def render_check(result: CheckResult, console: Console | None = None) -> None:
         table.add_column(col, justify="right" if col == "value" else "left")
     for r in result.rows:  # each value in its bound's unit, as the check reads
         result_cell = Text("ok", style="green") if r["ok"] else Text("FAILED", style="red")
+        if r["why"] is not None:  # a null figure: why, as its section says
+            result_cell.append(Text(line(f" ({r['why']})")))
         table.add_row(r["check"], r["shown"] or "—", result_cell)
     out.print(table)
 

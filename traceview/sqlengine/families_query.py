@@ -32,7 +32,8 @@ HEADER = """\
 -- This query reads names only, and summarize reads more (docs/metrics.md).
 -- - Summarize reads record_shapes to move the softmax kernels of eager attention into
 --   full_attention.
--- - It moves Inductor templates launched under a flex_attention op there too.
+-- - It moves Inductor templates launched under FlexAttention or vLLM's attention op
+--   there too.
 -- - It moves a GEMM that runs between an MoE router and its combine into moe.
 -- - It counts the analysed device's serving kernels only.
 --   This query counts every device's kernels, CUDA-graph capture at start-up included.

@@ -40,8 +40,10 @@ class DecodeCost(TypedDict):
     per_sequence_ci95: Interval95 | None
     r2: float | None
     residual_ns: float | None
-    crossover_sequences: float | None
+    crossover_sequences: float | None  # None unless fixed > 0 and per_sequence's interval > 0
     batches: list[BatchCost]
+    idle_left_out: int  # steps left out: an idle their counts do not explain
+    notes: list[str]  # what a reader should know of the fit: a term not told from 0, …
 
 
 class PromptCost(TypedDict):
@@ -64,6 +66,8 @@ class PromptCost(TypedDict):
     quadratic: str | None  # why the T² term is in or out; None where nothing was fitted
     r2: float | None
     residual_ns: float | None
+    idle_left_out: int  # steps left out: an idle their counts do not explain
+    notes: list[str]  # what a reader should know of the fit: a term left out, or not told from 0
 
 
 class CostWeights(TypedDict):

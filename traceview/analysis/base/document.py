@@ -378,6 +378,12 @@ class TraceFigures(TypedDict):
     cost_decode_fixed_ns: float | None
     cost_decode_per_sequence_ns: float | None
     cost_decode_r2: float | None
+    cost_decode_fixed_low_ns: float | None  # the 95% intervals of the two coefficients
+    cost_decode_fixed_high_ns: float | None
+    cost_decode_per_sequence_low_ns: float | None
+    cost_decode_per_sequence_high_ns: float | None
+    cost_decode_idle_left_out: int
+    cost_decode_reason: str | None  # why the fit is null
 
 
 class StepTime(TypedDict):
@@ -493,7 +499,8 @@ class CheckRow(TypedDict):
     """One bound checked: its text, the value found, the limit and whether it held; ``kind``
     is the unit of ``value`` and ``limit`` (the document's); ``unit`` the one the bound is
     written in (``%``, ``ns``, ``us``, ``µs``, ``ms``, ``s``, or ``""`` for a plain number)
-    and ``shown`` the value written in it (None where there is no value)."""
+    and ``shown`` the value written in it (None where there is no value); ``why`` why the
+    value is null, where its section says (a step-cost fit's ``reason``)."""
 
     check: str
     value: float | None
@@ -502,6 +509,7 @@ class CheckRow(TypedDict):
     kind: Unit
     unit: str
     shown: str | None
+    why: str | None
 
 
 class DeviceFacts(TypedDict):

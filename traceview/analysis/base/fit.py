@@ -85,13 +85,14 @@ class ExactFit:
         variance = self.rss / self.dof
         return tuple(math.sqrt(variance * d) for d in self.inverse_diagonal)
 
-    def intervals(self) -> tuple[tuple[float, float], ...] | None:
-        """Each coefficient's 95% confidence interval ``(low, high)``; None without a
+    def intervals(self, quantile: float = 0.975) -> tuple[tuple[float, float], ...] | None:
+        """Each coefficient's two-sided confidence interval ``(low, high)``, ``β ± t·SE``
+        with ``t`` Student's ``quantile`` (0.975: the 95% interval); None without a
         residual degree of freedom."""
         errors = self.standard_errors()
         if errors is None:
             return None
-        t = t_quantile(0.975, self.dof)
+        t = t_quantile(quantile, self.dof)
         return tuple(
             (float(b) - t * se, float(b) + t * se)
             for b, se in zip(self.coefficients, errors, strict=True)

@@ -173,7 +173,12 @@ def _rank(text: str) -> int | None:
 # Inductor's template kernels: FlexAttention's (``triton_tem_fused_0`` under the
 # ``flex_attention`` op) and the matmul templates' share the name's prefix
 TEMPLATE = re.compile(r"^triton_tem_fused")
-FLEX_OPS = r"(?i)flex_(attention|decoding)"  # the host op around FlexAttention's launches
+# the host ranges that say a launch is attention's: FlexAttention's op (eager, or the
+# higher-order op), a Python frame of a ``flex_attention.py`` (with stacks: PyTorch's
+# torch/nn/attention/flex_attention.py, vLLM's FlexAttention backend), and vLLM's attention
+# op, around the compiled region whose launches Inductor records under the kernel's name
+FLEX_OPS = r"(?i)flex_(attention|decoding)|^vllm::unified_attention"
+FLEX_KINDS = ("cpu_op", "user_annotation", "python_function")
 
 
 def _every_launch_in(
@@ -194,12 +199,12 @@ def _every_launch_in(
 
 def _flex_templates(trace: Trace, kernels: pl.DataFrame, names: list[str]) -> list[str]:
     """Inductor template kernels (:data:`TEMPLATE`) whose every launch lies inside a host
-    op or annotation named ``flex_attention`` (or ``flex_decoding``): FlexAttention's."""
+    range of :data:`FLEX_OPS` (an op, annotation or Python frame): FlexAttention's."""
     templates = [n for n in names if TEMPLATE.search(n)]
     if not templates:
         return []
     ops = trace.events.filter(
-        pl.col("event_kind").is_in(["cpu_op", "user_annotation"])
+        pl.col("event_kind").is_in(FLEX_KINDS)
         & pl.col("name").cast(pl.String).str.contains(FLEX_OPS)
     )
     if ops.height == 0:
@@ -216,8 +221,11 @@ def shape_families(trace: Trace, kernels: pl.DataFrame) -> dict[str, str]:
     - an Inductor template kernel (``triton_tem_fused_…``) is attention's
       (``full_attention``) when every one of its launches is linked (launch correlation,
       then an enclosing range on the launching thread) to a host op or annotation named
-      ``flex_attention`` or ``flex_decoding``: FlexAttention's template, whose name
-      (``triton_tem_fused_0``) Inductor's matmul templates share;
+      ``flex_attention`` or ``flex_decoding``, a Python frame of a ``flex_attention.py``,
+      or vLLM's ``vllm::unified_attention…`` op: FlexAttention's template, whose name
+      (``triton_tem_fused_0``) Inductor's matmul templates share. Compiled, it launches
+      under Inductor's record function named after the kernel, so the op around the
+      compiled region is the evidence;
     - a PyTorch softmax kernel (``GENERIC_SOFTMAX``) is attention's work when every one
       of its launches is linked to a softmax op whose input has rank 3 or more:
       attention scores are ``[B·heads, Lq, Lk]`` or ``[B, heads, Lq, Lk]``, while a

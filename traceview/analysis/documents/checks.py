@@ -219,6 +219,18 @@ def _has_model(doc: SummaryDocument | RunDocument) -> bool:
     return all(d["efficiency"]["model"] is not None for d in docs)
 
 
+def _null_reason(doc: object, trail: str, value: object) -> str | None:
+    """Why a figure is null, where its section says (a step-cost fit's ``reason``); None
+    for a figure that has a value, or whose section gives no reason."""
+    if value is not None:
+        return None
+    node = doc
+    for key in trail.strip(".").split(".")[:-1]:
+        node = node.get(key) if isinstance(node, dict) else None
+    reason = node.get("reason") if isinstance(node, dict) else None
+    return reason if isinstance(reason, str) else None
+
+
 def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
     """Evaluate ``bounds`` on a summary (or a run).
 
@@ -283,6 +295,7 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                         "kind": kind,
                         "unit": unit,
                         "shown": None if value is None else written_as(value, unit, limit),
+                        "why": _null_reason(doc, trail, value),
                     }
                 )
     if growth_bound is not None:
@@ -307,6 +320,7 @@ def check(summary: Summary | RunSummary, bounds: Bounds) -> CheckResult:
                     "kind": "ratio",
                     "unit": "",
                     "shown": written_as(growth, "", growth_bound),
+                    "why": None,
                 }
             )
     if bounds.baseline is not None and bounds.max_regression is not None:
@@ -337,6 +351,7 @@ def regression_rows(d: Diff, max_regression: float) -> list[CheckRow]:
                     "kind": "ratio",
                     "unit": "",
                     "shown": None,
+                    "why": None,
                 }
             )
             continue
@@ -350,6 +365,7 @@ def regression_rows(d: Diff, max_regression: float) -> list[CheckRow]:
                 "kind": "ratio",
                 "unit": "",
                 "shown": written_as(ratio, "", limit),
+                "why": None,
             }
         )
     return out

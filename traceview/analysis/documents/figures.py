@@ -16,7 +16,8 @@ each equals):
   always named ``all``;
 - ``busy``: the busy fraction over the device's active window (``busy.fraction``);
 - ``cost_decode_*``: the decode step-cost fit (``cost.decode``: its ``n``, ``fixed_ns``,
-  ``per_sequence_ns``, ``r2``).
+  ``per_sequence_ns``, ``r2``, the two coefficients' 95% intervals, ``idle_left_out`` and
+  ``reason``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def trace_figures(doc: SummaryDocument) -> TraceFigures:
     steps = doc["steps"]
     by_kind = steps["cadence_by_kind"]
     gaps = gap_population(doc, "decode")
+    decode = doc["cost"]["decode"]
+    fixed, per = decode["fixed_ci95"], decode["per_sequence_ci95"]
     return {
         "steps": steps["count"],
         "cadence_p50_ns": steps["cadence"]["p50_ns"],
@@ -51,5 +54,11 @@ def trace_figures(doc: SummaryDocument) -> TraceFigures:
         "cost_decode_n": doc["cost"]["decode"]["n"],
         "cost_decode_fixed_ns": doc["cost"]["decode"]["fixed_ns"],
         "cost_decode_per_sequence_ns": doc["cost"]["decode"]["per_sequence_ns"],
-        "cost_decode_r2": doc["cost"]["decode"]["r2"],
+        "cost_decode_r2": decode["r2"],
+        "cost_decode_fixed_low_ns": None if fixed is None else fixed["low_ns"],
+        "cost_decode_fixed_high_ns": None if fixed is None else fixed["high_ns"],
+        "cost_decode_per_sequence_low_ns": None if per is None else per["low_ns"],
+        "cost_decode_per_sequence_high_ns": None if per is None else per["high_ns"],
+        "cost_decode_idle_left_out": decode["idle_left_out"],
+        "cost_decode_reason": decode["reason"],
     }

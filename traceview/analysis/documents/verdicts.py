@@ -53,6 +53,9 @@ class Metric:
     # a fitted figure's 95% interval half-width: A and B are "same" where they differ by
     # less than their combined half-widths (the difference is not significant at 5%)
     spread: float | None = None
+    # a fitted figure's fit, its terms ("fixed + per_prompt_token"): a coefficient means
+    # something else in a fit with other terms, so two such are never judged
+    terms: str | None = None
 
 
 def _quantile(key: str) -> float:
@@ -325,6 +328,7 @@ def cost_metrics(summary: Summary) -> list[Metric]:
             p["n"],
             field="cost.prompt.per_prompt_token_ns",
             spread=_half(p["per_prompt_token_ci95"]),
+            terms=" + ".join(p["terms"]) or None,
         ),
     ]
     w = cost["weights"]
@@ -365,7 +369,9 @@ def judgement(a: Metric | None, b: Metric | None) -> tuple[str | None, str | Non
     - ``no figure``: neither side has it;
     - ``n < N for a pQ`` (``an empty population`` for a mean): either side's population is
       smaller than the percentile needs (:func:`~traceview.analysis.base.stats.samples_for`:
-      p50 2, p90 10, p99 100), so the figure moves with n alone.
+      p50 2, p90 10, p99 100), so the figure moves with n alone;
+    - ``fits with other terms``: two fitted coefficients whose fits hold other terms (a
+      per-token cost with and without a T² term), which mean different things.
 
     The verdicts: ``new`` and ``gone`` where only one side has the figure; else ``same``
     within ±5%, and ``better`` or ``worse`` by the figure's direction (from 0 to more is
@@ -398,6 +404,9 @@ def judgement(a: Metric | None, b: Metric | None) -> tuple[str | None, str | Non
         return "new", None
     if bv is None:
         return "gone", None
+    ta, tb = (None if x is None else x.terms for x in (a, b))
+    if ta != tb:
+        return None, f"fits with other terms (A: {ta}; B: {tb})"
     ratio = ratio_of(av, bv)
     if ratio is None or abs(ratio - 1) <= SAME:  # None: both 0
         return "same", None

@@ -1,8 +1,10 @@
 """What a step costs: ordinary least squares of each step's time on the counts the engine's
 annotations state (docs/metrics.md, "What a step costs").
 
-A step's **time** is its anchor to the next step's anchor, the interval cadence measures
-(:func:`~traceview.analysis.timing.cadence.time_to_next`); the last step has none. Only
+A step's **time** is its span: its start to the next step's start (the steps table's
+``end_ns − start_ns``; the last step has none). Not its anchor to the next anchor: where a
+step's first full-attention kernel comes after other layers' work (a hybrid model), that
+interval charges the next step's early work to this step. Only
 serving steps count (:func:`~traceview.analysis.steps.serving.serving_steps`). The counts
 are the step record's (:mod:`traceview.analysis.steps.records`):
 
@@ -20,11 +22,16 @@ Two fits, each exact (:func:`~traceview.analysis.base.fit.least_squares`):
 - **prompt**: the steps with prompt work (``T ≥ 1``, ``N`` stated):
   ``t = fixed + per_sequence × N + per_prompt_token × T``, and a ``T²`` term where the data
   supports one: every prompt step runs one prompt (``C = 1``, so ``T²`` is its square),
-  there are at least 3 prompt sizes, and the term's 95% interval lies above 0. A term whose
-  count does not vary (``N = 0`` in every prefill-only step) is left out.
+  there are at least 3 prompt sizes, and the term's 99.9% interval lies above 0. ``N``'s
+  term is left out where its count does not vary (``N = 0`` in every prefill-only step) or
+  moves exactly with ``T`` (collinear); ``notes`` says which.
 
-A fit needs :data:`MIN_STEPS` steps and two values of its count; otherwise its figures are
-null and ``reason`` says why.
+Steps whose time holds an idle their counts do not explain (the engine waiting for work
+between request bursts) are left out of each fit by a residual rule (:func:`idle_steps`)
+and counted in ``idle_left_out``. A fit needs :data:`MIN_STEPS` steps and two values of its
+count; otherwise its figures are null and ``reason`` says why. ``notes`` says what a
+reader should know of a fitted one: a coefficient not distinguishable from 0, a batch size
+with few steps, why the crossover is null.
 """
 
 from __future__ import annotations
@@ -46,7 +53,6 @@ from traceview.analysis.base.document import (
 from traceview.analysis.base.fit import ExactFit, least_squares
 from traceview.analysis.base.precision import sig
 from traceview.analysis.steps.serving import serving_steps
-from traceview.analysis.timing.cadence import time_to_next
 from traceview.analysis.work.devices import GpuSpec
 from traceview.analysis.work.model_config import ModelSpec
 
@@ -66,12 +72,24 @@ _DECODE_COUNTS = "vLLM's execute_context_C(T)_generation_N(…), SGLang's step[D
 _PROMPT_COUNTS = "vLLM's execute_context_C(T)_generation_N(…), SGLang's step[EXTEND bs=C toks=T]"
 
 
+def step_time(table: pl.DataFrame) -> pl.Series:
+    """Each step's time (ns): its span, its start to the next step's start; null for the
+    last step (its end is the last kernel's, not a start) and for a step left out for
+    warm-up (``phase`` null)."""
+    last = pl.int_range(pl.len()) == pl.len() - 1
+    return table.select(
+        pl.when(pl.col("phase").is_not_null() & ~last)
+        .then(pl.col("end_ns") - pl.col("start_ns"))
+        .alias("time_ns")
+    ).to_series()
+
+
 def cost_steps(table: pl.DataFrame) -> pl.DataFrame:
     """The serving steps with what the fits read: ``index``, ``kind`` and the counts
     ``sequences`` (N), ``prompt_tokens`` (T), ``prompt_requests`` (C), each null where no
-    annotation states it, and ``time_ns``, the step's anchor to the next step's anchor
-    (null for the last step). Columns: :data:`COST_STEP_SCHEMA`."""
-    timed = table.with_columns(time_to_next(table))
+    annotation states it, and ``time_ns``, the step's span (:func:`step_time`). Columns:
+    :data:`COST_STEP_SCHEMA`."""
+    timed = table.with_columns(step_time(table))
     return serving_steps(timed).select(
         pl.col("index").cast(pl.Int64),
         pl.col("kind").cast(pl.String),
@@ -116,6 +134,8 @@ def _null_decode(n: int, reason: str) -> DecodeCost:
         "residual_ns": None,
         "crossover_sequences": None,
         "batches": [],
+        "idle_left_out": 0,
+        "notes": [],
     }
 
 
@@ -163,10 +183,35 @@ def decode_cost(steps: pl.DataFrame) -> DecodeCost:
             "per-sequence cost (pool traces of other batch sizes: traceview cost)",
         )
     n, y = timed["sequences"].to_list(), timed["time_ns"].to_list()
+    idle = idle_steps([[1] * len(y), n], y)
+    if idle.any():
+        timed = timed.filter(pl.Series(~idle))
+        n, y = timed["sequences"].to_list(), timed["time_ns"].to_list()
     fit = least_squares([[1] * len(y), n], y)
-    assert fit is not None  # two values of N: XᵀX is regular
+    assert fit is not None  # two values of N: XᵀX is regular (idle_steps keeps them)
     fixed, per = fit.coefficients
-    crossover = sig(float(fixed / per)) if per > 0 and fixed > 0 else None
+    bounds = fit.intervals()
+    per_low = None if bounds is None else bounds[1][0]
+    # the crossover only where the slope is known to be positive: a slope whose interval
+    # reaches 0 puts the crossover anywhere from N to infinity
+    crossover = (
+        sig(float(fixed / per)) if fixed > 0 and per_low is not None and per_low > 0 else None
+    )
+    notes = _idle_note(int(idle.sum()), "decode")
+    notes += _zero_notes(fit, ["fixed", "per_sequence"])
+    if crossover is None:
+        notes.append(
+            "crossover_sequences is null: it needs a fixed cost above 0 and a per-sequence "
+            "cost whose 95% interval lies above 0"
+        )
+    sizes = timed.group_by("sequences").len().sort("sequences")
+    few = sizes.filter(pl.col("len") < BATCH_STEPS)
+    if sizes.height < BATCH_SIZES and few.height:
+        named = ", ".join(f"N={s} ({c} step{'s' if c > 1 else ''})" for s, c in few.iter_rows())
+        notes.append(
+            f"the slope rests on {sizes.height} batch sizes, and {named} holds fewer than "
+            f"{BATCH_STEPS} steps: one step's noise moves the slope"
+        )
     return {
         "n": fit.n,
         "reason": None,
@@ -178,7 +223,90 @@ def decode_cost(steps: pl.DataFrame) -> DecodeCost:
         "residual_ns": _residual(fit),
         "crossover_sequences": crossover,
         "batches": _batches(timed, fixed, per),
+        "idle_left_out": int(idle.sum()),
+        "notes": notes,
     }
+
+
+IDLE_SPREADS = 10  # a step further above the fit than this many residual spreads holds an idle
+IDLE_SHARE = 0.1  # ... and than this share of its fitted time
+IDLE_ROUNDS = 3  # fits refitted without the steps found so far
+# a slope over fewer batch sizes than BATCH_SIZES, one of them with fewer steps than
+# BATCH_STEPS, is named in the decode fit's notes
+BATCH_SIZES = 3
+BATCH_STEPS = 3
+
+
+def idle_steps(columns: Sequence[Sequence[int]], y: Sequence[int]) -> np.ndarray:
+    """Which steps' time holds an idle their counts do not explain (the engine waited for
+    work between request bursts): a step whose residual exceeds the residuals' median by
+    more than :data:`IDLE_SPREADS` times their median absolute deviation and by more than
+    :data:`IDLE_SHARE` of its fitted time. Idle only lengthens a step, so only long steps
+    are left out. The fit is refitted without them, up to :data:`IDLE_ROUNDS` times. None
+    is left out where that would leave fewer than :data:`MIN_STEPS` steps or one value of
+    a count. The exact coefficients are read as floats; the rule is elementwise, no BLAS."""
+    out = np.zeros(len(y), dtype=bool)
+    ys = np.asarray(y, dtype=np.float64)
+    xs = [np.asarray(c, dtype=np.float64) for c in columns]
+    for _ in range(IDLE_ROUNDS):
+        keep = ~out
+        fit = least_squares(
+            [[v for v, k in zip(c, keep, strict=True) if k] for c in columns],
+            [v for v, k in zip(y, keep, strict=True) if k],
+        )
+        if fit is None:
+            break
+        fitted = np.zeros(len(y), dtype=np.float64)
+        for b, x in zip(fit.coefficients, xs, strict=True):
+            fitted += float(b) * x
+        residual = ys - fitted
+        middle = float(np.median(residual[keep]))
+        spread = float(np.median(np.abs(residual[keep] - middle)))
+        above = residual - middle
+        found = keep & (above > IDLE_SPREADS * spread) & (above > IDLE_SHARE * fitted)
+        if not found.any():
+            break
+        out |= found
+    kept = ~out
+    if out.any() and (
+        int(kept.sum()) < MIN_STEPS
+        or any(np.unique(x[kept]).size < 2 for x in xs[1:] if np.unique(x).size > 1)
+        or least_squares(
+            [[v for v, k in zip(c, kept, strict=True) if k] for c in columns],
+            [v for v, k in zip(y, kept, strict=True) if k],
+        )
+        is None
+    ):
+        return np.zeros(len(y), dtype=bool)
+    return out
+
+
+def _idle_note(count: int, kind: str) -> list[str]:
+    if not count:
+        return []
+    return [
+        f"{count} {kind} step(s) left out: each took more than {IDLE_SPREADS}× the residuals' "
+        f"median spread and {IDLE_SHARE:.0%} of its fitted time beyond the fit, an idle its "
+        "counts do not explain (the engine waiting for work)"
+    ]
+
+
+def _ns(value: float) -> str:
+    return f"{sig(value):,.0f} ns" if abs(value) >= 100 else f"{sig(value):.3g} ns"
+
+
+def _zero_notes(fit: ExactFit, terms: Sequence[str]) -> list[str]:
+    """A note for each coefficient whose 95% interval holds 0: the steps cannot tell it
+    from no cost at all (nor its sign)."""
+    bounds = fit.intervals()
+    if bounds is None:
+        return []
+    return [
+        f"{term}_ns is not distinguishable from 0: its 95% interval runs from "
+        f"{_ns(low)} to {_ns(high)}"
+        for term, (low, high) in zip(terms, bounds, strict=True)
+        if low <= 0 <= high
+    ]
 
 
 def _batches(timed: pl.DataFrame, fixed: Fraction, per: Fraction) -> list[BatchCost]:
@@ -223,6 +351,8 @@ def _null_prompt(n: int, reason: str) -> PromptCost:
         "quadratic": None,
         "r2": None,
         "residual_ns": None,
+        "idle_left_out": 0,
+        "notes": [],
     }
 
 
@@ -253,6 +383,15 @@ def prompt_cost(steps: pl.DataFrame) -> PromptCost:
     if prompt.height == 0:
         return _null_prompt(0, "no steps with prompt work")
     if counted.height == 0:
+        tokens = prompt.filter(pl.col("prompt_tokens") >= 1).height
+        if tokens:
+            return _null_prompt(
+                0,
+                f"the annotations of {tokens} step(s) with prompt work state their prompt "
+                "tokens but not how many sequences decode beside them (SGLang's step[MIXED "
+                "bs=B toks=T] does not split its batch into prompt and decode); the fit "
+                f"needs both ({_PROMPT_COUNTS})",
+            )
         return _null_prompt(
             0,
             "no annotation states the prompt steps' tokens and decode sequences "
@@ -271,24 +410,36 @@ def prompt_cost(steps: pl.DataFrame) -> PromptCost:
             f"every step with prompt work runs {only} prompt token(s): one size gives no "
             "per-token cost",
         )
-    y = timed["time_ns"].to_list()
-    t = timed["prompt_tokens"].to_list()
-    columns = {
-        "fixed": [1] * len(y),
-        "per_sequence": timed["sequences"].to_list(),
-        "per_prompt_token": t,
-        "per_prompt_token_squared": [v * v for v in t],
-    }
+    notes: list[str] = []
     terms = ["fixed", "per_sequence", "per_prompt_token"]
-    fit = _fit(terms, columns, y) if _one_value(timed["sequences"]) is None else None
-    if fit is None:  # N does not vary, or varies only with T: its term is left out
+    constant = _one_value(timed["sequences"])
+    if constant is not None:
         terms = ["fixed", "per_prompt_token"]
-        fit = _fit(terms, columns, y)
-    assert fit is not None  # two values of T: XᵀX is regular
+        notes.append(
+            f"per_sequence left out: every step with prompt work runs N = {constant} "
+            "decode sequences (its count does not vary)"
+        )
+    elif _fit(terms, _columns(timed), timed["time_ns"].to_list()) is None:
+        terms = ["fixed", "per_prompt_token"]
+        notes.append(
+            "per_sequence left out: N moves exactly with T (collinear), so the steps "
+            "cannot tell a sequence's cost from a token's; per_prompt_token_ns holds both"
+        )
+    y = timed["time_ns"].to_list()
+    columns = _columns(timed)
+    idle = idle_steps([columns[t] for t in terms], y)
+    if idle.any():
+        timed = timed.filter(pl.Series(~idle))
+        y = timed["time_ns"].to_list()
+        columns = _columns(timed)
+    notes += _idle_note(int(idle.sum()), "prompt")
+    fit = _fit(terms, columns, y)
+    assert fit is not None  # two values of T, N left out where it adds nothing
     quadratic, wider = _quadratic(timed, terms, columns, y)
     if wider is not None:
         terms, fit = [*terms, "per_prompt_token_squared"], wider
     at = {term: j for j, term in enumerate(terms)}
+    notes += _zero_notes(fit, terms)
 
     def coefficient(term: str) -> float | None:
         return _value(fit, at[term]) if term in at else None
@@ -311,10 +462,26 @@ def prompt_cost(steps: pl.DataFrame) -> PromptCost:
         "quadratic": quadratic,
         "r2": _r2(fit),
         "residual_ns": _residual(fit),
+        "idle_left_out": int(idle.sum()),
+        "notes": notes,
+    }
+
+
+def _columns(timed: pl.DataFrame) -> dict[str, list[int]]:
+    t = timed["prompt_tokens"].to_list()
+    return {
+        "fixed": [1] * len(t),
+        "per_sequence": timed["sequences"].to_list(),
+        "per_prompt_token": t,
+        "per_prompt_token_squared": [v * v for v in t],
     }
 
 
 QUADRATIC_SIZES = 3  # a curve through fewer prompt sizes is a line
+# the T² term is kept where its two-sided 99.9% interval lies above 0: on straight-line data
+# it is kept by chance 0.05% of the time (a 95% interval kept it in 2.5%, and a diff then
+# compared per-token costs of different fits)
+QUADRATIC_QUANTILE = 0.9995
 
 
 def _quadratic(
@@ -322,7 +489,7 @@ def _quadratic(
 ) -> tuple[str, ExactFit | None]:
     """Whether the data supports a ``T²`` term, in words, and the fit with it where it
     does: every step runs one prompt (``T²`` its square), at least
-    :data:`QUADRATIC_SIZES` prompt sizes, and the term's 95% interval above 0."""
+    :data:`QUADRATIC_SIZES` prompt sizes, and the term's 99.9% interval above 0."""
     sizes = timed["prompt_tokens"].n_unique()
     if sizes < QUADRATIC_SIZES:
         return f"not tried: {sizes} prompt sizes (a curve needs {QUADRATIC_SIZES})", None
@@ -336,14 +503,14 @@ def _quadratic(
     fit = _fit([*terms, "per_prompt_token_squared"], columns, y)
     if fit is None:
         return "not tried: T² varies only with the other terms", None
-    bounds = fit.intervals()
+    bounds = fit.intervals(QUADRATIC_QUANTILE)
     if bounds is None:
         return "not tried: no step left to judge the term by", None
     low, high = bounds[-1]
     if low > 0:
-        return "kept: its 95% interval lies above 0", fit
+        return "kept: its 99.9% interval lies above 0", fit
     return (
-        f"left out: its 95% interval reaches 0 or below ({sig(low):.3g} to "
+        f"left out: its 99.9% interval reaches 0 or below ({sig(low):.3g} to "
         f"{sig(high):.3g} ns per token²)",
         None,
     )
