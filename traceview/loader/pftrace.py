@@ -57,8 +57,13 @@ _SEQ_CLEARED = 1  # TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _SEQ_NEEDS_STATE = 2  # TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 _NO_STATE = (
     "event that needs its sequence's incremental state (interned names, defaults, its "
-    "clock) where none is known: packets lost since the sequence last started clean (a "
-    "ring buffer that wrapped overwrote its start)"
+    "clock) where none is known: the sequence's clean start is not in the trace (a ring "
+    "buffer that wrapped overwrote it)"
+)
+_LOST_STATE = (
+    "event that needs its sequence's incremental state (interned names, defaults, its "
+    "clock) where none is known: packets of the sequence were lost mid-trace "
+    "(previous_packet_dropped), until it started clean again"
 )
 _NOT_INTERNED = (
     "event that names an interned name, category or annotation its sequence never defined "
@@ -173,8 +178,9 @@ class _Reader:
             # its interned names, defaults or clock are gone (a ring buffer that wrapped
             # overwrote the sequence's clean start): skipped until the sequence starts
             # clean, as Perfetto's trace processor skips it
-            if packet.HasField("track_event"):
-                self.skipped[_NO_STATE] += 1
+            if packet.HasField("track_event") and packet.track_event.type != SLICE_END:
+                # a slice is one event: its end packet is not counted again
+                self.skipped[_LOST_STATE if seq in self.lost else _NO_STATE] += 1
             return
         if packet.HasField("thread_descriptor"):  # the legacy way to name a sequence's thread
             thread = packet.thread_descriptor
@@ -316,11 +322,11 @@ class _Reader:
 
     def _event(self, packet: Message, seq: int, ts: int | None) -> None:
         ev = packet.track_event
-        if not packet.HasField("timestamp"):  # never at time 0: it would be a wrong time
-            self.skipped[_NO_TIME] += 1
-            return
-        if ts is None:
-            self.skipped[_UNKNOWN_CLOCK] += 1
+        if not packet.HasField("timestamp") or ts is None:
+            # never at time 0, nor on an unknown clock: it would be a wrong time; a slice is
+            # one event, so its end packet is not counted again
+            if ev.type != SLICE_END:
+                self.skipped[_UNKNOWN_CLOCK if packet.HasField("timestamp") else _NO_TIME] += 1
             return
         uuid = self._track_of(ev, seq)
         if ev.type == COUNTER:
@@ -400,8 +406,40 @@ class _Reader:
 
     # - frames -
 
+    def _in_range(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` whose times and ids fit Int64 (a packet's time is a uint64; an
+        annotation may be one). Device activity that does not fit is refused, as the JSON
+        reader refuses it; a host event is skipped and counted."""
+        kept = []
+        for r in rows:
+            bad = next(
+                (k for k in ("ts", "dur") if not _fits(r[k]) or not _fits(r["ts"] + r[k])), None
+            )
+            if bad is None:
+                bad = next(
+                    (
+                        k
+                        for k in _IDS
+                        if isinstance(r["args"].get(k), int) and not _fits(r["args"][k])
+                    ),
+                    None,
+                )
+            if bad is None:
+                kept.append(r)
+                continue
+            what = f"time ({bad})" if bad in ("ts", "dur") else f"'{bad}' annotation"
+            if not r["instant"] and r["cat"].lower() in _DEVICE_CATS:
+                raise TraceFormatError(
+                    self.path,
+                    f"a slice of device activity ({r['cat']}, {shown_value(r['name'])}) whose "
+                    f"{what} does not fit a signed 64-bit integer; cannot place it",
+                )
+            self.skipped[f"event whose {what} does not fit a signed 64-bit integer"] += 1
+        return kept
+
     def _trace(self) -> Trace:
         rows = [r for r in self.rows if r["dur"] is not None]
+        rows = self._in_range(rows)
 
         def arg(r: dict[str, Any], key: str) -> int | None:
             return ident(r["args"].get(key))
@@ -533,6 +571,15 @@ class _Reader:
         return Trace(meta=meta, **narrow_ids(frames))
 
 
+_IDS = ("device", "stream", "correlation", "External id")
+_INT64 = range(-(2**63), 2**63)
+
+
+def _fits(value: object) -> bool:
+    """Whether an int fits Int64 (floats and strings are judged where they are read)."""
+    return not isinstance(value, int) or isinstance(value, bool) or value in _INT64
+
+
 def _json_text(value: Any) -> str:
     """A debug annotation's value as JSON text (a string holds it already)."""
     return value if isinstance(value, str) else orjson.dumps(value).decode()
@@ -543,5 +590,5 @@ def load_pftrace(path: str, stream: BinaryIO) -> Trace:
     frame column can hold (an id or a time of 2^63 or more) is the file's fault, one line."""
     try:
         return _Reader(path).run(stream)
-    except (pl.exceptions.PolarsError, OverflowError) as exc:
+    except (pl.exceptions.PolarsError, OverflowError, TypeError) as exc:
         raise TraceFormatError(path, f"not a readable Perfetto trace: {unreadable(exc)}") from None

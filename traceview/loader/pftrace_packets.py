@@ -36,7 +36,10 @@ def varint(stream: BinaryIO) -> int | None:
             return -1
 
 
-MAX_PACKET = 2 << 30  # protobuf's limit on one message
+# the most one packet may claim: Perfetto's own readers take no message over 64 MiB
+# (protozero's RingBufferMessageReader::kMaxMsgSize), and a packet that large is read at
+# most once into memory, so a small compressed file cannot make a large allocation
+MAX_PACKET = 64 << 20
 READ_CHUNK = 1 << 20
 
 
@@ -71,8 +74,8 @@ def packets(stream: BinaryIO, path: str) -> Iterator[Message]:
         if size >= MAX_PACKET:
             raise TraceFormatError(
                 path,
-                f"not a Perfetto trace: packet #{index} claims {size:,} bytes, more than a "
-                "protobuf message can hold (2 GiB)",
+                f"not a Perfetto trace: packet #{index} claims {size:,} bytes, more than "
+                "Perfetto's readers take in one packet (64 MiB)",
             )
         data = read_exactly(stream, size)
         if data is None:
