@@ -32,6 +32,7 @@ from traceview.analysis.classify.families import FamilyCodes
 from traceview.analysis.steps.periodic import (
     PERIODIC_MIN_STEPS,
     PERIODIC_SURE,
+    BoundaryNames,
     choose_boundaries,
     natural_break,
 )
@@ -168,6 +169,8 @@ class Candidate:
         burst_starts: every step-marker burst's start (ns, in order; bursts).
         shared_ids: correlation ids launched inside steps of more than one process
             (annotations: a file merged from several processes).
+        caveat: where the bursts read two ways that nothing decides, the warning that
+            says so and names the option that chooses (bursts).
     """
 
     method: str
@@ -181,6 +184,7 @@ class Candidate:
     coverage: float = 1.0
     burst_starts: I64 | None = None
     shared_ids: int = 0
+    caveat: str | None = None
 
     @property
     def count(self) -> int:
@@ -261,12 +265,38 @@ def burst_candidate(k: DeviceKernels, u: Union, opts: StepOptions) -> Candidate 
         return None
     bs, bl = _bursts(k)
     idle, others = _boundary_idle(u, bl[:-1], bs[1:])
-    mask, layers, detail, strong = choose_boundaries(idle, others, opts.layers, opts.step_gap_ns)
+    names = _boundary_names(k, bl[:-1], bs[1:])
+    mask, layers, detail, strong, caveat = choose_boundaries(
+        idle, others, opts.layers, opts.step_gap_ns, names
+    )
     first_burst = np.concatenate(([0], np.flatnonzero(mask) + 1))
     last_burst = np.append(first_burst[1:] - 1, bs.size - 1)
     return Candidate(
-        "bursts", bs[first_burst], bl[last_burst], detail, strong, layers, burst_starts=bs
+        "bursts",
+        bs[first_burst],
+        bl[last_burst],
+        detail,
+        strong,
+        layers,
+        burst_starts=bs,
+        caveat=caveat,
     )
+
+
+def _boundary_names(k: DeviceKernels, last_marker: I64, next_start: I64) -> BoundaryNames:
+    """The kernels that start between two bursts, strictly after one's last marker and
+    before the next one's start: per boundary, each kernel name (as a code) once."""
+    if last_marker.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    between = ~k.marker
+    ts = k.ts[between]
+    at = np.searchsorted(last_marker, ts, side="left") - 1
+    ok = (at >= 0) & (ts < next_start[np.maximum(at, 0)])
+    codes = k.frame["name"].cast(pl.String).cast(pl.Categorical).to_physical().to_numpy()
+    if not ok.any():
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    pairs = np.unique(np.stack((at[ok], codes[between][ok].astype(np.int64))), axis=1)
+    return pairs[0], pairs[1]
 
 
 def idle_candidate(k: DeviceKernels, u: Union) -> Candidate:
@@ -540,6 +570,8 @@ def choose(
     if bursts is not None and method != "annotations":
         if not bursts.strong:
             warnings.append(bursts.detail)
+        if bursts.caveat is not None:
+            warnings.append(bursts.caveat)
         names: list[list[str]] = [[] for _ in range(bursts.count)]
         if annotations is not None:
             if disagreements:
