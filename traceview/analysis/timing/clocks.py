@@ -39,15 +39,9 @@ import numpy as np
 import polars as pl
 
 from traceview.analysis.base.intervals import I64
-from traceview.analysis.timing.idle import THREAD_KEY, Calls, launches_of
+from traceview.analysis.timing.idle import CLOCK_JITTER_NS, THREAD_KEY, Calls, launches_of
 from traceview.model import Trace
 
-# Beyond this, a kernel starting before its launch (or a wait returning before its work)
-# is no jitter: CUPTI's conversion of GPU timestamps to the CPU clock and Kineto's whole
-# microseconds (older versions) leave a few µs; this is a few times that, and a fifth of the
-# shortest idle interval traceview lists one by one (50 µs), so a shift within it moves no
-# listed interval's split by more than a fifth of its length
-CLOCK_JITTER_NS = 10_000
 ROBUST_SHARE = 0.001  # the shift reported is the one this share of the pairs shows
 
 # a copy call that returns only once its copy to the host has completed (cudaMemcpy and
