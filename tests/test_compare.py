@@ -598,3 +598,32 @@ def test_each_judgement_rule_and_the_check_that_reads_it() -> None:
     assert {r["check"]: r["ok"] for r in regression_rows(Diff("a", "b", rows, empty), 0.25)}[
         "s: lower <= baseline × 1.25"
     ]
+
+
+@pytest.mark.parametrize("a, b", [(-21_000, 50_000), (-21_000, -122_000), (50_000, -21_000)])
+def test_a_signed_figure_gets_no_ratio_verdict(a: int, b: int) -> None:
+    """The probe of issue 49: the straggler's excess may be negative (param/dlrm_8rank:
+    -21 µs). -21 µs to +50 µs read ×-2.38, "better", and passed check; -21 to -122 µs
+    read ×5.81, "worse". A ratio of signed values is no measure: the row is unjudged,
+    so check does not bound it either."""
+    from traceview.analysis.documents.verdicts import Metric, judgement, ratio_of
+
+    def m(v: int, signed: bool = True) -> Metric:
+        field = "straggler.excess_p50_ns"
+        return Metric(
+            "headline",
+            "straggler excess p50",
+            v,
+            "lower",
+            "ns",
+            20,
+            "headline",
+            field,
+            0.5,
+            signed=signed,
+        )
+
+    assert ratio_of(a, b) is None
+    assert judgement(m(a), m(b)) == (None, "a signed figure (no ratio)")
+    assert judgement(m(1000), m(2000)) == (None, "a signed figure (no ratio)")  # either sign
+    assert judgement(m(1000, False), m(2000, False)) == ("worse", None)

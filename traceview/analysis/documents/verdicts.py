@@ -53,6 +53,9 @@ class Metric:
     # a fitted figure's 95% interval half-width: A and B are "same" where they differ by
     # less than their combined half-widths (the difference is not significant at 5%)
     spread: float | None = None
+    # the figure may be negative (a difference between two times): a ratio of two such
+    # values says nothing (-21 µs to +50 µs is ×-2.4, -21 to -122 is ×5.8), so no verdict
+    signed: bool = False
 
 
 def _quantile(key: str) -> float:
@@ -344,8 +347,9 @@ def cost_metrics(summary: Summary) -> list[Metric]:
 
 
 def ratio_of(a: float | None, b: float | None) -> float | None:
-    """B/A; inf where A is 0 and B is not, None where either is absent or both are 0."""
-    if a is None or b is None:
+    """B/A; inf where A is 0 and B is not, None where either is absent, or negative (no
+    ratio of a signed figure means more or less), or both are 0."""
+    if a is None or b is None or a < 0 or b < 0:
         return None
     if a == 0:
         return None if b == 0 else math.inf
@@ -361,6 +365,8 @@ def judgement(a: Metric | None, b: Metric | None) -> tuple[str | None, str | Non
     - ``pooled over step kinds``: taken over several kinds' steps or gaps together, it
       moves with their mix (the token cadence, every step's cadence, the ``all`` gaps);
     - ``no better direction``: neither more nor less is an improvement (busy fractions);
+    - ``a signed figure (no ratio)``: it may be negative (the straggler's excess), and a
+      ratio of two such values is no measure of more or less;
     - ``a maximum``: it grows with its population's size whatever else happens;
     - ``no figure``: neither side has it;
     - ``n < N for a pQ`` (``an empty population`` for a mean): either side's population is
@@ -382,6 +388,8 @@ def judgement(a: Metric | None, b: Metric | None) -> tuple[str | None, str | Non
         return None, "pooled over step kinds"
     if m.better is None:
         return None, "no better direction"
+    if m.signed:
+        return None, "a signed figure (no ratio)"
     if m.quantile is not None and m.quantile >= 1:
         return None, "a maximum"
     if av is None and bv is None:
@@ -433,6 +441,7 @@ def run_metrics(run: RunSummary) -> list[Metric]:
             h,
             "straggler.excess_p50_ns",
             0.5,
+            signed=True,
         ),
         Metric("run", "ranks", len(doc["ranks"]), None, "count", role=load),
         Metric(
