@@ -627,3 +627,31 @@ def test_a_signed_figure_gets_no_ratio_verdict(a: int, b: int) -> None:
     assert judgement(m(a), m(b)) == (None, "a signed figure (no ratio)")
     assert judgement(m(1000), m(2000)) == (None, "a signed figure (no ratio)")  # either sign
     assert judgement(m(1000, False), m(2000, False)) == ("worse", None)
+
+
+@pytest.mark.slow  # about 1.7 s a case; CI runs it
+@pytest.mark.parametrize("side", ["A", "B"])
+def test_a_family_on_one_side_only_costs_zero_on_the_other(tmp_path: Path, side: str) -> None:
+    """The probe of issue 49: rope removed in B read "decode rope busy per step": A
+    12.65 µs, B none, unjudged as "an empty population"; a family new in B likewise, and
+    check --max-regression 10% passed. The side without the family has steps of the kind:
+    its figure is 0 ns a step over them, and the row is judged (and bounded)."""
+    import gzip
+
+    raw = json.loads(gzip.decompress((GENERATED / "hybrid_chunked.json.gz").read_bytes()))
+    raw["traceEvents"] = [e for e in raw["traceEvents"] if "rotary" not in str(e.get("name"))]
+    without = tmp_path / "norope.json.gz"
+    without.write_bytes(gzip.compress(json.dumps(raw).encode()))
+    a, b = (str(GENERATED / "hybrid_chunked.json.gz"), str(without))
+    if side == "B":
+        a, b = b, a
+    d = diff(tv.summarize(tv.load(a)), tv.summarize(tv.load(b)))
+    rows = d.rows.filter(pl.col("metric").str.contains("rope busy per step"))
+    assert rows.height == 2
+    for r in rows.iter_rows(named=True):
+        zero = r["b"] if side == "A" else r["a"]
+        assert zero == 0.0 and r["why"] is None
+        assert r["verdict"] == ("better" if side == "A" else "worse")
+    done = CliRunner().invoke(cli, ["check", b, "--baseline", a, "--max-regression", "10%"])
+    if side == "B":  # rope new in B: its cost per step is a regression check bounds
+        assert done.exit_code == 1 and "rope busy per step" in done.stdout

@@ -37,6 +37,7 @@ from traceview.analysis.documents.verdicts import (
     judgement,
     metrics,
     ratio_of,
+    zero_where_absent,
     run_metrics,
 )
 from traceview.errors import CheckError
@@ -216,6 +217,10 @@ def _diff(
     rows: list[dict[str, object]] = []
     for key in list(dict.fromkeys([*ma, *mb])):
         x, y = ma.get(key), mb.get(key)
+        if x is None and y is not None:
+            x = zero_where_absent(y, metrics_a)
+        elif y is None and x is not None:
+            y = zero_where_absent(x, metrics_b)
         m = x or y
         assert m is not None
         av = None if x is None else x.value

@@ -8,7 +8,7 @@ gets none (docs/ci.md). ``diff`` (:mod:`.compare`) lays the rows out; ``check
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -56,6 +56,10 @@ class Metric:
     # the figure may be negative (a difference between two times): a ratio of two such
     # values says nothing (-21 µs to +50 µs is ×-2.4, -21 to -122 is ×5.8), so no verdict
     signed: bool = False
+    # a rate within a group of steps (a step kind) that is 0 where the figure is absent but
+    # the group is not: a family that never runs in a side's decode steps costs it 0 ns a
+    # step there (an empty population only where that side has no such step)
+    group: str | None = None
 
 
 def _quantile(key: str) -> float:
@@ -274,7 +278,8 @@ def metrics(summary: Summary) -> list[Metric]:
     for kind, (n, families) in by_kind.items():
         for family, busy_ns in families.items():
             label = f"{kind} {family} busy per step"
-            out.append(Metric("families", label, _per(busy_ns, n), "lower", "ns", n))
+            per_step = _per(busy_ns, n)
+            out.append(Metric("families", label, per_step, "lower", "ns", n, group=kind))
     steps = doc["steps"]["count"]
     for f in doc["families"]:  # over every step: shown beside the work, never judged
         name = f["family"]
@@ -344,6 +349,18 @@ def cost_metrics(summary: Summary) -> list[Metric]:
             )
         )
     return out
+
+
+def zero_where_absent(m: Metric, side: list[Metric]) -> Metric | None:
+    """The figure ``m`` (of one side) as the other ``side`` has it where that side lacks
+    it: 0 over that side's steps of ``m``'s group, where it has any (another of its
+    figures of the group, in the same section, gives their number); else None."""
+    if m.group is None:
+        return None
+    n = next((x.n for x in side if x.section == m.section and x.group == m.group), None)
+    if not n:
+        return None
+    return replace(m, value=0.0, n=n)
 
 
 def ratio_of(a: float | None, b: float | None) -> float | None:
