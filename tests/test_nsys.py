@@ -785,3 +785,32 @@ def test_hostile_values_in_the_device_and_name_tables(tmp_path: Path) -> None:
         f"Error: {export}: StringIds gives the id 3 more than one text: the name of what "
         "refers to it cannot be told; not a readable Nsight Systems export\n"
     )
+
+
+def test_a_scan_reads_an_export_again_after_a_commit_to_its_log(tmp_path: Path) -> None:
+    """The probe of issue 49: scan, a commit to the export's write-ahead log, scan again:
+    "skipped 1 (already in the dataset)", the dataset kept the stale kernels while
+    summarize read the committed ones. The skip key (path, size, mtime) read the file
+    alone; the log beside it holds part of the trace."""
+    import shutil
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    export = folder / "report.sqlite"
+    shutil.copy(NSYS / "nsys_vllm.sqlite", export)
+    writer = sqlite3.connect(export, isolation_level=None)
+    try:
+        writer.execute("PRAGMA journal_mode = WAL")
+        writer.execute("PRAGMA wal_autocheckpoint = 0")
+        writer.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid > 200")
+        first = tv.scan([str(folder)], tmp_path / "ds")
+        assert first.scanned == [str(export)]
+        writer.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid > 100")
+        again = tv.scan([str(folder)], tmp_path / "ds")
+        assert again.skipped == [], again
+        kernels = tv.load(export, options=tv.LoadOptions(cache=False)).kernels
+        rows = pl.read_parquet(tmp_path / "ds" / "traces" / "*.parquet")
+        assert kernels.filter(pl.col("event_kind") == "kernel").height == 100
+        assert kernels.height in rows["kernels"].to_list()  # the committed state, scanned
+    finally:
+        writer.close()
