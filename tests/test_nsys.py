@@ -416,7 +416,9 @@ def test_a_malformed_export_is_one_line_and_a_scan_row(tmp_path: Path, update: s
         db.execute(update)
     done = CliRunner().invoke(cli, ["summarize", str(export)])
     assert done.exit_code == 2 and len(done.stderr.splitlines()) == 1, done.output
-    assert done.stderr.startswith(f"Error: {export}: not a readable Nsight Systems export: ")
+    column = update.split(" set ")[1].split(" =")[0]
+    assert done.stderr.startswith(f"Error: {export}: CUPTI_ACTIVITY_KIND_KERNEL.{column} holds ")
+    assert "text where an integer (a time or an id) belongs" in done.stderr
     shutil.copy(GENERATED / "dense_sglang.json.gz", folder)
     scanned = CliRunner().invoke(cli, ["scan", str(folder), "-o", str(tmp_path / "ds")])
     assert scanned.exit_code == 0 and "scanned 1" in scanned.stderr and "failed 1" in scanned.stderr
@@ -814,3 +816,63 @@ def test_a_scan_reads_an_export_again_after_a_commit_to_its_log(tmp_path: Path) 
         assert kernels.height in rows["kernels"].to_list()  # the committed state, scanned
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize(
+    "table, column, value, said",
+    [
+        (
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            "start",
+            "X'00ff'",
+            "CUPTI_ACTIVITY_KIND_KERNEL.start holds b'\\x00\\xff', a BLOB",
+        ),
+        (
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            "correlationId",
+            "X'01'",
+            "CUPTI_ACTIVITY_KIND_RUNTIME.correlationId holds b'\\x01', a BLOB",
+        ),
+        (
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            "demangledName",
+            "'abc'",
+            "CUPTI_ACTIVITY_KIND_KERNEL.demangledName holds 'abc', text",
+        ),
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "end", "9223372036854775807", "with an impossible time"),
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "start", "-5", "with an impossible time (start -5 ns"),
+    ],
+    ids=["blob-start", "blob-correlation", "text-name-id", "end-int64-max", "negative-start"],
+)
+def test_a_bad_value_names_its_table_and_column(
+    tmp_path: Path, table: str, column: str, value: str, said: str
+) -> None:
+    """The probe of issue 49: a BLOB or text in an integer column said "could not append
+    value: b"\\x00\\xff" of type: binary … infer_schema_length", naming neither table nor
+    column; a kernel ending at INT64_MAX read a 9,218,254,469 s span at 100% busy, and one
+    starting at -5 ns was read, both silently. Each is one line naming where."""
+    import shutil
+
+    export = tmp_path / "x.sqlite"
+    shutil.copy(NSYS / "nsys_vllm.sqlite", export)
+    with sqlite3.connect(export) as db:
+        db.execute(f"update {table} set {column} = {value} where rowid = 3")
+    done = CliRunner().invoke(cli, ["--no-cache", "info", str(export)])
+    assert done.exit_code == 2 and len(done.stderr.splitlines()) == 1, done.output
+    assert said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_string_ids_without_a_value_column_says_so(tmp_path: Path) -> None:
+    """The probe of issue 49: it said "a corrupt SQLite database (no such column: value)"."""
+    import shutil
+
+    export = tmp_path / "noval.sqlite"
+    shutil.copy(NSYS / "nsys_vllm.sqlite", export)
+    with sqlite3.connect(export) as db:
+        db.execute("ALTER TABLE StringIds RENAME COLUMN value TO text")
+    done = CliRunner().invoke(cli, ["--no-cache", "info", str(export)])
+    assert done.exit_code == 2, done.output
+    assert done.stderr == (
+        f"Error: {export}: StringIds has no value column: no name can be read; not a "
+        "readable Nsight Systems export\n"
+    )

@@ -163,21 +163,29 @@ class Db:
         return self.fetch(sql)[0]
 
     def no_reals(self, table: str, columns: list[str], path: str) -> None:
-        """Raise where a column read as integers (times, ids) holds a real number: the
-        frame would cut it to an integer, silently (nsys writes integers; text or a BLOB
-        there fails on its own). One scan of the table, stopping at the first."""
+        """Raise where a column read as integers (times, ids) holds anything else: a real
+        number (the frame would cut it to an integer, silently), text or a BLOB (nsys writes
+        integers). The error names the table and column. One scan of the table, stopping at
+        the first."""
         if not columns:
             return
         quoted = [f'"{c}"' for c in columns]
-        where = " OR ".join(f"typeof({q}) = 'real'" for q in quoted)
-        found = self.rows(f'SELECT {", ".join(quoted)} FROM "{table}" WHERE {where} LIMIT 1')
+        kinds = ", ".join(f"typeof({q})" for q in quoted)
+        where = " OR ".join(f"typeof({q}) NOT IN ('integer', 'null')" for q in quoted)
+        found = self.rows(
+            f'SELECT {", ".join(quoted)}, {kinds} FROM "{table}" WHERE {where} LIMIT 1'
+        )
         if found:
-            column, value = next(
-                (c, v) for c, v in zip(columns, found[0], strict=True) if isinstance(v, float)
+            values, types = found[0][: len(columns)], found[0][len(columns) :]
+            column, value, kind = next(
+                (c, v, t)
+                for c, v, t in zip(columns, values, types, strict=True)
+                if t not in ("integer", "null")
             )
+            what = {"real": "a real number", "text": "text", "blob": "a BLOB"}.get(kind, kind)
             raise TraceFormatError(
                 path,
-                f"{table}.{column} holds {shown_value(value)}, a real number where an integer "
+                f"{table}.{column} holds {shown_value(value)}, {what} where an integer "
                 "(a time or an id) belongs; not a readable Nsight Systems export",
             )
 
