@@ -509,6 +509,10 @@ def test_a_blob_in_string_ids_is_read_and_an_id_that_is_no_integer_is_one_line(
     with pytest.warns(tv.TraceviewWarning, match="1 text value .* not UTF-8"):
         trace = tv.load(blobs, options=tv.LoadOptions(cache=False))
     assert trace.kernels["name"].cast(str).to_list() == ["gemm_blob", "nccp\ufffd"]
+    # the probe of issue 49: the count reached stderr only, never summarize --json
+    done = CliRunner().invoke(cli, ["--no-cache", "summarize", "--json", str(blobs)])
+    assert done.exit_code == 0, done.output
+    assert any("not UTF-8" in w for w in json.loads(done.stdout)["warnings"])
     text_id = _export(
         tmp_path / "text_id.sqlite",
         {
@@ -727,6 +731,8 @@ def test_replays_also_itemised_by_kernel_rows_are_read_once(tmp_path: Path) -> N
     alone = tv.summarize(tv.load(NSYS / "nsys_vllm.sqlite")).to_dict()
     for doc in (both, alone):
         doc["trace"].pop("path"), doc["trace"].pop("events")
+    said = both["warnings"].pop(0)  # the loader's line, first
+    assert said.startswith(f"{added} CUDA-graph replays in CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
     assert both == alone
 
 
@@ -753,10 +759,15 @@ def test_replays_cupti_could_not_place_are_skipped_and_counted(tmp_path: Path) -
     ]
     doc = tv.summarize(trace).to_dict()
     assert doc["trace"]["start_ns"] == t["start_ns"]
-    assert any(
-        w.startswith("2 of 27 CUDA-graph launches inside the trace have no device")
-        for w in doc["warnings"]
-    )
+    said = [w for w in doc["warnings"] if w.startswith("2 of 27 CUDA-graph launches")]
+    # the probe of issue 49: this export's replays are read; it was told to record them
+    # node by node. The skip counts reached stderr only: the document holds them too
+    assert said == [
+        "2 of 27 CUDA-graph launches inside the trace have no device activity (their "
+        "replays were skipped, untimed or started on the host: see the events skipped): the "
+        "steps, cadence and idle time around them are unreliable"
+    ]
+    assert set(trace.meta.warnings) <= set(doc["warnings"])
 
 
 def test_hostile_values_in_the_device_and_name_tables(tmp_path: Path) -> None:

@@ -37,8 +37,8 @@ from traceview.analysis.documents.verdicts import (
     judgement,
     metrics,
     ratio_of,
-    zero_where_absent,
     run_metrics,
+    zero_where_absent,
 )
 from traceview.errors import CheckError
 

@@ -42,7 +42,6 @@ from collections import Counter
 import polars as pl
 
 from traceview.errors import NotATraceError, TraceFormatError, TraceviewWarning
-from traceview.loader.frames import TS_LIMIT_US
 from traceview.loader.nsys.names import (
     COPY_KINDS,
     MEMORY_KINDS,
@@ -61,6 +60,7 @@ from traceview.loader.nsys.sqlite_file import (
     is_export_file,
     is_sqlite,
     pending,
+    refuse_impossible_times,
     select,
     tables,
 )
@@ -284,21 +284,7 @@ class _Reader:
                 f"{bad:,} {what} row{'s' if bad != 1 else ''} in {table} without a valid "
                 "start and end; every figure would be wrong without them",
             )
-        # a time no clock of Nsight's reads: before its zero (ns since boot, or since the
-        # session began), or beyond what Int64 ns of a JSON trace may hold (TS_LIMIT_US);
-        # refused as the JSON reader refuses such device activity
-        limit = int(TS_LIMIT_US * 1000)
-        start, end = pl.col("start"), pl.col("end")
-        impossible = f.filter((start < 0) | (end >= limit) | (end - start >= limit))
-        if impossible.height:
-            row = impossible.row(0, named=True)
-            raise TraceFormatError(
-                self.path,
-                f"{impossible.height:,} {what} row{'s' if impossible.height != 1 else ''} in "
-                f"{table} with an impossible time (start {row['start']:,} ns, end "
-                f"{row['end']:,} ns: before the clock's zero or beyond {limit:,} ns); "
-                "cannot place them in time",
-            )
+        refuse_impossible_times(f, table, what, self.path)
         unplaced = f.filter(pl.col("deviceId").is_null()).height
         if unplaced:  # never another device's time (a JSON trace's rule too)
             raise TraceFormatError(

@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from traceview.errors import TraceFormatError, shown_value
+from traceview.loader.frames import TS_LIMIT_US
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 Row = tuple[Any, ...]  # a row as sqlite3 gives it: its values of whatever SQLite type
@@ -190,6 +191,25 @@ class Db:
             )
 
 
+def refuse_impossible_times(f: pl.DataFrame, table: str, what: str, path: str) -> None:
+    """Raise where a row of device activity (``start``, ``end``: ns) has a time no clock of
+    Nsight's reads: before its zero (ns since boot, or since the session began), or an end
+    or duration beyond what Int64 ns of a JSON trace may hold (``TS_LIMIT_US``): the JSON
+    reader refuses such device activity too."""
+    limit = int(TS_LIMIT_US * 1000)
+    start, end = pl.col("start"), pl.col("end")
+    impossible = f.filter((start < 0) | (end >= limit) | (end - start >= limit))
+    if impossible.height:
+        row = impossible.row(0, named=True)
+        n = impossible.height
+        raise TraceFormatError(
+            path,
+            f"{n:,} {what} row{'s' if n != 1 else ''} in {table} with an impossible time "
+            f"(start {row['start']:,} ns, end {row['end']:,} ns: before the clock's zero or "
+            f"beyond {limit:,} ns); cannot place them in time",
+        )
+
+
 def tables(db: Db) -> dict[str, set[str]]:
     out = {}
     for (name,) in db.rows("SELECT name FROM sqlite_master WHERE type = 'table'"):
@@ -227,6 +247,7 @@ __all__ = [
     "is_export_file",
     "is_sqlite",
     "pending",
+    "refuse_impossible_times",
     "select",
     "tables",
 ]
