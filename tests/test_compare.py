@@ -655,3 +655,26 @@ def test_a_family_on_one_side_only_costs_zero_on_the_other(tmp_path: Path, side:
     done = CliRunner().invoke(cli, ["check", b, "--baseline", a, "--max-regression", "10%"])
     if side == "B":  # rope new in B: its cost per step is a regression check bounds
         assert done.exit_code == 1 and "rope busy per step" in done.stdout
+
+
+def test_a_rank_absent_from_one_run_is_said_so(tmp_path: Path) -> None:
+    """The probe of issue 49: a run diff whose B lacks a rank showed its rows unjudged as
+    "n < 2 for a p50", as if its population were small. Planted: 3 ranks in A, rank 2's
+    trace left out of B."""
+    import shutil
+
+    from fixtures.ranks import RankRun, build
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    build(RankRun(ranks=3, slow_rank=1, steps=8), a)
+    b.mkdir()
+    for f in a.iterdir():
+        if "_rank2." not in f.name:
+            shutil.copy(f, b)
+    d = diff(tv.summarize_run([str(a)]), tv.summarize_run([str(b)]))
+    rows = d.rows.filter(pl.col("section") == "rank 2")
+    assert rows.height > 0
+    assert rows["why"].unique().to_list() == ["rank 2 is absent from B"]
+    assert rows["verdict"].null_count() == rows.height
+    others = d.rows.filter(pl.col("section") == "rank 1")["why"].to_list()
+    assert "rank 1 is absent from B" not in others
