@@ -887,3 +887,38 @@ def test_string_ids_without_a_value_column_says_so(tmp_path: Path) -> None:
         f"Error: {export}: StringIds has no value column: no name can be read; not a "
         "readable Nsight Systems export\n"
     )
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"layers": "LFLF"},
+        {"layers": "FFFF"},
+        {"layers": "LLFLLF", "decode_before": 8, "chunks": 3, "decode_after": 10},
+    ],
+    ids=["two-attention-layers", "four", "eager-in-the-middle"],
+)
+def test_eager_steps_beside_whole_graph_replays_keep_their_steps(
+    tmp_path: Path, fields: dict[str, Any]
+) -> None:
+    """The probe of issue 49: an export traced at graph level, its eager (mixed) steps
+    holding two or more full-attention layers: a whole replay is one burst that holds a
+    whole step, an eager step one burst a layer, so no period fits both. LFLF read 33 steps
+    (truth 30), phases alternating mixed/decode. The eager stretches and the replays are
+    searched apart. Planted: fixtures.nsys.graph_truth's steps, kinds and cadence."""
+    from dataclasses import replace
+
+    sc = replace(nsys.GRAPHS, name="g", **fields)
+    tb, steps = build(sc)
+    path, rows = nsys.to_nsys([nsys.Process(tb, 31337)], tmp_path / "g.sqlite", graph_trace=True)
+    t = nsys.graph_truth(sc, steps, path.name, rows)
+    doc = tv.summarize(tv.load(path, options=tv.LoadOptions(cache=False))).to_dict()
+    assert doc["steps"]["count"] == t["step_count"]
+    assert doc["steps"]["cadence"] == t["cadence"]
+    runs: list[list[Any]] = []  # the planted kinds, run by run, as phases are
+    for step in t["steps"]:
+        if runs and runs[-1][0] == step["kind"]:
+            runs[-1][1] += 1
+        else:
+            runs.append([step["kind"], 1])
+    assert [[p["kind"], p["steps"]] for p in doc["steps"]["phases"]] == runs

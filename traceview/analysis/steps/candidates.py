@@ -232,6 +232,40 @@ def _bursts(k: DeviceKernels) -> tuple[I64, I64]:
     return start[by_start], k.ts[idx[last]][by_start]
 
 
+def _replay_bursts(k: DeviceKernels, starts: I64) -> np.ndarray:
+    """Per burst (by its start), whether it is a whole CUDA-graph replay."""
+    if k.replay is None:
+        return np.zeros(starts.size, dtype=bool)
+    replayed = np.sort(k.ts[k.replay & k.marker])
+    at = np.minimum(np.searchsorted(replayed, starts), max(replayed.size - 1, 0))
+    return (replayed.size > 0) & (replayed[at] == starts) if replayed.size else at < 0
+
+
+def _segments(replay: np.ndarray) -> list[tuple[int, int]]:
+    """The bursts cut where a stretch of eager steps meets CUDA-graph replays: each
+    ``[first, end)`` burst range. A whole-graph replay is one burst that holds a whole
+    step's layers, while an eager step holds one burst a layer: a period cannot span both.
+    An eager stretch is a run of bursts between replays (or before the first, after the
+    last) of at least 2, longer than twice the usual run between two replays plus one
+    (piecewise graphs run each layer's attention eagerly between their pieces)."""
+    at = np.flatnonzero(replay)
+    if at.size == 0 or at.size == replay.size:
+        return [(0, int(replay.size))]
+    between = np.diff(at) - 1
+    usual = float(np.median(between)) if between.size else 0.0
+    runs = (
+        [(0, int(at[0]))]
+        + [(int(a) + 1, int(b)) for a, b in zip(at[:-1], at[1:], strict=True)]
+        + [(int(at[-1]) + 1, int(replay.size))]
+    )
+    cuts = sorted(
+        {x for a, b in runs if b - a >= 2 and b - a > 2 * usual + 1 for x in (a, b)}
+        - {0, int(replay.size)}
+    )
+    edges = [0, *cuts, int(replay.size)]
+    return [(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+
+
 def _boundary_idle(u: Union, last_marker: I64, next_start: I64) -> tuple[I64, I64]:
     """For each boundary j: the longest idle gap ending in (last_marker[j], next_start[j]].
 
@@ -266,9 +300,13 @@ def burst_candidate(k: DeviceKernels, u: Union, opts: StepOptions) -> Candidate 
     bs, bl = _bursts(k)
     idle, others = _boundary_idle(u, bl[:-1], bs[1:])
     names = _boundary_names(k, bl[:-1], bs[1:])
-    mask, layers, detail, strong, caveat = choose_boundaries(
-        idle, others, opts.layers, opts.step_gap_ns, names
-    )
+    segments = _segments(_replay_bursts(k, bs))
+    if len(segments) > 1 and opts.layers is None and opts.step_gap_ns is None:
+        mask, layers, detail, strong, caveat = _by_segment(idle, others, names, segments)
+    else:
+        mask, layers, detail, strong, caveat = choose_boundaries(
+            idle, others, opts.layers, opts.step_gap_ns, names
+        )
     first_burst = np.concatenate(([0], np.flatnonzero(mask) + 1))
     last_burst = np.append(first_burst[1:] - 1, bs.size - 1)
     return Candidate(
@@ -281,6 +319,34 @@ def burst_candidate(k: DeviceKernels, u: Union, opts: StepOptions) -> Candidate 
         burst_starts=bs,
         caveat=caveat,
     )
+
+
+def _by_segment(
+    idle: I64, others: I64, names: BoundaryNames, segments: list[tuple[int, int]]
+) -> tuple[np.ndarray, int | None, str, bool, str | None]:
+    """:func:`choose_boundaries` on each segment of bursts apart (:func:`_segments`), with
+    the boundaries at its edges, which are step boundaries: a switch between eager steps
+    and graph replays falls between two steps. L, the words and the strength are the
+    largest segment's."""
+    mask = np.zeros(idle.size, dtype=bool)
+    at, code = names
+    best: tuple[int, int | None, str, bool] | None = None
+    caveat = None
+    for first, end in segments:
+        lo, hi = max(first - 1, 0), min(end, idle.size)  # its boundaries, edges included
+        mine = (at >= lo) & (at < hi)
+        found = choose_boundaries(idle[lo:hi], others, None, None, (at[mine] - lo, code[mine]))
+        mask[lo:hi] = found[0]
+        caveat = caveat or found[4]
+        if best is None or end - first > best[0]:
+            best = (end - first, found[1], found[2], found[3])
+        for edge in (first - 1, end - 1):
+            if 0 <= edge < idle.size:
+                mask[edge] = True
+    assert best is not None
+    _, layers, detail, strong = best
+    said = f"eager steps and CUDA-graph replays searched apart ({len(segments)} stretches): "
+    return mask, layers, said + detail, strong, caveat
 
 
 def _boundary_names(k: DeviceKernels, last_marker: I64, next_start: I64) -> BoundaryNames:
