@@ -427,3 +427,30 @@ def test_bursts_that_read_two_ways_say_so(tmp_path: Path, every: int) -> None:
     layers = summary.to_dict()["steps"]["layers"]
     other = 8 if layers != 8 else every
     assert f"set --layers {other} for the other reading" in said[0]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"layers": 4, "drafts": (0, 8)},
+        {"layers": 32, "drafts": (0, 8), "steps": 30},
+        {"layers": 4, "drafts": (0, 3), "stall_p": 0.1},
+        {"layers": 4, "drafts": (0, 3), "stall_p": 0.02, "seed": 5},
+    ],
+    ids=["4-layers-0-8-runs", "32-layers-0-8-runs", "stalls-in-10pc", "one-stall"],
+)
+def test_a_step_head_marks_a_drafters_steps_past_many_run_counts_and_stalls(
+    tmp_path: Path, fields: dict
+) -> None:
+    """The probe of issue 49: a drafter run 0-8 times (9 counts) gave 1 step, "no
+    between-step pause stands out", though the pause stands out 150×; host stalls inside
+    10% of the steps did the same; one stall gave 61 steps of 60, silently. The sharp
+    break's boundaries hold the step's head (its norm), which no boundary inside a step
+    holds: those are the steps, at any number of counts, and a stall inside a step that
+    holds no head cuts nothing."""
+    from fixtures.spec import SpecPlan
+
+    summary, planted = _spec_steps(tmp_path, SpecPlan(**{"steps": 60, **fields}))
+    _as_planted(summary, planted)
+    if "stall_p" in fields:  # the stalls are planted inside steps
+        assert planted["plan"]["stall_p"] == fields["stall_p"]

@@ -153,6 +153,21 @@ def step_head(names: BoundaryNames | None, coarse: np.ndarray, fine: np.ndarray)
     return bool(_common(names, coarse) - _common(names, fine))
 
 
+def _heads(names: BoundaryNames | None, chosen: np.ndarray) -> np.ndarray | None:
+    """Where the ``chosen`` boundaries hold a step's head (:func:`step_head`): per
+    boundary, whether it holds any of the kernels common to the chosen ones and not to the
+    others; None where no kernel tells them apart."""
+    if names is None or not chosen.any() or chosen.all():
+        return None
+    head = _common(names, chosen) - _common(names, ~chosen)
+    if not head:
+        return None
+    at, code = names
+    holds = np.zeros(chosen.size, dtype=bool)
+    holds[at[np.isin(code, list(head))]] = True
+    return holds
+
+
 def _two_readings(coarse: int, fine: int, chosen: int) -> str:
     """The warning where the bursts read two ways and nothing between them decides."""
     other = fine if chosen == coarse else coarse
@@ -342,9 +357,13 @@ def _choose(
             True,
         )
     widest = _widest_break(idle)
+    sharp: tuple[int, float, int, int] | None = None  # a sharp break no rule took
     if widest is not None and widest[1] >= NATURAL_BREAK:
         threshold, ratio = widest
         mask = idle >= threshold
+        heads = _heads(names, mask)
+        if heads is not None:  # a host stall inside a step holds no step head: no boundary
+            mask &= heads
         counts = np.diff(np.flatnonzero(np.concatenate(([True], mask, [True]))))
         if counts.size > 2:
             inner = counts[1:-1]
@@ -356,22 +375,35 @@ def _choose(
                     (f"idle gaps ≥ {threshold} ns (a natural break in the gap distribution)"),
                     False,
                 )
-            if (
-                counts.size > PERIODIC_MIN_STEPS + 1
-                and ratio >= SHARP_BREAK
-                and draft_levels(inner) <= DRAFT_LEVELS
-            ):
-                return (
-                    mask,
-                    mode,
-                    (
-                        f"idle gaps ≥ {threshold} ns (a sharp break in the gap distribution, "
-                        f"{ratio:.0f}×; the steps hold {inner.min()} to {inner.max()} "
-                        "step-marker bursts, as a drafter run a varying number of times a "
-                        "step does)"
-                    ),
-                    False,
-                )
+            if counts.size > PERIODIC_MIN_STEPS + 1 and ratio >= SHARP_BREAK:
+                if draft_levels(inner) <= DRAFT_LEVELS or heads is not None:
+                    return (
+                        mask,
+                        mode,
+                        (
+                            f"idle gaps ≥ {threshold} ns (a sharp break in the gap "
+                            f"distribution, {ratio:.0f}×; the steps hold {inner.min()} to "
+                            f"{inner.max()} step-marker bursts, as a drafter run a varying "
+                            "number of times a step does)"
+                        ),
+                        False,
+                    )
+                sharp = (threshold, ratio, int(inner.min()), int(inner.max()))
+    if sharp is not None:
+        threshold, ratio, low, high = sharp
+        return (
+            np.zeros(n, dtype=bool),
+            None,
+            (
+                f"no step structure found in the step-marker bursts: idle gaps of "
+                f"{threshold} ns or more stand out {ratio:.0f}× above the others, but the "
+                f"stretches they cut hold from {low} to {high} bursts, and no kernel marks "
+                "them as steps (a drafter run many different numbers of times, or host "
+                "stalls inside steps): all of them are taken as one step; set --step-gap "
+                f"{threshold}ns to cut at those gaps, or --layers"
+            ),
+            False,
+        )
     return (
         np.zeros(n, dtype=bool),
         None,
