@@ -13,12 +13,12 @@ import traceview as tv
 from fixtures.build import TraceBuilder
 from traceview.analysis.base.intervals import union
 from traceview.analysis.classify.families import family_codes, load_rules
+from traceview.analysis.steps.bursts import burst_candidate
 from traceview.analysis.steps.candidates import (
     Candidate,
     DeviceKernels,
     StepOptions,
     annotation_candidate,
-    burst_candidate,
     choose,
     device_kernels,
     layers_per_step,

@@ -38,7 +38,7 @@ from traceview.errors import TraceFormatError, shown_value
 from traceview.loader.frames import DEVICE_CATS as _DEVICE_CATS
 from traceview.loader.frames import EVENT_CATS as _EVENT_CATS
 from traceview.loader.frames import unreadable
-from traceview.loader.pftrace_packets import Message, packets
+from traceview.loader.pftrace_packets import ID_KEYS, Message, fits_int64, ident, packets
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -104,20 +104,6 @@ _SCALARS = (
 )
 
 
-def ident(value: object) -> int | None:
-    """An id annotation's value (``device``, ``stream``, ``correlation``) as the JSON reader
-    reads it: an int, an integral double or a numeric string; else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else None
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
-
-
 @dataclass
 class _Track:
     pid: int | None = None
@@ -141,7 +127,7 @@ class _Reader:
         self.c_pid: list[int | None] = []
         self.c_tid: list[int | None] = []
         self.c_args: list[dict[str, Any]] = []  # but the ids, in their own columns
-        self.c_ids: dict[str, list[object]] = {key: [] for key in _IDS}
+        self.c_ids: dict[str, list[object]] = {key: [] for key in ID_KEYS}
         self.c_instant: list[bool] = []
         self.texts: dict[str, str] = {}
         self.open: dict[int, list[int]] = {}  # per track, its open slices' rows
@@ -429,10 +415,17 @@ class _Reader:
         kept = []
         for r in rows:
             times = {"ts": TS[r], "dur": DUR[r] or 0}
-            bad = next((k for k, v in times.items() if not _fits(v) or not _fits(TS[r] + v)), None)
+            bad = next(
+                (k for k, v in times.items() if not fits_int64(v) or not fits_int64(TS[r] + v)),
+                None,
+            )
             if bad is None:
                 bad = next(
-                    (k for k in _IDS if isinstance(IDS[k][r], int) and not _fits(IDS[k][r])),
+                    (
+                        k
+                        for k in ID_KEYS
+                        if isinstance(IDS[k][r], int) and not fits_int64(IDS[k][r])
+                    ),
                     None,
                 )
             if bad is None:
@@ -583,14 +576,7 @@ class _Reader:
         return Trace(meta=meta, **narrow_ids(frames))
 
 
-_IDS = ("device", "stream", "correlation", "External id")
 _NO_ARGS: dict[str, Any] = {}  # the arguments of every event that has none (never changed)
-_INT64 = range(-(2**63), 2**63)
-
-
-def _fits(value: object) -> bool:
-    """Whether an int fits Int64 (floats and strings are judged where they are read)."""
-    return not isinstance(value, int) or isinstance(value, bool) or value in _INT64
 
 
 def _json_text(value: Any) -> str:

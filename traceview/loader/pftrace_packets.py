@@ -89,4 +89,38 @@ def packets(stream: BinaryIO, path: str) -> Iterator[Message]:
         index += 1
 
 
-__all__ = ["MAX_PACKET", "Message", "packets", "read_exactly", "varint"]
+# the debug annotations read as ids, each into a column of its own
+ID_KEYS = ("device", "stream", "correlation", "External id")
+_INT64 = range(-(2**63), 2**63)
+
+
+def ident(value: object) -> int | None:
+    """An id annotation's value (``device``, ``stream``, ``correlation``) as the JSON reader
+    reads it: an int, an integral double or a numeric string; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def fits_int64(value: object) -> bool:
+    """Whether an int fits Int64 (floats and strings are judged where they are read): a
+    packet's time is a uint64, and an annotation may be one."""
+    return not isinstance(value, int) or isinstance(value, bool) or value in _INT64
+
+
+__all__ = [
+    "ID_KEYS",
+    "MAX_PACKET",
+    "Message",
+    "fits_int64",
+    "ident",
+    "packets",
+    "read_exactly",
+    "varint",
+]

@@ -25,14 +25,13 @@ from traceview.analysis.base.intervals import I64, Union, union
 from traceview.analysis.base.launches import graph_launches_without_work
 from traceview.analysis.classify.families import Rules, family_codes, load_rules
 from traceview.analysis.classify.shapes import shape_families, shape_tokens
+from traceview.analysis.steps.bursts import burst_candidate, idle_candidate
 from traceview.analysis.steps.candidates import (
     DeviceKernels,
     StepOptions,
     annotation_candidate,
-    burst_candidate,
     choose,
     device_kernels,
-    idle_candidate,
     replay_mask,
 )
 from traceview.analysis.steps.capture import capture_regions
