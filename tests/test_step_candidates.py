@@ -436,8 +436,9 @@ def test_bursts_that_read_two_ways_say_so(tmp_path: Path, every: int) -> None:
         {"layers": 32, "drafts": (0, 8), "steps": 30},
         {"layers": 4, "drafts": (0, 3), "stall_p": 0.1},
         {"layers": 4, "drafts": (0, 3), "stall_p": 0.02, "seed": 5},
+        {"layers": 8, "drafts": (0, 3), "layer_pause_ns": 50_000, "layer_pause_every": 2},
     ],
-    ids=["4-layers-0-8-runs", "32-layers-0-8-runs", "stalls-in-10pc", "one-stall"],
+    ids=["4-layers-0-8-runs", "32-layers-0-8-runs", "stalls-in-10pc", "one-stall", "moe-wait"],
 )
 def test_a_step_head_marks_a_drafters_steps_past_many_run_counts_and_stalls(
     tmp_path: Path, fields: dict
@@ -447,7 +448,9 @@ def test_a_step_head_marks_a_drafters_steps_past_many_run_counts_and_stalls(
     10% of the steps did the same; one stall gave 61 steps of 60, silently. The sharp
     break's boundaries hold the step's head (its norm), which no boundary inside a step
     holds: those are the steps, at any number of counts, and a stall inside a step that
-    holds no head cuts nothing."""
+    holds no head cuts nothing. With an MoE wait after every second layer too (240 steps
+    of 60), the break first found (waits and pauses over the gaps) holds a second one,
+    whose pauses hold the head."""
     from fixtures.spec import SpecPlan
 
     summary, planted = _spec_steps(tmp_path, SpecPlan(**{"steps": 60, **fields}))

@@ -361,6 +361,13 @@ def _choose(
     if widest is not None and widest[1] >= NATURAL_BREAK:
         threshold, ratio = widest
         mask = idle >= threshold
+        finer = _widest_break(idle[mask])  # a second break among the gaps the first chose
+        if finer is not None and finer[1] >= NATURAL_BREAK:
+            coarse = idle >= finer[0]
+            # host waits between layers below it, where its pauses hold the step's head and
+            # are enough to be believed
+            if coarse.sum() > PERIODIC_MIN_STEPS and step_head(names, coarse, mask & ~coarse):
+                threshold, mask = finer[0], coarse
         heads = _heads(names, mask)
         if heads is not None:  # a host stall inside a step holds no step head: no boundary
             mask &= heads
