@@ -44,8 +44,11 @@ def _replay_bursts(k: DeviceKernels, starts: I64) -> np.ndarray:
     if k.replay is None:
         return np.zeros(starts.size, dtype=bool)
     replayed = np.sort(k.ts[k.replay & k.marker])
-    at = np.minimum(np.searchsorted(replayed, starts), max(replayed.size - 1, 0))
-    return (replayed.size > 0) & (replayed[at] == starts) if replayed.size else at < 0
+    if replayed.size == 0:
+        return np.zeros(starts.size, dtype=bool)
+    at = np.minimum(np.searchsorted(replayed, starts), replayed.size - 1)
+    out: np.ndarray = replayed[at] == starts
+    return out
 
 
 def _segments(replay: np.ndarray) -> list[tuple[int, int]]:
