@@ -672,7 +672,10 @@ def test_host_stalls_at_random_in_a_trace_without_pauses_are_no_steps(tmp_path: 
     tb.write(str(path))
     summary = tv.summarize(tv.load(path))
     assert summary.to_dict()["steps"]["count"] == 1
-    assert any("set --layers or --step-gap" in w for w in summary.warnings)
+    said = [w for w in summary.warnings if w.startswith("no step structure found")]
+    # the stalls' sharp break is named, with the options that cut at it or set L
+    assert len(said) == 1 and "stand out" in said[0] and "set --step-gap" in said[0], said
+    assert "--layers" in said[0]
 
 
 def test_the_period_is_the_gap_and_the_previous_markers_run() -> None:

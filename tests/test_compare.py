@@ -598,3 +598,83 @@ def test_each_judgement_rule_and_the_check_that_reads_it() -> None:
     assert {r["check"]: r["ok"] for r in regression_rows(Diff("a", "b", rows, empty), 0.25)}[
         "s: lower <= baseline × 1.25"
     ]
+
+
+@pytest.mark.parametrize("a, b", [(-21_000, 50_000), (-21_000, -122_000), (50_000, -21_000)])
+def test_a_signed_figure_gets_no_ratio_verdict(a: int, b: int) -> None:
+    """The probe of issue 49: the straggler's excess may be negative (param/dlrm_8rank:
+    -21 µs). -21 µs to +50 µs read ×-2.38, "better", and passed check; -21 to -122 µs
+    read ×5.81, "worse". A ratio of signed values is no measure: the row is unjudged,
+    so check does not bound it either."""
+    from traceview.analysis.documents.verdicts import Metric, judgement, ratio_of
+
+    def m(v: int, signed: bool = True) -> Metric:
+        field = "straggler.excess_p50_ns"
+        return Metric(
+            "headline",
+            "straggler excess p50",
+            v,
+            "lower",
+            "ns",
+            20,
+            "headline",
+            field,
+            0.5,
+            signed=signed,
+        )
+
+    assert ratio_of(a, b) is None
+    assert judgement(m(a), m(b)) == (None, "a signed figure (no ratio)")
+    assert judgement(m(1000), m(2000)) == (None, "a signed figure (no ratio)")  # either sign
+    assert judgement(m(1000, False), m(2000, False)) == ("worse", None)
+
+
+@pytest.mark.slow  # about 1.7 s a case; CI runs it
+@pytest.mark.parametrize("side", ["A", "B"])
+def test_a_family_on_one_side_only_costs_zero_on_the_other(tmp_path: Path, side: str) -> None:
+    """The probe of issue 49: rope removed in B read "decode rope busy per step": A
+    12.65 µs, B none, unjudged as "an empty population"; a family new in B likewise, and
+    check --max-regression 10% passed. The side without the family has steps of the kind:
+    its figure is 0 ns a step over them, and the row is judged (and bounded)."""
+    import gzip
+
+    raw = json.loads(gzip.decompress((GENERATED / "hybrid_chunked.json.gz").read_bytes()))
+    raw["traceEvents"] = [e for e in raw["traceEvents"] if "rotary" not in str(e.get("name"))]
+    without = tmp_path / "norope.json.gz"
+    without.write_bytes(gzip.compress(json.dumps(raw).encode()))
+    a, b = (str(GENERATED / "hybrid_chunked.json.gz"), str(without))
+    if side == "B":
+        a, b = b, a
+    d = diff(tv.summarize(tv.load(a)), tv.summarize(tv.load(b)))
+    rows = d.rows.filter(pl.col("metric").str.contains("rope busy per step"))
+    assert rows.height == 2
+    for r in rows.iter_rows(named=True):
+        zero = r["b"] if side == "A" else r["a"]
+        assert zero == 0.0 and r["why"] is None
+        assert r["verdict"] == ("better" if side == "A" else "worse")
+    done = CliRunner().invoke(cli, ["check", b, "--baseline", a, "--max-regression", "10%"])
+    if side == "B":  # rope new in B: its cost per step is a regression check bounds
+        assert done.exit_code == 1 and "rope busy per step" in done.stdout
+
+
+def test_a_rank_absent_from_one_run_is_said_so(tmp_path: Path) -> None:
+    """The probe of issue 49: a run diff whose B lacks a rank showed its rows unjudged as
+    "n < 2 for a p50", as if its population were small. Planted: 3 ranks in A, rank 2's
+    trace left out of B."""
+    import shutil
+
+    from fixtures.ranks import RankRun, build
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    build(RankRun(ranks=3, slow_rank=1, steps=8), a)
+    b.mkdir()
+    for f in a.iterdir():
+        if "_rank2." not in f.name:
+            shutil.copy(f, b)
+    d = diff(tv.summarize_run([str(a)]), tv.summarize_run([str(b)]))
+    rows = d.rows.filter(pl.col("section") == "rank 2")
+    assert rows.height > 0
+    assert rows["why"].unique().to_list() == ["rank 2 is absent from B"]
+    assert rows["verdict"].null_count() == rows.height
+    others = d.rows.filter(pl.col("section") == "rank 1")["why"].to_list()
+    assert "rank 1 is absent from B" not in others

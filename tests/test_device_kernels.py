@@ -14,7 +14,8 @@ import pytest
 import traceview as tv
 from traceview.analysis.base.intervals import union
 from traceview.analysis.classify.families import family_codes, family_rows, load_rules
-from traceview.analysis.steps.candidates import _bursts, annotation_candidate, device_kernels
+from traceview.analysis.steps.bursts import _bursts
+from traceview.analysis.steps.candidates import annotation_candidate, device_kernels
 
 NAMES = [
     "flash_fwd_kernel",

@@ -416,7 +416,9 @@ def test_a_malformed_export_is_one_line_and_a_scan_row(tmp_path: Path, update: s
         db.execute(update)
     done = CliRunner().invoke(cli, ["summarize", str(export)])
     assert done.exit_code == 2 and len(done.stderr.splitlines()) == 1, done.output
-    assert done.stderr.startswith(f"Error: {export}: not a readable Nsight Systems export: ")
+    column = update.split(" set ")[1].split(" =")[0]
+    assert done.stderr.startswith(f"Error: {export}: CUPTI_ACTIVITY_KIND_KERNEL.{column} holds ")
+    assert "text where an integer (a time or an id) belongs" in done.stderr
     shutil.copy(GENERATED / "dense_sglang.json.gz", folder)
     scanned = CliRunner().invoke(cli, ["scan", str(folder), "-o", str(tmp_path / "ds")])
     assert scanned.exit_code == 0 and "scanned 1" in scanned.stderr and "failed 1" in scanned.stderr
@@ -507,6 +509,10 @@ def test_a_blob_in_string_ids_is_read_and_an_id_that_is_no_integer_is_one_line(
     with pytest.warns(tv.TraceviewWarning, match="1 text value .* not UTF-8"):
         trace = tv.load(blobs, options=tv.LoadOptions(cache=False))
     assert trace.kernels["name"].cast(str).to_list() == ["gemm_blob", "nccp\ufffd"]
+    # the probe of issue 49: the count reached stderr only, never summarize --json
+    done = CliRunner().invoke(cli, ["--no-cache", "summarize", "--json", str(blobs)])
+    assert done.exit_code == 0, done.output
+    assert any("not UTF-8" in w for w in json.loads(done.stdout)["warnings"])
     text_id = _export(
         tmp_path / "text_id.sqlite",
         {
@@ -725,6 +731,8 @@ def test_replays_also_itemised_by_kernel_rows_are_read_once(tmp_path: Path) -> N
     alone = tv.summarize(tv.load(NSYS / "nsys_vllm.sqlite")).to_dict()
     for doc in (both, alone):
         doc["trace"].pop("path"), doc["trace"].pop("events")
+    said = both["warnings"].pop(0)  # the loader's line, first
+    assert said.startswith(f"{added} CUDA-graph replays in CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
     assert both == alone
 
 
@@ -751,10 +759,15 @@ def test_replays_cupti_could_not_place_are_skipped_and_counted(tmp_path: Path) -
     ]
     doc = tv.summarize(trace).to_dict()
     assert doc["trace"]["start_ns"] == t["start_ns"]
-    assert any(
-        w.startswith("2 of 27 CUDA-graph launches inside the trace have no device")
-        for w in doc["warnings"]
-    )
+    said = [w for w in doc["warnings"] if w.startswith("2 of 27 CUDA-graph launches")]
+    # the probe of issue 49: this export's replays are read; it was told to record them
+    # node by node. The skip counts reached stderr only: the document holds them too
+    assert said == [
+        "2 of 27 CUDA-graph launches inside the trace have no device activity (their "
+        "replays were skipped, untimed or started on the host: see the events skipped): the "
+        "steps, cadence and idle time around them are unreliable"
+    ]
+    assert set(trace.meta.warnings) <= set(doc["warnings"])
 
 
 def test_hostile_values_in_the_device_and_name_tables(tmp_path: Path) -> None:
@@ -785,3 +798,127 @@ def test_hostile_values_in_the_device_and_name_tables(tmp_path: Path) -> None:
         f"Error: {export}: StringIds gives the id 3 more than one text: the name of what "
         "refers to it cannot be told; not a readable Nsight Systems export\n"
     )
+
+
+def test_a_scan_reads_an_export_again_after_a_commit_to_its_log(tmp_path: Path) -> None:
+    """The probe of issue 49: scan, a commit to the export's write-ahead log, scan again:
+    "skipped 1 (already in the dataset)", the dataset kept the stale kernels while
+    summarize read the committed ones. The skip key (path, size, mtime) read the file
+    alone; the log beside it holds part of the trace."""
+    import shutil
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    export = folder / "report.sqlite"
+    shutil.copy(NSYS / "nsys_vllm.sqlite", export)
+    writer = sqlite3.connect(export, isolation_level=None)
+    try:
+        writer.execute("PRAGMA journal_mode = WAL")
+        writer.execute("PRAGMA wal_autocheckpoint = 0")
+        writer.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid > 200")
+        first = tv.scan([str(folder)], tmp_path / "ds")
+        assert first.scanned == [str(export)]
+        writer.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid > 100")
+        again = tv.scan([str(folder)], tmp_path / "ds")
+        assert again.skipped == [], again
+        kernels = tv.load(export, options=tv.LoadOptions(cache=False)).kernels
+        rows = pl.read_parquet(tmp_path / "ds" / "traces" / "*.parquet")
+        assert kernels.filter(pl.col("event_kind") == "kernel").height == 100
+        assert kernels.height in rows["kernels"].to_list()  # the committed state, scanned
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    "table, column, value, said",
+    [
+        (
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            "start",
+            "X'00ff'",
+            "CUPTI_ACTIVITY_KIND_KERNEL.start holds b'\\x00\\xff', a BLOB",
+        ),
+        (
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            "correlationId",
+            "X'01'",
+            "CUPTI_ACTIVITY_KIND_RUNTIME.correlationId holds b'\\x01', a BLOB",
+        ),
+        (
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            "demangledName",
+            "'abc'",
+            "CUPTI_ACTIVITY_KIND_KERNEL.demangledName holds 'abc', text",
+        ),
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "end", "9223372036854775807", "with an impossible time"),
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "start", "-5", "with an impossible time (start -5 ns"),
+    ],
+    ids=["blob-start", "blob-correlation", "text-name-id", "end-int64-max", "negative-start"],
+)
+def test_a_bad_value_names_its_table_and_column(
+    tmp_path: Path, table: str, column: str, value: str, said: str
+) -> None:
+    """The probe of issue 49: a BLOB or text in an integer column said "could not append
+    value: b"\\x00\\xff" of type: binary … infer_schema_length", naming neither table nor
+    column; a kernel ending at INT64_MAX read a 9,218,254,469 s span at 100% busy, and one
+    starting at -5 ns was read, both silently. Each is one line naming where."""
+    import shutil
+
+    export = tmp_path / "x.sqlite"
+    shutil.copy(NSYS / "nsys_vllm.sqlite", export)
+    with sqlite3.connect(export) as db:
+        db.execute(f"update {table} set {column} = {value} where rowid = 3")
+    done = CliRunner().invoke(cli, ["--no-cache", "info", str(export)])
+    assert done.exit_code == 2 and len(done.stderr.splitlines()) == 1, done.output
+    assert said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_string_ids_without_a_value_column_says_so(tmp_path: Path) -> None:
+    """The probe of issue 49: it said "a corrupt SQLite database (no such column: value)"."""
+    import shutil
+
+    export = tmp_path / "noval.sqlite"
+    shutil.copy(NSYS / "nsys_vllm.sqlite", export)
+    with sqlite3.connect(export) as db:
+        db.execute("ALTER TABLE StringIds RENAME COLUMN value TO text")
+    done = CliRunner().invoke(cli, ["--no-cache", "info", str(export)])
+    assert done.exit_code == 2, done.output
+    assert done.stderr == (
+        f"Error: {export}: StringIds has no value column: no name can be read; not a "
+        "readable Nsight Systems export\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"layers": "LFLF"},
+        {"layers": "FFFF"},
+        {"layers": "LLFLLF", "decode_before": 8, "chunks": 3, "decode_after": 10},
+    ],
+    ids=["two-attention-layers", "four", "eager-in-the-middle"],
+)
+def test_eager_steps_beside_whole_graph_replays_keep_their_steps(
+    tmp_path: Path, fields: dict[str, Any]
+) -> None:
+    """The probe of issue 49: an export traced at graph level, its eager (mixed) steps
+    holding two or more full-attention layers: a whole replay is one burst that holds a
+    whole step, an eager step one burst a layer, so no period fits both. LFLF read 33 steps
+    (truth 30), phases alternating mixed/decode. The eager stretches and the replays are
+    searched apart. Planted: fixtures.nsys.graph_truth's steps, kinds and cadence."""
+    from dataclasses import replace
+
+    sc = replace(nsys.GRAPHS, name="g", **fields)
+    tb, steps = build(sc)
+    path, rows = nsys.to_nsys([nsys.Process(tb, 31337)], tmp_path / "g.sqlite", graph_trace=True)
+    t = nsys.graph_truth(sc, steps, path.name, rows)
+    doc = tv.summarize(tv.load(path, options=tv.LoadOptions(cache=False))).to_dict()
+    assert doc["steps"]["count"] == t["step_count"]
+    assert doc["steps"]["cadence"] == t["cadence"]
+    runs: list[list[Any]] = []  # the planted kinds, run by run, as phases are
+    for step in t["steps"]:
+        if runs and runs[-1][0] == step["kind"]:
+            runs[-1][1] += 1
+        else:
+            runs.append([step["kind"], 1])
+    assert [[p["kind"], p["steps"]] for p in doc["steps"]["phases"]] == runs

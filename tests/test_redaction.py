@@ -395,3 +395,41 @@ def test_a_secret_spelled_with_url_delimiters_is_redacted(url: str, expected: st
 def test_a_path_with_an_at_sign_is_kept() -> None:
     for url in ("http://host:8080/a@b/x.json", "s3://bkt/a@b/x", "http://[::1]:8080/a@b"):
         assert shown(url) == url
+
+
+@pytest.mark.parametrize(
+    "url, expected",
+    [
+        (
+            "https://user:pw@[fe80::1%25eth0]:8080/x.json.gz",
+            "https://REDACTED@[fe80::1%25eth0]:8080/x.json.gz",
+        ),
+        ("https://user:pw@[v1.fe]/x", "https://REDACTED@[v1.fe]/x"),
+        ("https://user:pw@host:80a/x", "https://REDACTED@host:80a/x"),
+        ("https://user:pw@host:8080:1/x", "https://REDACTED@host:8080:1/x"),
+        ("https://user:pw@host:-1/x", "https://REDACTED@host:-1/x"),
+        ("s3://AKIA:pw@my:bucket/k", "s3://REDACTED@my:bucket/k"),
+        ("s3://AKIA:p/pw@my:bucket/k", "s3://REDACTED@my:bucket/k"),
+    ],
+    ids=["ipv6-zone", "ipvfuture", "port-letters", "two-ports", "negative-port", "colon", "slash"],
+)
+def test_a_userinfo_before_an_unknown_host_is_redacted(url: str, expected: str) -> None:
+    """The probe of issue 49: the userinfo was shown whenever the text after its '@' was no
+    host the module knew. What is not certainly a host is redacted."""
+    assert shown(url) == expected
+    said = scrub(f"Error: {url}: no such object")
+    assert said == f"Error: {expected}: no such object" and "pw" not in said
+
+
+@pytest.mark.parametrize("name", ["key", "auth_key", "jwt", "code", "AuthKey"])
+def test_more_credential_parameters_are_redacted(name: str) -> None:
+    url = f"https://h/x?{name}=AIzaSECRET&v=1"
+    assert shown(url) == f"https://h/x?{name}=REDACTED&v=1"
+
+
+def test_a_password_with_a_space_is_redacted_from_a_message() -> None:
+    """A URL in a text ends at a space: the rest of a password holding one was shown."""
+    said = scrub("cannot read s3://AKIA:SE CRET@bkt/k: 403 Forbidden")
+    assert said == "cannot read s3://REDACTED@bkt/k: 403 Forbidden"
+    assert "SE" not in scrub("cannot read s3://AKIA:SE") and "AKIA" not in scrub("s3://AKIA:SE x")
+    assert scrub("see http://h:8080 and more @ things") == "see http://h:8080 and more @ things"

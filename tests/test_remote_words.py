@@ -144,3 +144,32 @@ def test_a_drivers_reason_below_its_heading_line_is_kept_without_the_secret() ->
         'validation failed: Invalid bucket name "REDACTED@h.example": no signature REDACTED '
         "is accepted"
     )
+
+
+def test_an_ipv6_host_is_read() -> None:
+    """The probe of issue 49: ``https://[::1]:8080/x.json.gz`` failed with "ClientSession.
+    _request() got an unexpected keyword argument 'target_options'" (fsspec read the host's
+    "::" as its separator of chained URLs), and its brackets made it a glob. A trace served
+    on the IPv6 loopback reads as the same file does."""
+    import socket
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class Server6(http.server.ThreadingHTTPServer):
+        address_family = socket.AF_INET6
+
+    try:
+        server = Server6(("::1", 0), functools.partial(Quiet, directory=str(GENERATED)))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://[::1]:{server.server_address[1]}/dense_sglang.json.gz"
+        got = tv.summarize(tv.load(url, options=tv.LoadOptions(cache=False))).to_dict()
+    finally:
+        server.shutdown()
+        server.server_close()
+    want = tv.summarize(tv.load(GENERATED / "dense_sglang.json.gz")).to_dict()
+    assert got["steps"] == want["steps"] and got["families"] == want["families"]

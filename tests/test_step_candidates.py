@@ -13,12 +13,12 @@ import traceview as tv
 from fixtures.build import TraceBuilder
 from traceview.analysis.base.intervals import union
 from traceview.analysis.classify.families import family_codes, load_rules
+from traceview.analysis.steps.bursts import burst_candidate
 from traceview.analysis.steps.candidates import (
     Candidate,
     DeviceKernels,
     StepOptions,
     annotation_candidate,
-    burst_candidate,
     choose,
     device_kernels,
     layers_per_step,
@@ -371,3 +371,89 @@ def test_sharp_pauses_around_the_rule(tmp_path: Path, fields: dict) -> None:
 
     summary, planted = _spec_steps(tmp_path, SpecPlan(steps=40, seed=3, **fields))
     _as_planted(summary, planted)
+
+
+@pytest.mark.parametrize(
+    "every, layer_pause_ns, pause_ns",
+    [
+        (1, 75_000, 300_000),
+        (1, 100_000, 300_000),
+        (1, 150_000, 1_000_000),
+        (2, 20_000, 300_000),
+        (2, 75_000, 300_000),
+        (2, 150_000, 1_000_000),
+    ],
+    ids=[
+        "every-75us",
+        "every-100us",
+        "every-150us-1ms",
+        "second-20us",
+        "second-75us",
+        "second-150us-1ms",
+    ],
+)
+def test_a_layer_that_waits_on_the_host_keeps_its_steps(
+    tmp_path: Path, every: int, layer_pause_ns: int, pause_ns: int
+) -> None:
+    """The probe of issue 49: 8 full-attention layers, a host wait after every layer (75 µs
+    against 300 µs between steps) read as 480 steps, a generate() loop around one-burst
+    steps (cadence p50 139 µs, not 1.34 ms); after every second layer, 240 steps. A step's
+    own head (its first norm) runs at step boundaries only, never between two layers: the
+    boundaries that hold it are the steps'."""
+    from fixtures.spec import SpecPlan
+
+    plan = SpecPlan(
+        layers=8,
+        steps=60,
+        layer_pause_ns=layer_pause_ns,
+        layer_pause_every=every,
+        pause_ns=pause_ns,
+    )
+    summary, planted = _spec_steps(tmp_path, plan)
+    _as_planted(summary, planted)
+    assert not any("read two ways" in w for w in summary.warnings)
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_bursts_that_read_two_ways_say_so(tmp_path: Path, every: int) -> None:
+    """Without a step head, 8 layers that wait on the host look as a loop around one- or
+    two-burst steps does: the reading taken is said, with the option that takes the other."""
+    from fixtures.spec import SpecPlan
+
+    plan = SpecPlan(layers=8, steps=60, layer_pause_ns=75_000, layer_pause_every=every, head=False)
+    summary, _ = _spec_steps(tmp_path, plan)
+    said = [w for w in summary.warnings if "read two ways" in w]
+    assert len(said) == 1 and "--layers" in said[0], summary.warnings
+    layers = summary.to_dict()["steps"]["layers"]
+    other = 8 if layers != 8 else every
+    assert f"set --layers {other} for the other reading" in said[0]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"layers": 4, "drafts": (0, 8)},
+        {"layers": 32, "drafts": (0, 8), "steps": 30},
+        {"layers": 4, "drafts": (0, 3), "stall_p": 0.1},
+        {"layers": 4, "drafts": (0, 3), "stall_p": 0.02, "seed": 5},
+        {"layers": 8, "drafts": (0, 3), "layer_pause_ns": 50_000, "layer_pause_every": 2},
+    ],
+    ids=["4-layers-0-8-runs", "32-layers-0-8-runs", "stalls-in-10pc", "one-stall", "moe-wait"],
+)
+def test_a_step_head_marks_a_drafters_steps_past_many_run_counts_and_stalls(
+    tmp_path: Path, fields: dict
+) -> None:
+    """The probe of issue 49: a drafter run 0-8 times (9 counts) gave 1 step, "no
+    between-step pause stands out", though the pause stands out 150×; host stalls inside
+    10% of the steps did the same; one stall gave 61 steps of 60, silently. The sharp
+    break's boundaries hold the step's head (its norm), which no boundary inside a step
+    holds: those are the steps, at any number of counts, and a stall inside a step that
+    holds no head cuts nothing. With an MoE wait after every second layer too (240 steps
+    of 60), the break first found (waits and pauses over the gaps) holds a second one,
+    whose pauses hold the head."""
+    from fixtures.spec import SpecPlan
+
+    summary, planted = _spec_steps(tmp_path, SpecPlan(**{"steps": 60, **fields}))
+    _as_planted(summary, planted)
+    if "stall_p" in fields:  # the stalls are planted inside steps
+        assert planted["plan"]["stall_p"] == fields["stall_p"]

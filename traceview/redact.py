@@ -21,7 +21,9 @@ replaces by ``REDACTED``:
   ``X-Amz-Credential``, ``X-Amz-Security-Token``, ``Signature``, ``AWSAccessKeyId``,
   ``X-Goog-Signature``, ``X-Goog-Credential``, ``GoogleAccessId``, ``access_token``,
   ``client_secret``, ...),
-  or is ``sig`` (Azure SAS), ``pwd``, ``auth`` or ``authorization``.
+  ``auth_key``/``authkey``,
+  or is ``sig`` (Azure SAS), ``pwd``, ``auth``, ``authorization``, ``key`` (a Google API
+  key), ``code`` (an OAuth grant) or ``jwt``.
 
 :func:`scrub` does the same to every URL inside a free text (an error message from a
 store's driver, which may quote the URL it was given).
@@ -35,8 +37,14 @@ closed: a userinfo begins where the text before the first ``/``, ``?`` or ``#`` 
 ``@``, or a ``:`` that starts no port (a bucket's name holds no ``:``, so only an http(s)
 host has a port). It runs to the last ``@`` that a host follows, before the query or
 fragment that comes after the first host and ``/`` (a ``?`` or ``#`` before that may be the
-password's own). A password that holds an ``@``, then a ``/`` and a ``?``, stays ambiguous
-with a path and a query, and is read as they are.
+password's own). That last ``@`` ends the userinfo even where the text after it is no host
+this module knows (an IPv6 zone, an IPvFuture, a port that is no number): what is not
+certainly a host is redacted. A password that holds an ``@``, then a ``/`` and a ``?``,
+stays ambiguous with a path and a query, and is read as they are.
+
+In a free text, a URL ends at a space. A userinfo that no ``@`` ends there (a password
+with a space in it) runs to the next ``@`` on the line; with none, the text before the
+first ``/`` is redacted.
 """
 
 from __future__ import annotations
@@ -59,8 +67,10 @@ _SECRET_PARTS = (
     "accesskey",
     "access_key",
     "accessid",
+    "auth_key",
+    "authkey",
 )
-_SECRET_NAMES = frozenset({"sig", "pwd", "auth", "authorization"})
+_SECRET_NAMES = frozenset({"sig", "pwd", "auth", "authorization", "key", "code", "jwt"})
 
 # a URL inside a text: a scheme, then everything up to a space, a quote or an angle bracket,
 # but for the punctuation that ends a sentence or a message's "URL: problem"
@@ -99,18 +109,19 @@ def _userinfo_end(scheme: str, rest: str) -> int:
     ported = scheme.lower() in _PORTED and _HOST_PORT.fullmatch(head) is not None
     if "@" not in head and (":" not in head or ported):
         return -1
-    hosts = []  # each '@' that a host follows: its index, and where the host ends
+    ats = []  # each '@': its index, where the text after it ends, and whether it is a host
     for m in re.finditer("@", rest):
         host = re.split(r"[/?#]", rest[m.end() :], maxsplit=1)[0]
-        if _HOST.fullmatch(host):
-            hosts.append((m.start(), m.end() + len(host)))
+        ats.append((m.start(), m.end() + len(host), _HOST.fullmatch(host) is not None))
     stop = len(rest)  # the query or fragment past the first host and its path
-    for _, host_end in hosts:
+    hosts = [a for a in ats if a[2]] or ats  # what follows no '@' is certainly a host: fail closed
+    for _, host_end, _ in hosts:
         if rest.startswith("/", host_end):
             query = re.search(r"[?#]", rest[host_end:])
             stop = host_end + query.start() if query else stop
             break
-    return max((at for at, _ in hosts if at < stop), default=-1)
+    # the last '@' before that stop ends the userinfo, whether or not a host follows it
+    return max((at for at, _, _ in ats if at < stop), default=-1)
 
 
 def shown(name: str) -> str:
@@ -171,7 +182,37 @@ def scrub(text: str, about: str | None = None) -> str:
         text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", MARK, text)
     if "://" not in text:
         return text
-    return _URL_IN_TEXT.sub(lambda m: shown(m.group()), text)
+    out, pos = [], 0
+    for m in _URL_IN_TEXT.finditer(text):
+        if m.start() < pos:
+            continue  # inside a userinfo already redacted
+        url, end = m.group(), m.end()
+        scheme, _, rest = url.partition("://")
+        if _open_userinfo(scheme, rest):
+            # a password with a space in it: the userinfo runs to the next '@' on the line
+            line_end = text.find("\n", end)
+            at = text.find("@", end, len(text) if line_end == -1 else line_end)
+            if at != -1:
+                out.append(f"{text[pos : m.start()]}{scheme}://{MARK}@")
+                pos = at + 1
+                continue
+            # no '@' ends it: what precedes the first '/' is no host (fail closed)
+            head = re.split(r"([/?#])", rest, maxsplit=1)
+            url = f"{scheme}://{MARK}" + "".join(head[1:])
+            out.append(text[pos : m.start()] + url)
+            pos = end
+            continue
+        out.append(text[pos : m.start()] + shown(url))
+        pos = end
+    return "".join(out) + text[pos:]
+
+
+def _open_userinfo(scheme: str, rest: str) -> bool:
+    """Whether ``scheme://rest`` starts a userinfo (a ``:`` that starts no port) that no
+    ``@`` ends: the text that follows it may hold the rest of the password."""
+    head = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    ported = scheme.lower() in _PORTED and _HOST_PORT.fullmatch(head) is not None
+    return "@" not in rest and ":" in head and not ported
 
 
 # --- text for the terminal: one definition, read by the loader and by render/safe.py -------

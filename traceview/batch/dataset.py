@@ -32,7 +32,7 @@ import polars as pl
 
 from traceview.batch.store import HOST, LocalStore, Store, open_store, to_frame
 from traceview.errors import MissingDependencyError, TraceviewError
-from traceview.loader import remote
+from traceview.loader import nsys, remote
 
 TABLES = ("traces", "steps", "families", "gaps", "errors")
 # the tables a trace's traces/ row commits (errors/ rows stand alone)
@@ -61,12 +61,19 @@ def _store(dataset: Dataset) -> Store:
 
 def content_hash(path: str | os.PathLike[str]) -> str:
     """The trace's identity in the dataset: BLAKE2b (128 bits) of its bytes, as hex (for an
-    object, :func:`traceview.loader.remote.digest`, the same digest)."""
+    object, :func:`traceview.loader.remote.digest`, the same digest). An Nsight export
+    with a write-ahead log or hot journal beside it: the digest of the digests of the file
+    and of each, as its content is theirs together."""
     name = os.fspath(path)
     if remote.is_url(name):
         return remote.digest(name)
     with open(name, "rb") as f:
-        return remote.stream_digest(f)
+        digest = remote.stream_digest(f)
+    sides = nsys.pending(name)  # an export's log or journal holds part of its content
+    for side in sides:
+        with open(side, "rb") as f:
+            digest += remote.stream_digest(f)
+    return digest if not sides else hashlib.blake2b(digest.encode(), digest_size=16).hexdigest()
 
 
 FORMAT = 6  # bump when a table's columns or a column's meaning change

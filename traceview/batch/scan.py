@@ -74,7 +74,7 @@ from traceview.batch.scan_task import (
 )
 from traceview.batch.store import Store, open_store
 from traceview.errors import TraceviewError
-from traceview.loader import remote
+from traceview.loader import nsys, remote
 
 
 @dataclass
@@ -145,11 +145,21 @@ def sources(paths: Sequence[str], pattern: str | None) -> list[Source]:
             obj = objects[f]
             out.append(Source(f, root, obj.size, obj.mtime_ns, obj.version))
         else:
-            st = os.stat(f)
-            out.append(
-                Source(os.path.abspath(f), os.path.abspath(root), st.st_size, st.st_mtime_ns)
-            )
+            size, mtime = _stamp(f)
+            out.append(Source(os.path.abspath(f), os.path.abspath(root), size, mtime))
     return out
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    """A file's size and mtime, as the skip key reads them: an Nsight export's write-ahead
+    log or hot journal beside it holds part of its state, so its size is added and the
+    later mtime kept (a commit to the log changes the trace, not the file)."""
+    st = os.stat(path)
+    size, mtime = st.st_size, st.st_mtime_ns
+    for side in nsys.pending(path):
+        side_st = os.stat(side)
+        size, mtime = size + side_st.st_size, max(mtime, side_st.st_mtime_ns)
+    return size, mtime
 
 
 def scan(

@@ -38,7 +38,7 @@ from traceview.errors import TraceFormatError, shown_value
 from traceview.loader.frames import DEVICE_CATS as _DEVICE_CATS
 from traceview.loader.frames import EVENT_CATS as _EVENT_CATS
 from traceview.loader.frames import unreadable
-from traceview.loader.pftrace_packets import Message, packets
+from traceview.loader.pftrace_packets import ID_KEYS, Message, fits_int64, ident, packets
 from traceview.model import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -57,8 +57,13 @@ _SEQ_CLEARED = 1  # TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _SEQ_NEEDS_STATE = 2  # TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 _NO_STATE = (
     "event that needs its sequence's incremental state (interned names, defaults, its "
-    "clock) where none is known: packets lost since the sequence last started clean (a "
-    "ring buffer that wrapped overwrote its start)"
+    "clock) where none is known: the sequence's clean start is not in the trace (a ring "
+    "buffer that wrapped overwrote it)"
+)
+_LOST_STATE = (
+    "event that needs its sequence's incremental state (interned names, defaults, its "
+    "clock) where none is known: packets of the sequence were lost mid-trace "
+    "(previous_packet_dropped), until it started clean again"
 )
 _NOT_INTERNED = (
     "event that names an interned name, category or annotation its sequence never defined "
@@ -99,20 +104,6 @@ _SCALARS = (
 )
 
 
-def ident(value: object) -> int | None:
-    """An id annotation's value (``device``, ``stream``, ``correlation``) as the JSON reader
-    reads it: an int, an integral double or a numeric string; else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else None
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
-
-
 @dataclass
 class _Track:
     pid: int | None = None
@@ -127,8 +118,19 @@ class _Reader:
         self.path = path
         self.tracks: dict[int, _Track] = {}
         self.interned: dict[int, dict[str, dict[int, str]]] = {}
-        self.rows: list[dict[str, Any]] = []  # complete/instant events
-        self.open: dict[int, list[dict[str, Any]]] = {}
+        # complete/instant events, a list per column (one dict an event took ~730 bytes);
+        # each text once (``_shared``): a name repeats in every event that has it
+        self.c_ts: list[int] = []
+        self.c_dur: list[int | None] = []
+        self.c_name: list[str] = []
+        self.c_cat: list[str] = []
+        self.c_pid: list[int | None] = []
+        self.c_tid: list[int | None] = []
+        self.c_args: list[dict[str, Any]] = []  # but the ids, in their own columns
+        self.c_ids: dict[str, list[object]] = {key: [] for key in ID_KEYS}
+        self.c_instant: list[bool] = []
+        self.texts: dict[str, str] = {}
+        self.open: dict[int, list[int]] = {}  # per track, its open slices' rows
         self.flows: list[tuple[int, int, str, str, int | None, int | None, str, bool]] = []
         self.counters: list[tuple[int, str, float, int | None]] = []
         self.metadata: list[tuple[str, int | None, int | None, str]] = []
@@ -173,8 +175,9 @@ class _Reader:
             # its interned names, defaults or clock are gone (a ring buffer that wrapped
             # overwrote the sequence's clean start): skipped until the sequence starts
             # clean, as Perfetto's trace processor skips it
-            if packet.HasField("track_event"):
-                self.skipped[_NO_STATE] += 1
+            if packet.HasField("track_event") and packet.track_event.type != SLICE_END:
+                # a slice is one event: its end packet is not counted again
+                self.skipped[_LOST_STATE if seq in self.lost else _NO_STATE] += 1
             return
         if packet.HasField("thread_descriptor"):  # the legacy way to name a sequence's thread
             thread = packet.thread_descriptor
@@ -250,6 +253,10 @@ class _Reader:
             value = clock.last
         return int(clock.at + (value - clock.origin) * clock.unit_ns)
 
+    def _shared(self, text: str) -> str:
+        """``text``, one object for every event that holds it."""
+        return self.texts.setdefault(text, text)
+
     def _text(self, value: str | bytes) -> str:
         """A string field as text: protobuf hands a proto2 string that is not UTF-8 over
         as bytes (and an interned string is bytes by its type); bytes that are not UTF-8
@@ -316,11 +323,11 @@ class _Reader:
 
     def _event(self, packet: Message, seq: int, ts: int | None) -> None:
         ev = packet.track_event
-        if not packet.HasField("timestamp"):  # never at time 0: it would be a wrong time
-            self.skipped[_NO_TIME] += 1
-            return
-        if ts is None:
-            self.skipped[_UNKNOWN_CLOCK] += 1
+        if not packet.HasField("timestamp") or ts is None:
+            # never at time 0, nor on an unknown clock: it would be a wrong time; a slice is
+            # one event, so its end packet is not counted again
+            if ev.type != SLICE_END:
+                self.skipped[_UNKNOWN_CLOCK if packet.HasField("timestamp") else _NO_TIME] += 1
             return
         uuid = self._track_of(ev, seq)
         if ev.type == COUNTER:
@@ -363,33 +370,32 @@ class _Reader:
             return
         pid, tid = self._where(uuid)
 
-        def row_of(dur: int | None, instant: bool = False) -> dict[str, Any]:
-            return {
-                "ts": ts,
-                "dur": dur,
-                "name": name or "",
-                "cat": cats[0] if cats else "",
-                "pid": pid,
-                "tid": tid,
-                "args": args,
-                "instant": instant,
-            }
+        def row_of(dur: int | None, instant: bool = False) -> int:
+            self.c_ts.append(ts)
+            self.c_dur.append(dur)
+            self.c_name.append(self._shared(name or ""))
+            self.c_cat.append(self._shared(cats[0] if cats else ""))
+            self.c_pid.append(pid)
+            self.c_tid.append(tid)
+            for key, column in self.c_ids.items():
+                column.append(args.pop(key, None))
+            self.c_args.append(args or _NO_ARGS)
+            self.c_instant.append(instant)
+            return len(self.c_ts) - 1
 
         if ev.type == SLICE_BEGIN:
-            row = row_of(None)
-            self.open.setdefault(uuid, []).append(row)
-            self.rows.append(row)
+            self.open.setdefault(uuid, []).append(row_of(None))
         elif ev.type == SLICE_END:
             stack = self.open.get(uuid)
             if not stack:
                 self.skipped["slice end without a begin"] += 1
             else:
                 row = stack.pop()
-                row["dur"] = ts - row["ts"]
+                self.c_dur[row] = ts - self.c_ts[row]
         elif ev.type == INSTANT:
-            self.rows.append(row_of(0, instant=True))
+            row_of(0, instant=True)
         elif ev.HasField("legacy_event") and ev.legacy_event.phase == ord("X"):
-            self.rows.append(row_of(ev.legacy_event.duration_us * 1000))
+            row_of(ev.legacy_event.duration_us * 1000)
         else:
             self.skipped[f"unsupported TrackEvent type {ev.type}"] += 1
             return
@@ -400,56 +406,95 @@ class _Reader:
 
     # - frames -
 
+    def _in_range(self, rows: list[int]) -> list[int]:
+        """``rows`` whose times and ids fit Int64 (a packet's time is a uint64; an
+        annotation may be one). Device activity that does not fit is refused, as the JSON
+        reader refuses it; a host event is skipped and counted."""
+        TS, DUR, NAME, CAT = self.c_ts, self.c_dur, self.c_name, self.c_cat
+        IDS, INSTANT = self.c_ids, self.c_instant
+        kept = []
+        for r in rows:
+            times = {"ts": TS[r], "dur": DUR[r] or 0}
+            bad = next(
+                (k for k, v in times.items() if not fits_int64(v) or not fits_int64(TS[r] + v)),
+                None,
+            )
+            if bad is None:
+                bad = next(
+                    (
+                        k
+                        for k in ID_KEYS
+                        if isinstance(IDS[k][r], int) and not fits_int64(IDS[k][r])
+                    ),
+                    None,
+                )
+            if bad is None:
+                kept.append(r)
+                continue
+            what = f"time ({bad})" if bad in ("ts", "dur") else f"'{bad}' annotation"
+            if not INSTANT[r] and CAT[r].lower() in _DEVICE_CATS:
+                raise TraceFormatError(
+                    self.path,
+                    f"a slice of device activity ({CAT[r]}, {shown_value(NAME[r])}) whose "
+                    f"{what} does not fit a signed 64-bit integer; cannot place it",
+                )
+            self.skipped[f"event whose {what} does not fit a signed 64-bit integer"] += 1
+        return kept
+
     def _trace(self) -> Trace:
-        rows = [r for r in self.rows if r["dur"] is not None]
+        TS, DUR, NAME, CAT = self.c_ts, self.c_dur, self.c_name, self.c_cat
+        PID, TID, ARGS, INSTANT = self.c_pid, self.c_tid, self.c_args, self.c_instant
+        IDS = self.c_ids
+        rows = [r for r, dur in enumerate(DUR) if dur is not None]
+        rows = self._in_range(rows)
 
-        def arg(r: dict[str, Any], key: str) -> int | None:
-            return ident(r["args"].get(key))
+        def arg(r: int, key: str) -> int | None:
+            return ident(IDS[key][r])
 
-        device = [r for r in rows if not r["instant"] and r["cat"].lower() in _DEVICE_CATS]
-        backwards = next((r for r in device if r["dur"] < 0), None)
+        device = [r for r in rows if not INSTANT[r] and CAT[r].lower() in _DEVICE_CATS]
+        backwards = next((r for r in device if (DUR[r] or 0) < 0), None)
         if backwards is not None:  # as the JSON reader refuses a negative 'dur'
             raise TraceFormatError(
                 self.path,
-                f"a slice of device activity ({backwards['cat']}, {backwards['name']!r:.80}) "
+                f"a slice of device activity ({CAT[backwards]}, {NAME[backwards]!r:.80}) "
                 "ends before it begins; cannot place it in time",
             )
         for key in ("device", "stream"):  # as the JSON reader refuses it
-            bad = next((r for r in device if key in r["args"] and arg(r, key) is None), None)
+            bad = next((r for r in device if IDS[key][r] is not None and arg(r, key) is None), None)
             if bad is not None:
                 raise TraceFormatError(
                     self.path,
-                    f"a slice of device activity ({bad['cat']}, {shown_value(bad['name'])}) "
-                    f"whose '{key}' annotation ({shown_value(bad['args'][key])}) is not an "
+                    f"a slice of device activity ({CAT[bad]}, {shown_value(NAME[bad])}) "
+                    f"whose '{key}' annotation ({shown_value(IDS[key][bad])}) is not an "
                     "integer id; cannot place it on a device and stream",
                 )
-        for key, fallback in (("device", "pid"), ("stream", "tid")):
+        for key, fallback in (("device", PID), ("stream", TID)):
             unplaced = next(
-                (r for r in device if arg(r, key) is None and r[fallback] is None), None
+                (r for r in device if arg(r, key) is None and fallback[r] is None), None
             )
             if unplaced is not None:  # as the JSON reader refuses it: never another's time
                 raise TraceFormatError(
                     self.path,
-                    f"a slice of device activity ({unplaced['cat']}, "
-                    f"{shown_value(unplaced['name'])}) with no '{key}' annotation, on a "
+                    f"a slice of device activity ({CAT[unplaced]}, "
+                    f"{shown_value(NAME[unplaced])}) with no '{key}' annotation, on a "
                     f"track that names no {'process' if key == 'device' else 'thread'}; "
                     "cannot place it on a device and stream",
                 )
-        host = [r for r in rows if r["instant"] or r["cat"].lower() not in _DEVICE_CATS]
+        host = [r for r in rows if INSTANT[r] or CAT[r].lower() not in _DEVICE_CATS]
         kernels = pl.DataFrame(
             {
-                "ts_ns": [r["ts"] for r in device],
-                "dur_ns": [r["dur"] for r in device],
-                "name": [r["name"] for r in device],
-                "cat": [r["cat"] for r in device],
-                "event_kind": [_DEVICE_CATS[r["cat"].lower()] for r in device],
-                "pid": [r["pid"] for r in device],
-                "tid": [r["tid"] for r in device],
+                "ts_ns": [TS[r] for r in device],
+                "dur_ns": [DUR[r] for r in device],
+                "name": [NAME[r] for r in device],
+                "cat": [CAT[r] for r in device],
+                "event_kind": [_DEVICE_CATS[CAT[r].lower()] for r in device],
+                "pid": [PID[r] for r in device],
+                "tid": [TID[r] for r in device],
                 "device": [
-                    arg(r, "device") if arg(r, "device") is not None else r["pid"] for r in device
+                    arg(r, "device") if arg(r, "device") is not None else PID[r] for r in device
                 ],
                 "stream": [
-                    arg(r, "stream") if arg(r, "stream") is not None else r["tid"] for r in device
+                    arg(r, "stream") if arg(r, "stream") is not None else TID[r] for r in device
                 ],
                 "correlation": [arg(r, "correlation") for r in device],
                 "external_id": [arg(r, "External id") for r in device],
@@ -458,16 +503,16 @@ class _Reader:
         ).sort("ts_ns", maintain_order=True)
         events = pl.DataFrame(
             {
-                "ts_ns": [r["ts"] for r in host],
-                "dur_ns": [r["dur"] for r in host],
-                "name": [r["name"] for r in host],
-                "cat": [r["cat"] for r in host],
+                "ts_ns": [TS[r] for r in host],
+                "dur_ns": [DUR[r] for r in host],
+                "name": [NAME[r] for r in host],
+                "cat": [CAT[r] for r in host],
                 "event_kind": [
-                    "instant" if r["instant"] else _EVENT_CATS.get(r["cat"].lower(), "other")
+                    "instant" if INSTANT[r] else _EVENT_CATS.get(CAT[r].lower(), "other")
                     for r in host
                 ],
-                "pid": [r["pid"] for r in host],
-                "tid": [r["tid"] for r in host],
+                "pid": [PID[r] for r in host],
+                "tid": [TID[r] for r in host],
                 "correlation": [arg(r, "correlation") for r in host],
                 "external_id": [arg(r, "External id") for r in host],
             },
@@ -496,24 +541,22 @@ class _Reader:
         meta = TraceMeta(
             path=self.path,
             format="perfetto",
-            events=len(self.rows),
+            events=len(self.c_ts),
             skipped_events=sum(self.skipped.values()),
             warnings=warnings,
             extra={"packets": self.packets},
         )
-        shaped = [r for r in host if "Input Dims" in r["args"]]
+        shaped = [r for r in host if "Input Dims" in ARGS[r]]
         shapes = pl.DataFrame(
             {
-                "ts_ns": [r["ts"] for r in shaped],
-                "dur_ns": [r["dur"] for r in shaped],
-                "name": [r["name"] for r in shaped],
-                "pid": [r["pid"] for r in shaped],
-                "tid": [r["tid"] for r in shaped],
-                "input_dims": [_json_text(r["args"]["Input Dims"]) for r in shaped],
+                "ts_ns": [TS[r] for r in shaped],
+                "dur_ns": [DUR[r] for r in shaped],
+                "name": [NAME[r] for r in shaped],
+                "pid": [PID[r] for r in shaped],
+                "tid": [TID[r] for r in shaped],
+                "input_dims": [_json_text(ARGS[r]["Input Dims"]) for r in shaped],
                 **{
-                    column: [
-                        _json_text(r["args"][key]) if key in r["args"] else None for r in shaped
-                    ]
+                    column: [_json_text(ARGS[r][key]) if key in ARGS[r] else None for r in shaped]
                     for column, key in (
                         ("input_types", "Input type"),
                         ("concrete_inputs", "Concrete Inputs"),
@@ -533,6 +576,9 @@ class _Reader:
         return Trace(meta=meta, **narrow_ids(frames))
 
 
+_NO_ARGS: dict[str, Any] = {}  # the arguments of every event that has none (never changed)
+
+
 def _json_text(value: Any) -> str:
     """A debug annotation's value as JSON text (a string holds it already)."""
     return value if isinstance(value, str) else orjson.dumps(value).decode()
@@ -543,5 +589,5 @@ def load_pftrace(path: str, stream: BinaryIO) -> Trace:
     frame column can hold (an id or a time of 2^63 or more) is the file's fault, one line."""
     try:
         return _Reader(path).run(stream)
-    except (pl.exceptions.PolarsError, OverflowError) as exc:
+    except (pl.exceptions.PolarsError, OverflowError, TypeError) as exc:
         raise TraceFormatError(path, f"not a readable Perfetto trace: {unreadable(exc)}") from None

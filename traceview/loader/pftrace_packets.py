@@ -36,7 +36,10 @@ def varint(stream: BinaryIO) -> int | None:
             return -1
 
 
-MAX_PACKET = 2 << 30  # protobuf's limit on one message
+# the most one packet may claim: Perfetto's own readers take no message over 64 MiB
+# (protozero's RingBufferMessageReader::kMaxMsgSize), and a packet that large is read at
+# most once into memory, so a small compressed file cannot make a large allocation
+MAX_PACKET = 64 << 20
 READ_CHUNK = 1 << 20
 
 
@@ -71,8 +74,8 @@ def packets(stream: BinaryIO, path: str) -> Iterator[Message]:
         if size >= MAX_PACKET:
             raise TraceFormatError(
                 path,
-                f"not a Perfetto trace: packet #{index} claims {size:,} bytes, more than a "
-                "protobuf message can hold (2 GiB)",
+                f"not a Perfetto trace: packet #{index} claims {size:,} bytes, more than "
+                "Perfetto's readers take in one packet (64 MiB)",
             )
         data = read_exactly(stream, size)
         if data is None:
@@ -86,4 +89,38 @@ def packets(stream: BinaryIO, path: str) -> Iterator[Message]:
         index += 1
 
 
-__all__ = ["MAX_PACKET", "Message", "packets", "read_exactly", "varint"]
+# the debug annotations read as ids, each into a column of its own
+ID_KEYS = ("device", "stream", "correlation", "External id")
+_INT64 = range(-(2**63), 2**63)
+
+
+def ident(value: object) -> int | None:
+    """An id annotation's value (``device``, ``stream``, ``correlation``) as the JSON reader
+    reads it: an int, an integral double or a numeric string; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def fits_int64(value: object) -> bool:
+    """Whether an int fits Int64 (floats and strings are judged where they are read): a
+    packet's time is a uint64, and an annotation may be one."""
+    return not isinstance(value, int) or isinstance(value, bool) or value in _INT64
+
+
+__all__ = [
+    "ID_KEYS",
+    "MAX_PACKET",
+    "Message",
+    "fits_int64",
+    "ident",
+    "packets",
+    "read_exactly",
+    "varint",
+]

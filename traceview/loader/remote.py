@@ -48,8 +48,11 @@ _QUERY = re.compile(r"\?[A-Za-z0-9_.~%-]+=")  # a query: a '?' that starts 'name
 
 def is_glob(url: str) -> bool:
     """Whether the URL is a glob (``*``, ``?`` or ``[`` in its key); a ``?`` that starts a
-    query (``?versionId=…``, a presigned URL's ``?X-Amz-…=…``) is no glob."""
+    query (``?versionId=…``, a presigned URL's ``?X-Amz-…=…``) is no glob, nor an IPv6
+    host's brackets (``http://[::1]:8080/x``)."""
     rest = url.split("://", 1)[-1]
+    if rest.startswith("[") and "]" in rest:
+        rest = rest[rest.index("]") + 1 :]
     query = _QUERY.search(rest)
     return any(ch in rest[: query.start() if query else None] for ch in "*?[")
 
@@ -222,7 +225,13 @@ def filesystem(url: str) -> tuple[FileSystem, str]:
         ) from None
     try:
         # schemes are case-insensitive (RFC 3986); fsspec knows only their lower case
-        fs, path = fsspec.core.url_to_fs(scheme(url).lower() + url[len(scheme(url)) :], **options)
+        lowered = scheme(url).lower() + url[len(scheme(url)) :]
+        if lowered.startswith(("http://", "https://")):
+            # the whole URL is the path: url_to_fs would read an IPv6 host's "::" as its
+            # separator of chained URLs ("https://[::1]:8080/x")
+            fs, path = fsspec.filesystem(scheme(lowered)[:-3], **options), lowered
+        else:
+            fs, path = fsspec.core.url_to_fs(lowered, **options)
     except (ImportError, ValueError) as exc:
         raise MissingDependencyError(
             f"{url}: no driver for this store ({exc}); pip install 'traceview[cloud]'"

@@ -38,6 +38,7 @@ from traceview.analysis.documents.verdicts import (
     metrics,
     ratio_of,
     run_metrics,
+    zero_where_absent,
 )
 from traceview.errors import CheckError
 
@@ -211,6 +212,13 @@ def _label(x: Summary | RunSummary) -> str:
     return str(x.to_dict()["trace"]["path"])
 
 
+def _absent_rank(section: str, in_a: set[str], in_b: set[str]) -> str | None:
+    """Why a run diff's row of one rank is unjudged where that rank is in one run only."""
+    if not section.startswith("rank ") or (section in in_a) == (section in in_b):
+        return None
+    return f"{section} is absent from {'B' if section in in_a else 'A'}"
+
+
 def _diff(
     metrics_a: list[Metric],
     metrics_b: list[Metric],
@@ -221,9 +229,14 @@ def _diff(
 ) -> Diff:
     ma = {(m.section, m.name): m for m in metrics_a}
     mb = {(m.section, m.name): m for m in metrics_b}
+    sections_a, sections_b = {m.section for m in metrics_a}, {m.section for m in metrics_b}
     rows: list[dict[str, object]] = []
     for key in list(dict.fromkeys([*ma, *mb])):
         x, y = ma.get(key), mb.get(key)
+        if x is None and y is not None:
+            x = zero_where_absent(y, metrics_a)
+        elif y is None and x is not None:
+            y = zero_where_absent(x, metrics_b)
         m = x or y
         assert m is not None
         av = None if x is None else x.value
@@ -231,6 +244,9 @@ def _diff(
         name = _label_with_n(m.name, None if x is None else x.n, None if y is None else y.n)
         ratio = ratio_of(av, bv)
         verdict, why = judgement(x, y)
+        absent = _absent_rank(key[0], sections_a, sections_b)
+        if absent is not None:  # not a population too small: a rank that is not there
+            verdict, why = None, absent
         rows.append(
             {
                 "role": m.role,

@@ -182,7 +182,10 @@ def build(
     every = result.kernels  # the device's activity, warm-up included
     k = result.serving_kernels  # what the serving figures are drawn from
     left = result.left_out
-    warnings = list(result.warnings)
+    # the loader's counts first (text read with U+FFFD, events skipped and why): a script
+    # reading the document sees what the command's stderr says
+    warnings = [w for w in trace.meta.warnings if w not in result.warnings]
+    warnings += result.warnings
     if result.activity == "cpu_op":
         warnings.insert(
             0,

@@ -8,7 +8,7 @@ gets none (docs/ci.md). ``diff`` (:mod:`.compare`) lays the rows out; ``check
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -56,6 +56,13 @@ class Metric:
     # a fitted figure's fit, its terms ("fixed + per_prompt_token"): a coefficient means
     # something else in a fit with other terms, so two such are never judged
     terms: str | None = None
+    # the figure may be negative (a difference between two times): a ratio of two such
+    # values says nothing (-21 µs to +50 µs is ×-2.4, -21 to -122 is ×5.8), so no verdict
+    signed: bool = False
+    # a rate within a group of steps (a step kind) that is 0 where the figure is absent but
+    # the group is not: a family that never runs in a side's decode steps costs it 0 ns a
+    # step there (an empty population only where that side has no such step)
+    group: str | None = None
 
 
 def _quantile(key: str) -> float:
@@ -274,7 +281,8 @@ def metrics(summary: Summary) -> list[Metric]:
     for kind, (n, families) in by_kind.items():
         for family, busy_ns in families.items():
             label = f"{kind} {family} busy per step"
-            out.append(Metric("families", label, _per(busy_ns, n), "lower", "ns", n))
+            per_step = _per(busy_ns, n)
+            out.append(Metric("families", label, per_step, "lower", "ns", n, group=kind))
     steps = doc["steps"]["count"]
     for f in doc["families"]:  # over every step: shown beside the work, never judged
         name = f["family"]
@@ -347,9 +355,22 @@ def cost_metrics(summary: Summary) -> list[Metric]:
     return out
 
 
+def zero_where_absent(m: Metric, side: list[Metric]) -> Metric | None:
+    """The figure ``m`` (of one side) as the other ``side`` has it where that side lacks
+    it: 0 over that side's steps of ``m``'s group, where it has any (another of its
+    figures of the group, in the same section, gives their number); else None."""
+    if m.group is None:
+        return None
+    n = next((x.n for x in side if x.section == m.section and x.group == m.group), None)
+    if not n:
+        return None
+    return replace(m, value=0.0, n=n)
+
+
 def ratio_of(a: float | None, b: float | None) -> float | None:
-    """B/A; inf where A is 0 and B is not, None where either is absent or both are 0."""
-    if a is None or b is None:
+    """B/A; inf where A is 0 and B is not, None where either is absent, or negative (no
+    ratio of a signed figure means more or less), or both are 0."""
+    if a is None or b is None or a < 0 or b < 0:
         return None
     if a == 0:
         return None if b == 0 else math.inf
@@ -365,6 +386,8 @@ def judgement(a: Metric | None, b: Metric | None) -> tuple[str | None, str | Non
     - ``pooled over step kinds``: taken over several kinds' steps or gaps together, it
       moves with their mix (the token cadence, every step's cadence, the ``all`` gaps);
     - ``no better direction``: neither more nor less is an improvement (busy fractions);
+    - ``a signed figure (no ratio)``: it may be negative (the straggler's excess), and a
+      ratio of two such values is no measure of more or less;
     - ``a maximum``: it grows with its population's size whatever else happens;
     - ``no figure``: neither side has it;
     - ``n < N for a pQ`` (``an empty population`` for a mean): either side's population is
@@ -388,6 +411,8 @@ def judgement(a: Metric | None, b: Metric | None) -> tuple[str | None, str | Non
         return None, "pooled over step kinds"
     if m.better is None:
         return None, "no better direction"
+    if m.signed:
+        return None, "a signed figure (no ratio)"
     if m.quantile is not None and m.quantile >= 1:
         return None, "a maximum"
     if av is None and bv is None:
@@ -442,6 +467,7 @@ def run_metrics(run: RunSummary) -> list[Metric]:
             h,
             "straggler.excess_p50_ns",
             0.5,
+            signed=True,
         ),
         Metric("run", "ranks", len(doc["ranks"]), None, "count", role=load),
         Metric(

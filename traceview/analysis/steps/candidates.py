@@ -26,15 +26,10 @@ from typing import cast
 import numpy as np
 import polars as pl
 
-from traceview.analysis.base.intervals import I64, Union, distinct, first_of_each
+from traceview.analysis.base.intervals import I64, distinct, first_of_each
 from traceview.analysis.base.launches import launches_within, range_holding
 from traceview.analysis.classify.families import FamilyCodes
-from traceview.analysis.steps.periodic import (
-    PERIODIC_MIN_STEPS,
-    PERIODIC_SURE,
-    choose_boundaries,
-    natural_break,
-)
+from traceview.analysis.steps.periodic import PERIODIC_MIN_STEPS, PERIODIC_SURE
 from traceview.analysis.steps.ranges import step_clusters, step_ranges
 from traceview.analysis.steps.records import StepRecord, record
 from traceview.model import GRAPH_REPLAY, Trace
@@ -168,6 +163,8 @@ class Candidate:
         burst_starts: every step-marker burst's start (ns, in order; bursts).
         shared_ids: correlation ids launched inside steps of more than one process
             (annotations: a file merged from several processes).
+        caveat: where the bursts read two ways that nothing decides, the warning that
+            says so and names the option that chooses (bursts).
     """
 
     method: str
@@ -181,6 +178,7 @@ class Candidate:
     coverage: float = 1.0
     burst_starts: I64 | None = None
     shared_ids: int = 0
+    caveat: str | None = None
 
     @property
     def count(self) -> int:
@@ -198,91 +196,6 @@ class Choice:
     warnings: list[str]
     disagreements: int | None
     annotation_steps: int
-
-
-# --- bursts ---------------------------------------------------------------------------------
-
-
-def _bursts(k: DeviceKernels) -> tuple[I64, I64]:
-    """Runs of consecutive step-marker kernels on one stream: each run's start and its last
-    marker's start (ns), in order of start. A whole CUDA-graph replay is a run of its own
-    (the markers it replays are its own layers, never a neighbour's)."""
-    stream = k.ids("stream")
-    if stream.size and bool((stream == stream[0]).all()):
-        order = None  # one stream: already in (stream, ts) order
-    else:
-        order = np.argsort(stream, kind="stable")  # by stream, then ts (kernels are ts-sorted)
-        stream = stream[order]
-    marker = k.marker if order is None else k.marker[order]
-    new_run = marker.copy()
-    new_run[1:] &= ~(marker[:-1] & (stream[1:] == stream[:-1]))
-    if k.replay is not None:
-        replay = k.replay if order is None else k.replay[order]
-        new_run |= replay  # a replay starts a run, and the marker after it another
-        new_run[1:] |= replay[:-1] & marker[1:]
-    idx = np.flatnonzero(marker) if order is None else order[marker]
-    first = np.flatnonzero(new_run[marker])  # each run's first marker, among the markers
-    last = np.append(first[1:] - 1, idx.size - 1)
-    start = k.ts[idx[first]]
-    by_start = np.argsort(start, kind="stable")
-    return start[by_start], k.ts[idx[last]][by_start]
-
-
-def _boundary_idle(u: Union, last_marker: I64, next_start: I64) -> tuple[I64, I64]:
-    """For each boundary j: the longest idle gap ending in (last_marker[j], next_start[j]].
-
-    Returns that length per boundary (0 where there is none) and the lengths of every other
-    idle gap of the device (the gaps that are not a boundary's longest).
-    """
-    best = np.zeros(last_marker.size, dtype=np.int64)
-    gap_len = u.gap_ends - u.gap_starts
-    if gap_len.size == 0 or last_marker.size == 0:
-        return best, gap_len
-    # the windows are disjoint and ordered: find each gap's window by its end
-    w = np.searchsorted(last_marker, u.gap_ends, side="left")
-    w -= 1  # in place: one array the size of the gaps, not two
-    ok = (w >= 0) & (w < last_marker.size)
-    ok[ok] &= u.gap_ends[ok] <= next_start[w[ok]]
-    idx = np.flatnonzero(ok)
-    if idx.size == 0:
-        return best, gap_len
-    order = idx[np.lexsort((-gap_len[idx], w[idx]))]  # per window, longest first
-    first = np.ones(order.size, dtype=bool)
-    first[1:] = w[order][1:] != w[order][:-1]
-    winners = order[first]
-    best[w[winners]] = gap_len[winners]
-    others = np.delete(gap_len, winners)
-    return best, others
-
-
-def burst_candidate(k: DeviceKernels, u: Union, opts: StepOptions) -> Candidate | None:
-    """Steps from step-marker bursts; None when the device has no step-marker kernels."""
-    if not k.marker.any():
-        return None
-    bs, bl = _bursts(k)
-    idle, others = _boundary_idle(u, bl[:-1], bs[1:])
-    mask, layers, detail, strong = choose_boundaries(idle, others, opts.layers, opts.step_gap_ns)
-    first_burst = np.concatenate(([0], np.flatnonzero(mask) + 1))
-    last_burst = np.append(first_burst[1:] - 1, bs.size - 1)
-    return Candidate(
-        "bursts", bs[first_burst], bl[last_burst], detail, strong, layers, burst_starts=bs
-    )
-
-
-def idle_candidate(k: DeviceKernels, u: Union) -> Candidate:
-    """Steps as bursts of device activity between idle gaps that stand out (a natural
-    break in the gap distribution), else one step."""
-    ts = k.ts
-    threshold = natural_break(u.gap_ends - u.gap_starts)
-    if threshold is None:
-        cut = np.zeros(0, dtype=np.int64)
-    else:
-        cut = u.gap_ends[(u.gap_ends - u.gap_starts) >= threshold]
-    anchors = np.concatenate((ts[:1], cut)).astype(np.int64)
-    detail = "no step-marker kernels: steps are bursts of device activity separated by " + (
-        f"idle gaps ≥ {threshold} ns" if threshold else "nothing (one step)"
-    )
-    return Candidate("idle", anchors, anchors.copy(), detail, False)
 
 
 # --- annotations --------------------------------------------------------------------------
@@ -540,6 +453,8 @@ def choose(
     if bursts is not None and method != "annotations":
         if not bursts.strong:
             warnings.append(bursts.detail)
+        if bursts.caveat is not None:
+            warnings.append(bursts.caveat)
         names: list[list[str]] = [[] for _ in range(bursts.count)]
         if annotations is not None:
             if disagreements:

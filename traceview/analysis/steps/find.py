@@ -25,14 +25,13 @@ from traceview.analysis.base.intervals import I64, Union, merge_windows, subtrac
 from traceview.analysis.base.launches import graph_launches_without_work
 from traceview.analysis.classify.families import Rules, family_codes, load_rules
 from traceview.analysis.classify.shapes import shape_families, shape_tokens
+from traceview.analysis.steps.bursts import burst_candidate, idle_candidate
 from traceview.analysis.steps.candidates import (
     DeviceKernels,
     StepOptions,
     annotation_candidate,
-    burst_candidate,
     choose,
     device_kernels,
-    idle_candidate,
     replay_mask,
 )
 from traceview.analysis.steps.capture import capture_regions
@@ -478,11 +477,15 @@ def find_steps(
     if k.height and activity == "kernel":
         empty, graphs = graph_launches_without_work(trace, int(k.ts[0]), int(k.ts[-1]))
         if empty:
+            why = (  # an export whose whole replays are read: those it could not read
+                "their replays were skipped, untimed or started on the host: see the events skipped"
+                if replays
+                else "the profiler dropped their records, or an Nsight export traced graphs "
+                "whole: record with --cuda-graph-trace=node"
+            )
             warnings.append(
                 f"{empty} of {graphs} CUDA-graph launches inside the trace have no device "
-                "activity (the profiler dropped their records, or an Nsight export traced "
-                "graphs whole: record with --cuda-graph-trace=node): the steps, cadence and "
-                "idle time around them are unreliable"
+                f"activity ({why}): the steps, cadence and idle time around them are unreliable"
             )
     starts = c.first_kernel if c.method == "annotations" and activity == "cpu_op" else None
     table, phases, disagree = _assemble(

@@ -126,6 +126,60 @@ def _every(n: int, period: int, phase: int) -> np.ndarray:
     return mask
 
 
+# what lies between two bursts: per boundary (its index) the names (codes) of the kernels
+# that run there, each pair once; a step's own head and tail (embedding, final norm,
+# lm_head, sampling) run at step boundaries only, never between two of its layers
+BoundaryNames = tuple[np.ndarray, np.ndarray]
+COMMON = 0.8  # a name common to a set of boundaries runs in at least this share of them
+
+
+def _common(names: BoundaryNames, chosen: np.ndarray) -> set[int]:
+    """The kernel names that run in at least :data:`COMMON` of the ``chosen`` boundaries."""
+    at, code = names
+    n = int(chosen.sum())
+    if n == 0 or at.size == 0:
+        return set()
+    keep = chosen[at]
+    codes, counts = np.unique(code[keep], return_counts=True)
+    return {int(c) for c, m in zip(codes, counts, strict=True) if m >= COMMON * n}
+
+
+def step_head(names: BoundaryNames | None, coarse: np.ndarray, fine: np.ndarray) -> bool:
+    """Whether the ``coarse`` boundaries hold kernels that the ``fine`` ones (the other
+    candidates for a step boundary) lack: a step's own head or tail, so the coarse ones are
+    the steps and the fine ones lie between layers. False where nothing tells them apart."""
+    if names is None or not coarse.any() or not fine.any():
+        return False
+    return bool(_common(names, coarse) - _common(names, fine))
+
+
+def _heads(names: BoundaryNames | None, chosen: np.ndarray) -> np.ndarray | None:
+    """Where the ``chosen`` boundaries hold a step's head (:func:`step_head`): per
+    boundary, whether it holds any of the kernels common to the chosen ones and not to the
+    others; None where no kernel tells them apart."""
+    if names is None or not chosen.any() or chosen.all():
+        return None
+    head = _common(names, chosen) - _common(names, ~chosen)
+    if not head:
+        return None
+    at, code = names
+    holds = np.zeros(chosen.size, dtype=bool)
+    holds[at[np.isin(code, list(head))]] = True
+    return holds
+
+
+def _two_readings(coarse: int, fine: int, chosen: int) -> str:
+    """The warning where the bursts read two ways and nothing between them decides."""
+    other = fine if chosen == coarse else coarse
+    return (
+        f"the step-marker bursts read two ways: {coarse} bursts a step, the longer pauses "
+        f"between them a host wait inside a step (an eager MoE layer's sync), or {fine} "
+        f"burst{'s' if fine != 1 else ''} a step inside a loop around steps (a program's "
+        "generate() calls); no kernel between the bursts tells them apart: read as "
+        f"{chosen} a step; set --layers {other} for the other reading"
+    )
+
+
 def _loop_around_steps(idle: I64, others: I64, period: int, phase: int) -> str | None:
     """Whether a period of ``period`` bursts is a loop around one-burst steps (a program's
     ``generate()`` calls, each of a few steps of a one-layer model) rather than a model of
@@ -156,16 +210,70 @@ def _loop_around_steps(idle: I64, others: I64, period: int, phase: int) -> str |
     )
 
 
+def _sharp_off_phase(idle: I64, others: I64, on: np.ndarray) -> bool:
+    """Whether nearly all (80%) the boundaries off ``on`` stand out :data:`SHARP_BREAK`
+    times or more above the device's other idle gaps: each could be a step boundary."""
+    if others.size == 0:
+        return False
+    typical = float(np.quantile(others, 0.99))
+    off = idle[~on]
+    return (
+        typical > 0 and off.size > 0 and (off >= SHARP_BREAK * typical).mean() >= PERIODIC_MIN_SCORE
+    )
+
+
+def _coarser(idle: I64, on: np.ndarray) -> tuple[np.ndarray, int, float] | None:
+    """A period among the chosen boundaries: where every q-th of them (q ≥ 2) beats the
+    rest of them nearby at nearly every place (:data:`PERIODIC_SURE`), that mask, q, and
+    how far its pauses stand out above the rest (the ratio of medians); else None. A model
+    whose every second layer waits on the host shows the wait as a period of 2 bursts, and
+    its steps as one of 2·q."""
+    chosen = np.flatnonzero(on)
+    sub = idle[chosen]
+    for q in range(2, min(MAX_LAYERS, sub.size // PERIODIC_MIN_STEPS) + 1):
+        score, phase = _periodic_score(sub, q)
+        if score < PERIODIC_SURE:
+            continue
+        mine = _every(sub.size, q, phase)
+        rest = float(np.median(sub[~mine]))
+        mask = np.zeros(idle.size, dtype=bool)
+        mask[chosen[mine]] = True
+        return mask, q, float(np.median(sub[mine])) / rest if rest > 0 else float("inf")
+    return None
+
+
 def choose_boundaries(
-    idle: I64, others: I64, layers: int | None, step_gap_ns: int | None
-) -> tuple[np.ndarray, int | None, str, bool]:
-    """Which burst boundaries are step boundaries (mask); L; how, in words; and whether the
-    evidence is strong (a period, or the user's own option) rather than a weaker guess.
+    idle: I64,
+    others: I64,
+    layers: int | None,
+    step_gap_ns: int | None,
+    names: BoundaryNames | None = None,
+) -> tuple[np.ndarray, int | None, str, bool, str | None]:
+    """Which burst boundaries are step boundaries (mask); L; how, in words; whether the
+    evidence is strong (a period, or the user's own option) rather than a weaker guess; and
+    a caveat where the bursts read two ways that nothing decides (else None).
 
     ``others`` are the device's idle gaps that are no boundary's longest: when (nearly)
     every boundary's gap stands out above them, every burst is a step (one full-attention
-    layer per step).
+    layer per step). ``names``: the kernels between the bursts (:data:`BoundaryNames`):
+    boundaries that hold a step's own head or tail are step boundaries where the pauses
+    alone read two ways (:func:`step_head`).
     """
+    found = _choose(idle, others, layers, step_gap_ns, names)
+    if len(found) == 5:
+        return found
+    return (*found, None)
+
+
+def _choose(
+    idle: I64,
+    others: I64,
+    layers: int | None,
+    step_gap_ns: int | None,
+    names: BoundaryNames | None,
+) -> (
+    tuple[np.ndarray, int | None, str, bool] | tuple[np.ndarray, int | None, str, bool, str | None]
+):
     n = idle.size
     if n == 0:
         return np.zeros(0, dtype=bool), 1, "a single burst", False
@@ -187,11 +295,30 @@ def choose_boundaries(
             break  # multiples of the period score lower, not higher: no need to look on
     if best is not None and best[0] >= PERIODIC_MIN_SCORE:
         score, period, phase = best
-        looped = _loop_around_steps(idle, others, period, phase)
-        if looped is not None:
-            return np.ones(n, dtype=bool), 1, looped, True
+        on = _every(n, period, phase)
+        caveat = None
+        if _sharp_off_phase(idle, others, on) and not step_head(names, on, ~on):
+            # every burst could be a step: the period's pauses a loop around them, or its
+            # bursts a model's layers that wait on the host; the pauses decide, and say so
+            looped = _loop_around_steps(idle, others, period, phase)
+            caveat = _two_readings(period, 1, 1 if looped else period)
+            if looped is not None:
+                return np.ones(n, dtype=bool), 1, looped, True, caveat
+        coarser = _coarser(idle, on)
+        if coarser is not None:
+            mask, q, ratio = coarser
+            if step_head(names, mask, on & ~mask):
+                period *= q
+                on = mask
+            elif caveat is None and others.size and ratio >= NATURAL_BREAK:
+                # both could be steps' pauses: the finer one, unless it is far above the
+                # gaps inside steps (a step's pause, as the loop rule reads it), may be a
+                # host wait inside a step
+                fine_pause = float(np.median(idle[on & ~mask]))
+                if fine_pause < LOOP_SHARP * float(np.quantile(others, 0.99)):
+                    caveat = _two_readings(period * q, period, period)
         return (
-            _every(n, period, phase),
+            on,
             period,
             (
                 f"every {period} step-marker bursts: the between-step idle gap "
@@ -199,6 +326,7 @@ def choose_boundaries(
                 "boundaries"
             ),
             True,
+            caveat,
         )
     if others.size:
         typical = float(np.quantile(others, 0.99))
@@ -229,9 +357,20 @@ def choose_boundaries(
             True,
         )
     widest = _widest_break(idle)
+    sharp: tuple[int, float, int, int] | None = None  # a sharp break no rule took
     if widest is not None and widest[1] >= NATURAL_BREAK:
         threshold, ratio = widest
         mask = idle >= threshold
+        finer = _widest_break(idle[mask])  # a second break among the gaps the first chose
+        if finer is not None and finer[1] >= NATURAL_BREAK:
+            coarse = idle >= finer[0]
+            # host waits between layers below it, where its pauses hold the step's head and
+            # are enough to be believed
+            if coarse.sum() > PERIODIC_MIN_STEPS and step_head(names, coarse, mask & ~coarse):
+                threshold, mask = finer[0], coarse
+        heads = _heads(names, mask)
+        if heads is not None:  # a host stall inside a step holds no step head: no boundary
+            mask &= heads
         counts = np.diff(np.flatnonzero(np.concatenate(([True], mask, [True]))))
         if counts.size > 2:
             inner = counts[1:-1]
@@ -243,22 +382,35 @@ def choose_boundaries(
                     (f"idle gaps ≥ {threshold} ns (a natural break in the gap distribution)"),
                     False,
                 )
-            if (
-                counts.size > PERIODIC_MIN_STEPS + 1
-                and ratio >= SHARP_BREAK
-                and draft_levels(inner) <= DRAFT_LEVELS
-            ):
-                return (
-                    mask,
-                    mode,
-                    (
-                        f"idle gaps ≥ {threshold} ns (a sharp break in the gap distribution, "
-                        f"{ratio:.0f}×; the steps hold {inner.min()} to {inner.max()} "
-                        "step-marker bursts, as a drafter run a varying number of times a "
-                        "step does)"
-                    ),
-                    False,
-                )
+            if counts.size > PERIODIC_MIN_STEPS + 1 and ratio >= SHARP_BREAK:
+                if draft_levels(inner) <= DRAFT_LEVELS or heads is not None:
+                    return (
+                        mask,
+                        mode,
+                        (
+                            f"idle gaps ≥ {threshold} ns (a sharp break in the gap "
+                            f"distribution, {ratio:.0f}×; the steps hold {inner.min()} to "
+                            f"{inner.max()} step-marker bursts, as a drafter run a varying "
+                            "number of times a step does)"
+                        ),
+                        False,
+                    )
+                sharp = (threshold, ratio, int(inner.min()), int(inner.max()))
+    if sharp is not None:
+        threshold, ratio, low, high = sharp
+        return (
+            np.zeros(n, dtype=bool),
+            None,
+            (
+                f"no step structure found in the step-marker bursts: idle gaps of "
+                f"{threshold} ns or more stand out {ratio:.0f}× above the others, but the "
+                f"stretches they cut hold from {low} to {high} bursts, and no kernel marks "
+                "them as steps (a drafter run many different numbers of times, or host "
+                "stalls inside steps): all of them are taken as one step; set --step-gap "
+                f"{threshold}ns to cut at those gaps, or --layers"
+            ),
+            False,
+        )
     return (
         np.zeros(n, dtype=bool),
         None,

@@ -26,7 +26,8 @@ clocks disagree, and the idle split by cause (``host_late`` against ``dependency
 decided by comparing a launch's end with the device's idle start) would be read across
 the shift: traceview then leaves the split out (null) and says by how much the clocks
 disagree. The measure is robust to a few mislinked pairs: the shift is the one that
-:data:`ROBUST_SHARE` of the pairs, and at least one, show.
+:data:`ROBUST_SHARE` of the pairs, and at least :data:`ROBUST_LEAST` (all, where fewer),
+show.
 """
 
 from __future__ import annotations
@@ -39,16 +40,11 @@ import numpy as np
 import polars as pl
 
 from traceview.analysis.base.intervals import I64
-from traceview.analysis.timing.idle import THREAD_KEY, Calls, launches_of
+from traceview.analysis.timing.idle import CLOCK_JITTER_NS, THREAD_KEY, Calls, launches_of
 from traceview.model import Trace
 
-# Beyond this, a kernel starting before its launch (or a wait returning before its work)
-# is no jitter: CUPTI's conversion of GPU timestamps to the CPU clock and Kineto's whole
-# microseconds (older versions) leave a few µs; this is a few times that, and a fifth of the
-# shortest idle interval traceview lists one by one (50 µs), so a shift within it moves no
-# listed interval's split by more than a fifth of its length
-CLOCK_JITTER_NS = 10_000
 ROBUST_SHARE = 0.001  # the shift reported is the one this share of the pairs shows
+ROBUST_LEAST = 3  # ... and at least this many (all, where fewer): one mislinked pair is none
 
 # a copy call that returns only once its copy to the host has completed (cudaMemcpy and
 # its 2D form, the driver's, HIP's with a stream): a copy to the device may return before
@@ -128,11 +124,12 @@ def _us(ns: int) -> str:
 
 def _shift(values: I64) -> tuple[int, int | None]:
     """How many of the pairs' overshoots exceed the jitter, and the overshoot that
-    :data:`ROBUST_SHARE` of them (at least one) reach, where it exceeds the jitter."""
+    :data:`ROBUST_SHARE` of them (at least :data:`ROBUST_LEAST`, or all where fewer)
+    reach, where it exceeds the jitter."""
     n = int(values.size)
     if n == 0:
         return 0, None
-    rank = max(1, math.ceil(n * ROBUST_SHARE))
+    rank = min(n, max(ROBUST_LEAST, math.ceil(n * ROBUST_SHARE)))
     top = int(np.partition(values, n - rank)[n - rank])
     beyond = int((values > CLOCK_JITTER_NS).sum())
     return beyond, top if top > CLOCK_JITTER_NS else None
@@ -186,6 +183,7 @@ def _inferred_waits(
     )
     ids, first = firsts
     to_host = pl.Series(_named(kernels["name"], TO_HOST))
+    streams = kernels["stream"].fill_null(-1).to_numpy().astype(np.int64)
     out = []
     for (thread,), mine in syncs.group_by(["thread"]):
         theirs = submitted.filter(pl.col("thread") == thread)
@@ -194,14 +192,38 @@ def _inferred_waits(
         starts = theirs["ts_ns"].to_numpy()
         before = np.searchsorted(starts, mine["ts_ns"].to_numpy(), side="left") - 1
         ok = before >= 0
-        cid = theirs["correlation"].to_numpy().astype(np.int64)[before[ok]]
-        at = np.minimum(np.searchsorted(ids, cid), max(ids.size - 1, 0))
-        on = ids[at] == cid
-        k = first[at[on]]
+        every = theirs["correlation"].to_numpy().astype(np.int64)
+        at = np.minimum(np.searchsorted(ids, every), max(ids.size - 1, 0))
+        work = np.where(ids[at] == every, first[at], -1)  # each submission's activity
+        k = work[before[ok]]
+        on = k >= 0
+        k, b = k[on], before[ok][on]
         copy = to_host.gather(k).to_numpy()
         returned = mine["end"].to_numpy()[ok][on]
-        out.append((ends[k] - returned)[copy])
+        keep = copy & ~_other_stream_drained(work, b, k, returned, streams, ends)
+        out.append((ends[k] - returned)[keep])
     return np.concatenate(out) if out else none
+
+
+LOOK_BACK = 64  # submissions looked through for one on another stream
+
+
+def _other_stream_drained(
+    work: np.ndarray, before: np.ndarray, copy: np.ndarray, returned: I64, streams: I64, ends: I64
+) -> np.ndarray:
+    """Per inferred pair, whether the thread's latest submission on another stream than
+    its copy's, before the copy, had ended when the synchronize returned: the synchronize
+    may have waited for that stream (Kineto does not record which), so the pair is no
+    evidence of the clocks (a copy to the host on a side stream, then a synchronize of the
+    compute stream, returns before the copy ends)."""
+    out = np.zeros(copy.size, dtype=bool)
+    for i in range(copy.size):
+        for j in range(before[i] - 1, max(before[i] - LOOK_BACK, 0) - 1, -1):
+            other = work[j]
+            if other >= 0 and streams[other] != streams[copy[i]]:
+                out[i] = ends[other] <= returned[i]
+                break
+    return out
 
 
 def _waits(

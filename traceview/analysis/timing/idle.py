@@ -32,6 +32,13 @@ from traceview.analysis.base.intervals import I64, Union, distinct
 from traceview.model import Trace
 
 CAUSES = ("host_late", "launch", "sync", "dependency", "other")
+# Beyond this, a kernel starting before its launch (or a wait returning before its work)
+# is no jitter: CUPTI's conversion of GPU timestamps to the CPU clock and Kineto's whole
+# microseconds (older versions) leave a few µs; this is a few times that, and a fifth of the
+# shortest idle interval traceview lists one by one (50 µs), so a shift within it moves no
+# listed interval's split by more than a fifth of its length. A wait that returns within it
+# of the device going idle is the wait the idle follows.
+CLOCK_JITTER_NS = 10_000
 CHUNK = 1 << 16  # kernels per time slice when sharing busy time among families
 # calls that block the host until the device has drained (a blocking copy included:
 # ROCm's PyTorch copies a tensor to the host with hipMemcpyWithStream, where CUDA's issues
@@ -213,7 +220,9 @@ def _split(
                 continue
             last = np.searchsorted(e, l0[mine], side="right") - 1
             ok = last >= 0
-            synced[mine[ok]] = e[last[ok]] >= i0[mine[ok]]
+            # within the clocks' jitter of the gap's start: a wait that returned as the
+            # device went idle, read on a host clock a few µs behind
+            synced[mine[ok]] = e[last[ok]] >= i0[mine[ok]] - CLOCK_JITTER_NS
     del c_corr, c_l0, c_l1, c_thread, at_ok
     late = linked & (l1 > i0)
     cut = np.minimum(np.where(late, l1, i0), i1)

@@ -124,6 +124,13 @@ class StringIds:
     is an error: no name can be matched to it."""
 
     def __init__(self, db: Db, tables: dict[str, set[str]], path: str) -> None:
+        missing = {"id", "value"} - tables.get("StringIds", {"id", "value"})
+        if missing:
+            raise TraceFormatError(
+                path,
+                f"StringIds has no {' or '.join(sorted(missing))} column: no name can be read; "
+                "not a readable Nsight Systems export",
+            )
         rows = (
             db.rows("SELECT id, CAST(value AS TEXT) FROM StringIds")
             if "StringIds" in tables

@@ -60,6 +60,7 @@ from traceview.loader.nsys.sqlite_file import (
     is_export_file,
     is_sqlite,
     pending,
+    refuse_impossible_times,
     select,
     tables,
 )
@@ -283,6 +284,7 @@ class _Reader:
                 f"{bad:,} {what} row{'s' if bad != 1 else ''} in {table} without a valid "
                 "start and end; every figure would be wrong without them",
             )
+        refuse_impossible_times(f, table, what, self.path)
         unplaced = f.filter(pl.col("deviceId").is_null()).height
         if unplaced:  # never another device's time (a JSON trace's rule too)
             raise TraceFormatError(

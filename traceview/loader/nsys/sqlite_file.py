@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from traceview.errors import TraceFormatError, shown_value
+from traceview.loader.frames import TS_LIMIT_US
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 Row = tuple[Any, ...]  # a row as sqlite3 gives it: its values of whatever SQLite type
@@ -163,23 +164,50 @@ class Db:
         return self.fetch(sql)[0]
 
     def no_reals(self, table: str, columns: list[str], path: str) -> None:
-        """Raise where a column read as integers (times, ids) holds a real number: the
-        frame would cut it to an integer, silently (nsys writes integers; text or a BLOB
-        there fails on its own). One scan of the table, stopping at the first."""
+        """Raise where a column read as integers (times, ids) holds anything else: a real
+        number (the frame would cut it to an integer, silently), text or a BLOB (nsys writes
+        integers). The error names the table and column. One scan of the table, stopping at
+        the first."""
         if not columns:
             return
         quoted = [f'"{c}"' for c in columns]
-        where = " OR ".join(f"typeof({q}) = 'real'" for q in quoted)
-        found = self.rows(f'SELECT {", ".join(quoted)} FROM "{table}" WHERE {where} LIMIT 1')
+        kinds = ", ".join(f"typeof({q})" for q in quoted)
+        where = " OR ".join(f"typeof({q}) NOT IN ('integer', 'null')" for q in quoted)
+        found = self.rows(
+            f'SELECT {", ".join(quoted)}, {kinds} FROM "{table}" WHERE {where} LIMIT 1'
+        )
         if found:
-            column, value = next(
-                (c, v) for c, v in zip(columns, found[0], strict=True) if isinstance(v, float)
+            values, types = found[0][: len(columns)], found[0][len(columns) :]
+            column, value, kind = next(
+                (c, v, t)
+                for c, v, t in zip(columns, values, types, strict=True)
+                if t not in ("integer", "null")
             )
+            what = {"real": "a real number", "text": "text", "blob": "a BLOB"}.get(kind, kind)
             raise TraceFormatError(
                 path,
-                f"{table}.{column} holds {shown_value(value)}, a real number where an integer "
+                f"{table}.{column} holds {shown_value(value)}, {what} where an integer "
                 "(a time or an id) belongs; not a readable Nsight Systems export",
             )
+
+
+def refuse_impossible_times(f: pl.DataFrame, table: str, what: str, path: str) -> None:
+    """Raise where a row of device activity (``start``, ``end``: ns) has a time no clock of
+    Nsight's reads: before its zero (ns since boot, or since the session began), or an end
+    or duration beyond what Int64 ns of a JSON trace may hold (``TS_LIMIT_US``): the JSON
+    reader refuses such device activity too."""
+    limit = int(TS_LIMIT_US * 1000)
+    start, end = pl.col("start"), pl.col("end")
+    impossible = f.filter((start < 0) | (end >= limit) | (end - start >= limit))
+    if impossible.height:
+        row = impossible.row(0, named=True)
+        n = impossible.height
+        raise TraceFormatError(
+            path,
+            f"{n:,} {what} row{'s' if n != 1 else ''} in {table} with an impossible time "
+            f"(start {row['start']:,} ns, end {row['end']:,} ns: before the clock's zero or "
+            f"beyond {limit:,} ns); cannot place them in time",
+        )
 
 
 def tables(db: Db) -> dict[str, set[str]]:
@@ -219,6 +247,7 @@ __all__ = [
     "is_export_file",
     "is_sqlite",
     "pending",
+    "refuse_impossible_times",
     "select",
     "tables",
 ]
