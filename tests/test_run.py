@@ -259,7 +259,10 @@ def test_commands_take_a_run(planted: tuple[Path, dict, RankRun], tmp_path: Path
     assert d.exit_code == 0, d.stderr
     rows = {r["field"]: r for r in json.loads(d.stdout)["rows"] if r["field"]}
     excess_row = rows["straggler.excess_p50_ns"]  # its label says its n too
-    assert excess_row["verdict"] == "worse" and excess_row["ratio"] == pytest.approx(2.0, rel=0.01)
+    # the excess doubled, but it is a signed figure: shown, never judged by a ratio
+    assert excess_row["ratio"] == pytest.approx(2.0, rel=0.01)
+    assert excess_row["verdict"] is None
+    assert excess_row["why"] == "a signed figure (no ratio)"
     mixed = CliRunner().invoke(cli, ["diff", str(out), str(next(out.glob("*.gz")))])
     assert mixed.exit_code == 2 and "a run with a run" in mixed.stderr
 
