@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from traceview.analysis.base.intervals import I64, Union
+from traceview.analysis.base.intervals import I64, Union, distinct
 from traceview.analysis.steps.candidates import Candidate, DeviceKernels, StepOptions
 from traceview.analysis.steps.periodic import BoundaryNames, choose_boundaries, natural_break
 
@@ -164,15 +164,19 @@ def _boundary_names(k: DeviceKernels, last_marker: I64, next_start: I64) -> Boun
     before the next one's start: per boundary, each kernel name (as a code) once."""
     if last_marker.size == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    between = ~k.marker
+    between = np.flatnonzero(~k.marker)
     ts = k.ts[between]
     at = np.searchsorted(last_marker, ts, side="left") - 1
     ok = (at >= 0) & (ts < next_start[np.maximum(at, 0)])
-    codes = k.frame["name"].cast(pl.String).cast(pl.Categorical).to_physical().to_numpy()
     if not ok.any():
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    pairs = np.unique(np.stack((at[ok], codes[between][ok].astype(np.int64))), axis=1)
-    return pairs[0], pairs[1]
+    # the categorical's codes of those kernels alone (null as one code of its own), each
+    # (boundary, code) pair packed into one int64 and made distinct by a sort
+    physical = k.frame["name"].cast(pl.Categorical).to_physical().gather(between[ok])
+    codes = physical.fill_null(np.iinfo(np.uint32).max).to_numpy().astype(np.int64)
+    width = int(codes.max()) + 1
+    pairs = distinct(at[ok].astype(np.int64) * width + codes)
+    return pairs // width, pairs % width
 
 
 def idle_candidate(k: DeviceKernels, u: Union) -> Candidate:
