@@ -629,6 +629,25 @@ def test_a_signed_figure_gets_no_ratio_verdict(a: int, b: int) -> None:
     assert judgement(m(1000, False), m(2000, False)) == ("worse", None)
 
 
+@pytest.mark.parametrize(
+    "a, b", [(-50_000, 2_000_000), (2_000_000, -50_000), (-50_000, -60_000)], ids=str
+)
+def test_a_negative_value_gets_no_ratio_verdict(a: int, b: int) -> None:
+    """A fitted intercept may fall below 0. ratio_of gives no ratio there, and judgement
+    read that None as "both 0": -50 µs to 2 ms was "same", and check counted it B/A = 1.
+    The row is unjudged and says why, so check does not bound it."""
+    from traceview.analysis.documents.verdicts import Metric, judgement
+
+    def m(v: int) -> Metric:
+        return Metric(
+            "cost", "decode fixed per step", v, "lower", "ns", 40, field="cost.decode.fixed_ns"
+        )
+
+    assert judgement(m(a), m(b)) == (None, "a negative value (no ratio)")
+    assert judgement(m(0), m(0)) == ("same", None)  # both 0: the same
+    assert judgement(m(50_000), m(2_000_000)) == ("worse", None)
+
+
 @pytest.mark.slow  # about 1.7 s a case; CI runs it
 @pytest.mark.parametrize("side", ["A", "B"])
 def test_a_family_on_one_side_only_costs_zero_on_the_other(tmp_path: Path, side: str) -> None:

@@ -388,6 +388,8 @@ def judgement(a: Metric | None, b: Metric | None) -> tuple[str | None, str | Non
     - ``no better direction``: neither more nor less is an improvement (busy fractions);
     - ``a signed figure (no ratio)``: it may be negative (the straggler's excess), and a
       ratio of two such values is no measure of more or less;
+    - ``a negative value (no ratio)``: either side's value is below 0 (a fitted
+      intercept may be), so B/A is no measure of more or less either;
     - ``a maximum``: it grows with its population's size whatever else happens;
     - ``no figure``: neither side has it;
     - ``n < N for a pQ`` (``an empty population`` for a mean): either side's population is
@@ -432,6 +434,8 @@ def judgement(a: Metric | None, b: Metric | None) -> tuple[str | None, str | Non
     ta, tb = (None if x is None else x.terms for x in (a, b))
     if ta != tb:
         return None, f"fits with other terms (A: {ta}; B: {tb})"
+    if av < 0 or bv < 0:  # a fitted intercept may fall below 0: B/A says nothing there
+        return None, "a negative value (no ratio)"
     ratio = ratio_of(av, bv)
     if ratio is None or abs(ratio - 1) <= SAME:  # None: both 0
         return "same", None

@@ -9,9 +9,14 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from traceview.analysis.base.intervals import I64, Union
+from traceview.analysis.base.intervals import I64, Union, distinct
 from traceview.analysis.steps.candidates import Candidate, DeviceKernels, StepOptions
-from traceview.analysis.steps.periodic import BoundaryNames, choose_boundaries, natural_break
+from traceview.analysis.steps.periodic import (
+    Boundaries,
+    BoundaryNames,
+    choose_boundaries,
+    natural_break,
+)
 
 
 def _bursts(k: DeviceKernels) -> tuple[I64, I64]:
@@ -133,30 +138,30 @@ def burst_candidate(k: DeviceKernels, u: Union, opts: StepOptions) -> Candidate 
 
 def _by_segment(
     idle: I64, others: I64, names: BoundaryNames, segments: list[tuple[int, int]]
-) -> tuple[np.ndarray, int | None, str, bool, str | None]:
+) -> Boundaries:
     """:func:`choose_boundaries` on each segment of bursts apart (:func:`_segments`), with
     the boundaries at its edges, which are step boundaries: a switch between eager steps
     and graph replays falls between two steps. L, the words and the strength are the
     largest segment's."""
     mask = np.zeros(idle.size, dtype=bool)
     at, code = names
-    best: tuple[int, int | None, str, bool] | None = None
+    best: tuple[int, Boundaries] | None = None
     caveat = None
     for first, end in segments:
         lo, hi = max(first - 1, 0), min(end, idle.size)  # its boundaries, edges included
         mine = (at >= lo) & (at < hi)
         found = choose_boundaries(idle[lo:hi], others, None, None, (at[mine] - lo, code[mine]))
-        mask[lo:hi] = found[0]
-        caveat = caveat or found[4]
+        mask[lo:hi] = found.mask
+        caveat = caveat or found.caveat
         if best is None or end - first > best[0]:
-            best = (end - first, found[1], found[2], found[3])
+            best = (end - first, found)
         for edge in (first - 1, end - 1):
             if 0 <= edge < idle.size:
                 mask[edge] = True
     assert best is not None
-    _, layers, detail, strong = best
+    _, largest = best
     said = f"eager steps and CUDA-graph replays searched apart ({len(segments)} stretches): "
-    return mask, layers, said + detail, strong, caveat
+    return Boundaries(mask, largest.layers, said + largest.detail, largest.strong, caveat)
 
 
 def _boundary_names(k: DeviceKernels, last_marker: I64, next_start: I64) -> BoundaryNames:
@@ -164,15 +169,19 @@ def _boundary_names(k: DeviceKernels, last_marker: I64, next_start: I64) -> Boun
     before the next one's start: per boundary, each kernel name (as a code) once."""
     if last_marker.size == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    between = ~k.marker
+    between = np.flatnonzero(~k.marker)
     ts = k.ts[between]
     at = np.searchsorted(last_marker, ts, side="left") - 1
     ok = (at >= 0) & (ts < next_start[np.maximum(at, 0)])
-    codes = k.frame["name"].cast(pl.String).cast(pl.Categorical).to_physical().to_numpy()
     if not ok.any():
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    pairs = np.unique(np.stack((at[ok], codes[between][ok].astype(np.int64))), axis=1)
-    return pairs[0], pairs[1]
+    # the categorical's codes of those kernels alone (null as one code of its own), each
+    # (boundary, code) pair packed into one int64 and made distinct by a sort
+    physical = k.frame["name"].cast(pl.Categorical).to_physical().gather(between[ok])
+    codes = physical.fill_null(np.iinfo(np.uint32).max).to_numpy().astype(np.int64)
+    width = int(codes.max()) + 1
+    pairs = distinct(at[ok].astype(np.int64) * width + codes)
+    return pairs // width, pairs % width
 
 
 def idle_candidate(k: DeviceKernels, u: Union) -> Candidate:

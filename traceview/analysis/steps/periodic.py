@@ -11,6 +11,8 @@ in the gaps, whose steps hold one burst count, or counts a few drafter runs apar
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import polars as pl
 
@@ -242,16 +244,35 @@ def _coarser(idle: I64, on: np.ndarray) -> tuple[np.ndarray, int, float] | None:
     return None
 
 
+class Boundaries(NamedTuple):
+    """The step boundaries among the burst boundaries, as :func:`choose_boundaries` reads
+    them.
+
+    Attributes:
+        mask: per burst boundary, whether it is a step boundary.
+        layers: L, the bursts a step (None where no period holds).
+        detail: how, in words.
+        strong: whether the evidence is strong (a period, or the user's own option) rather
+            than a weaker guess.
+        caveat: where the bursts read two ways that nothing decides, the warning that says
+            so and names the option that chooses (else None).
+    """
+
+    mask: np.ndarray
+    layers: int | None
+    detail: str
+    strong: bool
+    caveat: str | None = None
+
+
 def choose_boundaries(
     idle: I64,
     others: I64,
     layers: int | None,
     step_gap_ns: int | None,
     names: BoundaryNames | None = None,
-) -> tuple[np.ndarray, int | None, str, bool, str | None]:
-    """Which burst boundaries are step boundaries (mask); L; how, in words; whether the
-    evidence is strong (a period, or the user's own option) rather than a weaker guess; and
-    a caveat where the bursts read two ways that nothing decides (else None).
+) -> Boundaries:
+    """Which burst boundaries are step boundaries, and how (:class:`Boundaries`).
 
     ``others`` are the device's idle gaps that are no boundary's longest: when (nearly)
     every boundary's gap stands out above them, every burst is a step (one full-attention
@@ -259,33 +280,18 @@ def choose_boundaries(
     boundaries that hold a step's own head or tail are step boundaries where the pauses
     alone read two ways (:func:`step_head`).
     """
-    found = _choose(idle, others, layers, step_gap_ns, names)
-    if len(found) == 5:
-        return found
-    return (*found, None)
-
-
-def _choose(
-    idle: I64,
-    others: I64,
-    layers: int | None,
-    step_gap_ns: int | None,
-    names: BoundaryNames | None,
-) -> (
-    tuple[np.ndarray, int | None, str, bool] | tuple[np.ndarray, int | None, str, bool, str | None]
-):
     n = idle.size
     if n == 0:
-        return np.zeros(0, dtype=bool), 1, "a single burst", False
+        return Boundaries(np.zeros(0, dtype=bool), 1, "a single burst", False)
     if step_gap_ns is not None:
-        return idle >= step_gap_ns, None, f"--step-gap {step_gap_ns} ns", True
+        return Boundaries(idle >= step_gap_ns, None, f"--step-gap {step_gap_ns} ns", True)
     if layers is not None:
         period = max(1, layers)
         if period == 1:
-            return np.ones(n, dtype=bool), 1, "--layers 1", True
+            return Boundaries(np.ones(n, dtype=bool), 1, "--layers 1", True)
         score, phase = _periodic_score(idle, period)
         said = f"--layers {period} (boundary score {score:.2f})"
-        return _every(n, period, phase), period, said, True
+        return Boundaries(_every(n, period, phase), period, said, True)
     best: tuple[float, int, int] | None = None
     for period in range(2, min(MAX_LAYERS, n // PERIODIC_MIN_STEPS) + 1):
         score, phase = _periodic_score(idle, period)
@@ -303,7 +309,7 @@ def _choose(
             looped = _loop_around_steps(idle, others, period, phase)
             caveat = _two_readings(period, 1, 1 if looped else period)
             if looped is not None:
-                return np.ones(n, dtype=bool), 1, looped, True, caveat
+                return Boundaries(np.ones(n, dtype=bool), 1, looped, True, caveat)
         coarser = _coarser(idle, on)
         if coarser is not None:
             mask, q, ratio = coarser
@@ -317,7 +323,7 @@ def _choose(
                 fine_pause = float(np.median(idle[on & ~mask]))
                 if fine_pause < LOOP_SHARP * float(np.quantile(others, 0.99)):
                     caveat = _two_readings(period * q, period, period)
-        return (
+        return Boundaries(
             on,
             period,
             (
@@ -334,7 +340,7 @@ def _choose(
     else:
         standing_out = float((idle > 0).mean())
     if standing_out >= PERIODIC_MIN_SCORE:
-        return (
+        return Boundaries(
             np.ones(n, dtype=bool),
             1,
             (
@@ -346,7 +352,7 @@ def _choose(
     stalled = _past_stalls(idle)
     if stalled is not None:
         score, period, phase = stalled
-        return (
+        return Boundaries(
             _every(n, period, phase),
             period,
             (
@@ -376,7 +382,7 @@ def _choose(
             inner = counts[1:-1]
             mode = int(np.bincount(inner).argmax())
             if (inner == mode).mean() >= PERIODIC_MIN_SCORE:
-                return (
+                return Boundaries(
                     mask,
                     mode,
                     (f"idle gaps ≥ {threshold} ns (a natural break in the gap distribution)"),
@@ -384,7 +390,7 @@ def _choose(
                 )
             if counts.size > PERIODIC_MIN_STEPS + 1 and ratio >= SHARP_BREAK:
                 if draft_levels(inner) <= DRAFT_LEVELS or heads is not None:
-                    return (
+                    return Boundaries(
                         mask,
                         mode,
                         (
@@ -398,7 +404,7 @@ def _choose(
                 sharp = (threshold, ratio, int(inner.min()), int(inner.max()))
     if sharp is not None:
         threshold, ratio, low, high = sharp
-        return (
+        return Boundaries(
             np.zeros(n, dtype=bool),
             None,
             (
@@ -411,7 +417,7 @@ def _choose(
             ),
             False,
         )
-    return (
+    return Boundaries(
         np.zeros(n, dtype=bool),
         None,
         (

@@ -11,8 +11,8 @@ import numpy as np
 import polars as pl
 
 from traceview.analysis.base.document import Busy
-from traceview.analysis.base.intervals import Union, merge_windows, subtract, union
-from traceview.analysis.base.precision import sig, sig_or_none
+from traceview.analysis.base.intervals import Union, merge_windows
+from traceview.analysis.base.precision import sig
 from traceview.errors import UsageError
 
 BUSY_SCHEMA: dict[str, pl.DataType] = {
@@ -34,13 +34,19 @@ class BusyRow(TypedDict):
     fraction: float | None
 
 
+def busy_over(u: Union, windows: Union) -> tuple[int, float | None]:
+    """The union's length inside ``windows`` (disjoint) and its share of their length, at
+    the document's precision (:func:`~traceview.analysis.base.precision.sig`; None where
+    they have no length). Every busy figure of this module is this one."""
+    covered = int(u.clipped_lengths(windows.starts, windows.ends).sum())
+    total = windows.length()
+    return covered, sig(covered / total) if total > 0 else None
+
+
 def busy_in(u: Union, t0_ns: int, t1_ns: int) -> tuple[int, float | None]:
-    """The union's length inside ``[t0_ns, t1_ns)`` and its share of the window, at the
-    document's precision (:func:`~traceview.analysis.base.precision.sig`; None where the
-    window has no length)."""
+    """:func:`busy_over` the one window ``[t0_ns, t1_ns)``."""
     lo, hi = np.array([t0_ns], dtype=np.int64), np.array([t1_ns], dtype=np.int64)
-    covered = int(u.clipped_lengths(lo, hi)[0])
-    return covered, sig(covered / (t1_ns - t0_ns)) if t1_ns > t0_ns else None
+    return busy_over(u, Union(lo, hi))
 
 
 def busy_window(
@@ -80,11 +86,9 @@ def busy_window(
         )
     if serving is None:
         busy_ns, fraction = busy_in(u, t0, t1)
-    else:
-        inside = subtract(serving, union(*_outside(t0, t1)))
-        busy_ns = int(u.clipped_lengths(inside.starts, inside.ends).sum())
-        window_ns = inside.length()
-        fraction = sig(busy_ns / window_ns) if window_ns > 0 else None
+    else:  # the serving time inside the window
+        inside = merge_windows(np.clip(serving.starts, t0, t1), np.clip(serving.ends, t0, t1))
+        busy_ns, fraction = busy_over(u, inside)
     return {
         "device": device,
         "window_start_ns": t0,
@@ -94,20 +98,10 @@ def busy_window(
     }
 
 
-def _outside(t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
-    """The time before ``t0`` and from ``t1`` on, as intervals."""
-    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-    return np.array([lo, t1], dtype=np.int64), np.array([t0, hi], dtype=np.int64)
-
-
 def busy_fraction(u: Union, lo: np.ndarray, hi: np.ndarray) -> float | None:
-    """Busy share of the union of windows ``[lo, hi)`` (None when they have no length)."""
-    windows = merge_windows(lo.astype(np.int64), hi.astype(np.int64))
-    total = windows.length()
-    if total == 0:
-        return None
-    covered = int(u.clipped_lengths(windows.starts, windows.ends).sum())
-    return covered / total
+    """Busy share of the union of windows ``[lo, hi)`` (:func:`busy_over`; None when they
+    have no length)."""
+    return busy_over(u, merge_windows(lo.astype(np.int64), hi.astype(np.int64)))[1]
 
 
 def no_busy(device: int) -> Busy:
@@ -141,9 +135,8 @@ def busy_document(
     w0, w1 = int(u.starts[0]), int(u.ends[-1])
     if serving is not None:  # the serving steps' spans
         w0, w1 = int(serving.starts[0]), int(serving.ends[-1])
-        busy_ns = int(u.clipped_lengths(serving.starts, serving.ends).sum())
+        busy_ns, fraction = busy_over(u, serving)
         window_ns = serving.length()
-        fraction = sig(busy_ns / window_ns) if window_ns > 0 else None
     else:
         busy_ns, fraction = busy_in(u, w0, w1)
         window_ns = w1 - w0
@@ -159,8 +152,8 @@ def busy_document(
         "window_end_ns": w1,
         "window_ns": window_ns,
         "busy_ns": busy_ns,
-        "in_gaps": sig_or_none(busy_fraction(u, lo, hi)),
-        "in_widest_gaps": sig_or_none(
-            busy_fraction(u, widest["start_ns"].to_numpy(), widest["end_ns"].to_numpy())
+        "in_gaps": busy_fraction(u, lo, hi),
+        "in_widest_gaps": busy_fraction(
+            u, widest["start_ns"].to_numpy(), widest["end_ns"].to_numpy()
         ),
     }

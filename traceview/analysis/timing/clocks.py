@@ -217,12 +217,20 @@ def _other_stream_drained(
     evidence of the clocks (a copy to the host on a side stream, then a synchronize of the
     compute stream, returns before the copy ends)."""
     out = np.zeros(copy.size, dtype=bool)
-    for i in range(copy.size):
-        for j in range(before[i] - 1, max(before[i] - LOOK_BACK, 0) - 1, -1):
-            other = work[j]
-            if other >= 0 and streams[other] != streams[copy[i]]:
-                out[i] = ends[other] <= returned[i]
-                break
+    if copy.size == 0:
+        return out
+    placed = np.flatnonzero(work >= 0)  # the submissions with activity, in order
+    # among them, where the run of one stream that each lies in starts: the one before that
+    # start is the latest earlier submission on another stream (the copy is ``before``'s)
+    stream = streams[work[placed]]
+    run_start = np.zeros(placed.size, dtype=np.int64)
+    change = np.flatnonzero(stream[1:] != stream[:-1]) + 1
+    run_start[change] = change
+    np.maximum.accumulate(run_start, out=run_start)
+    prev = run_start[np.searchsorted(placed, before)] - 1
+    j = placed[np.maximum(prev, 0)]
+    seen = (prev >= 0) & (j >= before - LOOK_BACK)  # within LOOK_BACK submissions
+    out[seen] = ends[work[j[seen]]] <= returned[seen]
     return out
 
 

@@ -412,6 +412,8 @@ def prompt_cost(steps: pl.DataFrame) -> PromptCost:
         )
     notes: list[str] = []
     terms = ["fixed", "per_sequence", "per_prompt_token"]
+    y = timed["time_ns"].to_list()
+    columns = _columns(timed)
     constant = _one_value(timed["sequences"])
     if constant is not None:
         terms = ["fixed", "per_prompt_token"]
@@ -419,14 +421,12 @@ def prompt_cost(steps: pl.DataFrame) -> PromptCost:
             f"per_sequence left out: every step with prompt work runs N = {constant} "
             "decode sequences (its count does not vary)"
         )
-    elif _fit(terms, _columns(timed), timed["time_ns"].to_list()) is None:
+    elif _fit(terms, columns, y) is None:
         terms = ["fixed", "per_prompt_token"]
         notes.append(
             "per_sequence left out: N moves exactly with T (collinear), so the steps "
             "cannot tell a sequence's cost from a token's; per_prompt_token_ns holds both"
         )
-    y = timed["time_ns"].to_list()
-    columns = _columns(timed)
     idle = idle_steps([columns[t] for t in terms], y)
     if idle.any():
         timed = timed.filter(pl.Series(~idle))
