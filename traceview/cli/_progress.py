@@ -9,6 +9,14 @@ from typing import Any
 from traceview.cli._console import stderr
 
 
+def _label(text: str) -> Any:
+    """A bar's label column: its text as written (the console reads no markup, so a
+    markup style tag would print), in the theme's description style."""
+    from rich.progress import TextColumn
+
+    return TextColumn(text, markup=False, style="progress.description")
+
+
 def progress_bar() -> tuple[Callable[[int, int], None], Callable[[], None]]:
     """A progress callback that shows a bar on a terminal once loading passes one second."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
@@ -21,7 +29,7 @@ def progress_bar() -> tuple[Callable[[int, int], None], Callable[[], None]]:
             if time.monotonic() - started < 1.0:
                 return
             bar = Progress(
-                "[progress.description]{task.description}",
+                _label("{task.description}"),
                 BarColumn(),
                 DownloadColumn(),
                 TimeRemainingColumn(),
@@ -52,7 +60,7 @@ def bytes_bar(what: str) -> tuple[Callable[[int, int, int, int], None], Callable
     )
 
     bar = Progress(
-        f"[progress.description]{what}",
+        _label("{task.description}"),
         BarColumn(),
         TextColumn("{task.fields[items]}"),
         TransferSpeedColumn(),
@@ -74,7 +82,7 @@ def count_bar(what: str) -> tuple[Callable[[int, int], None], Callable[[], None]
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
     bar = Progress(
-        f"[progress.description]{what}",
+        _label("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
