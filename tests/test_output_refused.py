@@ -101,7 +101,7 @@ def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
     proc.stdout.readline()
     proc.stdout.close()  # the reader is gone before the rows are all written
     err = proc.stderr.read().decode()
-    assert proc.wait(timeout=60) in (0, 1)
+    assert proc.wait(timeout=60) in (0, 141)  # 141: a shell's code for SIGPIPE, never 1
     assert "Traceback" not in err and "Exception ignored" not in err, err
     assert "Error:" not in err, err
 
@@ -188,3 +188,21 @@ def test_a_dangling_link_at_the_output_is_refused_before_the_work(tmp_path: Path
     with pytest.raises(TraceviewError, match="already exists"):
         check_output(out)
     assert check_output(out, force=True) == out
+
+
+@pytest.mark.slow
+def test_a_table_to_a_closed_pipe_ends_with_141_not_a_check_failure() -> None:
+    """``traceview summarize … | head`` whose reader is gone: rich's own answer to a closed
+    pipe is exit 1, which means a check failed; the command ends quietly with 141, as a shell
+    reports SIGPIPE."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "traceview", "summarize", TRACE],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TRACEVIEW_CACHE": "0"},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # gone before the first row
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, err
+    assert "Traceback" not in err and "Error:" not in err, err

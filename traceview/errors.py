@@ -15,6 +15,7 @@ EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_MISSING_DEPENDENCY = 3
+EXIT_BROKEN_PIPE = 141  # the reader of stdout stopped early: a shell's 128 + SIGPIPE
 
 
 class TraceviewError(Exception):

@@ -12,7 +12,7 @@ from typing import IO, Any
 import click
 
 from traceview import environ
-from traceview.errors import EXIT_OK, TraceviewError, TraceviewWarning
+from traceview.errors import EXIT_BROKEN_PIPE, EXIT_OK, TraceviewError, TraceviewWarning
 from traceview.render.safe import line
 
 
@@ -90,7 +90,9 @@ class _Group(click.Group):
                 # commands print trace.meta.warnings themselves, once, in a summary line
                 warnings.simplefilter("ignore", TraceviewWarning)
                 show_deprecations()
-                return self._invoke_and_publish(ctx)
+                result = self._invoke_and_publish(ctx)
+                sys.stdout.flush()  # a closed pipe is met here, not in click's own net (exit 1)
+                return result
         except TraceviewError as exc:
             if ctx.params.get("debug"):
                 raise
@@ -99,7 +101,7 @@ class _Group(click.Group):
             ctx.exit(exc.exit_code)
         except BrokenPipeError:  # the reader stopped early (``| head``): end quietly
             _drop_stdout()
-            ctx.exit(1)
+            ctx.exit(EXIT_BROKEN_PIPE)
         except OSError as exc:  # what the system refused a write that has no message of ours
             if ctx.params.get("debug"):
                 raise
@@ -142,7 +144,8 @@ class _Group(click.Group):
 def cli(debug: bool, no_cache: bool) -> None:
     """Analyse GPU profiler traces of LLM inference engines.
 
-    Exit codes: 0 ok, 1 a check failed, 2 bad input or usage, 3 missing optional dependency.
+    Exit codes: 0 ok, 1 a check failed, 2 bad input or usage, 3 missing optional dependency,
+    141 the reader of the output stopped early.
     """
     if no_cache:
         # the switch the cache reads, so the run and scan workers see it too; for this

@@ -14,6 +14,7 @@ from traceview.analysis.base.capture_document import (
 )
 from traceview.render.format import fmt_count, fmt_ns, fmt_ratio, fmt_value
 from traceview.render.safe import line
+from traceview.render.stdout import Stdout
 from traceview.render.table import Table
 
 
@@ -22,7 +23,7 @@ def render_itl(rows: list[tuple[str, ItlDocument]], console: Console | None = No
     first token per population (each percentile with its n), the engine's counters over
     the workload with the re-prefill check and what it cannot see, and the injection
     window on the trace's clock, with the bound on its error (or why there is none)."""
-    out = console or Console(highlight=False)
+    out = console or Stdout(highlight=False)
     table = Table(title="victims' inter-token latency", title_justify="left")
     for col in ("run", "population", "n", "p50", "p90", "p99", "max"):
         table.add_column(col, justify="left" if col in ("run", "population") else "right")
@@ -142,7 +143,7 @@ def _check(check: PrefillCheck | None) -> str:
 def render_itl_diff(doc: ItlDiffDocument, console: Console | None = None) -> None:
     """Two captures side by side: each figure with its n, A, B, B/A and the verdict (a
     latency percentile only, where both populations support it)."""
-    out = console or Console(highlight=False)
+    out = console or Stdout(highlight=False)
     table = Table(title=Text(f"A = {line(doc['a'])}\nB = {line(doc['b'])}"), title_justify="left")
     for col in ("section", "figure", "A", "B", "B/A", "verdict"):
         table.add_column(col, justify="right" if col in ("A", "B", "B/A") else "left")

@@ -7,12 +7,13 @@ from rich.console import Console
 
 from traceview.analysis.base.document import RunDocument
 from traceview.render.format import fmt_ns, fmt_pct
+from traceview.render.stdout import Stdout
 from traceview.render.table import Table
 
 
 def render_run(doc: RunDocument, console: Console | None = None) -> None:
     """The ``summarize`` screen of a run: one row per rank, then skew and the straggler."""
-    out = console or Console(highlight=False)
+    out = console or Stdout(highlight=False)
     from rich import box
 
     ranks = Table(

@@ -52,6 +52,7 @@ from traceview.render.format import (
     widest_line,
 )
 from traceview.render.safe import line
+from traceview.render.stdout import Stdout
 
 
 def _text(value: RenderableType) -> RenderableType:
@@ -75,7 +76,7 @@ class Table(rich_table.Table):
 
 def render_info(doc: InfoDocument, console: Console | None = None) -> None:
     """The ``info`` tables: what the trace holds."""
-    out = console or Console(highlight=False)
+    out = console or Stdout(highlight=False)
     facts = Table(show_header=False, box=None, title="trace", title_justify="left")
     facts.add_column(style="bold")
     facts.add_column()
@@ -120,7 +121,7 @@ def _steps(n: int) -> str:
 
 def render_summary(doc: SummaryDocument, console: Console | None = None) -> None:
     """The ``summarize`` screen: facts, families, phases with cadence, gaps, busy."""
-    out = console or Console(highlight=False)
+    out = console or Stdout(highlight=False)
     t, s, b = doc["trace"], doc["steps"], doc["busy"]
     facts = Table(show_header=False, box=None, title="trace", title_justify="left")
     facts.add_column(style="bold")
@@ -308,7 +309,7 @@ BATCH_ROWS = 30  # batch sizes shown on the screen (all of them are in --json)
 def render_cost(doc: CostDocument, console: Console | None = None) -> None:
     """``traceview cost``: the traces pooled, the fits, and per decode batch size its
     steps' mean time, the fit's, and the tokens per second each gives."""
-    out = console or Console(highlight=False)
+    out = console or Stdout(highlight=False)
     traces = Table(title=f"steps pooled from {len(doc['traces'])} trace(s)", title_justify="left")
     for col in ("trace", "steps", "decode", "batch", "prompt"):
         traces.add_column(col, justify="left" if col == "trace" else "right")
@@ -345,7 +346,7 @@ def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> Non
     kernels. A row not judged says why in its verdict's place. Identical inputs: one
     line."""
 
-    out = console or Console(highlight=False)
+    out = console or Stdout(highlight=False)
     if d.unchanged:
         out.print(Text(UNCHANGED), soft_wrap=True)
         return
@@ -395,7 +396,7 @@ def render_diff(d: Diff, limit: int = 40, console: Console | None = None) -> Non
 
 def render_check(result: CheckResult, console: Console | None = None) -> None:
     """The ``check`` table: every check, its value, and whether it held."""
-    out = console or Console(highlight=False)
+    out = console or Stdout(highlight=False)
     table = Table(title="checks", title_justify="left")
     for col in ("check", "value", "result"):
         table.add_column(col, justify="right" if col == "value" else "left")
