@@ -622,14 +622,17 @@ def test_the_warmup_line_names_the_steps_that_hold_it() -> None:
 
 
 def test_check_refuses_a_trace_whose_every_step_is_warmup(tmp_path: Path) -> None:
-    """do_bench alone: no serving step to judge. check says so in one line, as it does of
-    a capture of CUDA-graph capture alone, and draws no table of checks."""
+    """do_bench alone: no serving step to judge. check refuses it in one line, as it does
+    a capture of CUDA-graph capture alone, exit 2: a gate with nothing to judge never
+    passes. It draws no table of checks."""
     kernels, _, _ = do_bench()
     path = str(_stream(tmp_path, kernels * 3).meta.path)
     result = CliRunner().invoke(cli, ["check", path, "--max", "busy.fraction=0.9"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2, result.output
     assert "checks" not in result.stdout
-    said = [x for x in result.stderr.splitlines() if x.startswith(f"{path}: no serving steps")]
+    said = [
+        x for x in result.stderr.splitlines() if x.startswith(f"Error: {path}: no serving steps")
+    ]
     assert len(said) == 1 and "Triton autotuning of _attn_fwd_tuned in step 0" in said[0]
 
 

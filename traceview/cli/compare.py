@@ -114,6 +114,20 @@ def _summary_or_run(
     return summarize_trace(path, analysis, label=label, strict=strict)
 
 
+def _checked(
+    path: str, label: str, jobs: int | None, strict: bool, analysis: AnalysisConfig
+) -> Summary | RunSummary:
+    """A side of ``check``: a trace with no serving step (CUDA-graph capture alone, or
+    every step warm-up) is bad input there, exit 2: a gate with nothing to judge never
+    passes (the commands that only show a trace say so and exit 0)."""
+    from traceview.errors import CaptureOnlyError, CheckError
+
+    try:
+        return _summary_or_run(path, label, jobs, strict, analysis)
+    except CaptureOnlyError as exc:
+        raise CheckError(f"{label}{exc}; no figure to check") from exc
+
+
 def _warmup_said(x: Summary | RunSummary | None) -> str | None:
     """A trace's warm-up line where its figures leave warm-up out (None otherwise)."""
     from traceview.analysis.documents.summary import Summary, warmup_line
@@ -239,15 +253,13 @@ def check_command(
     ruleset = Bounds(
         maximum=bounds_max,
         minimum=bounds_min,
-        baseline=_summary_or_run(baseline, "baseline: ", jobs, strict, analysis)
-        if baseline
-        else None,
+        baseline=_checked(baseline, "baseline: ", jobs, strict, analysis) if baseline else None,
         max_regression=parse_value(regression, "--max-regression", "fraction")
         if regression
         else None,
         prefill_growth=growth_bound,
     )
-    subject = _summary_or_run(trace, "", jobs, strict, analysis)
+    subject = _checked(trace, "", jobs, strict, analysis)
     # a figure over fewer steps than the trace holds: say which were left out, and why
     sides: list[tuple[str, str | None, Summary | RunSummary | None]] = [
         ("", trace, subject),
