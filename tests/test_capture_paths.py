@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from traceview.capture import recorder
 from traceview.capture.collect import collect, trusted
 from traceview.capture.probe import ProbeConfig
-from traceview.capture.recorder import quiet_profiler
+from traceview.capture.recorder import quiet_profiler, start_profiler, stop_profiler
 from traceview.errors import CaptureError
 
 NAME = "lab_1796212790354.pt.trace.json.gz"
@@ -90,3 +93,61 @@ def test_all_of_it_comes_through_when_the_profiler_fails(
         os.write(2, EXTERNAL + USDT)
         raise RuntimeError("kineto failed")
     assert capfd.readouterr().err == (EXTERNAL + USDT).decode()
+
+
+# kineto of a GPU build where torch sees no GPU: in its own log format, and in glog's
+NO_GPU = (
+    b"ERROR:2026-12-07 13:01:02 4242:4243 DeviceProperties.cpp:56] "
+    b"gpuGetDeviceCount failed with code 35\n"
+)
+NO_GPU_GLOG = (
+    b"E1207 13:01:02.123456  4243 DeviceProperties.cpp:60] gpuGetDeviceCount failed with code 100\n"
+)
+NO_PROPS = (
+    b"ERROR:2026-12-07 13:01:02 4242:4243 DeviceProperties.cpp:66] "
+    b"gpuGetDeviceProperties failed with 3\n"
+)
+
+
+class _Profile:
+    """torch.profiler.profile as kineto of a GPU build behaves on a machine with no GPU:
+    it says so on stderr when it starts and when it writes the trace."""
+
+    def __init__(self, **_kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> _Profile:
+        os.write(2, NO_GPU + NO_GPU_GLOG + NO_PROPS)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        os.write(2, USDT)
+
+    def export_chrome_trace(self, path: str) -> None:
+        os.write(2, NO_GPU)
+        Path(path).write_text('{"traceEvents": []}')
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["torch-sees-no-gpu", "torch-sees-a-gpu"])
+def test_the_gpu_count_failure_is_held_back_where_torch_sees_no_gpu(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    gpu: bool,
+) -> None:
+    """A CUDA build of torch on a machine with no GPU: kineto cannot count the GPUs, and
+    that line reached the user of ``traceview demo``. Where torch sees a GPU, the same
+    line means the trace has no device properties: it is shown."""
+    torch = SimpleNamespace(
+        cuda=SimpleNamespace(is_available=lambda: gpu),
+        profiler=SimpleNamespace(
+            profile=_Profile, ProfilerActivity=SimpleNamespace(CPU="cpu", CUDA="cuda")
+        ),
+    )
+    monkeypatch.setattr(recorder, "_torch", lambda: torch)
+    trace = stop_profiler(start_profiler(str(tmp_path), "lab"))
+    assert Path(trace).name == "lab.pt.trace.json.gz"
+    err = capfd.readouterr().err
+    assert err == (
+        (NO_GPU + NO_GPU_GLOG + NO_PROPS + NO_GPU).decode() if gpu else NO_PROPS.decode()
+    )

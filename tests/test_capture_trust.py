@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -168,6 +169,43 @@ def test_a_client_that_leaves_stops_its_generation(tmp_path: Path) -> None:
                 time.sleep(0.05)
             assert _generated(server) > streamed  # it started
         assert _settles(server), "non-streaming: still generating after the client left"
+
+
+def test_a_stream_whose_client_left_gets_no_more_writes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's loop falls behind (a loaded machine) while its client leaves: the
+    tokens queued meanwhile are not written to the closed socket. They were, each write
+    past the fifth a line ``socket.send() raised exception.`` on the demo's stderr."""
+    with LabServer(CFG, str(tmp_path), max_tokens_cap=1_000_000) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        conn = socket.create_connection((host, int(port)))
+        payload = b'{"prompt": "hi", "max_tokens": 1000000, "stream": true}'
+        conn.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: application/json\r\n"
+            + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
+        seen = b""
+        while seen.count(b"data:") < 3:  # streaming
+            seen += conn.recv(1 << 16)
+        holding = threading.Event()
+
+        def behind() -> None:
+            """Hold the server's loop until the engine has queued 30 more tokens."""
+            holding.set()
+            target, deadline = _generated(server) + 30, time.monotonic() + 30
+            while _generated(server) < target and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+        server.server.servers[0].get_loop().call_soon_threadsafe(behind)
+        assert holding.wait(10)
+        conn.close()  # the client leaves while the loop is held
+        assert _settles(server), "still generating after the client left"
+    assert _generated(server) >= 33  # the backlog was there to write
+    lost = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+    assert lost == []
 
 
 def test_sigterm_ends_the_server_within_5_s(tmp_path: Path) -> None:

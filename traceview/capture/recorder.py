@@ -49,21 +49,30 @@ _KINETO_NOISE = re.compile(
     rb"^(?:(?:USDT|STAGE):\d{4}-\d\d-\d\d \S+ \d+:\d+ \S+\.cpp:\d+\] "
     rb"|ERROR: External init callback must run in same thread as registerClient )"
 )
+# What kineto of a GPU build writes where torch sees no GPU (no driver, no device): it
+# cannot count the GPUs. In its own log format or glog's. Noise only there: where torch
+# sees a GPU, the same line means the trace has no device properties, and it is shown.
+_NO_GPU_NOISE = re.compile(
+    rb"^(?:ERROR:\d{4}-\d\d-\d\d \S+ \d+:\d+|E\d{4} \S+ +\d+) \S+\.cpp:\d+\] "
+    rb"gpuGetDeviceCount failed with code -?\d+\s*$"
+)
 
 
 _HOLDING = threading.RLock()  # fd 2 is the process's: one holder at a time
 
 
 @contextmanager
-def quiet_profiler() -> Iterator[None]:
+def quiet_profiler(*, no_gpu: bool = False) -> Iterator[None]:
     """Run the block with the process's stderr (fd 2) held back, then write it out less
-    kineto's known lines (:data:`_KINETO_NOISE`); when the block raises, all of it, as
-    written. Anything else written to stderr meanwhile (any thread) comes out after."""
+    kineto's known lines (:data:`_KINETO_NOISE`, and with ``no_gpu``, torch seeing no GPU,
+    :data:`_NO_GPU_NOISE`); when the block raises, all of it, as written. Anything else
+    written to stderr meanwhile (any thread) comes out after."""
+    noise = (_KINETO_NOISE, _NO_GPU_NOISE) if no_gpu else (_KINETO_NOISE,)
     with _HOLDING:
-        yield from _held_back()
+        yield from _held_back(noise)
 
 
-def _held_back() -> Iterator[None]:
+def _held_back(noise: tuple[re.Pattern[bytes], ...]) -> Iterator[None]:
     try:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -83,9 +92,13 @@ def _held_back() -> Iterator[None]:
             os.close(saved)
             held.seek(0)
             lines = held.read().splitlines(keepends=True)
-            kept = [line for line in lines if failed or not _KINETO_NOISE.match(line)]
+            kept = [line for line in lines if failed or not any(p.match(line) for p in noise)]
             if kept:
                 os.write(2, b"".join(kept))
+
+
+def _no_gpu(torch: Any) -> bool:
+    return not torch.cuda.is_available()
 
 
 def _activities(torch: Any) -> list[Any]:
@@ -113,14 +126,14 @@ def start_profiler(out_dir: str, name: str) -> Any:
     prof = torch.profiler.profile(
         activities=_activities(torch), record_shapes=False, with_stack=False
     )
-    with quiet_profiler():
+    with quiet_profiler(no_gpu=_no_gpu(torch)):
         prof.__enter__()
     prof._traceview_out = Path(out_dir) / f"{name}.pt.trace.json.gz"
     return prof
 
 
 def stop_profiler(prof: Any) -> str:
-    with quiet_profiler():
+    with quiet_profiler(no_gpu=_no_gpu(_torch())):
         prof.__exit__(None, None, None)
         return str(_export(prof, prof._traceview_out))
 
@@ -172,8 +185,9 @@ def record(
         record_shapes=record_shapes,
         with_stack=with_stack,
     )
+    no_gpu = _no_gpu(torch)
     try:  # the profiler's calls under quiet_profiler, the step function's output as it comes
-        with quiet_profiler():
+        with quiet_profiler(no_gpu=no_gpu):
             prof.__enter__()
         try:
             for _ in range(wait + warmup + steps):
@@ -182,10 +196,10 @@ def record(
                 if torch.cuda.is_available():
                     torch.cuda.synchronize()
                 walls.append(time.perf_counter() - s)
-                with quiet_profiler():
+                with quiet_profiler(no_gpu=no_gpu):
                     prof.step()
         finally:
-            with quiet_profiler():
+            with quiet_profiler(no_gpu=no_gpu):
                 prof.__exit__(None, None, None)
     except (MissingDependencyError, CaptureError):
         raise

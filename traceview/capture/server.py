@@ -250,6 +250,9 @@ def create_app(
                     if running_usage:
                         chunk["usage"] = usage(done)
                     yield f"data: {json.dumps(chunk)}\n\n"
+                    # one loop turn between writes: a client that left is seen (uvicorn
+                    # learns it a turn after the socket closes) before the next write
+                    await asyncio.sleep(0)
                 if final_usage:
                     last = {"id": rid, "object": "text_completion", "created": created}
                     last.update(model="lab", choices=[], usage=usage(done))
