@@ -457,3 +457,92 @@ def test_a_step_head_marks_a_drafters_steps_past_many_run_counts_and_stalls(
     _as_planted(summary, planted)
     if "stall_p" in fields:  # the stalls are planted inside steps
         assert planted["plan"]["stall_p"] == fields["stall_p"]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"layers": 1, "steps": 50, "generate": 5},
+        {"layers": 2, "steps": 50, "generate": 5},
+        {"layers": 4, "steps": 50, "generate": 5},
+        {"layers": 1, "steps": 50, "generate": 5, "profiler_steps": False},
+        {"layers": 32, "steps": 48, "generate": 8, "pause_ns": 60_000, "profiler_steps": False},
+        {
+            "layers": 32,
+            "steps": 48,
+            "generate": 8,
+            "pause_ns": 60_000,
+            "generate_pause_ns": 600_000,
+            "profiler_steps": False,
+        },
+        {
+            "layers": 8,
+            "steps": 48,
+            "generate": 8,
+            "pause_ns": 60_000,
+            "generate_pause_ns": 600_000,
+            "profiler_steps": False,
+        },
+    ],
+    ids=[
+        "1-layer-generate",
+        "2-layers-generate",
+        "4-layers-generate",
+        "1-layer-loop",
+        "multi-step-32",
+        "multi-step-32-600us",
+        "multi-step-8-600us",
+    ],
+)
+@pytest.mark.parametrize("call_setup", [True, False], ids=["call-setup", "no-setup"])
+def test_a_loop_whose_calls_run_their_own_kernels_keeps_its_steps(
+    tmp_path: Path, fields: dict, call_setup: bool
+) -> None:
+    """Probe p2, finding 1: each generate() call first runs its own kernels (the input ids
+    copied to the device, an arange, a fill), and every step its embedding, final norm,
+    lm_head and argmax. The call's kernels run at the loop's boundaries only, as a step's
+    head does at the steps': 1 layer read as 10 steps of 5 layers (truth 50, cadence p50
+    433 µs, read 3.38 ms), and a multi-step scheduler's 8 steps of 32 layers a host call
+    as 6 steps of 256 layers, with no warning. The argmax and the embedding lookup at
+    every step boundary never run between two layers: those boundaries are the steps'.
+    Without the call's kernels (finding 8) the steps were right, but a warning said they
+    read two ways."""
+    from fixtures.spec import SpecPlan
+
+    plan = SpecPlan(edges=True, call_setup=call_setup, **fields)
+    summary, planted = _spec_steps(tmp_path, plan)
+    _as_planted(summary, planted)
+    assert summary.to_dict()["steps"]["layers"] == fields["layers"]
+    assert not any("read two ways" in w for w in summary.warnings), summary.warnings
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"layer_pause_ns": 75_000},
+        {"layer_pause_ns": 150_000, "pause_ns": 1_000_000},
+        {"layer_pause_ns": 75_000, "layer_pause_every": 2},
+        {"layer_pause_ns": 75_000, "generate": 5, "call_setup": True},
+        {
+            "layer_pause_ns": 75_000,
+            "layer_pause_every": 2,
+            "generate": 5,
+            "call_setup": True,
+            "profiler_steps": False,
+        },
+    ],
+    ids=["every-75us", "every-150us-1ms", "second-75us", "in-calls", "second-in-calls"],
+)
+def test_layers_that_wait_on_the_host_keep_their_steps_beside_step_edges(
+    tmp_path: Path, fields: dict
+) -> None:
+    """The other reading of the same evidence: 8 layers that wait on the host (an eager MoE
+    layer's sync), each step with its embedding, final norm, lm_head and argmax, inside
+    generate() calls that run their own kernels or not. The argmax and the embedding run
+    at the steps' boundaries only, not at the host waits: the steps hold 8 layers."""
+    from fixtures.spec import SpecPlan
+
+    plan = SpecPlan(layers=8, steps=40, edges=True, **fields)
+    summary, planted = _spec_steps(tmp_path, plan)
+    _as_planted(summary, planted)
+    assert not any("read two ways" in w for w in summary.warnings), summary.warnings

@@ -139,13 +139,15 @@ def _by_segment(
     and graph replays falls between two steps. L, the words and the strength are the
     largest segment's."""
     mask = np.zeros(idle.size, dtype=bool)
-    at, code = names
+    at, code, step_edge = names
     best: tuple[int, int | None, str, bool] | None = None
     caveat = None
     for first, end in segments:
         lo, hi = max(first - 1, 0), min(end, idle.size)  # its boundaries, edges included
         mine = (at >= lo) & (at < hi)
-        found = choose_boundaries(idle[lo:hi], others, None, None, (at[mine] - lo, code[mine]))
+        found = choose_boundaries(
+            idle[lo:hi], others, None, None, (at[mine] - lo, code[mine], step_edge[mine])
+        )
         mask[lo:hi] = found[0]
         caveat = caveat or found[4]
         if best is None or end - first > best[0]:
@@ -161,18 +163,22 @@ def _by_segment(
 
 def _boundary_names(k: DeviceKernels, last_marker: I64, next_start: I64) -> BoundaryNames:
     """The kernels that start between two bursts, strictly after one's last marker and
-    before the next one's start: per boundary, each kernel name (as a code) once."""
+    before the next one's start: per boundary, each kernel name (as a code) once, and
+    whether that name runs at a step's edge only (:attr:`DeviceKernels.edge`)."""
+    none = np.zeros(0, dtype=np.int64)
     if last_marker.size == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return none, none, np.zeros(0, dtype=bool)
     between = ~k.marker
     ts = k.ts[between]
     at = np.searchsorted(last_marker, ts, side="left") - 1
     ok = (at >= 0) & (ts < next_start[np.maximum(at, 0)])
     codes = k.frame["name"].cast(pl.String).cast(pl.Categorical).to_physical().to_numpy()
     if not ok.any():
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    pairs = np.unique(np.stack((at[ok], codes[between][ok].astype(np.int64))), axis=1)
-    return pairs[0], pairs[1]
+        return none, none, np.zeros(0, dtype=bool)
+    edge = np.zeros(ok.size, dtype=np.int64) if k.edge is None else k.edge[between].astype(np.int64)
+    rows = np.stack((at[ok], codes[between][ok].astype(np.int64), edge[ok]))
+    pairs = np.unique(rows, axis=1)  # a name is an edge kernel or not: one row a pair
+    return pairs[0], pairs[1], pairs[2].astype(bool)
 
 
 def idle_candidate(k: DeviceKernels, u: Union) -> Candidate:

@@ -127,15 +127,16 @@ def _every(n: int, period: int, phase: int) -> np.ndarray:
 
 
 # what lies between two bursts: per boundary (its index) the names (codes) of the kernels
-# that run there, each pair once; a step's own head and tail (embedding, final norm,
-# lm_head, sampling) run at step boundaries only, never between two of its layers
-BoundaryNames = tuple[np.ndarray, np.ndarray]
+# that run there, each pair once, and whether the name is a step-edge kernel (the rules'
+# step_edge role: sampling, the embedding lookup); a step's own head and tail (embedding,
+# final norm, lm_head, sampling) run at step boundaries only, never between two of its layers
+BoundaryNames = tuple[np.ndarray, np.ndarray, np.ndarray]
 COMMON = 0.8  # a name common to a set of boundaries runs in at least this share of them
 
 
 def _common(names: BoundaryNames, chosen: np.ndarray) -> set[int]:
     """The kernel names that run in at least :data:`COMMON` of the ``chosen`` boundaries."""
-    at, code = names
+    at, code = names[0], names[1]
     n = int(chosen.sum())
     if n == 0 or at.size == 0:
         return set()
@@ -144,17 +145,52 @@ def _common(names: BoundaryNames, chosen: np.ndarray) -> set[int]:
     return {int(c) for c, m in zip(codes, counts, strict=True) if m >= COMMON * n}
 
 
-def step_head(names: BoundaryNames | None, coarse: np.ndarray, fine: np.ndarray) -> bool:
-    """Whether the ``coarse`` boundaries hold kernels that the ``fine`` ones (the other
-    candidates for a step boundary) lack: a step's own head or tail, so the coarse ones are
-    the steps and the fine ones lie between layers. False where nothing tells them apart."""
+def _edge_names(names: BoundaryNames) -> set[int]:
+    """The codes of the names that run at a step's edge only (the rules' ``step_edge``)."""
+    return {int(c) for c in distinct(names[1][names[2]])} if names[2].any() else set()
+
+
+def _reading(
+    names: BoundaryNames | None,
+    coarse: np.ndarray,
+    fine: np.ndarray,
+    inner: np.ndarray | None = None,
+) -> str | None:
+    """Which boundaries the kernels between the bursts call the steps': ``coarse``
+    (the ``fine`` ones lie between layers), ``fine`` (the ``coarse`` ones are a loop
+    around steps, each of them a step boundary too), ``both`` where each set holds kernels
+    the other lacks and nothing settles it, else None.
+
+    A step's head and tail run at its boundaries only, never between two of its layers.
+    So kernels common to the coarse boundaries that the fine ones lack mark the coarse
+    ones. Kernels common to the fine boundaries (and to the coarse,
+    which are step boundaries in both readings) mark the fine ones where they never run
+    between two layers: where they are step-edge kernels (sampling, the embedding lookup),
+    or where they are missing from ``inner``, the boundaries that lie between layers in
+    both readings. Step-edge kernels settle it first: a loop's own setup kernels (a
+    ``generate()`` call's input copy, ``arange``, fill) run at its boundaries only, as a
+    step's head does at the steps'."""
     if names is None or not coarse.any() or not fine.any():
-        return False
-    return bool(_common(names, coarse) - _common(names, fine))
+        return None
+    on, off = _common(names, coarse), _common(names, fine)
+    edge = _edge_names(names)
+    if off & on & edge:
+        return "fine"
+    head = on - off
+    if head & edge:
+        return "coarse"
+    fine_head = set()
+    if inner is not None and inner.sum() >= PERIODIC_MIN_STEPS:
+        fine_head = (off & on) - _common(names, inner)
+    if head and fine_head:
+        return "both"
+    if head:
+        return "coarse"
+    return "fine" if fine_head else None
 
 
 def _heads(names: BoundaryNames | None, chosen: np.ndarray) -> np.ndarray | None:
-    """Where the ``chosen`` boundaries hold a step's head (:func:`step_head`): per
+    """Where the ``chosen`` boundaries hold a step's head (:func:`_reading`): per
     boundary, whether it holds any of the kernels common to the chosen ones and not to the
     others; None where no kernel tells them apart."""
     if names is None or not chosen.any() or chosen.all():
@@ -162,7 +198,7 @@ def _heads(names: BoundaryNames | None, chosen: np.ndarray) -> np.ndarray | None
     head = _common(names, chosen) - _common(names, ~chosen)
     if not head:
         return None
-    at, code = names
+    at, code = names[0], names[1]
     holds = np.zeros(chosen.size, dtype=bool)
     holds[at[np.isin(code, list(head))]] = True
     return holds
@@ -177,6 +213,15 @@ def _two_readings(coarse: int, fine: int, chosen: int) -> str:
         f"burst{'s' if fine != 1 else ''} a step inside a loop around steps (a program's "
         "generate() calls); no kernel between the bursts tells them apart: read as "
         f"{chosen} a step; set --layers {other} for the other reading"
+    )
+
+
+def _edges_every_burst(period: int) -> str:
+    """The words where every burst is a step because its boundaries hold a step's edge."""
+    return (
+        "every step-marker burst: the kernels between every two hold a step's edge "
+        "(sampling, the embedding lookup), which never runs between two layers; the longer "
+        f"pause every {period} bursts is a loop around steps (a program's generate() calls)"
     )
 
 
@@ -257,7 +302,7 @@ def choose_boundaries(
     every boundary's gap stands out above them, every burst is a step (one full-attention
     layer per step). ``names``: the kernels between the bursts (:data:`BoundaryNames`):
     boundaries that hold a step's own head or tail are step boundaries where the pauses
-    alone read two ways (:func:`step_head`).
+    alone read two ways (:func:`_reading`).
     """
     found = _choose(idle, others, layers, step_gap_ns, names)
     if len(found) == 5:
@@ -297,7 +342,10 @@ def _choose(
         score, period, phase = best
         on = _every(n, period, phase)
         caveat = None
-        if _sharp_off_phase(idle, others, on) and not step_head(names, on, ~on):
+        reading = _reading(names, on, ~on) if _sharp_off_phase(idle, others, on) else "coarse"
+        if reading == "fine":
+            return np.ones(n, dtype=bool), 1, _edges_every_burst(period), True, None
+        if reading != "coarse":
             # every burst could be a step: the period's pauses a loop around them, or its
             # bursts a model's layers that wait on the host; the pauses decide, and say so
             looped = _loop_around_steps(idle, others, period, phase)
@@ -307,10 +355,13 @@ def _choose(
         coarser = _coarser(idle, on)
         if coarser is not None:
             mask, q, ratio = coarser
-            if step_head(names, mask, on & ~mask):
+            reading = _reading(names, mask, on & ~mask, ~on)
+            if reading == "coarse":
                 period *= q
                 on = mask
-            elif caveat is None and others.size and ratio >= NATURAL_BREAK:
+            elif reading == "both" and caveat is None:
+                caveat = _two_readings(period * q, period, period)
+            elif reading is None and caveat is None and others.size and ratio >= NATURAL_BREAK:
                 # both could be steps' pauses: the finer one, unless it is far above the
                 # gaps inside steps (a step's pause, as the loop rule reads it), may be a
                 # host wait inside a step
@@ -366,7 +417,10 @@ def _choose(
             coarse = idle >= finer[0]
             # host waits between layers below it, where its pauses hold the step's head and
             # are enough to be believed
-            if coarse.sum() > PERIODIC_MIN_STEPS and step_head(names, coarse, mask & ~coarse):
+            if (
+                coarse.sum() > PERIODIC_MIN_STEPS
+                and _reading(names, coarse, mask & ~coarse, ~mask) == "coarse"
+            ):
                 threshold, mask = finer[0], coarse
         heads = _heads(names, mask)
         if heads is not None:  # a host stall inside a step holds no step head: no boundary
