@@ -546,3 +546,15 @@ def test_layers_that_wait_on_the_host_keep_their_steps_beside_step_edges(
     summary, planted = _spec_steps(tmp_path, plan)
     _as_planted(summary, planted)
     assert not any("read two ways" in w for w in summary.warnings), summary.warnings
+
+
+def test_a_pause_that_stands_out_150x_reads_one_way(tmp_path: Path) -> None:
+    """Probe p2, finding 8: one layer, a 300 µs pause between steps (150× the 2 µs gaps)
+    and 1.5 ms between generate() calls, no kernel that marks a step's edge. A host wait
+    inside a step does not idle the device a hundred times its launch gaps: every burst is
+    a step, and no warning says the bursts read two ways."""
+    from fixtures.spec import SpecPlan
+
+    summary, planted = _spec_steps(tmp_path, SpecPlan(layers=1, steps=50, generate=5))
+    _as_planted(summary, planted)
+    assert not any("read two ways" in w for w in summary.warnings), summary.warnings

@@ -225,7 +225,7 @@ def _edges_every_burst(period: int) -> str:
     )
 
 
-def _loop_around_steps(idle: I64, others: I64, period: int, phase: int) -> str | None:
+def _loop_around_steps(idle: I64, others: I64, period: int, phase: int) -> tuple[str | None, bool]:
     """Whether a period of ``period`` bursts is a loop around one-burst steps (a program's
     ``generate()`` calls, each of a few steps of a one-layer model) rather than a model of
     ``period`` layers: the boundaries off the period's phase nearly all (80%) stand out
@@ -236,23 +236,25 @@ def _loop_around_steps(idle: I64, others: I64, period: int, phase: int) -> str |
     pause that sharp is at any layer count (the words saying so); else None. A model whose
     every layer waits on the host (an MoE layer's sync: 50 µs over 2 µs launch gaps, 25×,
     against a 300 µs pause between steps, 6×) keeps its period: its layers' pauses lie
-    about as far from the gaps as from that pause."""
+    about as far from the gaps as from that pause. Also whether the pauses off the phase
+    stand out :data:`LOOP_SHARP` times or more: too sharp for a host wait, they settle
+    the reading."""
     if period < 2 or others.size == 0:
-        return None
+        return None, False
     typical = float(np.quantile(others, 0.99))
     on = _every(idle.size, period, phase)
     off = idle[~on]
     if typical <= 0 or off.size == 0 or (off >= SHARP_BREAK * typical).mean() < PERIODIC_MIN_SCORE:
-        return None
+        return None, False
     inner = float(np.median(off))
     below, above = inner / typical, float(np.median(idle[on])) / inner
     if below < LOOP_SHARP and below < above**2:
-        return None
+        return None, False
     return (
         f"every step-marker burst: the pause between two stands out {below:.0f}× above the "
         f"gaps inside steps; the {above:.1f}× longer pause every {period} bursts is a loop "
         "around steps (a program's generate() calls), not a model's layers"
-    )
+    ), below >= LOOP_SHARP
 
 
 def _sharp_off_phase(idle: I64, others: I64, on: np.ndarray) -> bool:
@@ -348,8 +350,10 @@ def _choose(
         if reading != "coarse":
             # every burst could be a step: the period's pauses a loop around them, or its
             # bursts a model's layers that wait on the host; the pauses decide, and say so
-            looped = _loop_around_steps(idle, others, period, phase)
-            caveat = _two_readings(period, 1, 1 if looped else period)
+            # unless they stand out too sharply for a host wait
+            looped, sure = _loop_around_steps(idle, others, period, phase)
+            if not sure:
+                caveat = _two_readings(period, 1, 1 if looped else period)
             if looped is not None:
                 return np.ones(n, dtype=bool), 1, looped, True, caveat
         coarser = _coarser(idle, on)
