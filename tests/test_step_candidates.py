@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -338,6 +339,11 @@ def test_a_drafter_run_a_varying_number_of_times_keeps_its_steps_at_any_layer_co
     summary, planted = _spec_steps(tmp_path, plan)
     assert len({s["bursts"] for s in planted["steps"]}) > 1  # the steps differ
     _as_planted(summary, planted)
+    # steps.layers: the most common burst count (the smallest of equally common ones) of the
+    # steps but the first and the last, as docs/metrics.md says; not the target's layers
+    counts = Counter(s["bursts"] for s in planted["steps"][1:-1])
+    most = max(counts.values())
+    assert summary.to_dict()["steps"]["layers"] == min(c for c, m in counts.items() if m == most)
 
 
 @pytest.mark.parametrize(
