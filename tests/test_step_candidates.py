@@ -564,3 +564,31 @@ def test_a_pause_that_stands_out_150x_reads_one_way(tmp_path: Path) -> None:
     summary, planted = _spec_steps(tmp_path, SpecPlan(layers=1, steps=50, generate=5))
     _as_planted(summary, planted)
     assert not any("read two ways" in w for w in summary.warnings), summary.warnings
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"layer_pause_ns": 75_000, "pause_ns": 300_000},
+        {"layer_pause_ns": 150_000, "pause_ns": 1_000_000},
+        {"layer_pause_ns": 75_000, "pause_ns": 300_000, "head": True},
+        {"layer_pause_ns": 75_000, "pause_ns": 300_000, "edges": True},
+    ],
+    ids=["75us-300us", "150us-1ms", "with-head", "with-edges"],
+)
+def test_an_moe_whose_sampler_shares_its_routers_kernels_keeps_its_steps(
+    tmp_path: Path, fields: dict
+) -> None:
+    """Probe p2, finding 7: 8 eager MoE layers, each waiting on the host between its router
+    (GEMM, softmax, top-k) and its experts, and a sampler of the same kernels at each
+    step's end, with no embedding kernel: 480 steps of 60 (cadence p50 180 µs, truth
+    1.72 ms), with a warning that the bursts read two ways. The same kernel names run at
+    every boundary. But a step starts with its head, while the kernels after a wait are the
+    rest of a layer (its experts), which no step boundary starts with: the waits lie inside
+    steps."""
+    from fixtures.spec import SpecPlan
+
+    plan = SpecPlan(layers=8, steps=60, moe_router=True, **{"head": False, **fields})
+    summary, planted = _spec_steps(tmp_path, plan)
+    _as_planted(summary, planted)
+    assert not any("read two ways" in w for w in summary.warnings), summary.warnings

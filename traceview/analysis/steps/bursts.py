@@ -76,16 +76,18 @@ def _segments(replay: np.ndarray) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
 
 
-def _boundary_idle(u: Union, last_marker: I64, next_start: I64) -> tuple[I64, I64]:
+def _boundary_idle(u: Union, last_marker: I64, next_start: I64) -> tuple[I64, I64, I64]:
     """For each boundary j: the longest idle gap ending in (last_marker[j], next_start[j]].
 
-    Returns that length per boundary (0 where there is none) and the lengths of every other
-    idle gap of the device (the gaps that are not a boundary's longest).
+    Returns that length per boundary (0 where there is none), the lengths of every other
+    idle gap of the device (the gaps that are not a boundary's longest), and where each
+    boundary's longest gap ends (ns; 0 where there is none).
     """
     best = np.zeros(last_marker.size, dtype=np.int64)
+    end = np.zeros(last_marker.size, dtype=np.int64)
     gap_len = u.gap_ends - u.gap_starts
     if gap_len.size == 0 or last_marker.size == 0:
-        return best, gap_len
+        return best, gap_len, end
     # the windows are disjoint and ordered: find each gap's window by its end
     w = np.searchsorted(last_marker, u.gap_ends, side="left")
     w -= 1  # in place: one array the size of the gaps, not two
@@ -93,14 +95,15 @@ def _boundary_idle(u: Union, last_marker: I64, next_start: I64) -> tuple[I64, I6
     ok[ok] &= u.gap_ends[ok] <= next_start[w[ok]]
     idx = np.flatnonzero(ok)
     if idx.size == 0:
-        return best, gap_len
+        return best, gap_len, end
     order = idx[np.lexsort((-gap_len[idx], w[idx]))]  # per window, longest first
     first = np.ones(order.size, dtype=bool)
     first[1:] = w[order][1:] != w[order][:-1]
     winners = order[first]
     best[w[winners]] = gap_len[winners]
+    end[w[winners]] = u.gap_ends[winners]
     others = np.delete(gap_len, winners)
-    return best, others
+    return best, others, end
 
 
 def burst_candidate(k: DeviceKernels, u: Union, opts: StepOptions) -> Candidate | None:
@@ -108,8 +111,8 @@ def burst_candidate(k: DeviceKernels, u: Union, opts: StepOptions) -> Candidate 
     if not k.marker.any():
         return None
     bs, bl = _bursts(k)
-    idle, others = _boundary_idle(u, bl[:-1], bs[1:])
-    names = _boundary_names(k, bl[:-1], bs[1:])
+    idle, others, pause_end = _boundary_idle(u, bl[:-1], bs[1:])
+    names = _boundary_names(k, bl[:-1], bs[1:], pause_end)
     segments = _segments(_replay_bursts(k, bs))
     if len(segments) > 1 and opts.layers is None and opts.step_gap_ns is None:
         mask, layers, detail, strong, caveat = _by_segment(idle, others, names, segments)
@@ -139,15 +142,11 @@ def _by_segment(
     and graph replays falls between two steps. L, the words and the strength are the
     largest segment's."""
     mask = np.zeros(idle.size, dtype=bool)
-    at, code, step_edge = names
     best: tuple[int, int | None, str, bool] | None = None
     caveat = None
     for first, end in segments:
         lo, hi = max(first - 1, 0), min(end, idle.size)  # its boundaries, edges included
-        mine = (at >= lo) & (at < hi)
-        found = choose_boundaries(
-            idle[lo:hi], others, None, None, (at[mine] - lo, code[mine], step_edge[mine])
-        )
+        found = choose_boundaries(idle[lo:hi], others, None, None, names.window(lo, hi))
         mask[lo:hi] = found[0]
         caveat = caveat or found[4]
         if best is None or end - first > best[0]:
@@ -161,24 +160,33 @@ def _by_segment(
     return mask, layers, said + detail, strong, caveat
 
 
-def _boundary_names(k: DeviceKernels, last_marker: I64, next_start: I64) -> BoundaryNames:
+def _boundary_names(
+    k: DeviceKernels, last_marker: I64, next_start: I64, pause_end: I64
+) -> BoundaryNames:
     """The kernels that start between two bursts, strictly after one's last marker and
     before the next one's start: per boundary, each kernel name (as a code) once, and
-    whether that name runs at a step's edge only (:attr:`DeviceKernels.edge`)."""
+    whether that name runs at a step's edge only (:attr:`DeviceKernels.edge`); and apart,
+    those that start after the boundary's longest idle gap (``pause_end``, 0: none)."""
     none = np.zeros(0, dtype=np.int64)
+    empty = BoundaryNames(none, none, np.zeros(0, dtype=bool), none, none)
     if last_marker.size == 0:
-        return none, none, np.zeros(0, dtype=bool)
+        return empty
     between = ~k.marker
     ts = k.ts[between]
     at = np.searchsorted(last_marker, ts, side="left") - 1
     ok = (at >= 0) & (ts < next_start[np.maximum(at, 0)])
-    codes = k.frame["name"].cast(pl.String).cast(pl.Categorical).to_physical().to_numpy()
     if not ok.any():
-        return none, none, np.zeros(0, dtype=bool)
-    edge = np.zeros(ok.size, dtype=np.int64) if k.edge is None else k.edge[between].astype(np.int64)
-    rows = np.stack((at[ok], codes[between][ok].astype(np.int64), edge[ok]))
-    pairs = np.unique(rows, axis=1)  # a name is an edge kernel or not: one row a pair
-    return pairs[0], pairs[1], pairs[2].astype(bool)
+        return empty
+    codes = k.frame["name"].cast(pl.String).cast(pl.Categorical).to_physical().to_numpy()
+    codes = codes[between][ok].astype(np.int64)
+    at, ts = at[ok], ts[ok]
+    edge = np.zeros(at.size, dtype=np.int64) if k.edge is None else k.edge[between][ok]
+    pairs = np.unique(np.stack((at, codes, edge.astype(np.int64))), axis=1)  # a name is an
+    # edge kernel or not: one row a pair
+    end = pause_end[at]
+    after = (end > 0) & (ts >= end)
+    late = np.unique(np.stack((at[after], codes[after])), axis=1)
+    return BoundaryNames(pairs[0], pairs[1], pairs[2].astype(bool), late[0], late[1])
 
 
 def idle_candidate(k: DeviceKernels, u: Union) -> Candidate:

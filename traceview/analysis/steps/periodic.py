@@ -11,6 +11,8 @@ in the gaps, whose steps hold one burst count, or counts a few drafter runs apar
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import polars as pl
 
@@ -126,23 +128,63 @@ def _every(n: int, period: int, phase: int) -> np.ndarray:
     return mask
 
 
-# what lies between two bursts: per boundary (its index) the names (codes) of the kernels
-# that run there, each pair once, and whether the name is a step-edge kernel (the rules'
-# step_edge role: sampling, the embedding lookup); a step's own head and tail (embedding,
-# final norm, lm_head, sampling) run at step boundaries only, never between two of its layers
-BoundaryNames = tuple[np.ndarray, np.ndarray, np.ndarray]
+class BoundaryNames(NamedTuple):
+    """What lies between two bursts. A step's own head and tail (embedding, final norm,
+    lm_head, sampling) run at step boundaries only, never between two of its layers.
+
+    Attributes:
+        at, code: per boundary (its index) the names (codes) of the kernels that run
+            there, each pair once.
+        edge: per pair, whether the name is a step-edge kernel (the rules' ``step_edge``
+            role: sampling, the embedding lookup).
+        after_at, after_code: the same pairs for the kernels that start after the
+            boundary's longest idle gap (its pause).
+    """
+
+    at: np.ndarray
+    code: np.ndarray
+    edge: np.ndarray
+    after_at: np.ndarray
+    after_code: np.ndarray
+
+    def window(self, lo: int, hi: int) -> BoundaryNames:
+        """The boundaries ``[lo, hi)``, renumbered from 0."""
+        mine = (self.at >= lo) & (self.at < hi)
+        late = (self.after_at >= lo) & (self.after_at < hi)
+        return BoundaryNames(
+            self.at[mine] - lo,
+            self.code[mine],
+            self.edge[mine],
+            self.after_at[late] - lo,
+            self.after_code[late],
+        )
+
+
 COMMON = 0.8  # a name common to a set of boundaries runs in at least this share of them
 
 
-def _common(names: BoundaryNames, chosen: np.ndarray) -> set[int]:
-    """The kernel names that run in at least :data:`COMMON` of the ``chosen`` boundaries."""
-    at, code = names[0], names[1]
+def _common(names: BoundaryNames, chosen: np.ndarray, *, after: bool = False) -> set[int]:
+    """The kernel names that run in at least :data:`COMMON` of the ``chosen`` boundaries
+    (after their pause only, with ``after``)."""
+    at, code = (names.after_at, names.after_code) if after else (names.at, names.code)
     n = int(chosen.sum())
     if n == 0 or at.size == 0:
         return set()
     keep = chosen[at]
     codes, counts = np.unique(code[keep], return_counts=True)
     return {int(c) for c, m in zip(codes, counts, strict=True) if m >= COMMON * n}
+
+
+def _start_alike(names: BoundaryNames | None, coarse: np.ndarray, fine: np.ndarray) -> bool:
+    """Whether the ``fine`` boundaries could start steps as the ``coarse`` ones do: the
+    kernels common to them after their pause (a step's head, before its first burst) are
+    common after the coarse ones' pause too. A loop adds its own kernels before a step's
+    head, and changes none of it. A host wait inside a layer (an eager MoE layer waits
+    between its router and its experts) is followed by the rest of that layer, which no
+    step boundary starts with. True where nothing tells."""
+    if names is None or not coarse.any() or not fine.any():
+        return True
+    return _common(names, fine, after=True) <= _common(names, coarse, after=True)
 
 
 def _edge_names(names: BoundaryNames) -> set[int]:
@@ -352,10 +394,13 @@ def _choose(
             # bursts a model's layers that wait on the host; the pauses decide, and say so
             # unless they stand out too sharply for a host wait
             looped, sure = _loop_around_steps(idle, others, period, phase)
-            if not sure:
-                caveat = _two_readings(period, 1, 1 if looped else period)
-            if looped is not None:
-                return np.ones(n, dtype=bool), 1, looped, True, caveat
+            if not sure and not _start_alike(names, on, ~on):
+                pass  # the pauses off the phase are host waits inside a step
+            else:
+                if not sure:
+                    caveat = _two_readings(period, 1, 1 if looped else period)
+                if looped is not None:
+                    return np.ones(n, dtype=bool), 1, looped, True, caveat
         coarser = _coarser(idle, on)
         if coarser is not None:
             mask, q, ratio = coarser
