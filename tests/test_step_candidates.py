@@ -592,3 +592,21 @@ def test_an_moe_whose_sampler_shares_its_routers_kernels_keeps_its_steps(
     summary, planted = _spec_steps(tmp_path, plan)
     _as_planted(summary, planted)
     assert not any("read two ways" in w for w in summary.warnings), summary.warnings
+
+
+def test_kernels_that_overrule_a_150x_pause_say_so(tmp_path: Path) -> None:
+    """Probe p2, finding 1's other half: one layer, 300 µs between steps (150× the gaps),
+    generate() calls that run their own kernels, and no sampler or embedding kernel to
+    mark a step's edge. The call's kernels run only every 5 bursts, as a step's head would:
+    the kernels read 5 bursts a step, the pauses 1. That reading is kept, as the head rule
+    reads an MoE's host waits, but a warning names the other, with --layers 1."""
+    from fixtures.spec import SpecPlan
+
+    plan = SpecPlan(layers=1, steps=50, generate=5, call_setup=True, profiler_steps=False)
+    summary, _ = _spec_steps(tmp_path, plan)
+    said = [w for w in summary.warnings if "read two ways" in w]
+    assert summary.to_dict()["steps"]["layers"] == 5
+    assert len(said) == 1 and "150× the gaps" in said[0], summary.warnings
+    assert said[0].endswith("set --layers 1 for the other reading")
+    steps = tv.steps(tv.load(tmp_path / "spec.json"), tv.AnalysisConfig(layers=1))
+    assert steps.height == 50  # the option the warning names reads the loop

@@ -246,6 +246,27 @@ def _heads(names: BoundaryNames | None, chosen: np.ndarray) -> np.ndarray | None
     return holds
 
 
+def _edge_head(names: BoundaryNames | None, coarse: np.ndarray, fine: np.ndarray) -> bool:
+    """Whether a step-edge kernel is common to the ``coarse`` boundaries and not to the
+    ``fine`` ones: the strongest mark of the coarse ones (:func:`_reading`)."""
+    if names is None:
+        return False
+    return bool(_edge_names(names) & (_common(names, coarse) - _common(names, fine)))
+
+
+def _head_over_pauses(period: int, below: float) -> str:
+    """The warning where kernels that run only every ``period`` bursts (no step-edge
+    kernel among them) read the steps, against pauses between every two bursts that stand
+    out ``below`` times above the gaps inside steps, as a loop around steps' do."""
+    return (
+        f"the step-marker bursts read two ways: {period} bursts a step, as kernels that run "
+        f"only every {period} bursts say (a step's head), or 1 burst a step inside a loop "
+        f"around steps, as the pauses between every two bursts say ({below:.0f}× the gaps "
+        "inside steps; a generate() call's own kernels also run only at its start): read as "
+        f"{period} a step; set --layers 1 for the other reading"
+    )
+
+
 def _two_readings(coarse: int, fine: int, chosen: int) -> str:
     """The warning where the bursts read two ways and nothing between them decides."""
     other = fine if chosen == coarse else coarse
@@ -267,7 +288,7 @@ def _edges_every_burst(period: int) -> str:
     )
 
 
-def _loop_around_steps(idle: I64, others: I64, period: int, phase: int) -> tuple[str | None, bool]:
+def _loop_around_steps(idle: I64, others: I64, period: int, phase: int) -> tuple[str | None, float]:
     """Whether a period of ``period`` bursts is a loop around one-burst steps (a program's
     ``generate()`` calls, each of a few steps of a one-layer model) rather than a model of
     ``period`` layers: the boundaries off the period's phase nearly all (80%) stand out
@@ -278,25 +299,25 @@ def _loop_around_steps(idle: I64, others: I64, period: int, phase: int) -> tuple
     pause that sharp is at any layer count (the words saying so); else None. A model whose
     every layer waits on the host (an MoE layer's sync: 50 µs over 2 µs launch gaps, 25×,
     against a 300 µs pause between steps, 6×) keeps its period: its layers' pauses lie
-    about as far from the gaps as from that pause. Also whether the pauses off the phase
-    stand out :data:`LOOP_SHARP` times or more: too sharp for a host wait, they settle
-    the reading."""
+    about as far from the gaps as from that pause. Also how far the pauses off the phase
+    stand out above the gaps (0 where they are no sharp pauses): :data:`LOOP_SHARP` times
+    or more is too sharp for a host wait, and settles the reading."""
     if period < 2 or others.size == 0:
-        return None, False
+        return None, 0.0
     typical = float(np.quantile(others, 0.99))
     on = _every(idle.size, period, phase)
     off = idle[~on]
     if typical <= 0 or off.size == 0 or (off >= SHARP_BREAK * typical).mean() < PERIODIC_MIN_SCORE:
-        return None, False
+        return None, 0.0
     inner = float(np.median(off))
     below, above = inner / typical, float(np.median(idle[on])) / inner
     if below < LOOP_SHARP and below < above**2:
-        return None, False
+        return None, below
     return (
         f"every step-marker burst: the pause between two stands out {below:.0f}× above the "
         f"gaps inside steps; the {above:.1f}× longer pause every {period} bursts is a loop "
         "around steps (a program's generate() calls), not a model's layers"
-    ), below >= LOOP_SHARP
+    ), below
 
 
 def _sharp_off_phase(idle: I64, others: I64, on: np.ndarray) -> bool:
@@ -386,17 +407,21 @@ def _choose(
         score, period, phase = best
         on = _every(n, period, phase)
         caveat = None
-        reading = _reading(names, on, ~on) if _sharp_off_phase(idle, others, on) else "coarse"
+        sharp_off = _sharp_off_phase(idle, others, on)
+        reading = _reading(names, on, ~on) if sharp_off else None
         if reading == "fine":
             return np.ones(n, dtype=bool), 1, _edges_every_burst(period), True, None
-        if reading != "coarse":
+        if sharp_off:
             # every burst could be a step: the period's pauses a loop around them, or its
-            # bursts a model's layers that wait on the host; the pauses decide, and say so
-            # unless they stand out too sharply for a host wait
-            looped, sure = _loop_around_steps(idle, others, period, phase)
-            if not sure and not _start_alike(names, on, ~on):
-                pass  # the pauses off the phase are host waits inside a step
-            else:
+            # bursts a model's layers that wait on the host
+            looped, below = _loop_around_steps(idle, others, period, phase)
+            sure = below >= LOOP_SHARP  # too sharp for a host wait
+            if reading == "coarse":
+                if sure and not _edge_head(names, on, ~on):
+                    caveat = _head_over_pauses(period, below)
+            elif sure or _start_alike(names, on, ~on):
+                # the pauses decide, and say so unless they stand out too sharply for a
+                # host wait (else the kernels after the pauses are a layer's rest)
                 if not sure:
                     caveat = _two_readings(period, 1, 1 if looped else period)
                 if looped is not None:
