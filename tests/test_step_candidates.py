@@ -610,3 +610,53 @@ def test_kernels_that_overrule_a_150x_pause_say_so(tmp_path: Path) -> None:
     assert said[0].endswith("set --layers 1 for the other reading")
     steps = tv.steps(tv.load(tmp_path / "spec.json"), tv.AnalysisConfig(layers=1))
     assert steps.height == 50  # the option the warning names reads the loop
+
+
+def _interleaved_moe(path: Path) -> Path:
+    """8 layers, every second one an MoE layer that runs its own kernel and then waits
+    75 µs on the host; each step opens with a norm and has no sampler or embedding
+    kernel; 300 µs between steps; 60 steps."""
+    from fixtures.spec import ATTENTION, GEMM, NORM
+
+    tb, t = TraceBuilder(), 1_767_189_500_000_000_000
+    for _ in range(60):
+        tb.kernel(NORM, t, 6_000)
+        t += 8_000
+        for layer in range(8):
+            tb.kernel(ATTENTION, t, 20_000)
+            t += 22_000
+            moe = layer % 2 == 1
+            tb.kernel("fused_moe_kernel" if moe else GEMM, t, 40_000)
+            t += 42_000 + (75_000 if moe and layer < 7 else 0)
+        t += 300_000
+    return tb.write(path)
+
+
+def test_kernels_that_mark_both_readings_keep_the_head_rules_and_say_so(
+    tmp_path: Path,
+) -> None:
+    """Kernels can mark both readings of a period among the period's boundaries. An MoE
+    layer every second layer runs its own kernel before its host wait, and a step opens
+    with its norm. A multi-step scheduler's call runs its own kernels, and each step opens
+    with its norm. Neither has a sampler or an embedding kernel to settle it. The head
+    rule's reading (the coarser) is kept, and a warning names the other."""
+    from fixtures.spec import SpecPlan
+
+    summary = tv.summarize(tv.load(_interleaved_moe(tmp_path / "moe.json")))
+    assert (summary.steps.height, summary.to_dict()["steps"]["layers"]) == (60, 8)
+    said = [w for w in summary.warnings if "read two ways" in w]
+    assert len(said) == 1 and "set --layers 2 for the other reading" in said[0], said
+
+    plan = SpecPlan(
+        layers=32,
+        steps=48,
+        generate=8,
+        pause_ns=60_000,
+        generate_pause_ns=600_000,
+        profiler_steps=False,
+        call_setup=True,
+    )
+    summary, _ = _spec_steps(tmp_path, plan)
+    assert summary.to_dict()["steps"]["layers"] == 256
+    said = [w for w in summary.warnings if "read two ways" in w]
+    assert len(said) == 1 and "set --layers 32 for the other reading" in said[0], said

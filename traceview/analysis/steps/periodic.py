@@ -267,15 +267,22 @@ def _head_over_pauses(period: int, below: float) -> str:
     )
 
 
-def _two_readings(coarse: int, fine: int, chosen: int) -> str:
-    """The warning where the bursts read two ways and nothing between them decides."""
+def _two_readings(coarse: int, fine: int, chosen: int, *, both: bool = False) -> str:
+    """The warning where the bursts read two ways and nothing between them decides
+    (``both``: the kernels between them mark each reading)."""
     other = fine if chosen == coarse else coarse
+    why = (
+        "each set of boundaries holds kernels the other lacks, and none of them is a "
+        "sampler or an embedding lookup"
+        if both
+        else "no kernel between the bursts tells them apart"
+    )
     return (
         f"the step-marker bursts read two ways: {coarse} bursts a step, the longer pauses "
         f"between them a host wait inside a step (an eager MoE layer's sync), or {fine} "
         f"burst{'s' if fine != 1 else ''} a step inside a loop around steps (a program's "
-        "generate() calls); no kernel between the bursts tells them apart: read as "
-        f"{chosen} a step; set --layers {other} for the other reading"
+        f"generate() calls); {why}: read as {chosen} a step; set --layers {other} for the "
+        "other reading"
     )
 
 
@@ -430,11 +437,11 @@ def _choose(
         if coarser is not None:
             mask, q, ratio = coarser
             reading = _reading(names, mask, on & ~mask, ~on)
-            if reading == "coarse":
+            if reading in ("coarse", "both"):
+                if reading == "both" and caveat is None:  # the head rule's reading, said
+                    caveat = _two_readings(period * q, period, period * q, both=True)
                 period *= q
                 on = mask
-            elif reading == "both" and caveat is None:
-                caveat = _two_readings(period * q, period, period)
             elif reading is None and caveat is None and others.size and ratio >= NATURAL_BREAK:
                 # both could be steps' pauses: the finer one, unless it is far above the
                 # gaps inside steps (a step's pause, as the loop rule reads it), may be a
