@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -338,6 +339,11 @@ def test_a_drafter_run_a_varying_number_of_times_keeps_its_steps_at_any_layer_co
     summary, planted = _spec_steps(tmp_path, plan)
     assert len({s["bursts"] for s in planted["steps"]}) > 1  # the steps differ
     _as_planted(summary, planted)
+    # steps.layers: the most common burst count (the smallest of equally common ones) of the
+    # steps but the first and the last, as docs/metrics.md says; not the target's layers
+    counts = Counter(s["bursts"] for s in planted["steps"][1:-1])
+    most = max(counts.values())
+    assert summary.to_dict()["steps"]["layers"] == min(c for c, m in counts.items() if m == most)
 
 
 @pytest.mark.parametrize(
@@ -457,3 +463,200 @@ def test_a_step_head_marks_a_drafters_steps_past_many_run_counts_and_stalls(
     _as_planted(summary, planted)
     if "stall_p" in fields:  # the stalls are planted inside steps
         assert planted["plan"]["stall_p"] == fields["stall_p"]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"layers": 1, "steps": 50, "generate": 5},
+        {"layers": 2, "steps": 50, "generate": 5},
+        {"layers": 4, "steps": 50, "generate": 5},
+        {"layers": 1, "steps": 50, "generate": 5, "profiler_steps": False},
+        {"layers": 32, "steps": 48, "generate": 8, "pause_ns": 60_000, "profiler_steps": False},
+        {
+            "layers": 32,
+            "steps": 48,
+            "generate": 8,
+            "pause_ns": 60_000,
+            "generate_pause_ns": 600_000,
+            "profiler_steps": False,
+        },
+        {
+            "layers": 8,
+            "steps": 48,
+            "generate": 8,
+            "pause_ns": 60_000,
+            "generate_pause_ns": 600_000,
+            "profiler_steps": False,
+        },
+    ],
+    ids=[
+        "1-layer-generate",
+        "2-layers-generate",
+        "4-layers-generate",
+        "1-layer-loop",
+        "multi-step-32",
+        "multi-step-32-600us",
+        "multi-step-8-600us",
+    ],
+)
+@pytest.mark.parametrize("call_setup", [True, False], ids=["call-setup", "no-setup"])
+def test_a_loop_whose_calls_run_their_own_kernels_keeps_its_steps(
+    tmp_path: Path, fields: dict, call_setup: bool
+) -> None:
+    """Probe p2, finding 1: each generate() call first runs its own kernels (the input ids
+    copied to the device, an arange, a fill), and every step its embedding, final norm,
+    lm_head and argmax. The call's kernels run at the loop's boundaries only, as a step's
+    head does at the steps': 1 layer read as 10 steps of 5 layers (truth 50, cadence p50
+    433 µs, read 3.38 ms), and a multi-step scheduler's 8 steps of 32 layers a host call
+    as 6 steps of 256 layers, with no warning. The argmax and the embedding lookup at
+    every step boundary never run between two layers: those boundaries are the steps'.
+    Without the call's kernels (finding 8) the steps were right, but a warning said they
+    read two ways."""
+    from fixtures.spec import SpecPlan
+
+    plan = SpecPlan(edges=True, call_setup=call_setup, **fields)
+    summary, planted = _spec_steps(tmp_path, plan)
+    _as_planted(summary, planted)
+    assert summary.to_dict()["steps"]["layers"] == fields["layers"]
+    assert not any("read two ways" in w for w in summary.warnings), summary.warnings
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"layer_pause_ns": 75_000},
+        {"layer_pause_ns": 150_000, "pause_ns": 1_000_000},
+        {"layer_pause_ns": 75_000, "layer_pause_every": 2},
+        {"layer_pause_ns": 75_000, "generate": 5, "call_setup": True},
+        {
+            "layer_pause_ns": 75_000,
+            "layer_pause_every": 2,
+            "generate": 5,
+            "call_setup": True,
+            "profiler_steps": False,
+        },
+    ],
+    ids=["every-75us", "every-150us-1ms", "second-75us", "in-calls", "second-in-calls"],
+)
+def test_layers_that_wait_on_the_host_keep_their_steps_beside_step_edges(
+    tmp_path: Path, fields: dict
+) -> None:
+    """The other reading of the same evidence: 8 layers that wait on the host (an eager MoE
+    layer's sync), each step with its embedding, final norm, lm_head and argmax, inside
+    generate() calls that run their own kernels or not. The argmax and the embedding run
+    at the steps' boundaries only, not at the host waits: the steps hold 8 layers."""
+    from fixtures.spec import SpecPlan
+
+    plan = SpecPlan(layers=8, steps=40, edges=True, **fields)
+    summary, planted = _spec_steps(tmp_path, plan)
+    _as_planted(summary, planted)
+    assert not any("read two ways" in w for w in summary.warnings), summary.warnings
+
+
+def test_a_pause_that_stands_out_150x_reads_one_way(tmp_path: Path) -> None:
+    """Probe p2, finding 8: one layer, a 300 µs pause between steps (150× the 2 µs gaps)
+    and 1.5 ms between generate() calls, no kernel that marks a step's edge. A host wait
+    inside a step does not idle the device a hundred times its launch gaps: every burst is
+    a step, and no warning says the bursts read two ways."""
+    from fixtures.spec import SpecPlan
+
+    summary, planted = _spec_steps(tmp_path, SpecPlan(layers=1, steps=50, generate=5))
+    _as_planted(summary, planted)
+    assert not any("read two ways" in w for w in summary.warnings), summary.warnings
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"layer_pause_ns": 75_000, "pause_ns": 300_000},
+        {"layer_pause_ns": 150_000, "pause_ns": 1_000_000},
+        {"layer_pause_ns": 75_000, "pause_ns": 300_000, "head": True},
+        {"layer_pause_ns": 75_000, "pause_ns": 300_000, "edges": True},
+    ],
+    ids=["75us-300us", "150us-1ms", "with-head", "with-edges"],
+)
+def test_an_moe_whose_sampler_shares_its_routers_kernels_keeps_its_steps(
+    tmp_path: Path, fields: dict
+) -> None:
+    """Probe p2, finding 7: 8 eager MoE layers, each waiting on the host between its router
+    (GEMM, softmax, top-k) and its experts, and a sampler of the same kernels at each
+    step's end, with no embedding kernel: 480 steps of 60 (cadence p50 180 µs, truth
+    1.72 ms), with a warning that the bursts read two ways. The same kernel names run at
+    every boundary. But a step starts with its head, while the kernels after a wait are the
+    rest of a layer (its experts), which no step boundary starts with: the waits lie inside
+    steps."""
+    from fixtures.spec import SpecPlan
+
+    plan = SpecPlan(layers=8, steps=60, moe_router=True, **{"head": False, **fields})
+    summary, planted = _spec_steps(tmp_path, plan)
+    _as_planted(summary, planted)
+    assert not any("read two ways" in w for w in summary.warnings), summary.warnings
+
+
+def test_kernels_that_overrule_a_150x_pause_say_so(tmp_path: Path) -> None:
+    """Probe p2, finding 1's other half: one layer, 300 µs between steps (150× the gaps),
+    generate() calls that run their own kernels, and no sampler or embedding kernel to
+    mark a step's edge. The call's kernels run only every 5 bursts, as a step's head would:
+    the kernels read 5 bursts a step, the pauses 1. That reading is kept, as the head rule
+    reads an MoE's host waits, but a warning names the other, with --layers 1."""
+    from fixtures.spec import SpecPlan
+
+    plan = SpecPlan(layers=1, steps=50, generate=5, call_setup=True, profiler_steps=False)
+    summary, _ = _spec_steps(tmp_path, plan)
+    said = [w for w in summary.warnings if "read two ways" in w]
+    assert summary.to_dict()["steps"]["layers"] == 5
+    assert len(said) == 1 and "150× the gaps" in said[0], summary.warnings
+    assert said[0].endswith("set --layers 1 for the other reading")
+    steps = tv.steps(tv.load(tmp_path / "spec.json"), tv.AnalysisConfig(layers=1))
+    assert steps.height == 50  # the option the warning names reads the loop
+
+
+def _interleaved_moe(path: Path) -> Path:
+    """8 layers, every second one an MoE layer that runs its own kernel and then waits
+    75 µs on the host; each step opens with a norm and has no sampler or embedding
+    kernel; 300 µs between steps; 60 steps."""
+    from fixtures.spec import ATTENTION, GEMM, NORM
+
+    tb, t = TraceBuilder(), 1_767_189_500_000_000_000
+    for _ in range(60):
+        tb.kernel(NORM, t, 6_000)
+        t += 8_000
+        for layer in range(8):
+            tb.kernel(ATTENTION, t, 20_000)
+            t += 22_000
+            moe = layer % 2 == 1
+            tb.kernel("fused_moe_kernel" if moe else GEMM, t, 40_000)
+            t += 42_000 + (75_000 if moe and layer < 7 else 0)
+        t += 300_000
+    return tb.write(path)
+
+
+def test_kernels_that_mark_both_readings_keep_the_head_rules_and_say_so(
+    tmp_path: Path,
+) -> None:
+    """Kernels can mark both readings of a period among the period's boundaries. An MoE
+    layer every second layer runs its own kernel before its host wait, and a step opens
+    with its norm. A multi-step scheduler's call runs its own kernels, and each step opens
+    with its norm. Neither has a sampler or an embedding kernel to settle it. The head
+    rule's reading (the coarser) is kept, and a warning names the other."""
+    from fixtures.spec import SpecPlan
+
+    summary = tv.summarize(tv.load(_interleaved_moe(tmp_path / "moe.json")))
+    assert (summary.steps.height, summary.to_dict()["steps"]["layers"]) == (60, 8)
+    said = [w for w in summary.warnings if "read two ways" in w]
+    assert len(said) == 1 and "set --layers 2 for the other reading" in said[0], said
+
+    plan = SpecPlan(
+        layers=32,
+        steps=48,
+        generate=8,
+        pause_ns=60_000,
+        generate_pause_ns=600_000,
+        profiler_steps=False,
+        call_setup=True,
+    )
+    summary, _ = _spec_steps(tmp_path, plan)
+    assert summary.to_dict()["steps"]["layers"] == 256
+    said = [w for w in summary.warnings if "read two ways" in w]
+    assert len(said) == 1 and "set --layers 32 for the other reading" in said[0], said

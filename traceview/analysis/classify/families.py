@@ -42,6 +42,8 @@ class Rules:
         full_attention_decode: patterns tried in order when no decode marker is present.
         prefill_family: families whose kernels mean prompt work (mixed steps).
         prefill: patterns of full-attention prefill variants (mixed steps).
+        step_edge: patterns of kernels that run at a step's edge only, never between two
+            of its layers (sampling, argmax, the embedding lookup).
     """
 
     name: str
@@ -51,6 +53,7 @@ class Rules:
     full_attention_decode: tuple[str, ...] = ()
     prefill_family: tuple[str, ...] = ()
     prefill: tuple[str, ...] = ()
+    step_edge: tuple[str, ...] = ()
     _compiled: dict[str, re.Pattern[str]] = field(default_factory=dict, compare=False)
 
     def regex(self, pattern: str) -> re.Pattern[str]:
@@ -105,7 +108,14 @@ def _parse(doc: dict[str, Any], source: str) -> tuple[list[Rule], dict[str, tupl
     if not isinstance(roles_raw, dict):
         raise RulesError(f"{source}: [roles] must be a table")
     roles = {k: _strings(v, f"{source}: roles.{k}") for k, v in roles_raw.items()}
-    known = {"step_marker", "decode_marker", "full_attention_decode", "prefill_family", "prefill"}
+    known = {
+        "step_marker",
+        "decode_marker",
+        "full_attention_decode",
+        "prefill_family",
+        "prefill",
+        "step_edge",
+    }
     unknown = set(roles) - known
     if unknown:
         raise RulesError(f"{source}: unknown role(s) {', '.join(sorted(unknown))}")
@@ -165,6 +175,7 @@ def load_rules(preset: str = "default", rules_file: str | Path | None = None) ->
         full_attention_decode=roles.get("full_attention_decode", ()),
         prefill_family=roles.get("prefill_family", ()),
         prefill=roles.get("prefill", ()),
+        step_edge=roles.get("step_edge", ()),
     )
 
 

@@ -81,16 +81,18 @@ def _segments(replay: np.ndarray) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
 
 
-def _boundary_idle(u: Union, last_marker: I64, next_start: I64) -> tuple[I64, I64]:
+def _boundary_idle(u: Union, last_marker: I64, next_start: I64) -> tuple[I64, I64, I64]:
     """For each boundary j: the longest idle gap ending in (last_marker[j], next_start[j]].
 
-    Returns that length per boundary (0 where there is none) and the lengths of every other
-    idle gap of the device (the gaps that are not a boundary's longest).
+    Returns that length per boundary (0 where there is none), the lengths of every other
+    idle gap of the device (the gaps that are not a boundary's longest), and where each
+    boundary's longest gap ends (ns; 0 where there is none).
     """
     best = np.zeros(last_marker.size, dtype=np.int64)
+    end = np.zeros(last_marker.size, dtype=np.int64)
     gap_len = u.gap_ends - u.gap_starts
     if gap_len.size == 0 or last_marker.size == 0:
-        return best, gap_len
+        return best, gap_len, end
     # the windows are disjoint and ordered: find each gap's window by its end
     w = np.searchsorted(last_marker, u.gap_ends, side="left")
     w -= 1  # in place: one array the size of the gaps, not two
@@ -98,14 +100,15 @@ def _boundary_idle(u: Union, last_marker: I64, next_start: I64) -> tuple[I64, I6
     ok[ok] &= u.gap_ends[ok] <= next_start[w[ok]]
     idx = np.flatnonzero(ok)
     if idx.size == 0:
-        return best, gap_len
+        return best, gap_len, end
     order = idx[np.lexsort((-gap_len[idx], w[idx]))]  # per window, longest first
     first = np.ones(order.size, dtype=bool)
     first[1:] = w[order][1:] != w[order][:-1]
     winners = order[first]
     best[w[winners]] = gap_len[winners]
+    end[w[winners]] = u.gap_ends[winners]
     others = np.delete(gap_len, winners)
-    return best, others
+    return best, others, end
 
 
 def burst_candidate(k: DeviceKernels, u: Union, opts: StepOptions) -> Candidate | None:
@@ -113,8 +116,8 @@ def burst_candidate(k: DeviceKernels, u: Union, opts: StepOptions) -> Candidate 
     if not k.marker.any():
         return None
     bs, bl = _bursts(k)
-    idle, others = _boundary_idle(u, bl[:-1], bs[1:])
-    names = _boundary_names(k, bl[:-1], bs[1:])
+    idle, others, pause_end = _boundary_idle(u, bl[:-1], bs[1:])
+    names = _boundary_names(k, bl[:-1], bs[1:], pause_end)
     segments = _segments(_replay_bursts(k, bs))
     if len(segments) > 1 and opts.layers is None and opts.step_gap_ns is None:
         mask, layers, detail, strong, caveat = _by_segment(idle, others, names, segments)
@@ -144,13 +147,11 @@ def _by_segment(
     and graph replays falls between two steps. L, the words and the strength are the
     largest segment's."""
     mask = np.zeros(idle.size, dtype=bool)
-    at, code = names
     best: tuple[int, Boundaries] | None = None
     caveat = None
     for first, end in segments:
         lo, hi = max(first - 1, 0), min(end, idle.size)  # its boundaries, edges included
-        mine = (at >= lo) & (at < hi)
-        found = choose_boundaries(idle[lo:hi], others, None, None, (at[mine] - lo, code[mine]))
+        found = choose_boundaries(idle[lo:hi], others, None, None, names.window(lo, hi))
         mask[lo:hi] = found.mask
         caveat = caveat or found.caveat
         if best is None or end - first > best[0]:
@@ -164,24 +165,39 @@ def _by_segment(
     return Boundaries(mask, largest.layers, said + largest.detail, largest.strong, caveat)
 
 
-def _boundary_names(k: DeviceKernels, last_marker: I64, next_start: I64) -> BoundaryNames:
+def _boundary_names(
+    k: DeviceKernels, last_marker: I64, next_start: I64, pause_end: I64
+) -> BoundaryNames:
     """The kernels that start between two bursts, strictly after one's last marker and
-    before the next one's start: per boundary, each kernel name (as a code) once."""
+    before the next one's start: per boundary, each kernel name (as a code) once, and
+    whether that name runs at a step's edge only (:attr:`DeviceKernels.edge`); and apart,
+    those that start after the boundary's longest idle gap (``pause_end``, 0: none)."""
+    none = np.zeros(0, dtype=np.int64)
+    empty = BoundaryNames(none, none, np.zeros(0, dtype=bool), none, none)
     if last_marker.size == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return empty
     between = np.flatnonzero(~k.marker)
     ts = k.ts[between]
     at = np.searchsorted(last_marker, ts, side="left") - 1
     ok = (at >= 0) & (ts < next_start[np.maximum(at, 0)])
     if not ok.any():
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return empty
+    rows = between[ok]
     # the categorical's codes of those kernels alone (null as one code of its own), each
     # (boundary, code) pair packed into one int64 and made distinct by a sort
-    physical = k.frame["name"].cast(pl.Categorical).to_physical().gather(between[ok])
+    physical = k.frame["name"].cast(pl.Categorical).to_physical().gather(rows)
     codes = physical.fill_null(np.iinfo(np.uint32).max).to_numpy().astype(np.int64)
+    at, ts = at[ok].astype(np.int64), ts[ok]
     width = int(codes.max()) + 1
-    pairs = distinct(at[ok].astype(np.int64) * width + codes)
-    return pairs // width, pairs % width
+    pairs = distinct(at * width + codes)
+    pair_code = pairs % width
+    # a name is an edge kernel or not: a pair's flag is its name's
+    edge_codes = np.zeros(0, dtype=np.int64) if k.edge is None else codes[k.edge[rows]]
+    edge = np.isin(pair_code, edge_codes)
+    end = pause_end[at]
+    after = (end > 0) & (ts >= end)
+    late = distinct(at[after] * width + codes[after])
+    return BoundaryNames(pairs // width, pair_code, edge, late // width, late % width)
 
 
 def idle_candidate(k: DeviceKernels, u: Union) -> Candidate:

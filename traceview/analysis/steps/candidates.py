@@ -91,6 +91,9 @@ class DeviceKernels:
         family: each kernel's family.
         marker: each kernel is a step marker (a ``step_marker`` family, or a replay).
         replay: each kernel is a whole CUDA-graph replay (None where there is none).
+        edge: each kernel runs at a step's edge only (the rules' ``step_edge`` role:
+            sampling, the embedding lookup), never between two layers (None where none
+            does).
     """
 
     frame: pl.DataFrame
@@ -99,6 +102,7 @@ class DeviceKernels:
     family: FamilyCodes
     marker: np.ndarray
     replay: np.ndarray | None = None
+    edge: np.ndarray | None = None
 
     @property
     def height(self) -> int:
@@ -122,19 +126,39 @@ class DeviceKernels:
 
 
 def device_kernels(
-    frame: pl.DataFrame, family: FamilyCodes, step_marker: tuple[str, ...]
+    frame: pl.DataFrame,
+    family: FamilyCodes,
+    step_marker: tuple[str, ...],
+    step_edge: tuple[str, ...] = (),
 ) -> DeviceKernels:
     """:class:`DeviceKernels` of ``frame`` (one device's kernels, sorted by ``ts_ns``).
     A whole CUDA-graph replay (:data:`~traceview.model.GRAPH_REPLAY`) is a step marker
     whatever the rules name it: it replays the step's layers, their attention among them,
-    without itemising them."""
+    without itemising them. ``step_edge``: patterns (searched case-insensitively) of the
+    kernels that run at a step's edge only; each distinct name is matched once."""
     ts = frame["ts_ns"].to_numpy().astype(np.int64, copy=False)
     dur = frame["dur_ns"].to_numpy().astype(np.int64, copy=False)
     marker = family.mask(step_marker)
+    edge = _edge_mask(family, step_edge)
     replays = replay_mask(frame)
     if not replays.any():
-        return DeviceKernels(frame, ts, dur, family, marker)
-    return DeviceKernels(frame, ts, dur, family, marker | replays, replays)
+        return DeviceKernels(frame, ts, dur, family, marker, None, edge)
+    return DeviceKernels(frame, ts, dur, family, marker | replays, replays, edge)
+
+
+def _edge_mask(family: FamilyCodes, patterns: tuple[str, ...]) -> np.ndarray | None:
+    """Per kernel: its name matches one of ``patterns``; None where none does."""
+    if not patterns or family.pairs.height == 0:
+        return None
+    found = [re.compile(p, re.IGNORECASE) for p in patterns]
+    hit = np.array(
+        [any(f.search(str(n)) for f in found) for n in family.pairs["name"].to_list()],
+        dtype=bool,
+    )
+    if not hit.any():
+        return None
+    out: np.ndarray = hit[family.pair_of]
+    return out
 
 
 def replay_mask(frame: pl.DataFrame) -> np.ndarray:

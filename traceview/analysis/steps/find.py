@@ -440,7 +440,7 @@ def find_steps(
     if len(trace.devices) > 1:  # one device: no copy of its kernels
         mine = mine.filter(pl.col("device") == device)
     family = family_codes(mine, rules, shape_families(trace, mine))
-    k = device_kernels(mine, family, rules.step_marker)
+    k = device_kernels(mine, family, rules.step_marker, rules.step_edge)
     u = union(k.ts, k.ts + k.dur)
     autotune = autotune_regions(mine, k.ts, k.dur, u) if activity == "kernel" else []
     # the steps' boundaries never fall inside a warm-up region: its idle time (the host
