@@ -577,9 +577,9 @@ def test_a_run_compares_the_steps_that_serve_on_every_rank(tmp_path: Path) -> No
         assert said in run["warnings"]
 
 
-def test_an_autotuning_that_opens_a_step_marks_that_step(tmp_path: Path) -> None:
-    """The tuned kernel is step 6's first (vLLM annotations): step 6 holds the autotuning
-    and all its kernels; step 5 keeps its own and serves."""
+def _opening(tmp: Path) -> tuple[tv.Analysis, list]:
+    """hybrid_chunked's engine, 12 decode steps (vLLM annotations), with an autotuning of 2
+    configs whose tuned kernel is step 6's first; the analysis and the planned steps."""
     sc = dataclasses.replace(HYBRID, name="opening", annotations="vllm-gpu")
     steps = plan_steps(sc, [("decode", 0, -1)] * 12)
     first = min(steps[6].kernels, key=lambda k: k.ts_ns)
@@ -596,9 +596,43 @@ def test_an_autotuning_that_opens_a_step_marks_that_step(tmp_path: Path) -> None
     steps[6].kernels.sort(key=lambda k: k.ts_ns)
     steps[6].tuned = benches
     tb, planned = build(sc, steps)
-    a = tv.analyze(tb.write(tmp_path / "opening.json.gz"))
+    return tv.analyze(tb.write(tmp / "opening.json.gz")), planned
+
+
+def test_an_autotuning_that_opens_a_step_marks_that_step(tmp_path: Path) -> None:
+    """The tuned kernel is step 6's first (vLLM annotations): step 6 holds the autotuning
+    and all its kernels; step 5 keeps its own and serves."""
+    a, planned = _opening(tmp_path)
     assert a.steps["warmup"].to_list() == [None] * 6 + ["triton_autotune"] + [None] * 5
     assert a.steps["kernels"].to_list() == [len(s.kernels) for s in planned]
+
+
+def test_the_pause_before_an_autotuning_that_opens_a_step_is_neither_step_s(
+    tmp_path: Path,
+) -> None:
+    """The device idles for the first config's compile (150-300 ms) between step 5's last
+    kernel and step 6's first run. That pause spans warm-up, so it belongs to neither step:
+    step 5 ends with its last kernel. Its span is the same in the steps table, the time
+    breakdown, the step cost and busy's window."""
+    a, planned = _opening(tmp_path)
+    st = a.steps
+    start5 = min(k.ts_ns for k in planned[5].kernels)
+    end5 = max(k.end_ns for k in planned[5].kernels)
+    assert (st["start_ns"][5], st["end_ns"][5]) == (start5, end5)
+    row = st.row(5, named=True)
+    idle = sum(row[c] for c in st.columns if c.startswith("idle_") and c.endswith("_ns"))
+    assert row["busy_ns"] + idle == end5 - start5
+    doc = a.summary.to_dict()
+    (phase,) = [p for p in doc["time_breakdown"] if p["last_step"] == 5]
+    first = phase["first_step"]
+    assert phase["span_ns"] == end5 - int(st["start_ns"][first])
+    cost = a.summary.cost_steps.filter(pl.col("index") == 5)
+    assert cost["time_ns"].to_list() == [end5 - start5]
+    serving = st.filter(pl.col("phase").is_not_null())
+    assert doc["busy"]["window_ns"] == int((serving["end_ns"] - serving["start_ns"]).sum())
+    # with the warm-up kept in, the steps tile the timeline as ever
+    kept = tv.analyze(a.trace.meta.path, tv.AnalysisConfig(keep_warmup=True)).steps
+    assert kept["end_ns"][5] == kept["start_ns"][6]
 
 
 def test_the_warmup_line_names_the_steps_that_hold_it() -> None:

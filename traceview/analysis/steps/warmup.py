@@ -384,7 +384,8 @@ def with_regions(u: Union, regions: list[Region], opening: np.ndarray | None = N
     a config) is no pause between steps. ``opening``: where the annotations start their
     steps (each step's first kernel). A region whose first activity opens a step is filled
     from that activity on, so that the step starts there (the tuned kernel is the step's
-    first); the pause before it stays a pause."""
+    first); the pause before it stays a pause, which no step's span holds
+    (:func:`trim_lead_ins`)."""
     if not regions:
         return u
     a = np.array([r.start_ns for r in regions], dtype=np.int64)
@@ -394,6 +395,24 @@ def with_regions(u: Union, regions: list[Region], opening: np.ndarray | None = N
         a = np.where(opening[at] == first, first, a)
     b = np.array([r.end_ns for r in regions], dtype=np.int64)
     return union(np.concatenate((u.starts, a)), np.concatenate((u.ends, b)))
+
+
+def trim_lead_ins(starts: np.ndarray, ends: np.ndarray, regions: list[Region]) -> np.ndarray:
+    """The steps' ends (spans ``[starts, ends)``, in order) with each warm-up region's idle
+    lead-in left out. A region whose span starts inside a step, and whose device activity
+    starts at or after that step's end, opens the next step: the idle time before its first
+    run (the host compiling its first config) spans warm-up, so it belongs to neither step.
+    That step ends where the region starts."""
+    out = ends.copy()
+    if not regions or starts.size == 0:
+        return out
+    for r in regions:
+        if r.device_start_ns <= r.start_ns:
+            continue
+        k = int(np.searchsorted(starts, r.start_ns, side="right")) - 1
+        if k >= 0 and r.start_ns < out[k] <= r.device_start_ns:
+            out[k] = r.start_ns
+    return out
 
 
 def idle_under(ranges: Union, u: Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
