@@ -175,16 +175,19 @@ def do_bench(
     fill_ns: int = 500_000,
     estimate_fills: bool = True,
     hook: str = "",
+    warmup_ns: int = 25_000_000,
+    rep_ns: int = 100_000_000,
 ) -> tuple[list[tuple[str, int]], int, int]:
     """One config as a version of ``triton.testing.do_bench`` runs it (``hook``: a kernel
     the autotuner's pre-hook runs before each call, as ``reset_to_zero`` does), with its
-    runs and fills. Its counts follow do_bench: ``max(1, int(25 ms / estimate))`` warm-up
-    runs and ``max(1, int(100 ms / estimate))`` timed runs, the estimate being the mean
-    time of the 5 estimate runs on this plan's clock (fills included where it has them)."""
+    runs and fills. Its counts follow do_bench: ``max(1, int(warmup / estimate))`` warm-up
+    runs and ``max(1, int(rep / estimate))`` timed runs (25 and 100 ms by default), the
+    estimate being the mean time of the 5 estimate runs on this plan's clock (fills
+    included where it has them)."""
     call = [(hook, 2_000)] * bool(hook) + [(KERNEL, kernel_ns)]
     est_run = [(fill, fill_ns)] * estimate_fills + call
     estimate = (5 * sum(d + GAP for _, d in est_run) - GAP) // 5
-    n_warmup, n_repeat = max(1, 25_000_000 // estimate), max(1, 100_000_000 // estimate)
+    n_warmup, n_repeat = max(1, warmup_ns // estimate), max(1, rep_ns // estimate)
     out = list(call)  # the first call
     for _ in range(5):
         out += est_run
@@ -207,6 +210,40 @@ VERSIONS = {
     # but far shorter than a 256 MiB fill can be
     "reset_to_zero of an int32 output": [do_bench(hook=F)],
 }
+
+
+# do_bench's warmup and rep (ms) as callers pass them: @triton.autotune(warmup=, rep=),
+# knobs, Inductor's rep=40, a kernel search's warmup=1, rep=5
+BUDGETS = {
+    "5/20": [do_bench(k, warmup_ns=5_000_000, rep_ns=20_000_000) for k in (100_000, 130_000)],
+    "100/500": [
+        do_bench(k, warmup_ns=100_000_000, rep_ns=500_000_000) for k in (100_000, 130_000, 90_000)
+    ],
+    "25/40": [do_bench(k, rep_ns=40_000_000) for k in (100_000, 130_000)],
+    "1/5": [do_bench(k, warmup_ns=1_000_000, rep_ns=5_000_000) for k in (100_000, 130_000)],
+    "one config at 5/20": [do_bench(warmup_ns=5_000_000, rep_ns=20_000_000)],
+    "slow configs at 100/500": [
+        do_bench(k, warmup_ns=100_000_000, rep_ns=500_000_000) for k in (30_000_000, 36_000_000)
+    ],
+    "estimate without fills at 5/20": [
+        do_bench(fill=F8, estimate_fills=False, warmup_ns=5_000_000, rep_ns=20_000_000)
+    ]
+    * 2,
+}
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_do_bench_with_any_warmup_and_rep_is_autotuning(tmp_path: Path, budget: str) -> None:
+    """The configs of one autotuning run with warmup and rep other than do_bench's 25 and
+    100 ms: one region, with every run and fill planted."""
+    configs = BUDGETS[budget]
+    seq = [(OTHER, 50_000)] * 3
+    for kernels, _, _ in configs:
+        seq += kernels
+    seq += [(KERNEL, 100_000), (OTHER, 50_000)]
+    runs = sum(r for _, r, _ in configs)
+    fills = sum(f for _, _, f in configs)
+    assert _regions(_stream(tmp_path, seq)) == [(KERNEL, runs, fills)]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -247,6 +284,14 @@ TRAINING = {
     * 3,
     # gradient accumulation: a large buffer cleared before each micro-batch
     "a fill per micro-batch": ([(F, 500_000)] + [(OTHER, 80_000)] * 12) * 16,
+    # zero_grad of many small gradients and a few large ones, all by one fill kernel
+    # (about 1 ms of small fills between large ones: a do_bench warm-up of warmup=1 in form)
+    "zero_grad of small and large gradients": (
+        [(OTHER, 80_000)] * 20
+        + [(RESET, 35_000), (RESET, 2_000)]
+        + ([(RESET, 35_000)] + [(RESET, 2_000)] * 234) * 8
+    )
+    * 3,
 }
 
 
@@ -446,6 +491,16 @@ def test_a_loop_whose_counts_are_not_do_bench_s_is_no_autotuning(tmp_path: Path)
     """A user's benchmark loop: 10 plain calls, then 100 calls each after a full-size
     fill. do_bench would have made 1 + 5 + 25 ms / estimate (about 240) plain calls."""
     seq = [(KERNEL, 100_000)] * 10 + [(F, 500_000), (KERNEL, 100_000)] * 100
+    assert _regions(_stream(tmp_path, seq)) == []
+
+
+def test_a_loop_whose_warmup_lasts_no_whole_millisecond_is_no_autotuning(
+    tmp_path: Path,
+) -> None:
+    """do_bench's layout, but 2 plain calls of about 0.6 ms each after the estimate: no
+    warmup of a whole number of milliseconds makes 2 (it would take 1.2-1.8 ms)."""
+    c, fill = (KERNEL, 100_000), (F, 500_000)
+    seq = [c] + [fill, c] * 5 + [c] * 2 + [fill, c] * 100 + [(OTHER, 50_000)]
     assert _regions(_stream(tmp_path, seq)) == []
 
 

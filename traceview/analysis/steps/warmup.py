@@ -8,7 +8,9 @@ Four causes are recognised, each by what its tool documents it doing:
 - ``triton_autotune``: Triton's autotuner benchmarks every config of a kernel with
   ``triton.testing.do_bench`` the first time it meets a new shape key. For each config:
   one first call (the host compiles the config first, with the device idle), five estimate
-  runs, plain warm-up runs for about 25 ms, and timed runs for about 100 ms. Before each
+  runs, plain warm-up runs for ``warmup`` ms, and timed runs for ``rep`` ms (whole
+  milliseconds; 25 and 100 by default, set by ``@triton.autotune(warmup=, rep=)`` or a
+  caller of ``do_bench``). Before each
   estimate and each timed run it zeroes a 256 MB buffer to clear the L2 cache
   (``cache.zero_()``: an ATen fill kernel, ``FillFunctor<int>``; older versions fill an
   ``int8`` buffer, and some estimate without fills). Each timed run sits between two CUDA
@@ -19,12 +21,14 @@ Four causes are recognised, each by what its tool documents it doing:
   :data:`MIN_FILLS` fills, each followed by ``b`` repeated (``b^m``), where the run counts
   show: ``b^m`` with ``m ≥ 2`` right after exactly four single calls (the 5th estimate run,
   then the warm-up), or, in the versions that estimate without fills, 7 calls or more
-  before the first fill or 8 or more between two fills; and where the warm-up count keeps
-  do_bench's relation to the estimate read back from the trace (:func:`_configs`). A
+  before the first fill or 8 or more between two fills; where the warm-up count keeps
+  do_bench's relation to the estimate read back from the trace, for some whole number of
+  milliseconds (:func:`_configs`); and where the call holds a kernel that is no fill. A
   region ends with its last config's timed runs. A training step that zeroes buffers
-  (gradients, a bucket before each all-reduce) alternates fills with work, but not with
-  those counts. Inductor's own benchmarker (fills repeated without the call between its
-  estimate and timed runs) is not read, nor ``do_bench_cudagraph`` (no fills).
+  (gradients, a bucket before each all-reduce) alternates fills with work, or fills with
+  fills, but not with those counts. Inductor's own benchmarker (fills repeated without
+  the call between its estimate and timed runs) is not read, nor ``do_bench_cudagraph``
+  (no fills).
 - ``compile`` and ``lazy_loading``: the host compiling (torch.compile's ``dynamo_timed``
   ranges, ``… (dynamo_timed)``; Triton's ``compile`` frame) or the driver loading a kernel
   for its first launch (CUPTI's ``Lazy Function Loading``). Every process loads each
@@ -67,8 +71,12 @@ FILL = re.compile(r"FillFunctor|fill_kernel_cuda")
 # bandwidth, so a shorter fill (a hook's, a small memset) clears no L2 cache
 CACHE_BYTES = 256 * 1024 * 1024
 FILL_FLOOR_NS = CACHE_BYTES * 1_000_000_000 // 20_000_000_000_000
-WARMUP_NS = 25_000_000  # do_bench's warmup (ms): the plain runs last about this long
-REP_NS = 100_000_000  # do_bench's rep (ms): the timed runs last about this long
+WARMUP_NS = 25_000_000  # do_bench's default warmup (ms): the plain runs last about this long
+REP_NS = 100_000_000  # do_bench's default rep (ms): the timed runs last about this long
+MS_NS = 1_000_000  # do_bench's warmup and rep are whole milliseconds (``int``)
+# how far the estimate read from the trace may be from the one do_bench's events measured
+# (their records bracket the launches of the first fill and the last call): 1/20
+EST_TOL = (1, 20)
 MIN_FILLS = 6  # do_bench fills at least 5 times (estimate) and once more (a timed run)
 MAX_CALL = 8  # kernels in one benchmarked call: the tuned kernel and its hooks
 SEED_CYCLES = 3  # consecutive identical short cycles that start a search
@@ -168,46 +176,78 @@ def _expected(est_ns: int, budget_ns: int) -> int:
     return max(1, budget_ns // max(est_ns, 1))
 
 
+def _budget_fits(est_ns: int, count: int) -> bool:
+    """Whether some budget of a whole, positive number of milliseconds gives ``count``
+    runs at the estimate ``est_ns`` (``max(1, int(budget / estimate))``): a budget in
+    ``[count, count + 1)`` estimates, or below 2 of them for a count of 1, where the
+    estimate may be :data:`EST_TOL` off the one do_bench's events measured."""
+    lo = 0 if count <= 1 else count * est_ns * (EST_TOL[1] - EST_TOL[0]) // EST_TOL[1]
+    hi = (max(count, 1) + 1) * est_ns * (EST_TOL[1] + EST_TOL[0]) // EST_TOL[1]
+    first = max(MS_NS, -(-lo // MS_NS) * MS_NS)  # the first whole millisecond at or above lo
+    return first < hi
+
+
 def _configs(
-    repeats: list[int], head: int, ends_of: Callable[[tuple[int, int], tuple[int, int]], int]
+    repeats: list[int],
+    head: int,
+    ends_of: Callable[[tuple[int, int], tuple[int, int]], int],
+    opens: bool = True,
 ) -> list[tuple[int, int]]:
     """The configs ``do_bench`` ran in a stretch, each as (the cycle after which its timed
     runs start, -1 for before the first fill; the timed runs it may make). ``repeats``:
     how many times the call repeats between each pair of consecutive fills; ``head``: the
     calls right before the first fill; ``ends_of((c, a), (d, b))``: the device time from the
     start of call ``a`` of cycle ``c`` (call -1: its fill; cycle -1: the head) to the end
-    of call ``b - 1`` of cycle ``d``.
+    of call ``b - 1`` of cycle ``d``; ``opens``: nothing runs on the stream before the
+    head (the capture may have begun in it).
 
     A config reads as one where the counts keep ``do_bench``'s relation: after the first
-    call, five estimate runs, then ``n_warmup = max(1, int(25 ms / estimate))`` plain runs,
-    where the estimate is the five runs' mean time (their fills included where they have
-    them), read back from the trace; a count within half of that (at least 1) is accepted.
-    Each version's layout: the 5 estimate runs each after a fill, so a repetition of 2 or
-    more right after exactly 4 single calls (the 5th estimate run and the warm-up); or,
-    in the versions that estimate without fills, the first call, the estimate and the
-    warm-up before the first fill (7 calls or more), or after a config's last timed run
-    (8 or more between two fills). A capture that began during the estimate runs shows
-    fewer of them (at least 2, each after a fill, and at most one call before): their
-    mean is the estimate."""
-    out: list[tuple[int, int]] = []
+    call, five estimate runs, then ``n_warmup = max(1, int(warmup / estimate))`` plain
+    runs, where the estimate is the five runs' mean time (their fills included where they
+    have them), read back from the trace, and ``warmup`` is a whole number of milliseconds,
+    at least 1 (:func:`_budget_fits`). Each version's layout: the 5 estimate runs each after
+    a fill, so a repetition of 2 or more right after exactly 4 single calls (the 5th
+    estimate run and the warm-up); or, in the versions that estimate without fills, the
+    first call, the estimate and the warm-up before the first fill (7 calls or more), or
+    after a config's last timed run (8 or more between two fills). A capture that began
+    during the estimate runs shows fewer of them (at least 2, each after a fill, and at
+    most one call before, with nothing before on the stream): their mean is the
+    estimate.
 
-    def keep(est_ns: int, warm: int, after: int) -> None:
-        want = _expected(est_ns, WARMUP_NS)
-        if abs(warm - want) <= max(1, want // 2):
-            out.append((after, _expected(est_ns, REP_NS)))
+    The last timed run of a config and the next config's first call share a cycle, 5
+    cycles before that config's warm-up: that pair is no config of its own. The last
+    config makes ``max(1, int(rep / estimate))`` timed runs, with ``rep`` the longest of:
+    do_bench's default (100 ms), 4 times the warm-up read (the defaults' ratio), and the
+    timed runs of each earlier config in the stretch."""
+    found: list[tuple[int, int, int, bool]] = []  # (after, estimate, warm-up runs, filled)
+
+    def keep(est_ns: int, warm: int, after: int, filled: bool) -> None:
+        if _budget_fits(est_ns, warm):
+            found.append((after, est_ns, warm, filled))
 
     if head >= 7:
-        keep(ends_of((-1, 1), (-1, 6)) // 5, head - 6, -1)
+        keep(ends_of((-1, 1), (-1, 6)) // 5, head - 6, -1, False)
     single = 0
     for r, m in enumerate(repeats):
         if m >= 2 and single >= 4:  # the 5 estimate runs began 4 fills back, at a fill
-            keep(ends_of((r - 4, -1), (r, 1)) // 5, m - 1, r)
-        elif m >= 2 and 1 <= r == single and head <= 1:  # the capture began in the estimate
-            keep(ends_of((0, -1), (r, 1)) // (r + 1), m - 1, r)
-        if m >= 8 and (not out or out[-1][0] != r):  # the estimate without fills
-            keep(ends_of((r, 2), (r, 7)) // 5, m - 7, r)
+            keep(ends_of((r - 4, -1), (r, 1)) // 5, m - 1, r, True)
+        elif m >= 2 and 1 <= r == single and head <= 1 and opens:  # began in the estimate
+            keep(ends_of((0, -1), (r, 1)) // (r + 1), m - 1, r, True)
+        if m >= 8 and (not found or found[-1][0] != r):  # the estimate without fills
+            keep(ends_of((r, 2), (r, 7)) // 5, m - 7, r, False)
         single = single + 1 if m == 1 else 0
-    return out
+    starts = {after for after, _, _, filled in found if filled}
+    found = [c for c in found if not (c[3] and c[0] + 5 in starts)]
+    if not found:
+        return []
+    rep_ns = REP_NS
+    for (after, _, _, _), (nxt, _, _, filled) in zip(found, found[1:], strict=False):
+        last = nxt - 5 if filled else nxt  # the cycle of the config's last timed run
+        if last > after:
+            rep_ns = max(rep_ns, ends_of((after + 1, -1), (last, 1)))
+    _, est_ns, warm, _ = found[-1]
+    rep_ns = max(rep_ns, warm * est_ns * (REP_NS // WARMUP_NS))
+    return [(after, _expected(est, rep_ns)) for after, est, _, _ in found]
 
 
 def _span(
@@ -266,7 +306,8 @@ def _stream_runs(
                 head -= u
                 back += 1
 
-            configs = _configs(repeats, back, partial(_span, ts, end, pos, i, head, u))
+            spans = partial(_span, ts, end, pos, i, head, u)
+            configs = _configs(repeats, back, spans, opens=head == 0)
             if not configs:
                 continue
             after_fill = int(pos[j]) + 1  # calls after the last fill, to the stream's end:
@@ -297,17 +338,20 @@ def autotune_regions(
     if int(fill.sum()) < MIN_FILLS:
         return []
     streams = kernels["stream"].fill_null(-1).to_numpy()
+    filling = {c for c, n in names.items() if FILL.search(n)}
     regions: list[Region] = []
     for s in np.unique(streams[fill]):
         idx = np.flatnonzero(streams == s)
         for run in _stream_runs(codes[idx], fill[idx], ts[idx], ts[idx] + dur[idx]):
             rows = idx[run.first : run.last + 1]
-            # the tuned kernel: the call's kernel with the most time that is no fill or copy
+            # the tuned kernel: the call's kernel with the most time that is no fill (of any
+            # length: a hook's) or copy; a call of fills alone (zero_grad's, back to back)
+            # benchmarks nothing
             mine, spent = codes[rows], dur[rows]
             copy = kernels["kind"].gather(rows).is_in(["memcpy", "memset"]).to_numpy()
             best, best_ns = None, -1
-            for c in set(run.call):
-                hit = (mine == c) & ~fill[rows] & ~copy
+            for c in set(run.call) - filling:
+                hit = (mine == c) & ~copy
                 ns = int(spent[hit].sum())
                 if hit.any() and ns > best_ns:
                     best, best_ns = c, ns
