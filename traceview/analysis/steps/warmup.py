@@ -33,9 +33,10 @@ Four causes are recognised, each by what its tool documents it doing:
   ranges, ``… (dynamo_timed)``; Triton's ``compile`` frame) or the driver loading a kernel
   for its first launch (CUPTI's ``Lazy Function Loading``). Every process loads each
   kernel once, so a capture near start-up holds a few loads of microseconds; they are
-  warm-up only where they cost a step: the device idles under them for at least a tenth of
-  the rest of the step's span (:func:`costly`). Each step is judged by itself, so a capture
-  where most steps compile still reads them all as warm-up.
+  warm-up only where they cost a step: the idle they add to it, beyond the usual idle of
+  steps that do not compile, is at least a tenth of the rest of the step's span
+  (:func:`costly`). So a range over busy steps, which pause as usual under it, costs none;
+  and a capture where most steps compile still reads them all as warm-up.
 
 A CompiledFxGraph's first call in a trace is not evidence by itself: a capture started
 mid-serving holds first calls that are warm. Where a first call compiles, autotunes or
@@ -83,8 +84,8 @@ SEED_CYCLES = 3  # consecutive identical short cycles that start a search
 
 COMPILE_RANGE = re.compile(r" \(dynamo_timed\)$|^triton/compiler/compiler\.py\(\d+\): compile$")
 LAZY_LOADING = "Lazy Function Loading"
-# a compile or load costs a step when the device idles under it for at least a tenth of
-# the rest of the step's span (the step lasts at least 10% longer for it)
+# a compile or load costs a step when the idle it adds is at least a tenth of the rest of
+# the step's span (the step lasts at least 10% longer for it)
 COST_SHARE = (1, 10)
 HOST_WORDS = {"compile": "compilation", "lazy_loading": "lazy kernel loading"}
 
@@ -467,16 +468,54 @@ def idle_under(ranges: Union, u: Union, lo: np.ndarray, hi: np.ndarray) -> np.nd
     return out
 
 
+def usual_idle(
+    own: np.ndarray, plain: np.ndarray, pool: np.ndarray, kind: np.ndarray | None = None
+) -> np.ndarray:
+    """Per step (``own``: each step's idle, its span less its busy time): the idle a step
+    of its kind has without warm-up, the median idle of the ``plain`` steps of its kind;
+    of every plain step where none is of its kind; the least idle of the ``pool`` (the
+    steps that may be plain) where no step is plain."""
+    out = np.zeros(own.size, dtype=np.int64)
+    if own.size == 0:
+        return out
+    if not plain.any():
+        out[:] = int(own[pool].min() if pool.any() else own.min())
+        return out
+    out[:] = int(np.median(own[plain]))
+    if kind is not None:
+        for k in np.unique(kind[plain]):
+            mine = kind == k
+            out[mine] = int(np.median(own[plain & mine]))
+    return out
+
+
 def costly(
-    ranges: Union, u: Union, lo: np.ndarray, hi: np.ndarray
+    ranges: Union,
+    u: Union,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    held: np.ndarray | None = None,
+    kind: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per step (spans ``[lo, hi)``): whether the host's ``ranges`` cost it, that is, the
-    device is idle under them for at least :data:`COST_SHARE` of the rest of the step's
-    span; and that idle time (ns). Each step is judged by itself: no median that a capture
-    of many compiling steps inflates, and a range during which the device stays busy costs
-    nothing."""
+    """Per step (spans ``[lo, hi)``): whether the host's ``ranges`` cost it, and the
+    device's idle time under them (ns). The idle they add to a step is its idle beyond its
+    usual idle (:func:`usual_idle`, over the other steps with no idle under them, none
+    ``held`` for other warm-up; the last one only where no other is plain, since it ends
+    with its last kernel, with no pause after it; ``kind``: each step's kind), at most the
+    idle under them. They cost
+    the step where that is at least :data:`COST_SHARE` of the rest of its span. So a range
+    over busy steps costs none of them, though the ordinary pauses between them lie under
+    it; and each compiling step is judged against steps that do not compile, so a capture
+    where most steps compile still reads them all."""
     idle = idle_under(ranges, u, lo, hi)
-    hit: np.ndarray = (idle > 0) & (idle * COST_SHARE[1] >= (hi - lo - idle) * COST_SHARE[0])
+    pool = np.ones(idle.size, dtype=bool) if held is None else ~held
+    plain = pool & (idle == 0)
+    if plain[:-1].any():  # the last step has no pause after it: the others' idle, if any
+        plain[-1] = False
+    own = (hi - lo) - u.clipped_lengths(lo, hi)
+    usual = usual_idle(own, plain, pool, kind)
+    added = np.minimum(idle, np.clip(own - usual, 0, None))
+    hit: np.ndarray = (added > 0) & (added * COST_SHARE[1] >= (hi - lo - added) * COST_SHARE[0])
     return hit, idle
 
 
@@ -500,6 +539,7 @@ def mark_warmup(
     n = table.height
     lo = table["start_ns"].to_numpy().astype(np.int64)
     hi = table["end_ns"].to_numpy().astype(np.int64)
+    kind = table["kind"].to_numpy()
     rank = np.full(n, len(CAUSES), dtype=np.int64)
     out: list[Region] = []
     said: list[str] = []
@@ -515,14 +555,14 @@ def mark_warmup(
             if mine.height == 0:
                 continue
             ranges = Union(mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy())
-            hit, idle = costly(ranges, u, lo, hi)
+            hit, idle = costly(ranges, u, lo, hi, rank < len(CAUSES), kind)
             rank[hit] = np.minimum(rank[hit], CAUSES.index(cause))
             cheap = (idle > 0) & ~hit
             if cheap.any():  # below the threshold: say what stays in the figures
                 said.append(
                     f"{HOST_WORDS[cause]} in {int(cheap.sum())} step(s) is left in: the device "
-                    f"idles {int(idle[cheap].sum()) / 1e6:.3g} ms under it in all, less than a "
-                    "tenth of each step's span"
+                    f"idles {int(idle[cheap].sum()) / 1e6:.3g} ms under it in all, and it "
+                    "lengthens each of those steps by less than a tenth beyond their usual idle"
                 )
             edges = np.flatnonzero(np.diff(np.concatenate(([0], hit.astype(np.int8), [0]))))
             for first, stop in zip(edges[::2], edges[1::2], strict=True):
