@@ -722,6 +722,81 @@ def test_the_pause_before_an_autotuning_that_opens_a_step_is_neither_step_s(
     assert kept["end_ns"][5] == kept["start_ns"][6]
 
 
+def _inductor_bench(
+    tmp: Path, range_name: str | None, *, calls: bool = True
+) -> tuple[tv.Analysis, str, int, int]:
+    """hybrid_chunked's engine, 12 decode steps (vLLM annotations), and Inductor's runtime
+    autotuning of 3 configs at the start of step 6, under a host range ``range_name``
+    (None: no range): per config, 5 x (L2 fill, call), 100 fills, then 40 x (fill, call),
+    as its benchmarker runs them (fills repeated between its estimate and timed runs: no
+    do_bench signature). ``calls`` False: the fills alone. The analysis, the tuned kernel's
+    name, and the calls and fills planted."""
+    sc = dataclasses.replace(HYBRID, name="inductor", annotations="vllm-gpu")
+    steps = plan_steps(sc, [("decode", 0, -1)] * 12)
+    first = min(steps[6].kernels, key=lambda k: k.ts_ns)
+    t0 = t = max(k.end_ns for k in steps[5].kernels) + 500_000
+    rng = random.Random(3)
+    planted: list[PlannedKernel] = []
+    for _ in range(3):
+        for fill in [True, False] * 5 + [True] * 100 + [True, False] * 40:
+            if not fill and not calls:
+                continue
+            key = "cache_fill" if fill else first.key
+            dur = rng.randint(60_000, 70_000) if fill else rng.randint(100_000, 110_000)
+            planted.append(PlannedKernel(key, t, dur, 7, 6, warmup="triton_autotune"))
+            t += dur + rng.randint(2_000, 6_000)
+    shift = t + 5_000 - first.ts_ns
+    for s in steps[6:]:
+        for k in s.kernels:
+            k.ts_ns += shift
+    steps[6].kernels = sorted(steps[6].kernels + planted, key=lambda k: k.ts_ns)
+    tb, _ = build(sc, steps)
+    if range_name is not None:
+        tb.events.append(Event("X", range_name, "user_annotation", 4242, 0, t0 - 40_000, t - t0))
+    a = tv.analyze(tb.write(tmp / "inductor.json.gz"))
+    fills = sum(k.key == "cache_fill" for k in planted)
+    return a, first.name, len(planted) - fills, fills
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "CachingAutotuner.benchmark_all_configs (dynamo_timed)",
+        "CachingAutotuner.coordinate_descent_tuning (dynamo_timed)",
+        "InductorBenchmarker.benchmark_gpu (dynamo_timed)",
+    ],
+)
+def test_inductor_s_runtime_autotuning_is_read_by_its_range(tmp_path: Path, name: str) -> None:
+    """Under a dynamo_timed range that names benchmarking, the device benchmarks: step 6
+    holds Triton autotuning, with the tuned kernel, its runs and every fill planted, and
+    no compile time is said to stay in the figures."""
+    a, tuned, runs, fills = _inductor_bench(tmp_path, name)
+    assert a.steps["warmup"].to_list() == [None] * 6 + ["triton_autotune"] + [None] * 5
+    doc = a.summary.to_dict()
+    (region,) = doc["warmup"]["regions"]
+    assert (region["kernel"], region["runs"], region["fills"]) == (tuned, runs, fills)
+    assert region["first_step"] == region["last_step"] == 6
+    assert not [w for w in doc["warnings"] if "is left in" in w]
+
+
+@pytest.mark.parametrize(
+    ("name", "calls"),
+    [
+        (None, True),  # no range: neither signature, as documented
+        ("_compile.compile_inner (dynamo_timed)", True),  # a range that names no benchmark
+        ("CachingAutotuner.benchmark_all_configs (dynamo_timed)", False),  # no call under it
+    ],
+    ids=["no range", "a compile range", "fills alone"],
+)
+def test_inductor_s_autotuning_needs_its_range_and_a_call(
+    tmp_path: Path, name: str | None, calls: bool
+) -> None:
+    """Without the benchmarking range, or without a kernel that is no fill under it, no
+    step holds Triton autotuning."""
+    a, _, _, _ = _inductor_bench(tmp_path, name, calls=calls)
+    assert "triton_autotune" not in a.steps["warmup"].to_list()
+
+
 def test_the_warmup_line_names_the_steps_that_hold_it() -> None:
     """Two autotunings, in steps 4 and 9, and one over steps 12-14: the line names those
     steps, not every step from 4 to 14."""

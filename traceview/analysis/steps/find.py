@@ -49,6 +49,7 @@ from traceview.analysis.steps.warmup import (
     LAZY_LOADING,
     Region,
     autotune_regions,
+    benchmark_regions,
     capture_warmup,
     leave_out,
     mark_warmup,
@@ -450,6 +451,9 @@ def find_steps(
     k = device_kernels(mine, family, rules.step_marker)
     u = union(k.ts, k.ts + k.dur)
     autotune = autotune_regions(mine, k.ts, k.dur, u) if activity == "kernel" else []
+    if activity == "kernel":  # Inductor's runtime autotuning, by its host range
+        autotune += benchmark_regions(trace, mine, k.ts, k.dur, u, autotune)
+        autotune.sort(key=lambda r: r.start_ns)
     # the steps' boundaries never fall inside a warm-up region: its idle time (the host
     # compiling a config) is no pause between steps
     bounds = with_regions(u, autotune)

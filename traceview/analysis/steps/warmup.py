@@ -27,10 +27,11 @@ Four causes are recognised, each by what its tool documents it doing:
   region ends with its last config's timed runs. A training step that zeroes buffers
   (gradients, a bucket before each all-reduce) alternates fills with work, or fills with
   fills, but not with those counts. Inductor's own benchmarker (fills repeated without
-  the call between its estimate and timed runs) is not read, nor ``do_bench_cudagraph``
-  (no fills).
+  the call between its estimate and timed runs) is read by its host range instead
+  (:func:`benchmark_regions`); ``do_bench_cudagraph`` (no fills) is not read.
 - ``compile`` and ``lazy_loading``: the host compiling (torch.compile's ``dynamo_timed``
-  ranges, ``… (dynamo_timed)``; Triton's ``compile`` frame) or the driver loading a kernel
+  ranges, ``… (dynamo_timed)``, but for those that name benchmarking: autotuning;
+  Triton's ``compile`` frame) or the driver loading a kernel
   for its first launch (CUPTI's ``Lazy Function Loading``). Every process loads each
   kernel once, so a capture near start-up holds a few loads of microseconds; they are
   warm-up only where they cost a step: the idle they add to it, beyond the usual idle of
@@ -84,6 +85,10 @@ SEED_CYCLES = 3  # consecutive identical short cycles that start a search
 
 COMPILE_RANGE = re.compile(r" \(dynamo_timed\)$|^triton/compiler/compiler\.py\(\d+\): compile$")
 LAZY_LOADING = "Lazy Function Loading"
+# a compile range that names benchmarking: Inductor's runtime autotuning
+# (``CachingAutotuner.benchmark_all_configs``, ``….coordinate_descent_tuning``) and its
+# benchmarker (``InductorBenchmarker.benchmark_gpu``), each a ``dynamo_timed`` range
+BENCH_RANGE = re.compile(r"(?i)(autotun|benchmark).* \(dynamo_timed\)$")
 # a compile or load costs a step when the idle it adds is at least a tenth of the rest of
 # the step's span (the step lasts at least 10% longer for it)
 COST_SHARE = (1, 10)
@@ -379,17 +384,23 @@ def autotune_regions(
 
 
 def host_ranges(trace: Trace) -> pl.DataFrame:
-    """The host's compile ranges and the driver's lazy loads, overlapping ones of a cause
-    merged: ``cause`` (``compile`` | ``lazy_loading``), ``start_ns``, ``end_ns``."""
+    """The host's compile ranges, its benchmarking ranges (:data:`BENCH_RANGE`) and the
+    driver's lazy loads, overlapping ones of a cause merged: ``cause`` (``compile`` |
+    ``benchmark`` | ``lazy_loading``), ``start_ns``, ``end_ns``."""
     ev = trace.events
     schema = {"cause": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
     distinct = ev["name"].unique().drop_nulls().cast(pl.String).to_list()
-    compiling = [n for n in distinct if COMPILE_RANGE.search(n)]
+    benching = [n for n in distinct if BENCH_RANGE.search(n)]
+    compiling = [n for n in distinct if COMPILE_RANGE.search(n) and n not in benching]
     loading = [n for n in distinct if n == LAZY_LOADING]
-    if not compiling and not loading:
+    if not compiling and not loading and not benching:
         return pl.DataFrame(schema=schema)
     frames = []
-    for cause, wanted in (("compile", compiling), ("lazy_loading", loading)):
+    for cause, wanted in (
+        ("compile", compiling),
+        ("benchmark", benching),
+        ("lazy_loading", loading),
+    ):
         if not wanted:
             continue
         sel = ev.filter(pl.col("name").cast(pl.String).is_in(wanted) & (pl.col("dur_ns") > 0))
@@ -403,6 +414,64 @@ def host_ranges(trace: Trace) -> pl.DataFrame:
             )
         )
     return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+
+
+def benchmark_regions(
+    trace: Trace,
+    kernels: pl.DataFrame,
+    ts: np.ndarray,
+    dur: np.ndarray,
+    u: Union,
+    found: list[Region],
+) -> list[Region]:
+    """Inductor's runtime autotuning on one device: each host range that names
+    benchmarking (:data:`BENCH_RANGE`, merged) under which the device benchmarks, that
+    is, runs a kernel that is no fill or copy (``kernels``: the device's activity in time
+    order; ``ts``, ``dur``: their starts and durations; ``u``: their union). Its region
+    holds the device activity that starts under the range: the tuned kernel (the one with
+    the most time, no fill or copy), its runs, and the fills (ATen fills and memsets:
+    cache clears and hooks). It spans from the range's start, or the end of the device's
+    activity before its first kernel where that is later (the device's work queued
+    before), to its last kernel's end. A range an autotuning in ``found`` overlaps is
+    read there already."""
+    host = host_ranges(trace)
+    host = host.filter(pl.col("cause") == "benchmark") if host.height else host
+    if host.height == 0 or kernels.height == 0:
+        return []
+    codes, names = _name_codes(kernels)
+    filling = np.isin(codes, np.array([c for c, n in names.items() if FILL.search(n)]))
+    kind = kernels["kind"]
+    filling |= (kind == "memset").fill_null(False).to_numpy()
+    work = ~filling & ~kind.is_in(["memcpy", "memset"]).fill_null(False).to_numpy()
+    out: list[Region] = []
+    for a, b in host.select("start_ns", "end_ns").iter_rows():
+        if any(r.device_start_ns < b and r.end_ns > a for r in found):
+            continue
+        i, j = int(np.searchsorted(ts, a, side="left")), int(np.searchsorted(ts, b, side="left"))
+        if not work[i:j].any():
+            continue
+        mine, spent = codes[i:j][work[i:j]], dur[i:j][work[i:j]]
+        per = np.bincount(np.unique(mine, return_inverse=True)[1], weights=spent)
+        best = int(np.unique(mine)[int(np.argmax(per))])
+        first = int(ts[i])
+        at = int(np.searchsorted(u.starts, first, side="right")) - 1
+        start = first
+        if at > 0 and int(u.starts[at]) == first:  # idle before its first kernel
+            start = max(int(a), int(u.ends[at - 1]))
+        out.append(
+            Region(
+                "triton_autotune",
+                min(start, first),
+                int((ts[i:j] + dur[i:j]).max()),
+                kernel=names.get(best, ""),
+                runs=int((codes[i:j] == best).sum()),
+                fills=int(filling[i:j].sum()),
+                kernels=j - i,
+                gpu_ns=int(dur[i:j].sum()),
+                first_ns=first,
+            )
+        )
+    return out
 
 
 def capture_warmup(trace: Trace, capture: Capture) -> list[Region]:
