@@ -153,7 +153,7 @@ def _stream(tmp: Path, kernels: list[tuple[str, int]], name: str = "t") -> tv.Tr
 
 
 def _regions(trace: tv.Trace) -> list[tuple[str | None, int | None, int | None]]:
-    from traceview.analysis.steps.warmup import autotune_regions
+    from traceview.analysis.steps.autotune import autotune_regions
 
     k = trace.kernels
     ts, dur = k["ts_ns"].to_numpy(), k["dur_ns"].to_numpy()

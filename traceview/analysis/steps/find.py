@@ -27,6 +27,7 @@ from traceview.analysis.base.intervals import I64, Union, merge_windows, subtrac
 from traceview.analysis.base.launches import graph_launches_without_work
 from traceview.analysis.classify.families import Rules, family_codes, load_rules
 from traceview.analysis.classify.shapes import shape_families, shape_tokens
+from traceview.analysis.steps.autotune import autotune_regions, benchmark_regions
 from traceview.analysis.steps.bursts import burst_candidate, idle_candidate
 from traceview.analysis.steps.candidates import (
     DeviceKernels,
@@ -48,8 +49,6 @@ from traceview.analysis.steps.warmup import (
     COMPILE_RANGE,
     LAZY_LOADING,
     Region,
-    autotune_regions,
-    benchmark_regions,
     capture_warmup,
     leave_out,
     mark_warmup,
