@@ -153,7 +153,7 @@ def _stream(tmp: Path, kernels: list[tuple[str, int]], name: str = "t") -> tv.Tr
 
 
 def _regions(trace: tv.Trace) -> list[tuple[str | None, int | None, int | None]]:
-    from traceview.analysis.steps.warmup import autotune_regions
+    from traceview.analysis.steps.autotune import autotune_regions
 
     k = trace.kernels
     ts, dur = k["ts_ns"].to_numpy(), k["dur_ns"].to_numpy()
@@ -175,16 +175,19 @@ def do_bench(
     fill_ns: int = 500_000,
     estimate_fills: bool = True,
     hook: str = "",
+    warmup_ns: int = 25_000_000,
+    rep_ns: int = 100_000_000,
 ) -> tuple[list[tuple[str, int]], int, int]:
     """One config as a version of ``triton.testing.do_bench`` runs it (``hook``: a kernel
     the autotuner's pre-hook runs before each call, as ``reset_to_zero`` does), with its
-    runs and fills. Its counts follow do_bench: ``max(1, int(25 ms / estimate))`` warm-up
-    runs and ``max(1, int(100 ms / estimate))`` timed runs, the estimate being the mean
-    time of the 5 estimate runs on this plan's clock (fills included where it has them)."""
+    runs and fills. Its counts follow do_bench: ``max(1, int(warmup / estimate))`` warm-up
+    runs and ``max(1, int(rep / estimate))`` timed runs (25 and 100 ms by default), the
+    estimate being the mean time of the 5 estimate runs on this plan's clock (fills
+    included where it has them)."""
     call = [(hook, 2_000)] * bool(hook) + [(KERNEL, kernel_ns)]
     est_run = [(fill, fill_ns)] * estimate_fills + call
     estimate = (5 * sum(d + GAP for _, d in est_run) - GAP) // 5
-    n_warmup, n_repeat = max(1, 25_000_000 // estimate), max(1, 100_000_000 // estimate)
+    n_warmup, n_repeat = max(1, warmup_ns // estimate), max(1, rep_ns // estimate)
     out = list(call)  # the first call
     for _ in range(5):
         out += est_run
@@ -207,6 +210,40 @@ VERSIONS = {
     # but far shorter than a 256 MiB fill can be
     "reset_to_zero of an int32 output": [do_bench(hook=F)],
 }
+
+
+# do_bench's warmup and rep (ms) as callers pass them: @triton.autotune(warmup=, rep=),
+# knobs, Inductor's rep=40, a kernel search's warmup=1, rep=5
+BUDGETS = {
+    "5/20": [do_bench(k, warmup_ns=5_000_000, rep_ns=20_000_000) for k in (100_000, 130_000)],
+    "100/500": [
+        do_bench(k, warmup_ns=100_000_000, rep_ns=500_000_000) for k in (100_000, 130_000, 90_000)
+    ],
+    "25/40": [do_bench(k, rep_ns=40_000_000) for k in (100_000, 130_000)],
+    "1/5": [do_bench(k, warmup_ns=1_000_000, rep_ns=5_000_000) for k in (100_000, 130_000)],
+    "one config at 5/20": [do_bench(warmup_ns=5_000_000, rep_ns=20_000_000)],
+    "slow configs at 100/500": [
+        do_bench(k, warmup_ns=100_000_000, rep_ns=500_000_000) for k in (30_000_000, 36_000_000)
+    ],
+    "estimate without fills at 5/20": [
+        do_bench(fill=F8, estimate_fills=False, warmup_ns=5_000_000, rep_ns=20_000_000)
+    ]
+    * 2,
+}
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_do_bench_with_any_warmup_and_rep_is_autotuning(tmp_path: Path, budget: str) -> None:
+    """The configs of one autotuning run with warmup and rep other than do_bench's 25 and
+    100 ms: one region, with every run and fill planted."""
+    configs = BUDGETS[budget]
+    seq = [(OTHER, 50_000)] * 3
+    for kernels, _, _ in configs:
+        seq += kernels
+    seq += [(KERNEL, 100_000), (OTHER, 50_000)]
+    runs = sum(r for _, r, _ in configs)
+    fills = sum(f for _, _, f in configs)
+    assert _regions(_stream(tmp_path, seq)) == [(KERNEL, runs, fills)]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -247,6 +284,14 @@ TRAINING = {
     * 3,
     # gradient accumulation: a large buffer cleared before each micro-batch
     "a fill per micro-batch": ([(F, 500_000)] + [(OTHER, 80_000)] * 12) * 16,
+    # zero_grad of many small gradients and a few large ones, all by one fill kernel
+    # (about 1 ms of small fills between large ones: a do_bench warm-up of warmup=1 in form)
+    "zero_grad of small and large gradients": (
+        [(OTHER, 80_000)] * 20
+        + [(RESET, 35_000), (RESET, 2_000)]
+        + ([(RESET, 35_000)] + [(RESET, 2_000)] * 234) * 8
+    )
+    * 3,
 }
 
 
@@ -325,7 +370,7 @@ def test_a_load_shorter_than_a_step_is_no_warmup(tmp_path: Path, name: str, cat:
     words = "compilation" if cat == "user_annotation" else "lazy kernel loading"
     said = f"{words} in 1 step(s) is left in: the device idles 0.07 ms under it in all"
     assert [w for w in doc["warnings"] if "is left in" in w] == [
-        f"{said}, less than a tenth of each step's span"
+        f"{said}, and it lengthens each of those steps by less than a tenth beyond their usual idle"
     ]
 
 
@@ -449,6 +494,16 @@ def test_a_loop_whose_counts_are_not_do_bench_s_is_no_autotuning(tmp_path: Path)
     assert _regions(_stream(tmp_path, seq)) == []
 
 
+def test_a_loop_whose_warmup_lasts_no_whole_millisecond_is_no_autotuning(
+    tmp_path: Path,
+) -> None:
+    """do_bench's layout, but 2 plain calls of about 0.6 ms each after the estimate: no
+    warmup of a whole number of milliseconds makes 2 (it would take 1.2-1.8 ms)."""
+    c, fill = (KERNEL, 100_000), (F, 500_000)
+    seq = [c] + [fill, c] * 5 + [c] * 2 + [fill, c] * 100 + [(OTHER, 50_000)]
+    assert _regions(_stream(tmp_path, seq)) == []
+
+
 def test_an_autotuning_ends_with_its_last_timed_run(tmp_path: Path) -> None:
     """A config, then serving that clears a full-size buffer before each call of the same
     kernel: the region holds do_bench's timed runs (2% more at most, for jitter), not the
@@ -481,8 +536,9 @@ def _compiling(tmp: Path, name: str, cat: str, pause_ns: int, at: list[int]) -> 
 # the last step ends with its last kernel: a compile after it lies in no step
 @pytest.mark.parametrize("at", [[7], [1, 2, 3, 5, 7, 9, 10], list(range(11))])
 def test_every_step_a_compile_costs_is_warmup_however_many(tmp_path: Path, at: list[int]) -> None:
-    """Each step is judged by itself: when most steps compile, they are all warm-up still
-    (a median over the steps would rise with them)."""
+    """Each compiling step is judged against the steps that do not compile: when most
+    steps compile, they are all warm-up still (a median over all steps would rise with
+    them)."""
     compile_range = "_compile.compile_inner (dynamo_timed)"
     a = _compiling(tmp_path, compile_range, "user_annotation", 60_000_000, at)
     assert [i for i, w in enumerate(a.steps["warmup"].to_list()) if w] == at
@@ -502,6 +558,37 @@ def test_a_compile_shorter_than_a_step_that_costs_it_is_warmup(
     for it, and is left out."""
     a = _compiling(tmp_path, name, cat, pause_ns, [7])
     assert [i for i, w in enumerate(a.steps["warmup"].to_list()) if w] == [7]
+
+
+CLEAN_PLAN = next(sc for sc in SCENARIOS if sc.name == "seed_clean")
+
+
+@pytest.mark.parametrize("stall", [None, 8], ids=["busy steps", "and one stall"])
+def test_a_compile_over_busy_steps_costs_only_the_steps_it_stalls(
+    tmp_path: Path, stall: int | None
+) -> None:
+    """seed_clean's engine, 16 decode steps with its 1.8-2.6 ms pauses (about a fifth of
+    each step's span), and a compile range (another graph, on a background thread) from
+    step 3's first kernel to step 12's last. The device keeps its cadence under it: the
+    pauses under the range are the usual ones, and no step holds warm-up. Where the
+    device also stalls 40 ms before step ``stall`` under the same range, that step's
+    predecessor alone holds it (a step spans until the next starts)."""
+    sc = dataclasses.replace(CLEAN_PLAN, name="compile_over_busy")
+    steps = plan_steps(sc, [("decode", 0, -1)] * 16)
+    if stall is not None:
+        for s in steps[stall:]:
+            for k in s.kernels:
+                k.ts_ns += 40_000_000
+    tb, planned = build(sc, steps)
+    a0 = min(k.ts_ns for k in planned[3].kernels)
+    b0 = max(k.end_ns for k in planned[12].kernels)
+    tb.events.append(
+        Event("X", "compile_fx_inner (dynamo_timed)", "user_annotation", 4242, 0, a0, b0 - a0)
+    )
+    a = tv.analyze(tb.write(tmp_path / "over_busy.json.gz"))
+    held = [i for i, w in enumerate(a.steps["warmup"].to_list()) if w]
+    assert held == ([] if stall is None else [stall - 1])
+    assert a.summary.to_dict()["steps"]["count"] == 16 - len(held)
 
 
 def test_busy_over_a_window_leaves_the_warmup_out() -> None:
@@ -577,9 +664,9 @@ def test_a_run_compares_the_steps_that_serve_on_every_rank(tmp_path: Path) -> No
         assert said in run["warnings"]
 
 
-def test_an_autotuning_that_opens_a_step_marks_that_step(tmp_path: Path) -> None:
-    """The tuned kernel is step 6's first (vLLM annotations): step 6 holds the autotuning
-    and all its kernels; step 5 keeps its own and serves."""
+def _opening(tmp: Path) -> tuple[tv.Analysis, list]:
+    """hybrid_chunked's engine, 12 decode steps (vLLM annotations), with an autotuning of 2
+    configs whose tuned kernel is step 6's first; the analysis and the planned steps."""
     sc = dataclasses.replace(HYBRID, name="opening", annotations="vllm-gpu")
     steps = plan_steps(sc, [("decode", 0, -1)] * 12)
     first = min(steps[6].kernels, key=lambda k: k.ts_ns)
@@ -596,9 +683,118 @@ def test_an_autotuning_that_opens_a_step_marks_that_step(tmp_path: Path) -> None
     steps[6].kernels.sort(key=lambda k: k.ts_ns)
     steps[6].tuned = benches
     tb, planned = build(sc, steps)
-    a = tv.analyze(tb.write(tmp_path / "opening.json.gz"))
+    return tv.analyze(tb.write(tmp / "opening.json.gz")), planned
+
+
+def test_an_autotuning_that_opens_a_step_marks_that_step(tmp_path: Path) -> None:
+    """The tuned kernel is step 6's first (vLLM annotations): step 6 holds the autotuning
+    and all its kernels; step 5 keeps its own and serves."""
+    a, planned = _opening(tmp_path)
     assert a.steps["warmup"].to_list() == [None] * 6 + ["triton_autotune"] + [None] * 5
     assert a.steps["kernels"].to_list() == [len(s.kernels) for s in planned]
+
+
+def test_the_pause_before_an_autotuning_that_opens_a_step_is_neither_step_s(
+    tmp_path: Path,
+) -> None:
+    """The device idles for the first config's compile (150-300 ms) between step 5's last
+    kernel and step 6's first run. That pause spans warm-up, so it belongs to neither step:
+    step 5 ends with its last kernel. Its span is the same in the steps table, the time
+    breakdown, the step cost and busy's window."""
+    a, planned = _opening(tmp_path)
+    st = a.steps
+    start5 = min(k.ts_ns for k in planned[5].kernels)
+    end5 = max(k.end_ns for k in planned[5].kernels)
+    assert (st["start_ns"][5], st["end_ns"][5]) == (start5, end5)
+    row = st.row(5, named=True)
+    idle = sum(row[c] for c in st.columns if c.startswith("idle_") and c.endswith("_ns"))
+    assert row["busy_ns"] + idle == end5 - start5
+    doc = a.summary.to_dict()
+    (phase,) = [p for p in doc["time_breakdown"] if p["last_step"] == 5]
+    first = phase["first_step"]
+    assert phase["span_ns"] == end5 - int(st["start_ns"][first])
+    cost = a.summary.cost_steps.filter(pl.col("index") == 5)
+    assert cost["time_ns"].to_list() == [end5 - start5]
+    serving = st.filter(pl.col("phase").is_not_null())
+    assert doc["busy"]["window_ns"] == int((serving["end_ns"] - serving["start_ns"]).sum())
+    # with the warm-up kept in, the steps tile the timeline as ever
+    kept = tv.analyze(a.trace.meta.path, tv.AnalysisConfig(keep_warmup=True)).steps
+    assert kept["end_ns"][5] == kept["start_ns"][6]
+
+
+def _inductor_bench(
+    tmp: Path, range_name: str | None, *, calls: bool = True
+) -> tuple[tv.Analysis, str, int, int]:
+    """hybrid_chunked's engine, 12 decode steps (vLLM annotations), and Inductor's runtime
+    autotuning of 3 configs at the start of step 6, under a host range ``range_name``
+    (None: no range): per config, 5 x (L2 fill, call), 100 fills, then 40 x (fill, call),
+    as its benchmarker runs them (fills repeated between its estimate and timed runs: no
+    do_bench signature). ``calls`` False: the fills alone. The analysis, the tuned kernel's
+    name, and the calls and fills planted."""
+    sc = dataclasses.replace(HYBRID, name="inductor", annotations="vllm-gpu")
+    steps = plan_steps(sc, [("decode", 0, -1)] * 12)
+    first = min(steps[6].kernels, key=lambda k: k.ts_ns)
+    t0 = t = max(k.end_ns for k in steps[5].kernels) + 500_000
+    rng = random.Random(3)
+    planted: list[PlannedKernel] = []
+    for _ in range(3):
+        for fill in [True, False] * 5 + [True] * 100 + [True, False] * 40:
+            if not fill and not calls:
+                continue
+            key = "cache_fill" if fill else first.key
+            dur = rng.randint(60_000, 70_000) if fill else rng.randint(100_000, 110_000)
+            planted.append(PlannedKernel(key, t, dur, 7, 6, warmup="triton_autotune"))
+            t += dur + rng.randint(2_000, 6_000)
+    shift = t + 5_000 - first.ts_ns
+    for s in steps[6:]:
+        for k in s.kernels:
+            k.ts_ns += shift
+    steps[6].kernels = sorted(steps[6].kernels + planted, key=lambda k: k.ts_ns)
+    tb, _ = build(sc, steps)
+    if range_name is not None:
+        tb.events.append(Event("X", range_name, "user_annotation", 4242, 0, t0 - 40_000, t - t0))
+    a = tv.analyze(tb.write(tmp / "inductor.json.gz"))
+    fills = sum(k.key == "cache_fill" for k in planted)
+    return a, first.name, len(planted) - fills, fills
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "CachingAutotuner.benchmark_all_configs (dynamo_timed)",
+        "CachingAutotuner.coordinate_descent_tuning (dynamo_timed)",
+        "InductorBenchmarker.benchmark_gpu (dynamo_timed)",
+    ],
+)
+def test_inductor_s_runtime_autotuning_is_read_by_its_range(tmp_path: Path, name: str) -> None:
+    """Under a dynamo_timed range that names benchmarking, the device benchmarks: step 6
+    holds Triton autotuning, with the tuned kernel, its runs and every fill planted, and
+    no compile time is said to stay in the figures."""
+    a, tuned, runs, fills = _inductor_bench(tmp_path, name)
+    assert a.steps["warmup"].to_list() == [None] * 6 + ["triton_autotune"] + [None] * 5
+    doc = a.summary.to_dict()
+    (region,) = doc["warmup"]["regions"]
+    assert (region["kernel"], region["runs"], region["fills"]) == (tuned, runs, fills)
+    assert region["first_step"] == region["last_step"] == 6
+    assert not [w for w in doc["warnings"] if "is left in" in w]
+
+
+@pytest.mark.parametrize(
+    ("name", "calls"),
+    [
+        (None, True),  # no range: neither signature, as documented
+        ("_compile.compile_inner (dynamo_timed)", True),  # a range that names no benchmark
+        ("CachingAutotuner.benchmark_all_configs (dynamo_timed)", False),  # no call under it
+    ],
+    ids=["no range", "a compile range", "fills alone"],
+)
+def test_inductor_s_autotuning_needs_its_range_and_a_call(
+    tmp_path: Path, name: str | None, calls: bool
+) -> None:
+    """Without the benchmarking range, or without a kernel that is no fill under it, no
+    step holds Triton autotuning."""
+    a, _, _, _ = _inductor_bench(tmp_path, name, calls=calls)
+    assert "triton_autotune" not in a.steps["warmup"].to_list()
 
 
 def test_the_warmup_line_names_the_steps_that_hold_it() -> None:

@@ -5,7 +5,9 @@ Definitions (docs/metrics.md): a step's **anchor** is the start of its first ste
 its **start** is the start of the first device kernel after the longest device-idle gap
 between the previous step's last marker kernel and this anchor (the anchor if there is no
 idle gap; the trace's first kernel for the first step). Step k spans [start_k, start_k+1);
-the last ends at the last kernel's end. A **phase** is a maximal run of steps of one kind.
+the last ends at the last kernel's end. A serving step before an autotuning that opens the
+next step ends where the autotuning's region starts (:func:`.warmup.trim_lead_ins`).
+A **phase** is a maximal run of steps of one kind.
 
 A step's **kind**: :mod:`traceview.analysis.steps.kinds`.
 
@@ -25,6 +27,7 @@ from traceview.analysis.base.intervals import I64, Union, merge_windows, subtrac
 from traceview.analysis.base.launches import graph_launches_without_work
 from traceview.analysis.classify.families import Rules, family_codes, load_rules
 from traceview.analysis.classify.shapes import shape_families, shape_tokens
+from traceview.analysis.steps.autotune import autotune_regions, benchmark_regions
 from traceview.analysis.steps.bursts import burst_candidate, idle_candidate
 from traceview.analysis.steps.candidates import (
     DeviceKernels,
@@ -46,10 +49,10 @@ from traceview.analysis.steps.warmup import (
     COMPILE_RANGE,
     LAZY_LOADING,
     Region,
-    autotune_regions,
     capture_warmup,
     leave_out,
     mark_warmup,
+    trim_lead_ins,
     with_regions,
 )
 from traceview.analysis.timing.clocks import Clocks, read_clocks
@@ -204,16 +207,20 @@ def _assemble(
     rules: Rules,
     starts: I64 | None = None,
     bounds: Union | None = None,
+    lead_ins: list[Region] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, int]]:
     """The steps table and its phases. ``bounds``: the union the step starts are chosen
     on (the device's activity with its warm-up regions filled: no step starts inside one);
-    ``u`` by default."""
+    ``u`` by default. ``lead_ins``: the warm-up regions whose idle lead-in no step's span
+    holds (:func:`trim_lead_ins`; None: the steps tile the device's timeline)."""
     ts, dur = k.ts, k.dur
     end_all = int(u.ends[-1])  # the last kernel's end
     if starts is None:
         prev_last = np.concatenate(([ts[0]], last_markers[:-1])).astype(np.int64)
         starts = _step_starts(bounds or u, int(ts[0]), anchors, prev_last)
     ends = np.append(starts[1:], end_all).astype(np.int64)
+    if lead_ins:
+        ends = trim_lead_ins(starts, ends, lead_ins)
 
     step_of_kernel = np.searchsorted(starts, ts, side="right") - 1
     inside = step_of_kernel >= 0
@@ -443,6 +450,9 @@ def find_steps(
     k = device_kernels(mine, family, rules.step_marker, rules.step_edge)
     u = union(k.ts, k.ts + k.dur)
     autotune = autotune_regions(mine, k.ts, k.dur, u) if activity == "kernel" else []
+    if activity == "kernel":  # Inductor's runtime autotuning, by its host range
+        autotune += benchmark_regions(trace, mine, k.ts, k.dur, u, autotune)
+        autotune.sort(key=lambda r: r.start_ns)
     # the steps' boundaries never fall inside a warm-up region: its idle time (the host
     # compiling a config) is no pause between steps
     bounds = with_regions(u, autotune)
@@ -488,8 +498,10 @@ def find_steps(
                 f"activity ({why}): the steps, cadence and idle time around them are unreliable"
             )
     starts = c.first_kernel if c.method == "annotations" and activity == "cpu_op" else None
+    # the pause before an autotuning that opens a step spans warm-up: neither step's
+    lead_ins = None if opts.keep_warmup else autotune
     table, phases, disagree = _assemble(
-        trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts, bounds
+        trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts, bounds, lead_ins
     )
     method, layers, detail = c.method, c.layers, c.detail
     annotation_steps, disagreements = chosen.annotation_steps, chosen.disagreements

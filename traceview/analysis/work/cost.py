@@ -1,8 +1,9 @@
 """What a step costs: ordinary least squares of each step's time on the counts the engine's
 annotations state (docs/metrics.md, "What a step costs").
 
-A step's **time** is its span: its start to the next step's start (the steps table's
-``end_ns − start_ns``; the last step has none). Not its anchor to the next anchor: where a
+A step's **time** is its span: its start to the next step's start, less the pause before
+an autotuning that opens the next step (the steps table's ``end_ns − start_ns``; the last
+step has none). Not its anchor to the next anchor: where a
 step's first full-attention kernel comes after other layers' work (a hybrid model), that
 interval charges the next step's early work to this step. Only
 serving steps count (:func:`~traceview.analysis.steps.serving.serving_steps`). The counts
@@ -73,7 +74,7 @@ _PROMPT_COUNTS = "vLLM's execute_context_C(T)_generation_N(…), SGLang's step[E
 
 
 def step_time(table: pl.DataFrame) -> pl.Series:
-    """Each step's time (ns): its span, its start to the next step's start; null for the
+    """Each step's time (ns): its span (``end_ns − start_ns``); null for the
     last step (its end is the last kernel's, not a start) and for a step left out for
     warm-up (``phase`` null)."""
     last = pl.int_range(pl.len()) == pl.len() - 1

@@ -1,0 +1,366 @@
+"""Triton autotuning, read by its kernels (docs/design.md, "Warm-up signatures"; the
+regions it finds are marked in the steps by :mod:`.warmup`).
+
+Triton's autotuner benchmarks every config of a kernel with
+``triton.testing.do_bench`` the first time it meets a new shape key. For each config:
+one first call (the host compiles the config first, with the device idle), five estimate
+runs, plain warm-up runs for ``warmup`` ms, and timed runs for ``rep`` ms (whole
+milliseconds; 25 and 100 by default, set by ``@triton.autotune(warmup=, rep=)`` or a
+caller of ``do_bench``). Before each estimate and each timed run it zeroes a 256 MB
+buffer to clear the L2 cache (``cache.zero_()``: an ATen fill kernel,
+``FillFunctor<int>``; older versions fill an ``int8`` buffer, and some estimate without
+fills). Each timed run sits between two CUDA
+event records on the host. The autotuner's hooks (``reset_to_zero``, ``restore_value``,
+a config's ``pre_hook``) add a few kernels around each call. On one stream this reads:
+the call ``b`` (the tuned kernel and its hooks) alternating with one cache fill (a fill
+long enough to write 256 MiB: :data:`FILL_FLOOR_NS`), ``F b F b …``, at least
+:data:`MIN_FILLS` fills, each followed by ``b`` repeated (``b^m``), where the run counts
+show: ``b^m`` with ``m ≥ 2`` right after exactly four single calls (the 5th estimate run,
+then the warm-up), or, in the versions that estimate without fills, 7 calls or more
+before the first fill or 8 or more between two fills; where the warm-up count keeps
+do_bench's relation to the estimate read back from the trace, for some whole number of
+milliseconds (:func:`_configs`); and where the call holds a kernel that is no fill. A
+region ends with its last config's timed runs. A training step that zeroes buffers
+(gradients, a bucket before each all-reduce) alternates fills with work, or fills with
+fills, but not with those counts. Inductor's own benchmarker (fills repeated without
+the call between its estimate and timed runs) is read by its host range instead
+(:func:`benchmark_regions`); ``do_bench_cudagraph`` (no fills) is not read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+import polars as pl
+
+from traceview.analysis.base.intervals import Union
+from traceview.analysis.steps.warmup import Region, host_ranges
+from traceview.model import Trace
+
+# ATen's fill kernel (``tensor.zero_()``/``fill_``): FillFunctor in current PyTorch,
+# fill_kernel_cuda's lambda in older builds; a memset (by kind) clears a buffer too
+FILL = re.compile(r"FillFunctor|fill_kernel_cuda")
+# do_bench clears a 256 MiB buffer (``cache_size = 256 * 1024 * 1024``; 256e6 bytes in older
+# versions): no device writes it faster than at 20 TB/s, above any GPU's peak memory
+# bandwidth, so a shorter fill (a hook's, a small memset) clears no L2 cache
+CACHE_BYTES = 256 * 1024 * 1024
+FILL_FLOOR_NS = CACHE_BYTES * 1_000_000_000 // 20_000_000_000_000
+WARMUP_NS = 25_000_000  # do_bench's default warmup (ms): the plain runs last about this long
+REP_NS = 100_000_000  # do_bench's default rep (ms): the timed runs last about this long
+MS_NS = 1_000_000  # do_bench's warmup and rep are whole milliseconds (``int``)
+# how far the estimate read from the trace may be from the one do_bench's events measured
+# (their records bracket the launches of the first fill and the last call): 1/20
+EST_TOL = (1, 20)
+MIN_FILLS = 6  # do_bench fills at least 5 times (estimate) and once more (a timed run)
+MAX_CALL = 8  # kernels in one benchmarked call: the tuned kernel and its hooks
+SEED_CYCLES = 3  # consecutive identical short cycles that start a search
+
+
+def _name_codes(frame: pl.DataFrame) -> tuple[np.ndarray, dict[int, str]]:
+    """Each kernel's name as the categorical's code (uint32; null as the largest) and
+    each code's name, read once per distinct name (no kernel's name becomes a string)."""
+    physical = frame["name"].to_physical()
+    codes = physical.fill_null(np.iinfo(np.uint32).max).to_numpy()
+    first = physical.arg_unique().to_numpy()
+    named = frame["name"].gather(first).cast(pl.String).to_list()
+    return codes, {int(codes[i]): n for i, n in zip(first, named, strict=True) if n is not None}
+
+
+def _fills(
+    frame: pl.DataFrame, codes: np.ndarray, names: dict[int, str], dur: np.ndarray
+) -> np.ndarray:
+    """Per kernel: it clears an L2-sized buffer (an ATen fill kernel, or a memset, that
+    lasts at least :data:`FILL_FLOOR_NS`). A shorter fill is part of a call (the
+    autotuner's ``reset_to_zero`` hook, or a serving step's own)."""
+    hits = np.array([c for c, n in names.items() if FILL.search(n)], dtype=codes.dtype)
+    fill: np.ndarray = np.isin(codes, hits)
+    fill |= (frame["kind"] == "memset").fill_null(False).to_numpy()
+    fill &= dur >= FILL_FLOOR_NS
+    return fill
+
+
+def _repeats(codes: np.ndarray, lo: int, hi: int, call: tuple[int, ...]) -> int:
+    """How many times ``call`` repeats to fill ``codes[lo:hi]`` exactly; 0 if it does not."""
+    n, u = hi - lo, len(call)
+    if n <= 0 or n % u or lo < 0 or hi > codes.size:
+        return 0
+    block = codes[lo:hi].reshape(n // u, u)
+    return n // u if bool((block == np.array(call, dtype=codes.dtype)).all()) else 0
+
+
+@dataclass(frozen=True)
+class _Run:
+    """An autotuning found on one stream: positions in the stream's sequence."""
+
+    first: int  # first kernel of the region
+    last: int  # last kernel of the region
+    call: tuple[int, ...]  # the benchmarked call's name codes
+    fills: int
+
+
+def _expected(est_ns: int, budget_ns: int) -> int:
+    """``do_bench``'s count for a budget: ``max(1, int(budget / estimate))``."""
+    return max(1, budget_ns // max(est_ns, 1))
+
+
+def _budget_fits(est_ns: int, count: int) -> bool:
+    """Whether some budget of a whole, positive number of milliseconds gives ``count``
+    runs at the estimate ``est_ns`` (``max(1, int(budget / estimate))``): a budget in
+    ``[count, count + 1)`` estimates, or below 2 of them for a count of 1, where the
+    estimate may be :data:`EST_TOL` off the one do_bench's events measured."""
+    lo = 0 if count <= 1 else count * est_ns * (EST_TOL[1] - EST_TOL[0]) // EST_TOL[1]
+    hi = (max(count, 1) + 1) * est_ns * (EST_TOL[1] + EST_TOL[0]) // EST_TOL[1]
+    first = max(MS_NS, -(-lo // MS_NS) * MS_NS)  # the first whole millisecond at or above lo
+    return first < hi
+
+
+def _configs(
+    repeats: list[int],
+    head: int,
+    ends_of: Callable[[tuple[int, int], tuple[int, int]], int],
+    opens: bool = True,
+) -> list[tuple[int, int]]:
+    """The configs ``do_bench`` ran in a stretch, each as (the cycle after which its timed
+    runs start, -1 for before the first fill; the timed runs it may make). ``repeats``:
+    how many times the call repeats between each pair of consecutive fills; ``head``: the
+    calls right before the first fill; ``ends_of((c, a), (d, b))``: the device time from the
+    start of call ``a`` of cycle ``c`` (call -1: its fill; cycle -1: the head) to the end
+    of call ``b - 1`` of cycle ``d``; ``opens``: nothing runs on the stream before the
+    head (the capture may have begun in it).
+
+    A config reads as one where the counts keep ``do_bench``'s relation: after the first
+    call, five estimate runs, then ``n_warmup = max(1, int(warmup / estimate))`` plain
+    runs, where the estimate is the five runs' mean time (their fills included where they
+    have them), read back from the trace, and ``warmup`` is a whole number of milliseconds,
+    at least 1 (:func:`_budget_fits`). Each version's layout: the 5 estimate runs each after
+    a fill, so a repetition of 2 or more right after exactly 4 single calls (the 5th
+    estimate run and the warm-up); or, in the versions that estimate without fills, the
+    first call, the estimate and the warm-up before the first fill (7 calls or more), or
+    after a config's last timed run (8 or more between two fills). A capture that began
+    during the estimate runs shows fewer of them (at least 2, each after a fill, and at
+    most one call before, with nothing before on the stream): their mean is the
+    estimate.
+
+    The last timed run of a config and the next config's first call share a cycle, 5
+    cycles before that config's warm-up: that pair is no config of its own. The last
+    config makes ``max(1, int(rep / estimate))`` timed runs, with ``rep`` the longest of:
+    do_bench's default (100 ms), 4 times the warm-up read (the defaults' ratio), and the
+    timed runs of each earlier config in the stretch."""
+    found: list[tuple[int, int, int, bool]] = []  # (after, estimate, warm-up runs, filled)
+
+    def keep(est_ns: int, warm: int, after: int, filled: bool) -> None:
+        if _budget_fits(est_ns, warm):
+            found.append((after, est_ns, warm, filled))
+
+    if head >= 7:
+        keep(ends_of((-1, 1), (-1, 6)) // 5, head - 6, -1, False)
+    single = 0
+    for r, m in enumerate(repeats):
+        if m >= 2 and single >= 4:  # the 5 estimate runs began 4 fills back, at a fill
+            keep(ends_of((r - 4, -1), (r, 1)) // 5, m - 1, r, True)
+        elif m >= 2 and 1 <= r == single and head <= 1 and opens:  # began in the estimate
+            keep(ends_of((0, -1), (r, 1)) // (r + 1), m - 1, r, True)
+        if m >= 8 and (not found or found[-1][0] != r):  # the estimate without fills
+            keep(ends_of((r, 2), (r, 7)) // 5, m - 7, r, False)
+        single = single + 1 if m == 1 else 0
+    starts = {after for after, _, _, filled in found if filled}
+    found = [c for c in found if not (c[3] and c[0] + 5 in starts)]
+    if not found:
+        return []
+    rep_ns = REP_NS
+    for (after, _, _, _), (nxt, _, _, filled) in zip(found, found[1:], strict=False):
+        last = nxt - 5 if filled else nxt  # the cycle of the config's last timed run
+        if last > after:
+            rep_ns = max(rep_ns, ends_of((after + 1, -1), (last, 1)))
+    _, est_ns, warm, _ = found[-1]
+    rep_ns = max(rep_ns, warm * est_ns * (REP_NS // WARMUP_NS))
+    return [(after, _expected(est, rep_ns)) for after, est, _, _ in found]
+
+
+def _span(
+    ts: np.ndarray,
+    end: np.ndarray,
+    pos: np.ndarray,
+    i: int,
+    head: int,
+    u: int,
+    a: tuple[int, int],
+    b: tuple[int, int],
+) -> int:
+    """The device time from call ``a[1]`` of cycle ``a[0]`` to the end of call ``b[1] - 1``
+    of cycle ``b[0]`` (cycle ``c``: the calls after fill ``pos[i + c]``, -1: the ``head``
+    calls before the first; call -1: the cycle's fill; ``u``: kernels a call)."""
+
+    def at(cycle: int, k: int) -> int:
+        base = head if cycle < 0 else int(pos[i + cycle]) + 1
+        return base + k * u if k >= 0 else base - 1
+
+    return int(end[at(*b) - 1] - ts[at(*a)])
+
+
+def _stream_runs(
+    codes: np.ndarray, fill: np.ndarray, ts: np.ndarray, end: np.ndarray
+) -> list[_Run]:
+    """The autotunings on one stream (``codes``: name codes in time order; ``fill``: per
+    kernel, a cache clear; ``ts``, ``end``: each kernel's start and end). See the module
+    docstring for the pattern; a stretch ends with its last config's timed runs
+    (:func:`_configs`: as many as ``do_bench`` makes, 2% more for jitter)."""
+    out: list[_Run] = []
+    for f in np.unique(codes[fill]):
+        pos = np.flatnonzero((codes == f) & fill)  # a hook's short fill is part of a call
+        if pos.size < MIN_FILLS:
+            continue
+        between = np.diff(pos) - 1  # kernels between consecutive fills of this name
+        done = 0  # the cycles before this one belong to a stretch already read
+        for i in np.flatnonzero((between >= 1) & (between <= MAX_CALL)).tolist():
+            if i < done:
+                continue
+            call = tuple(int(c) for c in codes[pos[i] + 1 : pos[i + 1]])
+            # the cycles from i on whose content is the call repeated: fills i..j
+            j, repeats = i, []
+            while j < between.size:
+                m = _repeats(codes, pos[j] + 1, pos[j + 1], call)
+                if m == 0:
+                    break
+                repeats.append(m)
+                j += 1
+            if j - i < SEED_CYCLES and max(repeats, default=0) < 2:
+                continue
+            done = j
+            u = len(call)
+            head, back = int(pos[i]), 0  # the calls right before the first fill
+            while _repeats(codes, head - u, head, call):
+                head -= u
+                back += 1
+
+            spans = partial(_span, ts, end, pos, i, head, u)
+            configs = _configs(repeats, back, spans, opens=head == 0)
+            if not configs:
+                continue
+            after_fill = int(pos[j]) + 1  # calls after the last fill, to the stream's end:
+            if codes.size - after_fill > u and _repeats(codes, after_fill, codes.size, call):
+                # the capture stopped in a config's warm-up runs
+                if j - i + 1 >= MIN_FILLS:
+                    out.append(_Run(head, codes.size - 1, call, j - i + 1))
+                continue
+            after, timed = configs[-1]  # the last config's timed runs, and a little jitter
+            j = min(j, i + after + timed + timed // 50 + 1)  # the last timed run's fill
+            last = int(pos[j])  # the last fill, and after it its one timed call
+            tail = last + u if _repeats(codes, last + 1, last + 1 + u, call) else last
+            if j - i + 1 >= MIN_FILLS:
+                out.append(_Run(head, tail, call, j - i + 1))
+    return out
+
+
+def autotune_regions(
+    kernels: pl.DataFrame, ts: np.ndarray, dur: np.ndarray, u: Union
+) -> list[Region]:
+    """Triton autotuning on one device (``kernels``: its activity in time order, with
+    ``name``, ``kind`` and ``stream``; ``ts``, ``dur``: their starts and durations, as read
+    already; ``u``: the union of all of it), found per stream (the module docstring)."""
+    if kernels.height == 0:
+        return []
+    codes, names = _name_codes(kernels)
+    fill = _fills(kernels, codes, names, dur)
+    if int(fill.sum()) < MIN_FILLS:
+        return []
+    streams = kernels["stream"].fill_null(-1).to_numpy()
+    filling = {c for c, n in names.items() if FILL.search(n)}
+    regions: list[Region] = []
+    for s in np.unique(streams[fill]):
+        idx = np.flatnonzero(streams == s)
+        for run in _stream_runs(codes[idx], fill[idx], ts[idx], ts[idx] + dur[idx]):
+            rows = idx[run.first : run.last + 1]
+            # the tuned kernel: the call's kernel with the most time that is no fill (of any
+            # length: a hook's) or copy; a call of fills alone (zero_grad's, back to back)
+            # benchmarks nothing
+            mine, spent = codes[rows], dur[rows]
+            copy = kernels["kind"].gather(rows).is_in(["memcpy", "memset"]).to_numpy()
+            best, best_ns = None, -1
+            for c in set(run.call) - filling:
+                hit = (mine == c) & ~copy
+                ns = int(spent[hit].sum())
+                if hit.any() and ns > best_ns:
+                    best, best_ns = c, ns
+            if best is None:
+                continue
+            first = start = int(ts[rows[0]])
+            at = int(np.searchsorted(u.starts, start, side="right")) - 1
+            if at > 0 and int(u.starts[at]) == start:  # idle before: the first compile
+                start = int(u.ends[at - 1])
+            regions.append(
+                Region(
+                    "triton_autotune",
+                    start,
+                    int((ts[rows] + spent).max()),
+                    kernel=names.get(best, ""),
+                    runs=int((mine == best).sum()),
+                    fills=run.fills,
+                    kernels=int(rows.size),
+                    gpu_ns=int(spent.sum()),
+                    first_ns=first,
+                )
+            )
+    return sorted(regions, key=lambda r: r.start_ns)
+
+
+def benchmark_regions(
+    trace: Trace,
+    kernels: pl.DataFrame,
+    ts: np.ndarray,
+    dur: np.ndarray,
+    u: Union,
+    found: list[Region],
+) -> list[Region]:
+    """Inductor's runtime autotuning on one device: each host range that names
+    benchmarking (:data:`BENCH_RANGE`, merged) under which the device benchmarks, that
+    is, runs a kernel that is no fill or copy (``kernels``: the device's activity in time
+    order; ``ts``, ``dur``: their starts and durations; ``u``: their union). Its region
+    holds the device activity that starts under the range: the tuned kernel (the one with
+    the most time, no fill or copy), its runs, and the fills (ATen fills and memsets:
+    cache clears and hooks). It spans from the range's start, or the end of the device's
+    activity before its first kernel where that is later (the device's work queued
+    before), to its last kernel's end. A range an autotuning in ``found`` overlaps is
+    read there already."""
+    host = host_ranges(trace)
+    host = host.filter(pl.col("cause") == "benchmark") if host.height else host
+    if host.height == 0 or kernels.height == 0:
+        return []
+    codes, names = _name_codes(kernels)
+    filling = np.isin(codes, np.array([c for c, n in names.items() if FILL.search(n)]))
+    kind = kernels["kind"]
+    filling |= (kind == "memset").fill_null(False).to_numpy()
+    work = ~filling & ~kind.is_in(["memcpy", "memset"]).fill_null(False).to_numpy()
+    out: list[Region] = []
+    for a, b in host.select("start_ns", "end_ns").iter_rows():
+        if any(r.device_start_ns < b and r.end_ns > a for r in found):
+            continue
+        i, j = int(np.searchsorted(ts, a, side="left")), int(np.searchsorted(ts, b, side="left"))
+        if not work[i:j].any():
+            continue
+        mine, spent = codes[i:j][work[i:j]], dur[i:j][work[i:j]]
+        per = np.bincount(np.unique(mine, return_inverse=True)[1], weights=spent)
+        best = int(np.unique(mine)[int(np.argmax(per))])
+        first = int(ts[i])
+        at = int(np.searchsorted(u.starts, first, side="right")) - 1
+        start = first
+        if at > 0 and int(u.starts[at]) == first:  # idle before its first kernel
+            start = max(int(a), int(u.ends[at - 1]))
+        out.append(
+            Region(
+                "triton_autotune",
+                min(start, first),
+                int((ts[i:j] + dur[i:j]).max()),
+                kernel=names.get(best, ""),
+                runs=int((codes[i:j] == best).sum()),
+                fills=int(filling[i:j].sum()),
+                kernels=j - i,
+                gpu_ns=int(dur[i:j].sum()),
+                first_ns=first,
+            )
+        )
+    return out
