@@ -767,3 +767,25 @@ def test_honest_steps_are_all_kept(mode: str, seed: int) -> None:
     assert d["idle_left_out"] == 0 and d["n"] == len(plan)
     _close(d["fixed_ns"], fixed, TIGHT)
     _close(d["per_sequence_ns"], per, TIGHT)
+
+
+def test_a_slope_that_rests_on_one_step_at_one_end_says_so() -> None:
+    """cost_probe's nine steps at N = 2 and 4, and one at 32: that step sets 99% of its own
+    fitted time (leverage 0.99), so the slope is its alone, and a note names it. Three batch
+    sizes do not trip the few-sizes note."""
+    import random
+
+    rng = random.Random(7)
+    sizes = [2, 4, 2, 4, 2, 4, 32, 2, 4]
+    plan = [(n, 12_000_000 + 150_000 * n + rng.randint(-300_000, 300_000)) for n in sizes]
+    d = decode_cost(_decode_frame(plan))
+    assert d["per_sequence_ns"] is not None
+    assert d["notes"] == [
+        "the slope rests on N=32 (1 step): each step there sets 99% of its own fitted time "
+        "(leverage 1/2 or more), so its noise moves the slope"
+    ]
+    ends = [
+        (n, 12_000_000 + 150_000 * n + rng.randint(-300_000, 300_000))
+        for n in [2, 4, 8, 16, 32] * 2
+    ]
+    assert decode_cost(_decode_frame(ends))["notes"] == []  # two steps at each end: h 0.42

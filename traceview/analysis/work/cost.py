@@ -31,7 +31,8 @@ between request bursts) are left out of each fit by a residual rule (:func:`idle
 and counted in ``idle_left_out``. A fit needs :data:`MIN_STEPS` steps and two values of its
 count; otherwise its figures are null and ``reason`` says why. ``notes`` says what a
 reader should know of a fitted one: a coefficient not distinguishable from 0, a batch size
-with few steps, why the crossover is null.
+with few steps, a slope that rests on one batch size's steps (their leverage), why the
+crossover is null.
 """
 
 from __future__ import annotations
@@ -218,6 +219,14 @@ def decode_cost(steps: pl.DataFrame) -> DecodeCost:
             f"the slope rests on {sizes.height} batch sizes, and {named} holds fewer than "
             f"{BATCH_STEPS} steps: one step's noise moves the slope"
         )
+    named_sizes = set(few["sequences"].to_list()) if sizes.height < BATCH_SIZES else set()
+    for size, count, h in _heavy_sizes(n):
+        if size not in named_sizes:
+            notes.append(
+                f"the slope rests on N={size} ({count} step{'s' if count > 1 else ''}): each "
+                f"step there sets {float(h):.0%} of its own fitted time (leverage "
+                f"{LEVERAGE} or more), so its noise moves the slope"
+            )
     return {
         "n": fit.n,
         "reason": None,
@@ -238,6 +247,28 @@ def decode_cost(steps: pl.DataFrame) -> DecodeCost:
 # BATCH_STEPS, is named in the decode fit's notes
 BATCH_SIZES = 3
 BATCH_STEPS = 3
+# a batch size whose steps each set at least this share of their own fitted time (leverage)
+# carries the slope alone: named in the decode fit's notes
+LEVERAGE = Fraction(1, 2)
+
+
+def _heavy_sizes(sequences: Sequence[int]) -> list[tuple[int, int, Fraction]]:
+    """Each batch size whose steps' leverage in the decode fit reaches :data:`LEVERAGE`:
+    (N, its steps, the leverage). A step's leverage ``h = 1/n + (N − N̄)²/Σ(N − N̄)²`` is the
+    share of its own fitted time its own time sets; exact."""
+    n, total = len(sequences), sum(sequences)
+    spread = n * sum(v * v for v in sequences) - total * total  # n·Σ(N − N̄)²
+    if spread == 0:
+        return []
+    counts: dict[int, int] = {}
+    for v in sequences:
+        counts[v] = counts.get(v, 0) + 1
+    out = []
+    for size, steps in sorted(counts.items()):
+        h = Fraction(1, n) + Fraction((n * size - total) ** 2, n * spread)
+        if h >= LEVERAGE:
+            out.append((size, steps, h))
+    return out
 
 
 def _idle_reason(kept: int, left_out: int, kind: str) -> str:
