@@ -653,3 +653,139 @@ def test_dataset_rows_carry_the_decode_fits_intervals_and_reason(tmp_path: Path)
     assert rows["seed_clean"]["cost_decode_per_sequence_low_ns"] < 0
     assert rows["seed_clean"]["cost_decode_per_sequence_high_ns"] > 0
     assert str(rows["cost_batch8"]["cost_decode_reason"]).startswith("every decode step runs 8")
+
+
+def _minority_plan(small: int, idle_at: int, seed: int = 5) -> list[tuple[int, int]]:
+    """cost_idle's plan: 12 ms + 150 µs per sequence, ±0.2 ms uniform; ``small`` steps at
+    N=4, the rest of 20 at N=8; the engine idles 200 ms in step ``idle_at``."""
+    import random
+
+    rng = random.Random(seed)
+    plan = [
+        (n, 12_000_000 + 150_000 * n + rng.randint(-200_000, 200_000))
+        for n in [4] * small + [8] * (20 - small)
+    ]
+    n, t = plan[idle_at]
+    plan[idle_at] = (n, t + 200_000_000)
+    return plan
+
+
+@pytest.mark.parametrize(("small", "idle_at"), [(3, 10), (6, 10), (3, 1), (6, 2)])
+def test_an_idle_step_in_the_majority_batch_size_is_left_out(small: int, idle_at: int) -> None:
+    """One step holds a 200 ms idle, at the batch size most steps run (or, as a control, at
+    the other). A fit the idle step pulls would put every honest step of the other size
+    past the rule; the steps' median time per batch size does not move, so the idle step
+    alone is left out, and the fit is the least squares of the other steps."""
+    plan = _minority_plan(small, idle_at)
+    d = decode_cost(_decode_frame(plan))
+    kept = [{"sequences": n, "time_ns": t} for i, (n, t) in enumerate(plan) if i != idle_at]
+    fixed, per = _lstsq(kept, ["fixed", "per_sequence"])
+    assert d["idle_left_out"] == 1 and d["n"] == len(kept)
+    _close(d["fixed_ns"], fixed, TIGHT)
+    _close(d["per_sequence_ns"], per, TIGHT)
+    ci = d["per_sequence_ci95"]  # the planted cost lies within the fit's interval
+    assert ci is not None and ci["low_ns"] < 150_000 < ci["high_ns"]
+
+
+def test_an_idle_prompt_step_in_the_majority_prompt_size_is_left_out() -> None:
+    """The same rule on the prompt fit: prefill steps of 512 and 2048 tokens, one 2048-token
+    step idle 200 ms."""
+    import random
+
+    rng = random.Random(8)
+    sizes = [512] * 3 + [2048] * 17
+    rows = [
+        ("prefill", 0, v, 1, 2_000_000 + 20_000 * v + rng.randint(-200_000, 200_000)) for v in sizes
+    ]
+    kind, n, t, c, time = rows[10]
+    rows[10] = (kind, n, t, c, time + 200_000_000)
+    p = prompt_cost(_frame(rows))
+    kept = [{"prompt_tokens": r[2], "time_ns": r[4]} for i, r in enumerate(rows) if i != 10]
+    fixed, per_token = _lstsq(kept, ["fixed", "per_prompt_token"])
+    assert p["idle_left_out"] == 1 and p["n"] == len(kept)
+    _close(p["fixed_ns"], fixed, TIGHT)
+    _close(p["per_prompt_token_ns"], per_token, TIGHT)
+
+
+def test_a_step_the_medians_find_idle_stays_out_where_too_few_would_remain() -> None:
+    """8 steps, 3 at N=4 and 5 at N=8, one of those holding a 200 ms idle. A fit over all
+    steps would find the idle step and every N=4 step, and leaving those out would leave one
+    batch size. The idle step stands out on the batch sizes' median times (the robust
+    start), so it stays out though 7 steps remain, too few for a fit: the figures are null
+    and the reason says why, never a fit through the idle."""
+    plan = [(4, 12_600_000 + d) for d in (0, 90_000, -70_000)]
+    plan += [(8, 13_200_000 + d) for d in (-50_000, 80_000, 10_000, 120_000, 200_000_000)]
+    d = decode_cost(_decode_frame(plan))
+    assert d["fixed_ns"] is None and d["per_sequence_ns"] is None and d["batches"] == []
+    assert d["n"] == 7 and d["idle_left_out"] == 1
+    assert d["reason"] == (
+        "7 decode step(s) remain once 1 that held an idle are left out; a fit needs at least 8"
+    )
+
+
+def _honest(mode: str, seed: int) -> list[tuple[int, int]]:
+    """cost_probe's honest plans, 12 ms + 150 µs per sequence over 60 steps, N from 4 to 16
+    and every eighth step at 64: ``spread`` grows with the batch (uniform ±(0.2 ms + 180 µs
+    per sequence)); ``lognormal`` noise (σ 0.12) around the line; ``convex`` adds 3 µs·N².
+    ``sweep``: Part 1's four traces pooled, 30 steps at each of N = 1, 8, 64 and 146, with
+    lognormal noise (σ 0.12)."""
+    import random
+
+    rng = random.Random(seed)
+    if mode == "sweep":
+        return [
+            (n, int((12_000_000 + 150_000 * n) * rng.lognormvariate(0, 0.12)))
+            for n in (1, 8, 64, 146)
+            for _ in range(30)
+        ]
+    out = []
+    for i in range(60):
+        n = 64 if i % 8 == 5 else rng.randint(4, 16)
+        base = 12_000_000 + 150_000 * n
+        if mode == "spread":
+            t = base + int(rng.uniform(-1, 1) * (200_000 + 180_000 * n))
+        elif mode == "lognormal":
+            t = int(base * rng.lognormvariate(0, 0.12))
+        else:
+            t = base + 3_000 * n * n + int(rng.uniform(-1, 1) * 200_000)
+        out.append((n, t))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["spread", "lognormal", "convex", "sweep"])
+@pytest.mark.parametrize("seed", [3, 7, 11])
+def test_honest_steps_are_all_kept(mode: str, seed: int) -> None:
+    """Noise that grows with the batch, a heavy multiplicative tail, a convex cost, a pooled
+    sweep whose larger batches vary more: no step holds an idle, so none is left out and
+    the fit is the least squares of all. A batch size of 5 steps or more is judged by its
+    own spread where that is the larger."""
+    plan = _honest(mode, seed)
+    d = decode_cost(_decode_frame(plan))
+    fixed, per = _lstsq(
+        [{"sequences": n, "time_ns": t} for n, t in plan], ["fixed", "per_sequence"]
+    )
+    assert d["idle_left_out"] == 0 and d["n"] == len(plan)
+    _close(d["fixed_ns"], fixed, TIGHT)
+    _close(d["per_sequence_ns"], per, TIGHT)
+
+
+def test_a_slope_that_rests_on_one_step_at_one_end_says_so() -> None:
+    """cost_probe's nine steps at N = 2 and 4, and one at 32: that step sets 99% of its own
+    fitted time (leverage 0.99), so the slope is its alone, and a note names it. Three batch
+    sizes do not trip the few-sizes note."""
+    import random
+
+    rng = random.Random(7)
+    sizes = [2, 4, 2, 4, 2, 4, 32, 2, 4]
+    plan = [(n, 12_000_000 + 150_000 * n + rng.randint(-300_000, 300_000)) for n in sizes]
+    d = decode_cost(_decode_frame(plan))
+    assert d["per_sequence_ns"] is not None
+    assert d["notes"] == [
+        "the slope rests on N=32 (1 step): each step there sets 99% of its own fitted time "
+        "(leverage 1/2 or more), so its noise moves the slope"
+    ]
+    ends = [
+        (n, 12_000_000 + 150_000 * n + rng.randint(-300_000, 300_000))
+        for n in [2, 4, 8, 16, 32] * 2
+    ]
+    assert decode_cost(_decode_frame(ends))["notes"] == []  # two steps at each end: h 0.42

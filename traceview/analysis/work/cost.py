@@ -32,7 +32,8 @@ between request bursts) are left out of each fit by a residual rule (:func:`idle
 and counted in ``idle_left_out``. A fit needs :data:`MIN_STEPS` steps and two values of its
 count; otherwise its figures are null and ``reason`` says why. ``notes`` says what a
 reader should know of a fitted one: a coefficient not distinguishable from 0, a batch size
-with few steps, why the crossover is null.
+with few steps, a slope that rests on one batch size's steps (their leverage), why the
+crossover is null.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from traceview.analysis.base.document import (
 from traceview.analysis.base.fit import ExactFit, least_squares
 from traceview.analysis.base.precision import sig
 from traceview.analysis.steps.serving import serving_steps
+from traceview.analysis.work.cost_idle import IDLE_SHARE, IDLE_SPREADS, idle_steps
 from traceview.analysis.work.devices import GpuSpec
 from traceview.analysis.work.model_config import ModelSpec
 
@@ -184,10 +186,15 @@ def decode_cost(steps: pl.DataFrame) -> DecodeCost:
             "per-sequence cost (pool traces of other batch sizes: traceview cost)",
         )
     n, y = timed["sequences"].to_list(), timed["time_ns"].to_list()
-    idle = idle_steps([[1] * len(y), n], y)
+    idle = idle_steps([[1] * len(y), n], y, MIN_STEPS)
     if idle.any():
         timed = timed.filter(pl.Series(~idle))
         n, y = timed["sequences"].to_list(), timed["time_ns"].to_list()
+    if timed.height < MIN_STEPS:
+        return {
+            **_null_decode(timed.height, _idle_reason(timed.height, int(idle.sum()), "decode")),
+            "idle_left_out": int(idle.sum()),
+        }
     fit = least_squares([[1] * len(y), n], y)
     assert fit is not None  # two values of N: XᵀX is regular (idle_steps keeps them)
     fixed, per = fit.coefficients
@@ -213,6 +220,14 @@ def decode_cost(steps: pl.DataFrame) -> DecodeCost:
             f"the slope rests on {sizes.height} batch sizes, and {named} holds fewer than "
             f"{BATCH_STEPS} steps: one step's noise moves the slope"
         )
+    named_sizes = set(few["sequences"].to_list()) if sizes.height < BATCH_SIZES else set()
+    for size, count, h in _heavy_sizes(n):
+        if size not in named_sizes:
+            notes.append(
+                f"the slope rests on N={size} ({count} step{'s' if count > 1 else ''}): each "
+                f"step there sets {float(h):.0%} of its own fitted time (leverage "
+                f"{LEVERAGE} or more), so its noise moves the slope"
+            )
     return {
         "n": fit.n,
         "reason": None,
@@ -229,57 +244,39 @@ def decode_cost(steps: pl.DataFrame) -> DecodeCost:
     }
 
 
-IDLE_SPREADS = 10  # a step further above the fit than this many residual spreads holds an idle
-IDLE_SHARE = 0.1  # ... and than this share of its fitted time
-IDLE_ROUNDS = 3  # fits refitted without the steps found so far
 # a slope over fewer batch sizes than BATCH_SIZES, one of them with fewer steps than
 # BATCH_STEPS, is named in the decode fit's notes
 BATCH_SIZES = 3
 BATCH_STEPS = 3
+# a batch size whose steps each set at least this share of their own fitted time (leverage)
+# carries the slope alone: named in the decode fit's notes
+LEVERAGE = Fraction(1, 2)
 
 
-def idle_steps(columns: Sequence[Sequence[int]], y: Sequence[int]) -> np.ndarray:
-    """Which steps' time holds an idle their counts do not explain (the engine waited for
-    work between request bursts): a step whose residual exceeds the residuals' median by
-    more than :data:`IDLE_SPREADS` times their median absolute deviation and by more than
-    :data:`IDLE_SHARE` of its fitted time. Idle only lengthens a step, so only long steps
-    are left out. The fit is refitted without them, up to :data:`IDLE_ROUNDS` times. None
-    is left out where that would leave fewer than :data:`MIN_STEPS` steps or one value of
-    a count. The exact coefficients are read as floats; the rule is elementwise, no BLAS."""
-    out = np.zeros(len(y), dtype=bool)
-    ys = np.asarray(y, dtype=np.float64)
-    xs = [np.asarray(c, dtype=np.float64) for c in columns]
-    for _ in range(IDLE_ROUNDS):
-        keep = ~out
-        fit = least_squares(
-            [[v for v, k in zip(c, keep, strict=True) if k] for c in columns],
-            [v for v, k in zip(y, keep, strict=True) if k],
-        )
-        if fit is None:
-            break
-        fitted = np.zeros(len(y), dtype=np.float64)
-        for b, x in zip(fit.coefficients, xs, strict=True):
-            fitted += float(b) * x
-        residual = ys - fitted
-        middle = float(np.median(residual[keep]))
-        spread = float(np.median(np.abs(residual[keep] - middle)))
-        above = residual - middle
-        found = keep & (above > IDLE_SPREADS * spread) & (above > IDLE_SHARE * fitted)
-        if not found.any():
-            break
-        out |= found
-    kept = ~out
-    if out.any() and (
-        int(kept.sum()) < MIN_STEPS
-        or any(np.unique(x[kept]).size < 2 for x in xs[1:] if np.unique(x).size > 1)
-        or least_squares(
-            [[v for v, k in zip(c, kept, strict=True) if k] for c in columns],
-            [v for v, k in zip(y, kept, strict=True) if k],
-        )
-        is None
-    ):
-        return np.zeros(len(y), dtype=bool)
+def _heavy_sizes(sequences: Sequence[int]) -> list[tuple[int, int, Fraction]]:
+    """Each batch size whose steps' leverage in the decode fit reaches :data:`LEVERAGE`:
+    (N, its steps, the leverage). A step's leverage ``h = 1/n + (N − N̄)²/Σ(N − N̄)²`` is the
+    share of its own fitted time its own time sets; exact."""
+    n, total = len(sequences), sum(sequences)
+    spread = n * sum(v * v for v in sequences) - total * total  # n·Σ(N − N̄)²
+    if spread == 0:
+        return []
+    counts: dict[int, int] = {}
+    for v in sequences:
+        counts[v] = counts.get(v, 0) + 1
+    out = []
+    for size, steps in sorted(counts.items()):
+        h = Fraction(1, n) + Fraction((n * size - total) ** 2, n * spread)
+        if h >= LEVERAGE:
+            out.append((size, steps, h))
     return out
+
+
+def _idle_reason(kept: int, left_out: int, kind: str) -> str:
+    return (
+        f"{kept} {kind} step(s) remain once {left_out} that held an idle are left out; a fit "
+        f"needs at least {MIN_STEPS}"
+    )
 
 
 def _idle_note(count: int, kind: str) -> list[str]:
@@ -428,11 +425,16 @@ def prompt_cost(steps: pl.DataFrame) -> PromptCost:
             "per_sequence left out: N moves exactly with T (collinear), so the steps "
             "cannot tell a sequence's cost from a token's; per_prompt_token_ns holds both"
         )
-    idle = idle_steps([columns[t] for t in terms], y)
+    idle = idle_steps([columns[t] for t in terms], y, MIN_STEPS)
     if idle.any():
         timed = timed.filter(pl.Series(~idle))
         y = timed["time_ns"].to_list()
         columns = _columns(timed)
+    if timed.height < MIN_STEPS:
+        return {
+            **_null_prompt(timed.height, _idle_reason(timed.height, int(idle.sum()), "prompt")),
+            "idle_left_out": int(idle.sum()),
+        }
     notes += _idle_note(int(idle.sum()), "prompt")
     fit = _fit(terms, columns, y)
     assert fit is not None  # two values of T, N left out where it adds nothing
