@@ -789,3 +789,32 @@ def test_a_slope_that_rests_on_one_step_at_one_end_says_so() -> None:
         for n in [2, 4, 8, 16, 32] * 2
     ]
     assert decode_cost(_decode_frame(ends))["notes"] == []  # two steps at each end: h 0.42
+
+
+def test_a_cost_below_0_with_its_whole_interval_says_the_fit_is_no_cost() -> None:
+    """Decode steps that run faster the more sequences they hold (their time follows
+    something else, as a CPU capture's does): the slope's whole interval lies below 0, and
+    a note says no cost can be read from the fit; a fixed cost below 0 says the line does
+    not hold down to no work."""
+    import random
+
+    rng = random.Random(5)
+    falling = [(n, 20_000_000 - 400_000 * n + rng.randint(-50_000, 50_000)) for n in (4, 8, 16)]
+    d = decode_cost(_decode_frame(falling * 4))
+    ci = d["per_sequence_ci95"]
+    assert ci is not None and ci["high_ns"] < 0
+    assert any(
+        n.startswith("per_sequence_ns is below 0 with its whole 95% interval")
+        and "read no cost from this fit" in n
+        for n in d["notes"]
+    )
+    rising = [(n, -2_000_000 + 400_000 * n + rng.randint(-20_000, 20_000)) for n in (8, 16, 32)]
+    d = decode_cost(_decode_frame(rising * 4))
+    ci = d["fixed_ci95"]
+    assert ci is not None and ci["high_ns"] < 0
+    assert any(n.startswith("fixed_ns is below 0 with its whole") for n in d["notes"])
+    assert not any(n.startswith("per_sequence_ns is below 0") for n in d["notes"])
+    from traceview.render.format import cost_terms
+
+    shown = [row[1] for row in cost_terms(d)]
+    assert any(cell.endswith("(below 0: no cost)") for cell in shown), shown

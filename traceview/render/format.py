@@ -274,9 +274,11 @@ def cost_terms(fit: DecodeCost | PromptCost) -> list[list[str]]:
 
 def _coefficient(ns: float, ci: Interval95 | None) -> str:
     """A fitted coefficient, flagged where its 95% interval holds 0 (no cost, or the other
-    sign, is as likely as the figure)."""
+    sign, is as likely as the figure), or lies wholly below 0 (no cost can be)."""
     if ci is not None and ci["low_ns"] <= 0 <= ci["high_ns"]:
         return f"{fmt_ns(ns)} (not told from 0)"
+    if ci is not None and ci["high_ns"] < 0:
+        return f"{fmt_ns(ns)} (below 0: no cost)"
     return fmt_ns(ns)
 
 

@@ -295,16 +295,30 @@ def _ns(value: float) -> str:
 
 def _zero_notes(fit: ExactFit, terms: Sequence[str]) -> list[str]:
     """A note for each coefficient whose 95% interval holds 0: the steps cannot tell it
-    from no cost at all (nor its sign)."""
+    from no cost at all (nor its sign). And one for each whose whole interval lies below
+    0: more work cannot take less time, so the counts do not explain these steps' time."""
     bounds = fit.intervals()
     if bounds is None:
         return []
-    return [
-        f"{term}_ns is not distinguishable from 0: its 95% interval runs from "
-        f"{_ns(low)} to {_ns(high)}"
-        for term, (low, high) in zip(terms, bounds, strict=True)
-        if low <= 0 <= high
-    ]
+    notes = []
+    for term, (low, high) in zip(terms, bounds, strict=True):
+        if low <= 0 <= high:
+            notes.append(
+                f"{term}_ns is not distinguishable from 0: its 95% interval runs from "
+                f"{_ns(low)} to {_ns(high)}"
+            )
+        elif high < 0:
+            why = (
+                "a step cannot take less than no time, so the line does not hold down to no work"
+                if term == "fixed"
+                else "more work cannot take less time, so these steps' time follows "
+                "something their counts do not state; read no cost from this fit"
+            )
+            notes.append(
+                f"{term}_ns is below 0 with its whole 95% interval ({_ns(low)} to "
+                f"{_ns(high)}): {why}"
+            )
+    return notes
 
 
 def _batches(timed: pl.DataFrame, fixed: Fraction, per: Fraction) -> list[BatchCost]:
