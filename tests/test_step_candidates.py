@@ -405,7 +405,9 @@ def test_a_layer_that_waits_on_the_host_keeps_its_steps(
     against 300 µs between steps) read as 480 steps, a generate() loop around one-burst
     steps (cadence p50 139 µs, not 1.34 ms); after every second layer, 240 steps. A step's
     own head (its first norm) runs at step boundaries only, never between two layers: the
-    boundaries that hold it are the steps'."""
+    boundaries that hold it are the steps'. A generate() call's own kernels run at a loop's
+    boundaries only in the same way, so the reading is said, with the option for the
+    other."""
     from fixtures.spec import SpecPlan
 
     plan = SpecPlan(
@@ -417,7 +419,8 @@ def test_a_layer_that_waits_on_the_host_keeps_its_steps(
     )
     summary, planted = _spec_steps(tmp_path, plan)
     _as_planted(summary, planted)
-    assert not any("read two ways" in w for w in summary.warnings)
+    said = [w for w in summary.warnings if "read two ways" in w]
+    assert len(said) == 1 and f"set --layers {every} for the other reading" in said[0], said
 
 
 @pytest.mark.parametrize("every", [1, 2])
@@ -512,14 +515,22 @@ def test_a_loop_whose_calls_run_their_own_kernels_keeps_its_steps(
     as 6 steps of 256 layers, with no warning. The argmax and the embedding lookup at
     every step boundary never run between two layers: those boundaries are the steps'.
     Without the call's kernels (finding 8) the steps were right, but a warning said they
-    read two ways."""
+    read two ways. A top-1 MoE router's argmax runs at some layers' boundaries too, so
+    the sampler settles nothing: where the pauses between steps stand out less than 100×
+    above the gaps (a multi-step scheduler's 60 µs), a warning names the other reading."""
     from fixtures.spec import SpecPlan
+    from traceview.analysis.steps.periodic import LOOP_SHARP
 
     plan = SpecPlan(edges=True, call_setup=call_setup, **fields)
     summary, planted = _spec_steps(tmp_path, plan)
     _as_planted(summary, planted)
     assert summary.to_dict()["steps"]["layers"] == fields["layers"]
-    assert not any("read two ways" in w for w in summary.warnings), summary.warnings
+    said = [w for w in summary.warnings if "read two ways" in w]
+    if plan.pause_ns >= LOOP_SHARP * plan.gap_ns:
+        assert not said, said
+    else:
+        other = fields["layers"] * fields["generate"]
+        assert len(said) == 1 and f"set --layers {other} for the other reading" in said[0]
 
 
 @pytest.mark.parametrize(
@@ -585,13 +596,19 @@ def test_an_moe_whose_sampler_shares_its_routers_kernels_keeps_its_steps(
     1.72 ms), with a warning that the bursts read two ways. The same kernel names run at
     every boundary. But a step starts with its head, while the kernels after a wait are the
     rest of a layer (its experts), which no step boundary starts with: the waits lie inside
-    steps."""
+    steps. A loop's first step may run kernels of its own after its head too (a prefill's
+    GEMM), so without an embedding or a sampler to settle it, a warning names the other
+    reading."""
     from fixtures.spec import SpecPlan
 
     plan = SpecPlan(layers=8, steps=60, moe_router=True, **{"head": False, **fields})
     summary, planted = _spec_steps(tmp_path, plan)
     _as_planted(summary, planted)
-    assert not any("read two ways" in w for w in summary.warnings), summary.warnings
+    said = [w for w in summary.warnings if "read two ways" in w]
+    if plan.edges:
+        assert not said, said
+    else:
+        assert len(said) == 1 and "set --layers 1 for the other reading" in said[0], said
 
 
 def test_kernels_that_overrule_a_150x_pause_say_so(tmp_path: Path) -> None:
@@ -660,3 +677,115 @@ def test_kernels_that_mark_both_readings_keep_the_head_rules_and_say_so(
     assert summary.to_dict()["steps"]["layers"] == 256
     said = [w for w in summary.warnings if "read two ways" in w]
     assert len(said) == 1 and "set --layers 32 for the other reading" in said[0], said
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"rope": True, "moe_router": True, "edges": True},
+        {"rope": True, "moe_router": True, "edges": True, "layer_pause_ns": 150_000},
+        {"top1_router": True, "moe_router": True, "edges": True},
+        {"top1_router": True, "moe_router": True, "head": False},
+    ],
+    ids=["rope", "rope-150us", "top1-router", "top1-router-no-edges"],
+)
+def test_a_step_edge_kernel_inside_every_layer_marks_no_step(tmp_path: Path, fields: dict) -> None:
+    """Probe p3, finding 1: 8 eager MoE layers that wait 75 µs on the host after routing,
+    300 µs between steps. Each layer also runs a step-edge kernel: a rotary gather
+    (``index_select``) or a top-1 router's argmax. That kernel is common to every
+    boundary, so it marked every burst a step: 480 steps of 60, with no warning. A
+    step-edge kernel at the finer boundaries settles nothing; one common to the coarser
+    ones alone (the embedding, the sampler) does. Without one, the rest of a layer after
+    its wait keeps the steps, with a warning that names the other reading."""
+    from fixtures.spec import SpecPlan
+
+    plan = SpecPlan(**{"layers": 8, "steps": 60, "layer_pause_ns": 75_000, **fields})
+    summary, planted = _spec_steps(tmp_path, plan)
+    _as_planted(summary, planted)
+    said = [w for w in summary.warnings if "read two ways" in w]
+    if plan.edges:
+        assert not said, said
+    else:
+        assert len(said) == 1 and "set --layers 1 for the other reading" in said[0], said
+
+
+def test_a_rotary_gather_in_every_layer_leaves_the_readings_open(tmp_path: Path) -> None:
+    """Probe p3, finding 1: 8 layers that wait 50 µs on the host, each with a rotary
+    gather, no step head, no sampler or embedding kernel: 320 steps of 40, with no
+    warning. Nothing between the bursts tells the readings apart: the one taken is said,
+    with the option for the other."""
+    from fixtures.spec import SpecPlan
+
+    plan = SpecPlan(layers=8, steps=40, layer_pause_ns=50_000, rope=True, head=False)
+    summary, planted = _spec_steps(tmp_path, plan)
+    _as_planted(summary, planted)
+    said = [w for w in summary.warnings if "read two ways" in w]
+    assert len(said) == 1 and "set --layers 1 for the other reading" in said[0], said
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"layers": 4, "steps": 50, "generate": 5},
+        {
+            "layers": 32,
+            "steps": 48,
+            "generate": 8,
+            "pause_ns": 60_000,
+            "generate_pause_ns": 600_000,
+            "profiler_steps": False,
+        },
+    ],
+    ids=["4-layers-generate", "multi-step-32"],
+)
+def test_a_sampler_that_changes_between_calls_still_marks_the_steps(
+    tmp_path: Path, fields: dict
+) -> None:
+    """Probe p3, finding 2: generate() calls that run their own kernels, no embedding
+    kernel, and a sampler that changes from call to call (argmax, then FlashInfer's
+    top-k/top-p). Neither sampler runs at 80% of the step boundaries, so the call's
+    kernels read one step a call: 10 steps of 50 (6 of 48 with 32 layers), with no
+    warning. Some step-edge kernel runs at every step boundary, whichever it is. It
+    settles nothing alone (a top-1 router's argmax runs at layers' boundaries too): below
+    100× the gaps, a warning names the other reading."""
+    from fixtures.spec import SpecPlan
+
+    plan = SpecPlan(edges=True, call_setup=True, embed=False, mixed_sampler=True, **fields)
+    summary, planted = _spec_steps(tmp_path, plan)
+    _as_planted(summary, planted)
+    said = [w for w in summary.warnings if "read two ways" in w]
+    if fields["layers"] == 4:  # 300 µs between steps: 150× the gaps
+        assert not said, said
+    else:
+        assert len(said) == 1 and "set --layers 256 for the other reading" in said[0], said
+
+
+@pytest.mark.parametrize("pause_ns", [60_000, 300_000], ids=["30x", "150x"])
+def test_a_loop_whose_first_step_runs_its_own_gemm_is_said_to_read_two_ways(
+    tmp_path: Path, pause_ns: int
+) -> None:
+    """A loop around one-layer steps, generate() calls of 5, no sampler or embedding
+    kernel. Each call's first step (a prefill) runs a GEMM of its own after its norm, so
+    the kernels after the calls' pauses are not those after the steps', as after an MoE
+    layer's host wait. At 30× the gaps this read 10 steps of 50 with no warning. The
+    reading is kept, and a warning names --layers 1, which reads the planted steps."""
+    from fixtures.spec import ATTENTION, GEMM, NORM
+
+    prefill = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
+    tb, t = TraceBuilder(), 1_767_189_500_000_000_000
+    for i in range(50):
+        if i and i % 5 == 0:
+            t += 5 * pause_ns - pause_ns
+        tb.kernel(NORM, t, 6_000)
+        t += 8_000
+        tb.kernel(prefill if i % 5 == 0 else GEMM, t, 10_000)
+        t += 12_000
+        tb.kernel(ATTENTION, t, 20_000)
+        t += 22_000
+        tb.kernel(GEMM, t, 40_000)
+        t += 42_000 + pause_ns
+    path = tb.write(tmp_path / "t.json")
+    summary = tv.summarize(tv.load(path))
+    said = [w for w in summary.warnings if "read two ways" in w]
+    assert len(said) == 1 and said[0].endswith("set --layers 1 for the other reading"), said
+    assert tv.steps(tv.load(path), tv.AnalysisConfig(layers=1)).height == 50

@@ -42,8 +42,8 @@ class Rules:
         full_attention_decode: patterns tried in order when no decode marker is present.
         prefill_family: families whose kernels mean prompt work (mixed steps).
         prefill: patterns of full-attention prefill variants (mixed steps).
-        step_edge: patterns of kernels that run at a step's edge only, never between two
-            of its layers (sampling, argmax, the embedding lookup).
+        step_edge: patterns of kernels that run at a step's edge (sampling, argmax, the
+            embedding lookup); some also run inside layers (a top-1 router's argmax).
     """
 
     name: str

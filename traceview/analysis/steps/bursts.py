@@ -11,12 +11,8 @@ import polars as pl
 
 from traceview.analysis.base.intervals import I64, Union, distinct
 from traceview.analysis.steps.candidates import Candidate, DeviceKernels, StepOptions
-from traceview.analysis.steps.periodic import (
-    Boundaries,
-    BoundaryNames,
-    choose_boundaries,
-    natural_break,
-)
+from traceview.analysis.steps.marks import BoundaryNames
+from traceview.analysis.steps.periodic import Boundaries, choose_boundaries, natural_break
 
 
 def _bursts(k: DeviceKernels) -> tuple[I64, I64]:

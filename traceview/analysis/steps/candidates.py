@@ -91,9 +91,8 @@ class DeviceKernels:
         family: each kernel's family.
         marker: each kernel is a step marker (a ``step_marker`` family, or a replay).
         replay: each kernel is a whole CUDA-graph replay (None where there is none).
-        edge: each kernel runs at a step's edge only (the rules' ``step_edge`` role:
-            sampling, the embedding lookup), never between two layers (None where none
-            does).
+        edge: each kernel is of a kind that runs at a step's edge (the rules'
+            ``step_edge`` role: sampling, the embedding lookup; None where none is).
     """
 
     frame: pl.DataFrame
@@ -135,7 +134,7 @@ def device_kernels(
     A whole CUDA-graph replay (:data:`~traceview.model.GRAPH_REPLAY`) is a step marker
     whatever the rules name it: it replays the step's layers, their attention among them,
     without itemising them. ``step_edge``: patterns (searched case-insensitively) of the
-    kernels that run at a step's edge only; each distinct name is matched once."""
+    kernels that run at a step's edge; each distinct name is matched once."""
     ts = frame["ts_ns"].to_numpy().astype(np.int64, copy=False)
     dur = frame["dur_ns"].to_numpy().astype(np.int64, copy=False)
     marker = family.mask(step_marker)

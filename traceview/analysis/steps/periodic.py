@@ -17,6 +17,13 @@ import numpy as np
 import polars as pl
 
 from traceview.analysis.base.intervals import I64, distinct
+from traceview.analysis.steps.marks import (
+    AFTER_PAUSE,
+    BoundaryNames,
+    holds_head,
+    reading,
+    start_alike,
+)
 
 PERIODIC_MIN_SCORE = 0.8  # share of chosen boundaries that must beat their neighbourhood
 PERIODIC_SURE = 0.95  # a period this clear ends the search
@@ -128,130 +135,10 @@ def _every(n: int, period: int, phase: int) -> np.ndarray:
     return mask
 
 
-class BoundaryNames(NamedTuple):
-    """What lies between two bursts. A step's own head and tail (embedding, final norm,
-    lm_head, sampling) run at step boundaries only, never between two of its layers.
-
-    Attributes:
-        at, code: per boundary (its index) the names (codes) of the kernels that run
-            there, each pair once.
-        edge: per pair, whether the name is a step-edge kernel (the rules' ``step_edge``
-            role: sampling, the embedding lookup).
-        after_at, after_code: the same pairs for the kernels that start after the
-            boundary's longest idle gap (its pause).
-    """
-
-    at: np.ndarray
-    code: np.ndarray
-    edge: np.ndarray
-    after_at: np.ndarray
-    after_code: np.ndarray
-
-    def window(self, lo: int, hi: int) -> BoundaryNames:
-        """The boundaries ``[lo, hi)``, renumbered from 0."""
-        mine = (self.at >= lo) & (self.at < hi)
-        late = (self.after_at >= lo) & (self.after_at < hi)
-        return BoundaryNames(
-            self.at[mine] - lo,
-            self.code[mine],
-            self.edge[mine],
-            self.after_at[late] - lo,
-            self.after_code[late],
-        )
-
-
-COMMON = 0.8  # a name common to a set of boundaries runs in at least this share of them
-
-
-def _common(names: BoundaryNames, chosen: np.ndarray, *, after: bool = False) -> set[int]:
-    """The kernel names that run in at least :data:`COMMON` of the ``chosen`` boundaries
-    (after their pause only, with ``after``)."""
-    at, code = (names.after_at, names.after_code) if after else (names.at, names.code)
-    n = int(chosen.sum())
-    if n == 0 or at.size == 0:
-        return set()
-    keep = chosen[at]
-    codes, counts = np.unique(code[keep], return_counts=True)
-    return {int(c) for c, m in zip(codes, counts, strict=True) if m >= COMMON * n}
-
-
-def _start_alike(names: BoundaryNames | None, coarse: np.ndarray, fine: np.ndarray) -> bool:
-    """Whether the ``fine`` boundaries could start steps as the ``coarse`` ones do: the
-    kernels common to them after their pause (a step's head, before its first burst) are
-    common after the coarse ones' pause too. A loop adds its own kernels before a step's
-    head, and changes none of it. A host wait inside a layer (an eager MoE layer waits
-    between its router and its experts) is followed by the rest of that layer, which no
-    step boundary starts with. True where nothing tells."""
-    if names is None or not coarse.any() or not fine.any():
-        return True
-    return _common(names, fine, after=True) <= _common(names, coarse, after=True)
-
-
-def _edge_names(names: BoundaryNames) -> set[int]:
-    """The codes of the names that run at a step's edge only (the rules' ``step_edge``)."""
-    return {int(c) for c in distinct(names[1][names[2]])} if names[2].any() else set()
-
-
-def _reading(
-    names: BoundaryNames | None,
-    coarse: np.ndarray,
-    fine: np.ndarray,
-    inner: np.ndarray | None = None,
-) -> str | None:
-    """Which boundaries the kernels between the bursts call the steps': ``coarse``
-    (the ``fine`` ones lie between layers), ``fine`` (the ``coarse`` ones are a loop
-    around steps, each of them a step boundary too), ``both`` where each set holds kernels
-    the other lacks and nothing settles it, else None.
-
-    A step's head and tail run at its boundaries only, never between two of its layers.
-    So kernels common to the coarse boundaries that the fine ones lack mark the coarse
-    ones. Kernels common to the fine boundaries (and to the coarse,
-    which are step boundaries in both readings) mark the fine ones where they never run
-    between two layers: where they are step-edge kernels (sampling, the embedding lookup),
-    or where they are missing from ``inner``, the boundaries that lie between layers in
-    both readings. Step-edge kernels settle it first: a loop's own setup kernels (a
-    ``generate()`` call's input copy, ``arange``, fill) run at its boundaries only, as a
-    step's head does at the steps'."""
-    if names is None or not coarse.any() or not fine.any():
-        return None
-    on, off = _common(names, coarse), _common(names, fine)
-    edge = _edge_names(names)
-    if off & on & edge:
-        return "fine"
-    head = on - off
-    if head & edge:
-        return "coarse"
-    fine_head = set()
-    if inner is not None and inner.sum() >= PERIODIC_MIN_STEPS:
-        fine_head = (off & on) - _common(names, inner)
-    if head and fine_head:
-        return "both"
-    if head:
-        return "coarse"
-    return "fine" if fine_head else None
-
-
-def _heads(names: BoundaryNames | None, chosen: np.ndarray) -> np.ndarray | None:
-    """Where the ``chosen`` boundaries hold a step's head (:func:`_reading`): per
-    boundary, whether it holds any of the kernels common to the chosen ones and not to the
-    others; None where no kernel tells them apart."""
-    if names is None or not chosen.any() or chosen.all():
-        return None
-    head = _common(names, chosen) - _common(names, ~chosen)
-    if not head:
-        return None
-    at, code = names[0], names[1]
-    holds = np.zeros(chosen.size, dtype=bool)
-    holds[at[np.isin(code, list(head))]] = True
-    return holds
-
-
-def _edge_head(names: BoundaryNames | None, coarse: np.ndarray, fine: np.ndarray) -> bool:
-    """Whether a step-edge kernel is common to the ``coarse`` boundaries and not to the
-    ``fine`` ones: the strongest mark of the coarse ones (:func:`_reading`)."""
-    if names is None:
-        return False
-    return bool(_edge_names(names) & (_common(names, coarse) - _common(names, fine)))
+def _enough(inner: np.ndarray) -> np.ndarray | None:
+    """The boundaries between layers in both readings, where there are enough of them to
+    tell which kernels run there (:data:`PERIODIC_MIN_STEPS`); else None."""
+    return inner if inner.sum() >= PERIODIC_MIN_STEPS else None
 
 
 def _head_over_pauses(period: int, below: float) -> str:
@@ -267,16 +154,10 @@ def _head_over_pauses(period: int, below: float) -> str:
     )
 
 
-def _two_readings(coarse: int, fine: int, chosen: int, *, both: bool = False) -> str:
-    """The warning where the bursts read two ways and nothing between them decides
-    (``both``: the kernels between them mark each reading)."""
+def _two_readings(coarse: int, fine: int, chosen: int, why: str) -> str:
+    """The warning where the bursts read two ways and nothing between them settles it
+    (``why``: what the kernels between them say)."""
     other = fine if chosen == coarse else coarse
-    why = (
-        "each set of boundaries holds kernels the other lacks, and none of them is a "
-        "sampler or an embedding lookup"
-        if both
-        else "no kernel between the bursts tells them apart"
-    )
     return (
         f"the step-marker bursts read two ways: {coarse} bursts a step, the longer pauses "
         f"between them a host wait inside a step (an eager MoE layer's sync), or {fine} "
@@ -290,8 +171,8 @@ def _edges_every_burst(period: int) -> str:
     """The words where every burst is a step because its boundaries hold a step's edge."""
     return (
         "every step-marker burst: the kernels between every two hold a step's edge "
-        "(sampling, the embedding lookup), which never runs between two layers; the longer "
-        f"pause every {period} bursts is a loop around steps (a program's generate() calls)"
+        "(sampling, the embedding lookup), and those that run only every "
+        f"{period} bursts are a loop's own (a program's generate() calls)"
     )
 
 
@@ -393,7 +274,7 @@ def choose_boundaries(
     every boundary's gap stands out above them, every burst is a step (one full-attention
     layer per step). ``names``: the kernels between the bursts (:data:`BoundaryNames`):
     boundaries that hold a step's own head or tail are step boundaries where the pauses
-    alone read two ways (:func:`_reading`).
+    alone read two ways (:func:`reading`).
     """
     n = idle.size
     if n == 0:
@@ -418,41 +299,55 @@ def choose_boundaries(
         score, period, phase = best
         on = _every(n, period, phase)
         caveat = None
-        sharp_off = _sharp_off_phase(idle, others, on)
-        reading = _reading(names, on, ~on) if sharp_off else None
-        if reading == "fine":
-            return Boundaries(np.ones(n, dtype=bool), 1, _edges_every_burst(period), True)
-        if sharp_off:
+        if _sharp_off_phase(idle, others, on):
             # every burst could be a step: the period's pauses a loop around them, or its
             # bursts a model's layers that wait on the host
             looped, below = _loop_around_steps(idle, others, period, phase)
             sure = below >= LOOP_SHARP  # too sharp for a host wait
-            if reading == "coarse":
-                if sure and not _edge_head(names, on, ~on):
-                    caveat = _head_over_pauses(period, below)
-            elif sure or _start_alike(names, on, ~on):
-                # the pauses decide, and say so unless they stand out too sharply for a
-                # host wait (else the kernels after the pauses are a layer's rest)
+            marks = reading(names, on, ~on)
+            # the kernels after the off-phase pauses never follow the period's: the rest
+            # of a layer after its host wait (or a loop's first step running its own)
+            inside = not start_alike(names, on, ~on)
+            if marks.side == "fine" and (sure or not inside):
                 if not sure:
-                    caveat = _two_readings(period, 1, 1 if looped else period)
+                    caveat = _two_readings(period, 1, 1, marks.why)
+                return Boundaries(
+                    np.ones(n, dtype=bool), 1, _edges_every_burst(period), True, caveat
+                )
+            if marks.side is not None or (inside and not sure):
+                if not marks.settled:
+                    why = marks.why if marks.side == "coarse" else AFTER_PAUSE
+                    caveat = (
+                        _head_over_pauses(period, below)
+                        if sure
+                        else _two_readings(period, 1, period, why)
+                    )
+            else:
+                # the pauses decide, and say so unless they stand out too sharply for a
+                # host wait
+                if not sure:
+                    caveat = _two_readings(period, 1, 1 if looped else period, marks.why)
                 if looped is not None:
                     return Boundaries(np.ones(n, dtype=bool), 1, looped, True, caveat)
         coarser = _coarser(idle, on)
         if coarser is not None:
             mask, q, ratio = coarser
-            reading = _reading(names, mask, on & ~mask, ~on)
-            if reading in ("coarse", "both"):
-                if reading == "both" and caveat is None:  # the head rule's reading, said
-                    caveat = _two_readings(period * q, period, period * q, both=True)
+            marks = reading(names, mask, on & ~mask, _enough(~on))
+            # the finer pauses far above the gaps inside steps are steps' pauses (the loop
+            # rule's reading); below, they may be host waits inside a step
+            typical = float(np.quantile(others, 0.99)) if others.size else 0.0
+            sharp_fine = typical > 0 and float(np.median(idle[on & ~mask])) >= LOOP_SHARP * typical
+            if marks.side == "coarse":
+                if not marks.settled and caveat is None:
+                    caveat = _two_readings(period * q, period, period * q, marks.why)
                 period *= q
                 on = mask
-            elif reading is None and caveat is None and others.size and ratio >= NATURAL_BREAK:
-                # both could be steps' pauses: the finer one, unless it is far above the
-                # gaps inside steps (a step's pause, as the loop rule reads it), may be a
-                # host wait inside a step
-                fine_pause = float(np.median(idle[on & ~mask]))
-                if fine_pause < LOOP_SHARP * float(np.quantile(others, 0.99)):
-                    caveat = _two_readings(period * q, period, period)
+            elif (
+                caveat is None
+                and not sharp_fine
+                and (marks.side == "fine" or (others.size and ratio >= NATURAL_BREAK))
+            ):
+                caveat = _two_readings(period * q, period, period, marks.why)
         return Boundaries(
             on,
             period,
@@ -504,10 +399,10 @@ def choose_boundaries(
             # are enough to be believed
             if (
                 coarse.sum() > PERIODIC_MIN_STEPS
-                and _reading(names, coarse, mask & ~coarse, ~mask) == "coarse"
+                and reading(names, coarse, mask & ~coarse, _enough(~mask)).side == "coarse"
             ):
                 threshold, mask = finer[0], coarse
-        heads = _heads(names, mask)
+        heads = holds_head(names, mask)
         if heads is not None:  # a host stall inside a step holds no step head: no boundary
             mask &= heads
         counts = np.diff(np.flatnonzero(np.concatenate(([True], mask, [True]))))
