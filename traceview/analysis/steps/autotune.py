@@ -19,8 +19,10 @@ show: ``b^m`` with ``m ≥ 2`` right after exactly four single calls (the 5th es
 then the warm-up), or, in the versions that estimate without fills, 7 calls or more
 before the first fill or 8 or more between two fills; where the warm-up count keeps
 do_bench's relation to the estimate read back from the trace, for some whole number of
-milliseconds (:func:`_configs`); and where the call holds a kernel that is no fill. A
-region ends with its last config's timed runs. A training step that zeroes buffers
+milliseconds (:func:`_configs`); where the runs follow each other with no pause
+(:data:`HOST_NS`), but after the first call and after the estimate runs, where do_bench
+waits for the device; and where the call holds a kernel that is no fill. A region is one
+chain of configs, and ends with its last config's timed runs. A training step that zeroes buffers
 (gradients, a bucket before each all-reduce) alternates fills with work, or fills with
 fills, but not with those counts. Inductor's own benchmarker (fills repeated without
 the call between its estimate and timed runs) is read by its host range instead
@@ -56,6 +58,11 @@ MS_NS = 1_000_000  # do_bench's warmup and rep are whole milliseconds (``int``)
 # (their records bracket the launches of the first fill and the last call): 1/20
 EST_TOL = (1, 20)
 MIN_FILLS = 6  # do_bench fills at least 5 times (estimate) and once more (a timed run)
+# do_bench issues its runs without waiting for the device, but after the first call and
+# after the estimate runs: between two runs the device idles at most for the host's cost to
+# issue one (a fill, two event records, the call: tens of microseconds on a slow host). A
+# longer idle is a pause: the host waited, as a serving loop does between steps
+HOST_NS = 100_000
 MAX_CALL = 8  # kernels in one benchmarked call: the tuned kernel and its hooks
 SEED_CYCLES = 3  # consecutive identical short cycles that start a search
 
@@ -118,19 +125,46 @@ def _budget_fits(est_ns: int, count: int) -> bool:
     return first < hi
 
 
+Pos = tuple[int, int]  # (cycle, call): call ``k`` of cycle ``c`` (the calls after fill ``c``)
+
+
+@dataclass(frozen=True)
+class _Config:
+    """One config ``do_bench`` ran, as read from the run counts (positions as :data:`Pos`)."""
+
+    after: int  # the cycle after which its timed runs start (-1: before the first fill)
+    est_ns: int  # its estimate, read back from the trace
+    warm: int  # its warm-up runs
+    filled: bool  # its estimate runs each follow a fill
+    warm_from: Pos  # its first warm-up run
+    first: Pos  # its first kernel in the region
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """Configs run one after another, the timed runs its last may make, and the cycle of
+    that config's last timed run where the chain breaks (None: where the stretch says)."""
+
+    configs: list[_Config]
+    timed: int
+    stop: int | None
+
+
 def _configs(
     repeats: list[int],
     head: int,
-    ends_of: Callable[[tuple[int, int], tuple[int, int]], int],
+    ends_of: Callable[[Pos, Pos], int],
+    calm: Callable[[Pos, Pos], bool],
     opens: bool = True,
-) -> list[tuple[int, int]]:
-    """The configs ``do_bench`` ran in a stretch, each as (the cycle after which its timed
-    runs start, -1 for before the first fill; the timed runs it may make). ``repeats``:
-    how many times the call repeats between each pair of consecutive fills; ``head``: the
-    calls right before the first fill; ``ends_of((c, a), (d, b))``: the device time from the
-    start of call ``a`` of cycle ``c`` (call -1: its fill; cycle -1: the head) to the end
-    of call ``b - 1`` of cycle ``d``; ``opens``: nothing runs on the stream before the
-    head (the capture may have begun in it).
+) -> list[_Chain]:
+    """The configs ``do_bench`` ran in a stretch, in chains, each with the timed runs its
+    last config may make. ``repeats``: how many times the call repeats between each pair of
+    consecutive fills; ``head``: the calls right before the first fill;
+    ``ends_of((c, a), (d, b))``: the device time from the start of call ``a`` of cycle ``c``
+    (call -1: its fill; cycle -1: the head) to the end of call ``b - 1`` of cycle ``d``;
+    ``calm(a, b)``: the device runs the kernels after position ``a``'s first one, up to
+    position ``b``'s first, with no pause (:data:`HOST_NS`); ``opens``: nothing runs on the
+    stream before the head (the capture may have begun in it).
 
     A config reads as one where the counts keep ``do_bench``'s relation: after the first
     call, five estimate runs, then ``n_warmup = max(1, int(warmup / estimate))`` plain
@@ -138,68 +172,131 @@ def _configs(
     have them), read back from the trace, and ``warmup`` is a whole number of milliseconds,
     at least 1 (:func:`_budget_fits`). Each version's layout: the 5 estimate runs each after
     a fill, so a repetition of 2 or more right after exactly 4 single calls (the 5th
-    estimate run and the warm-up); or, in the versions that estimate without fills, the
-    first call, the estimate and the warm-up before the first fill (7 calls or more), or
-    after a config's last timed run (8 or more between two fills). A capture that began
-    during the estimate runs shows fewer of them (at least 2, each after a fill, and at
-    most one call before, with nothing before on the stream): their mean is the
-    estimate.
+    estimate run and the warm-up), with the first call right before them: the last of the
+    head, or the second of a repetition of exactly 2 (the last timed run of the config
+    before); or, in the versions that estimate without fills, the first call, the estimate
+    and the warm-up before the first fill (7 calls or more), or after a config's last timed
+    run (8 or more between two fills). A capture that began during the estimate runs shows
+    fewer of them (at least 2, each after a fill, and at most one call before, with nothing
+    before on the stream): their mean is the estimate. Its estimate runs, and its warm-up
+    runs up to the first timed run, follow each other with no pause (do_bench waits for the
+    device only after the first call and after the estimate runs).
 
     The last timed run of a config and the next config's first call share a cycle, 5
-    cycles before that config's warm-up: that pair is no config of its own. The last
-    config makes ``max(1, int(rep / estimate))`` timed runs, with ``rep`` the longest of:
-    do_bench's default (100 ms), 4 times the warm-up read (the defaults' ratio), and the
-    timed runs of each earlier config in the stretch."""
-    found: list[tuple[int, int, int, bool]] = []  # (after, estimate, warm-up runs, filled)
+    cycles before that config's warm-up: that pair is no config of its own. Each config but
+    the last makes ``max(1, int(rep / estimate))`` timed runs, for a ``rep`` of a whole
+    number of milliseconds, with no pause among them; a chain ends at the first config
+    that does not (its timed runs end where the next config's first call is), and the next
+    config opens another. The last config of a chain makes ``max(1, int(rep / estimate))``
+    timed runs, with ``rep`` the longest of: do_bench's default (100 ms), 4 times the
+    warm-up read (the defaults' ratio), and the timed runs of each earlier config in the
+    chain."""
+    found: list[_Config] = []
 
-    def keep(est_ns: int, warm: int, after: int, filled: bool) -> None:
-        if _budget_fits(est_ns, warm):
-            found.append((after, est_ns, warm, filled))
+    def keep(
+        est_ns: int, warm: int, after: int, filled: bool, est: Pos, w: Pos, first: Pos
+    ) -> None:
+        if _budget_fits(est_ns, warm) and calm(est, w) and calm(w, (after + 1, 0)):
+            found.append(_Config(after, est_ns, warm, filled, w, first))
 
     if head >= 7:
-        keep(ends_of((-1, 1), (-1, 6)) // 5, head - 6, -1, False)
+        keep(ends_of((-1, 1), (-1, 6)) // 5, head - 6, -1, False, (-1, 1), (-1, 6), (-1, 0))
     single = 0
     for r, m in enumerate(repeats):
-        if m >= 2 and single >= 4:  # the 5 estimate runs began 4 fills back, at a fill
-            keep(ends_of((r - 4, -1), (r, 1)) // 5, m - 1, r, True)
-        elif m >= 2 and 1 <= r == single and head <= 1 and opens:  # began in the estimate
-            keep(ends_of((0, -1), (r, 1)) // (r + 1), m - 1, r, True)
-        if m >= 8 and (not found or found[-1][0] != r):  # the estimate without fills
-            keep(ends_of((r, 2), (r, 7)) // 5, m - 7, r, False)
+        led = (r == 4 and head >= 1) or (r >= 5 and repeats[r - 5] == 2)  # the first call
+        if m >= 2 and single == 4 and led:  # the 5 estimate runs began 4 fills back, at a fill
+            first = (-1, 0) if r == 4 else (r - 5, 1)
+            keep(ends_of((r - 4, -1), (r, 1)) // 5, m - 1, r, True, (r - 4, -1), (r, 1), first)
+        elif m >= 2 and 1 <= r == single <= 4 and head <= 1 and opens:  # began in the estimate
+            est = ends_of((0, -1), (r, 1)) // (r + 1)
+            keep(est, m - 1, r, True, (0, -1), (r, 1), (-1, 0))
+        if m >= 8 and (not found or found[-1].after != r):  # the estimate without fills
+            keep(ends_of((r, 2), (r, 7)) // 5, m - 7, r, False, (r, 2), (r, 7), (r, 1))
         single = single + 1 if m == 1 else 0
-    starts = {after for after, _, _, filled in found if filled}
-    found = [c for c in found if not (c[3] and c[0] + 5 in starts)]
+    starts = {c.after for c in found if c.filled}
+    found = [c for c in found if not (c.filled and c.after + 5 in starts)]
     if not found:
         return []
-    rep_ns = REP_NS
-    for (after, _, _, _), (nxt, _, _, filled) in zip(found, found[1:], strict=False):
-        last = nxt - 5 if filled else nxt  # the cycle of the config's last timed run
-        if last > after:
-            rep_ns = max(rep_ns, ends_of((after + 1, -1), (last, 1)))
-    _, est_ns, warm, _ = found[-1]
-    rep_ns = max(rep_ns, warm * est_ns * (REP_NS // WARMUP_NS))
-    return [(after, _expected(est, rep_ns)) for after, est, _, _ in found]
+    chains: list[_Chain] = []
+    chain, rep_ns, stop = found[:1], REP_NS, None
+    for a, b in zip(found, [*found[1:], None], strict=True):
+        last = -1 if b is None else b.after - 5 if b.filled else b.after  # a's last timed run
+        n = last - a.after
+        if b is not None and n >= 1 and _budget_fits(a.est_ns, n) and calm(a.warm_from, (last, 1)):
+            rep_ns = max(rep_ns, ends_of((a.after + 1, -1), (last, 1)))
+            chain.append(b)
+            continue
+        if b is not None and n >= 1:  # a's timed runs end where b's first call is
+            stop = last
+        rep_ns = max(rep_ns, a.warm * a.est_ns * (REP_NS // WARMUP_NS))
+        chains.append(_Chain(chain, _expected(a.est_ns, rep_ns), stop))
+        if b is not None:
+            chain, rep_ns, stop = [b], REP_NS, None
+    return chains
+
+
+def _at(pos: np.ndarray, i: int, head: int, u: int, p: Pos) -> int:
+    """The index of position ``p``'s first kernel (cycle ``c``: the calls after fill
+    ``pos[i + c]``, -1: the head calls from ``head`` on; call -1: the cycle's fill; ``u``:
+    kernels a call)."""
+    cycle, k = p
+    base = head if cycle < 0 else int(pos[i + cycle]) + 1
+    return base + k * u if k >= 0 else base - 1
 
 
 def _span(
-    ts: np.ndarray,
-    end: np.ndarray,
+    ts: np.ndarray, end: np.ndarray, pos: np.ndarray, i: int, head: int, u: int, a: Pos, b: Pos
+) -> int:
+    """The device time from position ``a``'s start to the end of call ``b[1] - 1`` of
+    cycle ``b[0]`` (:func:`_at`)."""
+    return int(end[_at(pos, i, head, u, b) - 1] - ts[_at(pos, i, head, u, a)])
+
+
+def _calm(paused: np.ndarray, pos: np.ndarray, i: int, head: int, u: int, a: Pos, b: Pos) -> bool:
+    """No pause before any kernel after position ``a``'s first, up to ``b``'s first
+    (``paused[k]``: the pauses before kernel ``k``, cumulated)."""
+    lo = _at(pos, i, head, u, a) + 1
+    hi = min(_at(pos, i, head, u, b), paused.size - 1)
+    return lo >= hi or int(paused[hi] - paused[lo]) == 0
+
+
+def _chain_run(
+    codes: np.ndarray,
     pos: np.ndarray,
     i: int,
+    j: int,
     head: int,
     u: int,
-    a: tuple[int, int],
-    b: tuple[int, int],
-) -> int:
-    """The device time from call ``a[1]`` of cycle ``a[0]`` to the end of call ``b[1] - 1``
-    of cycle ``b[0]`` (cycle ``c``: the calls after fill ``pos[i + c]``, -1: the ``head``
-    calls before the first; call -1: the cycle's fill; ``u``: kernels a call)."""
-
-    def at(cycle: int, k: int) -> int:
-        base = head if cycle < 0 else int(pos[i + cycle]) + 1
-        return base + k * u if k >= 0 else base - 1
-
-    return int(end[at(*b) - 1] - ts[at(*a)])
+    call: tuple[int, ...],
+    chain: _Chain,
+    calm: Callable[[Pos, Pos], bool],
+) -> _Run | None:
+    """The region of one chain of configs in the stretch of fills ``pos[i..j]`` (its first
+    config's first kernel to its last config's last timed run), if it has
+    :data:`MIN_FILLS` fills."""
+    first = _at(pos, i, head, u, chain.configs[0].first)
+    # the fills before the first config's first kernel are none of its own
+    skipped = int(np.searchsorted(pos[i:], first))
+    after_fill = int(pos[j]) + 1  # calls after the last fill, to the stream's end:
+    if (
+        chain.stop is None
+        and codes.size - after_fill > u
+        and _repeats(codes, after_fill, codes.size, call)
+    ):  # the capture stopped in a config's warm-up runs
+        if j - i + 1 - skipped >= MIN_FILLS:
+            return _Run(first, codes.size - 1, call, j - i + 1 - skipped)
+        return None
+    last, timed = chain.configs[-1], chain.timed  # its timed runs (a little jitter),
+    j = min(j, i + last.after + timed + timed // 50 + 1)  # up to the first pause
+    if chain.stop is not None:
+        j = min(j, i + chain.stop)
+    while j > i + last.after + 1 and not calm(last.warm_from, (j - i, 1)):
+        j -= 1
+    stop = int(pos[j])  # the last fill, and after it its one timed call
+    tail = stop + u if _repeats(codes, stop + 1, stop + 1 + u, call) else stop
+    if j - i + 1 - skipped >= MIN_FILLS:
+        return _Run(first, tail, call, j - i + 1 - skipped)
+    return None
 
 
 def _stream_runs(
@@ -208,8 +305,13 @@ def _stream_runs(
     """The autotunings on one stream (``codes``: name codes in time order; ``fill``: per
     kernel, a cache clear; ``ts``, ``end``: each kernel's start and end). See the module
     docstring for the pattern; a stretch ends with its last config's timed runs
-    (:func:`_configs`: as many as ``do_bench`` makes, 2% more for jitter)."""
+    (:func:`_configs`: as many as ``do_bench`` makes, 2% more for jitter), or at the first
+    pause among them."""
     out: list[_Run] = []
+    idle = np.zeros(codes.size, dtype=np.int64)
+    if codes.size > 1:  # the device's idle before each kernel (overlaps: none)
+        idle[1:] = ts[1:] - np.maximum.accumulate(end)[:-1]
+    paused = np.concatenate(([0], np.cumsum(idle > HOST_NS)))
     for f in np.unique(codes[fill]):
         pos = np.flatnonzero((codes == f) & fill)  # a hook's short fill is part of a call
         if pos.size < MIN_FILLS:
@@ -238,21 +340,11 @@ def _stream_runs(
                 back += 1
 
             spans = partial(_span, ts, end, pos, i, head, u)
-            configs = _configs(repeats, back, spans, opens=head == 0)
-            if not configs:
-                continue
-            after_fill = int(pos[j]) + 1  # calls after the last fill, to the stream's end:
-            if codes.size - after_fill > u and _repeats(codes, after_fill, codes.size, call):
-                # the capture stopped in a config's warm-up runs
-                if j - i + 1 >= MIN_FILLS:
-                    out.append(_Run(head, codes.size - 1, call, j - i + 1))
-                continue
-            after, timed = configs[-1]  # the last config's timed runs, and a little jitter
-            j = min(j, i + after + timed + timed // 50 + 1)  # the last timed run's fill
-            last = int(pos[j])  # the last fill, and after it its one timed call
-            tail = last + u if _repeats(codes, last + 1, last + 1 + u, call) else last
-            if j - i + 1 >= MIN_FILLS:
-                out.append(_Run(head, tail, call, j - i + 1))
+            calm = partial(_calm, paused, pos, i, head, u)
+            for chain in _configs(repeats, back, spans, calm, opens=head == 0):
+                run = _chain_run(codes, pos, i, j, head, u, call, chain, calm)
+                if run is not None:
+                    out.append(run)
     return out
 
 
