@@ -1,5 +1,5 @@
-"""Triton autotuning needs its own evidence: serving that clears a buffer before most steps
-is no autotuning.
+"""Triton autotuning needs its own evidence: serving that clears a buffer before most steps,
+or a host range that names benchmarking over serving work, is no autotuning.
 
 Each trace here is planned in the test, with what its plan says: serving steps hold no
 warm-up, and a real benchmark's runs and fills are counted as planted.
@@ -11,11 +11,14 @@ import random
 from pathlib import Path
 
 import pytest
+from conftest import GENERATED
 from test_warmup import KERNEL, OTHER, F, _regions, do_bench
 
 import traceview as tv
 from fixtures.build import TraceBuilder
 from fixtures.spec import ARGMAX, ATTENTION, EMBED, GEMM
+from traceview.analysis.base.intervals import union
+from traceview.analysis.steps.autotune import benchmark_regions
 
 MEMSET = "Memset (Device)"
 FILL_FLOAT = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
@@ -88,6 +91,101 @@ def test_the_timed_runs_end_at_the_first_pause(tmp_path: Path) -> None:
     seq += [(kernels[-1][0], kernels[-1][1], 400_000)]  # the host goes on to serve
     seq += [(F, 500_000, 3_000), (KERNEL, 100_000, 400_000)] * 200
     assert _regions(_trace(tmp_path, seq)) == [(KERNEL, runs, fills)]
+
+
+# --- Inductor's benchmarking range --------------------------------------------------------
+
+BENCH = "CachingAutotuner.benchmark_all_configs (dynamo_timed)"
+SERVE = "nvjet_tst_192x128_64x5_1x2_h_bz_coopA_NT"
+
+
+def _bench_trace(tmp: Path, *, bench: bool, launches: bool) -> tuple[tv.Trace, int, int, int]:
+    """20 serving GEMMs of 1 ms, launched at once, then a benchmarking range on the same
+    thread that opens while they still run; under it (``bench``) Inductor's benchmarker
+    for one config: 5 x (fill, call), 100 fills, 40 x (fill, call). ``launches``: the
+    trace holds each kernel's launch. The trace, and the benchmark's calls, fills and
+    kernels as planted."""
+    tb = TraceBuilder()
+    cpu = t = 1_000_000_000
+
+    def put(name: str, dur: int) -> None:
+        nonlocal cpu, t
+        corr = tb.next_correlation()
+        tb.kernel(name, t, dur, correlation=corr)
+        if launches:
+            tb.launch(name, cpu, corr, t)
+        cpu += 5_000
+        t += dur + 3_000
+
+    for _ in range(20):
+        put(SERVE, 1_000_000)
+    a = cpu + 10_000  # the range opens while the GEMMs queued before it still run
+    cpu = a + 20_000
+    plan = [True, False] * 5 + [True] * 100 + [True, False] * 40 if bench else []
+    for fill in plan:
+        put(F, 60_000) if fill else put(KERNEL, 100_000)
+    b = max(cpu, t) + 10_000  # the range closes once the device is done
+    tb.cpu_op(BENCH, a, b - a, cat="user_annotation")
+    cpu = t = b + 10_000
+    for _ in range(5):
+        put(SERVE, 1_000_000)
+    fills = sum(plan)
+    return tv.load(tb.write(tmp / "bench.json.gz")), len(plan) - fills, fills, len(plan)
+
+
+def _bench(trace: tv.Trace) -> list[tuple[str | None, int | None, int | None, int | None]]:
+    k = trace.kernels
+    ts, dur = k["ts_ns"].to_numpy(), k["dur_ns"].to_numpy()
+    u = union(ts, ts + dur)
+    return [
+        (r.kernel, r.runs, r.fills, r.kernels) for r in benchmark_regions(trace, k, ts, dur, u, [])
+    ]
+
+
+@pytest.mark.parametrize("launches", [True, False], ids=["launches", "no launches"])
+def test_a_benchmarking_range_holds_the_benchmark_s_kernels_only(
+    tmp_path: Path, launches: bool
+) -> None:
+    """With the launches in the trace, the region holds the kernels launched from inside
+    the range: the tuned kernel, its calls and fills as planted, none of the serving GEMMs
+    queued before it. Without them, the kernels that start under it, on the streams where
+    the benchmark runs. Before: the serving GEMMs were counted, and named as the tuned
+    kernel (the most time)."""
+    trace, calls, fills, kernels = _bench_trace(tmp_path, bench=True, launches=launches)
+    got = _bench(trace)
+    if launches:
+        assert got == [(KERNEL, calls, fills, kernels)]
+    else:  # the queued GEMMs that start under the range are on the benchmark's stream
+        ((kernel, runs, got_fills, n),) = got
+        assert (kernel, runs, got_fills) == (KERNEL, calls, fills) and n > kernels
+
+
+def test_a_benchmarking_range_over_serving_work_is_no_autotuning(tmp_path: Path) -> None:
+    """Serving GEMMs start under the range, but no benchmark runs there (no call repeated
+    after cache fills). Before: a region of the serving GEMM."""
+    for launches in (True, False):
+        trace, _, _, _ = _bench_trace(tmp_path, bench=False, launches=launches)
+        assert _bench(trace) == []
+
+
+def test_a_benchmarking_range_over_annotated_serving_steps_leaves_them_serving(
+    tmp_path: Path,
+) -> None:
+    """A benchmark_all_configs range (a background thread's) over steps 6-18 of the clean
+    twin, with no benchmark under it: every step serves, as in the clean twin."""
+    from dataclasses import replace
+
+    from fixtures import engine as E
+
+    base = next(s for s in E.SCENARIOS if s.name == "seed_clean")
+    tb, steps = E.build(replace(base, name="bench_over_steps"))
+    a, b = steps[6].kernels[0].ts_ns, max(k.end_ns for k in steps[18].kernels)
+    tb.cpu_op(BENCH, a, b - a, cat="user_annotation")
+    an = tv.analyze(tb.write(tmp_path / "over.json.gz"))
+    assert an.steps["warmup"].is_null().all()
+    assert an.steps.height == len(steps)
+    clean = tv.analyze(GENERATED / "seed_clean.json.gz").summary.to_dict()["busy"]
+    assert an.summary.to_dict()["busy"]["fraction"] == pytest.approx(clean["fraction"])
 
 
 def test_a_config_whose_timed_runs_keep_no_rep_ends_the_chain(tmp_path: Path) -> None:

@@ -39,8 +39,9 @@ from functools import partial
 import numpy as np
 import polars as pl
 
-from traceview.analysis.base.intervals import Union
-from traceview.analysis.steps.warmup import Region, host_ranges
+from traceview.analysis.base.intervals import Union, union
+from traceview.analysis.base.launches import launches_within
+from traceview.analysis.steps.warmup import BENCH_RANGE, Region
 from traceview.model import Trace
 
 # ATen's fill kernel (``tensor.zero_()``/``fill_``): FillFunctor in current PyTorch,
@@ -400,6 +401,52 @@ def autotune_regions(
     return sorted(regions, key=lambda r: r.start_ns)
 
 
+def _bench_ranges(trace: Trace) -> pl.DataFrame:
+    """The host's benchmarking ranges (:data:`BENCH_RANGE`), nested ones merged per thread:
+    ``pid``, ``tid``, ``a0``, ``a1`` (ns)."""
+    ev = trace.events
+    schema = {"pid": pl.Int64, "tid": pl.Int64, "a0": pl.Int64, "a1": pl.Int64}
+    names = [n for n in ev["name"].unique().drop_nulls().cast(pl.String) if BENCH_RANGE.search(n)]
+    sel = ev.filter(pl.col("name").cast(pl.String).is_in(names) & (pl.col("dur_ns") > 0))
+    frames = []
+    for (pid, tid), mine in sel.group_by(["pid", "tid"], maintain_order=True):
+        a = mine["ts_ns"].to_numpy().astype(np.int64)
+        merged = union(a, a + mine["dur_ns"].to_numpy().astype(np.int64))
+        frames.append(
+            pl.DataFrame(
+                {"pid": pid, "tid": tid, "a0": merged.starts, "a1": merged.ends}, schema=schema
+            )
+        )
+    return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+
+
+def _benchmarked(
+    codes: np.ndarray, clear: np.ndarray, streams: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, set[int]]:
+    """Of the kernels ``rows`` (in time order), those on the streams where a benchmarker
+    ran: one call (a run of 1 to :data:`MAX_CALL` kernels, none a cache clear) repeated
+    right after a cache clear (``clear``) at least :data:`MIN_FILLS` times; and the name
+    codes of those calls."""
+    keep = np.zeros(rows.size, dtype=bool)
+    called: set[int] = set()
+    for s in np.unique(streams[rows]):
+        on = np.flatnonzero(streams[rows] == s)
+        mine, cleared = codes[rows[on]], clear[rows[on]]
+        at = np.flatnonzero(cleared)
+        if at.size < MIN_FILLS:
+            continue
+        ends = np.append(at[1:], mine.size)
+        calls: dict[tuple[int, ...], int] = {}
+        for lo, hi in zip(at + 1, ends, strict=True):
+            if 1 <= hi - lo <= MAX_CALL:
+                call = tuple(int(c) for c in mine[lo:hi])
+                calls[call] = calls.get(call, 0) + 1
+        if calls and max(calls.values()) >= MIN_FILLS:
+            keep[on] = True
+            called.update(max(calls.items(), key=lambda kv: kv[1])[0])
+    return rows[keep], called
+
+
 def benchmark_regions(
     trace: Trace,
     kernels: pl.DataFrame,
@@ -409,35 +456,57 @@ def benchmark_regions(
     found: list[Region],
 ) -> list[Region]:
     """Inductor's runtime autotuning on one device: each host range that names
-    benchmarking (:data:`BENCH_RANGE`, merged) under which the device benchmarks, that
-    is, runs a kernel that is no fill or copy (``kernels``: the device's activity in time
-    order; ``ts``, ``dur``: their starts and durations; ``u``: their union). Its region
-    holds the device activity that starts under the range: the tuned kernel (the one with
-    the most time, no fill or copy), its runs, and the fills (ATen fills and memsets:
-    cache clears and hooks). It spans from the range's start, or the end of the device's
-    activity before its first kernel where that is later (the device's work queued
-    before), to its last kernel's end. A range an autotuning in ``found`` overlaps is
-    read there already."""
-    host = host_ranges(trace)
-    host = host.filter(pl.col("cause") == "benchmark") if host.height else host
+    benchmarking (:data:`BENCH_RANGE`, merged per thread) under which the device runs its
+    benchmarker's pattern (``kernels``: the device's activity in time order; ``ts``,
+    ``dur``: their starts and durations; ``u``: their union). The range's kernels are those
+    launched from inside it (by the correlation of each kernel to its launch), where its
+    thread's launches are in the trace; else those that start under it. The pattern: on a
+    stream, one call (the tuned kernel and its hooks, no cache clear) repeated right after
+    a cache clear (:func:`_fills`) at least :data:`MIN_FILLS` times, as Inductor's
+    benchmarker and ``do_bench`` run it. Its region holds the range's kernels on those
+    streams: the tuned kernel (the repeated call's kernel with the most time, no fill or
+    copy), its runs, and the fills (ATen fills and memsets: cache clears and hooks). It
+    spans from the range's start, or the end of the device's activity before its first
+    kernel where that is later (the device's work queued before), to its last kernel's
+    end. A range an autotuning in
+    ``found`` overlaps is read there already."""
+    host = _bench_ranges(trace)
     if host.height == 0 or kernels.height == 0:
         return []
     codes, names = _name_codes(kernels)
+    clear = _fills(kernels, codes, names, dur)
     filling = np.isin(codes, np.array([c for c, n in names.items() if FILL.search(n)]))
     kind = kernels["kind"]
     filling |= (kind == "memset").fill_null(False).to_numpy()
     work = ~filling & ~kind.is_in(["memcpy", "memset"]).fill_null(False).to_numpy()
+    streams = kernels["stream"].fill_null(-1).to_numpy()
+    corr = kernels["correlation"].fill_null(-1).to_numpy()
+    launched, row = launches_within(trace, host)
+    threads = set(
+        trace.events.filter(
+            pl.col("event_kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_not_null()
+        )
+        .select("pid", "tid")
+        .unique()
+        .iter_rows()
+    )
     out: list[Region] = []
-    for a, b in host.select("start_ns", "end_ns").iter_rows():
+    for n, (pid, tid, a, b) in enumerate(host.iter_rows()):
         if any(r.device_start_ns < b and r.end_ns > a for r in found):
             continue
-        i, j = int(np.searchsorted(ts, a, side="left")), int(np.searchsorted(ts, b, side="left"))
-        if not work[i:j].any():
+        if (pid, tid) in threads:  # the kernels launched from inside the range
+            rows = np.flatnonzero(np.isin(corr, launched[row == n]) & (corr >= 0))
+        else:  # the kernels that start under it
+            i, j = np.searchsorted(ts, a, side="left"), np.searchsorted(ts, b, side="left")
+            rows = np.arange(int(i), int(j))
+        rows, called = _benchmarked(codes, clear, streams, rows)
+        tuned = work[rows] & np.isin(codes[rows], np.array(sorted(called), dtype=codes.dtype))
+        if not tuned.any():
             continue
-        mine, spent = codes[i:j][work[i:j]], dur[i:j][work[i:j]]
+        mine, spent = codes[rows][tuned], dur[rows][tuned]
         per = np.bincount(np.unique(mine, return_inverse=True)[1], weights=spent)
         best = int(np.unique(mine)[int(np.argmax(per))])
-        first = int(ts[i])
+        first = int(ts[rows[0]])
         at = int(np.searchsorted(u.starts, first, side="right")) - 1
         start = first
         if at > 0 and int(u.starts[at]) == first:  # idle before its first kernel
@@ -446,12 +515,12 @@ def benchmark_regions(
             Region(
                 "triton_autotune",
                 min(start, first),
-                int((ts[i:j] + dur[i:j]).max()),
+                int((ts[rows] + dur[rows]).max()),
                 kernel=names.get(best, ""),
-                runs=int((codes[i:j] == best).sum()),
-                fills=int(filling[i:j].sum()),
-                kernels=j - i,
-                gpu_ns=int(dur[i:j].sum()),
+                runs=int((codes[rows] == best).sum()),
+                fills=int(filling[rows].sum()),
+                kernels=int(rows.size),
+                gpu_ns=int(dur[rows].sum()),
                 first_ns=first,
             )
         )
