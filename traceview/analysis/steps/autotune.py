@@ -19,8 +19,10 @@ show: ``b^m`` with ``m ≥ 2`` right after exactly four single calls (the 5th es
 then the warm-up), or, in the versions that estimate without fills, 7 calls or more
 before the first fill or 8 or more between two fills; where the warm-up count keeps
 do_bench's relation to the estimate read back from the trace, for some whole number of
-milliseconds (:func:`_configs`); and where the call holds a kernel that is no fill. A
-region ends with its last config's timed runs. A training step that zeroes buffers
+milliseconds (:func:`_configs`); where the runs follow each other with no pause
+(:data:`HOST_NS`), but after the first call and after the estimate runs, where do_bench
+waits for the device; and where the call holds a kernel that is no fill. A region is one
+chain of configs, and ends with its last config's timed runs. A training step that zeroes buffers
 (gradients, a bucket before each all-reduce) alternates fills with work, or fills with
 fills, but not with those counts. Inductor's own benchmarker (fills repeated without
 the call between its estimate and timed runs) is read by its host range instead
@@ -37,8 +39,9 @@ from functools import partial
 import numpy as np
 import polars as pl
 
-from traceview.analysis.base.intervals import Union
-from traceview.analysis.steps.warmup import Region, host_ranges
+from traceview.analysis.base.intervals import Union, union
+from traceview.analysis.base.launches import launches_within
+from traceview.analysis.steps.warmup import BENCH_RANGE, Region
 from traceview.model import Trace
 
 # ATen's fill kernel (``tensor.zero_()``/``fill_``): FillFunctor in current PyTorch,
@@ -56,6 +59,11 @@ MS_NS = 1_000_000  # do_bench's warmup and rep are whole milliseconds (``int``)
 # (their records bracket the launches of the first fill and the last call): 1/20
 EST_TOL = (1, 20)
 MIN_FILLS = 6  # do_bench fills at least 5 times (estimate) and once more (a timed run)
+# do_bench issues its runs without waiting for the device, but after the first call and
+# after the estimate runs: between two runs the device idles at most for the host's cost to
+# issue one (a fill, two event records, the call: tens of microseconds on a slow host). A
+# longer idle is a pause: the host waited, as a serving loop does between steps
+HOST_NS = 100_000
 MAX_CALL = 8  # kernels in one benchmarked call: the tuned kernel and its hooks
 SEED_CYCLES = 3  # consecutive identical short cycles that start a search
 
@@ -118,19 +126,46 @@ def _budget_fits(est_ns: int, count: int) -> bool:
     return first < hi
 
 
+Pos = tuple[int, int]  # (cycle, call): call ``k`` of cycle ``c`` (the calls after fill ``c``)
+
+
+@dataclass(frozen=True)
+class _Config:
+    """One config ``do_bench`` ran, as read from the run counts (positions as :data:`Pos`)."""
+
+    after: int  # the cycle after which its timed runs start (-1: before the first fill)
+    est_ns: int  # its estimate, read back from the trace
+    warm: int  # its warm-up runs
+    filled: bool  # its estimate runs each follow a fill
+    warm_from: Pos  # its first warm-up run
+    first: Pos  # its first kernel in the region
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """Configs run one after another, the timed runs its last may make, and the cycle of
+    that config's last timed run where the chain breaks (None: where the stretch says)."""
+
+    configs: list[_Config]
+    timed: int
+    stop: int | None
+
+
 def _configs(
     repeats: list[int],
     head: int,
-    ends_of: Callable[[tuple[int, int], tuple[int, int]], int],
+    ends_of: Callable[[Pos, Pos], int],
+    calm: Callable[[Pos, Pos], bool],
     opens: bool = True,
-) -> list[tuple[int, int]]:
-    """The configs ``do_bench`` ran in a stretch, each as (the cycle after which its timed
-    runs start, -1 for before the first fill; the timed runs it may make). ``repeats``:
-    how many times the call repeats between each pair of consecutive fills; ``head``: the
-    calls right before the first fill; ``ends_of((c, a), (d, b))``: the device time from the
-    start of call ``a`` of cycle ``c`` (call -1: its fill; cycle -1: the head) to the end
-    of call ``b - 1`` of cycle ``d``; ``opens``: nothing runs on the stream before the
-    head (the capture may have begun in it).
+) -> list[_Chain]:
+    """The configs ``do_bench`` ran in a stretch, in chains, each with the timed runs its
+    last config may make. ``repeats``: how many times the call repeats between each pair of
+    consecutive fills; ``head``: the calls right before the first fill;
+    ``ends_of((c, a), (d, b))``: the device time from the start of call ``a`` of cycle ``c``
+    (call -1: its fill; cycle -1: the head) to the end of call ``b - 1`` of cycle ``d``;
+    ``calm(a, b)``: the device runs the kernels after position ``a``'s first one, up to
+    position ``b``'s first, with no pause (:data:`HOST_NS`); ``opens``: nothing runs on the
+    stream before the head (the capture may have begun in it).
 
     A config reads as one where the counts keep ``do_bench``'s relation: after the first
     call, five estimate runs, then ``n_warmup = max(1, int(warmup / estimate))`` plain
@@ -138,68 +173,131 @@ def _configs(
     have them), read back from the trace, and ``warmup`` is a whole number of milliseconds,
     at least 1 (:func:`_budget_fits`). Each version's layout: the 5 estimate runs each after
     a fill, so a repetition of 2 or more right after exactly 4 single calls (the 5th
-    estimate run and the warm-up); or, in the versions that estimate without fills, the
-    first call, the estimate and the warm-up before the first fill (7 calls or more), or
-    after a config's last timed run (8 or more between two fills). A capture that began
-    during the estimate runs shows fewer of them (at least 2, each after a fill, and at
-    most one call before, with nothing before on the stream): their mean is the
-    estimate.
+    estimate run and the warm-up), with the first call right before them: the last of the
+    head, or the second of a repetition of exactly 2 (the last timed run of the config
+    before); or, in the versions that estimate without fills, the first call, the estimate
+    and the warm-up before the first fill (7 calls or more), or after a config's last timed
+    run (8 or more between two fills). A capture that began during the estimate runs shows
+    fewer of them (at least 2, each after a fill, and at most one call before, with nothing
+    before on the stream): their mean is the estimate. Its estimate runs, and its warm-up
+    runs up to the first timed run, follow each other with no pause (do_bench waits for the
+    device only after the first call and after the estimate runs).
 
     The last timed run of a config and the next config's first call share a cycle, 5
-    cycles before that config's warm-up: that pair is no config of its own. The last
-    config makes ``max(1, int(rep / estimate))`` timed runs, with ``rep`` the longest of:
-    do_bench's default (100 ms), 4 times the warm-up read (the defaults' ratio), and the
-    timed runs of each earlier config in the stretch."""
-    found: list[tuple[int, int, int, bool]] = []  # (after, estimate, warm-up runs, filled)
+    cycles before that config's warm-up: that pair is no config of its own. Each config but
+    the last makes ``max(1, int(rep / estimate))`` timed runs, for a ``rep`` of a whole
+    number of milliseconds, with no pause among them; a chain ends at the first config
+    that does not (its timed runs end where the next config's first call is), and the next
+    config opens another. The last config of a chain makes ``max(1, int(rep / estimate))``
+    timed runs, with ``rep`` the longest of: do_bench's default (100 ms), 4 times the
+    warm-up read (the defaults' ratio), and the timed runs of each earlier config in the
+    chain."""
+    found: list[_Config] = []
 
-    def keep(est_ns: int, warm: int, after: int, filled: bool) -> None:
-        if _budget_fits(est_ns, warm):
-            found.append((after, est_ns, warm, filled))
+    def keep(
+        est_ns: int, warm: int, after: int, filled: bool, est: Pos, w: Pos, first: Pos
+    ) -> None:
+        if _budget_fits(est_ns, warm) and calm(est, w) and calm(w, (after + 1, 0)):
+            found.append(_Config(after, est_ns, warm, filled, w, first))
 
     if head >= 7:
-        keep(ends_of((-1, 1), (-1, 6)) // 5, head - 6, -1, False)
+        keep(ends_of((-1, 1), (-1, 6)) // 5, head - 6, -1, False, (-1, 1), (-1, 6), (-1, 0))
     single = 0
     for r, m in enumerate(repeats):
-        if m >= 2 and single >= 4:  # the 5 estimate runs began 4 fills back, at a fill
-            keep(ends_of((r - 4, -1), (r, 1)) // 5, m - 1, r, True)
-        elif m >= 2 and 1 <= r == single and head <= 1 and opens:  # began in the estimate
-            keep(ends_of((0, -1), (r, 1)) // (r + 1), m - 1, r, True)
-        if m >= 8 and (not found or found[-1][0] != r):  # the estimate without fills
-            keep(ends_of((r, 2), (r, 7)) // 5, m - 7, r, False)
+        led = (r == 4 and head >= 1) or (r >= 5 and repeats[r - 5] == 2)  # the first call
+        if m >= 2 and single == 4 and led:  # the 5 estimate runs began 4 fills back, at a fill
+            first = (-1, 0) if r == 4 else (r - 5, 1)
+            keep(ends_of((r - 4, -1), (r, 1)) // 5, m - 1, r, True, (r - 4, -1), (r, 1), first)
+        elif m >= 2 and 1 <= r == single <= 4 and head <= 1 and opens:  # began in the estimate
+            est = ends_of((0, -1), (r, 1)) // (r + 1)
+            keep(est, m - 1, r, True, (0, -1), (r, 1), (-1, 0))
+        if m >= 8 and (not found or found[-1].after != r):  # the estimate without fills
+            keep(ends_of((r, 2), (r, 7)) // 5, m - 7, r, False, (r, 2), (r, 7), (r, 1))
         single = single + 1 if m == 1 else 0
-    starts = {after for after, _, _, filled in found if filled}
-    found = [c for c in found if not (c[3] and c[0] + 5 in starts)]
+    starts = {c.after for c in found if c.filled}
+    found = [c for c in found if not (c.filled and c.after + 5 in starts)]
     if not found:
         return []
-    rep_ns = REP_NS
-    for (after, _, _, _), (nxt, _, _, filled) in zip(found, found[1:], strict=False):
-        last = nxt - 5 if filled else nxt  # the cycle of the config's last timed run
-        if last > after:
-            rep_ns = max(rep_ns, ends_of((after + 1, -1), (last, 1)))
-    _, est_ns, warm, _ = found[-1]
-    rep_ns = max(rep_ns, warm * est_ns * (REP_NS // WARMUP_NS))
-    return [(after, _expected(est, rep_ns)) for after, est, _, _ in found]
+    chains: list[_Chain] = []
+    chain, rep_ns, stop = found[:1], REP_NS, None
+    for a, b in zip(found, [*found[1:], None], strict=True):
+        last = -1 if b is None else b.after - 5 if b.filled else b.after  # a's last timed run
+        n = last - a.after
+        if b is not None and n >= 1 and _budget_fits(a.est_ns, n) and calm(a.warm_from, (last, 1)):
+            rep_ns = max(rep_ns, ends_of((a.after + 1, -1), (last, 1)))
+            chain.append(b)
+            continue
+        if b is not None and n >= 1:  # a's timed runs end where b's first call is
+            stop = last
+        rep_ns = max(rep_ns, a.warm * a.est_ns * (REP_NS // WARMUP_NS))
+        chains.append(_Chain(chain, _expected(a.est_ns, rep_ns), stop))
+        if b is not None:
+            chain, rep_ns, stop = [b], REP_NS, None
+    return chains
+
+
+def _at(pos: np.ndarray, i: int, head: int, u: int, p: Pos) -> int:
+    """The index of position ``p``'s first kernel (cycle ``c``: the calls after fill
+    ``pos[i + c]``, -1: the head calls from ``head`` on; call -1: the cycle's fill; ``u``:
+    kernels a call)."""
+    cycle, k = p
+    base = head if cycle < 0 else int(pos[i + cycle]) + 1
+    return base + k * u if k >= 0 else base - 1
 
 
 def _span(
-    ts: np.ndarray,
-    end: np.ndarray,
+    ts: np.ndarray, end: np.ndarray, pos: np.ndarray, i: int, head: int, u: int, a: Pos, b: Pos
+) -> int:
+    """The device time from position ``a``'s start to the end of call ``b[1] - 1`` of
+    cycle ``b[0]`` (:func:`_at`)."""
+    return int(end[_at(pos, i, head, u, b) - 1] - ts[_at(pos, i, head, u, a)])
+
+
+def _calm(paused: np.ndarray, pos: np.ndarray, i: int, head: int, u: int, a: Pos, b: Pos) -> bool:
+    """No pause before any kernel after position ``a``'s first, up to ``b``'s first
+    (``paused[k]``: the pauses before kernel ``k``, cumulated)."""
+    lo = _at(pos, i, head, u, a) + 1
+    hi = min(_at(pos, i, head, u, b), paused.size - 1)
+    return lo >= hi or int(paused[hi] - paused[lo]) == 0
+
+
+def _chain_run(
+    codes: np.ndarray,
     pos: np.ndarray,
     i: int,
+    j: int,
     head: int,
     u: int,
-    a: tuple[int, int],
-    b: tuple[int, int],
-) -> int:
-    """The device time from call ``a[1]`` of cycle ``a[0]`` to the end of call ``b[1] - 1``
-    of cycle ``b[0]`` (cycle ``c``: the calls after fill ``pos[i + c]``, -1: the ``head``
-    calls before the first; call -1: the cycle's fill; ``u``: kernels a call)."""
-
-    def at(cycle: int, k: int) -> int:
-        base = head if cycle < 0 else int(pos[i + cycle]) + 1
-        return base + k * u if k >= 0 else base - 1
-
-    return int(end[at(*b) - 1] - ts[at(*a)])
+    call: tuple[int, ...],
+    chain: _Chain,
+    calm: Callable[[Pos, Pos], bool],
+) -> _Run | None:
+    """The region of one chain of configs in the stretch of fills ``pos[i..j]`` (its first
+    config's first kernel to its last config's last timed run), if it has
+    :data:`MIN_FILLS` fills."""
+    first = _at(pos, i, head, u, chain.configs[0].first)
+    # the fills before the first config's first kernel are none of its own
+    skipped = int(np.searchsorted(pos[i:], first))
+    after_fill = int(pos[j]) + 1  # calls after the last fill, to the stream's end:
+    if (
+        chain.stop is None
+        and codes.size - after_fill > u
+        and _repeats(codes, after_fill, codes.size, call)
+    ):  # the capture stopped in a config's warm-up runs
+        if j - i + 1 - skipped >= MIN_FILLS:
+            return _Run(first, codes.size - 1, call, j - i + 1 - skipped)
+        return None
+    last, timed = chain.configs[-1], chain.timed  # its timed runs (a little jitter),
+    j = min(j, i + last.after + timed + timed // 50 + 1)  # up to the first pause
+    if chain.stop is not None:
+        j = min(j, i + chain.stop)
+    while j > i + last.after + 1 and not calm(last.warm_from, (j - i, 1)):
+        j -= 1
+    stop = int(pos[j])  # the last fill, and after it its one timed call
+    tail = stop + u if _repeats(codes, stop + 1, stop + 1 + u, call) else stop
+    if j - i + 1 - skipped >= MIN_FILLS:
+        return _Run(first, tail, call, j - i + 1 - skipped)
+    return None
 
 
 def _stream_runs(
@@ -208,8 +306,13 @@ def _stream_runs(
     """The autotunings on one stream (``codes``: name codes in time order; ``fill``: per
     kernel, a cache clear; ``ts``, ``end``: each kernel's start and end). See the module
     docstring for the pattern; a stretch ends with its last config's timed runs
-    (:func:`_configs`: as many as ``do_bench`` makes, 2% more for jitter)."""
+    (:func:`_configs`: as many as ``do_bench`` makes, 2% more for jitter), or at the first
+    pause among them."""
     out: list[_Run] = []
+    idle = np.zeros(codes.size, dtype=np.int64)
+    if codes.size > 1:  # the device's idle before each kernel (overlaps: none)
+        idle[1:] = ts[1:] - np.maximum.accumulate(end)[:-1]
+    paused = np.concatenate(([0], np.cumsum(idle > HOST_NS)))
     for f in np.unique(codes[fill]):
         pos = np.flatnonzero((codes == f) & fill)  # a hook's short fill is part of a call
         if pos.size < MIN_FILLS:
@@ -238,21 +341,11 @@ def _stream_runs(
                 back += 1
 
             spans = partial(_span, ts, end, pos, i, head, u)
-            configs = _configs(repeats, back, spans, opens=head == 0)
-            if not configs:
-                continue
-            after_fill = int(pos[j]) + 1  # calls after the last fill, to the stream's end:
-            if codes.size - after_fill > u and _repeats(codes, after_fill, codes.size, call):
-                # the capture stopped in a config's warm-up runs
-                if j - i + 1 >= MIN_FILLS:
-                    out.append(_Run(head, codes.size - 1, call, j - i + 1))
-                continue
-            after, timed = configs[-1]  # the last config's timed runs, and a little jitter
-            j = min(j, i + after + timed + timed // 50 + 1)  # the last timed run's fill
-            last = int(pos[j])  # the last fill, and after it its one timed call
-            tail = last + u if _repeats(codes, last + 1, last + 1 + u, call) else last
-            if j - i + 1 >= MIN_FILLS:
-                out.append(_Run(head, tail, call, j - i + 1))
+            calm = partial(_calm, paused, pos, i, head, u)
+            for chain in _configs(repeats, back, spans, calm, opens=head == 0):
+                run = _chain_run(codes, pos, i, j, head, u, call, chain, calm)
+                if run is not None:
+                    out.append(run)
     return out
 
 
@@ -308,6 +401,52 @@ def autotune_regions(
     return sorted(regions, key=lambda r: r.start_ns)
 
 
+def _bench_ranges(trace: Trace) -> pl.DataFrame:
+    """The host's benchmarking ranges (:data:`BENCH_RANGE`), nested ones merged per thread:
+    ``pid``, ``tid``, ``a0``, ``a1`` (ns)."""
+    ev = trace.events
+    schema = {"pid": pl.Int64, "tid": pl.Int64, "a0": pl.Int64, "a1": pl.Int64}
+    names = [n for n in ev["name"].unique().drop_nulls().cast(pl.String) if BENCH_RANGE.search(n)]
+    sel = ev.filter(pl.col("name").cast(pl.String).is_in(names) & (pl.col("dur_ns") > 0))
+    frames = []
+    for (pid, tid), mine in sel.group_by(["pid", "tid"], maintain_order=True):
+        a = mine["ts_ns"].to_numpy().astype(np.int64)
+        merged = union(a, a + mine["dur_ns"].to_numpy().astype(np.int64))
+        frames.append(
+            pl.DataFrame(
+                {"pid": pid, "tid": tid, "a0": merged.starts, "a1": merged.ends}, schema=schema
+            )
+        )
+    return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+
+
+def _benchmarked(
+    codes: np.ndarray, clear: np.ndarray, streams: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, set[int]]:
+    """Of the kernels ``rows`` (in time order), those on the streams where a benchmarker
+    ran: one call (a run of 1 to :data:`MAX_CALL` kernels, none a cache clear) repeated
+    right after a cache clear (``clear``) at least :data:`MIN_FILLS` times; and the name
+    codes of those calls."""
+    keep = np.zeros(rows.size, dtype=bool)
+    called: set[int] = set()
+    for s in np.unique(streams[rows]):
+        on = np.flatnonzero(streams[rows] == s)
+        mine, cleared = codes[rows[on]], clear[rows[on]]
+        at = np.flatnonzero(cleared)
+        if at.size < MIN_FILLS:
+            continue
+        ends = np.append(at[1:], mine.size)
+        calls: dict[tuple[int, ...], int] = {}
+        for lo, hi in zip(at + 1, ends, strict=True):
+            if 1 <= hi - lo <= MAX_CALL:
+                call = tuple(int(c) for c in mine[lo:hi])
+                calls[call] = calls.get(call, 0) + 1
+        if calls and max(calls.values()) >= MIN_FILLS:
+            keep[on] = True
+            called.update(max(calls.items(), key=lambda kv: kv[1])[0])
+    return rows[keep], called
+
+
 def benchmark_regions(
     trace: Trace,
     kernels: pl.DataFrame,
@@ -317,35 +456,57 @@ def benchmark_regions(
     found: list[Region],
 ) -> list[Region]:
     """Inductor's runtime autotuning on one device: each host range that names
-    benchmarking (:data:`BENCH_RANGE`, merged) under which the device benchmarks, that
-    is, runs a kernel that is no fill or copy (``kernels``: the device's activity in time
-    order; ``ts``, ``dur``: their starts and durations; ``u``: their union). Its region
-    holds the device activity that starts under the range: the tuned kernel (the one with
-    the most time, no fill or copy), its runs, and the fills (ATen fills and memsets:
-    cache clears and hooks). It spans from the range's start, or the end of the device's
-    activity before its first kernel where that is later (the device's work queued
-    before), to its last kernel's end. A range an autotuning in ``found`` overlaps is
-    read there already."""
-    host = host_ranges(trace)
-    host = host.filter(pl.col("cause") == "benchmark") if host.height else host
+    benchmarking (:data:`BENCH_RANGE`, merged per thread) under which the device runs its
+    benchmarker's pattern (``kernels``: the device's activity in time order; ``ts``,
+    ``dur``: their starts and durations; ``u``: their union). The range's kernels are those
+    launched from inside it (by the correlation of each kernel to its launch), where its
+    thread's launches are in the trace; else those that start under it. The pattern: on a
+    stream, one call (the tuned kernel and its hooks, no cache clear) repeated right after
+    a cache clear (:func:`_fills`) at least :data:`MIN_FILLS` times, as Inductor's
+    benchmarker and ``do_bench`` run it. Its region holds the range's kernels on those
+    streams: the tuned kernel (the repeated call's kernel with the most time, no fill or
+    copy), its runs, and the fills (ATen fills and memsets: cache clears and hooks). It
+    spans from the range's start, or the end of the device's activity before its first
+    kernel where that is later (the device's work queued before), to its last kernel's
+    end. A range an autotuning in
+    ``found`` overlaps is read there already."""
+    host = _bench_ranges(trace)
     if host.height == 0 or kernels.height == 0:
         return []
     codes, names = _name_codes(kernels)
+    clear = _fills(kernels, codes, names, dur)
     filling = np.isin(codes, np.array([c for c, n in names.items() if FILL.search(n)]))
     kind = kernels["kind"]
     filling |= (kind == "memset").fill_null(False).to_numpy()
     work = ~filling & ~kind.is_in(["memcpy", "memset"]).fill_null(False).to_numpy()
+    streams = kernels["stream"].fill_null(-1).to_numpy()
+    corr = kernels["correlation"].fill_null(-1).to_numpy()
+    launched, row = launches_within(trace, host)
+    threads = set(
+        trace.events.filter(
+            pl.col("event_kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_not_null()
+        )
+        .select("pid", "tid")
+        .unique()
+        .iter_rows()
+    )
     out: list[Region] = []
-    for a, b in host.select("start_ns", "end_ns").iter_rows():
+    for n, (pid, tid, a, b) in enumerate(host.iter_rows()):
         if any(r.device_start_ns < b and r.end_ns > a for r in found):
             continue
-        i, j = int(np.searchsorted(ts, a, side="left")), int(np.searchsorted(ts, b, side="left"))
-        if not work[i:j].any():
+        if (pid, tid) in threads:  # the kernels launched from inside the range
+            rows = np.flatnonzero(np.isin(corr, launched[row == n]) & (corr >= 0))
+        else:  # the kernels that start under it
+            i, j = np.searchsorted(ts, a, side="left"), np.searchsorted(ts, b, side="left")
+            rows = np.arange(int(i), int(j))
+        rows, called = _benchmarked(codes, clear, streams, rows)
+        tuned = work[rows] & np.isin(codes[rows], np.array(sorted(called), dtype=codes.dtype))
+        if not tuned.any():
             continue
-        mine, spent = codes[i:j][work[i:j]], dur[i:j][work[i:j]]
+        mine, spent = codes[rows][tuned], dur[rows][tuned]
         per = np.bincount(np.unique(mine, return_inverse=True)[1], weights=spent)
         best = int(np.unique(mine)[int(np.argmax(per))])
-        first = int(ts[i])
+        first = int(ts[rows[0]])
         at = int(np.searchsorted(u.starts, first, side="right")) - 1
         start = first
         if at > 0 and int(u.starts[at]) == first:  # idle before its first kernel
@@ -354,12 +515,12 @@ def benchmark_regions(
             Region(
                 "triton_autotune",
                 min(start, first),
-                int((ts[i:j] + dur[i:j]).max()),
+                int((ts[rows] + dur[rows]).max()),
                 kernel=names.get(best, ""),
-                runs=int((codes[i:j] == best).sum()),
-                fills=int(filling[i:j].sum()),
-                kernels=j - i,
-                gpu_ns=int(dur[i:j].sum()),
+                runs=int((codes[rows] == best).sum()),
+                fills=int(filling[rows].sum()),
+                kernels=int(rows.size),
+                gpu_ns=int(dur[rows].sum()),
                 first_ns=first,
             )
         )
