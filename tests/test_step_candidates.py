@@ -789,3 +789,67 @@ def test_a_loop_whose_first_step_runs_its_own_gemm_is_said_to_read_two_ways(
     said = [w for w in summary.warnings if "read two ways" in w]
     assert len(said) == 1 and said[0].endswith("set --layers 1 for the other reading"), said
     assert tv.steps(tv.load(path), tv.AnalysisConfig(layers=1)).height == 50
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"layers": 4, "steps": 50, "generate": 5},
+        {
+            "layers": 32,
+            "steps": 48,
+            "generate": 8,
+            "pause_ns": 60_000,
+            "generate_pause_ns": 600_000,
+            "profiler_steps": False,
+        },
+    ],
+    ids=["4-layers-generate", "multi-step-32"],
+)
+@pytest.mark.parametrize("decode", ["small-index", "fused"])
+def test_a_prompt_that_embeds_with_another_kernel_settles_nothing(
+    tmp_path: Path, fields: dict, decode: str
+) -> None:
+    """Probe p4, finding 1: plain eager generate() calls whose prompt embeds with
+    indexSelectLargeIndex and whose decode steps embed with indexSelectSmallIndex (or a
+    fused Triton kernel). The large-index kernel runs at the calls' boundaries only, and
+    it settled the coarse reading: one step a call, 10 of 50 (6 of 48), with no warning.
+    A kernel common to the fine boundaries alone is a step's, so nothing is settled: the
+    steps are read as planted, with a warning below 100× the gaps."""
+    from fixtures.spec import EMBED_FUSED, EMBED_SMALL, SpecPlan
+
+    embed = EMBED_SMALL if decode == "small-index" else EMBED_FUSED
+    plan = SpecPlan(edges=True, call_setup=True, decode_embed=embed, **fields)
+    summary, planted = _spec_steps(tmp_path, plan)
+    _as_planted(summary, planted)
+    said = [w for w in summary.warnings if "read two ways" in w]
+    if fields["layers"] == 4:  # 300 µs between steps: 150× the gaps
+        assert not said, said
+    else:
+        assert len(said) == 1 and "set --layers 256 for the other reading" in said[0], said
+
+
+@pytest.mark.parametrize("wait_ns", [250_000, 400_000])
+def test_an_moe_whose_host_waits_stand_out_100x_is_never_read_silently(
+    tmp_path: Path, wait_ns: int
+) -> None:
+    """Probe p4, finding 3: an eager MoE, no sampler or embedding kernel, whose host waits
+    stand 100× or more above the gaps inside steps. The pauses alone call each layer a
+    step, and that reading was given with no warning. The kernels after the waits (the
+    rest of a layer) never follow the steps' pauses: the steps are read as planted, or
+    a warning names --layers for the other reading."""
+    from fixtures.spec import SpecPlan
+
+    plan = SpecPlan(
+        layers=8,
+        steps=60,
+        moe_router=True,
+        head=False,
+        layer_pause_ns=wait_ns,
+        pause_ns=1_000_000,
+        profiler_steps=False,
+    )
+    summary, planted = _spec_steps(tmp_path, plan)
+    said = [w for w in summary.warnings if "read two ways" in w]
+    if summary.steps.height != len(planted["steps"]):
+        assert len(said) == 1 and "--layers 8" in said[0], said

@@ -137,8 +137,9 @@ def reading(
     around steps, each of them a step boundary too).
 
     The names settle one direction only. A step-edge kernel (sampling, the embedding
-    lookup) common to the coarse boundaries and not to the fine ones settles the coarse:
-    it runs at a step's edge, not at a host wait inside a step. A step-edge kernel common
+    lookup) common to the coarse boundaries and not to the fine ones settles the coarse,
+    where no kernel is common to the fine ones alone: it runs at a step's edge, not at a
+    host wait inside a step. A step-edge kernel common
     to the fine boundaries settles nothing: a top-1 MoE router's argmax and a rotary
     gather (``index_select``) run inside layers too. Nor do plain kernels: those common to
     the coarse boundaries alone may be a step's head or a loop's own setup (a
@@ -154,7 +155,11 @@ def reading(
     on, off = common(names, coarse), common(names, fine)
     edge = edge_names(names)
     head = on - off
-    if head & edge:
+    # a step-edge kernel at the coarse boundaries, and no kernel common to the fine ones
+    # alone: what runs between every two layers runs between two steps too, so a kernel
+    # the fine boundaries hold and the coarse ones lack is a step's (a generate() call's
+    # prefill embeds with another kernel than its decode steps)
+    if head & edge and not off - on:
         return Reading("coarse", True)
     if inner is not None:
         fine_head = (off & on) - common(names, inner)

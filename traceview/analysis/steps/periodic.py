@@ -315,17 +315,15 @@ def choose_boundaries(
                     np.ones(n, dtype=bool), 1, _edges_every_burst(period), True, caveat
                 )
             if marks.side is not None or (inside and not sure):
-                if not marks.settled:
+                if sure:  # names overrule pauses too sharp for a host wait: say so
+                    caveat = _head_over_pauses(period, below)
+                elif not marks.settled:
                     why = marks.why if marks.side == "coarse" else AFTER_PAUSE
-                    caveat = (
-                        _head_over_pauses(period, below)
-                        if sure
-                        else _two_readings(period, 1, period, why)
-                    )
+                    caveat = _two_readings(period, 1, period, why)
             else:
                 # the pauses decide, and say so unless they stand out too sharply for a
-                # host wait
-                if not sure:
+                # host wait and the kernels after them are a step's (not a layer's rest)
+                if not sure or inside:
                     caveat = _two_readings(period, 1, 1 if looped else period, marks.why)
                 if looped is not None:
                     return Boundaries(np.ones(n, dtype=bool), 1, looped, True, caveat)
