@@ -349,6 +349,14 @@ def _stream_runs(
     return out
 
 
+def _lead_in(u: Union, first: int) -> int:
+    """Where a region whose first kernel starts at ``first`` starts: the end of the
+    device's activity before, where ``first`` follows an idle gap of ``u`` (the host
+    compiling the first config); else ``first``."""
+    at = int(np.searchsorted(u.starts, first, side="right")) - 1
+    return int(u.ends[at - 1]) if at > 0 and int(u.starts[at]) == first else first
+
+
 def autotune_regions(
     kernels: pl.DataFrame, ts: np.ndarray, dur: np.ndarray, u: Union
 ) -> list[Region]:
@@ -381,14 +389,11 @@ def autotune_regions(
                     best, best_ns = c, ns
             if best is None:
                 continue
-            first = start = int(ts[rows[0]])
-            at = int(np.searchsorted(u.starts, start, side="right")) - 1
-            if at > 0 and int(u.starts[at]) == start:  # idle before: the first compile
-                start = int(u.ends[at - 1])
+            first = int(ts[rows[0]])
             regions.append(
                 Region(
                     "triton_autotune",
-                    start,
+                    _lead_in(u, first),
                     int((ts[rows] + spent).max()),
                     kernel=names.get(best, ""),
                     runs=int((mine == best).sum()),
@@ -507,14 +512,10 @@ def benchmark_regions(
         per = np.bincount(np.unique(mine, return_inverse=True)[1], weights=spent)
         best = int(np.unique(mine)[int(np.argmax(per))])
         first = int(ts[rows[0]])
-        at = int(np.searchsorted(u.starts, first, side="right")) - 1
-        start = first
-        if at > 0 and int(u.starts[at]) == first:  # idle before its first kernel
-            start = max(int(a), int(u.ends[at - 1]))
         out.append(
             Region(
                 "triton_autotune",
-                min(start, first),
+                min(max(int(a), _lead_in(u, first)), first),  # the idle before, in the range
                 int((ts[rows] + dur[rows]).max()),
                 kernel=names.get(best, ""),
                 runs=int((codes[rows] == best).sum()),
