@@ -78,14 +78,18 @@ def _name_codes(frame: pl.DataFrame) -> tuple[np.ndarray, dict[int, str]]:
     return codes, {int(codes[i]): n for i, n in zip(first, named, strict=True) if n is not None}
 
 
+def _fill_codes(names: dict[int, str]) -> np.ndarray:
+    """The name codes of ATen's fill kernels (:data:`FILL`), whatever their length."""
+    return np.array([c for c, n in names.items() if FILL.search(n)], dtype=np.uint32)
+
+
 def _fills(
     frame: pl.DataFrame, codes: np.ndarray, names: dict[int, str], dur: np.ndarray
 ) -> np.ndarray:
     """Per kernel: it clears an L2-sized buffer (an ATen fill kernel, or a memset, that
     lasts at least :data:`FILL_FLOOR_NS`). A shorter fill is part of a call (the
     autotuner's ``reset_to_zero`` hook, or a serving step's own)."""
-    hits = np.array([c for c, n in names.items() if FILL.search(n)], dtype=codes.dtype)
-    fill: np.ndarray = np.isin(codes, hits)
+    fill: np.ndarray = np.isin(codes, _fill_codes(names))
     fill |= (frame["kind"] == "memset").fill_null(False).to_numpy()
     fill &= dur >= FILL_FLOOR_NS
     return fill
@@ -370,7 +374,7 @@ def autotune_regions(
     if int(fill.sum()) < MIN_FILLS:
         return []
     streams = kernels["stream"].fill_null(-1).to_numpy()
-    filling = {c for c, n in names.items() if FILL.search(n)}
+    filling = set(_fill_codes(names).tolist())
     regions: list[Region] = []
     for s in np.unique(streams[fill]):
         idx = np.flatnonzero(streams == s)
@@ -480,7 +484,7 @@ def benchmark_regions(
         return []
     codes, names = _name_codes(kernels)
     clear = _fills(kernels, codes, names, dur)
-    filling = np.isin(codes, np.array([c for c, n in names.items() if FILL.search(n)]))
+    filling = np.isin(codes, _fill_codes(names))
     kind = kernels["kind"]
     filling |= (kind == "memset").fill_null(False).to_numpy()
     work = ~filling & ~kind.is_in(["memcpy", "memset"]).fill_null(False).to_numpy()
