@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -577,6 +578,19 @@ def test_a_pause_that_stands_out_150x_reads_one_way(tmp_path: Path) -> None:
     assert not any("read two ways" in w for w in summary.warnings), summary.warnings
 
 
+def _as_planted_settled_by_edges(tmp_path: Path, plan: Any) -> None:
+    """The plan's steps are found (:func:`_as_planted`). With step-edge kernels
+    (``plan.edges``) no warning says the bursts read two ways; without, one does, and
+    names ``--layers 1`` for the other reading."""
+    summary, planted = _spec_steps(tmp_path, plan)
+    _as_planted(summary, planted)
+    said = [w for w in summary.warnings if "read two ways" in w]
+    if plan.edges:
+        assert not said, said
+    else:
+        assert len(said) == 1 and "set --layers 1 for the other reading" in said[0], said
+
+
 @pytest.mark.parametrize(
     "fields",
     [
@@ -602,13 +616,7 @@ def test_an_moe_whose_sampler_shares_its_routers_kernels_keeps_its_steps(
     from fixtures.spec import SpecPlan
 
     plan = SpecPlan(layers=8, steps=60, moe_router=True, **{"head": False, **fields})
-    summary, planted = _spec_steps(tmp_path, plan)
-    _as_planted(summary, planted)
-    said = [w for w in summary.warnings if "read two ways" in w]
-    if plan.edges:
-        assert not said, said
-    else:
-        assert len(said) == 1 and "set --layers 1 for the other reading" in said[0], said
+    _as_planted_settled_by_edges(tmp_path, plan)
 
 
 def test_kernels_that_overrule_a_150x_pause_say_so(tmp_path: Path) -> None:
@@ -700,13 +708,7 @@ def test_a_step_edge_kernel_inside_every_layer_marks_no_step(tmp_path: Path, fie
     from fixtures.spec import SpecPlan
 
     plan = SpecPlan(**{"layers": 8, "steps": 60, "layer_pause_ns": 75_000, **fields})
-    summary, planted = _spec_steps(tmp_path, plan)
-    _as_planted(summary, planted)
-    said = [w for w in summary.warnings if "read two ways" in w]
-    if plan.edges:
-        assert not said, said
-    else:
-        assert len(said) == 1 and "set --layers 1 for the other reading" in said[0], said
+    _as_planted_settled_by_edges(tmp_path, plan)
 
 
 def test_a_rotary_gather_in_every_layer_leaves_the_readings_open(tmp_path: Path) -> None:

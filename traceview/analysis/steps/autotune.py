@@ -78,14 +78,18 @@ def _name_codes(frame: pl.DataFrame) -> tuple[np.ndarray, dict[int, str]]:
     return codes, {int(codes[i]): n for i, n in zip(first, named, strict=True) if n is not None}
 
 
+def _fill_codes(names: dict[int, str]) -> np.ndarray:
+    """The name codes of ATen's fill kernels (:data:`FILL`), whatever their length."""
+    return np.array([c for c, n in names.items() if FILL.search(n)], dtype=np.uint32)
+
+
 def _fills(
     frame: pl.DataFrame, codes: np.ndarray, names: dict[int, str], dur: np.ndarray
 ) -> np.ndarray:
     """Per kernel: it clears an L2-sized buffer (an ATen fill kernel, or a memset, that
     lasts at least :data:`FILL_FLOOR_NS`). A shorter fill is part of a call (the
     autotuner's ``reset_to_zero`` hook, or a serving step's own)."""
-    hits = np.array([c for c, n in names.items() if FILL.search(n)], dtype=codes.dtype)
-    fill: np.ndarray = np.isin(codes, hits)
+    fill: np.ndarray = np.isin(codes, _fill_codes(names))
     fill |= (frame["kind"] == "memset").fill_null(False).to_numpy()
     fill &= dur >= FILL_FLOOR_NS
     return fill
@@ -349,6 +353,14 @@ def _stream_runs(
     return out
 
 
+def _lead_in(u: Union, first: int) -> int:
+    """Where a region whose first kernel starts at ``first`` starts: the end of the
+    device's activity before, where ``first`` follows an idle gap of ``u`` (the host
+    compiling the first config); else ``first``."""
+    at = int(np.searchsorted(u.starts, first, side="right")) - 1
+    return int(u.ends[at - 1]) if at > 0 and int(u.starts[at]) == first else first
+
+
 def autotune_regions(
     kernels: pl.DataFrame, ts: np.ndarray, dur: np.ndarray, u: Union
 ) -> list[Region]:
@@ -362,7 +374,7 @@ def autotune_regions(
     if int(fill.sum()) < MIN_FILLS:
         return []
     streams = kernels["stream"].fill_null(-1).to_numpy()
-    filling = {c for c, n in names.items() if FILL.search(n)}
+    filling = set(_fill_codes(names).tolist())
     regions: list[Region] = []
     for s in np.unique(streams[fill]):
         idx = np.flatnonzero(streams == s)
@@ -381,14 +393,11 @@ def autotune_regions(
                     best, best_ns = c, ns
             if best is None:
                 continue
-            first = start = int(ts[rows[0]])
-            at = int(np.searchsorted(u.starts, start, side="right")) - 1
-            if at > 0 and int(u.starts[at]) == start:  # idle before: the first compile
-                start = int(u.ends[at - 1])
+            first = int(ts[rows[0]])
             regions.append(
                 Region(
                     "triton_autotune",
-                    start,
+                    _lead_in(u, first),
                     int((ts[rows] + spent).max()),
                     kernel=names.get(best, ""),
                     runs=int((mine == best).sum()),
@@ -475,7 +484,7 @@ def benchmark_regions(
         return []
     codes, names = _name_codes(kernels)
     clear = _fills(kernels, codes, names, dur)
-    filling = np.isin(codes, np.array([c for c, n in names.items() if FILL.search(n)]))
+    filling = np.isin(codes, _fill_codes(names))
     kind = kernels["kind"]
     filling |= (kind == "memset").fill_null(False).to_numpy()
     work = ~filling & ~kind.is_in(["memcpy", "memset"]).fill_null(False).to_numpy()
@@ -507,14 +516,10 @@ def benchmark_regions(
         per = np.bincount(np.unique(mine, return_inverse=True)[1], weights=spent)
         best = int(np.unique(mine)[int(np.argmax(per))])
         first = int(ts[rows[0]])
-        at = int(np.searchsorted(u.starts, first, side="right")) - 1
-        start = first
-        if at > 0 and int(u.starts[at]) == first:  # idle before its first kernel
-            start = max(int(a), int(u.ends[at - 1]))
         out.append(
             Region(
                 "triton_autotune",
-                min(start, first),
+                min(max(int(a), _lead_in(u, first)), first),  # the idle before, in the range
                 int((ts[rows] + dur[rows]).max()),
                 kernel=names.get(best, ""),
                 runs=int((codes[rows] == best).sum()),

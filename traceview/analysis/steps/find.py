@@ -449,8 +449,9 @@ def find_steps(
     family = family_codes(mine, rules, shape_families(trace, mine))
     k = device_kernels(mine, family, rules.step_marker, rules.step_edge)
     u = union(k.ts, k.ts + k.dur)
-    autotune = autotune_regions(mine, k.ts, k.dur, u) if activity == "kernel" else []
-    if activity == "kernel":  # Inductor's runtime autotuning, by its host range
+    autotune: list[Region] = []
+    if activity == "kernel":  # do_bench by its kernels; Inductor's by its host range
+        autotune = autotune_regions(mine, k.ts, k.dur, u)
         autotune += benchmark_regions(trace, mine, k.ts, k.dur, u, autotune)
         autotune.sort(key=lambda r: r.start_ns)
     # the steps' boundaries never fall inside a warm-up region: its idle time (the host
@@ -498,7 +499,7 @@ def find_steps(
                 f"activity ({why}): the steps, cadence and idle time around them are unreliable"
             )
     starts = c.first_kernel if c.method == "annotations" and activity == "cpu_op" else None
-    # the pause before an autotuning that opens a step spans warm-up: neither step's
+    # the pause before an autotuning that opens a step spans warm-up: it is neither step's
     lead_ins = None if opts.keep_warmup else autotune
     table, phases, disagree = _assemble(
         trace, k, u, c.anchors, c.last_markers, chosen.names, rules, starts, bounds, lead_ins

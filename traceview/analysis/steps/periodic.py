@@ -190,13 +190,12 @@ def _loop_around_steps(idle: I64, others: I64, period: int, phase: int) -> tuple
     about as far from the gaps as from that pause. Also how far the pauses off the phase
     stand out above the gaps (0 where they are no sharp pauses): :data:`LOOP_SHARP` times
     or more is too sharp for a host wait, and settles the reading."""
-    if period < 2 or others.size == 0:
+    if period < 2:
         return None, 0.0
-    typical = float(np.quantile(others, 0.99))
     on = _every(idle.size, period, phase)
-    off = idle[~on]
-    if typical <= 0 or off.size == 0 or (off >= SHARP_BREAK * typical).mean() < PERIODIC_MIN_SCORE:
+    if not _sharp_off_phase(idle, others, on):
         return None, 0.0
+    typical, off = _inside_steps(others), idle[~on]
     inner = float(np.median(off))
     below, above = inner / typical, float(np.median(idle[on])) / inner
     if below < LOOP_SHARP and below < above**2:
@@ -208,12 +207,17 @@ def _loop_around_steps(idle: I64, others: I64, period: int, phase: int) -> tuple
     ), below
 
 
+def _inside_steps(others: I64) -> float:
+    """The gaps inside steps, as one length: the 99th percentile of the device's idle
+    gaps that are no boundary's longest (``others``); 0 where there are none."""
+    return float(np.quantile(others, 0.99)) if others.size else 0.0
+
+
 def _sharp_off_phase(idle: I64, others: I64, on: np.ndarray) -> bool:
     """Whether nearly all (80%) the boundaries off ``on`` stand out :data:`SHARP_BREAK`
-    times or more above the device's other idle gaps: each could be a step boundary."""
-    if others.size == 0:
-        return False
-    typical = float(np.quantile(others, 0.99))
+    times or more above the device's other idle gaps (:func:`_inside_steps`): each could
+    be a step boundary."""
+    typical = _inside_steps(others)
     off = idle[~on]
     return (
         typical > 0 and off.size > 0 and (off >= SHARP_BREAK * typical).mean() >= PERIODIC_MIN_SCORE
@@ -333,7 +337,7 @@ def choose_boundaries(
             marks = reading(names, mask, on & ~mask, _enough(~on))
             # the finer pauses far above the gaps inside steps are steps' pauses (the loop
             # rule's reading); below, they may be host waits inside a step
-            typical = float(np.quantile(others, 0.99)) if others.size else 0.0
+            typical = _inside_steps(others)
             sharp_fine = typical > 0 and float(np.median(idle[on & ~mask])) >= LOOP_SHARP * typical
             if marks.side == "coarse":
                 if not marks.settled and caveat is None:
@@ -358,7 +362,7 @@ def choose_boundaries(
             caveat,
         )
     if others.size:
-        typical = float(np.quantile(others, 0.99))
+        typical = _inside_steps(others)
         standing_out = float((idle > PERIODIC_MARGIN * typical).mean())
     else:
         standing_out = float((idle > 0).mean())

@@ -12,10 +12,11 @@ elementwise, no BLAS.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from fractions import Fraction
 
 import numpy as np
 
-from traceview.analysis.base.fit import least_squares
+from traceview.analysis.base.fit import ExactFit, least_squares
 
 IDLE_SPREADS = 10  # a step further above the fit than this many residual spreads holds an idle
 IDLE_SHARE = 0.1  # ... and than this share of its fitted time
@@ -26,6 +27,24 @@ GROUP_STEPS = 3
 # a count held by at least this many steps is judged by its own steps' spread where that is
 # the larger: a median absolute deviation of 5 steps holds with 2 of them idle
 OWN_SPREAD_STEPS = 5
+
+
+def _fit_of(
+    columns: Sequence[Sequence[int]], y: Sequence[int], keep: np.ndarray
+) -> ExactFit | None:
+    """The least squares of the steps ``keep`` alone (None where it has no one solution)."""
+    return least_squares(
+        [[v for v, k in zip(c, keep, strict=True) if k] for c in columns],
+        [v for v, k in zip(y, keep, strict=True) if k],
+    )
+
+
+def _fitted(coefficients: Sequence[Fraction], xs: Sequence[np.ndarray]) -> np.ndarray:
+    """Each step's fitted time: the exact coefficients, read as floats, times its counts."""
+    fitted = np.zeros(xs[0].size, dtype=np.float64)
+    for b, x in zip(coefficients, xs, strict=True):
+        fitted += float(b) * x
+    return fitted
 
 
 def _count_groups(columns: Sequence[Sequence[int]]) -> list[np.ndarray]:
@@ -79,9 +98,8 @@ def _robust_start(
     fit = least_squares(columns, [int(v) for v in twice])
     if fit is None:
         return np.zeros(len(ys), dtype=bool)
-    fitted = np.zeros(len(ys), dtype=np.float64)
-    for b, c in zip(fit.coefficients, columns, strict=True):
-        fitted += float(b / 2) * np.asarray(c, dtype=np.float64)
+    xs = [np.asarray(c, dtype=np.float64) for c in columns]
+    fitted = _fitted([b / 2 for b in fit.coefficients], xs)
     everyone = np.ones(len(ys), dtype=bool)
     found: np.ndarray = judged & (2 * ys > twice)  # above its count's median
     found &= _stands_out(ys - fitted, fitted, everyone, groups)
@@ -109,15 +127,10 @@ def idle_steps(columns: Sequence[Sequence[int]], y: Sequence[int], min_steps: in
     out = sure.copy()
     for _ in range(IDLE_ROUNDS):
         keep = ~out
-        fit = least_squares(
-            [[v for v, k in zip(c, keep, strict=True) if k] for c in columns],
-            [v for v, k in zip(y, keep, strict=True) if k],
-        )
+        fit = _fit_of(columns, y, keep)
         if fit is None:
             break
-        fitted = np.zeros(len(y), dtype=np.float64)
-        for b, x in zip(fit.coefficients, xs, strict=True):
-            fitted += float(b) * x
+        fitted = _fitted(fit.coefficients, xs)
         found = _stands_out(ys - fitted, fitted, keep, groups)
         if not found.any():
             break
@@ -126,11 +139,7 @@ def idle_steps(columns: Sequence[Sequence[int]], y: Sequence[int], min_steps: in
     if (out & ~sure).any() and (
         int(kept.sum()) < min_steps
         or any(np.unique(x[kept]).size < 2 for x in xs[1:] if np.unique(x).size > 1)
-        or least_squares(
-            [[v for v, k in zip(c, kept, strict=True) if k] for c in columns],
-            [v for v, k in zip(y, kept, strict=True) if k],
-        )
-        is None
+        or _fit_of(columns, y, kept) is None
     ):
         return sure
     return out
