@@ -200,3 +200,61 @@ def test_a_config_whose_timed_runs_keep_no_rep_ends_the_chain(tmp_path: Path) ->
     seq = [(OTHER, 50_000, 3_000)] + [(k, d, 3_000) for k, d in cut + second]
     got = _regions(_trace(tmp_path, seq + [(OTHER, 50_000, 3_000)]))
     assert got == [(KERNEL, 1 + 5 + n_warm + 2, 5 + 2), (KERNEL, runs, fills)]
+
+
+def _skipping(skips: set[int], step_ns: int, whole: bool = True) -> list:
+    """120 serving steps back to back (30-80 us idle after each, as async scheduling
+    leaves), each [a 40 us memset, embedding, attention, a GEMM of ``step_ns``, argmax]
+    (``whole``; else the GEMM alone, as a graph replay), the memset skipped at ``skips``."""
+    rng = random.Random(1)
+    seq: list[tuple[str, int, int]] = []
+    for i in range(120):
+        if i not in skips:
+            seq.append((MEMSET, 40_000, 2_000 + rng.randint(0, 4_000)))
+        if whole:
+            seq += [(EMBED, 5_000, 2_000), (ATTENTION, 20_000, 2_000)]
+        seq.append((GEMM, step_ns, 2_000 + rng.randint(30_000, 80_000)))
+        if whole:
+            seq[-1] = (GEMM, step_ns, 2_000)
+            seq.append((ARGMAX, 10_000, 2_000 + rng.randint(30_000, 80_000)))
+    return seq
+
+
+@pytest.mark.parametrize(
+    ("skips", "step_ns", "whole"),
+    [
+        (set(range(40, 51)), 500_000, True),
+        (set(range(40, 47)), 1_000_000, True),
+        ({3}, 500_000, True),
+        ({2}, 500_000, True),
+        ({3, *range(40, 51)}, 500_000, True),
+        ({3}, 1_000_000, False),
+    ],
+    ids=["11 mid-trace", "7 mid-trace", "step 3", "step 2", "step 3 and 11", "graph step 3"],
+)
+def test_serving_that_skips_its_clear_back_to_back_is_no_autotuning(
+    tmp_path: Path, skips: set[int], step_ns: int, whole: bool
+) -> None:
+    """Steps with under 100 us of idle between them, a clear before each but a few. Before:
+    the skipped clears read as a config's warm-up runs (Triton 1.x's layout, or a capture
+    that began in the estimate runs), its timed runs the rest of the capture (up to 100 ms
+    of them), and the steps under it as warm-up: 39 serving steps, or none."""
+    trace = _trace(tmp_path, _skipping(skips, step_ns, whole))
+    assert _regions(trace) == []
+    if skips == {3}:
+        doc = tv.analyze(trace).summary.to_dict()
+        assert doc["warmup"]["regions"] == [] and doc["steps"]["count"] == 120
+
+
+@pytest.mark.parametrize(
+    ("warmup_ns", "rep_ns"),
+    [(1_000_000, 5_000_000), (10_000_000, 100_000_000), (25_000_000, 100_000_000)],
+    ids=["1/5", "10/100", "25/100"],
+)
+def test_one_config_alone_keeps_its_timed_runs(tmp_path: Path, warmup_ns: int, rep_ns: int) -> None:
+    """One config, no other in its chain to show the rep, then other work: the region holds
+    every planted run and fill, as long as rep is at most REP_PER_WARMUP warmups."""
+    kernels, runs, fills = do_bench(warmup_ns=warmup_ns, rep_ns=rep_ns)
+    seq = [(OTHER, 50_000, 3_000)] + [(k, d, 3_000) for k, d in kernels]
+    seq += [(OTHER, 50_000, 3_000)] * 3
+    assert _regions(_trace(tmp_path, seq)) == [(KERNEL, runs, fills)]

@@ -54,6 +54,10 @@ CACHE_BYTES = 256 * 1024 * 1024
 FILL_FLOOR_NS = CACHE_BYTES * 1_000_000_000 // 20_000_000_000_000
 WARMUP_NS = 25_000_000  # do_bench's default warmup (ms): the plain runs last about this long
 REP_NS = 100_000_000  # do_bench's default rep (ms): the timed runs last about this long
+# the longest rep, in warmups, read as do_bench's: 4 by default (25 and 100 ms), 5 at most
+# in the callers known (1 and 5, 100 and 500), twice that for callers unseen. It bounds
+# the timed runs of a config whose rep no earlier config in its chain shows
+REP_PER_WARMUP = 10
 MS_NS = 1_000_000  # do_bench's warmup and rep are whole milliseconds (``int``)
 # how far the estimate read from the trace may be from the one do_bench's events measured
 # (their records bracket the launches of the first fill and the last call): 1/20
@@ -119,13 +123,28 @@ def _expected(est_ns: int, budget_ns: int) -> int:
     return max(1, budget_ns // max(est_ns, 1))
 
 
+def _budget_range(est_ns: int, count: int) -> tuple[int, int]:
+    """The budgets (ns) that give ``count`` runs at the estimate ``est_ns``
+    (``max(1, int(budget / estimate))``), ``[lo, hi)``: ``[count, count + 1)``
+    estimates, or below 2 of them for a count of 1, where the estimate may be
+    :data:`EST_TOL` off the one do_bench's events measured."""
+    lo = 0 if count <= 1 else count * est_ns * (EST_TOL[1] - EST_TOL[0]) // EST_TOL[1]
+    hi = (max(count, 1) + 1) * est_ns * (EST_TOL[1] + EST_TOL[0]) // EST_TOL[1]
+    return lo, hi
+
+
+def _warmup_ceiling(est_ns: int, count: int) -> int:
+    """The longest whole-millisecond warmup (ns, at least 1 ms) that gives ``count``
+    warm-up runs at the estimate ``est_ns`` (:func:`_budget_range`)."""
+    return max(MS_NS, (_budget_range(est_ns, count)[1] - 1) // MS_NS * MS_NS)
+
+
 def _budget_fits(est_ns: int, count: int) -> bool:
     """Whether some budget of a whole, positive number of milliseconds gives ``count``
     runs at the estimate ``est_ns`` (``max(1, int(budget / estimate))``): a budget in
     ``[count, count + 1)`` estimates, or below 2 of them for a count of 1, where the
     estimate may be :data:`EST_TOL` off the one do_bench's events measured."""
-    lo = 0 if count <= 1 else count * est_ns * (EST_TOL[1] - EST_TOL[0]) // EST_TOL[1]
-    hi = (max(count, 1) + 1) * est_ns * (EST_TOL[1] + EST_TOL[0]) // EST_TOL[1]
+    lo, hi = _budget_range(est_ns, count)
     first = max(MS_NS, -(-lo // MS_NS) * MS_NS)  # the first whole millisecond at or above lo
     return first < hi
 
@@ -151,7 +170,8 @@ class _Chain:
     that config's last timed run where the chain breaks (None: where the stretch says)."""
 
     configs: list[_Config]
-    timed: int
+    timed: int  # the most timed runs its last config may make, where they end by themselves
+    went_on: int | None  # its timed runs where the call and fills go on after (None: no do_bench)
     stop: int | None
 
 
@@ -190,12 +210,16 @@ def _configs(
     The last timed run of a config and the next config's first call share a cycle, 5
     cycles before that config's warm-up: that pair is no config of its own. Each config but
     the last makes ``max(1, int(rep / estimate))`` timed runs, for a ``rep`` of a whole
-    number of milliseconds, with no pause among them; a chain ends at the first config
-    that does not (its timed runs end where the next config's first call is), and the next
-    config opens another. The last config of a chain makes ``max(1, int(rep / estimate))``
-    timed runs, with ``rep`` the longest of: do_bench's default (100 ms), 4 times the
-    warm-up read (the defaults' ratio), and the timed runs of each earlier config in the
-    chain."""
+    number of milliseconds, at least its warmup and at most :data:`REP_PER_WARMUP` times
+    it (the longest warmup that gives its warm-up count), with no pause among them; a
+    chain ends at the first config that does not (its timed runs end where the next
+    config's first call is), and the next config opens another. The last config of a chain
+    makes at most ``max(1, int(rep / estimate))`` timed runs, with ``rep`` the longest
+    timed runs of an earlier config in the chain, or, with none, :data:`REP_PER_WARMUP`
+    times its warmup. Where its fills and calls go on past those with no pause, the rep
+    is no bound: it is read as do_bench's default (100 ms) where its warm-up count fits
+    the default warmup (25 ms), or the rep an earlier config shows; else it is no
+    ``do_bench`` (:attr:`_Chain.went_on`)."""
     found: list[_Config] = []
 
     def keep(
@@ -223,20 +247,33 @@ def _configs(
     if not found:
         return []
     chains: list[_Chain] = []
-    chain, rep_ns, stop = found[:1], REP_NS, None
+    chain, rep_ns, stop = found[:1], 0, None
     for a, b in zip(found, [*found[1:], None], strict=True):
         last = -1 if b is None else b.after - 5 if b.filled else b.after  # a's last timed run
         n = last - a.after
-        if b is not None and n >= 1 and _budget_fits(a.est_ns, n) and calm(a.warm_from, (last, 1)):
+        if (
+            b is not None
+            and a.warm
+            <= n
+            <= _expected(a.est_ns, _warmup_ceiling(a.est_ns, a.warm) * REP_PER_WARMUP)
+            and _budget_fits(a.est_ns, n)
+            and calm(a.warm_from, (last, 1))
+        ):
             rep_ns = max(rep_ns, ends_of((a.after + 1, -1), (last, 1)))
             chain.append(b)
             continue
         if b is not None and n >= 1:  # a's timed runs end where b's first call is
             stop = last
-        rep_ns = max(rep_ns, a.warm * a.est_ns * (REP_NS // WARMUP_NS))
-        chains.append(_Chain(chain, _expected(a.est_ns, rep_ns), stop))
+        went_on: int | None
+        if rep_ns:  # an earlier config of the chain shows the rep
+            timed = went_on = _expected(a.est_ns, rep_ns)
+        else:  # at most REP_PER_WARMUP times its warmup; do_bench's default where it goes on
+            timed = _expected(a.est_ns, _warmup_ceiling(a.est_ns, a.warm) * REP_PER_WARMUP)
+            lo, hi = _budget_range(a.est_ns, a.warm)
+            went_on = _expected(a.est_ns, REP_NS) if lo <= WARMUP_NS < hi else None
+        chains.append(_Chain(chain, timed, went_on, stop))
         if b is not None:
-            chain, rep_ns, stop = [b], REP_NS, None
+            chain, rep_ns, stop = [b], 0, None
     return chains
 
 
@@ -292,9 +329,15 @@ def _chain_run(
             return _Run(first, codes.size - 1, call, j - i + 1 - skipped)
         return None
     last, timed = chain.configs[-1], chain.timed  # its timed runs (a little jitter),
-    j = min(j, i + last.after + timed + timed // 50 + 1)  # up to the first pause
     if chain.stop is not None:
         j = min(j, i + chain.stop)
+    cap = i + last.after + timed + timed // 50 + 1
+    if j > cap and calm(last.warm_from, (cap + 1 - i, 1)):  # the runs go on past any rep
+        if chain.went_on is None:
+            return None
+        timed = chain.went_on
+        cap = i + last.after + timed + timed // 50 + 1
+    j = min(j, cap)  # up to the first pause
     while j > i + last.after + 1 and not calm(last.warm_from, (j - i, 1)):
         j -= 1
     stop = int(pos[j])  # the last fill, and after it its one timed call
