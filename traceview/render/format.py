@@ -39,6 +39,11 @@ def fmt_ns(ns: int | float | None) -> str:
     return f"{ns:.0f} ns"
 
 
+def quantile_cells(p: Percentiles) -> list[str]:
+    """A population's p50, p90, p99 and max as table cells (:func:`fmt_ns`)."""
+    return [fmt_ns(p[q]) for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns")]
+
+
 def fmt_ratio(ratio: float | None) -> str:
     """B/A as ``1.25×``; ``∞`` where A was zero, ``—`` for none."""
     if ratio is None:
@@ -88,7 +93,7 @@ def phase_rows(steps: StepFacts) -> list[tuple[int | None, list[str]]]:
     ]
     for kind, span, c, first in cadences:
         cells = [kind, span, str(c["n"])]
-        cells += [fmt_ns(c[q]) for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns")]
+        cells += quantile_cells(c)
         rows.append((first, cells))
     return rows
 

@@ -12,7 +12,7 @@ from traceview.analysis.base.capture_document import (
     ItlDocument,
     PrefillCheck,
 )
-from traceview.render.format import fmt_count, fmt_ns, fmt_ratio, fmt_value
+from traceview.render.format import fmt_count, fmt_ns, fmt_ratio, fmt_value, quantile_cells
 from traceview.render.safe import line
 from traceview.render.stdout import Stdout
 from traceview.render.table import Table
@@ -29,31 +29,14 @@ def render_itl(rows: list[tuple[str, ItlDocument]], console: Console | None = No
         table.add_column(col, justify="left" if col in ("run", "population") else "right")
     for label, doc in rows:
         for title, s in (("all tokens", doc["all"]), ("injection window", doc["injection"])):
-            table.add_row(
-                label,
-                title,
-                f"{s['n']:,}",
-                fmt_ns(s["p50_ns"]),
-                fmt_ns(s["p90_ns"]),
-                fmt_ns(s["p99_ns"]),
-                fmt_ns(s["max_ns"]),
-            )
+            table.add_row(label, title, f"{s['n']:,}", *quantile_cells(s))
     out.print(table)
     ttft = Table(title="time to first token (send to first token)", title_justify="left")
     for col in ("run", "population", "n", "prompt tokens (sum)", "p50", "p90", "p99", "max"):
         ttft.add_column(col, justify="left" if col in ("run", "population") else "right")
     for label, doc in rows:
         for pop, t in (("victims", doc["ttft"]["victims"]), ("injected", doc["ttft"]["injected"])):
-            ttft.add_row(
-                label,
-                pop,
-                f"{t['n']:,}",
-                f"{t['prompt_tokens']:,}",
-                fmt_ns(t["p50_ns"]),
-                fmt_ns(t["p90_ns"]),
-                fmt_ns(t["p99_ns"]),
-                fmt_ns(t["max_ns"]),
-            )
+            ttft.add_row(label, pop, f"{t['n']:,}", f"{t['prompt_tokens']:,}", *quantile_cells(t))
     out.print(ttft)
     engine = Table(
         title="the engine's /metrics over the workload (after − before)", title_justify="left"

@@ -41,6 +41,7 @@ from traceview.render.format import (
     fmt_value,
     gap_title,
     phase_rows,
+    quantile_cells,
     weights_line,
 )
 from traceview.render.gaps_chart import gaps_data, gaps_figure
@@ -169,7 +170,7 @@ def _summary_section(summary: Summary, label: str) -> str:
             g["population"],
             f"{g['n']:,}",
             f"{g['overlaps']:,}",
-            *(fmt_ns(g[q]) for q in ("p50_ns", "p90_ns", "p99_ns", "max_ns")),
+            *quantile_cells(g),
         ]
         for g in d["decode_gaps"]
     ]

@@ -48,6 +48,7 @@ from traceview.render.format import (
     fmt_value,
     gap_title,
     phase_rows,
+    quantile_cells,
     weights_line,
     widest_line,
 )
@@ -214,15 +215,7 @@ def render_summary(doc: SummaryDocument, console: Console | None = None) -> None
     for col in ("population", "n", "overlaps", "p50", "p90", "p99", "max"):
         gaps.add_column(col, justify="left" if col == "population" else "right")
     for g in doc["decode_gaps"]:
-        gaps.add_row(
-            g["population"],
-            f"{g['n']:,}",
-            f"{g['overlaps']:,}",
-            fmt_ns(g["p50_ns"]),
-            fmt_ns(g["p90_ns"]),
-            fmt_ns(g["p99_ns"]),
-            fmt_ns(g["max_ns"]),
-        )
+        gaps.add_row(g["population"], f"{g['n']:,}", f"{g['overlaps']:,}", *quantile_cells(g))
     out.print(gaps)
     every = doc["decode_gaps"][0]["filled"] if doc["decode_gaps"] else None
     if every is not None:
