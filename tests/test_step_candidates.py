@@ -725,7 +725,9 @@ def test_a_rotary_gather_in_every_layer_leaves_the_readings_open(tmp_path: Path)
     assert len(said) == 1 and "set --layers 1 for the other reading" in said[0], said
 
 
-@pytest.mark.parametrize(
+# generate() calls of 4 layers 300 µs apart (150× the gaps), and a multi-step scheduler's
+# calls of 8 steps of 32 layers 60 µs apart (30×)
+LOOP_CALLS = pytest.mark.parametrize(
     "fields",
     [
         {"layers": 4, "steps": 50, "generate": 5},
@@ -740,6 +742,21 @@ def test_a_rotary_gather_in_every_layer_leaves_the_readings_open(tmp_path: Path)
     ],
     ids=["4-layers-generate", "multi-step-32"],
 )
+
+
+def _loop_read_as_planted(tmp_path: Path, plan: Any) -> None:
+    """A plan of :data:`LOOP_CALLS` reads its planted steps; below 100× the gaps (the
+    32-layer calls) a warning names the other reading, above it none."""
+    summary, planted = _spec_steps(tmp_path, plan)
+    _as_planted(summary, planted)
+    said = [w for w in summary.warnings if "read two ways" in w]
+    if plan.layers == 4:  # 300 µs between steps: 150× the gaps
+        assert not said, said
+    else:
+        assert len(said) == 1 and "set --layers 256 for the other reading" in said[0], said
+
+
+@LOOP_CALLS
 def test_a_sampler_that_changes_between_calls_still_marks_the_steps(
     tmp_path: Path, fields: dict
 ) -> None:
@@ -753,13 +770,7 @@ def test_a_sampler_that_changes_between_calls_still_marks_the_steps(
     from fixtures.spec import SpecPlan
 
     plan = SpecPlan(edges=True, call_setup=True, embed=False, mixed_sampler=True, **fields)
-    summary, planted = _spec_steps(tmp_path, plan)
-    _as_planted(summary, planted)
-    said = [w for w in summary.warnings if "read two ways" in w]
-    if fields["layers"] == 4:  # 300 µs between steps: 150× the gaps
-        assert not said, said
-    else:
-        assert len(said) == 1 and "set --layers 256 for the other reading" in said[0], said
+    _loop_read_as_planted(tmp_path, plan)
 
 
 @pytest.mark.parametrize("pause_ns", [60_000, 300_000], ids=["30x", "150x"])
@@ -793,21 +804,7 @@ def test_a_loop_whose_first_step_runs_its_own_gemm_is_said_to_read_two_ways(
     assert tv.steps(tv.load(path), tv.AnalysisConfig(layers=1)).height == 50
 
 
-@pytest.mark.parametrize(
-    "fields",
-    [
-        {"layers": 4, "steps": 50, "generate": 5},
-        {
-            "layers": 32,
-            "steps": 48,
-            "generate": 8,
-            "pause_ns": 60_000,
-            "generate_pause_ns": 600_000,
-            "profiler_steps": False,
-        },
-    ],
-    ids=["4-layers-generate", "multi-step-32"],
-)
+@LOOP_CALLS
 @pytest.mark.parametrize("decode", ["small-index", "fused"])
 def test_a_prompt_that_embeds_with_another_kernel_settles_nothing(
     tmp_path: Path, fields: dict, decode: str
@@ -822,13 +819,7 @@ def test_a_prompt_that_embeds_with_another_kernel_settles_nothing(
 
     embed = EMBED_SMALL if decode == "small-index" else EMBED_FUSED
     plan = SpecPlan(edges=True, call_setup=True, decode_embed=embed, **fields)
-    summary, planted = _spec_steps(tmp_path, plan)
-    _as_planted(summary, planted)
-    said = [w for w in summary.warnings if "read two ways" in w]
-    if fields["layers"] == 4:  # 300 µs between steps: 150× the gaps
-        assert not said, said
-    else:
-        assert len(said) == 1 and "set --layers 256 for the other reading" in said[0], said
+    _loop_read_as_planted(tmp_path, plan)
 
 
 @pytest.mark.parametrize("wait_ns", [250_000, 400_000])
